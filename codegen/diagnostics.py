@@ -1,0 +1,158 @@
+"""Located, collected error messages: from a position in a user's file to compiler-style text.
+
+    schemas/ops.yaml:4:19: error: unknown type 'Tensr'
+        - func: ex::f(Tensr x) -> Tensor
+                      ^~~~~
+    hint: did you mean 'Tensor'?
+
+Errors are collected in a `Diagnostics` and reported together; `UserError` carries them out of the
+front end to the CLI, which prints them and exits 1. `assert` is for our own invariants only.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+
+@dataclass(frozen=True, order=True)
+class Loc:
+    """A position in a source file: 1-based line and column (in characters), and a length."""
+
+    path: str
+    line: int
+    col: int
+    length: int = field(default=1, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    loc: Loc
+    message: str
+    hint: str | None = None
+    severity: str = "error"
+
+    def render(self, lines: list[str] | None) -> str:
+        out = [f"{self.loc}: {self.severity}: {self.message}"]
+        if lines is not None and 1 <= self.loc.line <= len(lines):
+            src = lines[self.loc.line - 1].rstrip("\r\n")
+            out.append("    " + _printable(src))
+            # Keep tabs in the caret line so the caret sits under the same column in a terminal.
+            pad = "".join("\t" if c == "\t" else " " for c in src[: self.loc.col - 1])
+            width = max(1, min(self.loc.length, max(1, len(src) - self.loc.col + 1)))
+            out.append("    " + pad + "^" + "~" * (width - 1))
+        if self.hint:
+            out.append(f"hint: {self.hint}")
+        return "\n".join(out)
+
+
+def _printable(line: str) -> str:
+    return "".join(c if c == "\t" or c.isprintable() else "\ufffd" for c in line)
+
+
+class Diagnostics:
+    """Collects diagnostics for one run; knows each file's text to draw source lines."""
+
+    def __init__(self) -> None:
+        self.items: list[Diagnostic] = []
+        self._lines: dict[str, list[str]] = {}
+
+    def add_source(self, path: str, text: str) -> None:
+        self._lines[path] = text.splitlines()
+
+    def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
+        self.items.append(Diagnostic(loc, message, hint))
+
+    def extend(self, diags: Iterable[Diagnostic]) -> None:
+        self.items.extend(diags)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.items)
+
+    def sorted(self) -> list[Diagnostic]:
+        seen: set[tuple] = set()
+        out = []
+        for d in sorted(self.items, key=lambda d: (d.loc, d.message)):
+            key = (d.loc, d.loc.length, d.message, d.hint)
+            if key not in seen:
+                seen.add(key)
+                out.append(d)
+        return out
+
+    def render(self) -> str:
+        parts = [d.render(self._lines.get(d.loc.path)) for d in self.sorted()]
+        n = sum(1 for d in self.sorted() if d.severity == "error")
+        if n:
+            parts.append(f"{n} error{'s' if n != 1 else ''} generated.")
+        return "\n".join(parts)
+
+    def raise_if_errors(self) -> None:
+        if self.has_errors:
+            raise UserError(self)
+
+
+class UserError(Exception):
+    """Bad user input, fully described by located diagnostics. Never shown as a traceback."""
+
+    def __init__(self, diags: Diagnostics) -> None:
+        super().__init__(diags.render())
+        self.diags = diags
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """A hint naming the closest choice, or None when nothing is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{match[0]}'?" if match else None
+
+
+def one_of(choices: Iterable[str]) -> str:
+    names = sorted(choices)
+    return "expected one of: " + ", ".join(names)
+
+
+# --------------------------------------------------------------------------------------------------
+# Mapping offsets inside a YAML scalar back to the file
+
+
+def scalar_locator(path: str, source: str, start_index: int, end_index: int, value: str,
+                   start_line: int, start_col: int) -> Callable[[int, int], Loc]:
+    """Map an offset into a scalar's decoded `value` back to a file position.
+
+    `start_index`/`end_index` are the character offsets of the scalar's raw text in `source`
+    (PyYAML's marks), `start_line`/`start_col` its 0-based mark. Decoded characters are aligned with
+    the raw text greedily: quotes, escapes and line folding shift columns, and this undoes that.
+    """
+    raw = source[start_index:end_index]
+    positions: list[int] = []
+    j = 0
+    for ch in value:
+        k = j
+        while k < len(raw):
+            r = raw[k]
+            if r == ch or (ch == " " and r in " \t\r\n"):
+                break
+            k += 1
+        if k >= len(raw):
+            k = j if j < len(raw) else max(0, len(raw) - 1)
+        positions.append(k)
+        j = k + 1
+        # A folded line break eats the indentation that follows it.
+        if ch == " " and k < len(raw) and raw[k] in "\r\n":
+            while j < len(raw) and raw[j] in " \t\r\n":
+                j += 1
+    positions.append(min(j, len(raw)))
+
+    def locate(offset: int, length: int = 1) -> Loc:
+        offset = max(0, min(offset, len(positions) - 1))
+        raw_pos = start_index + positions[offset]
+        line_start = source.rfind("\n", 0, raw_pos) + 1
+        line = source.count("\n", 0, raw_pos) + 1
+        col = raw_pos - line_start + 1
+        return Loc(path, line, col, max(1, length))
+
+    return locate

@@ -1,0 +1,672 @@
+"""The schema IR: frozen dataclasses for PyTorch function schemas.
+
+Translates nothing itself; `codegen.parse` builds these from text and every generator reads them.
+Each class's `__str__` prints the canonical schema spelling, so `parse(str(x)) == x` holds and
+`torch._C.parse_schema` agrees on the meaning (see tests/test_roundtrip.py).
+
+Source positions ride along in `span` fields that take no part in equality or hashing: two schemas
+are equal when they mean the same thing, wherever they were written.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+# --------------------------------------------------------------------------------------------------
+# Positions
+
+
+@dataclass(frozen=True)
+class Span:
+    """Half-open character range [start, end) in the text a node was parsed from."""
+
+    start: int
+    end: int
+
+
+def _span() -> Span | None:
+    return field(default=None, compare=False, hash=False, repr=False)  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------------
+# Alias annotations: Tensor(a), Tensor(a!), Tensor(a -> *), Tensor(a|b -> b|c), Tensor(*)
+
+
+@dataclass(frozen=True)
+class Annotation:
+    alias_set: tuple[str, ...]
+    is_write: bool = False
+    alias_set_after: tuple[str, ...] = ()
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        text = "|".join(self.alias_set) + ("!" if self.is_write else "")
+        if self.alias_set_after:
+            text += " -> " + "|".join(self.alias_set_after)
+        return f"({text})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Types
+
+
+class BaseTy(enum.Enum):
+    """Every named base type of the schema language (c10's table plus torchgen's extras)."""
+
+    Tensor = "Tensor"
+    int = "int"
+    SymInt = "SymInt"
+    SymBool = "SymBool"
+    float = "float"
+    bool = "bool"
+    str = "str"
+    Scalar = "Scalar"
+    ScalarType = "ScalarType"
+    Layout = "Layout"
+    Device = "Device"
+    DeviceIndex = "DeviceIndex"
+    MemoryFormat = "MemoryFormat"
+    QScheme = "QScheme"
+    Generator = "Generator"
+    Storage = "Storage"
+    Stream = "Stream"
+    Dimname = "Dimname"
+    GraphModule = "GraphModule"
+    ConstQuantizerPtr = "ConstQuantizerPtr"
+    # TorchScript-only: representable, refused later by code generation.
+    Any = "Any"
+    number = "number"
+    complex = "complex"
+    NoneType = "NoneType"
+    Capsule = "Capsule"
+    AnyEnumType = "AnyEnumType"
+    AnyClassType = "AnyClassType"
+
+
+BASE_TYPES: dict[str, BaseTy] = {t.value: t for t in BaseTy}
+
+# TorchScript types that the schema language accepts but custom op back ends cannot bind.
+SCRIPT_ONLY_BASE = frozenset(
+    {BaseTy.Any, BaseTy.number, BaseTy.complex, BaseTy.NoneType, BaseTy.Capsule,
+     BaseTy.AnyEnumType, BaseTy.AnyClassType, BaseTy.ConstQuantizerPtr}
+)
+
+CUSTOM_CLASS_PREFIX = "__torch__.torch.classes."
+
+
+@dataclass(frozen=True)
+class BaseType:
+    name: BaseTy
+    alias: Annotation | None = None
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return self.name.value + (str(self.alias) if self.alias else "")
+
+
+@dataclass(frozen=True)
+class ClassType:
+    """A TorchBind class, `__torch__.torch.classes.<ns>.<Class>`."""
+
+    qualname: str
+    alias: Annotation | None = None
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return self.qualname + (str(self.alias) if self.alias else "")
+
+
+@dataclass(frozen=True)
+class TypeVar:
+    """A TorchScript type variable (`t`, `tVal`, ...): any name that is not a known type."""
+
+    name: str
+    alias: Annotation | None = None
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return self.name + (str(self.alias) if self.alias else "")
+
+
+@dataclass(frozen=True)
+class OptionalType:
+    elem: Type
+    span: Span | None = _span()
+
+    # `T?` carries no annotation of its own in the language; the element's is the argument's.
+    alias = None
+
+    def __str__(self) -> str:
+        return f"{self.elem}?"
+
+
+@dataclass(frozen=True)
+class ListType:
+    elem: Type
+    size: int | None = None
+    alias: Annotation | None = None
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        size = "" if self.size is None else str(self.size)
+        return f"{self.elem}[{size}]" + (str(self.alias) if self.alias else "")
+
+
+@dataclass(frozen=True)
+class TupleType:
+    elems: tuple[Type, ...]
+    alias: Annotation | None = None
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(map(str, self.elems)) + ")" + (str(self.alias) if self.alias else "")
+
+
+class Generic(enum.Enum):
+    """Parametric TorchScript types written `Name(T, ...)`."""
+
+    Dict = "Dict"
+    Future = "Future"
+    Await = "Await"
+    RRef = "RRef"
+    Union = "Union"
+
+
+GENERIC_ARITY: dict[Generic, int | None] = {
+    Generic.Dict: 2, Generic.Future: 1, Generic.Await: 1, Generic.RRef: 1, Generic.Union: None,
+}
+
+
+@dataclass(frozen=True)
+class GenericType:
+    kind: Generic
+    args: tuple[Type, ...]
+    alias: Annotation | None = None
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        inner = ", ".join(map(str, self.args))
+        return f"{self.kind.value}({inner})" + (str(self.alias) if self.alias else "")
+
+
+Type = Union[BaseType, ClassType, TypeVar, OptionalType, ListType, TupleType, GenericType]
+
+
+def strip_optional(t: Type) -> Type:
+    return t.elem if isinstance(t, OptionalType) else t
+
+
+def is_base(t: Type, *names: BaseTy) -> bool:
+    return isinstance(t, BaseType) and t.name in names
+
+
+def is_tensor_like(t: Type) -> bool:
+    """Tensor, Tensor?, Tensor[], Tensor?[] and their optional forms."""
+    t = strip_optional(t)
+    if isinstance(t, ListType):
+        t = strip_optional(t.elem)
+    return is_base(t, BaseTy.Tensor)
+
+
+def annotation_of(t: Type) -> Annotation | None:
+    """The annotation that describes an argument of type `t`: on the type, else on its element.
+
+    `Tensor(a!)[]` and `Tensor[](a!)` both mean "this argument writes alias set a".
+    """
+    t = strip_optional(t)
+    if t.alias is not None:
+        return t.alias
+    if isinstance(t, ListType):
+        return annotation_of(t.elem)
+    return None
+
+
+def without_alias(t: Type) -> Type:
+    """The same type with every alias annotation removed (for type mapping)."""
+    if isinstance(t, OptionalType):
+        return OptionalType(without_alias(t.elem))
+    if isinstance(t, ListType):
+        return ListType(without_alias(t.elem), t.size)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(map(without_alias, t.elems)))
+    if isinstance(t, GenericType):
+        return GenericType(t.kind, tuple(map(without_alias, t.args)))
+    if isinstance(t, BaseType):
+        return BaseType(t.name)
+    if isinstance(t, ClassType):
+        return ClassType(t.qualname)
+    return TypeVar(t.name)
+
+
+def iter_types(t: Type):
+    """`t` and every type nested in it, outermost first."""
+    yield t
+    if isinstance(t, (OptionalType, ListType)):
+        yield from iter_types(t.elem)
+    elif isinstance(t, TupleType):
+        for e in t.elems:
+            yield from iter_types(e)
+    elif isinstance(t, GenericType):
+        for e in t.args:
+            yield from iter_types(e)
+
+
+# --------------------------------------------------------------------------------------------------
+# Default values
+
+
+@dataclass(frozen=True)
+class NoneDefault:
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return "None"
+
+
+@dataclass(frozen=True)
+class BoolDefault:
+    value: bool
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return "True" if self.value else "False"
+
+
+@dataclass(frozen=True)
+class IntDefault:
+    value: int
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class FloatDefault:
+    value: float
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        # repr is the shortest text that reads back to the same double.
+        assert math.isfinite(self.value)
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class ComplexDefault:
+    """An imaginary literal such as `1j` (the language has no complex literal with a real part)."""
+
+    imag: float
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return f"{self.imag!r}j"
+
+
+_STR_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r",
+                "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
+
+
+def quote_string(value: str) -> str:
+    out = []
+    for ch in value:
+        if ch in _STR_ESCAPES:
+            out.append(_STR_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\{ord(ch):03o}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+@dataclass(frozen=True)
+class StrDefault:
+    value: str
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return quote_string(self.value)
+
+
+@dataclass(frozen=True)
+class EnumDefault:
+    """A bare name: `contiguous_format`, `Mean`, `long`, `strided`, ..."""
+
+    name: str
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ListDefault:
+    items: tuple[Default, ...]
+    span: Span | None = _span()
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(map(str, self.items)) + "]"
+
+
+Default = Union[NoneDefault, BoolDefault, IntDefault, FloatDefault, ComplexDefault, StrDefault,
+                EnumDefault, ListDefault]
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments, returns, names, schemas
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    type: Type
+    default: Default | None = None
+    kwarg_only: bool = False
+    span: Span | None = _span()
+    name_span: Span | None = _span()
+
+    @property
+    def annotation(self) -> Annotation | None:
+        return annotation_of(self.type)
+
+    @property
+    def is_write(self) -> bool:
+        a = self.annotation
+        return a is not None and a.is_write
+
+    def __str__(self) -> str:
+        text = f"{self.type} {self.name}"
+        if self.default is not None:
+            text += f"={self.default}"
+        return text
+
+
+@dataclass(frozen=True)
+class Return:
+    name: str | None
+    type: Type
+    span: Span | None = _span()
+
+    @property
+    def annotation(self) -> Annotation | None:
+        return annotation_of(self.type)
+
+    @property
+    def is_write(self) -> bool:
+        a = self.annotation
+        return a is not None and a.is_write
+
+    def __str__(self) -> str:
+        return str(self.type) if self.name is None else f"{self.type} {self.name}"
+
+
+@dataclass(frozen=True)
+class OperatorName:
+    namespace: str | None
+    name: str
+    overload: str = ""
+    span: Span | None = _span()
+
+    @property
+    def is_dunder(self) -> bool:
+        return self.name.startswith("__") and self.name.endswith("__") and len(self.name) > 4
+
+    @property
+    def inplace(self) -> bool:
+        """`add_` is in-place; `__iadd__` is the dunder spelling of the same idea."""
+        if self.is_dunder:
+            return self.name.startswith("__i")
+        return self.name.endswith("_") and not self.name.endswith("__")
+
+    @property
+    def base(self) -> str:
+        """The name without its in-place underscore (`add_` -> `add`)."""
+        if self.inplace and not self.is_dunder:
+            return self.name[:-1]
+        return self.name
+
+    @property
+    def qualified(self) -> str:
+        """`ns::name` (no overload)."""
+        return f"{self.namespace}::{self.name}" if self.namespace else self.name
+
+    @property
+    def overload_or_default(self) -> str:
+        return self.overload or "default"
+
+    def __str__(self) -> str:
+        text = self.qualified
+        return f"{text}.{self.overload}" if self.overload else text
+
+
+@dataclass(frozen=True)
+class FunctionSchema:
+    name: OperatorName
+    arguments: tuple[Argument, ...]
+    returns: tuple[Return, ...]
+    is_vararg: bool = False
+    is_varret: bool = False
+    span: Span | None = _span()
+
+    @property
+    def positional(self) -> tuple[Argument, ...]:
+        return tuple(a for a in self.arguments if not a.kwarg_only)
+
+    @property
+    def kwarg_only(self) -> tuple[Argument, ...]:
+        return tuple(a for a in self.arguments if a.kwarg_only)
+
+    @property
+    def mutable_arguments(self) -> tuple[Argument, ...]:
+        return tuple(a for a in self.arguments if a.is_write)
+
+    def argument(self, name: str) -> Argument | None:
+        for a in self.arguments:
+            if a.name == name:
+                return a
+        return None
+
+    @property
+    def is_out_fn(self) -> bool:
+        """out= convention: mutable keyword-only arguments that the op returns."""
+        return any(a.kwarg_only and a.is_write for a in self.arguments)
+
+    @property
+    def is_inplace(self) -> bool:
+        return self.name.inplace
+
+    @property
+    def is_functional(self) -> bool:
+        return not self.mutable_arguments
+
+    def with_name(self, name: OperatorName) -> FunctionSchema:
+        return FunctionSchema(name, self.arguments, self.returns, self.is_vararg, self.is_varret,
+                              self.span)
+
+    def signature_str(self) -> str:
+        """`(args) -> returns`, without the name."""
+        parts: list[str] = []
+        kw_marked = False
+        for a in self.arguments:
+            if a.kwarg_only and not kw_marked:
+                kw_marked = True
+                parts.append("*")
+            parts.append(str(a))
+        if self.is_vararg:
+            parts.append("...")
+        rets = [str(r) for r in self.returns]
+        if self.is_varret:
+            rets.append("...")
+        if len(rets) == 1 and not (self.returns and isinstance(self.returns[0].type, TupleType)
+                                   and not self.is_varret):
+            ret_text = rets[0]
+        else:
+            ret_text = "(" + ", ".join(rets) + ")"
+        return "(" + ", ".join(parts) + ") -> " + ret_text
+
+    def __str__(self) -> str:
+        return str(self.name) + self.signature_str()
+
+
+# --------------------------------------------------------------------------------------------------
+# The op library: what an op file declares around each schema.
+#
+# These records come from `codegen.load`; positions are `diagnostics.Loc`s into the YAML file.
+# Fields whose text has a language of its own (fake rules, derivative formulas) arrive as `Located`
+# text and are parsed into their own IR by `codegen.shape` and `codegen.formulas`.
+
+from codegen.diagnostics import Loc  # noqa: E402  (kept beside the records that use it)
+
+
+class DispatchKey(enum.Enum):
+    CPU = "CPU"
+    CUDA = "CUDA"
+    Meta = "Meta"
+    CompositeImplicitAutograd = "CompositeImplicitAutograd"
+    CompositeExplicitAutograd = "CompositeExplicitAutograd"
+
+
+@dataclass(frozen=True)
+class Located:
+    """A piece of text from the op file and a way to point into it."""
+
+    text: str
+    loc: Loc
+    # offset, length -> Loc of that slice of `text` in the file
+    locate: object = field(default=None, compare=False, hash=False, repr=False)
+
+    def at(self, offset: int, length: int = 1) -> Loc:
+        if self.locate is None:
+            return self.loc
+        return self.locate(offset, length)  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class CppKernel:
+    """A C++ function; unqualified names live in the op's namespace (`ns::name`)."""
+
+    name: str
+    loc: Loc = field(compare=False, hash=False)
+
+    def qualified(self, namespace: str) -> str:
+        return self.name if "::" in self.name else f"{namespace}::{self.name}"
+
+
+@dataclass(frozen=True)
+class PyRef:
+    """A Python callable written `package.module:function` (entry-point syntax)."""
+
+    module: str
+    name: str
+    loc: Loc = field(compare=False, hash=False)
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.name}"
+
+
+Kernel = Union[CppKernel, PyRef]
+
+
+@dataclass(frozen=True)
+class TensorSample:
+    shape: tuple[int, ...]
+    dtype: str = "float32"          # a torch dtype name: float32, float64, int64, bool, ...
+    requires_grad: bool = False
+    low: float | None = None        # value range for random contents
+    high: float | None = None
+    values: tuple | None = None     # explicit nested-list contents instead of random ones
+
+
+SampleValue = Union[TensorSample, tuple, int, float, bool, str, None]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One declarative call: argument name -> value (tensor lists are tuples of TensorSample)."""
+
+    args: tuple[tuple[str, SampleValue], ...]
+    loc: Loc = field(compare=False, hash=False)
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class AutocastSpec:
+    device_type: str                # "cuda" | "cpu"
+    cast_inputs: str                # torch dtype name, e.g. "float16"
+    loc: Loc = field(compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class VmapSpec:
+    """`pointwise` (broadcasting elementwise op), `leading` (loops over a leading batch dim of
+    every tensor input) or a Python batching rule."""
+
+    kind: str | PyRef
+    loc: Loc = field(compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class DerivativesSpec:
+    """Raw `derivatives:` section; `codegen.formulas` parses it into formula IR."""
+
+    # ("self",) or ("self", "other") for a formula giving several input grads -> formula text
+    formulas: tuple[tuple[tuple[str, ...], Located], ...]
+    output_differentiability: tuple[bool, ...] | None
+    loc: Loc = field(compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Op:
+    schema: FunctionSchema
+    loc: Loc = field(compare=False, hash=False)       # the `func:` value
+    func: Located | None = field(default=None, compare=False, hash=False)
+    dispatch: tuple[tuple[DispatchKey, Kernel], ...] = ()
+    tags: tuple[str, ...] = ()
+    doc: str = ""
+    fake: object = None             # codegen.shape.FakeRule | PyRef | None
+    derivatives: object = None      # codegen.formulas.Derivatives | None
+    samples: tuple[Sample, ...] = ()
+    autocast: AutocastSpec | None = None
+    vmap: VmapSpec | None = None
+
+    @property
+    def name(self) -> OperatorName:
+        return self.schema.name
+
+    @property
+    def namespace(self) -> str:
+        assert self.schema.name.namespace is not None
+        return self.schema.name.namespace
+
+    @property
+    def path(self) -> str:
+        return self.loc.path
+
+    def kernel(self, key: DispatchKey) -> Kernel | None:
+        for k, v in self.dispatch:
+            if k is key:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class OpFile:
+    path: str                       # as given on the command line, relative to the repo root
+    namespace: str | None           # file-level default namespace
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class OpLibrary:
+    files: tuple[OpFile, ...]
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(op for f in self.files for op in f.ops)
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(sorted({op.namespace for op in self.ops}))
