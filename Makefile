@@ -1,0 +1,33 @@
+# The user's loop: edit schemas/*.yaml, `make codegen`, `make build`, `import runtime`.
+PYTHON ?= python
+SCHEMAS ?= schemas
+
+.PHONY: setup check list codegen codegen-check build demo test test-slow golden bench clean
+
+setup:
+	$(PYTHON) -m pip install -r requirements-dev.txt
+
+check:
+	$(PYTHON) -m codegen check $(SCHEMAS)
+
+list:
+	$(PYTHON) -m codegen list $(SCHEMAS)
+
+codegen:
+	$(PYTHON) -m codegen generate $(SCHEMAS)
+
+codegen-check:
+	$(PYTHON) -m codegen generate --check $(SCHEMAS)
+
+test:
+	$(PYTHON) -m pytest -q -m "not slow"
+
+test-slow:
+	$(PYTHON) -m pytest -q -m slow
+
+# Refresh golden files and pinned diagnostics after an intended change.
+golden:
+	EXPECTTEST_ACCEPT=1 $(PYTHON) -m pytest -q tests -k "golden or diagnostic"
+
+clean:
+	rm -rf build
