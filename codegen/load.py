@@ -1,0 +1,980 @@
+"""Op files (YAML, see docs/FORMAT.md) -> `OpLibrary` records, every problem a located diagnostic.
+
+The YAML is read as a stream of parser events, never constructed into Python objects by PyYAML:
+nothing in an op file can run code or allocate without bound (Note [Reading YAML]). Each op entry's
+`func:` goes through `codegen.parse_schema`, whose error offsets are mapped back into the YAML file
+so the caret lands under the offending character; `codegen.verify` then checks the schemas, and
+`codegen.shape` / `codegen.formulas` parse fake rules and derivative formulas.
+
+Every error of every file is collected; `load_library` raises one `UserError` carrying all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import math
+import os
+import re
+from typing import Callable
+
+import yaml
+from yaml import events as ev
+
+from codegen.diagnostics import Diagnostics, Loc, UserError, did_you_mean, scalar_locator
+from codegen.model import (
+    AutocastSpec,
+    BaseTy,
+    BaseType,
+    CppKernel,
+    DerivativesSpec,
+    DispatchKey,
+    FunctionSchema,
+    Kernel,
+    ListType,
+    Located,
+    Op,
+    OperatorName,
+    OpFile,
+    OpLibrary,
+    OptionalType,
+    PyRef,
+    Sample,
+    SampleValue,
+    TensorSample,
+    Type,
+)
+
+# Op files are small; anything this large is not one, and reading it would only be slow.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+# Deepest YAML nesting accepted. Real op files nest about 6 deep (a tensor sample's `values:` adds
+# one level per dimension); libyaml's recursive composer crashes the process near 30,000.
+MAX_DEPTH = 32
+
+OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "autocast", "vmap")
+FILE_KEYS = ("namespace", "ops")
+TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
+AUTOCAST_KEYS = ("device_type", "cast_inputs")
+AUTOCAST_DEVICES = ("cuda", "cpu")
+VMAP_KINDS = ("pointwise", "leading")
+
+# torch dtype names a sample or autocast spec may use (tests/test_load.py checks each is a
+# torch.dtype): the canonical names plus the common aliases.
+DTYPES = frozenset({
+    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+    "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "half", "float", "double", "short", "int", "long", "cfloat", "cdouble", "chalf",
+})
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_CPP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_PY_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
+                     r":([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\Z")
+
+# --------------------------------------------------------------------------------------------------
+# Note [Reading YAML]
+#
+# `yaml.compose` would give nodes with marks, but (1) libyaml's composer recurses in C and
+# segfaults on input nested ~30,000 deep, (2) aliases come back as shared nodes, so an alias bomb
+# is only caught after the fact, and (3) it resolves every scalar in Python, which makes it four
+# times slower than the event stream it is built on. So we parse events (libyaml's parser is a state
+# machine, CParser when available) and build our own small nodes: depth is checked as it grows,
+# anchors, aliases and tags are refused at their own position, and plain scalars are resolved with
+# YAML 1.1's core resolvers only (null/bool/int/float; no timestamps, no `<<` merges).
+
+
+class _Node:
+    __slots__ = ("start", "end")
+    kind = "node"
+
+
+class _Scalar(_Node):
+    __slots__ = ("value", "tag", "plain")
+
+    def __init__(self, value, tag: str, plain: bool, start, end):
+        self.value = value      # decoded Python value: str, int, float, bool or None
+        self.tag = tag          # "str" | "int" | "float" | "bool" | "null"
+        self.plain = plain
+        self.start = start
+        self.end = end
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return _SCALAR_KINDS[self.tag]
+
+
+_SCALAR_KINDS = {"str": "a string", "int": "an integer", "float": "a number",
+                 "bool": "a boolean", "null": "null"}
+
+
+class _Seq(_Node):
+    __slots__ = ("items",)
+    kind = "a list"
+
+    def __init__(self, start):
+        self.items: list[_Node] = []
+        self.start = start
+        self.end = start
+
+
+class _Map(_Node):
+    __slots__ = ("pairs",)
+    kind = "a mapping"
+
+    def __init__(self, start):
+        self.pairs: list[tuple[_Node, _Node]] = []
+        self.start = start
+        self.end = start
+
+
+_YAML_TAG = "tag:yaml.org,2002:"
+_EXPLICIT_TAGS = {_YAML_TAG + t: t for t in ("str", "int", "float", "bool", "null")}
+_RESOLVED = {_YAML_TAG + t: t for t in ("int", "float", "bool", "null")}
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _implicit_resolvers() -> dict[str, list[tuple[str, re.Pattern]]]:
+    table: dict[str, list[tuple[str, re.Pattern]]] = {}
+    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items():
+        kept = [(_RESOLVED[tag], rx) for tag, rx in entries if tag in _RESOLVED]
+        if kept:
+            table[first] = kept
+    return table
+
+
+_RESOLVERS = _implicit_resolvers()
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_CONSTRUCT = {
+    "int": _CONSTRUCTOR.construct_yaml_int,
+    "float": _CONSTRUCTOR.construct_yaml_float,
+    "bool": _CONSTRUCTOR.construct_yaml_bool,
+    "null": _CONSTRUCTOR.construct_yaml_null,
+}
+
+
+def _resolve(value: str) -> str:
+    for tag, rx in _RESOLVERS.get(value[:1], ()):
+        if rx.match(value):
+            return tag
+    return "str"
+
+
+# --------------------------------------------------------------------------------------------------
+# One file
+
+
+class _FileLoader:
+    def __init__(self, path: str, diags: Diagnostics, rules) -> None:
+        self.path = path
+        self.diags = diags
+        self.rules = rules
+        self.text = ""
+        self.ok = True
+
+    # -- positions and errors ----------------------------------------------------------------------
+
+    def loc(self, node: _Node) -> Loc:
+        start, end = node.start, node.end
+        if end.line == start.line:
+            length = end.index - start.index
+        else:
+            eol = self.text.find("\n", start.index)
+            length = (eol if eol >= 0 else len(self.text)) - start.index
+        return Loc(self.path, start.line + 1, start.column + 1, max(1, length))
+
+    def error(self, where: _Node | Loc, message: str, hint: str | None = None) -> None:
+        self.ok = False
+        self.diags.error(where if isinstance(where, Loc) else self.loc(where), message, hint)
+
+    def locator(self, node: _Scalar) -> Callable[[int, int], Loc]:
+        """offset, length in the scalar's value -> Loc in the file (built on first use)."""
+        cache: list[Callable[[int, int], Loc]] = []
+        path, text, value = self.path, self.text, node.value
+        start, end = node.start, node.end
+
+        def locate(offset: int, length: int = 1) -> Loc:
+            if not cache:
+                cache.append(scalar_locator(path, text, start.index, end.index, value,
+                                            start.line, start.column))
+            return cache[0](offset, length)
+
+        return locate
+
+    def located(self, node: _Scalar) -> Located:
+        return Located(node.value, self.loc(node), self.locator(node))
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def read(self) -> _Node | None:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        except IsADirectoryError:
+            self.error(Loc(self.path, 1, 1), "is a directory, not an op file")
+            return None
+        except OSError as e:
+            self.error(Loc(self.path, 1, 1), f"cannot read op file: {e.strerror or e}")
+            return None
+        if len(data) > MAX_FILE_BYTES:
+            self.error(Loc(self.path, 1, 1),
+                       f"file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
+                       "this is not an op file")
+            return None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            prefix = data[: e.start]
+            line = prefix.count(b"\n") + 1
+            col = len(prefix[prefix.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
+            self.diags.add_source(self.path, data.decode("utf-8", "replace"))
+            self.error(Loc(self.path, line, col),
+                       f"file is not valid UTF-8 (byte 0x{data[e.start]:02x})",
+                       "op files are UTF-8 text")
+            return None
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        self.text = text
+        self.diags.add_source(self.path, text)
+        return self.compose(text)
+
+    def _mark_loc(self, mark) -> Loc:
+        return Loc(self.path, mark.line + 1, mark.column + 1)
+
+    def compose(self, text: str) -> _Node | None:
+        """YAML text -> our nodes (Note [Reading YAML]); None (with errors reported) if unusable."""
+        root: _Node | None = None
+        stack: list[_Node] = []
+        docs = 0
+        try:
+            for e in yaml.parse(text, Loader=_BaseLoader):
+                cls = type(e)
+                if cls is ev.ScalarEvent:
+                    if e.anchor is not None:
+                        self._anchor(e)
+                    tag = e.tag
+                    value = e.value
+                    if tag is None or tag == "!":
+                        plain = e.implicit[0] and tag is None
+                        kind = _resolve(value) if plain else "str"
+                    else:
+                        plain = False
+                        kind = _EXPLICIT_TAGS.get(tag)
+                        if kind is None:
+                            self._bad_tag(e)
+                            kind = "str"
+                    if kind != "str":
+                        try:
+                            value = _CONSTRUCT[kind](yaml.ScalarNode(tag, value))
+                        except (ValueError, yaml.YAMLError):
+                            self.error(self._event_loc(e), f"'{value}' is not a valid {kind}")
+                            kind, value = "str", e.value
+                    node: _Node = _Scalar(value, kind, plain, e.start_mark, e.end_mark)
+                elif cls is ev.MappingStartEvent or cls is ev.SequenceStartEvent:
+                    if e.anchor is not None:
+                        self._anchor(e)
+                    if e.tag is not None and e.tag != "!" and e.tag != (
+                            _YAML_TAG + ("map" if cls is ev.MappingStartEvent else "seq")):
+                        self._bad_tag(e)
+                    if len(stack) >= MAX_DEPTH:
+                        self.error(self._mark_loc(e.start_mark),
+                                   f"YAML nested more than {MAX_DEPTH} levels deep",
+                                   "op files need only a few levels of nesting")
+                        return None
+                    stack.append(_Map(e.start_mark) if cls is ev.MappingStartEvent
+                                 else _Seq(e.start_mark))
+                    continue
+                elif cls is ev.MappingEndEvent or cls is ev.SequenceEndEvent:
+                    node = stack.pop()
+                    node.end = e.end_mark
+                elif cls is ev.AliasEvent:
+                    self.error(self._event_loc(e), "YAML aliases are not allowed in op files",
+                               "write the value out in full")
+                    node = _Scalar(None, "null", True, e.start_mark, e.end_mark)
+                elif cls is ev.DocumentStartEvent:
+                    docs += 1
+                    if docs > 1:
+                        self.error(self._mark_loc(e.start_mark),
+                                   "an op file holds a single YAML document",
+                                   "split it into several files, or merge the documents")
+                        return None
+                    continue
+                else:
+                    continue
+                if not stack:
+                    root = node
+                else:
+                    parent = stack[-1]
+                    if type(parent) is _Seq:
+                        parent.items.append(node)  # type: ignore[attr-defined]
+                    else:
+                        pairs = parent.pairs  # type: ignore[attr-defined]
+                        if pairs and pairs[-1][1] is None:
+                            pairs[-1] = (pairs[-1][0], node)
+                        else:
+                            pairs.append((node, None))
+        except yaml.MarkedYAMLError as e:
+            self._yaml_error(e)
+            return None
+        except yaml.reader.ReaderError as e:
+            self._reader_error(e)
+            return None
+        except yaml.YAMLError as e:
+            self.error(Loc(self.path, 1, 1), f"invalid YAML: {e}")
+            return None
+        if not self.ok:
+            return None
+        return root
+
+    def _event_loc(self, e) -> Loc:
+        s, t = e.start_mark, e.end_mark
+        length = t.index - s.index if t.line == s.line else 1
+        return Loc(self.path, s.line + 1, s.column + 1, max(1, length))
+
+    def _anchor(self, e) -> None:
+        self.error(self._mark_loc(e.start_mark), f"YAML anchors are not allowed in op files "
+                   f"(found '&{e.anchor}')", "write the value out in full")
+
+    def _bad_tag(self, e) -> None:
+        tag = e.tag
+        shown = "!!" + tag[len(_YAML_TAG):] if tag.startswith(_YAML_TAG) else tag
+        self.error(self._mark_loc(e.start_mark), f"YAML tag '{shown}' is not allowed in op files",
+                   "op files hold plain strings, numbers, booleans, lists and mappings")
+
+    def _yaml_error(self, e: yaml.MarkedYAMLError) -> None:
+        mark = e.problem_mark or e.context_mark
+        problem = (e.problem or e.context or "invalid YAML").strip()
+        hint = None
+        if mark is not None and 0 <= mark.index < len(self.text) and self.text[mark.index] == "\t":
+            problem = "tab character where YAML expects indentation or a token"
+            hint = "YAML forbids tabs for indentation; indent with spaces"
+        elif e.context and e.problem and e.context_mark is not None:
+            ctx = e.context_mark
+            hint = f"{e.context.strip()} (line {ctx.line + 1}, column {ctx.column + 1})"
+        if mark is None:
+            loc = Loc(self.path, 1, 1)
+        else:
+            loc = Loc(self.path, mark.line + 1, mark.column + 1)
+        self.error(loc, f"invalid YAML: {problem}", hint)
+
+    def _reader_error(self, e) -> None:
+        pos = max(0, min(int(getattr(e, "position", 0) or 0), len(self.text)))
+        line = self.text.count("\n", 0, pos) + 1
+        col = pos - (self.text.rfind("\n", 0, pos) + 1) + 1
+        ch = e.character
+        code = ord(ch) if isinstance(ch, str) and ch else ch
+        what = f"U+{code:04X}" if isinstance(code, int) else repr(ch)
+        self.error(Loc(self.path, line, col),
+                   f"invalid YAML: control character {what} is not allowed",
+                   "op files are plain text")
+
+    # -- typed access ------------------------------------------------------------------------------
+
+    def mapping(self, node: _Node, what: str, allowed: tuple[str, ...] | None
+                ) -> dict[str, tuple[_Scalar, _Node]] | None:
+        """A mapping's string keys -> (key node, value node); errors for duplicates and (when
+        `allowed` is given) unknown keys."""
+        if type(node) is not _Map:
+            self.error(node, f"expected {what} (a mapping), got {node.kind}")
+            return None
+        out: dict[str, tuple[_Scalar, _Node]] = {}
+        for key, value in node.pairs:  # type: ignore[attr-defined]
+            if type(key) is not _Scalar or key.tag not in ("str", "int", "bool", "float"):
+                self.error(key, f"keys of {what} must be strings, got {key.kind}")
+                continue
+            # `1:` or `yes:` as a key: keep what was written, for the message.
+            name = key.value if key.tag == "str" else self.text[key.start.index:key.end.index]
+            if name in out:
+                first = out[name][0]
+                self.error(key, f"duplicate key '{name}' in {what}",
+                           f"first given at line {first.start.line + 1}")
+                continue
+            if allowed is not None and name not in allowed:
+                hint = did_you_mean(name, allowed)
+                self.error(key, f"unknown key '{name}' in {what}; allowed keys: "
+                           + ", ".join(allowed), hint)
+                continue
+            out[name] = (key, value)
+        return out
+
+    def string(self, node: _Node, what: str) -> str | None:
+        if type(node) is _Scalar and node.tag == "str":
+            return node.value  # type: ignore[attr-defined]
+        hint = None
+        if type(node) is _Scalar and node.tag != "null":
+            hint = "quote it to make it a string"
+        self.error(node, f"expected a string for {what}, got {node.kind}", hint)
+        return None
+
+    def sequence(self, node: _Node, what: str) -> list[_Node] | None:
+        if type(node) is _Seq:
+            return node.items  # type: ignore[attr-defined]
+        self.error(node, f"expected a list for {what}, got {node.kind}")
+        return None
+
+    def boolean(self, node: _Node, what: str) -> bool | None:
+        if type(node) is _Scalar and node.tag == "bool":
+            return node.value  # type: ignore[attr-defined]
+        self.error(node, f"expected true or false for {what}, got {node.kind}")
+        return None
+
+    def number(self, node: _Node, what: str) -> float | None:
+        if type(node) is _Scalar and node.tag in ("int", "float"):
+            value = node.value  # type: ignore[attr-defined]
+            if isinstance(value, float) and not math.isfinite(value):
+                self.error(node, f"{what} must be a finite number")
+                return None
+            return value
+        self.error(node, f"expected a number for {what}, got {node.kind}")
+        return None
+
+    # -- the file ----------------------------------------------------------------------------------
+
+    def load(self) -> OpFile | None:
+        root = self.read()
+        if not self.ok:
+            return None
+        namespace = None
+        entries: list[_Node] = []
+        if root is None or (type(root) is _Scalar and root.tag == "null"):
+            return OpFile(self.path, None, ())
+        if type(root) is _Seq:
+            entries = root.items  # type: ignore[attr-defined]
+        elif type(root) is _Map:
+            top = self.mapping(root, "the op file", FILE_KEYS)
+            if top is None:
+                return None
+            if "namespace" in top:
+                key, node = top["namespace"]
+                namespace = self.string(node, "'namespace'")
+                if namespace is not None and not IDENT.match(namespace):
+                    self.error(node, f"namespace '{namespace}' is not an identifier",
+                               "use letters, digits and '_', not starting with a digit")
+                    namespace = None
+            if "ops" not in top:
+                self.error(Loc(self.path, root.start.line + 1, root.start.column + 1),
+                           "op file has no 'ops:' list",
+                           "list the op entries under 'ops:'")
+                return None
+            entries = self.sequence(top["ops"][1], "'ops'") or []
+        else:
+            self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
+                       f"got {root.kind}")
+            return None
+        ops = []
+        for entry in entries:
+            op = self.op(entry, namespace)
+            if op is not None:
+                ops.append(op)
+        return OpFile(self.path, namespace, tuple(ops))
+
+    # -- one op ------------------------------------------------------------------------------------
+
+    def op(self, node: _Node, namespace: str | None) -> Op | None:
+        fields = self.mapping(node, "an op entry", OP_KEYS)
+        if fields is None:
+            return None
+        if "func" not in fields:
+            self.error(Loc(self.path, node.start.line + 1, node.start.column + 1, 1),
+                       "op entry has no 'func:'", "every op entry starts with 'func: <schema>'")
+            return None
+        func_node = fields["func"][1]
+        text = self.string(func_node, "'func'")
+        if text is None:
+            return None
+        func = self.located(func_node)  # type: ignore[arg-type]
+        schema = self.schema(func)
+        if schema is None:
+            return None
+        if schema.name.namespace is None:
+            if namespace is None:
+                name = schema.name
+                length = (name.span.end - name.span.start) if name.span else len(name.name)
+                self.error(func.at(name.span.start if name.span else 0, length),
+                           f"op '{name}' has no namespace",
+                           f"write 'my_ns::{name.name}', or give the file a 'namespace:' "
+                           "(mapping form: namespace: my_ns, ops: [...])")
+                return None
+            old = schema.name
+            schema = schema.with_name(OperatorName(namespace, old.name, old.overload, old.span))
+
+        op = Op(schema=schema, loc=func.loc, func=func)
+        changes: dict[str, object] = {}
+        if "doc" in fields:
+            doc = self.string(fields["doc"][1], "'doc'")
+            if doc is not None:
+                changes["doc"] = doc
+        if "tags" in fields:
+            changes["tags"] = self.tags(fields["tags"][1])
+        if "dispatch" in fields:
+            changes["dispatch"] = self.dispatch(fields["dispatch"][1])
+        if "samples" in fields:
+            changes["samples"] = self.samples(fields["samples"][1], schema)
+        if "autocast" in fields:
+            changes["autocast"] = self.autocast(fields["autocast"][1])
+        if "vmap" in fields:
+            changes["vmap"] = self.vmap(fields["vmap"][1])
+        if changes:
+            op = dataclasses.replace(op, **changes)
+
+        from codegen import verify
+
+        fake_loc = self.loc(fields["fake"][1]) if "fake" in fields else None
+        schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc)
+        if not schema_ok:
+            self.ok = False
+        # Fake rules and formulas read the schema; on a broken one they would only add noise.
+        if "fake" in fields and schema_ok:
+            fake = self.fake(fields["fake"][1], schema)
+            if fake is not None:
+                op = dataclasses.replace(op, fake=fake)
+        if "derivatives" in fields and schema_ok:
+            derivatives = self.derivatives(fields["derivatives"][1], schema)
+            if derivatives is not None:
+                op = dataclasses.replace(op, derivatives=derivatives)
+        return op
+
+    def schema(self, func: Located) -> FunctionSchema | None:
+        from codegen.parse import SchemaSyntaxError, parse_schema
+
+        try:
+            return parse_schema(func.text)
+        except SchemaSyntaxError as e:
+            self.error(func.at(e.offset, e.length), e.message, e.hint)
+            return None
+
+    def tags(self, node: _Node) -> tuple[str, ...]:
+        from codegen.tags import TAGS
+
+        items = [node] if type(node) is _Scalar and node.tag == "str" else self.sequence(
+            node, "'tags'")
+        out: list[str] = []
+        for item in items or ():
+            tag = self.string(item, "a tag")
+            if tag is None:
+                continue
+            if tag not in TAGS:
+                self.error(item, f"unknown tag '{tag}'",
+                           did_you_mean(tag, TAGS) or "see torch.Tag for the known tags")
+            elif tag in out:
+                self.error(item, f"tag '{tag}' given twice")
+            else:
+                out.append(tag)
+        return tuple(out)
+
+    def kernel(self, node: _Node, what: str) -> Kernel | None:
+        text = self.string(node, what)
+        if text is None:
+            return None
+        loc = self.loc(node)
+        m = _PY_REF.match(text)
+        if m:
+            return PyRef(m.group(1), m.group(2), loc)
+        if _CPP_NAME.match(text):
+            return CppKernel(text, loc)
+        self.error(node, f"'{text}' is neither a C++ function name nor a Python callable",
+                   "write a C++ name (my_kernel, or other_ns::my_kernel) or "
+                   "package.module:function")
+        return None
+
+    def dispatch(self, node: _Node) -> tuple[tuple[DispatchKey, Kernel], ...]:
+        fields = self.mapping(node, "'dispatch'", None)
+        out: list[tuple[DispatchKey, Kernel]] = []
+        for name, (key, value) in (fields or {}).items():
+            keys = [k.strip() for k in name.split(",")] if "," in name else [name]
+            kernel = self.kernel(value, f"the {name} kernel")
+            for k in keys:
+                try:
+                    dk = DispatchKey(k)
+                except ValueError:
+                    names = [d.value for d in DispatchKey]
+                    self.error(key, f"unknown dispatch key '{k}'; allowed keys: "
+                               + ", ".join(names), did_you_mean(k, names))
+                    continue
+                if any(d is dk for d, _ in out):
+                    self.error(key, f"dispatch key '{k}' given twice")
+                    continue
+                if kernel is not None:
+                    out.append((dk, kernel))
+        return tuple(out)
+
+    def fake(self, node: _Node, schema: FunctionSchema):
+        text = self.string(node, "'fake'")
+        if text is None:
+            return None
+        m = _PY_REF.match(text.strip())
+        if m:
+            return PyRef(m.group(1), m.group(2), self.loc(node))
+        located = self.located(node)  # type: ignore[arg-type]
+        parse = _optional("codegen.shape", "parse_fake_rule")
+        if parse is None:
+            return located
+        n = len(self.diags.items)
+        rule = parse(located, schema, self.diags)
+        if len(self.diags.items) != n:
+            self.ok = False
+        return rule
+
+    def derivatives(self, node: _Node, schema: FunctionSchema):
+        fields = self.mapping(node, "'derivatives'", None)
+        if fields is None:
+            return None
+        formulas: list[tuple[tuple[str, ...], Located]] = []
+        output_differentiability: tuple[bool, ...] | None = None
+        for name, (key, value) in fields.items():
+            if name == "output_differentiability":
+                items = self.sequence(value, "'output_differentiability'")
+                if items is not None:
+                    flags = [self.boolean(i, "an entry of 'output_differentiability'")
+                             for i in items]
+                    if all(f is not None for f in flags):
+                        output_differentiability = tuple(flags)  # type: ignore[arg-type]
+                continue
+            names = tuple(n.strip() for n in name.split(","))
+            bad = [n for n in names if not IDENT.match(n)]
+            if bad:
+                self.error(key, f"'{name}' is not an input name or a comma-separated list of them")
+                continue
+            if self.string(value, f"the derivative formula for '{name}'") is None:
+                continue
+            formulas.append((names, self.located(value)))  # type: ignore[arg-type]
+        spec = DerivativesSpec(tuple(formulas), output_differentiability, self.loc(node))
+        parse = _optional("codegen.formulas", "parse_derivatives")
+        if parse is None:
+            return spec
+        n = len(self.diags.items)
+        result = parse(spec, schema, self.diags)
+        if len(self.diags.items) != n:
+            self.ok = False
+        return result
+
+    def autocast(self, node: _Node) -> AutocastSpec | None:
+        fields = self.mapping(node, "'autocast'", AUTOCAST_KEYS)
+        if fields is None:
+            return None
+        for key in AUTOCAST_KEYS:
+            if key not in fields:
+                self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
+                           f"'autocast' needs '{key}:'",
+                           "autocast: {device_type: cuda, cast_inputs: float16}")
+                return None
+        device = self.string(fields["device_type"][1], "'device_type'")
+        if device is not None and device not in AUTOCAST_DEVICES:
+            self.error(fields["device_type"][1], f"unknown autocast device type '{device}'",
+                       "expected one of: " + ", ".join(AUTOCAST_DEVICES))
+            device = None
+        dtype = self.dtype(fields["cast_inputs"][1], "'cast_inputs'")
+        if dtype is not None and dtype not in FLOAT_DTYPES:
+            self.error(fields["cast_inputs"][1],
+                       f"autocast casts inputs to a floating dtype, not '{dtype}'",
+                       "for example float16 or bfloat16")
+            dtype = None
+        if device is None or dtype is None:
+            return None
+        return AutocastSpec(device, dtype, self.loc(node))
+
+    def vmap(self, node: _Node):
+        from codegen.model import VmapSpec
+
+        text = self.string(node, "'vmap'")
+        if text is None:
+            return None
+        if text in VMAP_KINDS:
+            return VmapSpec(text, self.loc(node))
+        m = _PY_REF.match(text)
+        if m:
+            return VmapSpec(PyRef(m.group(1), m.group(2), self.loc(node)), self.loc(node))
+        self.error(node, f"unknown vmap rule '{text}'",
+                   "expected pointwise, leading, or a Python batching rule package.module:function")
+        return None
+
+    def dtype(self, node: _Node, what: str) -> str | None:
+        text = self.string(node, what)
+        if text is None:
+            return None
+        name = text[len("torch."):] if text.startswith("torch.") else text
+        if name not in DTYPES:
+            self.error(node, f"unknown dtype '{text}'",
+                       did_you_mean(name, DTYPES) or "for example float32, int64 or bool")
+            return None
+        return name
+
+    # -- samples -----------------------------------------------------------------------------------
+
+    def samples(self, node: _Node, schema: FunctionSchema) -> tuple[Sample, ...]:
+        named: list[tuple[str | None, _Node]] = []
+        if type(node) is _Map:
+            for name, (_key, value) in (self.mapping(node, "'samples'", None) or {}).items():
+                named.append((name, value))
+        else:
+            items = self.sequence(node, "'samples' (a list, or a mapping name -> sample)")
+            named = [(None, item) for item in items or ()]
+        out = []
+        for name, item in named:
+            sample = self.sample(item, schema, name)
+            if sample is not None:
+                out.append(sample)
+        return tuple(out)
+
+    def sample(self, node: _Node, schema: FunctionSchema, name: str | None) -> Sample | None:
+        fields = self.mapping(node, "a sample", None)
+        if fields is None:
+            return None
+        names = [a.name for a in schema.arguments]
+        values: dict[str, SampleValue] = {}
+        ok = True
+        for arg_name, (key, value) in fields.items():
+            arg = schema.argument(arg_name)
+            if arg is None:
+                self.error(key, f"sample names '{arg_name}', which is not an argument of "
+                           f"{schema.name}", did_you_mean(arg_name, names)
+                           or ("arguments: " + ", ".join(names) if names else "it takes none"))
+                ok = False
+                continue
+            v = self.sample_value(value, arg.type, f"'{arg_name}'")
+            if v is _BAD:
+                ok = False
+            else:
+                values[arg_name] = v
+        missing = [a.name for a in schema.arguments
+                   if a.default is None and a.name not in fields]
+        if missing:
+            self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
+                       "sample gives no value for " + ", ".join(f"'{m}'" for m in missing)
+                       + (" (no default)" if len(missing) == 1 else " (no defaults)"))
+            ok = False
+        if not ok:
+            return None
+        args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
+        return Sample(args, self.loc(node), name)
+
+    def sample_value(self, node: _Node, t: Type, what: str):
+        """A YAML value for an argument of type `t` -> SampleValue, or _BAD (error reported)."""
+        if isinstance(t, OptionalType):
+            if type(node) is _Scalar and node.tag == "null":
+                return None
+            return self.sample_value(node, t.elem, what)
+        if isinstance(t, ListType):
+            if type(node) is not _Seq:
+                if t.size is not None and type(node) is _Scalar and node.tag != "null":
+                    # `int[2] x` takes a single int for both elements, as in the schema language.
+                    v = self.sample_value(node, t.elem, what)
+                    return _BAD if v is _BAD else (v,) * t.size
+                self.error(node, f"expected a list for {what} ({t}), got {node.kind}")
+                return _BAD
+            items = [self.sample_value(i, t.elem, f"an element of {what}")
+                     for i in node.items]  # type: ignore[attr-defined]
+            if any(i is _BAD for i in items):
+                return _BAD
+            if t.size is not None and len(items) != t.size:
+                self.error(node, f"{what} ({t}) takes {t.size} elements, got {len(items)}")
+                return _BAD
+            return tuple(items)
+        if isinstance(t, BaseType):
+            return self.base_sample(node, t.name, what)
+        self.error(node, f"samples cannot give a value of type '{t}' ({what})")
+        return _BAD
+
+    def base_sample(self, node: _Node, ty: BaseTy, what: str):
+        tag = node.tag if type(node) is _Scalar else None  # type: ignore[attr-defined]
+        value = node.value if type(node) is _Scalar else None  # type: ignore[attr-defined]
+        if ty is BaseTy.Tensor:
+            return self.tensor_sample(node, what)
+        if ty in (BaseTy.int, BaseTy.SymInt, BaseTy.DeviceIndex):
+            if tag == "int":
+                if not -(2**63) <= value < 2**63:
+                    self.error(node, f"{what} does not fit in a 64-bit int")
+                    return _BAD
+                return value
+            return self._sample_type_error(node, "an integer", what)
+        if ty is BaseTy.float:
+            if tag in ("int", "float"):
+                return float(value)
+            return self._sample_type_error(node, "a number", what)
+        if ty in (BaseTy.bool, BaseTy.SymBool):
+            if tag == "bool":
+                return value
+            return self._sample_type_error(node, "true or false", what)
+        if ty is BaseTy.Scalar:
+            if tag in ("int", "float", "bool"):
+                return value
+            return self._sample_type_error(node, "a number or boolean", what)
+        if ty is BaseTy.str:
+            if tag == "str":
+                return value
+            return self._sample_type_error(node, "a string", what)
+        if ty is BaseTy.ScalarType:
+            name = self.dtype(node, what)
+            return _BAD if name is None else name
+        if ty is BaseTy.Device:
+            if tag == "str" and re.match(r"[a-z_]+(:[0-9]+)?\Z", value):
+                return value
+            return self._sample_type_error(node, "a device string such as cpu or cuda:0", what)
+        if ty in (BaseTy.Layout, BaseTy.MemoryFormat):
+            choices = _ENUM_SAMPLES[ty]
+            if tag == "str" and value in choices:
+                return value
+            self.error(node, f"expected a {ty.value} name for {what}",
+                       "expected one of: " + ", ".join(sorted(choices)))
+            return _BAD
+        self.error(node, f"samples cannot give a value of type '{ty.value}' ({what})",
+                   "omit the argument if it has a default")
+        return _BAD
+
+    def _sample_type_error(self, node: _Node, expected: str, what: str):
+        self.error(node, f"expected {expected} for {what}, got {node.kind}")
+        return _BAD
+
+    def tensor_sample(self, node: _Node, what: str):
+        fields = self.mapping(node, f"a tensor sample for {what}", TENSOR_SAMPLE_KEYS)
+        if fields is None:
+            return _BAD
+        ok = True
+        if ("shape" in fields) == ("values" in fields):
+            self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
+                       f"a tensor sample gives exactly one of 'shape:' or 'values:' ({what})",
+                       "{shape: [2, 3]} for random contents, {values: [[1, 2]]} for given ones")
+            return _BAD
+        shape: tuple[int, ...] = ()
+        values = None
+        if "shape" in fields:
+            items = self.sequence(fields["shape"][1], "'shape'")
+            if items is None:
+                return _BAD
+            dims = []
+            for item in items:
+                if type(item) is _Scalar and item.tag == "int" and 0 <= item.value < 2**31:
+                    dims.append(item.value)
+                else:
+                    self.error(item, f"a shape holds sizes (integers >= 0), got {item.kind}"
+                               if not (type(item) is _Scalar and item.tag == "int")
+                               else "a size must be between 0 and 2**31 - 1")
+                    ok = False
+            shape = tuple(dims)
+        else:
+            parsed = self.nested_values(fields["values"][1])
+            if parsed is _BAD:
+                return _BAD
+            values, shape = parsed
+        dtype = "float32"
+        if "dtype" in fields:
+            d = self.dtype(fields["dtype"][1], "'dtype'")
+            if d is None:
+                ok = False
+            else:
+                dtype = d
+        elif values is not None and _all_ints(values):
+            dtype = "int64"
+        requires_grad = False
+        if "requires_grad" in fields:
+            rg = self.boolean(fields["requires_grad"][1], "'requires_grad'")
+            if rg is None:
+                ok = False
+            else:
+                requires_grad = rg
+        bounds: list[float | None] = []
+        for key in ("low", "high"):
+            if key in fields:
+                v = self.number(fields[key][1], f"'{key}'")
+                ok = ok and v is not None
+                bounds.append(None if v is None else float(v))
+            else:
+                bounds.append(None)
+        low, high = bounds
+        if low is not None and high is not None and low >= high:
+            self.error(fields["low"][1], f"'low' ({low}) must be less than 'high' ({high})")
+            ok = False
+        if not ok:
+            return _BAD
+        return TensorSample(shape, dtype, requires_grad, low, high, values)
+
+    def nested_values(self, node: _Node):
+        """`values:` -> (nested tuples, shape), checking the nesting is rectangular."""
+        if type(node) is _Scalar:
+            if node.tag in ("int", "float", "bool"):
+                return node.value, ()  # type: ignore[attr-defined]
+            self.error(node, f"tensor values are numbers or booleans, got {node.kind}")
+            return _BAD
+        if type(node) is not _Seq:
+            self.error(node, f"tensor values are numbers or nested lists, got {node.kind}")
+            return _BAD
+        parts = [self.nested_values(i) for i in node.items]  # type: ignore[attr-defined]
+        if any(p is _BAD for p in parts):
+            return _BAD
+        shapes = {p[1] for p in parts}
+        if len(shapes) > 1:
+            self.error(node, "tensor values are not rectangular: rows differ in shape")
+            return _BAD
+        inner = shapes.pop() if shapes else ()
+        return tuple(p[0] for p in parts), (len(parts),) + inner
+
+
+_BAD = object()
+
+_ENUM_SAMPLES = {
+    BaseTy.Layout: frozenset({"strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
+                              "sparse_bsc", "jagged"}),
+    BaseTy.MemoryFormat: frozenset({"contiguous_format", "preserve_format", "channels_last",
+                                    "channels_last_3d"}),
+}
+
+
+def _all_ints(values) -> bool:
+    if isinstance(values, tuple):
+        return all(_all_ints(v) for v in values)
+    return isinstance(values, int) and not isinstance(values, bool)
+
+
+def _optional(module: str, name: str):
+    """`module.name` if that module exists yet, else None (its owner is still writing it)."""
+    if importlib.util.find_spec(module) is None:
+        return None
+    return getattr(importlib.import_module(module), name, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# The library
+
+
+def op_files(paths: list[str], diags: Diagnostics) -> list[str]:
+    """Command-line paths -> op files: files as given, directories' `*.yaml` sorted, no repeats."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(os.path.join(p, n) for n in os.listdir(p)
+                           if n.endswith(".yaml") and os.path.isfile(os.path.join(p, n)))
+            if not found:
+                diags.error(Loc(p, 1, 1), "directory holds no op files (*.yaml)")
+        elif os.path.exists(p):
+            found = [p]
+        else:
+            diags.error(Loc(p, 1, 1), "no such file or directory")
+            found = []
+        for f in found:
+            key = os.path.realpath(f)
+            if key not in seen:
+                seen.add(key)
+                out.append(os.path.normpath(f))
+    return out
+
+
+def load_library(paths: list[str], *, rules=None) -> OpLibrary:
+    """Read, parse and verify op files; raise `UserError` with every error found."""
+    from codegen import verify
+
+    rules = rules or verify.DEFAULT_RULES
+    diags = Diagnostics()
+    files = []
+    for path in op_files(paths, diags):
+        f = _FileLoader(path, diags, rules).load()
+        if f is not None:
+            files.append(f)
+    lib = OpLibrary(tuple(files))
+    verify.verify_across(lib, diags, rules)
+    if diags.has_errors:
+        raise UserError(diags)
+    return lib

@@ -1,0 +1,594 @@
+"""Semantic checks on parsed op records: `Op` IR in, located diagnostics out.
+
+The grammar only decides what a schema *says*; this module decides whether it is an op we can
+register and generate code for. The rules are torchgen's (in-place and out= conventions, alias
+annotations; see torchgen/model.py `FunctionSchema.__post_init__`) plus rules of our own: names that
+must become C++ and Python identifiers and file names, defaults that fit their type, dispatch
+combinations torch rejects at registration time, duplicate ops across files.
+
+Checks that need the YAML (unknown keys, tags, sample values) live in `codegen.load`, which holds
+the nodes; everything here works from the IR and points into the `func:` string through
+`Op.func.at(...)`. `verify_op` returns whether the op passed, so callers can skip follow-on work
+(fake rules, formulas) that would only repeat the same mistake.
+
+Rules that PyTorch's own native_functions.yaml breaks are switched by `Rules` (Note [Rules torch
+breaks]); our op files get them all.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+
+from codegen.diagnostics import Diagnostics, Loc, did_you_mean
+from codegen.model import (
+    BASE_TYPES,
+    SCRIPT_ONLY_BASE,
+    Annotation,
+    Argument,
+    BaseTy,
+    BaseType,
+    BoolDefault,
+    ComplexDefault,
+    CppKernel,
+    Default,
+    DispatchKey,
+    EnumDefault,
+    FloatDefault,
+    FunctionSchema,
+    GenericType,
+    IntDefault,
+    ListDefault,
+    ListType,
+    NoneDefault,
+    Op,
+    OpLibrary,
+    OptionalType,
+    PyRef,
+    Return,
+    Span,
+    StrDefault,
+    TupleType,
+    Type,
+    TypeVar,
+    iter_types,
+    strip_optional,
+)
+
+# --------------------------------------------------------------------------------------------------
+# Note [Rules torch breaks]
+#
+# native_functions.yaml names an argument `from` (`random_.from(Tensor(a!) self, int from, ...)`),
+# a Python keyword: torch's bindings parse arguments in C++ and never spell it in Python. Our typed
+# Python API declares every argument as a Python parameter, so our op files may not. The benchmark
+# that loads torch's corpus (bench/bench_load.py) runs with `Rules.torch_corpus()`, which only
+# allows that one spelling; every other rule stays on.
+
+
+@dataclass(frozen=True)
+class Rules:
+    # Argument names allowed although they are Python keywords.
+    keyword_arguments: frozenset[str] = frozenset()
+
+    @staticmethod
+    def torch_corpus() -> Rules:
+        return Rules(keyword_arguments=frozenset({"from"}))
+
+
+DEFAULT_RULES = Rules()
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+PY_KEYWORDS = frozenset(keyword.kwlist)
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+co_return co_yield decltype default delete do double dynamic_cast else enum explicit export extern
+false float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
+operator or or_eq private protected public register reinterpret_cast requires return short signed
+sizeof static static_assert static_cast struct switch template this thread_local throw true try
+typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+""".split())
+
+# The default values torch's schema parser accepts for enum-like types (tests/test_verify.py checks
+# each against torch._C.parse_schema): `int reduction=Mean` is at::Reduction::Mean.
+INT_ENUM_DEFAULTS = frozenset({"Mean"})
+MEMORY_FORMAT_DEFAULTS = frozenset({"contiguous_format"})
+LAYOUT_DEFAULTS = frozenset({"strided"})
+SCALAR_TYPE_DEFAULTS = frozenset({
+    "bfloat16", "bit", "bits16", "bits1x8", "bits2x4", "bits4x2", "bits8", "bool", "cdouble",
+    "cfloat", "chalf", "complex128", "complex32", "complex64", "double", "float", "float16",
+    "float32", "float4_e2m1fn_x2", "float64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+    "float8_e5m2fnuz", "float8_e8m0fnu", "half", "int", "int1", "int16", "int2", "int3", "int32",
+    "int4", "int5", "int6", "int64", "int7", "int8", "long", "qint32", "qint8", "quint2x4",
+    "quint4x2", "quint8", "short", "uint1", "uint16", "uint2", "uint3", "uint32", "uint4", "uint5",
+    "uint6", "uint64", "uint7", "uint8",
+})
+DEVICE_STRING = re.compile(r"[a-z_]+(:[0-9]+)?\Z")
+
+# torchgen groups these keyword-only arguments into TensorOptions (factory functions only).
+TENSOR_OPTIONS = (("dtype", BaseTy.ScalarType), ("layout", BaseTy.Layout),
+                  ("device", BaseTy.Device), ("pin_memory", BaseTy.bool))
+
+PLAIN_TENSOR = BaseType(BaseTy.Tensor)
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def verify_library(lib: OpLibrary, diags: Diagnostics, rules: Rules = DEFAULT_RULES) -> bool:
+    """Every check on every op, then the checks across ops. True when nothing was wrong."""
+    ok = True
+    for op in lib.ops:
+        ok = verify_op(op, diags, rules) and ok
+    return verify_across(lib, diags, rules) and ok
+
+
+def verify_op(op: Op, diags: Diagnostics, rules: Rules = DEFAULT_RULES, *,
+              fake_loc: Loc | None = None) -> bool:
+    """Checks on one op; `fake_loc` is where its `fake:` is, when it has one not yet parsed into
+    `op.fake`. True when the op passed."""
+    v = _OpVerifier(op, diags, rules)
+    v.names()
+    v.types()
+    v.defaults()
+    v.aliasing()
+    v.dispatch(fake_loc if fake_loc is not None else _fake_loc(op))
+    v.vmap()
+    return v.ok
+
+
+def verify_across(lib: OpLibrary, diags: Diagnostics, rules: Rules = DEFAULT_RULES) -> bool:
+    """Checks between ops: each (namespace, name, overload) defined once in the library."""
+    ok = True
+    first: dict[tuple[str | None, str, str], Op] = {}
+    for op in lib.ops:
+        key = (op.schema.name.namespace, op.schema.name.name, op.schema.name.overload)
+        if key in first:
+            prev = first[key]
+            what = (f"overload '{op.schema.name}'" if op.schema.name.overload
+                    else f"op '{op.schema.name}' (default overload)")
+            diags.error(_name_loc(op), f"{what} is defined twice",
+                        f"first defined at {prev.loc}; give one of them another overload name")
+            ok = False
+        else:
+            first[key] = op
+    return ok
+
+
+def _fake_loc(op: Op) -> Loc | None:
+    if op.fake is None:
+        return None
+    loc = getattr(op.fake, "loc", None)
+    return loc if isinstance(loc, Loc) else op.loc
+
+
+def _name_loc(op: Op) -> Loc:
+    return _at(op, op.schema.name.span)
+
+
+def _at(op: Op, span: Span | None) -> Loc:
+    if span is None or op.func is None:
+        return op.loc
+    return op.func.at(span.start, max(1, span.end - span.start))
+
+
+# --------------------------------------------------------------------------------------------------
+# One op
+
+
+class _OpVerifier:
+    def __init__(self, op: Op, diags: Diagnostics, rules: Rules) -> None:
+        self.op = op
+        self.schema: FunctionSchema = op.schema
+        self.diags = diags
+        self.rules = rules
+        self.ok = True
+
+    def error(self, span: Span | None, message: str, hint: str | None = None) -> None:
+        self.ok = False
+        self.diags.error(_at(self.op, span), message, hint)
+
+    def error_at(self, loc: Loc, message: str, hint: str | None = None) -> None:
+        self.ok = False
+        self.diags.error(loc, message, hint)
+
+    # -- names -------------------------------------------------------------------------------------
+
+    def names(self) -> None:
+        name = self.schema.name
+        span = name.span
+        if name.namespace is not None:
+            self.identifier(name.namespace, "namespace", span, python=True, cpp=True)
+        self.identifier(name.name, "op name", span, python=True, cpp=True)
+        if name.overload:
+            # Overloads only ever appear joined to the op name (`add.Tensor`, `add_Tensor`), so
+            # keywords are fine: torch's own corpus has overloads `int`, `float` and `from`.
+            self.identifier(name.overload, "overload name", span, python=False, cpp=False)
+            if name.overload == "default":
+                self.error(span, "overload name 'default' is reserved",
+                           "torch.ops.<ns>.<op>.default is the overload without a name")
+        if name.name.endswith("_out") and not name.is_dunder:
+            self.error(span, f"op name '{name.name}' ends in '_out', which is reserved",
+                       f"name the op '{name.name[:-4]}' with overload 'out': "
+                       f"{name.name[:-4]}.out(...)")
+
+        seen: dict[str, Argument] = {}
+        for a in self.schema.arguments:
+            where = a.name_span or a.span
+            if self.identifier(a.name, "argument name", where, python=True, cpp=True,
+                               allowed=self.rules.keyword_arguments):
+                if a.name in seen:
+                    self.error(where, f"argument '{a.name}' is declared twice")
+                seen[a.name] = a
+        returned: set[str] = set()
+        for r in self.schema.returns:
+            if r.name is None:
+                continue
+            if self.identifier(r.name, "return name", r.span, python=True, cpp=True):
+                if r.name in returned:
+                    self.error(r.span, f"return name '{r.name}' is used twice")
+                returned.add(r.name)
+
+    def identifier(self, name: str, what: str, span: Span | None, *, python: bool, cpp: bool,
+                   allowed: frozenset[str] = frozenset()) -> bool:
+        if not IDENT.match(name):
+            self.error(span, f"{what} '{name}' is not an identifier",
+                       "use ASCII letters, digits and '_', not starting with a digit")
+            return False
+        if name in allowed:
+            return True
+        if python and name in PY_KEYWORDS:
+            self.error(span, f"{what} '{name}' is a Python keyword",
+                       f"rename it, for example '{name}_'")
+            return False
+        if cpp and name in CPP_KEYWORDS:
+            self.error(span, f"{what} '{name}' is a C++ keyword",
+                       f"rename it, for example '{name}_'")
+            return False
+        return True
+
+    # -- types -------------------------------------------------------------------------------------
+
+    def types(self) -> None:
+        if self.schema.is_vararg:
+            self.error(self.schema.span, "custom ops cannot take variadic arguments ('...')")
+        if self.schema.is_varret:
+            self.error(self.schema.span, "custom ops cannot return variadic results ('...')")
+        for a in self.schema.arguments:
+            self.type(a.type, a.type_span or a.span, f"argument '{a.name}'")
+        for r in self.schema.returns:
+            self.type(r.type, r.type_span or r.span, "a return" if r.name is None
+                      else f"return '{r.name}'")
+
+    def type(self, t: Type, span: Span | None, what: str) -> None:
+        for sub in iter_types(t):
+            if isinstance(sub, TypeVar):
+                self.error(sub.span or span, f"unknown type '{sub.name}' for {what}",
+                           did_you_mean(sub.name, BASE_TYPES) or
+                           "type variables are TorchScript-only; custom ops cannot take them")
+                return
+            if isinstance(sub, BaseType) and sub.name in SCRIPT_ONLY_BASE:
+                self.error(sub.span or span,
+                           f"type '{sub.name.value}' ({what}) is TorchScript-only; custom ops "
+                           "cannot take or return it")
+                return
+            if isinstance(sub, (TupleType, GenericType)):
+                self.error(sub.span or span,
+                           f"type '{sub}' ({what}) is TorchScript-only; custom ops cannot take "
+                           "or return it")
+                return
+            if isinstance(sub, OptionalType) and isinstance(sub.elem, OptionalType):
+                self.error(sub.span or span, f"type '{sub}' ({what}) is optional twice")
+                return
+            alias = None if isinstance(sub, OptionalType) else sub.alias
+            if alias is not None:
+                self.annotation(sub, alias, span, what)
+
+    def annotation(self, t: Type, alias: Annotation, span: Span | None, what: str) -> None:
+        tensor = isinstance(t, BaseType) and t.name is BaseTy.Tensor
+        tensor_list = isinstance(t, ListType) and isinstance(strip_optional(t.elem), BaseType) \
+            and strip_optional(t.elem).name is BaseTy.Tensor  # type: ignore[union-attr]
+        where = alias.span or t.span or span
+        if not (tensor or tensor_list):
+            self.error(where, f"alias annotation {alias} on non-Tensor type '{t}' ({what})",
+                       "only Tensor, Tensor?, Tensor[] and Tensor?[] carry alias annotations")
+            return
+        if alias.is_write and len(alias.alias_set) > 1:
+            self.error(where, f"a mutable alias annotation names a single alias set, not "
+                       f"{alias}", f"write ({alias.alias_set[0]}!)")
+
+    # -- defaults ----------------------------------------------------------------------------------
+
+    def defaults(self) -> None:
+        seen_default: Argument | None = None
+        for a in self.schema.arguments:
+            if a.default is not None:
+                self.default(a)
+                if not a.kwarg_only:
+                    seen_default = a
+            elif not a.kwarg_only and seen_default is not None:
+                self.error(a.name_span or a.span,
+                           f"argument '{a.name}' has no default but follows "
+                           f"'{seen_default.name}', which has one",
+                           "give it a default, or move it after '*' (keyword-only)")
+                seen_default = None
+
+    def default(self, a: Argument) -> None:
+        d = a.default
+        assert d is not None
+        span = a.default_span or d.span or a.span
+        if isinstance(d, NoneDefault) and not isinstance(a.type, OptionalType):
+            self.error(span, f"default None for argument '{a.name}' of non-optional type "
+                       f"'{a.type}'", f"make the type optional: {a.type}?")
+            return
+        if not _fits(d, a.type):
+            self.error(span, f"default value {d} does not fit type '{a.type}' of argument "
+                       f"'{a.name}'", _default_hint(d, a.type))
+
+    # -- aliasing and mutation (torchgen's conventions) --------------------------------------------
+
+    def aliasing(self) -> None:
+        s = self.schema
+        args = s.arguments
+        rets = s.returns
+        outs = [a for a in args if a.kwarg_only and a.is_write]
+
+        # out= arguments come last among the keyword-only ones.
+        after_out = False
+        for a in args:
+            if not a.kwarg_only:
+                continue
+            if a.is_write:
+                after_out = True
+            elif after_out:
+                self.error(a.name_span or a.span,
+                           f"keyword-only argument '{a.name}' follows the out= arguments",
+                           "mutable keyword-only (out=) arguments come last")
+                break
+
+        # Every return annotation names an input's alias set.
+        arg_sets = {x for a in args if a.annotation for x in a.annotation.alias_set}
+        for r in rets:
+            ann = r.annotation
+            if ann is None:
+                continue
+            unknown = [x for x in ann.alias_set if x != "*" and x not in arg_sets]
+            if unknown:
+                self.error(r.type_span or r.span,
+                           f"return aliases '{unknown[0]}', which no argument's annotation names",
+                           "annotate the input it aliases, e.g. Tensor(a) self -> Tensor(a)")
+                continue
+            same = [a for a in args if a.annotation == ann]
+            if len(same) > 1:
+                self.error(r.type_span or r.span, f"return {r} aliases several inputs: "
+                           + ", ".join(a.name for a in same))
+            if ann.is_write and not same:
+                written = [a for a in args if a.annotation and a.annotation.alias_set ==
+                           ann.alias_set]
+                if written:
+                    x = written[0]
+                    self.error(x.type_span or x.span,
+                               f"argument '{x.name}' is returned as mutable {ann} but is not "
+                               f"annotated as written", f"write {_with_write(x)}")
+
+        mutable_rets = [r for r in rets if r.is_write]
+        if mutable_rets and len(mutable_rets) != len(rets):
+            self.error(s.span, "an op returns either only mutated inputs or only new values, "
+                       "not both", "return the mutated inputs separately, or not at all")
+
+        if outs and s.name.inplace:
+            self.error(s.name.span, f"'{s.name}' is both in-place (trailing '_') and out= "
+                       "(mutable keyword-only arguments)")
+            return
+        if s.name.inplace:
+            self.inplace()
+        elif outs:
+            self.out(outs)
+
+        self_arg = args[0] if args and args[0].name == "self" else None
+        out_and_self = outs + ([self_arg] if self_arg is not None else [])
+        for r in mutable_rets:
+            if r.annotation is not None and not any(r.annotation == a.annotation
+                                                    for a in out_and_self):
+                if any(r.annotation == a.annotation for a in args):
+                    self.error(r.type_span or r.span,
+                               f"mutable return {r} aliases a positional argument other than "
+                               "self", "an op that mutates a positional argument returns "
+                               "nothing for it; or make it a keyword-only out= argument")
+
+        # torchgen: TensorOptions arguments (dtype, layout, device, pin_memory) are for factory
+        # functions, which are functional.
+        if not s.is_functional and self.has_tensor_options():
+            self.error(s.span, "only functional ops take the TensorOptions arguments "
+                       "(dtype, layout, device, pin_memory)")
+
+    def inplace(self) -> None:
+        s = self.schema
+        first = s.arguments[0] if s.arguments else None
+        if first is None or first.name != "self" or first.kwarg_only:
+            self.error(s.name.span, f"in-place op '{s.name}' must take 'self' as its first "
+                       "argument", f"{s.name.name}(Tensor(a!) self, ...) -> Tensor(a!)")
+            return
+        if not first.is_write:
+            self.error(first.type_span or first.span,
+                       f"in-place op '{s.name}' must mark 'self' as mutated",
+                       f"write {_with_write(first)}")
+            return
+        if isinstance(first.type, BaseType) and first.type.name is BaseTy.Tensor:
+            if not (len(s.returns) == 1 and s.returns[0].annotation == first.annotation):
+                self.error(s.span, f"in-place op '{s.name}' must return self",
+                           f"-> {first.type}")
+        elif s.returns:
+            self.error(s.span, f"in-place op '{s.name}' with a non-Tensor self returns nothing",
+                       "-> ()")
+
+    def out(self, outs: list[Argument]) -> None:
+        s = self.schema
+        if any(_unannotated(a.type) != PLAIN_TENSOR for a in outs):
+            if s.returns:
+                self.error(s.span, "out= ops with Tensor-list or optional out arguments return "
+                           "nothing", "-> ()")
+            return
+        counted = [a for a in outs if not a.name.startswith("_scratch_")]
+        if len(counted) != len(s.returns):
+            self.error(s.span, f"out= op returns {len(s.returns)} value"
+                       f"{'s' if len(s.returns) != 1 else ''} for {len(counted)} out argument"
+                       f"{'s' if len(counted) != 1 else ''}",
+                       "return each out argument, in order, with its annotation")
+            return
+        for a, r in zip(outs, s.returns):
+            if a.annotation != r.annotation:
+                self.error(r.type_span or r.span,
+                           f"return {r} does not match out argument '{a.name}' "
+                           f"({a.annotation})",
+                           "the i-th return is the i-th out argument, with the same annotation")
+                return
+
+    def has_tensor_options(self) -> bool:
+        kw = [a for a in self.schema.arguments if a.kwarg_only]
+        for i in range(len(kw) - len(TENSOR_OPTIONS) + 1):
+            if all(a.name == name and strip_optional(a.type) == BaseType(ty)
+                   for a, (name, ty) in zip(kw[i:], TENSOR_OPTIONS)):
+                return True
+        return False
+
+    # -- kernels -----------------------------------------------------------------------------------
+
+    def dispatch(self, fake_loc: Loc | None) -> None:
+        op = self.op
+        keys = {k for k, _ in op.dispatch}
+        cia = DispatchKey.CompositeImplicitAutograd
+        cea = DispatchKey.CompositeExplicitAutograd
+        if cia in keys and cea in keys:
+            self.error_at(op.kernel(cea).loc,  # type: ignore[union-attr]
+                          "CompositeImplicitAutograd and CompositeExplicitAutograd kernels "
+                          "exclude each other",
+                          "keep CompositeExplicitAutograd if you also give derivatives, else "
+                          "CompositeImplicitAutograd")
+        if fake_loc is not None:
+            if DispatchKey.Meta in keys:
+                self.error_at(fake_loc, "an op with a Meta kernel cannot also have a fake rule",
+                              "torch.library.register_fake refuses ops with a Meta kernel; "
+                              "drop one of them")
+            if cia in keys:
+                self.error_at(fake_loc, "a CompositeImplicitAutograd op needs no fake rule",
+                              "it decomposes into ops that have their own; "
+                              "torch.library.register_fake refuses it")
+        for _, kernel in op.dispatch:
+            if isinstance(kernel, CppKernel):
+                parts, keywords, lang = kernel.name.split("::"), CPP_KEYWORDS, "C++"
+            elif isinstance(kernel, PyRef):
+                parts = kernel.module.split(".") + kernel.name.split(".")
+                keywords, lang = PY_KEYWORDS, "Python"
+            else:
+                raise TypeError(f"unknown kernel kind {kernel!r}")
+            bad = [p for p in parts if p in keywords]
+            if bad:
+                self.error_at(kernel.loc, f"kernel name '{bad[0]}' is a {lang} keyword",
+                              "rename the function")
+
+    def vmap(self) -> None:
+        op = self.op
+        if op.vmap is None:
+            return
+        kw_tensors = [a.name for a in self.schema.arguments
+                      if a.kwarg_only and _is_tensor_like(a.type)]
+        if kw_tensors:
+            self.error_at(op.vmap.loc, "vmap rules cannot cover keyword-only Tensor arguments "
+                          f"('{kw_tensors[0]}')",
+                          "torch.library.register_vmap refuses them; make them positional")
+
+
+# --------------------------------------------------------------------------------------------------
+# Defaults against types
+
+
+def _fits(d: Default, t: Type) -> bool:
+    if isinstance(t, OptionalType):
+        return isinstance(d, NoneDefault) or _fits(d, t.elem)
+    if isinstance(t, ListType):
+        if isinstance(d, ListDefault):
+            return all(_fits(i, t.elem) for i in d.items)
+        # `int[2] x=1` means [1, 1]; an unsized list has no such spelling.
+        return t.size is not None and _fits(d, t.elem)
+    if isinstance(d, ListDefault):
+        return False
+    if isinstance(t, BaseType):
+        ty = t.name
+        if ty is BaseTy.int:
+            return isinstance(d, IntDefault) or (isinstance(d, EnumDefault)
+                                                 and d.name in INT_ENUM_DEFAULTS)
+        if ty in (BaseTy.SymInt, BaseTy.DeviceIndex):
+            return isinstance(d, IntDefault)
+        if ty is BaseTy.float:
+            return isinstance(d, (IntDefault, FloatDefault))
+        if ty in (BaseTy.bool, BaseTy.SymBool):
+            return isinstance(d, BoolDefault)
+        if ty is BaseTy.str:
+            return isinstance(d, StrDefault)
+        if ty is BaseTy.Scalar:
+            return isinstance(d, (IntDefault, FloatDefault, ComplexDefault, BoolDefault))
+        if ty is BaseTy.ScalarType:
+            return isinstance(d, EnumDefault) and d.name in SCALAR_TYPE_DEFAULTS
+        if ty is BaseTy.MemoryFormat:
+            return isinstance(d, EnumDefault) and d.name in MEMORY_FORMAT_DEFAULTS
+        if ty is BaseTy.Layout:
+            return isinstance(d, EnumDefault) and d.name in LAYOUT_DEFAULTS
+        if ty is BaseTy.Device:
+            return isinstance(d, StrDefault) and DEVICE_STRING.match(d.value) is not None
+        return False
+    # Class types, type variables, tuples, generics: only None (optional), handled above.
+    return False
+
+
+def _default_hint(d: Default, t: Type) -> str | None:
+    base = strip_optional(t)
+    if isinstance(base, ListType) and base.size is None and not isinstance(d, ListDefault):
+        return f"an unsized list's default is a list: [{d}]"
+    if isinstance(base, BaseType):
+        ty = base.name
+        if ty is BaseTy.ScalarType and isinstance(d, EnumDefault):
+            return did_you_mean(d.name, SCALAR_TYPE_DEFAULTS) or "a dtype name, e.g. float32"
+        if ty is BaseTy.MemoryFormat:
+            return "the only MemoryFormat default torch accepts is contiguous_format"
+        if ty is BaseTy.Layout:
+            return "the only Layout default torch accepts is strided"
+        if ty is BaseTy.Device:
+            return 'a device string, e.g. "cpu"'
+        if ty is BaseTy.Tensor:
+            return "a Tensor's only default is None, on Tensor?"
+        if ty is BaseTy.int and isinstance(d, EnumDefault):
+            return "the only named int default torch accepts is Mean (at::Reduction::Mean)"
+        if ty is BaseTy.int and isinstance(d, FloatDefault):
+            return "make the type float, or the default an integer"
+        if ty is BaseTy.bool:
+            return "a bool default is True or False"
+    return None
+
+
+def _unannotated(t: Type) -> Type:
+    from codegen.model import without_alias
+
+    return without_alias(t)
+
+
+def _with_write(a: Argument | Return) -> str:
+    ann = a.annotation
+    if ann is None:
+        return f"Tensor(a!) {a.name}"
+    text = str(a.type).replace(str(ann), str(Annotation(ann.alias_set, True,
+                                                          ann.alias_set_after)), 1)
+    return f"{text} {a.name}" if a.name else text
+
+
+def _is_tensor_like(t: Type) -> bool:
+    t = strip_optional(t)
+    if isinstance(t, ListType):
+        t = strip_optional(t.elem)
+    return isinstance(t, BaseType) and t.name is BaseTy.Tensor
+
+
+__all__ = ["Rules", "DEFAULT_RULES", "verify_op", "verify_across", "verify_library"]
