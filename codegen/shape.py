@@ -1,0 +1,1183 @@
+"""The fake-rule language: `fake:` strings of the op file -> checked `FakeRule` IR.
+
+A fake rule says what each output of an op looks like (shape, dtype, device) without computing it.
+`codegen.dest.py_reg` turns the rule into the op's fake (meta) kernel, registered with
+`torch.library.register_fake`, which is what `torch.compile`, `torch.export` and FakeTensor run.
+
+Language reference
+==================
+
+A rule is an expression over the op's argument names, written in Python syntax. Most rules are one
+call:
+
+    fake: like(self)                            # shape, dtype and device of `self`
+    fake: like(self, dtype=int64)               # ... with another dtype
+    fake: broadcast(self, other)                # broadcast shapes, promoted dtype, common device
+    fake: reduce(self, dim, keepdim)            # `self` reduced over the `dim` argument
+    fake: empty([self.size(0), n * 2])          # an explicit shape from sizes and int arguments
+    fake: empty(size, dtype=dtype, device=device)   # a factory op
+    fake: empty([dynamic()], dtype=int64)       # a data-dependent length
+    fake: (like(self), reduce(self, dim, keepdim, dtype=int64))   # one item per output
+    fake: n = dynamic(); (empty([n]), empty([n], dtype=int64))     # outputs sharing a size
+
+Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
+language cannot say, name a Python function instead (`fake: package.module:function`, called with
+the op's arguments, like a `register_fake` function).
+
+Outputs
+-------
+`like(t, dtype=None, device=None)`
+    A tensor shaped like the Tensor `t`, with `t`'s dtype and device unless given.
+`broadcast(a, b, ..., dtype=None)`
+    The broadcast shape of the Tensor operands; the dtype is PyTorch's type promotion over every
+    operand (Tensors, and number arguments as Python scalars, exactly like `torch.add(a, b)`); the
+    device is the operands' common device. `Tensor?` operands that are None are left out;
+    `*tensors` spreads a `Tensor[]` argument.
+`reduce(t, dims, keepdim=False, dtype=None)`
+    `t` reduced over `dims`: an `int`, `int[]` or optional argument, or a literal (`1`, `[0, 1]`).
+    None or `[]` reduces every dimension, negative dims count from the end, as in `torch.sum`.
+`empty(shape, dtype=None, device=None)`
+    A tensor of the given shape. dtype and device default to those of the op's first `Tensor`
+    argument; an op without one (a factory op) gets PyTorch's default dtype and device.
+
+A `dtype=`/`device=` value that is None at run time (an optional argument) means the default.
+For an op with several returns, the rule is a tuple with one item per return; a `Tensor?` return
+may be `None`, and an `int`/`SymInt` return is a size expression (`self.numel()`).
+
+Values
+------
+- Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
+  optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`.
+- Sizes (symbolic under dynamic shapes): integer literals, `int`/`SymInt` arguments,
+  `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(sizes)`,
+  `a + b`, `a - b`, `a * b`, `a // b`, `a % b`, `-a`, `max(a, b, ...)`, `min(a, b, ...)`, and
+  `dynamic(min=0, max=None)`: a fresh data-dependent size
+  (`torch.library.get_ctx().new_dynamic_size()`).
+- Shapes: list literals `[a, b, *sizes]`, `t.shape`, `t.size()`, an `int[]`/`SymInt[]` argument,
+  slices `t.shape[1:]`, and concatenation `a + b`.
+- dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`.
+- devices: a `Device` argument, `t.device`.
+- `tensors[i]`: an element of a `Tensor[]` argument. `True`, `False`, `None`.
+- `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
+
+Sizes are computed with SymInt-friendly arithmetic only (no `int()`, no branching on a size), so
+a fake kernel never specializes a dynamic shape.
+
+Bindings `name = expr;` before the outputs name a value; each `dynamic()` call is a new size, so
+outputs that share a data-dependent size bind it once.
+
+What needs no rule
+------------------
+In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
+kernels follow from the schema. An op with both mutated-argument returns and new ones writes rule
+items for the new ones only. Ops with a `Meta` or `CompositeImplicitAutograd` kernel need no fake.
+
+Checks
+------
+Rules are parsed (LALR, `grammar/shape.lark`) and checked against the schema when the op file is
+loaded (`make check`): unknown names, wrong argument counts, wrong argument kinds (a `bool` where a
+Tensor is expected), outputs that do not match the returns; each error points into the rule.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Union
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from codegen.diagnostics import Diagnostics, did_you_mean
+from codegen.model import (
+    BaseTy,
+    BaseType,
+    FunctionSchema,
+    ListType,
+    Located,
+    OptionalType,
+    Return,
+    Span,
+    Type,
+    strip_optional,
+)
+
+# --------------------------------------------------------------------------------------------------
+# Value types of the language
+
+
+class T(enum.Enum):
+    TENSOR = "Tensor"
+    TENSOR_LIST = "Tensor[]"
+    INT = "int"
+    INT_LIST = "int[]"
+    BOOL = "bool"
+    SCALAR = "number"
+    DTYPE = "dtype"
+    DEVICE = "device"
+    STR = "str"
+    NONE = "None"
+    OUT = "output tensor"
+    OTHER = "unsupported"
+
+
+@dataclass(frozen=True)
+class Ty:
+    base: T
+    optional: bool = False
+
+    def __str__(self) -> str:
+        return self.base.value + ("?" if self.optional else "")
+
+
+_BASE_TY: dict[BaseTy, T] = {
+    BaseTy.Tensor: T.TENSOR,
+    BaseTy.int: T.INT,
+    BaseTy.SymInt: T.INT,
+    BaseTy.bool: T.BOOL,
+    BaseTy.float: T.SCALAR,
+    BaseTy.Scalar: T.SCALAR,
+    BaseTy.ScalarType: T.DTYPE,
+    BaseTy.Device: T.DEVICE,
+    BaseTy.str: T.STR,
+}
+
+
+def arg_ty(t: Type) -> Ty:
+    """The language type of an argument of schema type `t`."""
+    optional = isinstance(t, OptionalType)
+    base = strip_optional(t)
+    if isinstance(base, BaseType):
+        return Ty(_BASE_TY.get(base.name, T.OTHER), optional)
+    if isinstance(base, ListType) and isinstance(base.elem, BaseType):
+        elem = base.elem.name
+        if elem is BaseTy.Tensor:
+            return Ty(T.TENSOR_LIST, optional)
+        if elem in (BaseTy.int, BaseTy.SymInt):
+            return Ty(T.INT_LIST, optional)
+    return Ty(T.OTHER, optional)
+
+
+INT = Ty(T.INT)
+INT_LIST = Ty(T.INT_LIST)
+TENSOR = Ty(T.TENSOR)
+OUT = Ty(T.OUT)
+
+# torch dtype names the language knows (`torch.<name>`), with the usual aliases.
+DTYPES: dict[str, str] = {
+    n: n for n in (
+        "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    )
+} | {"half": "float16", "float": "float32", "double": "float64", "short": "int16",
+     "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The IR: resolved, typed expressions (what the generators read)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A reference to the op's argument `name`."""
+    name: str
+    ty: Ty
+
+
+@dataclass(frozen=True)
+class Local:
+    """A reference to a binding (`n = ...;`)."""
+    name: str
+    ty: Ty
+
+
+@dataclass(frozen=True)
+class IntLit:
+    value: int
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class BoolLit:
+    value: bool
+    ty: Ty = Ty(T.BOOL)
+
+
+@dataclass(frozen=True)
+class NoneLit:
+    ty: Ty = Ty(T.NONE)
+
+
+@dataclass(frozen=True)
+class DtypeLit:
+    name: str                       # attribute of torch: "float32"
+    ty: Ty = Ty(T.DTYPE)
+
+
+class Prop(enum.Enum):
+    shape = "shape"                 # int[]
+    dtype = "dtype"
+    device = "device"
+    ndim = "dim"                    # int, static
+    numel = "numel"                 # int
+
+
+_PROP_TY = {Prop.shape: INT_LIST, Prop.dtype: Ty(T.DTYPE), Prop.device: Ty(T.DEVICE),
+            Prop.ndim: INT, Prop.numel: INT}
+
+
+@dataclass(frozen=True)
+class TensorProp:
+    tensor: Expr
+    prop: Prop
+
+    @property
+    def ty(self) -> Ty:
+        return _PROP_TY[self.prop]
+
+
+@dataclass(frozen=True)
+class TensorSize:
+    """`t.size(d)` / `t.shape[d]`."""
+    tensor: Expr
+    dim: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class Item:
+    """`seq[i]` of an int list (an int) or a Tensor list (a Tensor)."""
+    seq: Expr
+    index: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class SliceOf:
+    seq: Expr
+    lo: Expr | None
+    hi: Expr | None
+    ty: Ty = INT_LIST
+
+
+@dataclass(frozen=True)
+class Len:
+    seq: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class Spread:
+    """`*x` inside a list literal (int list) or a `broadcast` call (Tensor list)."""
+    seq: Expr
+
+    @property
+    def ty(self) -> Ty:
+        return self.seq.ty
+
+
+@dataclass(frozen=True)
+class ListLit:
+    items: tuple[Expr, ...]         # ints and Spreads of int lists
+    ty: Ty = INT_LIST
+
+
+@dataclass(frozen=True)
+class Concat:
+    left: Expr
+    right: Expr
+    ty: Ty = INT_LIST
+
+
+class ArithOp(enum.Enum):
+    add = "+"
+    sub = "-"
+    mul = "*"
+    floordiv = "//"
+    mod = "%"
+
+
+@dataclass(frozen=True)
+class Arith:
+    op: ArithOp
+    left: Expr
+    right: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class Neg:
+    operand: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class MinMax:
+    fn: str                         # "max" | "min"
+    items: tuple[Expr, ...]
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """A fresh data-dependent size: `torch.library.get_ctx().new_dynamic_size(min=, max=)`."""
+    min: Expr | None
+    max: Expr | None
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """`value or default`: `value` unless it is None."""
+    value: Expr
+    default: Expr
+
+    @property
+    def ty(self) -> Ty:
+        return self.default.ty
+
+
+@dataclass(frozen=True)
+class Like:
+    tensor: Expr
+    dtype: Expr | None
+    device: Expr | None
+    ty: Ty = OUT
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    operands: tuple[Expr, ...]      # Tensors, Tensor?s, numbers, Spreads of Tensor lists
+    dtype: Expr | None
+    ty: Ty = OUT
+
+
+@dataclass(frozen=True)
+class Reduce:
+    tensor: Expr
+    dims: Expr                      # int, int[], their optionals, ListLit or NoneLit
+    keepdim: Expr                   # bool
+    dtype: Expr | None
+    ty: Ty = OUT
+
+
+@dataclass(frozen=True)
+class Empty:
+    shape: Expr
+    dtype: Expr | None
+    device: Expr | None
+    like: str | None                # the op's first Tensor argument: its dtype/device are defaults
+    ty: Ty = OUT
+
+
+Expr = Union[Arg, Local, IntLit, BoolLit, NoneLit, DtypeLit, TensorProp, TensorSize, Item, SliceOf,
+             Len, Spread, ListLit, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Like, Broadcast,
+             Reduce, Empty]
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    value: Expr
+
+
+@dataclass(frozen=True)
+class ReturnArg:
+    """An output that is the mutated argument `name` itself (in-place and out= ops)."""
+    name: str
+
+
+Output = Union[Expr, ReturnArg]
+
+
+@dataclass(frozen=True)
+class FakeRule:
+    """One op's fake kernel: bindings, then one output per return of the schema."""
+
+    bindings: tuple[Binding, ...]
+    outputs: tuple[Output, ...]
+    text: str = ""                  # the rule as written ("" when it follows from the schema)
+
+    @property
+    def uses_dynamic(self) -> bool:
+        return any(isinstance(n, Dynamic) for n in walk(self))
+
+
+def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
+    """The sub-expressions of `e` (for walks over the IR)."""
+    match e:
+        case Arg() | Local() | IntLit() | BoolLit() | NoneLit() | DtypeLit() | ReturnArg():
+            return ()
+        case TensorProp(tensor=t) | Len(seq=t) | Spread(seq=t) | Neg(operand=t):
+            return (t,)
+        case TensorSize(tensor=a, dim=b) | Item(seq=a, index=b) | Concat(left=a, right=b) \
+                | Arith(left=a, right=b) | Fallback(value=a, default=b):
+            return (a, b)
+        case SliceOf(seq=s, lo=lo, hi=hi):
+            return tuple(x for x in (s, lo, hi) if x is not None)
+        case ListLit(items=items) | MinMax(items=items):
+            return items
+        case Dynamic(min=lo, max=hi):
+            return tuple(x for x in (lo, hi) if x is not None)
+        case Like(tensor=t, dtype=d, device=v):
+            return tuple(x for x in (t, d, v) if x is not None)
+        case Broadcast(operands=ops, dtype=d):
+            return ops + ((d,) if d is not None else ())
+        case Reduce(tensor=t, dims=dims, keepdim=k, dtype=d):
+            return tuple(x for x in (t, dims, k, d) if x is not None)
+        case Empty(shape=s, dtype=d, device=v):
+            return tuple(x for x in (s, d, v) if x is not None)
+    raise TypeError(f"not a fake-rule node: {e!r}")
+
+
+def walk(rule: FakeRule):
+    """Every node of the rule, outermost first."""
+    stack: list[Expr | ReturnArg] = [b.value for b in rule.bindings] + list(rule.outputs)
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(children(node))
+
+
+# --------------------------------------------------------------------------------------------------
+# Syntax: what the grammar produces (spans are offsets into the rule text)
+
+
+@dataclass(frozen=True)
+class _Name:
+    id: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Int:
+    value: int
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Attr:
+    obj: _Syn
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Kwarg:
+    name: str
+    value: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Call:
+    func: _Syn
+    args: tuple[_Syn, ...]
+    kwargs: tuple[_Kwarg, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Index:
+    obj: _Syn
+    index: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Slice:
+    obj: _Syn
+    lo: _Syn | None
+    hi: _Syn | None
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Bin:
+    op: str
+    left: _Syn
+    right: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Neg:
+    operand: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Or:
+    left: _Syn
+    right: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _List:
+    items: tuple[_Syn, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Tuple:
+    items: tuple[_Syn, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Spread:
+    value: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Binding:
+    name: str
+    name_span: Span
+    value: _Syn
+
+
+@dataclass(frozen=True)
+class _Rule:
+    bindings: tuple[_Binding, ...]
+    body: _Syn
+
+
+_Syn = Union[_Name, _Int, _Attr, _Call, _Index, _Slice, _Bin, _Neg, _Or, _List, _Tuple, _Spread,
+             _Kwarg]
+
+
+def _tok_span(tok: Token) -> Span:
+    return Span(tok.start_pos, tok.end_pos)
+
+
+def _join(a: Span, b: Span) -> Span:
+    return Span(min(a.start, b.start), max(a.end, b.end))
+
+
+@v_args(meta=True, inline=True)
+class _ToSyntax(Transformer):
+    """Parse tree -> syntax nodes. The only code that sees the grammar's trees."""
+
+    @staticmethod
+    def _span(meta) -> Span:
+        return Span(meta.start_pos, meta.end_pos)
+
+    def start(self, meta, *parts):
+        parts = [p for p in parts if p is not None]
+        return _Rule(tuple(parts[:-1]), parts[-1])
+
+    def binding(self, meta, name, value):
+        return _Binding(str(name), _tok_span(name), value)
+
+    def name(self, meta, tok):
+        return _Name(str(tok), _tok_span(tok))
+
+    def int(self, meta, tok):
+        return _Int(int(tok), _tok_span(tok))
+
+    def attr(self, meta, obj, name):
+        return _Attr(obj, str(name), self._span(meta))
+
+    def call(self, meta, func, *args):
+        args = [a for a in args if a is not None]
+        pos = tuple(a for a in args if not isinstance(a, _Kwarg))
+        kws = tuple(a for a in args if isinstance(a, _Kwarg))
+        return _Call(func, pos, kws, self._span(meta))
+
+    def kwarg(self, meta, name, value):
+        return _Kwarg(str(name), value, _join(_tok_span(name), _syn_span(value)))
+
+    def spread(self, meta, value):
+        return _Spread(value, self._span(meta))
+
+    def index(self, meta, obj, index):
+        return _Index(obj, index, self._span(meta))
+
+    def slice(self, meta, obj, lo, hi):
+        return _Slice(obj, lo, hi, self._span(meta))
+
+    def _bin(op):  # noqa: N805  (builds the methods below)
+        def method(self, meta, left, right):
+            return _Bin(op, left, right, self._span(meta))
+        return method
+
+    add = _bin("+")
+    sub = _bin("-")
+    mul = _bin("*")
+    floordiv = _bin("//")
+    mod = _bin("%")
+
+    def neg(self, meta, operand):
+        return _Neg(operand, self._span(meta))
+
+    def or_(self, meta, left, right):
+        return _Or(left, right, self._span(meta))
+
+    def list(self, meta, *items):
+        return _List(tuple(i for i in items if i is not None), self._span(meta))
+
+    def tuple(self, meta, *items):
+        return _Tuple(tuple(i for i in items if i is not None), self._span(meta))
+
+
+def _syn_span(node: _Syn) -> Span:
+    return node.span
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    grammar = resources.files("codegen").joinpath("grammar/shape.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Syntax errors
+
+
+class _SyntaxError(Exception):
+    def __init__(self, message: str, span: Span, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.span, self.hint = message, span, hint
+
+
+def terminal_names(parser: Lark) -> dict[str, str]:
+    """Terminal name -> how a message spells it (`RPAR` -> `')'`, `NAME` -> `a name`)."""
+    names = {"NAME": "a name", "INT": "an integer", "NUMBER": "a number", "STRING": "a string",
+             "$END": "end of text"}
+    for t in parser.terminals:
+        if t.name not in names and t.pattern.type == "str":
+            names[t.name] = f"'{t.pattern.value}'"
+    return names
+
+
+def unclosed_bracket(text: str) -> tuple[int, str] | None:
+    """The offset of the first bracket left open at the end of `text`, and its character."""
+    stack: list[tuple[int, str]] = []
+    quote = None
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            stack.append((i, ch))
+        elif ch in ")]}" and stack:
+            stack.pop()
+    return stack[0] if stack else None
+
+
+def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str) -> _SyntaxError:
+    """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...)."""
+    if isinstance(e, UnexpectedCharacters):
+        return _SyntaxError(f"{what}: unexpected character {text[e.pos_in_stream]!r}",
+                            Span(e.pos_in_stream, e.pos_in_stream + 1))
+    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+        opened = unclosed_bracket(text)
+        if opened is not None:
+            pos, ch = opened
+            return _SyntaxError(f"{what}: '{ch}' was never closed", Span(pos, pos + 1))
+        end = len(text.rstrip())
+        return _SyntaxError(f"{what}: unexpected end of text", Span(max(0, end - 1), end),
+                            _expected_hint(getattr(e, "expected", ()), names))
+    assert isinstance(e, UnexpectedToken)
+    tok = e.token
+    return _SyntaxError(f"{what}: unexpected {names.get(tok.type, repr(str(tok)))}"
+                        if tok.type not in ("NAME", "INT", "NUMBER", "STRING")
+                        else f"{what}: unexpected {str(tok)!r}",
+                        _tok_span(tok), _expected_hint(e.expected, names))
+
+
+def _expected_hint(expected, names: dict[str, str]) -> str | None:
+    spelled = sorted({names.get(t, t) for t in expected})
+    if not spelled or len(spelled) > 6:
+        return None
+    return "expected " + (spelled[0] if len(spelled) == 1 else "one of: " + ", ".join(spelled))
+
+
+# --------------------------------------------------------------------------------------------------
+# Checking: syntax -> IR, against the schema
+
+
+class _Bad(Exception):
+    """Raised inside the checker after an error was reported; unwinds to the rule's top."""
+
+
+_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "min")
+_METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel}
+_ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim}
+_CONSTANTS = ("True", "False", "None")
+
+
+class _Checker:
+    def __init__(self, text: Located, schema: FunctionSchema, diags: Diagnostics):
+        self.text = text
+        self.schema = schema
+        self.diags = diags
+        self.locals: dict[str, Ty] = {}
+        self.bad_locals: set[str] = set()   # bindings that failed: their uses say nothing more
+        self.first_tensor = next((a.name for a in schema.arguments
+                                  if arg_ty(a.type) == TENSOR), None)
+
+    # -- reporting
+
+    def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
+        self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
+        return _Bad()
+
+    # -- names
+
+    def name(self, node: _Name) -> Expr:
+        if node.id in self.locals:
+            return Local(node.id, self.locals[node.id])
+        if node.id in self.bad_locals:
+            raise _Bad()
+        arg = self.schema.argument(node.id)
+        if arg is not None:
+            ty = arg_ty(arg.type)
+            if ty.base is T.OTHER:
+                raise self.error(node.span, f"argument '{node.id}' of type '{arg.type}' cannot be "
+                                 "used in a fake rule",
+                                 "write a Python fake function: `fake: package.module:function`")
+            return Arg(node.id, ty)
+        if node.id in ("True", "False"):
+            return BoolLit(node.id == "True")
+        if node.id == "None":
+            return NoneLit()
+        if node.id in DTYPES:
+            return DtypeLit(DTYPES[node.id])
+        if node.id in _FUNCTIONS:
+            raise self.error(node.span, f"'{node.id}' is a function; call it: {node.id}(...)")
+        known = [a.name for a in self.schema.arguments] + list(self.locals)
+        hint = did_you_mean(node.id, known + list(DTYPES) + list(_FUNCTIONS))
+        if hint is None:
+            hint = "arguments of this op: " + (", ".join(a.name for a in self.schema.arguments)
+                                               or "none")
+        raise self.error(node.span, f"unknown name '{node.id}'", hint)
+
+    # -- expressions
+
+    def expr(self, node: _Syn) -> Expr:
+        match node:
+            case _Name():
+                return self.name(node)
+            case _Int(value=v):
+                return IntLit(v)
+            case _Attr():
+                return self.attribute(node)
+            case _Call():
+                return self.call(node)
+            case _Index():
+                return self.index(node)
+            case _Slice():
+                return self.slice(node)
+            case _Bin():
+                return self.binop(node)
+            case _Neg(operand=o):
+                return Neg(self.want(o, INT, "the operand of '-'"))
+            case _Or():
+                return self.or_(node)
+            case _List(items=items):
+                out = []
+                for item in items:
+                    if isinstance(item, _Spread):
+                        out.append(Spread(self.want(item.value, INT_LIST, "a '*' in a shape")))
+                    else:
+                        out.append(self.want(item, INT, "a shape element"))
+                return ListLit(tuple(out))
+            case _Tuple():
+                raise self.error(node.span, "a tuple lists the outputs of an op; it cannot be "
+                                 "nested in an expression")
+            case _Spread():
+                raise self.error(node.span, "'*' spreads a list inside a shape `[*sizes]` or a "
+                                 "Tensor[] inside broadcast(*tensors)")
+            case _Kwarg():
+                raise self.error(node.span, "keyword arguments go inside a call")
+        raise TypeError(f"unexpected syntax node {node!r}")
+
+    def want(self, node: _Syn, ty: Ty, role: str, *, optional: bool = False,
+             also: tuple[Ty, ...] = ()) -> Expr:
+        """Check `node` and require type `ty` (or one of `also`); `optional` admits `ty?`."""
+        e = self.expr(node)
+        ok = e.ty == ty or e.ty in also or (optional and e.ty == Ty(ty.base, True))
+        if not ok:
+            got = describe(e)
+            hint = None
+            if e.ty.optional and e.ty.base is ty.base:
+                hint = f"it may be None: give a default with `or`, e.g. `{_syn_text(self, node)} or ...`"
+            elif e.ty.base is T.TENSOR and ty == INT_LIST:
+                hint = f"the shape of a tensor is `{_syn_text(self, node)}.shape`"
+            elif e.ty.base is T.TENSOR and ty == INT:
+                hint = f"a size of a tensor is `{_syn_text(self, node)}.size(d)`"
+            raise self.error(node.span, f"{role} must be {_a(ty)}, got {got}", hint)
+        return e
+
+    def attribute(self, node: _Attr) -> Expr:
+        if node.name in _METHODS:
+            raise self.error(node.span, f"'{node.name}' is a method; call it: "
+                             f"{_syn_text(self, node)}()")
+        prop = _ATTRS.get(node.name)
+        if prop is None:
+            raise self.error(node.span, f"unknown tensor attribute '{node.name}'",
+                             did_you_mean(node.name, list(_ATTRS) + list(_METHODS))
+                             or "a tensor has: " + ", ".join(list(_ATTRS) + [m + "()" for m in _METHODS]))
+        return TensorProp(self.tensor(node.obj, f"the object of '.{node.name}'"), prop)
+
+    def tensor(self, node: _Syn, role: str) -> Expr:
+        e = self.expr(node)
+        if e.ty != TENSOR:
+            hint = None
+            if e.ty == Ty(T.TENSOR, True):
+                hint = "an optional tensor may be None; only broadcast() accepts one"
+            elif e.ty.base is T.OUT:
+                hint = "rule outputs cannot be inspected; describe them from the inputs"
+            raise self.error(node.span, f"{role} must be a Tensor, got {describe(e)}", hint)
+        return e
+
+    def index(self, node: _Index) -> Expr:
+        seq = self.expr(node.obj)
+        if seq.ty == INT_LIST:
+            return Item(seq, self.want(node.index, INT, "an index"))
+        if seq.ty == Ty(T.TENSOR_LIST):
+            return Item(seq, self.want(node.index, INT, "an index"), TENSOR)
+        if seq.ty == TENSOR:
+            raise self.error(node.span, "a tensor cannot be indexed in a fake rule",
+                             f"its sizes are `{_syn_text(self, node.obj)}.shape[i]`")
+        raise self.error(node.obj.span, f"only int lists and Tensor[] can be indexed, got "
+                         f"{describe(seq)}")
+
+    def slice(self, node: _Slice) -> Expr:
+        seq = self.want(node.obj, INT_LIST, "a sliced value")
+        lo = self.want(node.lo, INT, "a slice bound") if node.lo is not None else None
+        hi = self.want(node.hi, INT, "a slice bound") if node.hi is not None else None
+        return SliceOf(seq, lo, hi)
+
+    def binop(self, node: _Bin) -> Expr:
+        left = self.expr(node.left)
+        right = self.expr(node.right)
+        if node.op == "+" and left.ty == INT_LIST and right.ty == INT_LIST:
+            return Concat(left, right)
+        if left.ty == INT and right.ty == INT:
+            return Arith(ArithOp(node.op), left, right)
+        if left.ty == INT_LIST or right.ty == INT_LIST:
+            raise self.error(node.span, f"'{node.op}' of {describe(left)} and {describe(right)}: "
+                             "lists only concatenate with '+'",
+                             "shapes are built element by element: `[a * 2, *b.shape[1:]]`")
+        bad, bad_node = (left, node.left) if left.ty != INT else (right, node.right)
+        hint = None
+        if bad.ty == Ty(T.INT, True):
+            hint = f"it may be None: give a default with `or`, e.g. `{_syn_text(self, bad_node)} or 0`"
+        raise self.error(bad_node.span, f"the operands of '{node.op}' must be ints, got "
+                         f"{describe(bad)}", hint)
+
+    def or_(self, node: _Or) -> Expr:
+        value = self.expr(node.left)
+        if not value.ty.optional:
+            raise self.error(node.left.span, f"'or' gives a default to an optional value; "
+                             f"{describe(value)} is never None")
+        default = self.expr(node.right)
+        if default.ty.base is not value.ty.base:
+            raise self.error(node.right.span, f"the default of {describe(value)} must be "
+                             f"{_a(Ty(value.ty.base))}, got {describe(default)}")
+        return Fallback(value, default)
+
+    # -- calls
+
+    def bind(self, node: _Call, fname: str, params: tuple[str, ...], required: int,
+             variadic: bool = False) -> tuple[list[_Syn], dict[str, _Syn]]:
+        """Match a call's arguments to `params` (the first `required` are required)."""
+        pos = list(node.args)
+        for a in pos:
+            if isinstance(a, _Spread) and not (variadic and fname == "broadcast"):
+                raise self.error(a.span, f"'*' is not allowed in the arguments of {fname}()")
+        if not variadic and len(pos) > len(params):
+            raise self.error(node.args[len(params)].span,
+                             f"{fname}() takes {_count(len(params), 'argument')} but "
+                             f"{len(pos)} were given")
+        named: dict[str, _Syn] = {}
+        for i, a in enumerate(pos if not variadic else []):
+            named[params[i]] = a
+        for kw in node.kwargs:
+            if kw.name not in params or (variadic and kw.name == params[0]):
+                choices = [p for p in params if not (variadic and p == params[0])]
+                raise self.error(kw.span, f"{fname}() has no argument '{kw.name}'",
+                                 did_you_mean(kw.name, choices)
+                                 or ("its keyword arguments: " + ", ".join(choices)
+                                     if choices else f"{fname}() takes no keyword arguments"))
+            if kw.name in named:
+                raise self.error(kw.span, f"{fname}() got argument '{kw.name}' twice")
+            named[kw.name] = kw.value
+        if variadic:
+            if len(pos) < required:
+                raise self.error(node.span, f"{fname}() needs at least "
+                                 f"{_count(required, 'argument')}")
+            return pos, named
+        missing = [p for p in params[:required] if p not in named]
+        if missing:
+            raise self.error(node.span, f"{fname}() is missing its argument '{missing[0]}'",
+                             f"{fname}({', '.join(params[:required])}, ...)")
+        return pos, named
+
+    def call(self, node: _Call) -> Expr:
+        if isinstance(node.func, _Attr):
+            return self.method(node, node.func)
+        if not isinstance(node.func, _Name):
+            raise self.error(node.func.span, "only the rule functions and tensor methods can be "
+                             "called")
+        fname = node.func.id
+        if fname not in _FUNCTIONS:
+            if self.schema.argument(fname) is not None or fname in self.locals:
+                raise self.error(node.func.span, f"'{fname}' is not a function")
+            raise self.error(node.func.span, f"unknown function '{fname}'",
+                             did_you_mean(fname, _FUNCTIONS) or
+                             "rule functions: " + ", ".join(_FUNCTIONS))
+        return getattr(self, "fn_" + fname)(node)
+
+    def method(self, node: _Call, func: _Attr) -> Expr:
+        if func.name not in _METHODS:
+            if func.name in _ATTRS:
+                raise self.error(func.span, f"'{func.name}' is an attribute, not a method",
+                                 f"write `{_syn_text(self, func)}` without parentheses")
+            raise self.error(func.span, f"unknown tensor method '{func.name}'",
+                             did_you_mean(func.name, _METHODS)
+                             or "tensor methods: " + ", ".join(m + "()" for m in _METHODS))
+        t = self.tensor(func.obj, f"the object of '.{func.name}()'")
+        if func.name == "size":
+            _, named = self.bind(node, "size", ("dim",), 0)
+            if "dim" in named:
+                return TensorSize(t, self.want(named["dim"], INT, "a dimension"))
+            return TensorProp(t, Prop.shape)
+        self.bind(node, func.name, (), 0)
+        return TensorProp(t, _METHODS[func.name])
+
+    def opt_kw(self, named: dict[str, _Syn], key: str, ty: Ty) -> Expr | None:
+        if key not in named:
+            return None
+        return self.want(named[key], ty, f"the {key}", optional=True)
+
+    def fn_like(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "like", ("tensor", "dtype", "device"), 1)
+        return Like(self.tensor(named["tensor"], "the argument of like()"),
+                    self.opt_kw(named, "dtype", Ty(T.DTYPE)),
+                    self.opt_kw(named, "device", Ty(T.DEVICE)))
+
+    def fn_broadcast(self, node: _Call) -> Expr:
+        pos, named = self.bind(node, "broadcast", ("operands", "dtype"), 1, variadic=True)
+        operands: list[Expr] = []
+        for a in pos:
+            if isinstance(a, _Spread):
+                operands.append(Spread(self.want(a.value, Ty(T.TENSOR_LIST),
+                                                 "a '*' in broadcast()")))
+                continue
+            e = self.expr(a)
+            if e.ty.base not in (T.TENSOR, T.INT, T.BOOL, T.SCALAR) or \
+                    (e.ty.optional and e.ty.base is not T.TENSOR):
+                raise self.error(a.span, f"broadcast() operands are Tensors and numbers, got "
+                                 f"{describe(e)}")
+            operands.append(e)
+        if not any(o.ty.base in (T.TENSOR, T.TENSOR_LIST) for o in operands):
+            raise self.error(node.span, "broadcast() needs at least one Tensor operand")
+        return Broadcast(tuple(operands), self.opt_kw(named, "dtype", Ty(T.DTYPE)))
+
+    def fn_reduce(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "reduce", ("tensor", "dims", "keepdim", "dtype"), 2)
+        t = self.tensor(named["tensor"], "the argument of reduce()")
+        dims_node = named["dims"]
+        dims = self.expr(dims_node)
+        if dims.ty.base not in (T.INT, T.INT_LIST, T.NONE):
+            raise self.error(dims_node.span, f"the dims of reduce() must be an int, an int list "
+                             f"or None, got {describe(dims)}")
+        keepdim: Expr = BoolLit(False)
+        if "keepdim" in named:
+            keepdim = self.want(named["keepdim"], Ty(T.BOOL), "keepdim")
+        return Reduce(t, dims, keepdim, self.opt_kw(named, "dtype", Ty(T.DTYPE)))
+
+    def fn_empty(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "empty", ("shape", "dtype", "device"), 1)
+        shape = self.want(named["shape"], INT_LIST, "the shape")
+        return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
+                     self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor)
+
+    def fn_dynamic(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "dynamic", ("min", "max"), 0)
+        lo = self.want(named["min"], INT, "min") if "min" in named else None
+        hi = self.want(named["max"], INT, "max") if "max" in named else None
+        return Dynamic(lo, hi)
+
+    def fn_len(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "len", ("seq",), 1)
+        seq = self.expr(named["seq"])
+        if seq.ty not in (INT_LIST, Ty(T.TENSOR_LIST)):
+            raise self.error(named["seq"].span, f"len() takes an int list or a Tensor[], got "
+                             f"{describe(seq)}")
+        return Len(seq)
+
+    def _minmax(self, node: _Call, fn: str) -> Expr:
+        pos, _ = self.bind(node, fn, ("values",), 2, variadic=True)
+        return MinMax(fn, tuple(self.want(a, INT, f"an argument of {fn}()") for a in pos))
+
+    def fn_max(self, node: _Call) -> Expr:
+        return self._minmax(node, "max")
+
+    def fn_min(self, node: _Call) -> Expr:
+        return self._minmax(node, "min")
+
+    # -- the rule
+
+    def rule(self, syn: _Rule, returns: list[Return | str]) -> FakeRule | None:
+        """`returns`: each return of the schema, or the name of the argument it returns."""
+        bindings: list[Binding] = []
+        ok = True
+        for b in syn.bindings:
+            try:
+                if self.schema.argument(b.name) is not None:
+                    raise self.error(b.name_span, f"'{b.name}' is an argument of the op; a "
+                                     "binding needs another name")
+                if b.name in self.locals:
+                    raise self.error(b.name_span, f"'{b.name}' is bound twice")
+                if b.name in _FUNCTIONS or b.name in DTYPES or b.name in _CONSTANTS \
+                        or b.name == "torch" or b.name.startswith("_"):
+                    raise self.error(b.name_span, f"'{b.name}' cannot be a binding name")
+                value = self.expr(b.value)
+                if value.ty.base is T.OUT:
+                    raise self.error(b.value.span, "outputs are written in the last expression, "
+                                     "not bound", "bind sizes and shapes, e.g. `n = dynamic();`")
+                self.locals[b.name] = value.ty
+                bindings.append(Binding(b.name, value))
+            except _Bad:
+                self.bad_locals.add(b.name)
+                ok = False
+        fresh = [r for r in returns if isinstance(r, Return)]
+        items = list(syn.body.items) if isinstance(syn.body, _Tuple) else [syn.body]
+        if not fresh:
+            self.error(syn.body.span, "this op returns only its mutated arguments, so its fake "
+                       "kernel follows from the schema", "remove the `fake:` key")
+            return None
+        if len(items) != len(fresh):
+            extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
+            t = self.first_tensor or "x"
+            hint = (f"write one item per output: `(like({t}), like({t}))`" if len(fresh) > 1
+                    else "write a single output, without a tuple")
+            self.error(syn.body.span, f"the rule gives {_count(len(items), 'output')} but the op "
+                       f"returns {len(fresh)}{extra}", hint)
+            return None
+        outputs: list[Output] = []
+        it = iter(items)
+        for r in returns:
+            if isinstance(r, str):
+                outputs.append(ReturnArg(r))
+                continue
+            item = next(it)
+            try:
+                outputs.append(self.output(item, r))
+            except _Bad:
+                ok = False
+        if not ok:
+            return None
+        return FakeRule(tuple(bindings), tuple(outputs), self.text.text)
+
+    def output(self, item: _Syn, ret: Return) -> Expr:
+        e = self.expr(item)
+        ty = arg_ty(ret.type)
+        what = f"return '{ret.name}'" if ret.name else f"return type '{ret.type}'"
+        if ty.base is T.TENSOR:
+            if e.ty == OUT or (ty.optional and e.ty.base is T.NONE):
+                return e
+            hint = None
+            if e.ty.base is T.TENSOR:
+                hint = (f"an output is a new tensor: `like({_syn_text(self, item)})`; a fake "
+                        "kernel returning its input would alias it")
+            raise self.error(item.span, f"the output for {what} must be a new tensor "
+                             f"(like, broadcast, reduce, empty), got {describe(e)}", hint)
+        if ty == INT:
+            if e.ty == INT:
+                return e
+            raise self.error(item.span, f"the output for {what} must be a size, got {describe(e)}")
+        raise self.error(item.span, f"a fake rule cannot describe {what}",
+                         "write a Python fake function: `fake: package.module:function`")
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _a(ty: Ty) -> str:
+    names = {T.TENSOR: "a Tensor", T.TENSOR_LIST: "a Tensor[]", T.INT: "an int",
+             T.INT_LIST: "an int list", T.BOOL: "a bool", T.SCALAR: "a number",
+             T.DTYPE: "a dtype", T.DEVICE: "a device", T.STR: "a string", T.NONE: "None",
+             T.OUT: "an output tensor", T.OTHER: "a supported value"}
+    return names[ty.base] + (" or None" if ty.optional else "")
+
+
+def describe(e: Expr) -> str:
+    """How a message names the value `e`: "int argument 'n'", "an int list", ..."""
+    if isinstance(e, Arg):
+        return f"{e.ty} argument '{e.name}'"
+    if isinstance(e, Local):
+        return f"'{e.name}' ({e.ty})"
+    return _a(e.ty)
+
+
+def _syn_text(checker: _Checker, node: _Syn) -> str:
+    return checker.text.text[node.span.start:node.span.end]
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def mutated_returns(schema: FunctionSchema) -> list[Return | str]:
+    """Each return, or the name of the mutated argument it returns (same alias set, written)."""
+    out: list[Return | str] = []
+    for r in schema.returns:
+        ann = r.annotation
+        target = None
+        if ann is not None and ann.is_write:
+            for a in schema.arguments:
+                if a.annotation is not None and a.annotation.alias_set == ann.alias_set:
+                    target = a.name
+                    break
+        out.append(target if target is not None else r)
+    return out
+
+
+def view_return(schema: FunctionSchema) -> Return | None:
+    """A return that aliases an input without writing it (a view), which rules cannot make."""
+    for r in schema.returns:
+        if r.annotation is not None and not r.annotation.is_write:
+            return r
+    return None
+
+
+def schema_fake(schema: FunctionSchema) -> FakeRule | None:
+    """The fake kernel that follows from the schema alone: every return is a mutated argument,
+    or there are none. None when the op needs a rule."""
+    returns = mutated_returns(schema)
+    if any(isinstance(r, Return) for r in returns):
+        return None
+    return FakeRule((), tuple(ReturnArg(r) for r in returns if isinstance(r, str)))
+
+
+def parse_fake_rule(text: Located, schema: FunctionSchema, diags: Diagnostics) -> FakeRule | None:
+    """Parse and check the rule `text` of the op `schema`; errors go to `diags` (then None)."""
+    parser = _parser()
+    try:
+        tree = parser.parse(text.text)
+        syn = _ToSyntax().transform(tree)
+    except UnexpectedInput as e:
+        err = syntax_error(text.text, e, terminal_names(parser), "fake rule")
+        diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message, err.hint)
+        return None
+    view = view_return(schema)
+    if view is not None:
+        diags.error(text.loc, f"'{schema.name}' returns a view of an input ({view.type}); a fake "
+                    "rule makes new tensors only",
+                    "write a Python fake function: `fake: package.module:function`")
+        return None
+    checker = _Checker(text, schema, diags)
+    return checker.rule(syn, mutated_returns(schema))
