@@ -13,15 +13,17 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Union
+from typing import NamedTuple, Union
 
 # --------------------------------------------------------------------------------------------------
 # Positions
 
 
-@dataclass(frozen=True)
-class Span:
-    """Half-open character range [start, end) in the text a node was parsed from."""
+class Span(NamedTuple):
+    """Half-open character range [start, end) in the text a node was parsed from.
+
+    A NamedTuple, not a dataclass: the parser makes one per argument and construction cost shows.
+    """
 
     start: int
     end: int
@@ -366,7 +368,28 @@ class Argument:
     default: Default | None = None
     kwarg_only: bool = False
     span: Span | None = _span()
-    name_span: Span | None = _span()
+    # Offsets of the name and default inside `span`, relative to its start:
+    # (type_end, name_start, default_start or -1). Spans below are derived from it on demand.
+    layout: tuple[int, int, int] | None = _span()
+
+    @property
+    def type_span(self) -> Span | None:
+        if self.span is None or self.layout is None:
+            return None
+        return Span(self.span.start, self.span.start + self.layout[0])
+
+    @property
+    def name_span(self) -> Span | None:
+        if self.span is None or self.layout is None:
+            return None
+        start = self.span.start + self.layout[1]
+        return Span(start, start + len(self.name))
+
+    @property
+    def default_span(self) -> Span | None:
+        if self.span is None or self.layout is None or self.layout[2] < 0:
+            return None
+        return Span(self.span.start + self.layout[2], self.span.end)
 
     @property
     def annotation(self) -> Annotation | None:
@@ -389,6 +412,7 @@ class Return:
     name: str | None
     type: Type
     span: Span | None = _span()
+    type_span: Span | None = _span()
 
     @property
     def annotation(self) -> Annotation | None:
@@ -500,8 +524,8 @@ class FunctionSchema:
         rets = [str(r) for r in self.returns]
         if self.is_varret:
             rets.append("...")
-        if len(rets) == 1 and not (self.returns and isinstance(self.returns[0].type, TupleType)
-                                   and not self.is_varret):
+        # A lone return is written bare unless it would read as a return list: `((int, t))`.
+        if len(rets) == 1 and not rets[0].startswith("("):
             ret_text = rets[0]
         else:
             ret_text = "(" + ", ".join(rets) + ")"

@@ -1,0 +1,612 @@
+"""Schema text -> `codegen.model.FunctionSchema`.
+
+The grammar is `grammar/schema.lark` (LALR, contextual lexer). The transformer below runs inside
+the parser (no parse tree is ever built) and is the only code that sees Lark's tokens.
+
+Note [Type tokens]
+A named type with its suffixes (`Tensor(a!)?`, `int[2]`, `Tensor(a)[](b)`) is lexed as a single
+TYPE token. Decoding that text into a Type is a pure function of the spelling, so it is memoised:
+a corpus repeats a few dozen spellings thousands of times. Spans therefore live on Arguments and
+Returns (`type_span`), never inside the shared Type objects.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+from typing import NoReturn
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from codegen.model import (
+    BASE_TYPES,
+    CUSTOM_CLASS_PREFIX,
+    GENERIC_ARITY,
+    Annotation,
+    Argument,
+    BaseType,
+    BoolDefault,
+    ClassType,
+    ComplexDefault,
+    Default,
+    EnumDefault,
+    FloatDefault,
+    FunctionSchema,
+    Generic,
+    GenericType,
+    IntDefault,
+    ListDefault,
+    ListType,
+    NoneDefault,
+    OperatorName,
+    OptionalType,
+    Return,
+    Span,
+    StrDefault,
+    TupleType,
+    Type,
+    TypeVar,
+)
+
+
+class SchemaSyntaxError(Exception):
+    """A schema that does not parse. `offset`/`length` locate the problem in the parsed text."""
+
+    def __init__(self, message: str, offset: int, length: int = 1, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.offset = offset
+        self.length = max(1, length)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} (at offset {self.offset})"
+
+
+def _fail(message: str, offset: int, length: int = 1, hint: str | None = None) -> NoReturn:
+    raise SchemaSyntaxError(message, offset, length, hint)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pieces decoded from token text
+
+_SUFFIX_RE = re.compile(r"\s*(\?|\[\s*(\d*)\s*\]|\(([^()]*)\))")
+_OPNAME_RE = re.compile(r"([A-Za-z_]\w*)(?:\s*::\s*([A-Za-z_]\w*))?(?:\s*\.\s*(\w+))?")
+_ALIAS_NAME_RE = re.compile(r"\*|[A-Za-z_]\w*\Z")
+
+
+def _annotation(text: str, offset: int) -> Annotation:
+    """`a|b! -> c` (the text between the parentheses) -> Annotation."""
+    before, arrow, after = text.partition("->")
+    before = before.strip()
+    is_write = before.endswith("!")
+    if is_write:
+        before = before[:-1].rstrip()
+    alias_set = tuple(s.strip() for s in before.split("|"))
+    alias_after = tuple(s.strip() for s in after.split("|")) if arrow else ()
+    for name in alias_set + alias_after:
+        if not _ALIAS_NAME_RE.match(name):
+            _fail(f"malformed alias annotation '({text})'", offset, len(text) + 2,
+                  "write alias annotations as (a), (a!), (a -> *) or (a|b)")
+    return Annotation(alias_set, is_write, alias_after)
+
+
+def _with_alias(t: Type, ann: Annotation, offset: int, length: int) -> Type:
+    if isinstance(t, OptionalType):
+        _fail("an alias annotation cannot follow '?'", offset, length,
+              "write the annotation before the '?', as in Tensor(a)?")
+    if t.alias is not None:
+        _fail("this type already has an alias annotation", offset, length)
+    if isinstance(t, BaseType):
+        return BaseType(t.name, ann)
+    if isinstance(t, ClassType):
+        return ClassType(t.qualname, ann)
+    if isinstance(t, TypeVar):
+        return TypeVar(t.name, ann)
+    if isinstance(t, ListType):
+        return ListType(t.elem, t.size, ann)
+    if isinstance(t, TupleType):
+        return TupleType(t.elems, ann)
+    return GenericType(t.kind, t.args, ann)
+
+
+def _apply_suffixes(t: Type, text: str, pos: int, base_offset: int) -> Type:
+    """Fold `?`, `[N]` and `(alias)` suffixes in `text[pos:]` onto `t`, left to right."""
+    while pos < len(text):
+        m = _SUFFIX_RE.match(text, pos)
+        assert m is not None, text  # the lexer only produces well-formed suffixes
+        tok = m.group(1)
+        if tok == "?":
+            t = OptionalType(t)
+        elif tok[0] == "[":
+            size = m.group(2)
+            t = ListType(t, int(size) if size else None)
+        else:
+            t = _with_alias(t, _annotation(m.group(3), base_offset + m.start(1)),
+                            base_offset + m.start(1), len(tok))
+        pos = m.end()
+    return t
+
+
+@lru_cache(maxsize=4096)
+def _named_type(text: str) -> Type:
+    """A TYPE token's text -> Type (offsets in errors are relative to the token)."""
+    end = 0
+    while end < len(text) and (text[end].isalnum() or text[end] in "_."):
+        end += 1
+    name = text[:end]
+    base = BASE_TYPES.get(name)
+    t: Type
+    if base is not None:
+        t = BaseType(base)
+    elif name.startswith(CUSTOM_CLASS_PREFIX) and name.count(".") == 4:
+        t = ClassType(name)
+    elif "." in name:
+        _fail(f"unknown type '{name}'", 0, end,
+              f"custom classes are written {CUSTOM_CLASS_PREFIX}<namespace>.<Class>")
+    else:
+        t = TypeVar(name)
+    return _apply_suffixes(t, text, end, 0)
+
+
+_ARG_RE = re.compile(r"(.*?)\s+([A-Za-z_]\w*)(?:(\s*=\s*)(.+))?\Z", re.S)
+
+
+@lru_cache(maxsize=8192)
+def _decode_arg(text: str):
+    """ARG/RET token text -> (type, type_end, name, name_start, default, default_start)."""
+    m = _ARG_RE.match(text)
+    assert m is not None, text
+    type_text, name, dtext = m.group(1), m.group(2), m.group(4)
+    t = _named_type(type_text)
+    default = None if dtext is None else _default_text(dtext, m.start(4))
+    return t, len(type_text), name, m.start(2), default, m.start(4) if dtext else -1
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v",
+            "\\": "\\", "'": "'", '"': '"', "?": "?"}
+_ESCAPE_RE = re.compile(r"\\([0-7]{1,3}|.)", re.S)
+
+
+def _unquote(text: str, start: int) -> str:
+    body = text[1:-1]
+    if "\\" not in body:
+        return body
+
+    def one(m: re.Match) -> str:
+        e = m.group(1)
+        if e[0] in "01234567":
+            return chr(int(e, 8))
+        if e in _ESCAPES:
+            return _ESCAPES[e]
+        _fail(f"unsupported escape sequence '\\{e}' in string", start + 1 + m.start(), 2,
+              "supported escapes: \\n \\t \\r \\a \\b \\f \\v \\\\ \\' \\\" and octal \\ooo")
+
+    return _ESCAPE_RE.sub(one, body)
+
+
+_NUMBER_RE = re.compile(r"-?\s*(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?j?\Z")
+_LIST_ITEM_RE = re.compile(r"\s*([^,\s][^,]*?)\s*(?:,|\Z)")
+
+
+def _default_text(text: str, start: int) -> Default:
+    """Default-value text (already a single lexer token) -> Default. `start` locates errors."""
+    c = text[0]
+    if c == '"' or c == "'":
+        return StrDefault(_unquote(text, start))
+    if c == "[":
+        body = text[1:-1]
+        items = []
+        pos = 0
+        while pos < len(body) and not body[pos:].strip() == "":
+            m = _LIST_ITEM_RE.match(body, pos)
+            if m is None:
+                _fail("malformed list default", start, len(text))
+            items.append(_default_text(m.group(1), start + 1 + m.start(1)))
+            pos = m.end()
+        return ListDefault(tuple(items))
+    if c.isdigit() or c in "-.":
+        if not _NUMBER_RE.match(text):
+            _fail(f"malformed number '{text}'", start, len(text))
+        num = "".join(text.split())
+        if num.endswith("j"):
+            return ComplexDefault(float(num[:-1]))
+        if "." in num or "e" in num or "E" in num:
+            return FloatDefault(float(num))
+        return IntDefault(int(num))
+    if text == "None":
+        return NoneDefault()
+    if text == "True" or text == "False":
+        return BoolDefault(text == "True")
+    if not (c.isalpha() or c == "_") or not text.replace("_", "a").isalnum():
+        _fail(f"malformed default value '{text}'", start, len(text))
+    return EnumDefault(text)
+
+
+def _default(node: Token | ListDefault) -> Default:
+    if isinstance(node, ListDefault):
+        return node
+    return _default_text(str(node), node.start_pos)
+
+
+# --------------------------------------------------------------------------------------------------
+# The transformer: callbacks run as the LALR parser reduces.
+#
+# Note [Big tokens]
+# Most of a schema arrives as a few big tokens: OPEN_ARG (`ns::op.ov(Tensor self`), NARG
+# (`, Tensor other`), NKWARG (`, *, Scalar alpha=1`), CLOSE_RET (`) -> Tensor`). Lark's cost is per
+# token, so this makes the parser several times faster than one token per word. A token's text
+# decodes to the same IR wherever it appears, so decoding is memoised by spelling (`_decode_arg`,
+# `_named_type`); offsets in the cached results are relative and made absolute per use. Spans
+# therefore live on Arguments and Returns (`type_span`, ...), never inside shared Type objects.
+
+_LEAD_RE = re.compile(r"[\s,*()\->]*")
+
+
+def _lead(text: str) -> int:
+    """Length of the punctuation a big token carries before its argument or type."""
+    return _LEAD_RE.match(text).end()  # type: ignore[union-attr]
+
+
+def _arg_from(text: str, start: int, kwarg_only: bool) -> Argument:
+    """An ARG spelling at absolute offset `start` -> Argument."""
+    try:
+        t, type_end, name, name_start, default, default_start = _decode_arg(text)
+    except SchemaSyntaxError as e:
+        raise SchemaSyntaxError(e.message, start + e.offset, e.length, e.hint) from None
+    return Argument(name, t, default, kwarg_only, Span(start, start + len(text)),
+                    (type_end, name_start, default_start))
+
+
+def _ret_from(text: str, start: int) -> Return:
+    """A RET (`Tensor values`) or TYPE (`Tensor`) spelling at offset `start` -> Return."""
+    if text[-1].isalnum() or text[-1] == "_":
+        m = _RET_NAME_RE.search(text)
+        if m is not None and m.start() > 0:
+            type_text = text[: m.start()]
+            try:
+                t = _named_type(type_text.rstrip())
+            except SchemaSyntaxError as e:
+                raise SchemaSyntaxError(e.message, start + e.offset, e.length, e.hint) from None
+            return Return(m.group(1), t, Span(start, start + len(text)),
+                          Span(start, start + len(type_text.rstrip())))
+    try:
+        t = _named_type(text)
+    except SchemaSyntaxError as e:
+        raise SchemaSyntaxError(e.message, start + e.offset, e.length, e.hint) from None
+    return Return(None, t, Span(start, start + len(text)), Span(start, start + len(text)))
+
+
+# A return name follows its type after whitespace (`Tensor(a) values`); a TYPE token never ends in
+# whitespace + identifier, so this tells RET from TYPE spellings.
+_RET_NAME_RE = re.compile(r"\s+([A-Za-z_]\w*)\Z")
+
+
+class _Kw:
+    """Marker for a bare `*` in the argument list."""
+
+    __slots__ = ("pos",)
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+class _Var:
+    """Marker for `...` in an argument or return list."""
+
+    __slots__ = ("pos",)
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+class _ToIR(Transformer):
+    # Callbacks receive the reduced children: Tokens of named terminals and the results of inner
+    # callbacks. Single-token alternatives (`?rule: TOKEN`) arrive as the token itself.
+
+    def start(self, c):
+        head: Token = c[0]
+        text = str(head)
+        paren = text.index("(")
+        name = _operator_name(text[:paren], head.start_pos)
+        args: list[Argument] = []
+        kw = False
+        vararg_pos = -1
+        items = c[1:-1]
+        if head.type == "OPEN_ARG":
+            lead = _lead(text[paren:]) + paren
+            args.append(_arg_from(text[lead:], head.start_pos + lead, False))
+        for p in items:
+            if vararg_pos >= 0:
+                _fail("'...' must be the last element of the argument list", vararg_pos, 3)
+            if isinstance(p, Token):
+                kind = p.type
+                ptext = str(p)
+                if kind == "NARG" or kind == "NKWARG":
+                    if kind == "NKWARG":
+                        if kw:
+                            _fail("'*' appears twice in the argument list",
+                                  p.start_pos + ptext.index("*"))
+                        kw = True
+                    lead = _lead(ptext)
+                    args.append(_arg_from(ptext[lead:], p.start_pos + lead, kw))
+                elif kind == "NSTAR" or kind == "STAR":
+                    if kw:
+                        _fail("'*' appears twice in the argument list", p.end_pos - 1)
+                    kw = True
+                else:
+                    assert kind == "NELLIPSIS" or kind == "ELLIPSIS", kind
+                    vararg_pos = p.end_pos - 3
+            else:
+                if kw:
+                    p = Argument(p.name, p.type, p.default, True, p.span, p.layout)
+                args.append(p)
+        tail = c[-1]
+        if isinstance(tail, Token):  # CLOSE_RET: `) -> Type [name]`
+            rtext = str(tail).rstrip()
+            lead = _lead(rtext)
+            rets, is_varret = [_ret_from(rtext[lead:], tail.start_pos + lead)], False
+        else:
+            rets, is_varret = tail
+        end = rets[-1].span.end if rets else (c[-1].end_pos if isinstance(c[-1], Token) else -1)
+        return FunctionSchema(name, tuple(args), tuple(rets), vararg_pos >= 0, is_varret,
+                              Span(head.start_pos, end))
+
+    def tail(self, c):
+        return c[1]
+
+    def argument(self, c):
+        ty, name, dv = c
+        t, type_span = ty
+        default = None if dv is None else _default(dv)
+        default_span = None if dv is None else _span_of(dv)
+        start = type_span.start
+        end = default_span.end if default_span else name.end_pos
+        layout = (type_span.end - start, name.start_pos - start,
+                  default_span.start - start if default_span else -1)
+        return Argument(str(name), t, default, False, Span(start, end), layout)
+
+    def generic_type(self, c):
+        head: Token = c[0]
+        kind = Generic(head[: head.index("(")].rstrip())
+        args = []
+        last_end = head.end_pos
+        suffixes = []
+        for x in c[1:]:
+            if isinstance(x, Token) and x.type == "TSUF":
+                suffixes.append(x)
+            elif isinstance(x, Token):
+                args.append(_type_of(x))
+                last_end = x.end_pos
+            else:
+                args.append(x[0])
+                last_end = x[1].end
+        arity = GENERIC_ARITY[kind]
+        if arity is not None and len(args) != arity:
+            _fail(f"{kind.value}(...) takes {arity} type argument{'s' if arity > 1 else ''}, "
+                  f"got {len(args)}", head.start_pos, len(head))
+        # The closing ")" is dropped by Lark; the span stops after the last argument's ")".
+        return _suffixed(GenericType(kind, tuple(args)), suffixes,
+                         Span(head.start_pos, last_end + 1))
+
+    def tuple_type(self, c):
+        elems = []
+        suffixes = []
+        start = c[0].start_pos
+        end = start + 1
+        for x in c[1:]:
+            if x is None:
+                continue
+            if isinstance(x, Token) and x.type == "TSUF":
+                suffixes.append(x)
+            elif isinstance(x, Token):
+                elems.append(_type_of(x))
+                end = x.end_pos
+            else:
+                elems.append(x[0])
+                end = x[1].end
+        return _suffixed(TupleType(tuple(elems)), suffixes, Span(start, end + 1))
+
+    def ret(self, c):
+        ty, name = c
+        t, type_span = ty
+        end = name.end_pos if name is not None else type_span.end
+        return Return(None if name is None else str(name), t, Span(type_span.start, end), type_span)
+
+    def ret_list(self, c):
+        rets = []
+        varret_pos = -1
+        for r in c:
+            if r is None:
+                continue
+            if varret_pos >= 0:
+                _fail("'...' must be the last element of the return list", varret_pos, 3)
+            if isinstance(r, Token):
+                if r.type == "ELLIPSIS" or r.type == "NELLIPSIS":
+                    varret_pos = r.end_pos - 3
+                    continue
+                text = str(r)
+                lead = _lead(text)
+                r = _ret_from(text[lead:], r.start_pos + lead)
+            rets.append(r)
+        return rets, varret_pos >= 0
+
+    def ret_bare(self, c):
+        r = c[0]
+        if isinstance(r, Token):
+            if r.type == "ELLIPSIS":
+                return [], True
+            return [_ret_from(str(r), r.start_pos)], False
+        return [self.ret(c)], False
+
+    def dlist(self, c):
+        items = tuple(_default(x) for x in c if x is not None)
+        return ListDefault(items)
+
+
+def _type_of(tok: Token) -> Type:
+    try:
+        return _named_type(str(tok))
+    except SchemaSyntaxError as e:
+        raise SchemaSyntaxError(e.message, tok.start_pos + e.offset, e.length, e.hint) from None
+
+
+def _span_of(x) -> Span | None:
+    if isinstance(x, Token):
+        return Span(x.start_pos, x.end_pos)
+    if isinstance(x, tuple):
+        return x[1]
+    if isinstance(x, ListDefault):
+        return x.span
+    return None
+
+
+def _suffixed(t: Type, suffixes: list[Token], span: Span):
+    for s in suffixes:
+        t = _apply_suffixes(t, str(s), 0, s.start_pos)
+        span = Span(span.start, s.end_pos)
+    return (t, span)
+
+
+def _operator_name(text: str, start: int) -> OperatorName:
+    m = _OPNAME_RE.fullmatch(text.rstrip())
+    assert m is not None, text
+    first, second, overload = m.groups()
+    ns, name = (first, second) if second else (None, first)
+    return OperatorName(ns, name, overload or "", Span(start, start + len(text.rstrip())))
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors from the parser, in words a user knows
+
+# Big tokens make Lark's "expected X" lists unreadable, so errors are explained from what the
+# parser was waiting for (a category) and the text found at the failure point.
+_IDENT_AT = re.compile(r"[A-Za-z_]\w*")
+_NAMED_TYPE_AT = re.compile(r"[A-Za-z_][\w.]*(\s*(\?|\[\s*\d*\s*\]|\([^()]*\)))*")
+_PARAM_START = {"STAR", "ELLIPSIS", "GENERIC", "TOPEN"}
+_PARAM_NEXT = {"CLOSE", "CLOSE_RET", "NARG", "NKWARG", "NSTAR", "NELLIPSIS"}
+_RET_START = {"RET", "TYPE", "_LP"}
+
+
+def _snippet(text: str, pos: int) -> str:
+    m = _NAMED_TYPE_AT.match(text, pos) or _IDENT_AT.match(text, pos)
+    word = m.group(0) if m else text[pos:pos + 1]
+    return word or text[pos:pos + 1]
+
+
+def _returns_start(text: str) -> int:
+    """Offset just past the `->` that ends the argument list, or len(text) when there is none."""
+    depth = 0
+    opened = False
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+            opened = True
+        elif ch == ")":
+            depth -= 1
+        elif opened and depth == 0 and text.startswith("->", i):
+            return i + 2
+    return len(text) + 1
+
+
+def _syntax_error(text: str, e: UnexpectedInput) -> SchemaSyntaxError:
+    if not text.strip():
+        return SchemaSyntaxError("empty schema", 0, 1, "a schema reads 'ns::name(Tensor self) -> Tensor'")
+    if isinstance(e, UnexpectedCharacters):
+        pos = e.pos_in_stream
+        expected = set(e.allowed or ())
+    elif isinstance(e, UnexpectedToken):
+        tok = e.token
+        pos = len(text) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
+        expected = set(e.expected)
+    else:
+        pos = len(text)
+        expected = set(getattr(e, "expected", ()) or ())
+    # Big tokens start with the whitespace and punctuation they absorb; point past it.
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    at = text[pos:]
+    found = f"'{_snippet(text, pos)}'" if at else "the end of the schema"
+    if pos >= _returns_start(text):
+        return _return_error(text, pos, expected, found)
+
+    def err(message: str, hint: str | None = None, length: int | None = None) -> SchemaSyntaxError:
+        n = length if length is not None else len(_snippet(text, pos)) if at else 1
+        return SchemaSyntaxError(message, pos, n, hint)
+
+    if expected & {"OPEN", "OPEN_ARG"}:
+        if at and (at[0].isalpha() or at[0] == "_"):
+            return err("expected '(' after the operator name",
+                       "a schema reads 'ns::name.overload(Tensor self) -> Tensor'", 1)
+        return err(f"expected an operator name, found {found}",
+                   "a schema reads 'ns::name.overload(Tensor self) -> Tensor'")
+    if expected & _PARAM_START:
+        if at.startswith(")") and text[:pos].rstrip().endswith(","):
+            return err("expected an argument after ','", "remove the trailing ','", 1)
+        if at.startswith(")") and expected & _PARAM_NEXT:
+            return err("expected '->' and the return types after the argument list",
+                       "write '-> ()' for an op that returns nothing", 1)
+        m = _NAMED_TYPE_AT.match(text, pos)
+        if m and re.match(r"\s*[,)=]", text[m.end():]):
+            return err(f"argument of type '{m.group(0)}' has no name",
+                       f"every argument needs a name, as in '{m.group(0)} x'")
+        if m and "(" in m.group(0):
+            return err(f"malformed type '{m.group(0)}'", "alias annotations read (a), (a!), "
+                       "(a -> *) or (a|b!); types read T, T?, T[], T[N]")
+        if not at:
+            return err("unexpected end of schema; expected an argument")
+        return err(f"expected an argument, found {found}")
+    if expected & _PARAM_NEXT:
+        if at.startswith(")"):
+            return err("expected '->' and the return types after the argument list",
+                       "write '-> ()' for an op that returns nothing", 1)
+        if at.startswith("="):
+            return err("malformed default value", "defaults are None, True, False, numbers, "
+                       "quoted strings, [lists] or names such as contiguous_format", 1)
+        if not at:
+            return err("unexpected end of schema; expected ')' to close the argument list")
+        return err(f"expected ',' or ')' after the argument, found {found}")
+    if "_RP" in expected or "_COMMA" in expected:
+        return err(f"expected ',' or ')', found {found}")
+    if {"NUMBER", "STRING", "IDENT"} & expected:
+        return err(f"expected a default value, found {found}")
+    return err(f"unexpected {found}")
+
+
+def _return_error(text: str, pos: int, expected: set[str], found: str) -> SchemaSyntaxError:
+    at = text[pos:]
+    length = len(_snippet(text, pos)) if at else 1
+    if not text[_returns_start(text):].strip():
+        return SchemaSyntaxError("expected the return types after '->'", pos, 1,
+                                 "write '-> ()' for an op that returns nothing")
+    if at.startswith(")") and text[:pos].rstrip().endswith(","):
+        return SchemaSyntaxError("expected a return after ','", pos, 1, "remove the trailing ','")
+    if not at:
+        return SchemaSyntaxError("unexpected end of schema; expected ')' to close the returns",
+                                 pos, 1)
+    m = _NAMED_TYPE_AT.match(text, pos)
+    if m and "(" in m.group(0):
+        return SchemaSyntaxError(f"malformed type '{m.group(0)}'", pos, len(m.group(0)),
+                                 "alias annotations read (a), (a!), (a -> *) or (a|b!)")
+    if "$END" in expected or not (expected & (_RET_START | {"_RP", "NRET", "NRET_TYPE"})):
+        return SchemaSyntaxError(f"unexpected {found} after the return types", pos, length,
+                                 "several returns are written as a list: (Tensor a, Tensor b)")
+    return SchemaSyntaxError(f"expected ',' or ')' in the return list, found {found}", pos,
+                             length)
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    grammar = resources.files("codegen").joinpath("grammar/schema.lark").read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", transformer=_ToIR(),
+                maybe_placeholders=True, propagate_positions=False, cache=False)
+
+
+def parse_schema(text: str) -> FunctionSchema:
+    """Parse one function schema; raise SchemaSyntaxError with an offset into `text`."""
+    try:
+        return _parser().parse(text)
+    except UnexpectedInput as e:
+        raise _syntax_error(text, e) from None
