@@ -22,6 +22,7 @@ from typing import Callable
 import yaml
 from yaml import events as ev
 
+from codegen import verify
 from codegen.diagnostics import Diagnostics, Loc, UserError, did_you_mean, scalar_locator
 from codegen.model import (
     AutocastSpec,
@@ -44,7 +45,10 @@ from codegen.model import (
     SampleValue,
     TensorSample,
     Type,
+    VmapSpec,
 )
+from codegen.parse import SchemaSyntaxError, parse_schema
+from codegen.tags import TAGS
 
 # Op files are small; anything this large is not one, and reading it would only be slow.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -465,7 +469,8 @@ class _FileLoader:
                        f"got {root.kind}")
             return None
         ops = []
-        for entry in entries:
+        for i, entry in enumerate(entries):
+            entries[i] = None  # type: ignore[call-overload]  # let each entry's nodes go once read
             op = self.op(entry, namespace)
             if op is not None:
                 ops.append(op)
@@ -501,7 +506,6 @@ class _FileLoader:
             old = schema.name
             schema = schema.with_name(OperatorName(namespace, old.name, old.overload, old.span))
 
-        op = Op(schema=schema, loc=func.loc, func=func)
         changes: dict[str, object] = {}
         if "doc" in fields:
             doc = self.string(fields["doc"][1], "'doc'")
@@ -517,10 +521,7 @@ class _FileLoader:
             changes["autocast"] = self.autocast(fields["autocast"][1])
         if "vmap" in fields:
             changes["vmap"] = self.vmap(fields["vmap"][1])
-        if changes:
-            op = dataclasses.replace(op, **changes)
-
-        from codegen import verify
+        op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
 
         fake_loc = self.loc(fields["fake"][1]) if "fake" in fields else None
         schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc)
@@ -538,8 +539,6 @@ class _FileLoader:
         return op
 
     def schema(self, func: Located) -> FunctionSchema | None:
-        from codegen.parse import SchemaSyntaxError, parse_schema
-
         try:
             return parse_schema(func.text)
         except SchemaSyntaxError as e:
@@ -547,8 +546,6 @@ class _FileLoader:
             return None
 
     def tags(self, node: _Node) -> tuple[str, ...]:
-        from codegen.tags import TAGS
-
         items = [node] if type(node) is _Scalar and node.tag == "str" else self.sequence(
             node, "'tags'")
         out: list[str] = []
@@ -677,8 +674,6 @@ class _FileLoader:
         return AutocastSpec(device, dtype, self.loc(node))
 
     def vmap(self, node: _Node):
-        from codegen.model import VmapSpec
-
         text = self.string(node, "'vmap'")
         if text is None:
             return None
@@ -962,10 +957,8 @@ def op_files(paths: list[str], diags: Diagnostics) -> list[str]:
     return out
 
 
-def load_library(paths: list[str], *, rules=None) -> OpLibrary:
+def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLibrary:
     """Read, parse and verify op files; raise `UserError` with every error found."""
-    from codegen import verify
-
     rules = rules or verify.DEFAULT_RULES
     diags = Diagnostics()
     files = []
