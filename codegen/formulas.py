@@ -1,0 +1,938 @@
+"""Derivative formulas: the `derivatives:` section of an op -> checked `Derivatives` IR.
+
+`codegen.dest.py_reg` turns the IR into `torch.library.register_autograd(op, backward,
+setup_context=...)`, saving for backward only what the formulas read.
+
+Language reference
+==================
+
+In the spirit of PyTorch's derivatives.yaml: one entry per differentiable input, mapping the input's
+name to a Python expression for its gradient.
+
+    - func: scaled_mul(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor
+      derivatives:
+        self: unbroadcast(grad * other * alpha, self)
+        other: exops.scaled_mul_backward(grad, self, alpha)   # an op of this library
+    - func: minmax(Tensor self) -> (Tensor min, Tensor max)
+      derivatives:
+        self: grad_min * (self == min) + grad_max * (self == max)
+    - func: lookup(Tensor table, Tensor index) -> Tensor
+      derivatives:
+        table, index: (torch.zeros_like(table).index_add(0, index, grad), None)
+        # equivalently: `table: ...` and `index: non_differentiable`
+
+Keys
+----
+- `<input>: <formula>`: the gradient of one Tensor input (`Tensor`, `Tensor?`, `Tensor[]`, whose
+  formula gives a list of gradients).
+- `<a>, <b>: <formula>`: one formula returning a tuple, one gradient per named input (`None` for
+  no gradient).
+- `<input>: non_differentiable`: the input gets no gradient (integer indices, masks, ...).
+  Every Tensor input needs a formula or `non_differentiable`; no gradient is ever silently zero.
+- `output_differentiability: [true, false]`: one flag per return; a `false` output is marked
+  non-differentiable (default: every Tensor return is differentiable).
+
+Names in a formula
+------------------
+- `grad`: the gradient of the output (when exactly one output is differentiable);
+  `grad_<name>` for a named return, `grads[i]` for the i-th return's gradient.
+- The op's inputs by name; `result` (one return), a return's name, or `results[i]`.
+- `unbroadcast(g, t)`: `g` summed down to the shape of `t` (the gradient of a broadcasting op).
+- `not_implemented("why")`: the gradient raises a clear error when it is needed.
+- `torch` and its functions (`torch.where`, `torch.nn.functional.gelu`), Tensor methods
+  (`grad.sum_to_size(...)`), Python operators, conditionals, literals.
+- Ops of this library: `<namespace>.<name>(...)` (`exops.scaled_mul_backward`), with an overload
+  `<namespace>.<name>.<overload>(...)`, or a bare name that names an op of the same namespace.
+
+Saving for backward
+-------------------
+An input used only through `.shape`, `.size()`, `.dim()`, `.ndim`, `.dtype`, `.device` or as the
+second argument of `unbroadcast` has only that metadata saved, never the tensor. Other Tensor
+inputs and used results go through `ctx.save_for_backward`; other arguments are kept on `ctx`.
+
+Double backward
+---------------
+A backward built from differentiable ops (torch functions, library ops that have derivatives or
+a CompositeImplicitAutograd kernel) is itself differentiable. A formula that calls a library op
+without derivatives makes its op differentiable once: differentiating the gradient again raises an
+error naming the op and the missing formula.
+
+Checks
+------
+Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file is loaded:
+unknown names and `torch` attributes, inputs without formulas, formulas for non-Tensor inputs,
+`grad` where several outputs are differentiable, out-of-range `grads[i]`; calls to library ops are
+checked against their schemas (unknown op, too many arguments, unknown keywords, missing required
+arguments) once the whole library is loaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Iterator, Union
+
+from lark import Lark, Transformer, v_args
+from lark.exceptions import UnexpectedInput
+
+from codegen.diagnostics import Diagnostics, Loc, did_you_mean
+from codegen.model import (
+    BaseTy,
+    DerivativesSpec,
+    DispatchKey,
+    FunctionSchema,
+    ListType,
+    Located,
+    Op,
+    OpLibrary,
+    Span,
+    is_base,
+    is_tensor_like,
+    strip_optional,
+)
+from codegen.shape import syntax_error, terminal_names
+
+NON_DIFFERENTIABLE = "non_differentiable"
+BUILTINS = ("unbroadcast", "not_implemented")
+# Tensor attributes and methods that read metadata only (see "Saving for backward").
+META_ATTRS = {"shape": "shape", "ndim": "shape", "dtype": "dtype", "device": "device"}
+META_METHODS = {"size": "shape", "dim": "shape"}
+
+# --------------------------------------------------------------------------------------------------
+# The IR
+
+
+@dataclass(frozen=True)
+class Const:
+    """A literal: number, string, True, False, None (`value` is the Python value)."""
+    value: object
+
+
+@dataclass(frozen=True)
+class EllipsisLit:
+    pass
+
+
+@dataclass(frozen=True)
+class InputRef:
+    name: str
+
+
+@dataclass(frozen=True)
+class GradRef:
+    """The gradient of return `index`."""
+    index: int
+
+
+@dataclass(frozen=True)
+class GradsRef:
+    """`grads`: every output gradient, as a tuple."""
+
+
+@dataclass(frozen=True)
+class ResultRef:
+    index: int
+
+
+@dataclass(frozen=True)
+class ResultsRef:
+    """`results`: every output, as a tuple."""
+
+
+@dataclass(frozen=True)
+class TorchRef:
+    """`torch.<path>`; an empty path is the module itself."""
+    path: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BuiltinRef:
+    name: str                       # one of BUILTINS
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """An op of the library: `ns.name[.overload]`, or a bare `name` (`bare`) of the op's namespace.
+
+    Which op it is gets settled against the whole library (`check_library`, `resolve`)."""
+    namespace: str
+    name: str
+    overload: str | None            # None: not given ("" is the default overload)
+    bare: bool = False
+    loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Attr:
+    obj: Expr
+    name: str
+
+
+@dataclass(frozen=True)
+class Star:
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Call:
+    func: Expr
+    args: tuple[Expr, ...]          # may hold Star
+    kwargs: tuple[tuple[str, Expr], ...]
+    loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Slice:
+    lo: Expr | None
+    hi: Expr | None
+
+
+@dataclass(frozen=True)
+class Subscript:
+    obj: Expr
+    items: tuple[Expr, ...]         # Slices, EllipsisLit, expressions
+
+
+@dataclass(frozen=True)
+class TupleLit:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class ListLit:
+    items: tuple[Expr, ...]
+
+
+class BinOpKind(enum.Enum):
+    add = "+"
+    sub = "-"
+    mul = "*"
+    div = "/"
+    floordiv = "//"
+    mod = "%"
+    matmul = "@"
+    pow = "**"
+    eq = "=="
+    ne = "!="
+    lt = "<"
+    le = "<="
+    gt = ">"
+    ge = ">="
+    is_ = "is"
+    is_not = "is not"
+    and_ = "and"
+    or_ = "or"
+
+
+class UnaryKind(enum.Enum):
+    neg = "-"
+    pos = "+"
+    invert = "~"
+    not_ = "not "
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: BinOpKind
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class UnaryOp:
+    op: UnaryKind
+    operand: Expr
+
+
+@dataclass(frozen=True)
+class IfExp:
+    cond: Expr
+    then: Expr
+    orelse: Expr
+
+
+Expr = Union[Const, EllipsisLit, InputRef, GradRef, GradsRef, ResultRef, ResultsRef, TorchRef,
+             BuiltinRef, OpRef, Attr, Star, Call, Slice, Subscript, TupleLit, ListLit, BinOp,
+             UnaryOp, IfExp]
+
+
+@dataclass(frozen=True)
+class Formula:
+    inputs: tuple[str, ...]         # the inputs it gives gradients for (a tuple when several)
+    expr: Expr
+    text: str = ""
+    loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Derivatives:
+    formulas: tuple[Formula, ...]
+    non_differentiable: tuple[str, ...]
+    output_differentiability: tuple[bool, ...]      # one per return
+    loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def formula_for(self, name: str) -> Formula | None:
+        for f in self.formulas:
+            if name in f.inputs:
+                return f
+        return None
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    match e:
+        case Const() | EllipsisLit() | InputRef() | GradRef() | GradsRef() | ResultRef() \
+                | ResultsRef() | TorchRef() | BuiltinRef() | OpRef():
+            return ()
+        case Attr(obj=o) | Star(value=o) | UnaryOp(operand=o):
+            return (o,)
+        case Call(func=f, args=args, kwargs=kwargs):
+            return (f, *args, *(v for _, v in kwargs))
+        case Slice(lo=lo, hi=hi):
+            return tuple(x for x in (lo, hi) if x is not None)
+        case Subscript(obj=o, items=items):
+            return (o, *items)
+        case TupleLit(items=items) | ListLit(items=items):
+            return items
+        case BinOp(left=a, right=b):
+            return (a, b)
+        case IfExp(cond=c, then=t, orelse=o):
+            return (c, t, o)
+    raise TypeError(f"not a formula node: {e!r}")
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def walk_all(d: Derivatives) -> Iterator[Expr]:
+    for f in d.formulas:
+        yield from walk(f.expr)
+
+
+# --------------------------------------------------------------------------------------------------
+# What backward needs (read by the generator)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What setup_context keeps for backward."""
+    tensors: tuple[str, ...]                    # inputs through save_for_backward
+    tensor_lists: tuple[str, ...]               # Tensor[] inputs through save_for_backward
+    meta: tuple[tuple[str, str], ...]           # (input, "shape" | "dtype" | "device")
+    values: tuple[str, ...]                     # non-Tensor inputs, kept on ctx
+    results: tuple[int, ...]                    # outputs through save_for_backward
+
+
+def meta_uses(e: Expr) -> tuple[set[str], dict[str, set[str]]]:
+    """Inputs read as whole values, and inputs read only for metadata -> which metadata."""
+    whole: set[str] = set()
+    meta: dict[str, set[str]] = {}
+
+    def visit(node: Expr) -> None:
+        match node:
+            case Attr(obj=InputRef(name=n), name=a) if a in META_ATTRS:
+                meta.setdefault(n, set()).add(META_ATTRS[a])
+                return
+            case Call(func=Attr(obj=InputRef(name=n), name=m), args=args, kwargs=kwargs) \
+                    if m in META_METHODS:
+                meta.setdefault(n, set()).add(META_METHODS[m])
+                for a in (*args, *(v for _, v in kwargs)):
+                    visit(a)
+                return
+            case Call(func=BuiltinRef(name="unbroadcast"), args=(g, InputRef(name=n)), kwargs=()):
+                meta.setdefault(n, set()).add("shape")
+                visit(g)
+                return
+            case InputRef(name=n):
+                whole.add(n)
+                return
+        for c in children(node):
+            visit(c)
+
+    visit(e)
+    return whole, meta
+
+
+def saved(d: Derivatives, schema: FunctionSchema) -> Saved:
+    whole: set[str] = set()
+    meta: dict[str, set[str]] = {}
+    results: set[int] = set()
+    for f in d.formulas:
+        w, m = meta_uses(f.expr)
+        whole |= w
+        for k, v in m.items():
+            meta.setdefault(k, set()).update(v)
+        for node in walk(f.expr):
+            if isinstance(node, ResultRef):
+                results.add(node.index)
+            elif isinstance(node, ResultsRef):
+                results.update(range(len(schema.returns)))
+    tensors, lists, values, metas = [], [], [], []
+    for a in schema.arguments:
+        tensor_like = is_tensor_like(a.type)
+        is_list = isinstance(strip_optional(a.type), ListType)
+        if a.name in whole:
+            if tensor_like and is_list:
+                lists.append(a.name)
+            elif tensor_like:
+                tensors.append(a.name)
+            else:
+                values.append(a.name)
+        elif a.name in meta:
+            if tensor_like and not is_list:
+                metas.extend((a.name, m) for m in ("shape", "dtype", "device") if m in meta[a.name])
+            elif tensor_like:
+                lists.append(a.name)
+            else:
+                values.append(a.name)
+    return Saved(tuple(tensors), tuple(lists), tuple(metas), tuple(values), tuple(sorted(results)))
+
+
+def library_calls(d: Derivatives) -> list[OpRef]:
+    return [n for n in walk_all(d) if isinstance(n, OpRef)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Syntax -> IR
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    grammar = resources.files("codegen").joinpath("grammar/formula.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+class _Bad(Exception):
+    """Raised after an error was reported; abandons the formula."""
+
+
+@dataclass(frozen=True)
+class _Name:
+    id: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A syntax node: `kind` names the grammar alternative; `parts` its children."""
+    kind: str
+    parts: tuple
+    span: Span
+
+
+@v_args(meta=True, inline=True)
+class _ToSyntax(Transformer):
+    """Parse tree -> `_Node`s. The only code that sees the grammar's trees."""
+
+    def __default__(self, data, children, meta):
+        return _Node(str(data), tuple(children),
+                     Span(meta.start_pos, meta.end_pos) if not meta.empty else Span(0, 0))
+
+    def start(self, meta, expr):
+        return expr
+
+    def name(self, meta, tok):
+        return _Name(str(tok), Span(tok.start_pos, tok.end_pos))
+
+
+class _Checker:
+    """Resolves the names of one formula against the op's schema."""
+
+    def __init__(self, text: Located, schema: FunctionSchema, diff_outputs: tuple[bool, ...],
+                 diags: Diagnostics):
+        self.text = text
+        self.schema = schema
+        self.diags = diags
+        self.diff_outputs = diff_outputs
+        self.namespace = schema.name.namespace or ""
+        self.returns = schema.returns
+
+    def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
+        self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
+        return _Bad()
+
+    def src(self, span: Span) -> str:
+        return self.text.text[span.start:span.end]
+
+    def loc(self, span: Span) -> Loc:
+        return self.text.at(span.start, max(1, span.end - span.start))
+
+    # -- names
+
+    def name(self, node: _Name) -> Expr:
+        n = node.id
+        if self.schema.argument(n) is not None:
+            return InputRef(n)
+        if n in ("True", "False", "None"):
+            return Const({"True": True, "False": False, "None": None}[n])
+        if n == "grad":
+            diff = [i for i, d in enumerate(self.diff_outputs) if d]
+            if len(diff) == 1:
+                return GradRef(diff[0])
+            if not diff:
+                raise self.error(node.span, "no output of this op is differentiable, so there is "
+                                 "no 'grad'")
+            raise self.error(node.span, f"'grad' is ambiguous: {len(diff)} outputs are "
+                             "differentiable", self._grad_names_hint())
+        if n.startswith("grad_"):
+            index = self._return_index(n[len("grad_"):])
+            if index is not None:
+                return self._grad(index, node.span)
+        if n == "grads":
+            return GradsRef()
+        if n == "result":
+            if len(self.returns) == 1:
+                return ResultRef(0)
+            raise self.error(node.span, f"'result' names the only output, but this op has "
+                             f"{len(self.returns)}", self._result_names_hint())
+        if n == "results":
+            return ResultsRef()
+        index = self._return_index(n)
+        if index is not None:
+            return ResultRef(index)
+        if n == "torch":
+            return TorchRef(())
+        if n in BUILTINS:
+            return BuiltinRef(n)
+        if n == self.namespace:
+            raise self.error(node.span, f"'{n}' is this library's namespace; call one of its ops: "
+                             f"`{n}.<op>(...)`")
+        # Anything else may be an op of the library; `check_library` settles it.
+        return OpRef(self.namespace, n, None, bare=True, loc=self.loc(node.span))
+
+    def _return_index(self, name: str) -> int | None:
+        for i, r in enumerate(self.returns):
+            if r.name == name:
+                return i
+        return None
+
+    def _grad(self, index: int, span: Span) -> Expr:
+        if not self.diff_outputs[index]:
+            r = self.returns[index]
+            raise self.error(span, f"output {index}{f' ({r.name!r})' if r.name else ''} is not "
+                             "differentiable, so it has no gradient",
+                             "see output_differentiability, and the type of the return")
+        return GradRef(index)
+
+    def _grad_names_hint(self) -> str:
+        names = [f"grad_{r.name}" if r.name else f"grads[{i}]"
+                 for i, (r, d) in enumerate(zip(self.returns, self.diff_outputs)) if d]
+        return "name one: " + ", ".join(names)
+
+    def _result_names_hint(self) -> str:
+        return "name one: " + ", ".join(r.name or f"results[{i}]"
+                                        for i, r in enumerate(self.returns))
+
+    # -- expressions
+
+    def expr(self, node) -> Expr:
+        if isinstance(node, _Name):
+            return self.name(node)
+        assert isinstance(node, _Node), node
+        k, p = node.kind, node.parts
+        if k == "number":
+            return Const(ast.literal_eval(str(p[0])))
+        if k == "string":
+            return Const(ast.literal_eval(str(p[0])))
+        if k == "attr":
+            return self.attr(node, self.expr(p[0]), str(p[1]))
+        if k == "call":
+            return self.call(node)
+        if k == "index":
+            return self.index(node)
+        if k in ("tuple", "list"):
+            items = tuple(self.expr(x) for x in p if x is not None)
+            return TupleLit(items) if k == "tuple" else ListLit(items)
+        if k == "ifexp":
+            return IfExp(self.expr(p[1]), self.expr(p[0]), self.expr(p[2]))
+        if k == "compare":
+            return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
+        if k in ("neg", "pos", "invert", "not_"):
+            return UnaryOp(UnaryKind[k], self.expr(p[0]))
+        if k in ("is_", "is_not", "and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
+                 "matmul", "pow"):
+            return BinOp(BinOpKind[k], self.expr(p[0]), self.expr(p[1]))
+        if k in ("slice", "ellipsis"):
+            raise self.error(node.span, "slices and '...' only go inside brackets: x[1:], x[..., 0]")
+        if k in ("kwarg", "star"):
+            raise self.error(node.span, "keyword and '*' arguments only go inside a call")
+        raise TypeError(f"unexpected syntax node {k}")
+
+    def attr(self, node: _Node, obj: Expr, name: str) -> Expr:
+        if isinstance(obj, TorchRef):
+            path = obj.path + (name,)
+            if not _torch_has(path):
+                raise self.error(node.span, f"'torch.{'.'.join(path)}' does not exist",
+                                 _torch_hint(path))
+            return TorchRef(path)
+        if isinstance(obj, OpRef):
+            if obj.overload is not None:
+                raise self.error(node.span, f"'{self.src(node.span)}': an op overload has no "
+                                 "attributes")
+            if obj.bare:
+                # `foo.bar`: `foo` was not an input; it must be this library's op.
+                return OpRef(obj.namespace, obj.name, "" if name == "default" else name,
+                             bare=True, loc=self.loc(node.span))
+            return OpRef(obj.namespace, obj.name, "" if name == "default" else name,
+                         loc=self.loc(node.span))
+        if isinstance(obj, (InputRef, GradRef, ResultRef)) and not _tensor_has(name):
+            tensor = isinstance(obj, (GradRef, ResultRef)) or self._is_tensor(obj)
+            if tensor:
+                raise self.error(node.span, f"torch.Tensor has no attribute '{name}'",
+                                 _tensor_hint(name))
+        return Attr(obj, name)
+
+    def _is_tensor(self, ref: InputRef) -> bool:
+        arg = self.schema.argument(ref.name)
+        assert arg is not None
+        return is_base(strip_optional(arg.type), BaseTy.Tensor)
+
+    def call(self, node: _Node) -> Expr:
+        func_node, *arg_nodes = node.parts
+        if isinstance(func_node, _Node) and func_node.kind == "attr" and \
+                isinstance(func_node.parts[0], _Name) and func_node.parts[0].id == self.namespace \
+                and self.schema.argument(self.namespace) is None:
+            func: Expr = OpRef(self.namespace, str(func_node.parts[1]), None,
+                               loc=self.loc(func_node.span))
+        elif isinstance(func_node, _Node) and func_node.kind == "attr" and \
+                isinstance(func_node.parts[0], _Node) and func_node.parts[0].kind == "attr" and \
+                isinstance(func_node.parts[0].parts[0], _Name) and \
+                func_node.parts[0].parts[0].id == self.namespace:
+            ovl = str(func_node.parts[1])
+            func = OpRef(self.namespace, str(func_node.parts[0].parts[1]),
+                         "" if ovl == "default" else ovl, loc=self.loc(func_node.span))
+        else:
+            func = self.expr(func_node)
+        args: list[Expr] = []
+        kwargs: list[tuple[str, Expr]] = []
+        for a in arg_nodes:
+            if a is None:
+                continue
+            if isinstance(a, _Node) and a.kind == "kwarg":
+                key = str(a.parts[0])
+                if any(key == k for k, _ in kwargs):
+                    raise self.error(a.span, f"keyword argument '{key}' given twice")
+                kwargs.append((key, self.expr(a.parts[1])))
+            elif isinstance(a, _Node) and a.kind == "star":
+                if kwargs:
+                    raise self.error(a.span, "'*' arguments go before keyword arguments")
+                args.append(Star(self.expr(a.parts[0])))
+            else:
+                if kwargs:
+                    raise self.error(a.span, "positional arguments go before keyword arguments")
+                args.append(self.expr(a))
+        if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const)):
+            raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
+        if isinstance(func, BuiltinRef):
+            self.builtin(node, func.name, args, kwargs)
+        if isinstance(func, TorchRef) and not func.path:
+            raise self.error(func_node.span, "the torch module is not callable")
+        return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span))
+
+    def builtin(self, node: _Node, name: str, args: list[Expr], kwargs) -> None:
+        if name == "unbroadcast":
+            if len(args) != 2 or kwargs or any(isinstance(a, Star) for a in args):
+                raise self.error(node.span, "unbroadcast() takes 2 arguments: "
+                                 "unbroadcast(grad, input)")
+        elif name == "not_implemented":
+            if len(args) != 1 or kwargs or not (isinstance(args[0], Const)
+                                                and isinstance(args[0].value, str)):
+                raise self.error(node.span, 'not_implemented() takes one string: '
+                                 'not_implemented("why")')
+
+    def index(self, node: _Node) -> Expr:
+        obj_node, *subs = node.parts
+        obj = self.expr(obj_node)
+        items: list[Expr] = []
+        for s in subs:
+            if s is None:
+                continue
+            if isinstance(s, _Node) and s.kind == "slice":
+                lo, hi = s.parts
+                items.append(Slice(self.expr(lo) if lo is not None else None,
+                                   self.expr(hi) if hi is not None else None))
+            elif isinstance(s, _Node) and s.kind == "ellipsis":
+                items.append(EllipsisLit())
+            else:
+                items.append(self.expr(s))
+        if isinstance(obj, (GradsRef, ResultsRef)):
+            n = len(self.returns)
+            what = "grads" if isinstance(obj, GradsRef) else "results"
+            if len(items) != 1 or not (isinstance(items[0], Const) and type(items[0].value) is int):
+                raise self.error(node.span, f"{what}[i] takes an integer literal")
+            i = items[0].value
+            assert isinstance(i, int)
+            if not -n <= i < n:
+                raise self.error(node.span, f"{what}[{i}] is out of range: the op has "
+                                 f"{n} output{'s' if n != 1 else ''}")
+            i %= n
+            return self._grad(i, node.span) if what == "grads" else ResultRef(i)
+        return Subscript(obj, tuple(items))
+
+
+_TORCH = None
+
+
+def _torch():
+    """torch, imported on first use: only formulas that name `torch.` pay for the import."""
+    global _TORCH
+    if _TORCH is None:
+        import torch
+        _TORCH = torch
+    return _TORCH
+
+
+def _torch_has(path: tuple[str, ...]) -> bool:
+    obj = _torch()
+    for part in path:
+        try:
+            obj = getattr(obj, part)
+        except Exception:
+            return False
+    return True
+
+
+def _torch_hint(path: tuple[str, ...]) -> str | None:
+    obj = _torch()
+    for part in path[:-1]:
+        obj = getattr(obj, part)
+    return did_you_mean(path[-1], [n for n in dir(obj) if not n.startswith("_")])
+
+
+def _tensor_has(name: str) -> bool:
+    return hasattr(_torch().Tensor, name)
+
+
+def _tensor_hint(name: str) -> str | None:
+    return did_you_mean(name, [n for n in dir(_torch().Tensor) if not n.startswith("_")])
+
+
+# --------------------------------------------------------------------------------------------------
+# The derivatives section
+
+
+def _differentiable_returns(schema: FunctionSchema) -> tuple[bool, ...]:
+    return tuple(is_tensor_like(r.type) for r in schema.returns)
+
+
+def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
+                      diags: Diagnostics) -> Derivatives | None:
+    """Parse and check the `derivatives:` of the op `schema`; errors go to `diags` (then None)."""
+    n_errors = len(diags.items)
+    if schema.mutable_arguments:
+        diags.error(spec.loc, f"'{schema.name}' mutates its arguments; derivatives go on its "
+                    "functional variant", "torch.library.register_autograd refuses mutating ops")
+        return None
+    kw_tensors = [a.name for a in schema.kwarg_only if is_tensor_like(a.type)]
+    if kw_tensors:
+        diags.error(spec.loc, f"derivatives cannot cover keyword-only Tensor arguments "
+                    f"('{kw_tensors[0]}')",
+                    "torch.library.register_autograd refuses them; make them positional")
+        return None
+
+    diff_outputs = _differentiable_returns(schema)
+    if spec.output_differentiability is not None:
+        flags = spec.output_differentiability
+        if len(flags) != len(schema.returns):
+            diags.error(spec.loc, f"output_differentiability has {len(flags)} entries but the op "
+                        f"has {len(schema.returns)} output{'s' if len(schema.returns) != 1 else ''}")
+            return None
+        for i, (flag, r) in enumerate(zip(flags, schema.returns)):
+            if flag and not is_tensor_like(r.type):
+                diags.error(spec.loc, f"output {i} ({r.type}) is not a Tensor and cannot be "
+                            "differentiable")
+                return None
+        diff_outputs = tuple(flags)
+
+    formulas: list[Formula] = []
+    non_diff: list[str] = []
+    seen: dict[str, Loc] = {}
+    parser = _parser()
+    for names, text in spec.formulas:
+        bad_name = False
+        for n in names:
+            arg = schema.argument(n)
+            if arg is None:
+                diags.error(text.loc, f"derivatives name '{n}', which is not an input of "
+                            f"{schema.name}",
+                            did_you_mean(n, [a.name for a in schema.arguments])
+                            or _tensor_inputs_hint(schema))
+                bad_name = True
+            elif not is_tensor_like(arg.type):
+                diags.error(text.loc, f"'{n}' is a {arg.type}, not a Tensor; only Tensor inputs "
+                            "have gradients")
+                bad_name = True
+            elif n in seen:
+                diags.error(text.loc, f"input '{n}' has two derivative formulas",
+                            f"the first is at {seen[n]}")
+                bad_name = True
+            else:
+                seen[n] = text.loc
+        if bad_name:
+            continue
+        if text.text.strip() == NON_DIFFERENTIABLE:
+            non_diff.extend(names)
+            continue
+        try:
+            syn = _ToSyntax().transform(parser.parse(text.text))
+        except UnexpectedInput as e:
+            err = syntax_error(text.text, e, terminal_names(parser), "formula")
+            diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message,
+                        err.hint)
+            continue
+        checker = _Checker(text, schema, diff_outputs, diags)
+        try:
+            expr = checker.expr(syn)
+        except _Bad:
+            continue
+        if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
+            diags.error(text.loc, f"the formula for {', '.join(names)} gives "
+                        f"{len(expr.items)} gradients for {len(names)} inputs")
+            continue
+        formulas.append(Formula(names, expr, text.text, loc=text.loc))
+
+    for a in schema.arguments:
+        if is_tensor_like(a.type) and a.name not in seen:
+            diags.error(spec.loc, f"input '{a.name}' has no derivative formula",
+                        f"add `{a.name}: <formula>`, or `{a.name}: non_differentiable` if it has "
+                        "no gradient")
+    if len(diags.items) != n_errors:
+        return None
+    return Derivatives(tuple(formulas), tuple(non_diff), diff_outputs, loc=spec.loc)
+
+
+def _tensor_inputs_hint(schema: FunctionSchema) -> str:
+    names = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    return "Tensor inputs: " + (", ".join(names) if names else "none")
+
+
+# --------------------------------------------------------------------------------------------------
+# Across the library: library op calls
+
+
+def lookup(lib: OpLibrary, ref: OpRef) -> list[Op]:
+    """The library ops `ref` can mean (several overloads when none is named)."""
+    return [op for op in lib.ops
+            if op.namespace == ref.namespace and op.name.name == ref.name
+            and (ref.overload is None or op.name.overload == ref.overload)]
+
+
+def resolve(lib: OpLibrary, ref: OpRef) -> Op | None:
+    """The one op a reference calls: the named overload, else the only or the default one."""
+    ops = lookup(lib, ref)
+    if len(ops) == 1:
+        return ops[0]
+    default = [op for op in ops if op.name.overload == ""]
+    return default[0] if ref.overload is None and default else None
+
+
+def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
+    """Check every library op call of every formula; True when all are fine."""
+    ok = True
+    names_by_ns: dict[str, list[str]] = {}
+    for op in lib.ops:
+        names_by_ns.setdefault(op.namespace, []).append(op.name.name)
+    for op in lib.ops:
+        d = op.derivatives
+        if not isinstance(d, Derivatives):
+            continue
+        for f in d.formulas:
+            for node in walk(f.expr):
+                if isinstance(node, Call) and isinstance(node.func, OpRef):
+                    ok = _check_call(lib, op, node, node.func, diags, names_by_ns) and ok
+                elif isinstance(node, OpRef):
+                    ok = _check_ref(lib, op, node, diags, names_by_ns) and ok
+    return ok
+
+
+def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
+               names_by_ns: dict[str, list[str]]) -> bool:
+    loc = ref.loc or op.loc
+    ops = lookup(lib, ref)
+    if ops and resolve(lib, ref) is not None:
+        return True
+    if ops:
+        diags.error(loc, f"'{ref.namespace}.{ref.name}' has several overloads and no default one",
+                    "name one: " + ", ".join(f"{ref.namespace}.{ref.name}.{o.name.overload}"
+                                             for o in ops))
+        return False
+    if ref.bare:
+        if ref.overload is None:
+            inputs = [a.name for a in op.schema.arguments]
+            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", "result", "torch"]
+            diags.error(loc, f"unknown name '{ref.name}'",
+                        did_you_mean(ref.name, choices)
+                        or "formulas name inputs, grad, result, torch, and ops of this library")
+        else:
+            diags.error(loc, f"unknown name '{ref.name}'")
+        return False
+    same = [o for o in lib.ops if o.namespace == ref.namespace and o.name.name == ref.name]
+    if same:
+        diags.error(loc, f"'{ref.namespace}.{ref.name}' has no overload '{ref.overload}'",
+                    "overloads: " + ", ".join(o.name.overload or "default" for o in same))
+    else:
+        diags.error(loc, f"the library has no op '{ref.namespace}::{ref.name}'",
+                    did_you_mean(ref.name, names_by_ns.get(ref.namespace, [])))
+    return False
+
+
+def _check_call(lib: OpLibrary, op: Op, call: Call, ref: OpRef, diags: Diagnostics,
+                names_by_ns: dict[str, list[str]]) -> bool:
+    if not _check_ref(lib, op, ref, diags, names_by_ns):
+        return False
+    target = resolve(lib, ref)
+    assert target is not None
+    loc = call.loc or op.loc
+    schema = target.schema
+    if any(isinstance(a, Star) for a in call.args):
+        return True  # a spread's length is known only at run time
+    positional = schema.positional
+    if len(call.args) > len(positional):
+        diags.error(loc, f"{schema.name} takes {len(positional)} positional argument"
+                    f"{'s' if len(positional) != 1 else ''} but {len(call.args)} were given",
+                    f"its schema: {schema}")
+        return False
+    given = {a.name for a in positional[:len(call.args)]}
+    for key, _ in call.kwargs:
+        arg = schema.argument(key)
+        if arg is None:
+            diags.error(loc, f"{schema.name} has no argument '{key}'",
+                        did_you_mean(key, [a.name for a in schema.arguments])
+                        or f"its schema: {schema}")
+            return False
+        if key in given:
+            diags.error(loc, f"{schema.name} got argument '{key}' twice")
+            return False
+        given.add(key)
+    missing = [a.name for a in schema.arguments if a.default is None and a.name not in given]
+    if missing:
+        diags.error(loc, f"{schema.name} is missing argument '{missing[0]}'",
+                    f"its schema: {schema}")
+        return False
+    return True
+
+
+def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
+    """The library ops called by `op`'s formulas that have no autograd of their own: with any,
+    `op` can be differentiated once only."""
+    d = op.derivatives
+    if not isinstance(d, Derivatives):
+        return []
+    out: list[Op] = []
+    for ref in library_calls(d):
+        target = resolve(lib, ref)
+        if target is None or target in out:
+            continue
+        if isinstance(target.derivatives, Derivatives):
+            continue
+        if target.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
+            continue
+        out.append(target)
+    return out
