@@ -2,7 +2,7 @@
 PYTHON ?= python
 SCHEMAS ?= schemas
 
-.PHONY: setup check list codegen codegen-check build demo test test-slow golden bench clean
+.PHONY: setup check list codegen codegen-check build demo test test-slow fuzz golden bench clean
 
 setup:
 	$(PYTHON) -m pip install -r requirements-dev.txt
@@ -24,6 +24,10 @@ test:
 
 test-slow:
 	$(PYTHON) -m pytest -q -m slow
+
+# Long property-test campaign (hypothesis) over the parser and loader.
+fuzz:
+	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q tests -k "propert or fuzz"
 
 # Refresh golden files and pinned diagnostics after an intended change.
 golden:

@@ -563,8 +563,14 @@ def _syntax_error(text: str, e: UnexpectedInput) -> SchemaSyntaxError:
             return err("expected '->' and the return types after the argument list",
                        "write '-> ()' for an op that returns nothing", 1)
         if at.startswith("="):
-            return err("malformed default value", "defaults are None, True, False, numbers, "
-                       "quoted strings, [lists] or names such as contiguous_format", 1)
+            vpos = pos + 1
+            while vpos < len(text) and text[vpos].isspace():
+                vpos += 1
+            value = re.match(r"[^,)]*", text[vpos:]).group(0).rstrip()  # type: ignore[union-attr]
+            what = f"malformed default value '{value}'" if value else "missing default value"
+            return SchemaSyntaxError(what, vpos, max(1, len(value)),
+                                     "defaults are None, True, False, numbers, quoted strings, "
+                                     "[lists] or names such as contiguous_format")
         if not at:
             return err("unexpected end of schema; expected ')' to close the argument list")
         return err(f"expected ',' or ')' after the argument, found {found}")
@@ -591,8 +597,9 @@ def _return_error(text: str, pos: int, expected: set[str], found: str) -> Schema
         return SchemaSyntaxError(f"malformed type '{m.group(0)}'", pos, len(m.group(0)),
                                  "alias annotations read (a), (a!), (a -> *) or (a|b!)")
     if "$END" in expected or not (expected & (_RET_START | {"_RP", "NRET", "NRET_TYPE"})):
-        return SchemaSyntaxError(f"unexpected {found} after the return types", pos, length,
-                                 "several returns are written as a list: (Tensor a, Tensor b)")
+        hint = None if text[:pos].rstrip().endswith(")") else \
+            "several returns are written as a list: (Tensor a, Tensor b)"
+        return SchemaSyntaxError(f"unexpected {found} after the return types", pos, length, hint)
     return SchemaSyntaxError(f"expected ',' or ')' in the return list, found {found}", pos,
                              length)
 

@@ -6,3 +6,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Property tests: a quick profile by default, a long campaign with HYPOTHESIS_PROFILE=fuzz
+# (`make fuzz`).
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("default", max_examples=60, deadline=None)
+settings.register_profile("fuzz", max_examples=3000, deadline=None)
+settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "default"))

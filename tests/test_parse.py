@@ -1,0 +1,220 @@
+"""Unit tests of the schema parser: the IR it builds, positions, and every syntax error's message.
+
+Syntax error messages are pinned in tests/parse_errors.expected; refresh with
+`EXPECTTEST_ACCEPT=1 pytest tests/test_parse.py` (or `make golden`) after an intended change.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codegen import SchemaSyntaxError, parse_schema
+from codegen.model import (
+    Annotation,
+    BaseTy,
+    BaseType,
+    BoolDefault,
+    ClassType,
+    ComplexDefault,
+    EnumDefault,
+    FloatDefault,
+    Generic,
+    GenericType,
+    IntDefault,
+    ListDefault,
+    ListType,
+    NoneDefault,
+    OptionalType,
+    StrDefault,
+    TupleType,
+    TypeVar,
+)
+
+T = BaseType(BaseTy.Tensor)
+
+
+def test_operator_name_parts():
+    s = parse_schema("myns::fused_add_.out(Tensor(a!) self) -> Tensor(a!)")
+    assert (s.name.namespace, s.name.name, s.name.overload) == ("myns", "fused_add_", "out")
+    assert s.name.inplace and s.name.base == "fused_add"
+    assert str(s.name) == "myns::fused_add_.out"
+    bare = parse_schema("f() -> ()")
+    assert bare.name.namespace is None and bare.name.overload == ""
+    assert bare.returns == () and bare.arguments == ()
+
+
+def test_whitespace_is_free():
+    a = parse_schema("ns :: f . ov ( Tensor ( a ! ) ? x = None ,int y=  -  1 , * , float z = 1e-5 ) -> ( Tensor a , int )")
+    b = parse_schema("ns::f.ov(Tensor(a!)? x=None, int y=-1, *, float z=1e-05) -> (Tensor a, int)")
+    assert a == b
+    assert str(a) == "ns::f.ov(Tensor(a!)? x=None, int y=-1, *, float z=1e-05) -> (Tensor a, int)"
+
+
+def test_types_compose():
+    s = parse_schema("f(int[1]? a, Tensor?[] b, SymInt[]? c, Tensor(a!)[] d, Tensor[](b) e) -> ()")
+    a, b, c, d, e = (x.type for x in s.arguments)
+    assert a == OptionalType(ListType(BaseType(BaseTy.int), 1))
+    assert b == ListType(OptionalType(T))
+    assert c == OptionalType(ListType(BaseType(BaseTy.SymInt)))
+    assert d == ListType(BaseType(BaseTy.Tensor, Annotation(("a",), True)))
+    assert e == ListType(T, None, Annotation(("b",)))
+    assert s.arguments[3].is_write and not s.arguments[4].is_write
+
+
+def test_every_base_type_parses():
+    names = ["Tensor", "int", "SymInt", "SymBool", "float", "bool", "str", "Scalar", "ScalarType",
+             "Layout", "Device", "DeviceIndex", "MemoryFormat", "QScheme", "Generator", "Storage",
+             "Stream", "Dimname", "GraphModule", "Any", "number", "complex"]
+    text = "f(" + ", ".join(f"{n} a{i}" for i, n in enumerate(names)) + ") -> ()"
+    s = parse_schema(text)
+    assert [str(a.type) for a in s.arguments] == names
+    assert all(isinstance(a.type, BaseType) for a in s.arguments)
+
+
+def test_torchscript_forms():
+    s = parse_schema("f(Dict(str, Tensor) d, (int, int) p, Future(t) fu, t x, "
+                     "__torch__.torch.classes.ns.Cls c) -> t[]")
+    d, p, fu, x, c = (a.type for a in s.arguments)
+    assert d == GenericType(Generic.Dict, (BaseType(BaseTy.str), T))
+    assert p == TupleType((BaseType(BaseTy.int), BaseType(BaseTy.int)))
+    assert fu == GenericType(Generic.Future, (TypeVar("t"),))
+    assert x == TypeVar("t")
+    assert c == ClassType("__torch__.torch.classes.ns.Cls")
+    assert s.returns[0].type == ListType(TypeVar("t"))
+
+
+def test_alias_annotations():
+    s = parse_schema("f(Tensor(a) x, Tensor(a!) y, Tensor(a -> *) z, Tensor(a|b) w, "
+                     "Tensor(a|b! -> b|c) v) -> Tensor(a)")
+    anns = [a.annotation for a in s.arguments]
+    assert anns == [Annotation(("a",)), Annotation(("a",), True), Annotation(("a",), False, ("*",)),
+                    Annotation(("a", "b")), Annotation(("a", "b"), True, ("b", "c"))]
+    assert str(s.arguments[4].type) == "Tensor(a|b! -> b|c)"
+
+
+def test_defaults_of_every_form():
+    s = parse_schema(
+        "f(Tensor? a=None, bool b=True, bool c=False, int d=-3, float e=1e-5, float f=-.5, "
+        "str g='q\\'s', str h=\"t\\n\", int[] i=[1, -2], SymInt[2] j=1, "
+        "MemoryFormat k=contiguous_format, int l=Mean, ScalarType m=long, complex n=2j, "
+        "float[] o=[0.5, 1.0]) -> ()")
+    got = [a.default for a in s.arguments]
+    assert got == [NoneDefault(), BoolDefault(True), BoolDefault(False), IntDefault(-3),
+                   FloatDefault(1e-5), FloatDefault(-0.5), StrDefault("q's"), StrDefault("t\n"),
+                   ListDefault((IntDefault(1), IntDefault(-2))), IntDefault(1),
+                   EnumDefault("contiguous_format"), EnumDefault("Mean"), EnumDefault("long"),
+                   ComplexDefault(2.0), ListDefault((FloatDefault(0.5), FloatDefault(1.0)))]
+    assert str(s.arguments[6].default) == '"q\'s"'
+
+
+def test_kwarg_only_and_varargs():
+    s = parse_schema("f(Tensor a, *, Tensor b, Tensor(a!) out) -> Tensor(a!)")
+    assert [a.kwarg_only for a in s.arguments] == [False, True, True]
+    assert s.is_out_fn
+    v = parse_schema("f(Tensor a, ...) -> (Tensor, ...)")
+    assert v.is_vararg and v.is_varret and len(v.returns) == 1
+
+
+def test_returns():
+    assert str(parse_schema("f() -> (Tensor)")) == "f() -> Tensor"
+    s = parse_schema("f() -> (Tensor values, Tensor indices)")
+    assert [r.name for r in s.returns] == ["values", "indices"]
+    one_tuple = parse_schema("f() -> ((int, int))")
+    assert len(one_tuple.returns) == 1 and isinstance(one_tuple.returns[0].type, TupleType)
+    assert str(one_tuple) == "f() -> ((int, int))"
+
+
+def test_spans_point_at_source():
+    text = "ns::op(Tensor  self, *, int[2] k=[1, 2], Dict(str, t) d) -> (Tensor out, int)"
+    s = parse_schema(text)
+    spans = [(text[a.span.start:a.span.end], text[a.type_span.start:a.type_span.end],
+              text[a.name_span.start:a.name_span.end],
+              text[a.default_span.start:a.default_span.end] if a.default_span else None)
+             for a in s.arguments]
+    assert spans == [("Tensor  self", "Tensor", "self", None),
+                     ("int[2] k=[1, 2]", "int[2]", "k", "[1, 2]"),
+                     ("Dict(str, t) d", "Dict(str, t)", "d", None)]
+    assert [text[r.span.start:r.span.end] for r in s.returns] == ["Tensor out", "int"]
+    assert text[s.name.span.start:s.name.span.end] == "ns::op"
+
+
+def test_equality_ignores_positions():
+    assert parse_schema("f(Tensor x) -> Tensor") == parse_schema("  f( Tensor   x )->Tensor")
+    assert hash(parse_schema("f(int x=1) -> ()")) == hash(parse_schema("f(int x = 1)->()"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Syntax errors, pinned
+
+ERROR_CASES = [
+    "",
+    "(Tensor x) -> Tensor",
+    "foo bar(Tensor x) -> Tensor",
+    "f(Tensor) -> Tensor",
+    "f(Tensor x, Tensor) -> Tensor",
+    "f(Tensor x)",
+    "f(Tensor x) Tensor",
+    "f(Tensor x,) -> ()",
+    "f(int x int y) -> ()",
+    "f(Tensor x=) -> ()",
+    "f(float x=-inf) -> ()",
+    "f(int x, int y",
+    "f(int x) ->",
+    "f(int x) -> Tensor Tensor Tensor",
+    "f(int x) -> (Tensor a Tensor b)",
+    "f(int x) -> (Tensor a,)",
+    "f(int x) -> (Tensor a, Tensor b",
+    "f(Tensor?(a) x) -> ()",
+    "f(Tensor(a!|b) x) -> ()",
+    "f(Tensor(a)(b) x) -> ()",
+    "f(Tensor x, ..., int y) -> ()",
+    "f(*, *, int x) -> ()",
+    "f(Tensor x) -> (Tensor, ..., Tensor)",
+    "f(Dict(int) x) -> ()",
+    "f(Future(int, int) x) -> ()",
+    "f(foo.bar x) -> ()",
+    'f(str s="\\x41") -> ()',
+    "f(int x) -> () junk",
+]
+
+# Where our parser is deliberately stricter than c10's.
+STRICTER_THAN_TORCH = {
+    "foo bar(Tensor x) -> Tensor",  # c10 reads the name as 'foo' and ignores 'bar'
+    "f(Tensor(a)(b) x) -> ()",      # c10 silently keeps one of the two annotations
+    "f(*, *, int x) -> ()",         # c10 accepts a repeated '*'
+    "f(foo.bar x) -> ()",           # c10 makes a dotted type variable; only classes are dotted
+}
+
+EXPECTED = Path(__file__).with_name("parse_errors.expected")
+
+
+def _render(text: str) -> str:
+    try:
+        parse_schema(text)
+    except SchemaSyntaxError as e:
+        assert 0 <= e.offset <= len(text), (text, e.offset)
+        out = [f"schema: {text}", f"        {' ' * e.offset}{'^' * e.length}", f"error: {e.message}"]
+        if e.hint:
+            out.append(f"hint: {e.hint}")
+        return "\n".join(out)
+    raise AssertionError(f"accepted: {text!r}")
+
+
+def test_syntax_errors_are_pinned():
+    rendered = "\n\n".join(_render(t) for t in ERROR_CASES) + "\n"
+    if os.environ.get("EXPECTTEST_ACCEPT"):
+        EXPECTED.write_text(rendered)
+    assert rendered == EXPECTED.read_text()
+
+
+@pytest.mark.parametrize("text", ERROR_CASES)
+def test_torch_rejects_what_we_reject(text):
+    import torch
+
+    if text in STRICTER_THAN_TORCH:
+        pytest.skip("torch accepts this; we refuse it on purpose")
+    with pytest.raises(RuntimeError):
+        torch._C.parse_schema(text)
