@@ -178,6 +178,7 @@ class _FileLoader:
         self.rules = rules
         self.text = ""
         self.ok = True
+        self.bad_namespace = False
 
     # -- positions and errors ----------------------------------------------------------------------
 
@@ -360,6 +361,11 @@ class _FileLoader:
             hint = f"{e.context.strip()} (line {ctx.line + 1}, column {ctx.column + 1})"
         if mark is None:
             loc = Loc(self.path, 1, 1)
+        elif mark.index >= len(self.text.rstrip()):
+            # Ran off the end: point just past the last character, on a line that exists.
+            end = len(self.text.rstrip())
+            line = self.text.count("\n", 0, end) + 1
+            loc = Loc(self.path, line, end - (self.text.rfind("\n", 0, end) + 1) + 1)
         else:
             loc = Loc(self.path, mark.line + 1, mark.column + 1)
         self.error(loc, f"invalid YAML: {problem}", hint)
@@ -458,7 +464,12 @@ class _FileLoader:
                     self.error(node, f"namespace '{namespace}' is not an identifier",
                                "use letters, digits and '_', not starting with a digit")
                     namespace = None
+                if namespace is None:
+                    # Reported once here, not again for every op that relies on it.
+                    self.bad_namespace = True
             if "ops" not in top:
+                if not self.ok:
+                    return None  # a misspelled `ops:` was just reported
                 self.error(Loc(self.path, root.start.line + 1, root.start.column + 1),
                            "op file has no 'ops:' list",
                            "list the op entries under 'ops:'")
@@ -495,6 +506,8 @@ class _FileLoader:
         if schema is None:
             return None
         if schema.name.namespace is None:
+            if namespace is None and self.bad_namespace:
+                return None
             if namespace is None:
                 name = schema.name
                 length = (name.span.end - name.span.start) if name.span else len(name.name)
@@ -619,6 +632,7 @@ class _FileLoader:
         fields = self.mapping(node, "'derivatives'", None)
         if fields is None:
             return None
+        n_errors = len(self.diags.items)
         formulas: list[tuple[tuple[str, ...], Located]] = []
         output_differentiability: tuple[bool, ...] | None = None
         for name, (key, value) in fields.items():
@@ -639,6 +653,8 @@ class _FileLoader:
                 continue
             formulas.append((names, self.located(value)))  # type: ignore[arg-type]
         spec = DerivativesSpec(tuple(formulas), output_differentiability, self.loc(node))
+        if len(self.diags.items) != n_errors:
+            return None  # a partial spec would only draw "no formula for x" errors
         parse = _optional("codegen.formulas", "parse_derivatives")
         if parse is None:
             return spec
@@ -702,7 +718,14 @@ class _FileLoader:
     def samples(self, node: _Node, schema: FunctionSchema) -> tuple[Sample, ...]:
         named: list[tuple[str | None, _Node]] = []
         if type(node) is _Map:
-            for name, (_key, value) in (self.mapping(node, "'samples'", None) or {}).items():
+            fields = self.mapping(node, "'samples'", None) or {}
+            args = [n for n in fields if schema.argument(n) is not None]
+            if args:
+                self.error(fields[args[0]][0], f"'samples' is a list of samples (or a mapping "
+                           f"name -> sample), but '{args[0]}' is an argument of {schema.name}",
+                           "for a single sample, write samples: [{" + args[0] + ": ...}]")
+                return ()
+            for name, (_key, value) in fields.items():
                 named.append((name, value))
         else:
             items = self.sequence(node, "'samples' (a list, or a mapping name -> sample)")

@@ -177,9 +177,16 @@ def _name_loc(op: Op) -> Loc:
 
 
 def _at(op: Op, span: Span | None) -> Loc:
-    if span is None or op.func is None:
+    if span is None or op.func is None or span.end <= span.start:
         return op.loc
-    return op.func.at(span.start, max(1, span.end - span.start))
+    return op.func.at(span.start, span.end - span.start)
+
+
+def _join(spans: list[Span | None]) -> Span | None:
+    """The span from the first to the last of `spans` (None if any is unknown)."""
+    if not spans or any(s is None for s in spans):
+        return None
+    return Span(spans[0].start, spans[-1].end)  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -393,7 +400,7 @@ class _OpVerifier:
 
         mutable_rets = [r for r, ann in zip(rets, ret_anns) if ann and ann.is_write]
         if mutable_rets and len(mutable_rets) != len(rets):
-            self.error(s.span, "an op returns either only mutated inputs or only new values, "
+            self.error(_join([r.span for r in rets]) or s.span, "an op returns either only mutated inputs or only new values, "
                        "not both", "return the mutated inputs separately, or not at all")
 
         if outs and s.name.inplace:
@@ -419,9 +426,13 @@ class _OpVerifier:
 
         # torchgen: TensorOptions arguments (dtype, layout, device, pin_memory) are for factory
         # functions, which are functional.
-        if any(ann and ann.is_write for ann in arg_anns) and self.has_tensor_options():
-            self.error(s.span, "only functional ops take the TensorOptions arguments "
-                       "(dtype, layout, device, pin_memory)")
+        if any(ann and ann.is_write for ann in arg_anns):
+            options = self.tensor_options()
+            if options is not None:
+                self.error(_join([options[0].span, options[-1].span]) or s.span,
+                           "only functional ops take the TensorOptions arguments "
+                           "(dtype, layout, device, pin_memory)",
+                           "factory functions, which create their result, take them")
 
     def inplace(self) -> None:
         s = self.schema
@@ -437,11 +448,11 @@ class _OpVerifier:
             return
         if isinstance(first.type, BaseType) and first.type.name is BaseTy.Tensor:
             if not (len(s.returns) == 1 and s.returns[0].annotation == first.annotation):
-                self.error(s.span, f"in-place op '{s.name}' must return self",
-                           f"-> {first.type}")
+                self.error(_join([r.span for r in s.returns]) or s.span,
+                           f"in-place op '{s.name}' must return self", f"-> {first.type}")
         elif s.returns:
-            self.error(s.span, f"in-place op '{s.name}' with a non-Tensor self returns nothing",
-                       "-> ()")
+            self.error(_join([r.span for r in s.returns]) or s.span,
+                       f"in-place op '{s.name}' with a non-Tensor self returns nothing", "-> ()")
 
     def out(self, outs: list[Argument]) -> None:
         s = self.schema
@@ -465,13 +476,15 @@ class _OpVerifier:
                            "the i-th return is the i-th out argument, with the same annotation")
                 return
 
-    def has_tensor_options(self) -> bool:
+    def tensor_options(self) -> list[Argument] | None:
+        """The keyword-only dtype, layout, device, pin_memory run torchgen groups, if present."""
         kw = [a for a in self.schema.arguments if a.kwarg_only]
-        for i in range(len(kw) - len(TENSOR_OPTIONS) + 1):
+        n = len(TENSOR_OPTIONS)
+        for i in range(len(kw) - n + 1):
             if all(a.name == name and strip_optional(a.type) == BaseType(ty)
                    for a, (name, ty) in zip(kw[i:], TENSOR_OPTIONS)):
-                return True
-        return False
+                return kw[i:i + n]
+        return None
 
     # -- kernels -----------------------------------------------------------------------------------
 

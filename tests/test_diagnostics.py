@@ -1,0 +1,61 @@
+"""One case per diagnostic: tests/diagnostics/<name>.yaml must fail `check` with exactly the text in
+<name>.expected (location, message, source line, caret, hint).
+
+Refresh after an intended change with `EXPECTTEST_ACCEPT=1 python -m pytest tests/test_diagnostics.py`
+(or `make golden`), then read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codegen.diagnostics import UserError
+from codegen.load import load_library
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES_DIR = ROOT / "tests" / "diagnostics"
+CASES = sorted(CASES_DIR.glob("*.yaml"))
+ACCEPT = os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
+
+
+def render(case: Path) -> str:
+    rel = case.relative_to(ROOT).as_posix()
+    with pytest.raises(UserError) as e:
+        load_library([rel])
+    return e.value.diags.render() + "\n"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def test_diagnostic(case: Path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    got = render(case)
+    expected = case.with_suffix(".expected")
+    if ACCEPT:
+        if not expected.exists() or expected.read_text(encoding="utf-8") != got:
+            expected.write_text(got, encoding="utf-8")
+        return
+    assert expected.exists(), f"no {expected.name}; run with EXPECTTEST_ACCEPT=1 to create it"
+    assert got == expected.read_text(encoding="utf-8")
+
+
+def test_diagnostic_cases_have_no_orphans():
+    stems = {c.stem for c in CASES}
+    orphans = [p.name for p in CASES_DIR.glob("*.expected") if p.stem not in stems]
+    assert orphans == []
+
+
+def test_diagnostic_cases_point_inside_their_file(monkeypatch):
+    """Every diagnostic is located in the case file, on a real line and column."""
+    monkeypatch.chdir(ROOT)
+    for case in CASES:
+        rel = case.relative_to(ROOT).as_posix()
+        with pytest.raises(UserError) as e:
+            load_library([rel])
+        lines = case.read_bytes().decode("utf-8", "replace").splitlines()
+        for d in e.value.diags.items:
+            assert d.loc.path == rel, (case.name, d)
+            assert 1 <= d.loc.line <= len(lines), (case.name, d)
+            assert 1 <= d.loc.col <= len(lines[d.loc.line - 1]) + 1, (case.name, d)
