@@ -53,6 +53,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"stale: {rel}")
         return 1 if changed else 0
     written = files.write(root, fileset, prune_dir=OUTPUT_DIR)
+    if args.depfile:
+        from codegen.dest.ninja import write_depfile
+
+        write_depfile(Path(args.depfile), lib)
     for rel in written:
         print(f"wrote {rel}")
     if not written:
@@ -75,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--root", default=".", help="repository root (outputs go to ROOT/generated)")
             p.add_argument("--check", action="store_true",
                            help="write nothing; exit 1 if any generated file is stale")
+            p.add_argument("--depfile", metavar="PATH",
+                           help="also write a make-style depfile of every input read (for ninja)")
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

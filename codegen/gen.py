@@ -21,6 +21,22 @@ OUTPUT_DIR = "generated"
 def generators() -> list[tuple[str, Generator]]:
     """(name, generator) pairs, in output order. Imported lazily: `check` needs none of them."""
     gens: list[tuple[str, Generator]] = []
+    from codegen.dest import cpp_kernels, cpp_library, cpp_register, ninja, py_ops
+
+    gens += [
+        ("cpp-kernels", cpp_kernels.generate),
+        ("cpp-register", cpp_register.generate),
+        ("cpp-stamp", cpp_library.generate_stamps),
+        ("build-ninja", ninja.generate),
+        ("py-ops", py_ops.generate_ops),
+        ("py-manifest", py_ops.generate_manifest),
+    ]
+    from codegen.dest import py_reg, py_stubs
+
+    gens += [
+        ("py-reg", py_reg.generate_registrations),
+        ("py-stubs", py_stubs.generate_stubs),
+    ]
     return gens
 
 

@@ -1,0 +1,1 @@
+"""IR types -> target-language types, one module per target."""

@@ -1,0 +1,515 @@
+"""Schema IR types -> the C++ types the PyTorch dispatcher binds for a custom op's kernel.
+
+A kernel registered with `m.impl("op", TORCH_FN(f))` must take exactly these types: c10 infers a
+schema from `f`'s signature and checks it against the declared one, and the boxed calling
+convention converts each IValue to exactly this type. The mapping follows torchgen's dispatcher
+API (`torchgen/api/cpp.py` with `symint=True`), restricted to what c10's boxing layer can bind
+for an operator registered outside ATen.
+
+Types that have no C++ binding (TorchScript-only types, type variables, tuples, generics, named
+dimensions, TorchBind classes) raise `Unsupported`, which names the offending type node; the
+generators turn it into a located diagnostic. Nothing here produces text that is not valid C++.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Union
+
+from codegen.model import (
+    SCRIPT_ONLY_BASE,
+    Argument,
+    BaseTy,
+    BaseType,
+    BoolDefault,
+    ClassType,
+    ComplexDefault,
+    Default,
+    EnumDefault,
+    FloatDefault,
+    FunctionSchema,
+    GenericType,
+    IntDefault,
+    ListDefault,
+    ListType,
+    NoneDefault,
+    OptionalType,
+    Return,
+    Span,
+    StrDefault,
+    TupleType,
+    Type,
+    TypeVar,
+)
+
+# --------------------------------------------------------------------------------------------------
+# C++ type algebra (structure, printed by `cpp()`; no C++ is ever assembled from loose strings)
+
+
+@dataclass(frozen=True)
+class BaseC:
+    name: str                       # fully qualified: `at::Tensor`, `int64_t`
+
+    def cpp(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ConstRefC:
+    elem: CType
+
+    def cpp(self) -> str:
+        return f"const {self.elem.cpp()}&"
+
+
+@dataclass(frozen=True)
+class MutRefC:
+    elem: CType
+
+    def cpp(self) -> str:
+        return f"{self.elem.cpp()}&"
+
+
+@dataclass(frozen=True)
+class OptionalC:
+    elem: CType
+
+    def cpp(self) -> str:
+        return f"std::optional<{self.elem.cpp()}>"
+
+
+@dataclass(frozen=True)
+class ArrayRefC:
+    elem: CType
+
+    def cpp(self) -> str:
+        return f"at::ArrayRef<{self.elem.cpp()}>"
+
+
+@dataclass(frozen=True)
+class ListC:
+    """`c10::List<T>`: an owning, boxed list (the only binding for `Tensor?[]` and `bool[]`)."""
+
+    elem: CType
+
+    def cpp(self) -> str:
+        return f"c10::List<{self.elem.cpp()}>"
+
+
+@dataclass(frozen=True)
+class VectorC:
+    elem: CType
+
+    def cpp(self) -> str:
+        return f"std::vector<{self.elem.cpp()}>"
+
+
+@dataclass(frozen=True)
+class ArrayC:
+    elem: CType
+    size: int
+
+    def cpp(self) -> str:
+        return f"std::array<{self.elem.cpp()}, {self.size}>"
+
+
+@dataclass(frozen=True)
+class TupleC:
+    elems: tuple[CType, ...]
+
+    def cpp(self) -> str:
+        return "std::tuple<" + ", ".join(e.cpp() for e in self.elems) + ">"
+
+
+CType = Union[BaseC, ConstRefC, MutRefC, OptionalC, ArrayRefC, ListC, VectorC, ArrayC, TupleC]
+
+tensorT = BaseC("at::Tensor")
+scalarT = BaseC("at::Scalar")
+voidT = BaseC("void")
+
+# Value types: passed by value, returned by value, wrapped in std::optional when optional.
+_VALUE_TYPES: dict[BaseTy, BaseC] = {
+    BaseTy.int: BaseC("int64_t"),
+    BaseTy.SymInt: BaseC("c10::SymInt"),
+    BaseTy.SymBool: BaseC("c10::SymBool"),
+    BaseTy.float: BaseC("double"),
+    BaseTy.bool: BaseC("bool"),
+    # c10::string_view is std::string_view since torch 2.7 and its own class before: this name
+    # binds on every supported torch.
+    BaseTy.str: BaseC("c10::string_view"),
+    BaseTy.ScalarType: BaseC("at::ScalarType"),
+    BaseTy.Layout: BaseC("at::Layout"),
+    BaseTy.Device: BaseC("at::Device"),
+    BaseTy.DeviceIndex: BaseC("at::DeviceIndex"),
+    BaseTy.MemoryFormat: BaseC("at::MemoryFormat"),
+    BaseTy.QScheme: BaseC("at::QScheme"),
+    BaseTy.Generator: BaseC("at::Generator"),
+    BaseTy.Storage: BaseC("at::Storage"),
+    BaseTy.Stream: BaseC("at::Stream"),
+}
+
+# Base types the schema language has but a C++ custom-op kernel cannot receive, and why.
+_NO_CPP_BINDING: dict[BaseTy, tuple[str, str | None]] = {
+    BaseTy.Dimname: ("named dimensions ('Dimname') cannot be bound by a custom op kernel",
+                     "pass dimensions as 'int' or 'int[]'"),
+    BaseTy.GraphModule: ("'GraphModule' is a Python-only type; it has no C++ binding",
+                         "implement this op with a Python kernel"),
+    BaseTy.ConstQuantizerPtr: ("'ConstQuantizerPtr' is internal to ATen's quantized kernels",
+                               None),
+}
+
+
+class Unsupported(Exception):
+    """A type (or schema feature) that this back end cannot bind.
+
+    `span` locates it in the schema text: the type's own span when the parser recorded one, else
+    the span of the argument or return that holds it (filled in by `signature`).
+    """
+
+    def __init__(self, node: object, message: str, hint: str | None = None,
+                 span: Span | None = None) -> None:
+        super().__init__(message)
+        self.node = node
+        self.message = message
+        self.hint = hint
+        self.span = span if span is not None else getattr(node, "span", None)
+
+    def located(self, span: Span | None) -> Unsupported:
+        return self if self.span is not None else Unsupported(self.node, self.message, self.hint,
+                                                              span)
+
+
+def _refuse_base(t: BaseType) -> None:
+    if t.name in SCRIPT_ONLY_BASE:
+        raise Unsupported(t, f"'{t.name.value}' is a TorchScript-only type; custom op kernels "
+                             "cannot take or return it",
+                          "use a concrete type: Tensor, int, float, bool, str, Scalar, ...")
+    if t.name in _NO_CPP_BINDING:
+        msg, hint = _NO_CPP_BINDING[t.name]
+        raise Unsupported(t, msg, hint)
+
+
+def _refuse_other(t: Type) -> None:
+    """Raise for every type that is not a BaseType/OptionalType/ListType."""
+    if isinstance(t, TypeVar):
+        raise Unsupported(t, f"type variable '{t.name}' is TorchScript-only; custom op kernels "
+                             "need concrete types")
+    if isinstance(t, TupleType):
+        raise Unsupported(t, "tuple types are TorchScript-only; custom op kernels cannot bind them",
+                          "return several values as '(Tensor a, Tensor b)' instead")
+    if isinstance(t, GenericType):
+        raise Unsupported(t, f"'{t.kind.value}(...)' is a TorchScript-only type; custom op kernels "
+                             "cannot bind it")
+    if isinstance(t, ClassType):
+        raise Unsupported(t, f"TorchBind class '{t.qualname}' is not supported by the C++ back end",
+                          "pass its state as tensors, or register this op by hand")
+    raise AssertionError(f"unhandled type node {t!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments
+
+
+def valuetype_type(t: Type) -> CType | None:
+    """The by-value C++ type of `t`, or None when `t` is passed by reference/view."""
+    if isinstance(t, BaseType):
+        _refuse_base(t)
+        if t.name in (BaseTy.Tensor, BaseTy.Scalar):
+            return None
+        return _VALUE_TYPES[t.name]
+    if isinstance(t, OptionalType):
+        elem = valuetype_type(t.elem)
+        return None if elem is None else OptionalC(elem)
+    if isinstance(t, ListType):
+        if is_plain(t.elem, BaseTy.bool) and t.size is not None:
+            return ArrayC(BaseC("bool"), t.size)
+        return None
+    _refuse_other(t)
+    raise AssertionError("unreachable")
+
+
+def is_plain(t: Type, name: BaseTy) -> bool:
+    return isinstance(t, BaseType) and t.name is name
+
+
+def argumenttype_type(t: Type, *, mutable: bool) -> CType:
+    """The C++ parameter type for an argument of schema type `t`."""
+    r = valuetype_type(t)
+    if r is not None:
+        return r
+    if isinstance(t, BaseType):
+        if t.name is BaseTy.Tensor:
+            return MutRefC(tensorT) if mutable else ConstRefC(tensorT)
+        if t.name is BaseTy.Scalar:
+            return ConstRefC(scalarT)
+        raise AssertionError(f"base type {t} should be a value type")
+    if isinstance(t, OptionalType):
+        e = t.elem
+        if is_plain(e, BaseTy.Tensor):
+            # Also for `Tensor(a!)?`: c10 binds optional tensors only by const reference.
+            return ConstRefC(OptionalC(tensorT))
+        if is_plain(e, BaseTy.Scalar):
+            return ConstRefC(OptionalC(scalarT))
+        if isinstance(e, ListType) and is_plain(e.elem, BaseTy.int):
+            return BaseC("at::OptionalIntArrayRef")
+        if isinstance(e, ListType) and is_plain(e.elem, BaseTy.SymInt):
+            return BaseC("at::OptionalSymIntArrayRef")
+        if isinstance(e, OptionalType):
+            raise Unsupported(t, "nested optional types have no C++ binding")
+        return OptionalC(argumenttype_type(e, mutable=mutable))
+    if isinstance(t, ListType):
+        e = t.elem
+        if is_plain(e, BaseTy.int):
+            return BaseC("at::IntArrayRef")
+        if is_plain(e, BaseTy.SymInt):
+            return BaseC("c10::SymIntArrayRef")
+        if is_plain(e, BaseTy.Tensor):
+            return BaseC("at::TensorList")
+        if isinstance(e, OptionalType) and is_plain(e.elem, BaseTy.Tensor):
+            return ConstRefC(ListC(OptionalC(tensorT)))
+        if is_plain(e, BaseTy.bool):
+            # Unsized: std::vector<bool> has no ArrayRef view, so c10 hands over its own list.
+            return ConstRefC(ListC(BaseC("bool")))
+        if is_plain(e, BaseTy.Scalar):
+            return ArrayRefC(scalarT)
+        if isinstance(e, ListType):
+            raise Unsupported(t, "lists of lists have no C++ binding for custom ops")
+        if isinstance(e, OptionalType):
+            raise Unsupported(t, f"lists of optional '{e.elem}' have no C++ binding for custom ops",
+                              "only 'Tensor?[]' is supported among optional element types")
+        elem = argumenttype_type(e, mutable=False)
+        return ArrayRefC(elem)
+    _refuse_other(t)
+    raise AssertionError("unreachable")
+
+
+def argument_type(a: Argument) -> CType:
+    return argumenttype_type(a.type, mutable=a.is_write)
+
+
+# --------------------------------------------------------------------------------------------------
+# Returns
+
+
+def returntype_type(t: Type, *, mutable: bool) -> CType:
+    r = valuetype_type(t)
+    if r is not None:
+        if isinstance(r, ArrayC):
+            raise Unsupported(t, f"fixed-size list returns ('{t}') have no C++ binding",
+                              "return 'bool[]' or a Tensor")
+        return r
+    if isinstance(t, BaseType):
+        if t.name is BaseTy.Tensor:
+            # Note [Tensor returns]: a return that writes an alias set is the argument itself,
+            # handed back by reference; every other Tensor return is a new handle.
+            return MutRefC(tensorT) if mutable else tensorT
+        if t.name is BaseTy.Scalar:
+            return scalarT
+        raise AssertionError(f"base type {t} should be a value type")
+    if isinstance(t, ListType):
+        if mutable:
+            raise Unsupported(t, "a mutable tensor list cannot be returned",
+                              "return '()' and let the caller keep its list")
+        if t.size is not None:
+            raise Unsupported(t, f"fixed-size list returns ('{t}') have no C++ binding")
+        if is_plain(t.elem, BaseTy.bool):
+            return ListC(BaseC("bool"))
+        if isinstance(t.elem, OptionalType):
+            raise Unsupported(t, f"returning a list of optional '{t.elem.elem}' is not supported")
+        return VectorC(returntype_type(t.elem, mutable=False))
+    if isinstance(t, OptionalType):
+        if is_plain(t.elem, BaseTy.Tensor):
+            return OptionalC(tensorT)
+        if is_plain(t.elem, BaseTy.Scalar):
+            return OptionalC(scalarT)
+        raise Unsupported(t, f"optional '{t.elem}' returns have no C++ binding")
+    _refuse_other(t)
+    raise AssertionError("unreachable")
+
+
+def return_type(r: Return) -> CType:
+    return returntype_type(r.type, mutable=r.is_write)
+
+
+def returns_type(rs: tuple[Return, ...]) -> CType:
+    if not rs:
+        return voidT
+    if len(rs) == 1:
+        return return_type(rs[0])
+    return TupleC(tuple(return_type(r) for r in rs))
+
+
+# --------------------------------------------------------------------------------------------------
+# Signatures
+
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+co_return co_yield decltype default delete do double dynamic_cast else enum explicit export extern
+false float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
+operator or or_eq private protected public register reinterpret_cast requires return short signed
+sizeof static static_assert static_cast struct switch template this thread_local throw true try
+typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+""".split())
+
+
+def name(identifier: str) -> str:
+    """A schema name as a C++ identifier (C++ keywords get a trailing underscore)."""
+    return identifier + "_" if identifier in CPP_KEYWORDS else identifier
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    type: CType
+    argument: Argument
+    default: str | None = None      # C++ default expression, when one exists
+
+    def decl(self, *, with_default: bool = False) -> str:
+        text = f"{self.type.cpp()} {self.name}"
+        if with_default and self.default is not None:
+            text += f" = {self.default}"
+        return text
+
+
+@dataclass(frozen=True)
+class CppSignature:
+    """The C++ function type of a kernel for `schema`: `returns (*)(arguments...)`."""
+
+    schema: FunctionSchema
+    returns: CType
+    arguments: tuple[Binding, ...]
+
+    def decl(self, fn_name: str, *, with_defaults: bool = False) -> str:
+        args = self._args(with_defaults)
+        return f"{self.returns.cpp()} {fn_name}({args})"
+
+    def _args(self, with_defaults: bool) -> str:
+        # C++ default arguments must be trailing: stop at the last argument without one.
+        usable = len(self.arguments)
+        if with_defaults:
+            while usable > 0 and self.arguments[usable - 1].default is not None:
+                usable -= 1
+        return ", ".join(b.decl(with_default=with_defaults and i >= usable)
+                         for i, b in enumerate(self.arguments))
+
+    def function_type(self) -> str:
+        """`R(A, B)`: the template argument of `TypedOperatorHandle<...>`."""
+        return f"{self.returns.cpp()}({', '.join(b.type.cpp() for b in self.arguments)})"
+
+    def pointer_type(self) -> str:
+        return self.pointer_decl("")
+
+    def pointer_decl(self, var: str) -> str:
+        """`R (*var)(A, B)`: a function pointer variable of this type."""
+        return f"{self.returns.cpp()} (*{var})({', '.join(b.type.cpp() for b in self.arguments)})"
+
+
+def signature(schema: FunctionSchema) -> CppSignature:
+    """The dispatcher signature of `schema`; raises `Unsupported` for what C++ cannot bind."""
+    if schema.is_vararg or schema.is_varret:
+        raise Unsupported(schema, "variadic schemas ('...') are TorchScript-only; custom op "
+                                  "kernels need a fixed signature")
+    bindings = []
+    for a in schema.arguments:
+        try:
+            ctype = argument_type(a)
+        except Unsupported as e:
+            raise e.located(getattr(a, "type_span", None) or a.span) from None
+        default = default_expr(a.default, a.type) if a.default is not None else None
+        bindings.append(Binding(name(a.name), ctype, a, default))
+    for r in schema.returns:
+        try:
+            return_type(r)
+        except Unsupported as e:
+            raise e.located(getattr(r, "type_span", None) or r.span) from None
+    return CppSignature(schema, returns_type(schema.returns), tuple(bindings))
+
+
+# --------------------------------------------------------------------------------------------------
+# Default values -> C++ expressions (for the typed call API in ops.h)
+
+_ENUM_DEFAULTS: dict[str, str] = {
+    # ScalarType names as torch's schema language spells them
+    "float": "at::kFloat", "float32": "at::kFloat", "double": "at::kDouble",
+    "float64": "at::kDouble", "half": "at::kHalf", "float16": "at::kHalf",
+    "bfloat16": "at::kBFloat16", "long": "at::kLong", "int64": "at::kLong", "int": "at::kInt",
+    "int32": "at::kInt", "short": "at::kShort", "int16": "at::kShort", "int8": "at::kChar",
+    "uint8": "at::kByte", "bool": "at::kBool", "cfloat": "at::kComplexFloat",
+    "cdouble": "at::kComplexDouble", "complex64": "at::kComplexFloat",
+    "complex128": "at::kComplexDouble",
+    # Layout, MemoryFormat, Reduction
+    "strided": "at::kStrided", "sparse_coo": "at::kSparse", "jagged": "at::kJagged",
+    "contiguous_format": "at::MemoryFormat::Contiguous",
+    "preserve_format": "at::MemoryFormat::Preserve",
+    "channels_last": "at::MemoryFormat::ChannelsLast",
+    "channels_last_3d": "at::MemoryFormat::ChannelsLast3d",
+    "Mean": "at::Reduction::Mean", "Sum": "at::Reduction::Sum",
+}
+
+_CPP_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def string_literal(value: str) -> str:
+    """A C++ string literal spelling `value`."""
+    out = []
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 0x20 <= ord(ch) < 0x7F:
+            out.append(ch)
+        else:
+            # Octal escapes of the UTF-8 bytes: never run into a following hex digit.
+            out.extend(f"\\{b:03o}" for b in ch.encode())
+    return '"' + "".join(out) + '"'
+
+
+def _float_literal(value: float) -> str | None:
+    if not math.isfinite(value):
+        return None
+    text = repr(float(value))
+    return text if ("." in text or "e" in text) else text + ".0"
+
+
+def default_expr(d: Default, t: Type) -> str | None:
+    """A C++ expression for default `d` of an argument of type `t`, or None when there is none
+    (the argument is then required in the C++ call API)."""
+    base = t.elem if isinstance(t, OptionalType) else t
+    if isinstance(d, NoneDefault):
+        return "std::nullopt" if isinstance(t, OptionalType) else None
+    if isinstance(d, BoolDefault):
+        return "true" if d.value else "false"
+    if isinstance(d, IntDefault):
+        if is_plain(base, BaseTy.float):
+            return _float_literal(float(d.value))
+        if isinstance(base, ListType) and d.value is not None:
+            # `int[2] stride=1` means [1, 1]; only int/SymInt lists take a scalar default.
+            return None
+        return str(d.value) if -(2 ** 63) < d.value < 2 ** 63 else None
+    if isinstance(d, FloatDefault):
+        return _float_literal(d.value)
+    if isinstance(d, ComplexDefault):
+        return None
+    if isinstance(d, StrDefault):
+        return string_literal(d.value)
+    if isinstance(d, EnumDefault):
+        return _ENUM_DEFAULTS.get(d.name)
+    if isinstance(d, ListDefault):
+        if not d.items:
+            return "{}"
+        if isinstance(base, ListType) and is_plain(base.elem, BaseTy.bool) and base.size:
+            items = [default_expr(i, base.elem) for i in d.items]
+            if None in items:
+                return None
+            return "std::array<bool, " + str(base.size) + ">{" + ", ".join(items) + "}"
+        # Non-empty int lists: ArrayRef views need storage that outlives the call.
+        return None
+    raise AssertionError(f"unhandled default {d!r}")
+
+
+def is_valid_cpp_name(qualified: str) -> bool:
+    """`f`, `ns::f`, `::f`: what a kernel name in `dispatch:` may be."""
+    parts = qualified[2:].split("::") if qualified.startswith("::") else qualified.split("::")
+    return all(_CPP_IDENT.fullmatch(p) and p not in CPP_KEYWORDS for p in parts)

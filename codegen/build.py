@@ -1,0 +1,365 @@
+"""`python -m codegen.build`: this machine's toolchain -> `build/toolchain.ninja`, then ninja on
+`generated/build.ninja`, with ninja's output shown as it comes.
+
+Note [Toolchain]
+`generated/build.ninja` is committed and identical everywhere; what differs per machine (compiler,
+ccache, torch's include and library paths, the C++ standard and ABI torch was built with, OpenMP,
+CUDA) goes into `build/toolchain.ninja`, taken from `torch.utils.cpp_extension`. Importing torch
+costs most of a second, so the file starts with a key digesting everything it was derived from
+(this module, the interpreter, torch's version file and library, the environment variables that
+pick compilers); while the key matches, torch is not imported and the file is not rewritten, and a
+build with nothing to do finishes in a few milliseconds of ninja.
+
+Compiler errors that concern kernels get a note: a kernel defined with the wrong signature (caught
+by -Werror=missing-declarations, see codegen/dest/cpp_kernels.py) or never defined (caught at link
+time by -Wl,--no-undefined) is named together with its op, the schema's location, and the exact
+declaration it must have.
+
+Exit status: ninja's (0 on success), 1 when the build cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen.dest.ninja import KERNEL_ROOT, NINJA_FILE, TOOLCHAIN
+
+KEY_PREFIX = "# key: "
+_ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
+             "OPGEN_NO_CCACHE")
+
+
+# --------------------------------------------------------------------------------------------------
+# Toolchain
+
+
+def _torch_dir() -> Path:
+    spec = importlib.util.find_spec("torch")      # locates torch without importing it
+    if spec is None or spec.origin is None:
+        raise SystemExit("error: torch is not installed in this interpreter "
+                         f"({sys.executable}); the C++ build needs its headers and libraries")
+    return Path(spec.origin).parent
+
+
+def toolchain_key() -> str:
+    torch_dir = _torch_dir()
+    h = hashlib.sha256()
+    h.update(Path(__file__).read_bytes())
+    h.update(sys.executable.encode())
+    h.update(str(torch_dir).encode())
+    for name in ("version.py", "lib/libtorch_cpu.so", "lib/libc10.so"):
+        p = torch_dir / name
+        try:
+            st = p.stat()
+            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        except OSError:
+            h.update(f"{name}:missing".encode())
+    for k in _ENV_KEYS:
+        h.update(f"{k}={os.environ.get(k, '')}".encode())
+    h.update(str(shutil.which("ccache")).encode())
+    h.update(str(Path(__file__).resolve().parent.parent).encode())
+    return h.hexdigest()[:16]
+
+
+def _q(args: list[str]) -> str:
+    """Shell-quoted, with `$` escaped for ninja."""
+    return " ".join(shlex.quote(a) for a in args).replace("$", "$$")
+
+
+@dataclass
+class Toolchain:
+    torch_version: str
+    with_cuda: bool
+    text: str
+
+
+def make_toolchain(key: str) -> Toolchain:
+    """Derive the toolchain from torch.utils.cpp_extension (imports torch)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    torch_version = torch.__version__
+    # The C++ standard cpp_extension compiles extensions with (C++20 since torch 2.10ish).
+    ext_source = Path(cpp_extension.__file__).read_text(encoding="utf-8")
+    std = "c++20" if "-std=c++20" in ext_source else "c++17"
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    openmp = torch.backends.openmp.is_available()
+    with_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+    includes = cpp_extension.include_paths("cuda" if with_cuda else "cpu")
+    lib_dirs = cpp_extension.library_paths("cuda" if with_cuda else "cpu")
+
+    cxx = shlex.split(os.environ.get("CXX", "c++"))
+    ccache = shutil.which("ccache") if not os.environ.get("OPGEN_NO_CCACHE") else None
+    launcher = [ccache] if ccache else []
+    version_def = f'-DOPGEN_TORCH_VERSION="{torch_version}"'
+    defines = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", version_def]
+    if with_cuda:
+        defines.append("-DOPGEN_WITH_CUDA")
+    cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"] + defines
+              + (["-fopenmp"] if openmp else [])
+              + [f for inc in includes for f in ("-isystem", inc)]
+              + ["-I", "generated/cpp"]
+              + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
+    ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
+               + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
+               + [f"-Wl,-rpath,{d}" for d in lib_dirs]
+               + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
+
+    lines = [
+        f"# Toolchain for {NINJA_FILE} on this machine, written by `python -m codegen.build` "
+        "from torch.utils.cpp_extension. Not committed.",
+        f"{KEY_PREFIX}{key}",
+        f"torch_version = {torch_version}",
+        f"codegen = {_codegen_command()}",
+        f"cxx = {_q(launcher + cxx)}",
+        f"cflags = {_q(cflags)}",
+        "kernel_cflags = -Werror=missing-declarations",
+        f"stamp_cflags = {_q(['-fPIC', version_def])}",
+        f"ldflags = {_q(ldflags)}",
+        "",
+    ]
+    if with_cuda:
+        nvcc = str(Path(cpp_extension.CUDA_HOME) / "bin" / "nvcc")
+        try:
+            arch = cpp_extension._get_cuda_arch_flags()
+        except Exception:  # noqa: BLE001  (private helper; its absence only costs arch flags)
+            arch = []
+        cuda_flags = (list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}"] + defines
+                      + ["--compiler-options", "-fPIC", "-Xcompiler",
+                         "-Werror=missing-declarations"]
+                      + [f for inc in includes for f in ("-isystem", inc)]
+                      + ["-I", "generated/cpp"])
+        lines += [
+            f"nvcc = {_q(launcher + [nvcc])}",
+            f"cuda_cflags = {_q(cuda_flags)}",
+            f"ldflags = $ldflags {_q(['-L' + str(Path(cpp_extension.CUDA_HOME) / 'lib64'), '-lcudart'])}",
+            "rule cu",
+            "  command = $nvcc --generate-dependencies-with-compile --dependency-output $out.d "
+            "$cuda_cflags -c $in -o $out",
+            "  depfile = $out.d",
+            "  deps = gcc",
+            "  description = NVCC $in",
+        ]
+    else:
+        lines += [
+            "# torch has no CUDA: CUDA kernel sources compile to empty objects, and the",
+            "# registration units leave out their CUDA blocks (no -DOPGEN_WITH_CUDA).",
+            "rule cu",
+            "  command = $cxx -x c++ -c /dev/null -o $out",
+            "  description = SKIP $in (torch $torch_version has no CUDA)",
+        ]
+    return Toolchain(torch_version, with_cuda, "\n".join(lines) + "\n")
+
+
+def _codegen_command() -> str:
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    # ninja runs commands with /bin/sh: keep the user's PYTHONPATH after ours.
+    return (f"env PYTHONPATH={shlex.quote(package_parent)}$${{PYTHONPATH:+:$$PYTHONPATH}} "
+            f"{shlex.quote(sys.executable)} -m codegen")
+
+
+def write_toolchain(root: Path) -> tuple[bool, str]:
+    """(whether the file was rewritten, its text). Imports torch only when the key changed."""
+    path = root / TOOLCHAIN
+    key = toolchain_key()
+    try:
+        old = path.read_text(encoding="utf-8")
+    except OSError:
+        old = None
+    if old is not None and f"\n{KEY_PREFIX}{key}\n" in old:
+        return False, old
+    text = make_toolchain(key).text
+    if text == old:
+        return False, old
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return True, text
+
+
+def toolchain_var(text: str, name: str) -> str | None:
+    m = re.search(rf"^{re.escape(name)} = (.*)$", text, re.M)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Kernel notes for compiler and linker errors
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    qualified: str            # exops::scaled_add_cpu
+    uses: tuple[str, ...]     # "CPU kernel of exops::scaled_add (schemas/core.yaml:9)"
+    schema: str
+    decl: str
+    header: str
+    line: int
+
+
+_NAMESPACE_OPEN = re.compile(r"^namespace ([\w:]+) \{$")
+_USE = re.compile(r"^// (\w+ kernel of .+)$")
+_SCHEMA = re.compile(r"^//   (.+)$")
+_DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
+
+
+def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
+    """Kernel name -> its declarations, read back from the generated headers."""
+    out: dict[str, list[KernelInfo]] = {}
+    for header in sorted((root / "generated" / "cpp").glob("*/*.h")):
+        ns = ""
+        uses: list[str] = []
+        schema = ""
+        for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
+            if m := _NAMESPACE_OPEN.match(line):
+                ns = m.group(1)
+            elif line.startswith("}  // namespace"):
+                ns = ""
+            elif m := _USE.match(line):
+                uses.append(m.group(1))
+            elif uses and (m := _SCHEMA.match(line)):
+                schema = m.group(1)
+            elif uses and (m := _DECL.match(line)):
+                q = f"{ns}::{m.group(2)}" if ns else m.group(2)
+                info = KernelInfo(q, tuple(uses), schema, line,
+                                  header.relative_to(root).as_posix(), i)
+                out.setdefault(q, []).append(info)
+                uses = []
+            elif not line.startswith("//"):
+                uses = []
+    return out
+
+
+_MISSING_DECL = re.compile(r"^(?P<where>\S+:\d+:\d+): error: no previous declaration for "
+                           r"[‘'`](?P<decl>.+?)[’'] \[-Werror=missing-declarations\]")
+_AMBIGUATING = re.compile(r"^(?P<where>\S+:\d+:\d+): error: ambiguating new declaration of "
+                          r"[‘'`](?P<decl>.+?)[’']")
+_UNDEFINED = re.compile(r"undefined reference to [‘'`](?P<decl>.+?)[’']")
+_QNAME = re.compile(r"([\w:]+)\(")
+
+
+def _qualified_name(decl: str) -> str | None:
+    m = _QNAME.search(decl)
+    return m.group(1).lstrip(":") if m else None
+
+
+def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
+    """The note to print after a compiler/linker error line about a kernel, if it is one."""
+    for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
+                          (_UNDEFINED, "undefined")):
+        m = pattern.search(line)
+        if m:
+            break
+    else:
+        return None
+    qname = _qualified_name(m.group("decl"))
+    if qname is None:
+        return None
+    where = m.groupdict().get("where")
+    prefix = f"{where}: note: " if where else "note: "
+    infos = index.get(qname)
+    if not infos:
+        if kind == "undefined":
+            return None
+        return (f"{prefix}'{qname}' is not a kernel named in the op files; functions in kernel "
+                "sources other than kernels need internal linkage\n"
+                "hint: make it 'static' or move it into an anonymous namespace")
+    parts = []
+    for info in infos:
+        what = "; ".join(info.uses)
+        if kind == "undefined":
+            parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:{info.line} "
+                         f"but defined by no kernel source; define it as\n    {info.decl}\n"
+                         f"  in {KERNEL_ROOT}/<namespace>/*.cpp")
+        else:
+            parts.append(f"{prefix}'{qname}' is the {what}; for the schema\n"
+                         f"    {info.schema}\n"
+                         f"  the dispatcher calls it as ({info.header}:{info.line})\n"
+                         f"    {info.decl}")
+    parts.append("hint: change the definition to match, or the schema in the op file")
+    return "\n".join(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Running ninja
+
+
+def ninja_binary() -> str:
+    try:
+        import ninja
+
+        candidate = Path(ninja.BIN_DIR) / "ninja"
+        if candidate.is_file():
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which("ninja")
+    if found is None:
+        raise SystemExit("error: ninja is not installed (pip install ninja)")
+    return found
+
+
+def cuda_sources(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in (root / KERNEL_ROOT).glob("*/*.cu"))
+
+
+def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
+    out = out or sys.stdout
+    index: dict[str, list[KernelInfo]] | None = None
+    proc = subprocess.Popen([ninja_binary(), "-f", NINJA_FILE, *extra], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.write(line)
+        if "error" in line or "undefined reference" in line:
+            if index is None:
+                index = kernel_index(root)
+            note = kernel_note(line.rstrip("\n"), index)
+            if note:
+                out.write(note + "\n")
+        out.flush()
+    return proc.wait()
+
+
+def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
+    out = out or sys.stdout
+    if not (root / NINJA_FILE).is_file():
+        out.write(f"error: {NINJA_FILE} not found under {root}\n"
+                  "hint: run `make codegen` (python -m codegen generate) first\n")
+        return 1
+    _written, text = write_toolchain(root)
+    if toolchain_var(text, "nvcc") is None:
+        skipped = cuda_sources(root)
+        if skipped:
+            version = toolchain_var(text, "torch_version")
+            out.write(f"note: torch {version} has no CUDA support: skipping CUDA kernels "
+                      f"({', '.join(skipped)}); their ops get no CUDA kernel in this build\n")
+    out.flush()
+    return run_ninja(root, list(extra or []), out=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codegen.build",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=".", help="repository root (where generated/ lives)")
+    parser.add_argument("-j", "--jobs", type=int, help="parallel jobs (ninja's default otherwise)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show full command lines")
+    parser.add_argument("targets", nargs="*", help="ninja targets (default: every library)")
+    args = parser.parse_args(argv)
+    extra = (["-j", str(args.jobs)] if args.jobs else []) + (["-v"] if args.verbose else [])
+    return build(Path(args.root), extra + args.targets)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

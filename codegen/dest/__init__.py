@@ -1,0 +1,1 @@
+"""One generator per output: IR in, {path: text} out (see codegen.gen)."""

@@ -1,0 +1,102 @@
+"""Op library IR -> one C++ header per schema file and namespace, `generated/cpp/<ns>/<shard>.h`
+(see Note [Shards] in cpp_library), holding:
+
+- a declaration of every C++ kernel named in the file's `dispatch:` entries, with the exact types
+  the dispatcher binds for the op's schema (codegen.api.cpp). Kernel sources include the header and
+  are compiled with `-Werror=missing-declarations`, so a kernel defined with any other signature is
+  a compile error naming it; `python -m codegen.build` then adds the expected declaration.
+- `<ns>::ops::<name>(...)`: a typed call through the dispatcher for every op of the file, for
+  kernels built from other ops (CompositeImplicitAutograd kernels keep autograd that way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codegen.dest import cpp_library as L
+from codegen.dest.py_ops import api_names
+from codegen.diagnostics import Diagnostics
+from codegen.gen import banner
+from codegen.api import cpp
+
+
+@dataclass(frozen=True)
+class KernelDecl:
+    cpp_namespace: str        # "" for the global namespace
+    name: str                 # unqualified function name
+    decl: str                 # `R name(args)`
+    comments: tuple[str, ...]  # one per use: "CPU kernel of exops::f (schemas/x.yaml:3)"
+    schema: str
+
+
+def split_qualified(qualified: str) -> tuple[str, str]:
+    """`a::b::f` -> (`a::b`, `f`); `::f` -> (``, `f`)."""
+    ns, _, fn = qualified.rpartition("::")
+    return ns, fn
+
+
+def kernel_decls(shard: L.Shard, diags: Diagnostics) -> list[KernelDecl]:
+    """Every distinct C++ kernel of the shard, in op order; a function used by several ops (or
+    keys) with the same signature is declared once."""
+    decls: dict[tuple[str, str], KernelDecl] = {}
+    for op in shard.ops:
+        kernels = L.cpp_kernels(op)
+        if not kernels:
+            continue
+        sig = L.signature(op, diags)
+        if sig is None:
+            continue
+        for key, kernel in kernels:
+            if not L.check_kernel_name(op, kernel, diags):
+                continue
+            cpp_ns, fn = split_qualified(kernel.qualified(shard.namespace))
+            comment = f"{key.value} kernel of {op.name} ({kernel.loc.path}:{kernel.loc.line})"
+            ident = (f"{cpp_ns}::{fn}", sig.pointer_type())
+            if ident in decls:
+                prev = decls[ident]
+                decls[ident] = KernelDecl(prev.cpp_namespace, prev.name, prev.decl,
+                                          prev.comments + (comment,), prev.schema)
+            else:
+                decls[ident] = KernelDecl(cpp_ns, fn, sig.decl(fn), (comment,), str(op.schema))
+    return list(decls.values())
+
+
+def group_by_namespace(decls: list[KernelDecl]) -> list[tuple[str, list[KernelDecl]]]:
+    groups: dict[str, list[KernelDecl]] = {}
+    for d in decls:
+        groups.setdefault(d.cpp_namespace, []).append(d)
+    return list(groups.items())
+
+
+def call_entries(shard: L.Shard, names: dict[str, str], diags: Diagnostics) -> list[dict]:
+    out = []
+    for op in shard.ops:
+        sig = L.signature(op, diags)
+        if sig is None:
+            continue
+        fn = names[str(op.name)]
+        out.append({
+            "schema": str(op.schema),
+            "decl": sig.decl(fn, with_defaults=True),
+            "qualified": op.name.qualified,
+            "overload": op.name.overload,
+            "function_type": sig.function_type(),
+            "args": ", ".join(b.name for b in sig.arguments),
+        })
+    return out
+
+
+def generate(lib, diags: Diagnostics) -> dict[str, str]:
+    out = {}
+    for ns, shs in L.shards(lib).items():
+        names = api_names([op for s in shs for op in s.ops], diags, reserved=cpp.CPP_KEYWORDS)
+        for shard in shs:
+            out[shard.header] = L.render(
+                "cpp_kernels.h.j2",
+                banner=banner("//", [shard.file.path]),
+                ns=ns,
+                source=shard.file.path,
+                groups=group_by_namespace(kernel_decls(shard, diags)),
+                calls=call_entries(shard, names, diags),
+            )
+    return out

@@ -1,0 +1,233 @@
+"""Op library IR -> what every C++ output shares: per-namespace grouping, shard names, kernel
+signatures, the schema hash, the build stamp (`generated/cpp/<ns>/stamp.cpp`), and the jinja2
+environment the C++ templates render in.
+
+Note [Shards]
+The C++ side of a namespace is split by schema file: `schemas/a.yaml` gets its own kernel header
+`generated/cpp/<ns>/a.h` and registration unit `generated/cpp/<ns>/register_a.cpp`. Editing one
+schema file therefore rewrites (and ninja recompiles) only that file's registration unit and the
+kernel sources that include its header. The first file of a namespace holds `TORCH_LIBRARY`,
+claiming the namespace (a second package defining the same namespace then fails loudly at load
+time); the others use `TORCH_LIBRARY_FRAGMENT`.
+
+Note [Schema hash]
+`schema_hash(lib, ns)` digests exactly what the compiled library registers: every op's schema and
+tags and its C++ kernels. It is compiled into the library (the stamp) and written to the runtime
+manifest; `import runtime` compares the two before loading, so a library built from other schemas
+is refused instead of half-registering. Edits that do not change the library (docs, samples, fake
+rules, formulas) leave the hash, and so the build, alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import jinja2
+
+from codegen.api import cpp
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.gen import OUTPUT_DIR, banner
+from codegen.model import CppKernel, DispatchKey, Op, OperatorName, OpFile, OpLibrary, Span
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+# Dispatch keys whose kernels are compiled only when torch has the matching device support.
+KEY_GUARDS: dict[DispatchKey, str | None] = {
+    DispatchKey.CPU: None,
+    DispatchKey.CUDA: "OPGEN_WITH_CUDA",
+    DispatchKey.Meta: None,
+    DispatchKey.CompositeImplicitAutograd: None,
+    DispatchKey.CompositeExplicitAutograd: None,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["py"] = repr                # a Python literal
+    env.filters["cpp_string"] = cpp.string_literal
+    return env
+
+
+def render(template: str, **context: object) -> str:
+    return environment().get_template(template).render(**context)
+
+
+# --------------------------------------------------------------------------------------------------
+# Grouping
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The ops of one schema file that live in one namespace."""
+
+    namespace: str
+    name: str                 # file-derived identifier: `core` for schemas/core.yaml
+    file: OpFile
+    ops: tuple[Op, ...]
+    is_library: bool          # holds TORCH_LIBRARY (first shard of its namespace)
+
+    @property
+    def header(self) -> str:
+        return f"{OUTPUT_DIR}/cpp/{self.namespace}/{self.name}.h"
+
+    @property
+    def include(self) -> str:
+        """How kernel sources include the header (`-I generated/cpp`)."""
+        return f"{self.namespace}/{self.name}.h"
+
+    @property
+    def registration(self) -> str:
+        return f"{OUTPUT_DIR}/cpp/{self.namespace}/register_{self.name}.cpp"
+
+
+def shard_names(files: tuple[OpFile, ...]) -> dict[str, str]:
+    """Schema file path -> identifier, unique across the library.
+
+    The stem (`core`), or the path below the files' common directory when stems collide
+    (`a/core.yaml`, `b/core.yaml` -> `a_core`, `b_core`).
+    """
+    paths = [PurePosixPath(f.path) for f in files]
+    stems = [p.stem for p in paths]
+    if len(set(stems)) == len(stems):
+        raw = stems
+    else:
+        common = _common_parent(paths)
+        raw = ["_".join(p.relative_to(common).with_suffix("").parts) for p in paths]
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for f, r in zip(files, raw):
+        ident = re.sub(r"\W", "_", r, flags=re.ASCII) or "ops"
+        if ident[0].isdigit():
+            ident = "_" + ident
+        base, n = ident, 2
+        while ident in used:
+            ident, n = f"{base}_{n}", n + 1
+        used.add(ident)
+        out[f.path] = ident
+    return out
+
+
+def _common_parent(paths: list[PurePosixPath]) -> PurePosixPath:
+    parts = [p.parent.parts for p in paths]
+    common: list[str] = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return PurePosixPath(*common) if common else PurePosixPath(".")
+
+
+def shards(lib: OpLibrary) -> dict[str, list[Shard]]:
+    """namespace -> its shards, in file order (namespaces sorted)."""
+    names = shard_names(lib.files)
+    out: dict[str, list[Shard]] = {}
+    for ns in lib.namespaces:
+        for f in lib.files:
+            ops = tuple(op for op in f.ops if op.namespace == ns)
+            if ops:
+                first = ns not in out
+                out.setdefault(ns, []).append(Shard(ns, names[f.path], f, ops, first))
+    return out
+
+
+def library_file(ns: str) -> str:
+    return f"lib{ns}_ops.so"
+
+
+def python_module(ns: str) -> str:
+    """The module `m.set_python_module` names: the Python-side registrations of `ns`."""
+    return f"runtime._reg_{ns}"
+
+
+def unqualified(op: Op) -> OperatorName:
+    return OperatorName(None, op.name.name, op.name.overload)
+
+
+def def_schema(op: Op) -> str:
+    """The schema text `m.def` takes: canonical, without the namespace."""
+    return str(op.schema.with_name(unqualified(op)))
+
+
+def impl_name(op: Op) -> str:
+    """`name` or `name.overload`, as `m.impl` takes it."""
+    return str(unqualified(op))
+
+
+def cpp_kernels(op: Op) -> list[tuple[DispatchKey, CppKernel]]:
+    return [(k, v) for k, v in op.dispatch if isinstance(v, CppKernel)]
+
+
+def schema_hash(lib: OpLibrary, ns: str) -> str:
+    """See Note [Schema hash]."""
+    h = hashlib.sha256()
+    for shard in shards(lib).get(ns, []):
+        for op in shard.ops:
+            kernels = ",".join(f"{k.value}={v.qualified(ns)}" for k, v in cpp_kernels(op))
+            h.update(f"{def_schema(op)}\t{','.join(op.tags)}\t{kernels}\n".encode())
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------
+# Signatures, with refusals turned into located diagnostics
+
+
+def locate(op: Op, span: Span | None) -> Loc:
+    if span is None or op.func is None:
+        return op.loc
+    return op.func.at(span.start, max(1, span.end - span.start))
+
+
+def signature(op: Op, diags: Diagnostics) -> cpp.CppSignature | None:
+    """The op's dispatcher signature, or None after reporting why C++ cannot bind it."""
+    try:
+        return cpp.signature(op.schema)
+    except cpp.Unsupported as e:
+        diags.error(locate(op, e.span), f"{e.message} (in op {op.name})", e.hint)
+        return None
+
+
+def check_kernel_name(op: Op, kernel: CppKernel, diags: Diagnostics) -> bool:
+    if cpp.is_valid_cpp_name(kernel.name):
+        return True
+    diags.error(kernel.loc, f"'{kernel.name}' is not a C++ function name",
+                "write an identifier, optionally qualified: 'my_kernel' or 'other_ns::my_kernel'")
+    return False
+
+
+# --------------------------------------------------------------------------------------------------
+# The build stamp
+
+
+def stamp_path(ns: str) -> str:
+    return f"{OUTPUT_DIR}/cpp/{ns}/stamp.cpp"
+
+
+def stamp_prefix(ns: str) -> str:
+    """What the runtime searches the built library for; see runtime.loader.read_stamp."""
+    return f"@opgen-stamp ns={ns} "
+
+
+def generate_stamps(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    out = {}
+    for ns, shs in shards(lib).items():
+        out[stamp_path(ns)] = render(
+            "cpp_stamp.cpp.j2",
+            banner=banner("//", [s.file.path for s in shs]),
+            ns=ns,
+            library=library_file(ns),
+            prefix=stamp_prefix(ns),
+            schema_hash=schema_hash(lib, ns),
+        )
+    return out

@@ -1,0 +1,77 @@
+"""Op library IR -> one registration unit per schema file and namespace,
+`generated/cpp/<ns>/register_<shard>.cpp` (see Note [Shards] in cpp_library):
+
+- `TORCH_LIBRARY` (first shard of the namespace) or `TORCH_LIBRARY_FRAGMENT`, naming the Python
+  module that holds the namespace's fake kernels (`m.set_python_module`) and defining every op of
+  the file with its canonical schema and tags;
+- one `TORCH_LIBRARY_IMPL(ns, <key>, m)` block per dispatch key that has C++ kernels, each kernel
+  bound through a function pointer of the exact dispatcher type (so even an overloaded kernel name
+  resolves to the one with the op's signature). Python kernels are registered from Python.
+"""
+
+from __future__ import annotations
+
+from codegen.dest import cpp_library as L
+from codegen.dest.cpp_kernels import split_qualified
+from codegen.diagnostics import Diagnostics
+from codegen.gen import banner
+from codegen.model import DispatchKey, OpLibrary
+
+
+def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
+    by_key: dict[DispatchKey, list[dict]] = {}
+    used: set[str] = set()
+    for op in shard.ops:
+        kernels = L.cpp_kernels(op)
+        if not kernels:
+            continue
+        sig = L.signature(op, diags)
+        if sig is None:
+            continue
+        for key, kernel in kernels:
+            if not L.check_kernel_name(op, kernel, diags):
+                continue
+            qualified = kernel.qualified(shard.namespace)
+            cpp_ns, fn = split_qualified(qualified)
+            pointer = base = f"{L.impl_name(op).replace('.', '_')}_{key.value}"
+            n = 2
+            while pointer in used:      # `f.a` and `f_a` must not share a variable
+                pointer, n = f"{base}_{n}", n + 1
+            used.add(pointer)
+            by_key.setdefault(key, []).append({
+                "op": L.impl_name(op),
+                "schema": str(op.schema),
+                "pointer": pointer,
+                "pointer_decl": sig.pointer_decl(pointer),
+                "kernel": f"{cpp_ns}::{fn}" if cpp_ns else f"::{fn}",
+            })
+    # Keys in the order of the DispatchKey enum: output must not depend on YAML key order.
+    return [{"key": key.value, "guard": L.KEY_GUARDS[key], "impls": by_key[key]}
+            for key in DispatchKey if key in by_key]
+
+
+def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
+    out = []
+    for op in shard.ops:
+        if L.signature(op, diags) is None:
+            continue
+        out.append({"schema": L.def_schema(op), "tags": [f"at::Tag::{t}" for t in op.tags]})
+    return out
+
+
+def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    out = {}
+    for ns, shs in L.shards(lib).items():
+        for shard in shs:
+            out[shard.registration] = L.render(
+                "cpp_register.cpp.j2",
+                banner=banner("//", [shard.file.path]),
+                ns=ns,
+                source=shard.file.path,
+                include=shard.include,
+                is_library=shard.is_library,
+                python_module=L.python_module(ns),
+                defs=def_entries(shard, diags),
+                blocks=impl_blocks(shard, diags),
+            )
+    return out

@@ -1,0 +1,113 @@
+"""Op library IR -> `generated/runtime/ops.py` (the `runtime.ops` module) and
+`generated/runtime/_manifest.py` (what `import runtime` loads).
+
+`runtime.ops.<name>` is the op's `torch._ops.OpOverload` itself, not a wrapper, so calling it
+costs exactly what `torch.ops.<ns>.<op>.<overload>(...)` costs. The module resolves each name on
+first access (PEP 562 `__getattr__`) and caches it as a module attribute, so importing it costs
+nothing per op.
+
+Note [API names]
+Every op gets one name in the Python API (and, within its namespace, in the C++ call API
+`<ns>::ops::<name>` of the kernel headers). `api_names` decides it, deterministically:
+  1. an op whose base name (`scaled_add` of `exops::scaled_add.out`) is unique gets that name;
+  2. ops sharing a base name are told apart by their overload: `shrink` and `shrink_out`;
+  3. names still shared across namespaces are prefixed with the namespace: `ns1_add`, `ns2_add`;
+  4. a name that is a keyword of the target language (or a name the module itself defines) gets a
+     trailing underscore: `lambda_`;
+  5. anything still ambiguous (`foo_bar` vs `foo.bar`) is a located error asking for a rename.
+"""
+
+from __future__ import annotations
+
+import keyword
+from typing import Iterable
+
+from codegen.dest import cpp_library as L
+from codegen.diagnostics import Diagnostics
+from codegen.gen import OUTPUT_DIR, banner
+from codegen.model import Op, OpLibrary, PyRef
+
+# Names ops.py defines for itself.
+_PY_RESERVED = frozenset({"torch", "annotations"})
+
+
+def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
+    """str(op.name) -> API name. See Note [API names]."""
+    ops = list(ops)
+    reserved = frozenset(reserved)
+    by_base: dict[str, list[Op]] = {}
+    for op in ops:
+        by_base.setdefault(op.name.name, []).append(op)
+    first: dict[str, str] = {}
+    for op in ops:
+        shared = len(by_base[op.name.name]) > 1
+        first[str(op.name)] = (f"{op.name.name}_{op.name.overload}"
+                               if shared and op.name.overload else op.name.name)
+    count: dict[str, int] = {}
+    for n in first.values():
+        count[n] = count.get(n, 0) + 1
+    names: dict[str, str] = {}
+    for op in ops:
+        n = first[str(op.name)]
+        if count[n] > 1:
+            n = f"{op.namespace}_{n}"
+        while n in reserved:
+            n += "_"
+        names[str(op.name)] = n
+    owner: dict[str, Op] = {}
+    for op in ops:
+        n = names[str(op.name)]
+        if n in owner:
+            diags.error(op.loc, f"op {op.name} and op {owner[n].name} would both be called "
+                                f"'{n}' in the generated API",
+                        "rename one of them")
+        else:
+            owner[n] = op
+    return names
+
+
+def python_reserved() -> frozenset[str]:
+    return frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _PY_RESERVED
+
+
+def python_names(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    """str(op.name) -> its attribute name in `runtime.ops` (for ops.py and its stubs)."""
+    return api_names(lib.ops, diags, reserved=python_reserved())
+
+
+def has_python_side(op: Op) -> bool:
+    """Whether the op needs `runtime._reg_<ns>`: anything registered from Python."""
+    return (op.fake is not None or op.derivatives is not None or op.vmap is not None
+            or op.autocast is not None or any(isinstance(k, PyRef) for _, k in op.dispatch))
+
+
+def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    names = python_names(lib, diags)
+    entries = [
+        {"name": names[str(op.name)], "ns": op.namespace, "op": op.name.name,
+         "overload": op.name.overload_or_default, "schema": str(op.schema)}
+        for op in lib.ops
+    ]
+    entries.sort(key=lambda e: e["name"])
+    text = L.render("py_ops.py.j2", banner=banner("#", [f.path for f in lib.files]),
+                    entries=entries)
+    return {f"{OUTPUT_DIR}/runtime/ops.py": text}
+
+
+def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    namespaces = []
+    for ns, shs in L.shards(lib).items():
+        ops = [op for s in shs for op in s.ops]
+        namespaces.append({
+            "ns": ns,
+            "library": L.library_file(ns),
+            "schema_hash": L.schema_hash(lib, ns),
+            "python_module": L.python_module(ns),
+            "python_required": any(has_python_side(op) for op in ops),
+            "ops": len(ops),
+            "sources": sorted({s.file.path for s in shs}),
+            "stamp_prefix": L.stamp_prefix(ns),
+        })
+    text = L.render("py_manifest.py.j2", banner=banner("#", [f.path for f in lib.files]),
+                    namespaces=namespaces)
+    return {f"{OUTPUT_DIR}/runtime/_manifest.py": text}
