@@ -160,6 +160,28 @@ _CONSTRUCT = {
 }
 
 
+# Note [Line breaks]
+# YAML counts \r\n, \r, \n, NEL, LS and PS as line breaks; str.splitlines (which draws the source
+# lines of diagnostics) also splits at \v, \f and \x1c-\x1e. We turn every YAML break into \n
+# before parsing, so marks, our own line arithmetic and scalar_locator agree, and show the other
+# characters as U+FFFD, so the lines drawn are the lines YAML counted. Columns do not move.
+_OTHER_BREAKS = {0x85: "\n", 0x2028: "\n", 0x2029: "\n"}
+_NOT_BREAKS = {c: "\ufffd" for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E)}
+_NOT_BREAKS_RE = re.compile("[\x0b\x0c\x1c-\x1e]")
+
+
+def _normalize_breaks(text: str) -> str:
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\x85" in text or "\u2028" in text or "\u2029" in text:
+        text = text.translate(_OTHER_BREAKS)
+    return text
+
+
+def _for_display(text: str) -> str:
+    return text.translate(_NOT_BREAKS) if _NOT_BREAKS_RE.search(text) else text
+
+
 def _resolve(value: str) -> str:
     for tag, rx in _RESOLVERS.get(value[:1], ()):
         if rx.match(value):
@@ -229,21 +251,22 @@ class _FileLoader:
                        f"file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
                        "this is not an op file")
             return None
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
         try:
-            text = data.decode("utf-8")
+            text = _normalize_breaks(data.decode("utf-8"))
         except UnicodeDecodeError as e:
-            prefix = data[: e.start]
-            line = prefix.count(b"\n") + 1
-            col = len(prefix[prefix.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
-            self.diags.add_source(self.path, data.decode("utf-8", "replace"))
+            prefix = _normalize_breaks(data[: e.start].decode("utf-8", "replace"))
+            line = prefix.count("\n") + 1
+            col = len(prefix) - (prefix.rfind("\n") + 1) + 1
+            self.diags.add_source(self.path, _for_display(
+                _normalize_breaks(data.decode("utf-8", "replace"))))
             self.error(Loc(self.path, line, col),
                        f"file is not valid UTF-8 (byte 0x{data[e.start]:02x})",
                        "op files are UTF-8 text")
             return None
-        if text.startswith("\ufeff"):
-            text = text[1:]
         self.text = text
-        self.diags.add_source(self.path, text)
+        self.diags.add_source(self.path, _for_display(text))
         return self.compose(text)
 
     def _mark_loc(self, mark) -> Loc:

@@ -18,6 +18,7 @@ breaks]); our op files get them all.
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from dataclasses import dataclass
 
@@ -341,6 +342,10 @@ class _OpVerifier:
         d = a.default
         assert d is not None
         span = a.default_span or d.span or a.span
+        if not _finite(d):
+            self.error(span, f"default of argument '{a.name}' is out of range for a double",
+                       "defaults are finite numbers")
+            return
         if isinstance(d, NoneDefault) and not isinstance(a.type, OptionalType):
             self.error(span, f"default None for argument '{a.name}' of non-optional type "
                        f"'{a.type}'", f"make the type optional: {a.type}?")
@@ -573,6 +578,16 @@ def _fits(d: Default, t: Type) -> bool:
         return False
     # Class types, type variables, tuples, generics: only None (optional), handled above.
     return False
+
+
+def _finite(d: Default) -> bool:
+    if isinstance(d, FloatDefault):
+        return math.isfinite(d.value)
+    if isinstance(d, ComplexDefault):
+        return math.isfinite(d.imag)
+    if isinstance(d, ListDefault):
+        return all(_finite(i) for i in d.items)
+    return True
 
 
 def _default_hint(d: Default, t: Type) -> str | None:
