@@ -7,6 +7,7 @@ Exit status: 0 on success, 1 when the op files have errors (printed as located d
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -86,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except UserError as e:
         print(e.diags.render(), file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `python -m codegen list | head`: the reader left; exit quietly, as other tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 1
 
 

@@ -1,0 +1,125 @@
+"""`python -m codegen check` / `list`: exit codes, output, default paths, no traceback, no writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codegen.__main__ import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOOD = """\
+namespace: ex
+ops:
+  - func: "f( Tensor self,int n = 1 ) -> Tensor"
+  - func: f.out(Tensor self, int n=1, *, Tensor(a!) out) -> Tensor(a!)
+"""
+BAD = """\
+- func: ex::h(Tensr self) -> Tensor
+- func: ex::g(int n=1.5) -> ()
+"""
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "good.yaml").write_text(GOOD)
+    (tmp_path / "bad.yaml").write_text(BAD)
+    return tmp_path
+
+
+def run(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_ok_defaults_to_schemas(files, capsys):
+    assert run(["check"], capsys) == (0, "2 ops in 1 file: ok\n", "")
+
+
+def test_check_errors_exit_1_with_every_diagnostic(files, capsys):
+    code, out, err = run(["check", "schemas", "bad.yaml"], capsys)
+    assert code == 1 and out == ""
+    assert err == (
+        "bad.yaml:1:15: error: unknown type 'Tensr' for argument 'self'\n"
+        "    - func: ex::h(Tensr self) -> Tensor\n"
+        "                  ^~~~~\n"
+        "hint: did you mean 'Tensor'?\n"
+        "bad.yaml:2:21: error: default value 1.5 does not fit type 'int' of argument 'n'\n"
+        "    - func: ex::g(int n=1.5) -> ()\n"
+        "                        ^~~\n"
+        "hint: make the type float, or the default an integer\n"
+        "2 errors generated.\n")
+
+
+def test_list_prints_canonical_qualified_schemas(files, capsys):
+    assert run(["list"], capsys) == (0, (
+        "ex::f(Tensor self, int n=1) -> Tensor\n"
+        "ex::f.out(Tensor self, int n=1, *, Tensor(a!) out) -> Tensor(a!)\n"), "")
+
+
+def test_list_with_errors_prints_no_schemas(files, capsys):
+    code, out, err = run(["list", "schemas", "bad.yaml"], capsys)
+    assert code == 1 and out == "" and "2 errors generated." in err
+
+
+def test_missing_paths(files, capsys):
+    code, out, err = run(["check", "nope.yaml"], capsys)
+    assert (code, out) == (1, "")
+    assert err == "nope.yaml:1:1: error: no such file or directory\n1 error generated.\n"
+
+
+def test_missing_default_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(["check"], capsys)
+    assert code == 1 and err.startswith("schemas:1:1: error: no such file or directory")
+
+
+def test_bad_usage_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_check_and_list_write_nothing(files, capsys):
+    before = sorted(p for p in files.rglob("*"))
+    run(["check", "schemas", "bad.yaml"], capsys)
+    run(["list"], capsys)
+    assert sorted(p for p in files.rglob("*")) == before
+
+
+def python_m(args, cwd):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+
+
+def test_entry_point_exit_codes_and_no_traceback(files):
+    ok = python_m(["check"], files)
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "2 ops in 1 file: ok\n", "")
+    (files / "garbage.yaml").write_bytes(b"\x00\xff- !!python/object:os.system [1]\n\t")
+    for args in (["check", "garbage.yaml"], ["list", "garbage.yaml", "bad.yaml"]):
+        r = python_m(args, files)
+        assert r.returncode == 1 and r.stdout == ""
+        assert "Traceback" not in r.stderr and "error:" in r.stderr
+
+
+def test_list_into_a_closed_pipe_is_quiet(files):
+    lines = "".join(f"  - func: f.o{i}(Tensor self) -> Tensor\n" for i in range(5000))
+    (files / "many.yaml").write_text("namespace: ex\nops:\n" + lines)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "codegen", "list", "many.yaml"], cwd=files,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait()
+    assert "Traceback" not in err
