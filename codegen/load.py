@@ -12,8 +12,6 @@ Every error of every file is collected; `load_library` raises one `UserError` ca
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import math
 import os
 import re
@@ -642,11 +640,12 @@ class _FileLoader:
         if m:
             return PyRef(m.group(1), m.group(2), self.loc(node))
         located = self.located(node)  # type: ignore[arg-type]
-        parse = _optional("codegen.shape", "parse_fake_rule")
-        if parse is None:
-            return located
+        # Imported on first use: loading the rule grammar costs ~50 ms that files without
+        # fake rules need not pay.
+        from codegen.shape import parse_fake_rule
+
         n = len(self.diags.items)
-        rule = parse(located, schema, self.diags)
+        rule = parse_fake_rule(located, schema, self.diags)
         if len(self.diags.items) != n:
             self.ok = False
         return rule
@@ -678,11 +677,10 @@ class _FileLoader:
         spec = DerivativesSpec(tuple(formulas), output_differentiability, self.loc(node))
         if len(self.diags.items) != n_errors:
             return None  # a partial spec would only draw "no formula for x" errors
-        parse = _optional("codegen.formulas", "parse_derivatives")
-        if parse is None:
-            return spec
+        from codegen.formulas import parse_derivatives  # on first use, as for fake rules
+
         n = len(self.diags.items)
-        result = parse(spec, schema, self.diags)
+        result = parse_derivatives(spec, schema, self.diags)
         if len(self.diags.items) != n:
             self.ok = False
         return result
@@ -967,13 +965,6 @@ def _all_ints(values) -> bool:
     if isinstance(values, tuple):
         return all(_all_ints(v) for v in values)
     return isinstance(values, int) and not isinstance(values, bool)
-
-
-def _optional(module: str, name: str):
-    """`module.name` if that module exists yet, else None (its owner is still writing it)."""
-    if importlib.util.find_spec(module) is None:
-        return None
-    return getattr(importlib.import_module(module), name, None)
 
 
 # --------------------------------------------------------------------------------------------------
