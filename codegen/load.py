@@ -21,7 +21,7 @@ import yaml
 from yaml import events as ev
 
 from codegen import verify
-from codegen.diagnostics import Diagnostics, Loc, UserError, did_you_mean, scalar_locator
+from codegen.diagnostics import Diagnostics, Loc, UserError, scalar_locator
 from codegen.model import (
     AutocastSpec,
     BaseTy,
@@ -94,12 +94,11 @@ class _Node:
 
 
 class _Scalar(_Node):
-    __slots__ = ("value", "tag", "plain")
+    __slots__ = ("value", "tag")
 
-    def __init__(self, value, tag: str, plain: bool, start, end):
+    def __init__(self, value, tag: str, start, end):
         self.value = value      # decoded Python value: str, int, float, bool or None
         self.tag = tag          # "str" | "int" | "float" | "bool" | "null"
-        self.plain = plain
         self.start = start
         self.end = end
 
@@ -284,10 +283,9 @@ class _FileLoader:
                     tag = e.tag
                     value = e.value
                     if tag is None or tag == "!":
-                        plain = e.implicit[0] and tag is None
-                        kind = _resolve(value) if plain else "str"
+                        # Only plain scalars resolve to numbers, booleans and null.
+                        kind = _resolve(value) if tag is None and e.implicit[0] else "str"
                     else:
-                        plain = False
                         kind = _EXPLICIT_TAGS.get(tag)
                         if kind is None:
                             self._bad_tag(e)
@@ -296,9 +294,10 @@ class _FileLoader:
                         try:
                             value = _CONSTRUCT[kind](yaml.ScalarNode(tag, value))
                         except (ValueError, yaml.YAMLError):
-                            self.error(self._event_loc(e), f"'{value}' is not a valid {kind}")
+                            self.error(self._event_loc(e),
+                                       f"'{_short(value)}' is not a valid {kind}")
                             kind, value = "str", e.value
-                    node: _Node = _Scalar(value, kind, plain, e.start_mark, e.end_mark)
+                    node: _Node = _Scalar(value, kind, e.start_mark, e.end_mark)
                 elif cls is ev.MappingStartEvent or cls is ev.SequenceStartEvent:
                     if e.anchor is not None:
                         self._anchor(e)
@@ -319,7 +318,7 @@ class _FileLoader:
                 elif cls is ev.AliasEvent:
                     self.error(self._event_loc(e), "YAML aliases are not allowed in op files",
                                "write the value out in full")
-                    node = _Scalar(None, "null", True, e.start_mark, e.end_mark)
+                    node = _Scalar(None, "null", e.start_mark, e.end_mark)
                 elif cls is ev.DocumentStartEvent:
                     docs += 1
                     if docs > 1:
@@ -420,12 +419,12 @@ class _FileLoader:
             name = key.value if key.tag == "str" else self.text[key.start.index:key.end.index]
             if name in out:
                 first = out[name][0]
-                self.error(key, f"duplicate key '{name}' in {what}",
+                self.error(key, f"duplicate key '{_short(name)}' in {what}",
                            f"first given at line {first.start.line + 1}")
                 continue
             if allowed is not None and name not in allowed:
-                hint = did_you_mean(name, allowed)
-                self.error(key, f"unknown key '{name}' in {what}; allowed keys: "
+                hint = verify.suggest(name, allowed)
+                self.error(key, f"unknown key '{_short(name)}' in {what}; allowed keys: "
                            + ", ".join(allowed), hint)
                 continue
             out[name] = (key, value)
@@ -482,7 +481,7 @@ class _FileLoader:
                 key, node = top["namespace"]
                 namespace = self.string(node, "'namespace'")
                 if namespace is not None and not IDENT.match(namespace):
-                    self.error(node, f"namespace '{namespace}' is not an identifier",
+                    self.error(node, f"namespace '{_short(namespace)}' is not an identifier",
                                "use letters, digits and '_', not starting with a digit")
                     namespace = None
                 if namespace is None:
@@ -588,8 +587,8 @@ class _FileLoader:
             if tag is None:
                 continue
             if tag not in TAGS:
-                self.error(item, f"unknown tag '{tag}'",
-                           did_you_mean(tag, TAGS) or "see torch.Tag for the known tags")
+                self.error(item, f"unknown tag '{_short(tag)}'",
+                           verify.suggest(tag, TAGS) or "see torch.Tag for the known tags")
             elif tag in out:
                 self.error(item, f"tag '{tag}' given twice")
             else:
@@ -606,7 +605,7 @@ class _FileLoader:
             return PyRef(m.group(1), m.group(2), loc)
         if _CPP_NAME.match(text):
             return CppKernel(text, loc)
-        self.error(node, f"'{text}' is neither a C++ function name nor a Python callable",
+        self.error(node, f"'{_short(text)}' is neither a C++ function name nor a Python callable",
                    "write a C++ name (my_kernel, or other_ns::my_kernel) or "
                    "package.module:function")
         return None
@@ -622,8 +621,8 @@ class _FileLoader:
                     dk = DispatchKey(k)
                 except ValueError:
                     names = [d.value for d in DispatchKey]
-                    self.error(key, f"unknown dispatch key '{k}'; allowed keys: "
-                               + ", ".join(names), did_you_mean(k, names))
+                    self.error(key, f"unknown dispatch key '{_short(k)}'; allowed keys: "
+                               + ", ".join(names), verify.suggest(k, names))
                     continue
                 if any(d is dk for d, _ in out):
                     self.error(key, f"dispatch key '{k}' given twice")
@@ -669,7 +668,8 @@ class _FileLoader:
             names = tuple(n.strip() for n in name.split(","))
             bad = [n for n in names if not IDENT.match(n)]
             if bad:
-                self.error(key, f"'{name}' is not an input name or a comma-separated list of them")
+                self.error(key, f"'{_short(name)}' is not an input name or a comma-separated "
+                           "list of them")
                 continue
             if self.string(value, f"the derivative formula for '{name}'") is None:
                 continue
@@ -697,7 +697,7 @@ class _FileLoader:
                 return None
         device = self.string(fields["device_type"][1], "'device_type'")
         if device is not None and device not in AUTOCAST_DEVICES:
-            self.error(fields["device_type"][1], f"unknown autocast device type '{device}'",
+            self.error(fields["device_type"][1], f"unknown autocast device type '{_short(device)}'",
                        "expected one of: " + ", ".join(AUTOCAST_DEVICES))
             device = None
         dtype = self.dtype(fields["cast_inputs"][1], "'cast_inputs'")
@@ -719,7 +719,7 @@ class _FileLoader:
         m = _PY_REF.match(text)
         if m:
             return VmapSpec(PyRef(m.group(1), m.group(2), self.loc(node)), self.loc(node))
-        self.error(node, f"unknown vmap rule '{text}'",
+        self.error(node, f"unknown vmap rule '{_short(text)}'",
                    "expected pointwise, leading, or a Python batching rule package.module:function")
         return None
 
@@ -729,8 +729,8 @@ class _FileLoader:
             return None
         name = text[len("torch."):] if text.startswith("torch.") else text
         if name not in DTYPES:
-            self.error(node, f"unknown dtype '{text}'",
-                       did_you_mean(name, DTYPES) or "for example float32, int64 or bool")
+            self.error(node, f"unknown dtype '{_short(text)}'",
+                       verify.suggest(name, DTYPES) or "for example float32, int64 or bool")
             return None
         return name
 
@@ -768,8 +768,8 @@ class _FileLoader:
         for arg_name, (key, value) in fields.items():
             arg = schema.argument(arg_name)
             if arg is None:
-                self.error(key, f"sample names '{arg_name}', which is not an argument of "
-                           f"{schema.name}", did_you_mean(arg_name, names)
+                self.error(key, f"sample names '{_short(arg_name)}', which is not an argument of "
+                           f"{schema.name}", verify.suggest(arg_name, names)
                            or ("arguments: " + ", ".join(names) if names else "it takes none"))
                 ok = False
                 continue
@@ -959,6 +959,12 @@ _ENUM_SAMPLES = {
     BaseTy.MemoryFormat: frozenset({"contiguous_format", "preserve_format", "channels_last",
                                     "channels_last_3d"}),
 }
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """User text quoted in a message, cut short: the caret already shows where it is."""
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _all_ints(values) -> bool:

@@ -289,7 +289,7 @@ class _OpVerifier:
         for sub in iter_types(t):
             if isinstance(sub, TypeVar):
                 self.error(sub.span or span, f"unknown type '{sub.name}' for {what}",
-                           did_you_mean(sub.name, BASE_TYPES) or
+                           suggest(sub.name, BASE_TYPES) or
                            "type variables are TorchScript-only; custom ops cannot take them")
                 return
             if isinstance(sub, BaseType) and sub.name in SCRIPT_ONLY_BASE:
@@ -405,8 +405,9 @@ class _OpVerifier:
 
         mutable_rets = [r for r, ann in zip(rets, ret_anns) if ann and ann.is_write]
         if mutable_rets and len(mutable_rets) != len(rets):
-            self.error(_join([r.span for r in rets]) or s.span, "an op returns either only mutated inputs or only new values, "
-                       "not both", "return the mutated inputs separately, or not at all")
+            self.error(_join([r.span for r in rets]) or s.span,
+                       "an op returns either only mutated inputs or only new values, not both",
+                       "return the mutated inputs separately, or not at all")
 
         if outs and s.name.inplace:
             self.error(s.name.span, f"'{s.name}' is both in-place (trailing '_') and out= "
@@ -597,7 +598,7 @@ def _default_hint(d: Default, t: Type) -> str | None:
     if isinstance(base, BaseType):
         ty = base.name
         if ty is BaseTy.ScalarType and isinstance(d, EnumDefault):
-            return did_you_mean(d.name, SCALAR_TYPE_DEFAULTS) or "a dtype name, e.g. float32"
+            return suggest(d.name, SCALAR_TYPE_DEFAULTS) or "a dtype name, e.g. float32"
         if ty is BaseTy.MemoryFormat:
             return "the only MemoryFormat default torch accepts is contiguous_format"
         if ty is BaseTy.Layout:
@@ -643,4 +644,9 @@ def _is_tensor_like(t: Type) -> bool:
     return isinstance(t, BaseType) and t.name is BaseTy.Tensor
 
 
-__all__ = ["Rules", "DEFAULT_RULES", "verify_op", "verify_across", "verify_library"]
+__all__ = ["Rules", "DEFAULT_RULES", "verify_op", "verify_across", "verify_library", "suggest"]
+
+
+def suggest(word: str, choices) -> str | None:
+    """did_you_mean, skipped for long words (difflib is quadratic; no name is that long)."""
+    return did_you_mean(word, choices) if len(word) <= 64 else None

@@ -1,4 +1,5 @@
-"""`python -m codegen check` / `list`: exit codes, output, default paths, no traceback, no writes."""
+"""`python -m codegen check` / `list`: exit codes, output, default paths, no traceback, no
+writes."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """One case per diagnostic: tests/diagnostics/<name>.yaml must fail `check` with exactly the text in
 <name>.expected (location, message, source line, caret, hint).
 
-Refresh after an intended change with `EXPECTTEST_ACCEPT=1 python -m pytest tests/test_diagnostics.py`
-(or `make golden`), then read the diff.
+Refresh after an intended change with
+`EXPECTTEST_ACCEPT=1 python -m pytest tests/test_diagnostics.py` (or `make golden`), then read the
+diff.
 """
 
 from __future__ import annotations

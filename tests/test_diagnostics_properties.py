@@ -1,8 +1,8 @@
 """Property tests: whatever bytes an op file holds, loading it either succeeds or raises `UserError`
 whose every diagnostic points at a real line and column of that file. Never another exception.
 
-The default run tries a few hundred fixed (derandomized) inputs per property;
-`CODEGEN_FUZZ_SLOW=1` tries 20x more with fresh randomness, and `make test-slow` adds a loop of
+The default run tries a few hundred fixed (derandomized) inputs per property; `make fuzz`
+(HYPOTHESIS_PROFILE=fuzz) thousands with fresh randomness, and `make test-slow` adds a loop of
 random files.
 """
 
@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from codegen.diagnostics import UserError
 from codegen.load import OP_KEYS, TENSOR_SAMPLE_KEYS, load_library
 
-SLOW = os.environ.get("CODEGEN_FUZZ_SLOW", "") not in ("", "0")
+# `make fuzz` (HYPOTHESIS_PROFILE=fuzz): the profile's example count, fresh randomness.
+FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
 
 VALID = """\
 namespace: ex
@@ -43,7 +44,8 @@ ops:
     vmap: pointwise
   - func: scaled_add_(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)
     dispatch: {CompositeExplicitAutograd: "pkg.kernels:scaled_add_"}
-  - func: scaled_add.out(Tensor self, Tensor other, *, float alpha=1.0, Tensor(a!) out) -> Tensor(a!)
+  - func: >-
+      scaled_add.out(Tensor self, Tensor other, *, float alpha=1.0, Tensor(a!) out) -> Tensor(a!)
   - func: "ex::topk(Tensor self, SymInt k, int dim=-1) -> (Tensor values, Tensor indices)"
     samples: [{self: {shape: [4, 5]}, k: 2}]
 """
@@ -67,7 +69,8 @@ def check_file(path: Path) -> None:
 
 
 def settings_for(n: int):
-    return settings(max_examples=n * (20 if SLOW else 1), deadline=None, derandomize=not SLOW,
+    return settings(max_examples=settings.default.max_examples if FUZZ else n, deadline=None,
+                    derandomize=not FUZZ,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 
@@ -154,8 +157,8 @@ def test_random_structures(tmp_path, doc):
 
 SCHEMA_PIECES = ["ex::", "f", ".out", "(", ")", "Tensor", "Tensor(a!)", "Tensor(a)", "int",
                  "int[2]", "float", "Scalar", "?", "[]", " self", " x", " out", "=", "1", "1.5",
-                 "None", "Mean", "[0,1]", '"s"', ", ", "*, ", " -> ", "()", "...", "(Tensor, Tensor)",
-                 "Tensor(a!)[]", "Any", "from", "lambda", "_"]
+                 "None", "Mean", "[0,1]", '"s"', ", ", "*, ", " -> ", "()", "...",
+                 "(Tensor, Tensor)", "Tensor(a!)[]", "Any", "from", "lambda", "_"]
 
 
 @settings_for(300)
