@@ -40,7 +40,9 @@ Names in a formula
 - `unbroadcast(g, t)`: `g` summed down to the shape of `t` (the gradient of a broadcasting op).
 - `not_implemented("why")`: the gradient raises a clear error when it is needed.
 - `torch` and its functions (`torch.where`, `torch.nn.functional.gelu`), Tensor methods
-  (`grad.sum_to_size(...)`), Python operators, conditionals, literals.
+  (`grad.sum_to_size(...)`), Python operators, conditionals, literals, list comprehensions
+  (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]`) and the builtins
+  `abs enumerate float int len list max min range sum tuple zip`.
 - Ops of this library: `<namespace>.<name>(...)` (`exops.scaled_mul_backward`), with an overload
   `<namespace>.<name>.<overload>(...)`, or a bare name that names an op of the same namespace.
 
@@ -97,6 +99,9 @@ from codegen.shape import syntax_error, terminal_names
 
 NON_DIFFERENTIABLE = "non_differentiable"
 BUILTINS = ("unbroadcast", "not_implemented")
+# Python builtins a formula may call.
+PY_BUILTINS = ("abs", "enumerate", "float", "int", "len", "list", "max", "min", "range", "sum",
+               "tuple", "zip")
 # Tensor attributes and methods that read metadata only (see "Saving for backward").
 META_ATTRS = {"shape": "shape", "ndim": "shape", "dtype": "dtype", "device": "device"}
 META_METHODS = {"size": "shape", "dim": "shape"}
@@ -151,6 +156,25 @@ class TorchRef:
 @dataclass(frozen=True)
 class BuiltinRef:
     name: str                       # one of BUILTINS
+
+
+@dataclass(frozen=True)
+class PyBuiltinRef:
+    name: str                       # one of PY_BUILTINS
+
+
+@dataclass(frozen=True)
+class LoopVar:
+    """A name bound by a list comprehension."""
+    name: str
+
+
+@dataclass(frozen=True)
+class ListComp:
+    """`[elem for a, b in iterable]`."""
+    elem: Expr
+    names: tuple[str, ...]
+    iterable: Expr
 
 
 @dataclass(frozen=True)
@@ -255,8 +279,8 @@ class IfExp:
 
 
 Expr = Union[Const, EllipsisLit, InputRef, GradRef, GradsRef, ResultRef, ResultsRef, TorchRef,
-             BuiltinRef, OpRef, Attr, Star, Call, Slice, Subscript, TupleLit, ListLit, BinOp,
-             UnaryOp, IfExp]
+             BuiltinRef, PyBuiltinRef, LoopVar, OpRef, Attr, Star, Call, Slice, Subscript,
+             TupleLit, ListLit, ListComp, BinOp, UnaryOp, IfExp]
 
 
 @dataclass(frozen=True)
@@ -284,8 +308,10 @@ class Derivatives:
 def children(e: Expr) -> tuple[Expr, ...]:
     match e:
         case Const() | EllipsisLit() | InputRef() | GradRef() | GradsRef() | ResultRef() \
-                | ResultsRef() | TorchRef() | BuiltinRef() | OpRef():
+                | ResultsRef() | TorchRef() | BuiltinRef() | PyBuiltinRef() | LoopVar() | OpRef():
             return ()
+        case ListComp(elem=e, iterable=it):
+            return (e, it)
         case Attr(obj=o) | Star(value=o) | UnaryOp(operand=o):
             return (o,)
         case Call(func=f, args=args, kwargs=kwargs):
@@ -453,6 +479,7 @@ class _Checker:
         self.diff_outputs = diff_outputs
         self.namespace = schema.name.namespace or ""
         self.returns = schema.returns
+        self.loop_vars: set[str] = set()
 
     def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
         self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
@@ -468,6 +495,8 @@ class _Checker:
 
     def name(self, node: _Name) -> Expr:
         n = node.id
+        if n in self.loop_vars:
+            return LoopVar(n)
         if self.schema.argument(n) is not None:
             return InputRef(n)
         if n in ("True", "False", "None"):
@@ -501,6 +530,8 @@ class _Checker:
             return TorchRef(())
         if n in BUILTINS:
             return BuiltinRef(n)
+        if n in PY_BUILTINS:
+            return PyBuiltinRef(n)
         if n == self.namespace:
             raise self.error(node.span, f"'{n}' is this library's namespace; call one of its ops: "
                              f"`{n}.<op>(...)`")
@@ -550,6 +581,21 @@ class _Checker:
         if k in ("tuple", "list"):
             items = tuple(self.expr(x) for x in p if x is not None)
             return TupleLit(items) if k == "tuple" else ListLit(items)
+        if k == "listcomp":
+            elem, *names, iterable = p
+            it = self.expr(iterable)
+            bound = tuple(str(x) for x in names)
+            for tok in names:
+                if self.schema.argument(str(tok)) is not None or str(tok) in self.loop_vars:
+                    raise self.error(Span(tok.start_pos, tok.end_pos),
+                                     f"'{tok}' is already a name of the formula; pick another")
+            saved = set(self.loop_vars)
+            self.loop_vars |= set(bound)
+            try:
+                body = self.expr(elem)
+            finally:
+                self.loop_vars = saved
+            return ListComp(body, bound, it)
         if k == "ifexp":
             return IfExp(self.expr(p[1]), self.expr(p[0]), self.expr(p[2]))
         if k == "compare":
@@ -628,7 +674,7 @@ class _Checker:
                 if kwargs:
                     raise self.error(a.span, "positional arguments go before keyword arguments")
                 args.append(self.expr(a))
-        if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const)):
+        if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const, LoopVar)):
             raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
         if isinstance(func, BuiltinRef):
             self.builtin(node, func.name, args, kwargs)

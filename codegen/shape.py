@@ -81,6 +81,7 @@ Tensor is expected), outputs that do not match the returns; each error points in
 
 from __future__ import annotations
 
+import ast
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
@@ -209,6 +210,19 @@ class BoolLit:
 @dataclass(frozen=True)
 class NoneLit:
     ty: Ty = Ty(T.NONE)
+
+
+@dataclass(frozen=True)
+class FloatLit:
+    """A number literal: a `broadcast` operand promoting like a Python float."""
+    value: float
+    ty: Ty = Ty(T.SCALAR)
+
+
+@dataclass(frozen=True)
+class StrLit:
+    value: str
+    ty: Ty = Ty(T.STR)
 
 
 @dataclass(frozen=True)
@@ -341,6 +355,63 @@ class Fallback:
 
 
 @dataclass(frozen=True)
+class LoopVar:
+    """A name bound by a list comprehension."""
+    name: str
+    ty: Ty
+
+
+@dataclass(frozen=True)
+class ListComp:
+    """`[elem for a, b in zip(x, y)]` (one name and no zip for a single list)."""
+    elem: Expr
+    names: tuple[str, ...]
+    seqs: tuple[Expr, ...]
+    ty: Ty = INT_LIST
+
+
+@dataclass(frozen=True)
+class Sum:
+    seq: Expr
+    ty: Ty = INT
+
+
+class CompareOp(enum.Enum):
+    eq = "=="
+    ne = "!="
+    is_ = "is"
+    is_not = "is not"
+
+
+@dataclass(frozen=True)
+class Compare:
+    """A condition on arguments that are fixed at trace time (str, bool, int, dtype), or a
+    None test of an optional argument. Never on sizes, which would specialize them."""
+    op: CompareOp
+    left: Expr
+    right: Expr
+    ty: Ty = Ty(T.BOOL)
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Expr
+    ty: Ty = Ty(T.BOOL)
+
+
+@dataclass(frozen=True)
+class Cond:
+    """`then if cond else orelse`."""
+    cond: Expr
+    then: Expr
+    orelse: Expr
+
+    @property
+    def ty(self) -> Ty:
+        return self.then.ty if self.then.ty.base is not T.NONE else self.orelse.ty
+
+
+@dataclass(frozen=True)
 class Like:
     tensor: Expr
     dtype: Expr | None
@@ -373,9 +444,9 @@ class Empty:
     ty: Ty = OUT
 
 
-Expr = Union[Arg, Local, IntLit, BoolLit, NoneLit, DtypeLit, TensorProp, TensorSize, Item, SliceOf,
-             Len, Spread, ListLit, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Like, Broadcast,
-             Reduce, Empty]
+Expr = Union[Arg, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
+             TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Sum, Concat, Arith, Neg,
+             MinMax, Dynamic, Fallback, Compare, Not, Cond, Like, Broadcast, Reduce, Empty]
 
 
 @dataclass(frozen=True)
@@ -386,8 +457,10 @@ class Binding:
 
 @dataclass(frozen=True)
 class ReturnArg:
-    """An output that is the mutated argument `name` itself (in-place and out= ops)."""
+    """An output that is the mutated argument `name` itself (in-place and out= ops). An out=
+    argument with a rule is resized to the shape of `resize` first, as out= kernels do."""
     name: str
+    resize: Expr | None = None
 
 
 Output = Union[Expr, ReturnArg]
@@ -409,13 +482,22 @@ class FakeRule:
 def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
     """The sub-expressions of `e` (for walks over the IR)."""
     match e:
-        case Arg() | Local() | IntLit() | BoolLit() | NoneLit() | DtypeLit() | ReturnArg():
+        case ReturnArg(resize=r):
+            return (r,) if r is not None else ()
+        case Arg() | Local() | LoopVar() | IntLit() | FloatLit() | StrLit() | BoolLit() \
+                | NoneLit() | DtypeLit():
             return ()
-        case TensorProp(tensor=t) | Len(seq=t) | Spread(seq=t) | Neg(operand=t):
+        case TensorProp(tensor=t) | Len(seq=t) | Spread(seq=t) | Neg(operand=t) | Sum(seq=t) \
+                | Not(operand=t):
             return (t,)
         case TensorSize(tensor=a, dim=b) | Item(seq=a, index=b) | Concat(left=a, right=b) \
-                | Arith(left=a, right=b) | Fallback(value=a, default=b):
+                | Arith(left=a, right=b) | Fallback(value=a, default=b) \
+                | Compare(left=a, right=b):
             return (a, b)
+        case ListComp(elem=e, seqs=seqs):
+            return (e, *seqs)
+        case Cond(cond=c, then=a, orelse=b):
+            return (c, a, b)
         case SliceOf(seq=s, lo=lo, hi=hi):
             return tuple(x for x in (s, lo, hi) if x is not None)
         case ListLit(items=items) | MinMax(items=items):
@@ -455,6 +537,43 @@ class _Name:
 @dataclass(frozen=True)
 class _Int:
     value: int
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Lit:
+    """A float or string literal."""
+    value: float | str
+    span: Span
+
+
+@dataclass(frozen=True)
+class _IfExp:
+    then: _Syn
+    cond: _Syn
+    orelse: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Compare:
+    op: str                         # "==", "!=", "is", "is not"
+    left: _Syn
+    right: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _Not:
+    operand: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
+class _ListComp:
+    elem: _Syn
+    names: tuple[tuple[str, Span], ...]
+    seq: _Syn
     span: Span
 
 
@@ -547,8 +666,8 @@ class _Rule:
     body: _Syn
 
 
-_Syn = Union[_Name, _Int, _Attr, _Call, _Index, _Slice, _Bin, _Neg, _Or, _List, _Tuple, _Spread,
-             _Kwarg]
+_Syn = Union[_Name, _Int, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
+             _Bin, _Neg, _Or, _List, _Tuple, _Spread, _Kwarg]
 
 
 def _tok_span(tok: Token) -> Span:
@@ -579,6 +698,33 @@ class _ToSyntax(Transformer):
 
     def int(self, meta, tok):
         return _Int(int(tok), _tok_span(tok))
+
+    def float(self, meta, tok):
+        return _Lit(float(tok), _tok_span(tok))
+
+    def string(self, meta, tok):
+        return _Lit(ast.literal_eval(str(tok)), _tok_span(tok))
+
+    def ifexp(self, meta, then, cond, orelse):
+        return _IfExp(then, cond, orelse, self._span(meta))
+
+    def _compare(op):  # noqa: N805  (builds the methods below)
+        def method(self, meta, left, right):
+            return _Compare(op, left, right, self._span(meta))
+        return method
+
+    eq = _compare("==")
+    ne = _compare("!=")
+    is_ = _compare("is")
+    is_not = _compare("is not")
+
+    def not_(self, meta, operand):
+        return _Not(operand, self._span(meta))
+
+    def listcomp(self, meta, elem, *rest):
+        *names, seq = rest
+        return _ListComp(elem, tuple((str(n), _tok_span(n)) for n in names), seq,
+                         self._span(meta))
 
     def attr(self, meta, obj, name):
         return _Attr(obj, str(name), self._span(meta))
@@ -708,7 +854,7 @@ class _Bad(Exception):
     """Raised inside the checker after an error was reported; unwinds to the rule's top."""
 
 
-_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "min")
+_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "min", "sum")
 _METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel}
 _ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim}
 _CONSTANTS = ("True", "False", "None")
@@ -721,6 +867,7 @@ class _Checker:
         self.diags = diags
         self.locals: dict[str, Ty] = {}
         self.bad_locals: set[str] = set()   # bindings that failed: their uses say nothing more
+        self.loop_vars: dict[str, Ty] = {}
         self.first_tensor = next((a.name for a in schema.arguments
                                   if arg_ty(a.type) == TENSOR), None)
 
@@ -733,6 +880,8 @@ class _Checker:
     # -- names
 
     def name(self, node: _Name) -> Expr:
+        if node.id in self.loop_vars:
+            return LoopVar(node.id, self.loop_vars[node.id])
         if node.id in self.locals:
             return Local(node.id, self.locals[node.id])
         if node.id in self.bad_locals:
@@ -768,6 +917,14 @@ class _Checker:
                 return self.name(node)
             case _Int(value=v):
                 return IntLit(v)
+            case _Lit(value=v):
+                return StrLit(v) if isinstance(v, str) else FloatLit(v)
+            case _IfExp():
+                return self.ifexp(node)
+            case _Compare() | _Not():
+                return self.condition(node)
+            case _ListComp():
+                return self.listcomp(node)
             case _Attr():
                 return self.attribute(node)
             case _Call():
@@ -829,15 +986,98 @@ class _Checker:
         return TensorProp(self.tensor(node.obj, f"the object of '.{node.name}'"), prop)
 
     def tensor(self, node: _Syn, role: str) -> Expr:
+        """A Tensor argument, or a tensor the rule made (`reduce(broadcast(a, b), None)`)."""
         e = self.expr(node)
-        if e.ty != TENSOR:
+        if e.ty != TENSOR and e.ty != OUT:
             hint = None
             if e.ty == Ty(T.TENSOR, True):
                 hint = "an optional tensor may be None; only broadcast() accepts one"
-            elif e.ty.base is T.OUT:
-                hint = "rule outputs cannot be inspected; describe them from the inputs"
             raise self.error(node.span, f"{role} must be a Tensor, got {describe(e)}", hint)
         return e
+
+    # -- conditions
+
+    def condition(self, node: _Syn) -> Expr:
+        """A bool that is fixed when the op is traced: never a comparison of sizes."""
+        if isinstance(node, _Not):
+            return Not(self.condition(node.operand))
+        if isinstance(node, _Compare):
+            left = self.expr(node.left)
+            right = self.expr(node.right)
+            if node.op in ("is", "is not"):
+                if right.ty.base is not T.NONE:
+                    raise self.error(node.right.span, f"'{node.op}' only tests for None: "
+                                     f"`x {node.op} None`")
+                if not left.ty.optional:
+                    raise self.error(node.left.span, f"{describe(left)} is never None")
+                return Compare(CompareOp(node.op), left, right)
+            for side, e in ((node.left, left), (node.right, right)):
+                if not self.static(e):
+                    hint = ("comparing sizes would specialize them under dynamic shapes"
+                            if e.ty.base in (T.INT, T.INT_LIST) else None)
+                    raise self.error(side.span, f"'{node.op}' compares str, bool, dtype and int "
+                                     f"arguments with literals, got {describe(e)}", hint)
+            if left.ty.base is not right.ty.base:
+                raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
+                                 f"{describe(right)}: they are never equal")
+            return Compare(CompareOp("==" if node.op == "==" else "!="), left, right)
+        e = self.expr(node)
+        if e.ty != Ty(T.BOOL) or not self.static(e):
+            raise self.error(node.span, f"a condition must be a bool argument or a comparison, "
+                             f"got {describe(e)}")
+        return e
+
+    def static(self, e: Expr) -> bool:
+        """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
+        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit)):
+            return True
+        if isinstance(e, Arg):
+            arg = self.schema.argument(e.name)
+            assert arg is not None
+            base = strip_optional(arg.type)
+            return not e.ty.optional and isinstance(base, BaseType) and base.name in (
+                BaseTy.str, BaseTy.bool, BaseTy.int, BaseTy.ScalarType)
+        return False
+
+    def ifexp(self, node: _IfExp) -> Expr:
+        cond = self.condition(node.cond)
+        then = self.expr(node.then)
+        orelse = self.expr(node.orelse)
+        if then.ty != orelse.ty and T.NONE not in (then.ty.base, orelse.ty.base):
+            raise self.error(node.span, f"the branches of 'if' differ: {describe(then)} and "
+                             f"{describe(orelse)}")
+        return Cond(cond, then, orelse)
+
+    def listcomp(self, node: _ListComp) -> Expr:
+        seq_node = node.seq
+        if isinstance(seq_node, _Call) and isinstance(seq_node.func, _Name) \
+                and seq_node.func.id == "zip":
+            if seq_node.kwargs or len(seq_node.args) < 2:
+                raise self.error(seq_node.span, "zip() takes two or more lists")
+            seq_nodes = list(seq_node.args)
+        else:
+            seq_nodes = [seq_node]
+        if len(seq_nodes) != len(node.names):
+            raise self.error(node.span, f"{_count(len(node.names), 'name')} for "
+                             f"{_count(len(seq_nodes), 'list')}",
+                             "`[a + b for a, b in zip(xs, ys)]`, or one name for one list")
+        seqs = []
+        for sn in seq_nodes:
+            seq = self.expr(sn)
+            if seq.ty not in (INT_LIST, Ty(T.TENSOR_LIST)):
+                raise self.error(sn.span, f"a comprehension loops over int lists and Tensor[], "
+                                 f"got {describe(seq)}")
+            seqs.append(seq)
+        saved = dict(self.loop_vars)
+        for (name, span), seq in zip(node.names, seqs):
+            if self.schema.argument(name) is not None or name in self.locals:
+                raise self.error(span, f"'{name}' is already a name of the rule; pick another")
+            self.loop_vars[name] = INT if seq.ty == INT_LIST else TENSOR
+        try:
+            elem = self.want(node.elem, INT, "a shape element")
+        finally:
+            self.loop_vars = saved
+        return ListComp(elem, tuple(n for n, _ in node.names), tuple(seqs))
 
     def index(self, node: _Index) -> Expr:
         seq = self.expr(node.obj)
@@ -1009,6 +1249,10 @@ class _Checker:
         hi = self.want(named["max"], INT, "max") if "max" in named else None
         return Dynamic(lo, hi)
 
+    def fn_sum(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "sum", ("sizes",), 1)
+        return Sum(self.want(named["sizes"], INT_LIST, "the argument of sum()"))
+
     def fn_len(self, node: _Call) -> Expr:
         _, named = self.bind(node, "len", ("seq",), 1)
         seq = self.expr(named["seq"])
@@ -1055,9 +1299,30 @@ class _Checker:
         fresh = [r for r in returns if isinstance(r, Return)]
         items = list(syn.body.items) if isinstance(syn.body, _Tuple) else [syn.body]
         if not fresh:
-            self.error(syn.body.span, "this op returns only its mutated arguments, so its fake "
-                       "kernel follows from the schema", "remove the `fake:` key")
-            return None
+            outs = [r for r in returns if isinstance(r, str)
+                    and self.schema.argument(r).kwarg_only]  # type: ignore[union-attr]
+            if not outs or len(outs) != len(returns):
+                self.error(syn.body.span, "this op returns only the arguments it mutates in "
+                           "place, so its fake kernel follows from the schema",
+                           "remove the `fake:` key")
+                return None
+            # An out= op: the rule gives the shape each out argument is resized to.
+            if len(items) != len(outs):
+                self.error(syn.body.span, f"the rule gives {_count(len(items), 'output')} but the "
+                           f"op has {_count(len(outs), 'out argument')}")
+                return None
+            resized: list[Output] = []
+            for name, item in zip(outs, items):
+                try:
+                    e = self.expr(item)
+                    if e.ty != OUT:
+                        raise self.error(item.span, f"the shape of out argument '{name}' is "
+                                         f"given as a new tensor (like, empty, ...), got "
+                                         f"{describe(e)}")
+                    resized.append(ReturnArg(name, e))
+                except _Bad:
+                    ok = False
+            return FakeRule(tuple(bindings), tuple(resized), self.text.text) if ok else None
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
             t = self.first_tensor or "x"

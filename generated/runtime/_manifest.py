@@ -13,7 +13,7 @@ NAMESPACES = {
         "schema_hash": '76364f74cb2df253',
         "stamp_prefix": '@opgen-stamp ns=exops ',
         "python_module": 'runtime._reg_exops',
-        "python_required": False,
+        "python_required": True,
         "ops": 13,
         "sources": ['schemas/core.yaml'],
     },

@@ -23,59 +23,59 @@ namespace exops {
 //   exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 at::Tensor scaled_add_cpu(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha);
 
-// CPU kernel of exops::weighted_mse (schemas/core.yaml:20)
+// CPU kernel of exops::weighted_mse (schemas/core.yaml:25)
 //   exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
 at::Tensor weighted_mse_cpu(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight, c10::string_view reduction);
 
-// CPU kernel of exops::soft_shrink (schemas/core.yaml:31)
+// CPU kernel of exops::soft_shrink (schemas/core.yaml:37)
 //   exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
 at::Tensor soft_shrink_cpu(const at::Tensor& self, double lambd);
 
-// CPU kernel of exops::soft_shrink_ (schemas/core.yaml:40)
+// CPU kernel of exops::soft_shrink_ (schemas/core.yaml:50)
 //   exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
 at::Tensor& soft_shrink_cpu_(at::Tensor& self, double lambd);
 
-// CPU kernel of exops::soft_shrink.out (schemas/core.yaml:49)
+// CPU kernel of exops::soft_shrink.out (schemas/core.yaml:59)
 //   exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
 at::Tensor& soft_shrink_out_cpu(const at::Tensor& self, double lambd, at::Tensor& out);
 
-// CPU kernel of exops::moments (schemas/core.yaml:59)
+// CPU kernel of exops::moments (schemas/core.yaml:72)
 //   exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
 std::tuple<at::Tensor, at::Tensor> moments_cpu(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, int64_t correction);
 
-// CPU kernel of exops::weighted_sum (schemas/core.yaml:70)
+// CPU kernel of exops::weighted_sum (schemas/core.yaml:84)
 //   exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
 at::Tensor weighted_sum_cpu(at::TensorList tensors, at::ArrayRef<double> weights);
 
-// CPU kernel of exops::pad_end (schemas/core.yaml:79)
+// CPU kernel of exops::pad_end (schemas/core.yaml:96)
 //   exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
 at::Tensor pad_end_cpu(const at::Tensor& self, c10::SymIntArrayRef pad, double value);
 
-// CPU kernel of exops::select_above (schemas/core.yaml:90)
+// CPU kernel of exops::select_above (schemas/core.yaml:108)
 //   exops::select_above(Tensor self, float threshold) -> Tensor
 at::Tensor select_above_cpu(const at::Tensor& self, double threshold);
 
-// CompositeExplicitAutograd kernel of exops::gaussian_window (schemas/core.yaml:101)
+// CompositeExplicitAutograd kernel of exops::gaussian_window (schemas/core.yaml:120)
 //   exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 at::Tensor gaussian_window(int64_t size, double sigma, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin_memory);
 
-// CPU kernel of exops::smooth_clamp (schemas/core.yaml:111)
+// CPU kernel of exops::smooth_clamp (schemas/core.yaml:131)
 //   exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
 at::Tensor smooth_clamp_cpu(const at::Tensor& self, double limit);
 
-// CUDA kernel of exops::smooth_clamp (schemas/core.yaml:112)
+// CUDA kernel of exops::smooth_clamp (schemas/core.yaml:132)
 //   exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
 at::Tensor smooth_clamp_cuda(const at::Tensor& self, double limit);
 
-// CPU kernel of exops::smooth_clamp_backward (schemas/core.yaml:121)
+// CPU kernel of exops::smooth_clamp_backward (schemas/core.yaml:146)
 //   exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 at::Tensor smooth_clamp_backward_cpu(const at::Tensor& grad_output, const at::Tensor& self, double limit);
 
-// CUDA kernel of exops::smooth_clamp_backward (schemas/core.yaml:122)
+// CUDA kernel of exops::smooth_clamp_backward (schemas/core.yaml:147)
 //   exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 at::Tensor smooth_clamp_backward_cuda(const at::Tensor& grad_output, const at::Tensor& self, double limit);
 
-// CompositeImplicitAutograd kernel of exops::scaled_smooth_clamp (schemas/core.yaml:131)
+// CompositeImplicitAutograd kernel of exops::scaled_smooth_clamp (schemas/core.yaml:161)
 //   exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
 at::Tensor scaled_smooth_clamp(const at::Tensor& self, const at::Tensor& scale, double limit);
 

@@ -1,0 +1,915 @@
+"""Op library IR -> `generated/runtime/_reg_<ns>.py`: the Python side of namespace `<ns>`.
+
+`import runtime` imports `runtime._reg_<ns>` right after loading the C++ library (the module named
+by its `m.set_python_module`). It registers, on one `torch.library.Library(ns, "FRAGMENT")`:
+- Python kernels (dispatch values `package.module:function`), with `Library.impl`: the op calls
+  the function through the dispatcher with no wrapper in between;
+- fake kernels, from shape rules (`codegen.shape`), from the schema alone (in-place, out=, `-> ()`),
+  or Python functions, with `torch.library.register_fake`;
+- autograd, from derivative formulas (`codegen.formulas`), with
+  `torch.library.register_autograd(op, backward, setup_context=...)`;
+- batching rules (`pointwise`, `leading`, or Python functions) with `torch.library.register_vmap`;
+- autocast policies with `torch.library.register_autocast`.
+
+Everything is rendered as readable Python; the helpers a module needs are written into it (see
+`HELPERS`), so the generated module depends on torch alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from codegen import formulas as F
+from codegen import shape as S
+from codegen.api import python as P
+from codegen.diagnostics import Diagnostics
+from codegen.gen import OUTPUT_DIR, banner
+from codegen.model import (
+    DispatchKey,
+    FunctionSchema,
+    ListType,
+    Op,
+    OpLibrary,
+    PyRef,
+    is_tensor_like,
+    strip_optional,
+    without_alias,
+)
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+# Helper functions a generated module may need, and the helpers each one calls.
+HELPERS: dict[str, tuple[str, ...]] = {
+    "broadcast": ("result_type", "common_device"),
+    "result_type": (),
+    "common_device": (),
+    "reduce": (),
+    "pointwise_batch": (),
+    "fold_leading": (),
+    "not_implemented": (),
+    "first_order": (),
+}
+
+# Dispatch keys a Python kernel is registered under, as `Library.impl` spells them.
+_PY_KERNEL_KEYS = {
+    DispatchKey.CPU: "CPU",
+    DispatchKey.CUDA: "CUDA",
+    DispatchKey.Meta: "Meta",
+    DispatchKey.CompositeImplicitAutograd: "CompositeImplicitAutograd",
+    DispatchKey.CompositeExplicitAutograd: "CompositeExplicitAutograd",
+}
+
+# Names a generated module defines at top level; parameters must not shadow the first two.
+_MODULE_NAMES = ("torch", "_ops", "_lib")
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["py"] = lambda v: q(v) if isinstance(v, str) else repr(v)
+    env.filters["docstring"] = docstring
+    return env
+
+
+def q(text: str) -> str:
+    """A double-quoted Python string literal of `text`."""
+    r = repr(text)
+    if r.startswith("'") and '"' not in text:
+        return '"' + r[1:-1].replace("\\'", "'") + '"'
+    return r
+
+
+def docstring(text: str) -> str:
+    """`text` as the inside of a triple-quoted docstring at function-body indentation."""
+    text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    if text.endswith('"'):
+        text = text[:-1] + '\\"'
+    lines = text.splitlines() or [""]
+    if len(lines) == 1:
+        return lines[0]
+    return "\n".join([lines[0]] + [("    " + line) if line else "" for line in lines[1:]]) + "\n    "
+
+
+def wrap_call(line: str, width: int = 100) -> str:
+    """A call statement, one argument per line when it is wider than `width`."""
+    if len(line) <= width or not line.endswith(")"):
+        return line
+    start = line.index("(")
+    args, depth, quote, current = [], 0, None, ""
+    for ch in line[start + 1:-1]:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            args.append(current.strip())
+            current = ""
+            continue
+        current += ch
+    args.append(current.strip())
+    return line[:start + 1] + "\n" + "".join(f"    {a},\n" for a in args) + ")"
+
+
+def module_name(ns: str) -> str:
+    """`runtime._reg_<ns>`, the module `m.set_python_module` names."""
+    return f"runtime._reg_{ns}"
+
+
+def qualname(op: Op) -> str:
+    """`ns::name` or `ns::name.overload`, as torch.library's registration functions take it."""
+    n = op.name
+    return f"{n.namespace}::{n.name}" + (f".{n.overload}" if n.overload else "")
+
+
+def op_attr(op: Op) -> str:
+    """The op's OpOverload below `_ops` (`torch.ops.<ns>`): `name.overload`."""
+    return f"{op.name.name}.{op.name.overload_or_default}"
+
+
+# --------------------------------------------------------------------------------------------------
+# What an op needs
+
+
+def needs_fake(op: Op) -> bool:
+    """Whether torch.compile/export need a fake kernel from us: the op has a kernel, and none that
+    runs on fake tensors already (Meta, or a composite kernel, which decomposes or runs on Meta)."""
+    keys = {k for k, _ in op.dispatch}
+    if not keys:
+        return False
+    return not keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd,
+                       DispatchKey.CompositeExplicitAutograd}
+
+
+def fake_of(op: Op) -> S.FakeRule | PyRef | None:
+    """The op's fake kernel: its rule or Python function, else what follows from its schema."""
+    if isinstance(op.fake, (S.FakeRule, PyRef)):
+        return op.fake
+    keys = {k for k, _ in op.dispatch}
+    if keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd} or not keys:
+        return None
+    return S.schema_fake(op.schema)
+
+
+# --------------------------------------------------------------------------------------------------
+# Python expressions from the fake-rule IR
+
+# Precedence of Python expression forms, loosest first.
+_P_COND, _P_NOT, _P_COMPARE, _P_ADD, _P_MUL, _P_UNARY, _P_POSTFIX, _P_ATOM = 1, 4, 5, 9, 10, 11, 13, 14
+_ARITH_PREC = {S.ArithOp.add: _P_ADD, S.ArithOp.sub: _P_ADD, S.ArithOp.mul: _P_MUL,
+               S.ArithOp.floordiv: _P_MUL, S.ArithOp.mod: _P_MUL}
+
+
+def _paren(text: str, prec: int, need: int) -> str:
+    return f"({text})" if prec < need else text
+
+
+class FakeEmitter:
+    """Renders one fake rule as Python statements over the op's parameters."""
+
+    def __init__(self, helpers: set[str]):
+        self.helpers = helpers
+
+    def expr(self, e: S.Expr, need: int = 0) -> str:
+        text, prec = self._expr(e)
+        return _paren(text, prec, need)
+
+    def _expr(self, e: S.Expr) -> tuple[str, int]:
+        match e:
+            case S.Arg(name=n) | S.Local(name=n) | S.LoopVar(name=n):
+                return n, _P_ATOM
+            case S.IntLit(value=v):
+                return str(v), _P_ATOM
+            case S.FloatLit(value=v):
+                return repr(v), _P_ATOM
+            case S.StrLit(value=v):
+                return q(v), _P_ATOM
+            case S.BoolLit(value=v):
+                return ("True" if v else "False"), _P_ATOM
+            case S.NoneLit():
+                return "None", _P_ATOM
+            case S.DtypeLit(name=n):
+                return f"torch.{n}", _P_POSTFIX
+            case S.TensorProp(tensor=t, prop=p):
+                obj = self.expr(t, _P_POSTFIX)
+                if p in (S.Prop.ndim, S.Prop.numel):
+                    return f"{obj}.{p.value}()", _P_POSTFIX
+                return f"{obj}.{p.value}", _P_POSTFIX
+            case S.TensorSize(tensor=t, dim=d):
+                return f"{self.expr(t, _P_POSTFIX)}.size({self.expr(d)})", _P_POSTFIX
+            case S.Item(seq=s, index=i):
+                return f"{self.expr(s, _P_POSTFIX)}[{self.expr(i)}]", _P_POSTFIX
+            case S.SliceOf(seq=s, lo=lo, hi=hi):
+                lo_t = self.expr(lo) if lo is not None else ""
+                hi_t = self.expr(hi) if hi is not None else ""
+                return f"{self.expr(s, _P_POSTFIX)}[{lo_t}:{hi_t}]", _P_POSTFIX
+            case S.Len(seq=s):
+                return f"len({self.expr(s)})", _P_POSTFIX
+            case S.Spread(seq=s):
+                return f"*{self.expr(s, _P_POSTFIX)}", _P_ATOM
+            case S.ListLit(items=items):
+                return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+            case S.ListComp(elem=elem, names=names, seqs=seqs):
+                seq = (self.expr(seqs[0]) if len(seqs) == 1
+                       else f"zip({', '.join(self.expr(x) for x in seqs)})")
+                return f"[{self.expr(elem)} for {', '.join(names)} in {seq}]", _P_ATOM
+            case S.Sum(seq=seq):
+                return f"sum({self.expr(seq)})", _P_POSTFIX
+            case S.Compare(op=op, left=a, right=b):
+                return f"{self.expr(a, _P_COMPARE + 1)} {op.value} {self.expr(b, _P_COMPARE + 1)}", \
+                    _P_COMPARE
+            case S.Not(operand=o):
+                return f"not {self.expr(o, _P_NOT)}", _P_NOT
+            case S.Cond(cond=c, then=a, orelse=b):
+                return (f"{self.expr(a, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
+                        f"{self.expr(b, _P_COND)}", _P_COND)
+            case S.Concat(left=a, right=b):
+                return f"[*{self.expr(a, _P_POSTFIX)}, *{self.expr(b, _P_POSTFIX)}]", _P_ATOM
+            case S.Arith(op=op, left=a, right=b):
+                prec = _ARITH_PREC[op]
+                return f"{self.expr(a, prec)} {op.value} {self.expr(b, prec + 1)}", prec
+            case S.Neg(operand=o):
+                return f"-{self.expr(o, _P_UNARY)}", _P_UNARY
+            case S.MinMax(fn=fn, items=items):
+                # torch.sym_max/sym_min keep sizes symbolic; Python's max() would specialize.
+                text = self.expr(items[-1])
+                for item in reversed(items[:-1]):
+                    text = f"torch.sym_{fn}({self.expr(item)}, {text})"
+                return text, _P_POSTFIX
+            case S.Dynamic(min=lo, max=hi):
+                kwargs = []
+                if lo is not None:
+                    kwargs.append(f"min={self.expr(lo)}")
+                if hi is not None:
+                    kwargs.append(f"max={self.expr(hi)}")
+                return (f"torch.library.get_ctx().new_dynamic_size({', '.join(kwargs)})",
+                        _P_POSTFIX)
+            case S.Fallback(value=v, default=d):
+                value = self.expr(v, _P_ADD)
+                return f"{value} if {value} is not None else {self.expr(d, _P_ADD)}", _P_COND
+            case S.Like(tensor=t, dtype=dt, device=dv):
+                obj = self.expr(t, _P_POSTFIX)
+                return (f"{obj}.new_empty({obj}.shape{self._options(dt, dv)})", _P_POSTFIX)
+            case S.Broadcast(operands=ops, dtype=dt):
+                self.helpers.add("broadcast")
+                args = ", ".join(self.expr(o) for o in ops)
+                return f"_broadcast({args}{self._options(dt, None)})", _P_POSTFIX
+            case S.Reduce(tensor=t, dims=dims, keepdim=k, dtype=dt):
+                self.helpers.add("reduce")
+                return (f"_reduce({self.expr(t)}, {self.expr(dims)}, {self.expr(k)}"
+                        f"{self._options(dt, None)})", _P_POSTFIX)
+            case S.Empty(shape=shape, dtype=dt, device=dv, like=like):
+                # `x.new_empty` takes dtype/device from `x` when they are None; `torch.empty`
+                # takes torch's defaults: exactly the rule's defaults.
+                func = f"{like}.new_empty" if like is not None else "torch.empty"
+                return f"{func}({self.expr(shape)}{self._options(dt, dv)})", _P_POSTFIX
+        raise TypeError(f"not a fake-rule node: {e!r}")
+
+    def _options(self, dtype: S.Expr | None, device: S.Expr | None) -> str:
+        out = ""
+        if dtype is not None:
+            out += f", dtype={self.expr(dtype)}"
+        if device is not None:
+            out += f", device={self.expr(device)}"
+        return out
+
+    def body(self, rule: S.FakeRule, schema: FunctionSchema) -> list[str]:
+        lines = [f"{b.name} = {self.expr(b.value)}" for b in rule.bindings]
+        for o in rule.outputs:
+            if isinstance(o, S.ReturnArg) and o.resize is not None:
+                # As an out= kernel resizes its out argument (a no-op when the shape matches).
+                lines.append(f"{o.name}.resize_({self.expr(o.resize, _P_POSTFIX)}.shape)")
+        outs = [o.name if isinstance(o, S.ReturnArg) else self.expr(o) for o in rule.outputs]
+        if not schema.returns:
+            lines.append("return None")
+        elif len(schema.returns) == 1:
+            lines.append(f"return {outs[0]}")
+        else:
+            lines.append(f"return {', '.join(outs)}")
+        return lines
+
+
+# --------------------------------------------------------------------------------------------------
+# Python expressions from the formula IR
+
+_F_PREC = {
+    F.BinOpKind.or_: 2, F.BinOpKind.and_: 3,
+    F.BinOpKind.eq: 5, F.BinOpKind.ne: 5, F.BinOpKind.lt: 5, F.BinOpKind.le: 5,
+    F.BinOpKind.gt: 5, F.BinOpKind.ge: 5, F.BinOpKind.is_: 5, F.BinOpKind.is_not: 5,
+    F.BinOpKind.add: 9, F.BinOpKind.sub: 9,
+    F.BinOpKind.mul: 10, F.BinOpKind.div: 10, F.BinOpKind.floordiv: 10, F.BinOpKind.mod: 10,
+    F.BinOpKind.matmul: 10, F.BinOpKind.pow: 12,
+}
+
+
+@dataclass
+class Names:
+    """How backward spells each thing a formula reads."""
+    inputs: dict[str, str]                  # input -> local name (whole value)
+    meta: set[str]                          # inputs whose metadata only is on ctx
+    grads: list[str]                        # per output
+    results: list[str]                      # per output (locals; unused ones unset)
+    ops: dict[F.OpRef, Op]                  # library references -> ops
+
+
+class FormulaEmitter:
+    def __init__(self, op: Op, names: Names, helpers: set[str]):
+        self.op = op
+        self.names = names
+        self.helpers = helpers
+
+    def expr(self, e: F.Expr, need: int = 0) -> str:
+        text, prec = self._expr(e)
+        return _paren(text, prec, need)
+
+    def _meta(self, name: str, what: str) -> str:
+        return f"ctx.{name}_{what}"
+
+    def _expr(self, e: F.Expr) -> tuple[str, int]:
+        n = self.names
+        match e:
+            case F.Const(value=v):
+                return (q(v) if isinstance(v, str) else repr(v)), _P_ATOM
+            case F.EllipsisLit():
+                return "...", _P_ATOM
+            case F.InputRef(name=name):
+                assert name not in n.meta, "metadata-only inputs are read through their metadata"
+                return n.inputs[name], _P_ATOM
+            case F.GradRef(index=i):
+                return n.grads[i], _P_ATOM
+            case F.GradsRef():
+                return "(" + ", ".join(n.grads) + ("," if len(n.grads) == 1 else "") + ")", _P_ATOM
+            case F.ResultRef(index=i):
+                return n.results[i], _P_ATOM
+            case F.ResultsRef():
+                return ("(" + ", ".join(n.results) + ("," if len(n.results) == 1 else "") + ")",
+                        _P_ATOM)
+            case F.TorchRef(path=path):
+                return ".".join(("torch",) + path), _P_POSTFIX
+            case F.BuiltinRef(name=name):
+                raise AssertionError(f"builtin {name} outside a call")
+            case F.PyBuiltinRef(name=name) | F.LoopVar(name=name):
+                return name, _P_ATOM
+            case F.ListComp(elem=elem, names=names, iterable=it):
+                return (f"[{self.expr(elem)} for {', '.join(names)} in "
+                        f"{self.expr(it, _P_COND + 1)}]", _P_ATOM)
+            case F.OpRef():
+                return f"_ops.{op_attr(n.ops[e])}", _P_POSTFIX
+            case F.Attr(obj=F.InputRef(name=name), name=attr) if name in n.meta:
+                if attr == "ndim":
+                    return f"len({self._meta(name, 'shape')})", _P_POSTFIX
+                return self._meta(name, F.META_ATTRS[attr]), _P_POSTFIX
+            case F.Attr(obj=obj, name=attr):
+                return f"{self.expr(obj, _P_POSTFIX)}.{attr}", _P_POSTFIX
+            case F.Star(value=v):
+                return f"*{self.expr(v, _P_POSTFIX)}", _P_ATOM
+            case F.Call():
+                return self._call(e), _P_POSTFIX
+            case F.Slice(lo=lo, hi=hi):
+                lo_t = self.expr(lo) if lo is not None else ""
+                hi_t = self.expr(hi) if hi is not None else ""
+                return f"{lo_t}:{hi_t}", _P_ATOM
+            case F.Subscript(obj=obj, items=items):
+                return (f"{self.expr(obj, _P_POSTFIX)}[{', '.join(self.expr(i) for i in items)}]",
+                        _P_POSTFIX)
+            case F.TupleLit(items=items):
+                inner = ", ".join(self.expr(i) for i in items)
+                return f"({inner}{',' if len(items) == 1 else ''})", _P_ATOM
+            case F.ListLit(items=items):
+                return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+            case F.BinOp(op=op, left=a, right=b):
+                prec = _F_PREC[op]
+                if op is F.BinOpKind.pow:   # right-associative, binds tighter than unary on its left
+                    return f"{self.expr(a, prec + 1)} ** {self.expr(b, _P_UNARY)}", prec
+                if prec == _P_COMPARE:      # never chain comparisons
+                    return f"{self.expr(a, prec + 1)} {op.value} {self.expr(b, prec + 1)}", prec
+                return f"{self.expr(a, prec)} {op.value} {self.expr(b, prec + 1)}", prec
+            case F.UnaryOp(op=op, operand=o):
+                if op is F.UnaryKind.not_:
+                    return f"not {self.expr(o, _P_NOT)}", _P_NOT
+                return f"{op.value}{self.expr(o, _P_UNARY)}", _P_UNARY
+            case F.IfExp(cond=c, then=t, orelse=o):
+                return (f"{self.expr(t, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
+                        f"{self.expr(o, _P_COND)}", _P_COND)
+        raise TypeError(f"not a formula node: {e!r}")
+
+    def _call(self, e: F.Call) -> str:
+        n = self.names
+        func = e.func
+        if isinstance(func, F.BuiltinRef):
+            if func.name == "unbroadcast":
+                grad, like = e.args
+                if isinstance(like, F.InputRef) and like.name in n.meta:
+                    shape = self._meta(like.name, "shape")
+                else:
+                    shape = f"{self.expr(like, _P_POSTFIX)}.shape"
+                return f"{self.expr(grad, _P_POSTFIX)}.sum_to_size({shape})"
+            if func.name == "not_implemented":
+                self.helpers.add("not_implemented")
+                return f"_not_implemented({q(qualname(self.op))}, {self.expr(e.args[0])})"
+            raise AssertionError(func.name)
+        if isinstance(func, F.Attr) and isinstance(func.obj, F.InputRef) and \
+                func.obj.name in n.meta and func.name in F.META_METHODS:
+            shape = self._meta(func.obj.name, "shape")
+            if func.name == "dim":
+                return f"len({shape})"
+            if not e.args and not e.kwargs:
+                return shape
+            index = self.expr(e.args[0]) if e.args else self.expr(e.kwargs[0][1])
+            return f"{shape}[{index}]"
+        args = [self.expr(a) for a in e.args] + [f"{k}={self.expr(v)}" for k, v in e.kwargs]
+        return f"{self.expr(func, _P_POSTFIX)}({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-op sections
+
+
+@dataclass
+class Function:
+    name: str
+    params: str
+    body: list[str]
+    doc: str | None = None
+    decorator: str | None = None
+
+
+@dataclass
+class Section:
+    """Everything the module holds for one op: functions, then registration statements."""
+    schema: str
+    functions: list[Function] = field(default_factory=list)
+    registrations: list[str] = field(default_factory=list)
+
+
+class _Module:
+    """Builds the sections of one namespace's module."""
+
+    def __init__(self, lib: OpLibrary, ns: str, names: dict[str, str], diags: Diagnostics):
+        self.lib = lib
+        self.ns = ns
+        self.names = names
+        self.diags = diags
+        self.helpers: set[str] = set()
+        self.imports: dict[tuple[str, str], str] = {}       # (module, name) -> local name
+        self.sections: list[Section] = []
+
+    def local_name(self, ref: PyRef) -> str:
+        """The module-level name a user function is imported as."""
+        key = (ref.module, ref.name)
+        if key not in self.imports:
+            taken = set(self.imports.values()) | set(_MODULE_NAMES)
+            local = ref.name.split(".")[0]
+            if local in taken or local.startswith("_"):
+                local = "_" + ref.module.replace(".", "_") + "_" + local
+            self.imports[key] = local
+        return self.imports[key]
+
+    def ref_expr(self, ref: PyRef) -> str:
+        """An expression for `ref` (`pkg.mod:Class.method` names an attribute of an import)."""
+        local = self.local_name(ref)
+        rest = ref.name.split(".")[1:]
+        return ".".join([local] + rest)
+
+    def op(self, op: Op) -> Section | None:
+        api = self.names.get(str(op.name), op.name.name)
+        sec = Section(str(op.schema))
+        ok = self._check_names(op)
+        if not ok:
+            return None
+        try:
+            self.kernels(op, sec)
+            self.functionalize(op, api, sec)
+            self.fake(op, api, sec)
+            self.autograd(op, api, sec)
+            self.vmap(op, api, sec)
+            self.autocast(op, sec)
+        except P.Unsupported as e:
+            self.diags.error(op.loc, f"{op.name}: {e.message}",
+                             "register this op's Python side by hand")
+            return None
+        if not sec.functions and not sec.registrations:
+            return None
+        return sec
+
+    def _check_names(self, op: Op) -> bool:
+        """Parameters become Python locals in generated functions: they must not hide ours."""
+        clash = [a.name for a in op.schema.arguments if a.name in _MODULE_NAMES[:1]]
+        if clash:
+            self.diags.error(op.loc, f"argument '{clash[0]}' of {op.name} would hide the torch "
+                             "module in the generated Python registrations", "rename it")
+            return False
+        return True
+
+    # -- Python kernels
+
+    def kernels(self, op: Op, sec: Section) -> None:
+        for key, kernel in op.dispatch:
+            if isinstance(kernel, PyRef):
+                sec.registrations.append(
+                    f"_lib.impl({q(_op_name(op))}, {self.ref_expr(kernel)}, "
+                    f"{_PY_KERNEL_KEYS[key]!r})")
+
+    # -- functionalization
+
+    def functionalize(self, op: Op, api: str, sec: Section) -> None:
+        """In-place and out= ops that return their mutated arguments: PyTorch cannot functionalize
+        such a custom op by itself (torch.compile, export), so it is registered as its functional
+        variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops]."""
+        schema = op.schema
+        returns = S.mutated_returns(schema)
+        if not schema.mutable_arguments or not any(isinstance(r, str) for r in returns):
+            return
+        if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
+            return  # decomposes, or has no kernel to trace
+        functional = functional_variant(self.lib, op)
+        if functional is None:
+            self.diags.error(op.loc, f"{op.name} returns the arguments it mutates, which "
+                             "torch.compile and torch.export can only handle through the op's "
+                             "functional variant, and the library has none",
+                             f"declare `{op.name.base}(...)` with the same inputs returning new "
+                             "tensors, or make this op return ()")
+            return
+        mutated = [a.name for a in schema.mutable_arguments]
+        call_args = [a.name if not a.kwarg_only else f"{a.name}={a.name}"
+                     for a in functional.schema.arguments]
+        call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
+        body: list[str] = []
+        results = ["result"] if len(mutated) == 1 else [f"result{i}" for i in range(len(mutated))]
+        body.append(f"{', '.join(results)} = {call}")
+        for name, result in zip(mutated, results):
+            arg = schema.argument(name)
+            assert arg is not None
+            if arg.kwarg_only:
+                # An out= argument: functionalization cannot resize it (sizes may be symbolic).
+                body.append(f"if {name}.shape != {result}.shape:")
+                body.append(f"    raise RuntimeError(f\"{op.name}: under torch.compile and "
+                            f"torch.export, '{name}' must have the result's shape "
+                            f"{{list({result}.shape)}}, got {{list({name}.shape)}}\")")
+            body.append(f"{name}.copy_({result})")
+        outs = [r if isinstance(r, str) else "None" for r in returns]
+        if len(outs) == 1:
+            body.append(f"return {outs[0]}")
+        elif outs:
+            body.append(f"return {', '.join(outs)}")
+        name = f"_{api}_functionalize"
+        doc = (f"Under functionalization (torch.compile, torch.export): {functional.name}, "
+               f"copied into {', '.join(mutated)}.")
+        sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+        sec.registrations.append(f"_lib.impl({q(_op_name(op))}, {name}, \"Functionalize\")")
+
+    # -- fake
+
+    def fake(self, op: Op, api: str, sec: Section) -> None:
+        fake = fake_of(op)
+        if fake is None:
+            if needs_fake(op) and op.fake is None:
+                self.diags.error(op.loc, f"{op.name} has no fake kernel, so torch.compile and "
+                                 "torch.export cannot trace it",
+                                 "add a shape rule such as `fake: like(self)` (see "
+                                 "codegen/shape.py), or `fake: package.module:function`")
+            return
+        if isinstance(fake, PyRef):
+            sec.registrations.append(f"torch.library.register_fake({q(qualname(op))}, "
+                                     f"{self.ref_expr(fake)}, lib=_lib)")
+            return
+        name = f"_{api}_fake"
+        body = FakeEmitter(self.helpers).body(fake, op.schema)
+        doc = f"fake: {fake.text}" if fake.text else _schema_fake_doc(op.schema)
+        sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
+        sec.registrations.append(f"torch.library.register_fake({q(qualname(op))}, {name}, "
+                                 "lib=_lib)")
+
+    # -- autograd
+
+    def autograd(self, op: Op, api: str, sec: Section) -> None:
+        d = op.derivatives
+        if not isinstance(d, F.Derivatives):
+            return
+        refs: dict[F.OpRef, Op] = {}
+        for ref in F.library_calls(d):
+            target = F.resolve(self.lib, ref)
+            if target is None:
+                return  # reported by formulas.check_library
+            refs[ref] = target
+        schema = op.schema
+        plan = F.saved(d, schema)
+        positional = schema.positional
+        kw_only = bool(schema.kwarg_only)
+        has_lists = any(isinstance(strip_optional(a.type), ListType) and is_tensor_like(a.type)
+                        for a in (*schema.arguments, *schema.returns))
+
+        def source(a_name: str) -> str:
+            arg = schema.argument(a_name)
+            assert arg is not None
+            if arg.kwarg_only:
+                return f"keyword_only_inputs[{q(a_name)}]"
+            return f"inputs[{positional.index(arg)}]"
+
+        def output(i: int) -> str:
+            return "output" if len(schema.returns) == 1 else f"output[{i}]"
+
+        # Locals of backward.
+        grads = _grad_names(schema)
+        results = [("result" if len(schema.returns) == 1
+                    else f"result_{r.name}" if r.name else f"result{i}")
+                   for i, r in enumerate(schema.returns)]
+
+        # setup_context
+        setup: list[str] = []
+        singles = [(n, source(n)) for n in plan.tensors] + \
+            [(results[i], output(i)) for i in plan.results
+             if not isinstance(strip_optional(schema.returns[i].type), ListType)]
+        lists = [(n, source(n)) for n in plan.tensor_lists] + \
+            [(results[i], output(i)) for i in plan.results
+             if isinstance(strip_optional(schema.returns[i].type), ListType)]
+        saved_args = [s for _, s in singles] + [f"*{s}" for _, s in lists]
+        if saved_args:
+            setup.append(f"ctx.save_for_backward({', '.join(saved_args)})")
+        for local, src in lists[:-1]:
+            setup.append(f"ctx.{local}_count = len({src})")
+        for a_name, what in plan.meta:
+            src = source(a_name)
+            arg = schema.argument(a_name)
+            assert arg is not None
+            value = f"{src}.{what}"
+            if arg.type != strip_optional(arg.type):
+                value = f"None if {src} is None else {value}"
+            setup.append(f"ctx.{a_name}_{what} = {value}")
+        for a_name in plan.values:
+            setup.append(f"ctx.{a_name} = {source(a_name)}")
+        non_diff = [i for i, flag in enumerate(d.output_differentiability)
+                    if not flag and is_tensor_like(schema.returns[i].type)]
+        if non_diff:
+            setup.append("ctx.mark_non_differentiable("
+                         + ", ".join(output(i) for i in non_diff) + ")")
+        if not setup:
+            setup.append("pass")
+        setup_params = "ctx, inputs, keyword_only_inputs, output" if kw_only \
+            else "ctx, inputs, output"
+
+        # backward
+        body: list[str] = []
+        if singles or lists:
+            targets = [local for local, _ in singles]
+            if not lists:
+                body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
+                            "= ctx.saved_tensors")
+            elif not targets and len(lists) == 1:
+                body.append(f"{lists[0][0]} = list(ctx.saved_tensors)")
+            else:
+                body.append("saved = ctx.saved_tensors")
+                for i, local in enumerate(targets):
+                    body.append(f"{local} = saved[{i}]")
+                offset = str(len(targets))
+                for local, _ in lists[:-1]:
+                    end = f"{offset} + ctx.{local}_count"
+                    body.append(f"{local} = list(saved[{offset}:{end}])")
+                    offset = end
+                body.append(f"{lists[-1][0]} = list(saved[{offset}:])")
+        for a_name in plan.values:
+            body.append(f"{a_name} = ctx.{a_name}")
+        body.append("needs = ctx.needs_input_grad")
+
+        taken = {"ctx", "needs", "saved", *grads, *results, *(f"{a.name}_grad" for a in positional)}
+        clash = [a.name for a in schema.arguments if a.name in taken]
+        if clash:
+            self.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
+                             "generated backward", "rename it")
+            return
+        meta_only = {a for a, _ in plan.meta}
+        emit_names = Names(inputs={a.name: a.name for a in schema.arguments}, meta=meta_only,
+                           grads=grads, results=results, ops=refs)
+        emitter = FormulaEmitter(op, emit_names, self.helpers)
+
+        def needs(a_name: str) -> str:
+            arg = schema.argument(a_name)
+            assert arg is not None
+            i = positional.index(arg)
+            is_list = isinstance(strip_optional(arg.type), ListType)
+            test = f"any(needs[{i}])" if is_list else f"needs[{i}]"
+            # The dispatcher leaves trailing arguments equal to their defaults out of the call.
+            return f"len(needs) > {i} and {test}" if arg.default is not None else test
+
+        grad_vars = {a.name: f"{a.name}_grad" for a in positional if is_tensor_like(a.type)}
+        for a in positional:
+            if a.name in grad_vars:
+                if isinstance(strip_optional(a.type), ListType):
+                    # A Tensor[] input's gradient is a list of the same length.
+                    i = positional.index(a)
+                    value = f"[None] * len(needs[{i}])"
+                    if a.default is not None:
+                        value += f" if len(needs) > {i} else None"
+                    body.append(f"{grad_vars[a.name]} = {value}")
+                else:
+                    body.append(f"{grad_vars[a.name]} = None")
+        for f in d.formulas:
+            targets = [grad_vars[n] for n in f.inputs]
+            cond = " or ".join(needs(n) for n in f.inputs)
+            body.append(f"if {cond}:")
+            body.append(f"    {', '.join(targets)} = {emitter.expr(f.expr)}")
+        returns = [grad_vars.get(a.name, "None") for a in positional]
+        ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
+        if has_lists and any(a.default is not None for a in positional):
+            body.append(f"return ({ret})[:len(needs)]")
+        else:
+            body.append(f"return {ret}")
+
+        setup_name, backward_name = f"_{api}_setup_context", f"_{api}_backward"
+        sec.functions.append(Function(setup_name, setup_params, setup))
+        sec.functions.append(Function(backward_name, "ctx, " + ", ".join(grads), body,
+                                      _formulas_doc(d)))
+        backward = backward_name
+        once = F.first_order_only(self.lib, op)
+        if once:
+            self.helpers.add("first_order")
+            why = (f"{qualname(op)}'s backward calls "
+                   + ", ".join(qualname(o) for o in once)
+                   + ", which has no derivatives; give it `derivatives:` in the op file to "
+                   "differentiate twice")
+            backward = f"_first_order({backward_name}, {q(why)})"
+        sec.registrations.append(f"torch.library.register_autograd({q(qualname(op))}, "
+                                 f"{backward}, setup_context={setup_name}, lib=_lib)")
+
+    # -- vmap
+
+    def vmap(self, op: Op, api: str, sec: Section) -> None:
+        spec = op.vmap
+        if spec is None:
+            return
+        if isinstance(spec.kind, PyRef):
+            sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, "
+                                     f"{self.ref_expr(spec.kind)}, lib=_lib)")
+            return
+        schema = op.schema
+        if schema.mutable_arguments:
+            self.diags.error(spec.loc, f"a '{spec.kind}' batching rule is for functional ops; "
+                             f"{op.name} mutates its arguments",
+                             "write a Python batching rule: `vmap: package.module:function`")
+            return
+        positional = schema.positional
+        tensors = [(i, a) for i, a in enumerate(positional) if is_tensor_like(a.type)]
+        lists = [a.name for _, a in tensors if isinstance(strip_optional(a.type), ListType)]
+        if lists:
+            self.diags.error(spec.loc, f"a '{spec.kind}' batching rule cannot batch the Tensor[] "
+                             f"argument '{lists[0]}'",
+                             "write a Python batching rule: `vmap: package.module:function`")
+            return
+        if not tensors:
+            self.diags.error(spec.loc, f"{op.name} takes no Tensor to batch")
+            return
+        if not all(is_tensor_like(r.type) for r in schema.returns) or not schema.returns:
+            self.diags.error(spec.loc, f"a '{spec.kind}' batching rule needs Tensor outputs")
+            return
+        names = [a.name for _, a in tensors]
+        dims = [f"in_dims[{i}]" for i, _ in tensors]
+        body: list[str] = []
+        call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
+        n_out = len(schema.returns)
+        out_dims = "0" if n_out == 1 else "(" + ", ".join(["0"] * n_out) + ")"
+        if spec.kind == "pointwise":
+            self.helpers.add("pointwise_batch")
+            lhs = ", ".join(names) + ("," if len(names) == 1 else "")
+            pairs = ", ".join(f"({n}, {d})" for n, d in zip(names, dims))
+            body.append(f"{lhs} = _pointwise_batch(info.batch_size, {pairs})")
+            body.append(f"return {call}, {out_dims}")
+        elif spec.kind == "leading":
+            self.helpers.add("fold_leading")
+            for n, d in zip(names, dims):
+                body.append(f"{n} = _fold_leading({n}, {d}, info.batch_size)")
+            if n_out == 1:
+                body.append(f"return {call}.unflatten(0, (info.batch_size, -1)), 0")
+            else:
+                body.append(f"outputs = {call}")
+                body.append("return tuple(o.unflatten(0, (info.batch_size, -1)) for o in "
+                            f"outputs), {out_dims}")
+        else:
+            raise AssertionError(f"unknown vmap kind {spec.kind!r}")
+        name = f"_{api}_vmap"
+        sec.functions.append(Function(name, ", ".join(["info", "in_dims"]
+                                                      + P.parameters(schema)), body,
+                                      f"vmap: {spec.kind}"))
+        sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "
+                                 "lib=_lib)")
+
+    # -- autocast
+
+    def autocast(self, op: Op, sec: Section) -> None:
+        spec = op.autocast
+        if spec is None:
+            return
+        if op.schema.kwarg_only:
+            self.diags.error(spec.loc, "autocast rules cannot cover ops with keyword-only "
+                             f"arguments ('{op.schema.kwarg_only[0].name}')",
+                             "torch.library.register_autocast passes positional arguments only; "
+                             "make them positional")
+            return
+        if op.schema.mutable_arguments:
+            self.diags.error(spec.loc, f"autocast casts the inputs of functional ops; {op.name} "
+                             "mutates its arguments")
+            return
+        sec.registrations.append(f"torch.library.register_autocast({q(qualname(op))}, "
+                                 f"{q(spec.device_type)}, torch.{spec.cast_inputs}, lib=_lib)")
+
+
+def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
+    """The functional op that `op` (in-place or out=) mutates its arguments with: same namespace
+    and base name, the same arguments less the out= ones and less mutation annotations, and one
+    return per mutated argument.
+
+    Note [Functionalizing mutable ops]
+    PyTorch functionalizes a custom op that mutates its inputs only when it returns nothing new
+    that aliases them (auto_functionalize); `add_(Tensor(a!) self) -> Tensor(a!)` or an out= op is
+    refused with "Found a custom (non-ATen) operator whose output has alias annotations". torchgen
+    solves this for ATen by functionalizing `add_` as `add` followed by a copy into `self`; the
+    generated `Functionalize` kernel does the same for this library's ops.
+    """
+    schema = op.schema
+    wanted = tuple(_plain(a) for a in schema.arguments if not (a.kwarg_only and a.is_write))
+    for other in lib.ops:
+        s = other.schema
+        if other is op or other.namespace != op.namespace or s.name.name != op.name.base:
+            continue
+        if s.mutable_arguments or len(s.returns) != len(schema.mutable_arguments):
+            continue
+        if tuple(_plain(a) for a in s.arguments) == wanted:
+            return other
+    return None
+
+
+def _plain(a) -> tuple:
+    """An argument's name, type without alias annotations, default and kind."""
+    return (a.name, without_alias(a.type), a.default, a.kwarg_only)
+
+
+def _op_name(op: Op) -> str:
+    """The op's name inside its namespace, as `Library.impl` takes it."""
+    return op.name.name + (f".{op.name.overload}" if op.name.overload else "")
+
+
+def _grad_names(schema: FunctionSchema) -> list[str]:
+    if len(schema.returns) == 1:
+        return ["grad"]
+    return [f"grad_{r.name}" if r.name else f"grad{i}" for i, r in enumerate(schema.returns)]
+
+
+def _schema_fake_doc(schema: FunctionSchema) -> str:
+    if not schema.returns:
+        return "Returns nothing (from the schema)."
+    return "Returns the mutated arguments (from the schema)."
+
+
+def _formulas_doc(d: F.Derivatives) -> str:
+    lines = [f"{', '.join(f.inputs)}: {f.text}" for f in d.formulas]
+    lines += [f"{n}: non_differentiable" for n in d.non_differentiable]
+    return "\n".join(lines)
+
+
+def _closure(names: set[str]) -> list[str]:
+    out: set[str] = set()
+    stack = list(names)
+    while stack:
+        n = stack.pop()
+        if n not in out:
+            out.add(n)
+            stack.extend(HELPERS[n])
+    return [h for h in HELPERS if h in out]
+
+
+def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    from codegen.dest.py_ops import python_names
+
+    F.check_library(lib, diags)
+    names = python_names(lib, diags)
+    env = environment()
+    out: dict[str, str] = {}
+    for ns in lib.namespaces:
+        ops = [op for op in lib.ops if op.namespace == ns]
+        module = _Module(lib, ns, names, diags)
+        for op in ops:
+            sec = module.op(op)
+            if sec is not None:
+                sec.registrations = [wrap_call(r) for r in sec.registrations]
+                module.sections.append(sec)
+        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        imports = sorted(((m, n.split(".")[0], local) for (m, n), local in module.imports.items()),
+                         key=lambda t: (t[0], t[1]))
+        text = env.get_template("py_reg.py.j2").render(
+            banner=banner("#", sources), ns=ns, module=module_name(ns),
+            imports=[{"module": m, "name": n, "local": local} for m, n, local in imports],
+            helpers=_closure(module.helpers), sections=module.sections)
+        out[f"{OUTPUT_DIR}/runtime/_reg_{ns}.py"] = text
+    return out
+
