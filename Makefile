@@ -19,6 +19,14 @@ codegen:
 codegen-check:
 	$(PYTHON) -m codegen generate --check $(SCHEMAS)
 
+# Compile build/lib<ns>_ops.so with ninja (toolchain from torch.utils.cpp_extension).
+build:
+	$(PYTHON) -m codegen.build
+
+# Generate, build, and call every example op eagerly.
+demo: codegen build
+	$(PYTHON) examples/demo.py
+
 test:
 	$(PYTHON) -m pytest -q -m "not slow"
 

@@ -144,7 +144,6 @@ _VALUE_TYPES: dict[BaseTy, BaseC] = {
     BaseTy.Device: BaseC("at::Device"),
     BaseTy.DeviceIndex: BaseC("at::DeviceIndex"),
     BaseTy.MemoryFormat: BaseC("at::MemoryFormat"),
-    BaseTy.QScheme: BaseC("at::QScheme"),
     BaseTy.Generator: BaseC("at::Generator"),
     BaseTy.Storage: BaseC("at::Storage"),
     BaseTy.Stream: BaseC("at::Stream"),
@@ -158,6 +157,10 @@ _NO_CPP_BINDING: dict[BaseTy, tuple[str, str | None]] = {
                          "implement this op with a Python kernel"),
     BaseTy.ConstQuantizerPtr: ("'ConstQuantizerPtr' is internal to ATen's quantized kernels",
                                None),
+    # c10 binds it in C++, but torch's Python argument parser cannot convert torch.qscheme
+    # values for a custom op, so such an op could never be called from Python.
+    BaseTy.QScheme: ("'QScheme' arguments cannot be passed to a custom op from Python",
+                     "pass the quantization scheme as a 'str' or 'int'"),
 }
 
 
@@ -181,7 +184,7 @@ class Unsupported(Exception):
                                                               span)
 
 
-def _refuse_base(t: BaseType) -> None:
+def _refuse_base(t: BaseType, *, optional: bool = False) -> None:
     if t.name in SCRIPT_ONLY_BASE:
         raise Unsupported(t, f"'{t.name.value}' is a TorchScript-only type; custom op kernels "
                              "cannot take or return it",
@@ -189,6 +192,11 @@ def _refuse_base(t: BaseType) -> None:
     if t.name in _NO_CPP_BINDING:
         msg, hint = _NO_CPP_BINDING[t.name]
         raise Unsupported(t, msg, hint)
+    if t.name is BaseTy.Generator and not optional:
+        # c10 infers `Generator?` from at::Generator (an empty one means "the default"), so a
+        # required Generator can never match its kernel's inferred schema.
+        raise Unsupported(t, "a custom op kernel can only bind an optional generator",
+                          "declare it 'Generator?'")
 
 
 def _refuse_other(t: Type) -> None:
@@ -212,15 +220,16 @@ def _refuse_other(t: Type) -> None:
 # Arguments
 
 
-def valuetype_type(t: Type) -> CType | None:
-    """The by-value C++ type of `t`, or None when `t` is passed by reference/view."""
+def valuetype_type(t: Type, *, optional: bool = False) -> CType | None:
+    """The by-value C++ type of `t`, or None when `t` is passed by reference/view. `optional`:
+    `t` is the element of an optional type."""
     if isinstance(t, BaseType):
-        _refuse_base(t)
+        _refuse_base(t, optional=optional)
         if t.name in (BaseTy.Tensor, BaseTy.Scalar):
             return None
         return _VALUE_TYPES[t.name]
     if isinstance(t, OptionalType):
-        elem = valuetype_type(t.elem)
+        elem = valuetype_type(t.elem, optional=True)
         return None if elem is None else OptionalC(elem)
     if isinstance(t, ListType):
         if is_plain(t.elem, BaseTy.bool) and t.size is not None:
@@ -294,6 +303,9 @@ def argument_type(a: Argument) -> CType:
 
 
 def returntype_type(t: Type, *, mutable: bool) -> CType:
+    if is_plain(t, BaseTy.str):
+        # A returned view would outlive what it points into: strings are returned by value.
+        return BaseC("std::string")
     r = valuetype_type(t)
     if r is not None:
         if isinstance(r, ArrayC):
@@ -482,12 +494,13 @@ def default_expr(d: Default, t: Type) -> str | None:
     if isinstance(d, BoolDefault):
         return "true" if d.value else "false"
     if isinstance(d, IntDefault):
+        if not -(2 ** 63) < d.value < 2 ** 63:
+            return None
         if is_plain(base, BaseTy.float):
             return _float_literal(float(d.value))
-        if isinstance(base, ListType) and d.value is not None:
-            # `int[2] stride=1` means [1, 1]; only int/SymInt lists take a scalar default.
-            return None
-        return str(d.value) if -(2 ** 63) < d.value < 2 ** 63 else None
+        # `int[2] stride=1` means [1, 1]: ArrayRef's one-element constructor reads it as [1],
+        # so a scalar list default has no faithful C++ spelling.
+        return None if isinstance(base, ListType) else str(d.value)
     if isinstance(d, FloatDefault):
         return _float_literal(d.value)
     if isinstance(d, ComplexDefault):
@@ -504,7 +517,14 @@ def default_expr(d: Default, t: Type) -> str | None:
             if None in items:
                 return None
             return "std::array<bool, " + str(base.size) + ">{" + ", ".join(items) + "}"
-        # Non-empty int lists: ArrayRef views need storage that outlives the call.
+        if isinstance(t, ListType) and (is_plain(base.elem, BaseTy.int)
+                                           or is_plain(base.elem, BaseTy.SymInt)
+                                           or is_plain(base.elem, BaseTy.float)):
+            # A braced list: the ArrayRef views a temporary that lives until the call returns.
+            items = [default_expr(i, base.elem) for i in d.items]
+            if None in items:
+                return None
+            return "{" + ", ".join(items) + "}"  # type: ignore[arg-type]
         return None
     raise AssertionError(f"unhandled default {d!r}")
 

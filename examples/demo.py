@@ -1,0 +1,42 @@
+"""Calls every op of the example library `exops` (schemas/core.yaml) eagerly.
+
+Run with `make demo` (generates, builds, then runs this). Each op is reachable two ways:
+`runtime.ops.<name>` and `torch.ops.exops.<op>`; both are the same OpOverload.
+"""
+
+import torch
+
+import runtime
+from runtime import ops
+
+torch.manual_seed(0)
+
+
+def show(title, value):
+    print(f"{title}:\n{value}\n")
+
+
+x = torch.randn(2, 3)
+show("scaled_add(x, [1, 2, 3], alpha=10)", ops.scaled_add(x, torch.tensor([1.0, 2.0, 3.0]), alpha=10))
+show("weighted_mse(x, 0, weight=[1, 0, 2], reduction='none')",
+     ops.weighted_mse(x, torch.zeros(3), torch.tensor([1.0, 0.0, 2.0]), "none"))
+show("soft_shrink(x, 0.5)", ops.soft_shrink(x, 0.5))
+y = x.clone()
+ops.soft_shrink_(y, 0.5)
+show("soft_shrink_(y, 0.5) (in place)", y)
+out = torch.empty(0)
+show("soft_shrink.out(x, out=out)", ops.soft_shrink_out(x, 0.5, out=out))
+mean, var = ops.moments(torch.arange(12.0).reshape(3, 4), [1])
+show("moments(arange(12).reshape(3, 4), dim=[1]) -> (mean, var)", (mean, var))
+show("weighted_sum([ones(3), arange(3)], [2, -1])",
+     ops.weighted_sum([torch.ones(3), torch.arange(3.0)], [2.0, -1.0]))
+show("pad_end(ones(2, 2), [1, 2], value=-1)", ops.pad_end(torch.ones(2, 2), [1, 2], -1.0))
+show("select_above([0.1, -3, 2, 0.5], 1.0)", ops.select_above(torch.tensor([0.1, -3.0, 2.0, 0.5]), 1.0))
+show("gaussian_window(5, 1.0, dtype=float64)", ops.gaussian_window(5, 1.0, dtype=torch.float64))
+show("smooth_clamp(linspace(-4, 4, 5), limit=2)", ops.smooth_clamp(torch.linspace(-4, 4, 5), 2.0))
+show("smooth_clamp_backward(ones(5), linspace(-4, 4, 5), 2)",
+     ops.smooth_clamp_backward(torch.ones(5), torch.linspace(-4, 4, 5), 2.0))
+show("scaled_smooth_clamp(x, scale=[1, 2, 4])", ops.scaled_smooth_clamp(x, torch.tensor([1.0, 2.0, 4.0])))
+
+assert ops.scaled_add is torch.ops.exops.scaled_add.default
+print(f"namespaces loaded: {runtime.NAMESPACES}; {len(ops.__all__)} ops in runtime.ops")

@@ -1,0 +1,151 @@
+// Kernels of tests/golden/cpp/inputs/types.yaml: each folds its arguments into its result, so
+// tests/test_cpp_types.py can check that every C++ binding carries its value through the
+// dispatcher's boxed calling convention intact.
+#include <cty/types.h>
+
+#include <ATen/ops/zeros.h>
+
+#include <sstream>
+#include <string>
+
+namespace cty {
+
+at::Tensor tensors_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c,
+                       at::TensorList d, const c10::List<std::optional<at::Tensor>>& e,
+                       at::TensorList f) {
+  b.add_(a);
+  at::Tensor r = a.clone();
+  if (c.has_value()) r.add_(*c);
+  for (const at::Tensor& t : d) r.add_(t);
+  for (const std::optional<at::Tensor>& t : e) {
+    if (t.has_value()) r.add_(*t);
+  }
+  for (const at::Tensor& t : f) t.add_(1);
+  return r;
+}
+
+int64_t ints_cpu(const at::Tensor& t, int64_t a, c10::SymInt b, at::IntArrayRef c,
+                 c10::SymIntArrayRef d, at::IntArrayRef e, std::optional<int64_t> f,
+                 at::OptionalIntArrayRef g, at::OptionalSymIntArrayRef h,
+                 std::optional<c10::SymInt> i) {
+  int64_t r = t.numel() + a + b.expect_int() + f.value_or(1000);
+  for (int64_t x : c) r += 10 * x;
+  for (const c10::SymInt& x : d) r += 100 * x.expect_int();
+  for (int64_t x : e) r += 1000 * x;
+  if (g.has_value()) for (int64_t x : *g) r += 10000 * x;
+  if (h.has_value()) for (const c10::SymInt& x : *h) r += 100000 * x.expect_int();
+  if (i.has_value()) r += 1000000 * i->expect_int();
+  return r;
+}
+
+double floats_cpu(const at::Tensor& t, double a, std::optional<double> b, at::ArrayRef<double> c,
+                  std::optional<at::ArrayRef<double>> d, const at::Scalar& e,
+                  const std::optional<at::Scalar>& f, at::ArrayRef<at::Scalar> g) {
+  double r = static_cast<double>(t.numel()) + a + b.value_or(0.5) + e.toDouble();
+  for (double x : c) r += 10 * x;
+  if (d.has_value()) for (double x : *d) r += 100 * x;
+  if (f.has_value()) r += 1000 * f->toDouble();
+  for (const at::Scalar& x : g) r += 10000 * x.toDouble();
+  return r;
+}
+
+bool bools_cpu(const at::Tensor& t, bool a, std::optional<bool> b, std::array<bool, 3> c,
+               const c10::List<bool>& d, c10::SymBool e) {
+  // Parity of the true values, counting an absent b as true.
+  bool r = t.numel() % 2 == 1;
+  r ^= a;
+  r ^= b.value_or(true);
+  for (bool x : c) r ^= x;
+  for (bool x : d) r ^= x;
+  r ^= e.expect_true(__FILE__, __LINE__) ? true : false;
+  return r;
+}
+
+std::string strings_cpu(const at::Tensor& t, c10::string_view a, std::optional<c10::string_view> b,
+                        at::ArrayRef<c10::string_view> c, c10::string_view d) {
+  std::ostringstream s;
+  s << t.numel() << '|' << a << '|' << (b.has_value() ? std::string(*b) : "-") << '|';
+  for (size_t i = 0; i < c.size(); ++i) s << (i ? "," : "") << c[i];
+  s << '|' << d;
+  return s.str();
+}
+
+std::tuple<at::ScalarType, std::string> enums_cpu(
+    const at::Tensor& t, at::ScalarType a, std::optional<at::ScalarType> b, at::Layout c,
+    std::optional<at::Layout> d, at::Device e, std::optional<at::Device> f, at::MemoryFormat g,
+    std::optional<at::MemoryFormat> h, at::DeviceIndex i) {
+  std::ostringstream s;
+  s << t.numel() << '|' << a << '|' << (b.has_value() ? c10::toString(*b) : "-") << '|' << c
+    << '|' << (d.has_value() ? c10::str(*d) : "-") << '|' << e << '|'
+    << (f.has_value() ? f->str() : "-") << '|' << g << '|' << (h.has_value() ? c10::str(*h) : "-")
+    << '|' << static_cast<int>(i);
+  return std::make_tuple(b.value_or(a), s.str());
+}
+
+std::string objects_cpu(const at::Tensor& t, std::optional<at::Generator> g, std::optional<at::Generator> h,
+                        at::Stream s, at::Storage st) {
+  std::ostringstream out;
+  out << t.numel() << '|' << (g.has_value() ? "gen" : "-") << '|' << h->current_seed() << '|'
+      << s.device() << '|' << st.nbytes();
+  return out.str();
+}
+
+std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t, double, bool, at::Scalar, c10::SymInt,
+           std::vector<int64_t>, std::string>
+returns_cpu(const at::Tensor& self) {
+  return std::make_tuple(self.neg(), std::vector<at::Tensor>{self, self.mul(2)}, self.numel(),
+                         0.25, true, at::Scalar(7), c10::SymInt(self.dim()), self.sizes().vec(),
+                         std::string("done"));
+}
+
+at::Tensor fill_cpu(const at::Tensor& self, const at::Scalar& value) {
+  return self.clone().fill_(value);
+}
+
+at::Tensor& fill_cpu_(at::Tensor& self, const at::Scalar& value) {
+  return self.fill_(value);
+}
+
+std::tuple<at::Tensor, at::Tensor> split_cpu(const at::Tensor& self) {
+  return std::make_tuple(self.clamp_max(0), self.clamp_min(0));
+}
+
+std::tuple<at::Tensor&, at::Tensor&> split_out_cpu(const at::Tensor& self, at::Tensor& lo,
+                                                   at::Tensor& hi) {
+  lo.resize_(self.sizes()).copy_(self.clamp_max(0));
+  hi.resize_(self.sizes()).copy_(self.clamp_min(0));
+  return std::tuple<at::Tensor&, at::Tensor&>(lo, hi);
+}
+
+void zero_all_cpu_(at::TensorList self) {
+  for (const at::Tensor& t : self) t.zero_();
+}
+
+at::Tensor defaults_kernel(const at::Tensor& self, int64_t a, double b, bool c,
+                           c10::string_view d, std::optional<at::ScalarType> e,
+                           at::IntArrayRef f, at::Layout h, at::MemoryFormat m, at::ScalarType s,
+                           const at::Scalar& t, double u, at::IntArrayRef v) {
+  TORCH_CHECK(c && d == "mean" && !e.has_value() && f.empty() && h == at::kStrided &&
+                  m == at::MemoryFormat::Contiguous && s == at::kLong && u == -1e-12 &&
+                  v.size() == 2 && v[0] == 1 && v[1] == 2,
+              "defaults arrived changed");
+  return self.mul(static_cast<double>(a) * b * t.toDouble());
+}
+
+at::Tensor pick_int(const at::Tensor& self, int64_t index) {
+  return self.select(0, index).clone();
+}
+
+at::Tensor pick_tensor(const at::Tensor& self, const at::Tensor& index) {
+  return self.index_select(0, index);
+}
+
+at::Tensor composite_kernel(const at::Tensor& self, int64_t dim) {
+  return self.sum(dim);
+}
+
+at::Tensor shared_kernel(const at::Tensor& self) {
+  return self.neg();
+}
+
+}  // namespace cty

@@ -1,0 +1,53 @@
+"""Scratch op libraries for tests and benchmarks: a throw-away repository root (op files, kernel
+sources) that is generated and built exactly as the real one is, by `python -m codegen generate`
+and `python -m codegen.build`, in subprocesses whose working directory is the scratch root.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def env(root: Path | None = None) -> dict[str, str]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    if root is not None:
+        e["OPGEN_ROOT"] = str(root)
+    return e
+
+
+def make_root(root: Path, schemas: dict[str, str], kernels: dict[str, str]) -> Path:
+    """Write `schemas/<name>` and `runtime/csrc/<ns>/<file>` (keys `<ns>/<file>`) under root."""
+    for name, text in schemas.items():
+        p = root / "schemas" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    for rel, text in kernels.items():
+        p = root / "runtime" / "csrc" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return root
+
+
+def run(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=root, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def generate(root: Path) -> subprocess.CompletedProcess:
+    return run(root, "-m", "codegen", "generate", "schemas")
+
+
+def build(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run(root, "-m", "codegen.build", *extra)
+
+
+def python(root: Path, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter where `import runtime` loads root's libraries."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(root),
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,97 @@
+"""Golden files for the C++ back end's generators: kernel headers, registration shards, stamps,
+build.ninja, runtime.ops and the runtime manifest.
+
+Inputs are small dedicated op files in tests/golden/cpp/inputs/: `types.yaml` (every C++ binding
+of the schema language) and `shards/` (two files sharing a namespace, a second namespace, an
+API-name clash). Expected outputs live in tests/golden/cpp/expected/<case>/; refresh them after an
+intended change with `make golden` (EXPECTTEST_ACCEPT=1), never by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codegen.dest import cpp_kernels, cpp_library, cpp_register, ninja, py_ops
+from codegen.diagnostics import Diagnostics
+from codegen.load import load_library
+
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE / "golden" / "cpp"
+ROOT = HERE.parent
+ACCEPT = os.environ.get("EXPECTTEST_ACCEPT") == "1"
+
+INPUTS = "tests/golden/cpp/inputs"
+EXPECTED = GOLDEN / "expected"
+CASES = {
+    "types": [f"{INPUTS}/types.yaml"],
+    "shards": [f"{INPUTS}/shards/one.yaml", f"{INPUTS}/shards/two.yaml"],
+}
+
+
+def render(paths: list[str]) -> dict[str, str]:
+    lib = load_library(paths)
+    diags = Diagnostics()
+    out: dict[str, str] = {}
+    for gen in (cpp_kernels.generate, cpp_register.generate, cpp_library.generate_stamps,
+                py_ops.generate_ops, py_ops.generate_manifest):
+        out.update(gen(lib, diags))
+    # build.ninja from fixed inputs: the golden file must not depend on this checkout's files.
+    sources = {ns: (f"runtime/csrc/{ns}/kernels.cpp", f"runtime/csrc/{ns}/kernels.cu")
+               for ns in lib.namespaces}
+    inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
+                               tuple(paths))
+    out[ninja.NINJA_FILE] = ninja.build_ninja(lib, inputs)
+    assert not diags.has_errors, diags.render()
+    return out
+
+
+def golden_path(case: str, rel: str) -> Path:
+    return EXPECTED / case / rel
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_outputs(case: str, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)     # op file paths are relative to the repository root
+    out = render(CASES[case])
+    expected_files = {p.relative_to(EXPECTED / case).as_posix()
+                      for p in (EXPECTED / case).rglob("*") if p.is_file()}
+    if ACCEPT:
+        for rel in expected_files - set(out):
+            golden_path(case, rel).unlink()
+        for rel, text in out.items():
+            p = golden_path(case, rel)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text, encoding="utf-8")
+        return
+    assert set(out) == expected_files, "generated file set changed; run `make golden`"
+    for rel, text in sorted(out.items()):
+        expected = golden_path(case, rel).read_text(encoding="utf-8")
+        assert text == expected, f"{case}/{rel} differs from its golden file; run `make golden`"
+
+
+def test_golden_generators_are_deterministic(monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert render(CASES["types"]) == render(CASES["types"])
+
+
+def test_shard_roles(monkeypatch) -> None:
+    """The first file of a namespace claims it with TORCH_LIBRARY; later files add fragments."""
+    monkeypatch.chdir(ROOT)
+    out = render(CASES["shards"])
+    one = out["generated/cpp/alpha/register_one.cpp"]
+    two = out["generated/cpp/alpha/register_two.cpp"]
+    assert "TORCH_LIBRARY(alpha, m)" in one and "TORCH_LIBRARY_FRAGMENT" not in one
+    assert "TORCH_LIBRARY_FRAGMENT(alpha, m)" in two and "TORCH_LIBRARY(" not in two
+    assert "TORCH_LIBRARY(beta, m)" in out["generated/cpp/beta/register_one.cpp"]
+
+
+def test_python_api_names_resolve_clashes(monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    lib = load_library(CASES["shards"])
+    names = py_ops.python_names(lib, Diagnostics())
+    assert names == {"alpha::add": "alpha_add", "beta::add": "beta_add",
+                     "alpha::scale.out": "scale_out", "alpha::scale": "scale",
+                     "alpha::identity": "identity"}
