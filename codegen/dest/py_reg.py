@@ -520,7 +520,7 @@ class _Module:
             if isinstance(kernel, PyRef):
                 sec.registrations.append(
                     f"_lib.impl({q(_op_name(op))}, {self.ref_expr(kernel)}, "
-                    f"{_PY_KERNEL_KEYS[key]!r})")
+                    f"{q(_PY_KERNEL_KEYS[key])})")
 
     # -- functionalization
 
@@ -904,11 +904,13 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
                 sec.registrations = [wrap_call(r) for r in sec.registrations]
                 module.sections.append(sec)
         sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
-        imports = sorted(((m, n.split(".")[0], local) for (m, n), local in module.imports.items()),
-                         key=lambda t: (t[0], t[1]))
+        by_module: dict[str, list[str]] = {}
+        for (m, n), local in sorted(module.imports.items()):
+            head = n.split(".")[0]
+            by_module.setdefault(m, []).append(head if local == head else f"{head} as {local}")
         text = env.get_template("py_reg.py.j2").render(
             banner=banner("#", sources), ns=ns, module=module_name(ns),
-            imports=[{"module": m, "name": n, "local": local} for m, n, local in imports],
+            imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)
         out[f"{OUTPUT_DIR}/runtime/_reg_{ns}.py"] = text
     return out
