@@ -22,8 +22,23 @@ def _load(paths: list[str]):
     return load_library(paths or DEFAULT_PATHS)
 
 
+def _check_python_side(lib) -> None:
+    """The checks that need the whole library (formulas calling library ops, missing fake
+    kernels, Python function signatures, batching/autocast rules): codegen.dest.py_reg renders
+    in memory and writes nothing."""
+    from codegen.dest.py_reg import generate_registrations
+    from codegen.diagnostics import Diagnostics
+
+    diags = Diagnostics()
+    for f in lib.files:
+        diags.add_source(f.path, Path(f.path).read_text(encoding="utf-8"))
+    generate_registrations(lib, diags)
+    diags.raise_if_errors()
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     lib = _load(args.paths)
+    _check_python_side(lib)
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
     return 0

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -723,41 +724,74 @@ class _Checker:
         return Subscript(obj, tuple(items))
 
 
-_TORCH = None
+# Names of torch's modules and of torch.Tensor, recorded from the pinned torch
+# (`python -m codegen.formulas --refresh-torch-names`): checking a formula against them needs no
+# `import torch` (seconds). A name they lack is looked up in the real torch before it is an error,
+# so a newer torch's additions still pass.
+TORCH_NAMES_FILE = "torch_names.json"
+TORCH_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.linalg", "torch.special",
+                 "torch.fft", "torch.autograd", "torch.Tensor")
 
 
-def _torch():
-    """torch, imported on first use: only formulas that name `torch.` pay for the import."""
-    global _TORCH
-    if _TORCH is None:
-        import torch
-        _TORCH = torch
-    return _TORCH
+@lru_cache(maxsize=1)
+def _recorded_names() -> dict[str, frozenset[str]]:
+    text = resources.files("codegen").joinpath(TORCH_NAMES_FILE).read_text()
+    return {k: frozenset(v) for k, v in json.loads(text).items()}
 
 
-def _torch_has(path: tuple[str, ...]) -> bool:
-    obj = _torch()
+def torch_names() -> dict[str, list[str]]:
+    """The public names of TORCH_MODULES in the installed torch (what the JSON file records)."""
+    import importlib
+
+    import torch
+
+    out: dict[str, list[str]] = {}
+    for mod in TORCH_MODULES:
+        obj = torch.Tensor if mod == "torch.Tensor" else importlib.import_module(mod)
+        out[mod] = sorted(n for n in dir(obj) if not n.startswith("__"))
+    return out
+
+
+def _real(path: tuple[str, ...]) -> object | None:
+    import torch
+
+    obj: object = torch
     for part in path:
         try:
             obj = getattr(obj, part)
         except Exception:
-            return False
-    return True
+            return None
+    return obj
+
+
+def _torch_has(path: tuple[str, ...]) -> bool:
+    recorded = _recorded_names()
+    module = ".".join(("torch",) + path[:-1])
+    if path[-1] in recorded.get(module, ()) or ".".join(("torch",) + path) in recorded:
+        return True
+    return _real(path) is not None
 
 
 def _torch_hint(path: tuple[str, ...]) -> str | None:
-    obj = _torch()
-    for part in path[:-1]:
-        obj = getattr(obj, part)
-    return did_you_mean(path[-1], [n for n in dir(obj) if not n.startswith("_")])
+    module = ".".join(("torch",) + path[:-1])
+    names = _recorded_names().get(module)
+    if names is None:
+        parent = _real(path[:-1])
+        names = frozenset(dir(parent)) if parent is not None else frozenset()
+    return did_you_mean(path[-1], [n for n in names if not n.startswith("_")])
 
 
 def _tensor_has(name: str) -> bool:
-    return hasattr(_torch().Tensor, name)
+    if name in _recorded_names()["torch.Tensor"]:
+        return True
+    import torch
+
+    return hasattr(torch.Tensor, name)
 
 
 def _tensor_hint(name: str) -> str | None:
-    return did_you_mean(name, [n for n in dir(_torch().Tensor) if not n.startswith("_")])
+    return did_you_mean(name, [n for n in _recorded_names()["torch.Tensor"]
+                               if not n.startswith("_")])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -982,3 +1016,14 @@ def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
             continue
         out.append(target)
     return out
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:] != ["--refresh-torch-names"]:
+        sys.exit("usage: python -m codegen.formulas --refresh-torch-names")
+    target = Path(__file__).resolve().parent / TORCH_NAMES_FILE
+    target.write_text(json.dumps(torch_names(), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {target}")

@@ -17,6 +17,8 @@ Everything is rendered as readable Python; the helpers a module needs are writte
 
 from __future__ import annotations
 
+import ast
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -518,6 +520,7 @@ class _Module:
     def kernels(self, op: Op, sec: Section) -> None:
         for key, kernel in op.dispatch:
             if isinstance(kernel, PyRef):
+                check_signature(kernel, op.schema, self.diags, "kernel")
                 sec.registrations.append(
                     f"_lib.impl({q(_op_name(op))}, {self.ref_expr(kernel)}, "
                     f"{q(_PY_KERNEL_KEYS[key])})")
@@ -582,6 +585,7 @@ class _Module:
                                  "codegen/shape.py), or `fake: package.module:function`")
             return
         if isinstance(fake, PyRef):
+            check_signature(fake, op.schema, self.diags, "fake kernel")
             sec.registrations.append(f"torch.library.register_fake({q(qualname(op))}, "
                                      f"{self.ref_expr(fake)}, lib=_lib)")
             return
@@ -750,6 +754,7 @@ class _Module:
         if spec is None:
             return
         if isinstance(spec.kind, PyRef):
+            check_signature(spec.kind, op.schema, self.diags, "batching rule", leading=2)
             sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, "
                                      f"{self.ref_expr(spec.kind)}, lib=_lib)")
             return
@@ -822,6 +827,82 @@ class _Module:
             return
         sec.registrations.append(f"torch.library.register_autocast({q(qualname(op))}, "
                                  f"{q(spec.device_type)}, torch.{spec.cast_inputs}, lib=_lib)")
+
+
+# --------------------------------------------------------------------------------------------------
+# Python functions named in the op file
+
+
+def find_module_source(module: str, roots: list[Path] | None = None) -> Path | None:
+    """The source file of `module`, found on the import path without importing anything (an
+    import could run a package's `__init__`, such as runtime's, which loads the built library)."""
+    parts = module.split(".")
+    for root in roots if roots is not None else [Path.cwd(), *map(Path, sys.path)]:
+        base = root.joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what: str, *,
+                    leading: int = 0) -> None:
+    """Check that the function `ref` can be called the way the dispatcher calls it: the op's
+    positional arguments by position (those with defaults may be left out, so the function needs
+    defaults there too), keyword-only ones by name. `leading` parameters come first (a batching
+    rule's `info, in_dims`). Functions whose source cannot be read (compiled modules) pass."""
+    path = find_module_source(ref.module)
+    if path is None:
+        diags.error(ref.loc, f"cannot find Python module '{ref.module}' of {what} {ref}",
+                    "it is looked up from the current directory and the import path "
+                    "(sys.path), as `import` would")
+        return
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (SyntaxError, UnicodeDecodeError) as e:
+        diags.error(ref.loc, f"cannot read {what} {ref}: {path} does not parse ({e})")
+        return
+    if "." in ref.name:
+        return  # a method of a class: its binding happens at run time
+    fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and n.name == ref.name), None)
+    if fn is None:
+        defined = any(isinstance(n, (ast.Assign, ast.ImportFrom, ast.Import, ast.ClassDef))
+                      for n in tree.body)
+        if not defined:
+            diags.error(ref.loc, f"{path.as_posix()} defines no function '{ref.name}'")
+        return  # assigned or imported under that name: not checkable from source
+    problem = _signature_problem(fn.args, schema, leading)
+    if problem:
+        diags.error(ref.loc, f"{what} {ref} cannot take the arguments of {schema.name}: {problem}",
+                    f"expected a function like `def {ref.name}("
+                    + ", ".join(["info", "in_dims"][:leading] + P.parameters(schema)) + ")`")
+
+
+def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int) -> str | None:
+    params = [*args.posonlyargs, *args.args]
+    defaults_from = len(params) - len(args.defaults)
+    positional = schema.positional
+    need = leading + len(positional)
+    if args.vararg is None and len(params) < need:
+        return (f"it takes {len(params)} positional parameter{'s' if len(params) != 1 else ''}, "
+                f"the op passes up to {need}")
+    for i, a in enumerate(positional):
+        j = leading + i
+        if a.default is not None and j < len(params) and j < defaults_from:
+            return (f"parameter '{params[j].arg}' needs a default: the dispatcher leaves out "
+                    f"'{a.name}' when it equals its default ({a.default})")
+    for p in params[need:defaults_from]:
+        return f"parameter '{p.arg}' has no default and no argument of the op fills it"
+    names = {p.arg for p in params[need:]} | {p.arg for p in args.kwonlyargs}
+    for a in schema.kwarg_only:
+        if a.name not in names and args.kwarg is None:
+            return f"it has no parameter '{a.name}' for the keyword-only argument"
+    kw_names = {a.name for a in schema.kwarg_only}
+    for p, d in zip(args.kwonlyargs, args.kw_defaults):
+        if d is None and p.arg not in kw_names:
+            return f"keyword-only parameter '{p.arg}' is not an argument of the op"
+    return None
 
 
 def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
