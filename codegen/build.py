@@ -246,6 +246,7 @@ _AMBIGUATING = re.compile(r"^(?P<where>\S+:\d+:\d+): error: ambiguating new decl
                           r"[‘'`](?P<decl>.+?)[’']")
 _UNDEFINED = re.compile(r"undefined reference to [‘'`](?P<decl>.+?)[’']")
 _QNAME = re.compile(r"([\w:]+)\(")
+_SOURCE_EXCERPT = re.compile(r"^\s*\d*\s*\|")   # gcc's `  5 | code` and `    |   ^~~` lines
 
 
 def _qualified_name(decl: str) -> str | None:
@@ -320,15 +321,23 @@ def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
     assert proc.stdout is not None
+    pending: str | None = None      # a note waits until the compiler has shown its source lines
     for line in proc.stdout:
+        if pending is not None and not _SOURCE_EXCERPT.match(line):
+            out.write(pending + "\n")
+            pending = None
         out.write(line)
         if "error" in line or "undefined reference" in line:
             if index is None:
                 index = kernel_index(root)
             note = kernel_note(line.rstrip("\n"), index)
             if note:
-                out.write(note + "\n")
+                if pending is not None:
+                    out.write(pending + "\n")
+                pending = note
         out.flush()
+    if pending is not None:
+        out.write(pending + "\n")
     return proc.wait()
 
 

@@ -51,3 +51,16 @@ def python(root: Path, code: str, timeout: float = 300) -> subprocess.CompletedP
     """Run `code` in a fresh interpreter where `import runtime` loads root's libraries."""
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(root),
                           capture_output=True, text=True, timeout=timeout)
+
+
+_example_built: subprocess.CompletedProcess | None = None
+
+
+def build_example() -> subprocess.CompletedProcess:
+    """Build the repository's own op libraries (`python -m codegen.build`), once per process;
+    ninja makes this a no-op when build/ is current."""
+    global _example_built
+    if _example_built is None:
+        _example_built = subprocess.run([sys.executable, "-m", "codegen.build"], cwd=REPO,
+                                        env=env(), capture_output=True, text=True, timeout=1800)
+    return _example_built

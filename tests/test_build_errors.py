@@ -1,0 +1,80 @@
+"""Build failures about kernels are readable: a kernel defined with a signature other than its
+schema's, a helper with external linkage, and a kernel named in the op file but never defined
+each fail the build with the compiler's located error followed by a note that names the op, its
+schema, and the declaration the dispatcher expects (scratch libraries in temp dirs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import scratch
+
+pytestmark = pytest.mark.e2e
+
+OP_FILE = """\
+namespace: bad
+ops:
+  - func: twice(Tensor self, float factor=2.0) -> Tensor
+    dispatch:
+      CPU: twice_cpu
+    fake: like(self)
+"""
+
+WRONG_SIGNATURE = """\
+#include <bad/bad.h>
+
+namespace bad {
+
+double scale(double x) { return 2 * x; }
+
+at::Tensor twice_cpu(const at::Tensor& self, int64_t factor) {
+  return self.mul(scale(static_cast<double>(factor)));
+}
+
+}  // namespace bad
+"""
+
+NO_DEFINITION = """\
+// The op file names bad::twice_cpu, which nothing defines: compiling succeeds, linking fails.
+#include <bad/bad.h>
+"""
+
+
+def build_scratch(root: Path, kernel: str):
+    scratch.make_root(root, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": kernel})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    return scratch.build(root)
+
+
+def test_wrong_kernel_signature_names_the_op(tmp_path: Path) -> None:
+    proc = build_scratch(tmp_path, WRONG_SIGNATURE)
+    assert proc.returncode != 0
+    out = proc.stdout
+    # The compiler's own located error, then our note naming the op and the expected signature.
+    assert "runtime/csrc/bad/kernels.cpp:7:12: error: no previous declaration for" in out
+    assert "bad::twice_cpu(const at::Tensor&, int64_t)" in out
+    assert ("runtime/csrc/bad/kernels.cpp:7:12: note: 'bad::twice_cpu' is the CPU kernel of "
+            "bad::twice (schemas/bad.yaml:5); for the schema\n"
+            "    bad::twice(Tensor self, float factor=2.0) -> Tensor\n"
+            "  the dispatcher calls it as (generated/cpp/bad/bad.h:") in out
+    assert "    at::Tensor twice_cpu(const at::Tensor& self, double factor);\n" in out
+    assert "hint: change the definition to match, or the schema in the op file" in out
+    # A helper with external linkage is reported with the fix.
+    assert ("runtime/csrc/bad/kernels.cpp:5:8: note: 'bad::scale' is not a kernel named in the "
+            "op files") in out
+    assert "hint: make it 'static' or move it into an anonymous namespace" in out
+
+
+def test_undefined_kernel_names_the_op(tmp_path: Path) -> None:
+    proc = build_scratch(tmp_path, NO_DEFINITION)
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "undefined reference to `bad::twice_cpu(at::Tensor const&, double)'" in out
+    assert ("note: 'bad::twice_cpu' is the CPU kernel of bad::twice (schemas/bad.yaml:5), "
+            "declared in generated/cpp/bad/bad.h:") in out
+    assert "but defined by no kernel source; define it as\n" \
+           "    at::Tensor twice_cpu(const at::Tensor& self, double factor);" in out

@@ -1,0 +1,120 @@
+"""`import runtime` refuses an op library it cannot trust, before registering anything, and says
+what is wrong and what to run: the library is missing, stale (built from other schemas), built for
+another torch, not one of ours, or the Python-side registrations it needs are missing.
+
+Each case is a scratch root (OPGEN_ROOT) holding copies of the example library's generated runtime
+modules and, where the case needs one, of its built library; `import runtime` runs in a fresh
+interpreter.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests import scratch
+
+pytestmark = pytest.mark.e2e
+
+PROBE = r"""
+import sys
+try:
+    import runtime
+except ImportError as e:
+    print(type(e).__name__)
+    print(e)
+    print("registered python side:", any(m.startswith("runtime._reg_") for m in sys.modules))
+    sys.exit(3)
+print("loaded", runtime.NAMESPACES)
+"""
+
+
+@pytest.fixture(scope="module")
+def example_library() -> Path:
+    built = scratch.build_example()
+    assert built.returncode == 0, built.stdout + built.stderr
+    return scratch.REPO / "build" / "libexops_ops.so"
+
+
+def make_root(tmp_path: Path, library: Path | None) -> Path:
+    shutil.copytree(scratch.REPO / "generated" / "runtime", tmp_path / "generated" / "runtime")
+    if library is not None:
+        (tmp_path / "build").mkdir()
+        shutil.copy2(library, tmp_path / "build" / library.name)
+    return tmp_path
+
+
+def probe(root: Path) -> str:
+    proc = scratch.python(root, PROBE)
+    if proc.returncode == 0:
+        return proc.stdout
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "LibraryError"
+    assert lines[-1] == "registered python side: False"
+    return "\n".join(lines[1:-1])
+
+
+def test_copied_root_loads(tmp_path: Path, example_library: Path) -> None:
+    """The control: an intact copy loads (so the failures below are the cases' own)."""
+    assert probe(make_root(tmp_path, example_library)).startswith("loaded")
+
+
+def test_missing_library(tmp_path: Path) -> None:
+    message = probe(make_root(tmp_path, None))
+    assert "the C++ op library of namespace 'exops' is not built: build/libexops_ops.so does " \
+           "not exist; run `make build`" in message
+
+
+def test_stale_library(tmp_path: Path, example_library: Path) -> None:
+    root = make_root(tmp_path, example_library)
+    manifest = root / "generated" / "runtime" / "_manifest.py"
+    text = manifest.read_text()
+    built_hash = re.search(r'"schema_hash": \'([0-9a-f]+)\'', text)[1]
+    manifest.write_text(text.replace(built_hash, "0123456789abcdef"))
+    message = probe(root)
+    assert ("build/libexops_ops.so is stale: it was built from other schemas than "
+            "schemas/core.yaml") in message
+    assert f"(schema hash {built_hash}, expected 0123456789abcdef); run `make build`" in message
+
+
+def test_library_for_another_torch(tmp_path: Path, example_library: Path) -> None:
+    root = make_root(tmp_path, example_library)
+    lib = root / "build" / example_library.name
+    actual = torch.__version__
+    other = re.sub(r"\d", "9", actual) if re.sub(r"\d", "9", actual) != actual else "0" * len(actual)
+    data = lib.read_bytes()
+    stamp = f"torch={actual};".encode()
+    assert data.count(stamp) == 1
+    lib.write_bytes(data.replace(stamp, f"torch={other};".encode()))
+    message = probe(root)
+    assert f"build/libexops_ops.so was built for torch {other}, but this is torch {actual}; " \
+           "rebuild it: run `make build`" in message
+
+
+def test_foreign_library(tmp_path: Path) -> None:
+    root = make_root(tmp_path, None)
+    (root / "build").mkdir()
+    (root / "build" / "libexops_ops.so").write_bytes(b"\x7fELF not ours")
+    message = probe(root)
+    assert "build/libexops_ops.so is not an op library of namespace 'exops' built by this " \
+           "project (it carries no build stamp)" in message
+
+
+def test_missing_python_registrations(tmp_path: Path, example_library: Path) -> None:
+    root = make_root(tmp_path, example_library)
+    (root / "generated" / "runtime" / "_reg_exops.py").unlink()
+    message = probe(root)
+    assert "runtime._reg_exops (generated/runtime/_reg_exops.py) is missing, but the op files " \
+           "of namespace 'exops' declare Python-side registrations" in message
+    assert "run `make codegen`" in message
+
+
+def test_missing_manifest(tmp_path: Path) -> None:
+    message = probe(tmp_path)
+    assert "generated/runtime/_manifest.py is missing" in message
+    assert "run `make codegen`" in message
