@@ -18,7 +18,7 @@ call:
     fake: empty(size, dtype=dtype, device=device)   # a factory op
     fake: empty([dynamic()], dtype=int64)       # a data-dependent length
     fake: (like(self), reduce(self, dim, keepdim, dtype=int64))   # one item per output
-    fake: n = dynamic(); (empty([n]), empty([n], dtype=int64))     # outputs sharing a size
+    fake: k = dynamic(); (empty([k]), empty([k], dtype=int64))     # outputs sharing a size
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
 language cannot say, name a Python function instead (`fake: package.module:function`, called with

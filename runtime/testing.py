@@ -20,8 +20,9 @@ Sample inputs are deterministic: random contents come from a generator seeded wi
 from __future__ import annotations
 
 import io
+import types
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import torch
@@ -81,6 +82,65 @@ def load_cases(paths: Iterable[str]) -> list[Case]:
 
     lib = load_library(list(paths))
     return [Case(op, s, i) for op in lib.ops for i, s in enumerate(op.samples)]
+
+
+@dataclass
+class PythonLibrary:
+    """An op library loaded without building anything (see `load_python_library`)."""
+
+    ops: list[Op]
+    modules: dict[str, types.ModuleType]           # namespace -> its registrations module
+    libraries: list[torch.library.Library] = field(default_factory=list)
+
+    def cases(self) -> list[Case]:
+        return [Case(op, s, i) for op in self.ops for i, s in enumerate(op.samples)]
+
+    def close(self) -> None:
+        """Remove every definition and registration (the namespaces can be loaded again)."""
+        for m in self.modules.values():
+            m._lib._destroy()
+        for lib in self.libraries:
+            lib._destroy()
+        self.libraries.clear()
+
+
+def load_python_library(paths: Iterable[str]) -> PythonLibrary:
+    """Define the ops of op files whose kernels are all Python, in this process, and run their
+    generated registrations from memory: a library to try or test before any C++ exists.
+
+    Each namespace is defined with `torch.library.Library(ns, "DEF")` (so it must not be loaded
+    already) and gets the module `runtime._reg_<ns>` would be, from the same generator.
+    """
+    from codegen.dest.py_reg import generate_registrations, module_name
+    from codegen.diagnostics import Diagnostics
+    from codegen.load import load_library
+    from codegen.model import OperatorName
+
+    lib = load_library(list(paths))
+    diags = Diagnostics()
+    for f in lib.files:
+        with open(f.path, encoding="utf-8") as fh:
+            diags.add_source(f.path, fh.read())
+    texts = generate_registrations(lib, diags)
+    diags.raise_if_errors()
+    out = PythonLibrary(list(lib.ops), {})
+    try:
+        for ns in lib.namespaces:
+            defs = torch.library.Library(ns, "DEF")
+            out.libraries.append(defs)
+            for op in lib.ops:
+                if op.namespace == ns:
+                    n = op.name
+                    schema = op.schema.with_name(OperatorName(None, n.name, n.overload))
+                    defs.define(str(schema), tags=tuple(getattr(torch.Tag, t) for t in op.tags))
+            text = texts[f"generated/runtime/_reg_{ns}.py"]
+            module = types.ModuleType(module_name(ns))
+            exec(compile(text, f"<generated {module_name(ns)}>", "exec"), module.__dict__)
+            out.modules[ns] = module
+    except BaseException:
+        out.close()
+        raise
+    return out
 
 
 def _seed(text: str) -> int:

@@ -24,8 +24,8 @@ from runtime.kernels.exops import (
 _lib = torch.library.Library("exops", "FRAGMENT")
 _ops = torch.ops.exops
 
-_COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64,
-               torch.float64: torch.complex128}
+_COMPLEX_OF = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
+               torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
 def _result_type(*operands):

@@ -1,0 +1,322 @@
+"""The fake-rule language (codegen/shape.py): parsing and checking into IR, and the generated fake
+kernels run against real kernels.
+
+tests/golden/py/inputs/shapes.yaml declares one op per rule feature; its kernels are the reference
+functions below. Loaded in this process without any C++ (`runtime.testing.load_python_library`),
+each op goes through opcheck (whose test_faketensor compares the fake kernel with the kernel on
+every sample) and through torch.compile with dynamic shapes at three sizes, which fails on any
+size the fake kernel specializes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codegen import shape as S
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.model import Located
+from codegen.parse import parse_schema
+from runtime import testing
+
+ROOT = Path(__file__).resolve().parent.parent
+OP_FILE = "tests/golden/py/inputs/shapes.yaml"
+
+
+# --------------------------------------------------------------------------------------------------
+# Reference kernels of shapes.yaml
+
+
+def add(self, other, *, alpha=1):
+    return torch.add(self, other, alpha=alpha)
+
+
+def addcmul(self, tensor1, tensor2, *, value=1):
+    return torch.addcmul(self, tensor1, tensor2, value=value)
+
+
+def mul_scalar(self, other):
+    return torch.mul(self, other)
+
+
+def biased(self, bias=None):
+    return self.clone() if bias is None else self + bias
+
+
+def sum_dims(self, dim=None, keepdim=False, *, dtype=None):
+    return torch.sum(self, dim=dim if dim else None, keepdim=keepdim, dtype=dtype)
+
+
+def amax(self, dim, keepdim=False):
+    return torch.amax(self, dim, keepdim)
+
+
+def tile_rows(self, times):
+    return self.repeat(times, *([1] * (self.dim() - 1)))
+
+
+def windows(self, size, step):
+    return self.unfold(-1, size, step).contiguous()
+
+
+def grow(self, n):
+    out = self.new_zeros((max(self.size(0), n), *self.shape[1:]))
+    out[: self.size(0)] = self
+    return out
+
+
+def pad_last(self, pad):
+    flat = [n for p in reversed(pad) for n in (0, p)]
+    return torch.nn.functional.pad(self, flat) if flat else self.clone()
+
+
+def concat(tensors):
+    return torch.cat(tensors)
+
+
+def filled(size, fill, *, dtype=None, device=None):
+    return torch.full(size, fill, dtype=dtype or torch.get_default_dtype(), device=device)
+
+
+def astype(self, dtype):
+    return self.to(dtype)
+
+
+def nonzero_values(self):
+    return self[self != 0]
+
+
+def unique_counts(self):
+    return torch.unique(self, return_counts=True)
+
+
+def split_rows(self):
+    h = self.size(0) // 2
+    return self[:h].clone(), self[h:].clone(), h
+
+
+def loss(input, target, reduction="mean"):
+    d = (input - target) ** 2
+    return d if reduction == "none" else d.mean()
+
+
+def maybe_cast(self, dtype=None):
+    return self.to(dtype or torch.float64)
+
+
+def normalize(self):
+    return self / self.abs().amax().clamp_min(1e-6)
+
+
+def normalize_(self):
+    return self.copy_(normalize(self))
+
+
+def normalize_out(self, *, out):
+    return out.copy_(normalize(self))
+
+
+def accumulate(acc, x):
+    acc.add_(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# The rules against the kernels
+
+
+@pytest.fixture(scope="module")
+def library(request):
+    prev = Path.cwd()
+    import os
+
+    os.chdir(ROOT)
+    try:
+        lib = testing.load_python_library([OP_FILE])
+    finally:
+        os.chdir(prev)
+    request.addfinalizer(lib.close)
+    return lib
+
+
+def _case_ids():
+    from codegen.load import load_library
+
+    prev = Path.cwd()
+    import os
+
+    os.chdir(ROOT)
+    try:
+        lib = load_library([OP_FILE])
+    finally:
+        os.chdir(prev)
+    return [f"{op.name}[{i}]" for op in lib.ops for i, _ in enumerate(op.samples)]
+
+
+CASE_IDS = _case_ids()
+
+
+def _case(library, case_id):
+    return next(c for c in library.cases() if c.id == case_id)
+
+
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_fake_matches_kernel(library, case_id):
+    """opcheck: the fake kernel agrees with the kernel (shape, dtype, device, strides), and the op
+    works under functionalization and dynamic shapes (aot_dispatch_dynamic)."""
+    testing.check_opcheck(_case(library, case_id))
+
+
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_fake_is_symbolic(library, case_id):
+    """One graph for three input sizes: the fake kernel specializes no size."""
+    testing.check_compile(_case(library, case_id), backend="aot_eager")
+
+
+def test_in_place_out_and_no_return_ops_need_no_rule(library):
+    ops = {str(op.name): op for op in library.ops}
+    assert ops["shapetest::normalize_"].fake is None
+    assert ops["shapetest::accumulate"].fake is None
+    assert S.schema_fake(ops["shapetest::normalize_"].schema) == S.FakeRule(
+        (), (S.ReturnArg("self"),))
+    assert S.schema_fake(ops["shapetest::accumulate"].schema) == S.FakeRule((), ())
+
+
+def test_data_dependent_outputs_share_a_bound_size(library):
+    x = torch.tensor([3, 1, 3, 2, 1, 3])
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        values, counts = torch.ops.shapetest.unique_counts(mode.from_tensor(x))
+    assert isinstance(values.shape[0], torch.SymInt)
+    assert values.shape[0] is counts.shape[0] or values.shape[0] == counts.shape[0]
+    assert counts.dtype == torch.int64
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing and checking
+
+
+SCHEMA = ("ex::f(Tensor self, Tensor other, int[]? dim=None, bool keepdim=False, SymInt n=2, "
+          "SymInt[] size=[], Tensor[] tensors=[], Tensor? weight=None, str mode=\"a\", *, "
+          "Scalar alpha=1, ScalarType? dtype=None, Device? device=None) -> Tensor")
+SCHEMA2 = SCHEMA.replace("-> Tensor", "-> (Tensor, Tensor)")
+
+
+def parse(rule: str, schema: str = SCHEMA) -> tuple[S.FakeRule | None, Diagnostics]:
+    diags = Diagnostics()
+    text = Located(rule, Loc("t.yaml", 1, 1, len(rule)), lambda o, n: Loc("t.yaml", 1, 1 + o, n))
+    return S.parse_fake_rule(text, parse_schema(schema), diags), diags
+
+
+def ok(rule: str, schema: str = SCHEMA) -> S.FakeRule:
+    r, diags = parse(rule, schema)
+    assert r is not None and not diags.items, diags.render()
+    return r
+
+
+def test_reference_examples_parse():
+    """Every `fake:` example of the language reference (codegen/shape.py's docstring) checks."""
+    examples = re.findall(r"^\s+fake: (.+?)(?:\s+#.*)?$", S.__doc__ or "", re.M)
+    assert len(examples) >= 9
+    for rule in examples:
+        if rule.endswith(":function") or "package.module" in rule:
+            continue
+        outputs = 2 if rule.lstrip().startswith("(") or ";" in rule else 1
+        ok(rule, SCHEMA if outputs == 1 else SCHEMA2)
+
+
+def test_ir_of_common_rules():
+    self_, other = S.Arg("self", S.TENSOR), S.Arg("other", S.TENSOR)
+    assert ok("like(self)").outputs == (S.Like(self_, None, None),)
+    assert ok("broadcast(self, other, alpha)").outputs == (
+        S.Broadcast((self_, other, S.Arg("alpha", S.Ty(S.T.SCALAR))), None),)
+    assert ok("reduce(self, dim, keepdim)").outputs == (
+        S.Reduce(self_, S.Arg("dim", S.Ty(S.T.INT_LIST, True)), S.Arg("keepdim", S.Ty(S.T.BOOL)),
+                 None),)
+    assert ok("empty([n * 2, *self.shape[1:]], dtype=int64)").outputs == (
+        S.Empty(S.ListLit((S.Arith(S.ArithOp.mul, S.Arg("n", S.INT), S.IntLit(2)),
+                           S.Spread(S.SliceOf(S.TensorProp(self_, S.Prop.shape), S.IntLit(1),
+                                              None)))),
+                S.DtypeLit("int64"), None, "self"),)
+
+
+def test_bindings_and_dynamic_sizes():
+    r = ok("k = dynamic(min=1); (empty([k]), empty([k, n]))", SCHEMA2)
+    assert r.bindings == (S.Binding("k", S.Dynamic(S.IntLit(1), None)),)
+    assert r.uses_dynamic
+    assert not ok("like(self)").uses_dynamic
+
+
+def test_mutated_returns_are_the_arguments():
+    s = "ex::g(Tensor self, Tensor(a!) out, Tensor(b!) out2) -> (Tensor(a!), Tensor(b!))"
+    assert S.mutated_returns(parse_schema(s)) == ["out", "out2"]
+    mixed = parse_schema("ex::g(Tensor(a!) self) -> (Tensor(a!), Tensor)")
+    r = ok("like(self)", str(mixed))
+    assert r.outputs[0] == S.ReturnArg("self")
+    assert isinstance(r.outputs[1], S.Like)
+
+
+def test_out_rule_resizes_the_out_argument():
+    r = ok("like(self)", "ex::g.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)")
+    assert r.outputs == (S.ReturnArg("out", S.Like(S.Arg("self", S.TENSOR), None, None)),)
+
+
+def test_errors_point_into_the_rule():
+    r, diags = parse("like(self, dtyp=int64)")
+    assert r is None
+    [d] = diags.items
+    assert (d.loc.col, d.loc.length) == (12, 10)
+    assert d.hint == "did you mean 'dtype'?"
+
+
+def test_errors_are_collected_across_bindings():
+    r, diags = parse("a = slef.size(0); b = othr.size(0); empty([a, b])")
+    assert r is None
+    assert [d.message for d in diags.items] == ["unknown name 'slef'", "unknown name 'othr'"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The generated promotion helper against PyTorch's
+
+
+def _helpers() -> dict:
+    from codegen.dest.py_reg import environment
+
+    text = environment().get_template("py_reg.py.j2").render(
+        banner="", ns="helpers", module="m", imports=[], helpers=["result_type"], sections=[])
+    namespace: dict = {}
+    exec(compile(text.replace('_lib = torch.library.Library("helpers", "FRAGMENT")', "")
+                 .replace("_ops = torch.ops.helpers", ""), "<helpers>", "exec"), namespace)
+    return namespace
+
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+          torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+          torch.complex128]
+operand = st.one_of(
+    st.tuples(st.sampled_from(DTYPES), st.sampled_from([0, 1, 2])).map(
+        lambda t: torch.zeros((2,) * t[1], dtype=t[0])),
+    st.sampled_from([True, 3, 2.5, 1j]),
+)
+
+
+@given(st.lists(operand, min_size=1, max_size=4).filter(
+    lambda ops: any(isinstance(o, torch.Tensor) for o in ops)))
+def test_result_type_matches_pytorch(operands):
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    result_type = _HELPERS["_result_type"]
+    _, expected = elementwise_dtypes(
+        *operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    assert result_type(*operands) == expected
+    if len(operands) == 2:
+        assert result_type(*operands) == torch.result_type(*operands)
+
+
+_HELPERS = _helpers()
