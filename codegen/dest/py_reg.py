@@ -546,8 +546,9 @@ class _Module:
                              "tensors, or make this op return ()")
             return
         mutated = [a.name for a in schema.mutable_arguments]
-        call_args = [a.name if not a.kwarg_only else f"{a.name}={a.name}"
-                     for a in functional.schema.arguments]
+        inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
+        call_args = [mine.name if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
+                     for mine, theirs in zip(inputs, functional.schema.arguments)]
         call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
         body: list[str] = []
         results = ["result"] if len(mutated) == 1 else [f"result{i}" for i in range(len(mutated))]
@@ -907,8 +908,8 @@ def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int
 
 def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
     """The functional op that `op` (in-place or out=) mutates its arguments with: same namespace
-    and base name, the same arguments less the out= ones and less mutation annotations, and one
-    return per mutated argument.
+    and base name, the same argument types less the out= ones and less mutation annotations, and
+    one return per mutated argument.
 
     Note [Functionalizing mutable ops]
     PyTorch functionalizes a custom op that mutates its inputs only when it returns nothing new
@@ -931,8 +932,9 @@ def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
 
 
 def _plain(a) -> tuple:
-    """An argument's name, type without alias annotations, default and kind."""
-    return (a.name, without_alias(a.type), a.default, a.kwarg_only)
+    """An argument's type without alias annotations, default and kind (names may differ: an
+    in-place op's first argument is always `self`)."""
+    return (without_alias(a.type), a.default, a.kwarg_only)
 
 
 def _op_name(op: Op) -> str:

@@ -30,8 +30,11 @@ def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                         "use types with a Python binding")
             continue
         doc = (op.doc.strip() + "\n\n" if op.doc.strip() else "") + str(op.schema)
-        entries.append({"name": names[str(op.name)], "params": ", ".join(params),
-                        "returns": returns, "doc": doc})
+        name = names[str(op.name)]
+        one_line = f"def {name}({', '.join(params)}) -> {returns}:"
+        signature = one_line if len(one_line) <= 100 else (
+            f"def {name}(\n" + "".join(f"    {p},\n" for p in params) + f") -> {returns}:")
+        entries.append({"name": name, "signature": signature, "doc": doc})
     entries.sort(key=lambda e: e["name"])
     text = environment().get_template("py_stubs.pyi.j2").render(
         banner=banner("#", [f.path for f in lib.files]), imports=P.STUB_IMPORTS,

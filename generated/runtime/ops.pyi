@@ -18,7 +18,15 @@ def gated_residual(x: Tensor, gate: Tensor) -> Tensor:
     """
 
 
-def gaussian_window(size: int, sigma: float, *, dtype: torch.dtype | None = None, layout: torch.layout | None = None, device: torch.device | str | int | None = None, pin_memory: bool | None = None) -> Tensor:
+def gaussian_window(
+    size: int,
+    sigma: float,
+    *,
+    dtype: torch.dtype | None = None,
+    layout: torch.layout | None = None,
+    device: torch.device | str | int | None = None,
+    pin_memory: bool | None = None,
+) -> Tensor:
     """A symmetric Gaussian window of `size` points with standard deviation `sigma`, normalized to
     sum to one.
 
@@ -26,7 +34,13 @@ def gaussian_window(size: int, sigma: float, *, dtype: torch.dtype | None = None
     """
 
 
-def moments(self: Tensor, dim: Sequence[int] = (), keepdim: bool = False, *, correction: int = 1) -> tuple[Tensor, Tensor]:
+def moments(
+    self: Tensor,
+    dim: Sequence[int] = (),
+    keepdim: bool = False,
+    *,
+    correction: int = 1,
+) -> tuple[Tensor, Tensor]:
     """Mean and variance over `dim` (all dimensions when empty) in one pass (Welford), with
     `correction` subtracted from the element count in the variance's denominator.
 
@@ -129,7 +143,12 @@ def soft_shrink_out(self: Tensor, lambd: float = 0.5, *, out: Tensor) -> Tensor:
     """
 
 
-def weighted_mse(input: Tensor, target: Tensor, weight: Tensor | None = None, reduction: str = 'mean') -> Tensor:
+def weighted_mse(
+    input: Tensor,
+    target: Tensor,
+    weight: Tensor | None = None,
+    reduction: str = 'mean',
+) -> Tensor:
     """Squared error (input - target)^2, optionally times `weight` (broadcast), reduced by
     `reduction`: "none", "mean" (over all elements) or "sum".
 
