@@ -53,6 +53,9 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 # Deepest YAML nesting accepted. Real op files nest about 6 deep (a tensor sample's `values:` adds
 # one level per dimension); libyaml's recursive composer crashes the process near 30,000.
 MAX_DEPTH = 32
+# Errors reported per file before giving up on it (as compilers do): a file that is not an op file
+# at all would otherwise produce one error per node.
+MAX_ERRORS_PER_FILE = 50
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "autocast", "vmap")
 FILE_KEYS = ("namespace", "ops")
@@ -77,6 +80,14 @@ _PY_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
                      r":([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\Z")
 
 # --------------------------------------------------------------------------------------------------
+# Note [Streaming op entries]
+#
+# Each op entry is handed on as soon as its last event is read and then dropped, so only one entry's
+# nodes are alive at a time: peak memory stays near the size of the result, and a file that is not
+# an op file stops at the error limit instead of being read to its end first. Entries under `ops:`
+# wait for `namespace:` if the file gives it later. A YAML syntax error after some entries still
+# reports theirs, as a compiler reports errors before the one that stops it.
+#
 # Note [Reading YAML]
 #
 # `yaml.compose` would give nodes with marks, but (1) libyaml's composer recurses in C and
@@ -198,6 +209,7 @@ class _FileLoader:
         self.text = ""
         self.ok = True
         self.bad_namespace = False
+        self.first_error = len(diags.items)
 
     # -- positions and errors ----------------------------------------------------------------------
 
@@ -212,7 +224,12 @@ class _FileLoader:
 
     def error(self, where: _Node | Loc, message: str, hint: str | None = None) -> None:
         self.ok = False
+        self.check_error_limit()
         self.diags.error(where if isinstance(where, Loc) else self.loc(where), message, hint)
+
+    def check_error_limit(self) -> None:
+        if len(self.diags.items) - self.first_error >= MAX_ERRORS_PER_FILE:
+            raise _TooManyErrors
 
     def locator(self, node: _Scalar) -> Callable[[int, int], Loc]:
         """offset, length in the scalar's value -> Loc in the file (built on first use)."""
@@ -233,7 +250,8 @@ class _FileLoader:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def read(self) -> _Node | None:
+    def read(self) -> str | None:
+        """The file's text (UTF-8, line breaks normalized), or None with the error reported."""
         try:
             with open(self.path, "rb") as f:
                 data = f.read(MAX_FILE_BYTES + 1)
@@ -264,16 +282,24 @@ class _FileLoader:
             return None
         self.text = text
         self.diags.add_source(self.path, _for_display(text))
-        return self.compose(text)
+        return text
 
     def _mark_loc(self, mark) -> Loc:
         return Loc(self.path, mark.line + 1, mark.column + 1)
 
-    def compose(self, text: str) -> _Node | None:
-        """YAML text -> our nodes (Note [Reading YAML]); None (with errors reported) if unusable."""
+    def compose(self, text: str):
+        """YAML text -> our nodes (Note [Reading YAML]), streamed (Note [Streaming op entries]).
+
+        Yields ("entry", node, clean, in_ops) for each op entry as soon as it is complete (`clean`:
+        no YAML error was reported while reading it; `in_ops`: it is under a mapping's `ops:`),
+        ("namespace", node) for the file's `namespace:` value, and last ("root", node) -- the root
+        is None when the YAML is unusable.
+        """
         root: _Node | None = None
         stack: list[_Node] = []
+        stream: _Node | None = None     # the list whose items are yielded rather than kept
         docs = 0
+        errors_seen = len(self.diags.items)
         try:
             for e in yaml.parse(text, Loader=_BaseLoader):
                 cls = type(e)
@@ -308,9 +334,16 @@ class _FileLoader:
                         self.error(self._mark_loc(e.start_mark),
                                    f"YAML nested more than {MAX_DEPTH} levels deep",
                                    "op files need only a few levels of nesting")
-                        return None
-                    stack.append(_Map(e.start_mark) if cls is ev.MappingStartEvent
-                                 else _Seq(e.start_mark))
+                        break
+                    if cls is ev.MappingStartEvent:
+                        stack.append(_Map(e.start_mark))
+                    else:
+                        seq = _Seq(e.start_mark)
+                        # The root list, or the list under the root mapping's `ops:`.
+                        if not stack or (len(stack) == 1 and type(stack[0]) is _Map
+                                         and _pending_key(stack[0]) == "ops"):
+                            stream = seq
+                        stack.append(seq)
                     continue
                 elif cls is ev.MappingEndEvent or cls is ev.SequenceEndEvent:
                     node = stack.pop()
@@ -325,34 +358,38 @@ class _FileLoader:
                         self.error(self._mark_loc(e.start_mark),
                                    "an op file holds a single YAML document",
                                    "split it into several files, or merge the documents")
-                        return None
+                        break
                     continue
                 else:
                     continue
                 if not stack:
                     root = node
+                    continue
+                parent = stack[-1]
+                if parent is stream:
+                    clean = len(self.diags.items) == errors_seen
+                    yield "entry", node, clean, len(stack) > 1
+                    errors_seen = len(self.diags.items)
+                elif type(parent) is _Seq:
+                    parent.items.append(node)  # type: ignore[attr-defined]
                 else:
-                    parent = stack[-1]
-                    if type(parent) is _Seq:
-                        parent.items.append(node)  # type: ignore[attr-defined]
+                    pairs = parent.pairs  # type: ignore[attr-defined]
+                    if pairs and pairs[-1][1] is None:
+                        pairs[-1] = (pairs[-1][0], node)
+                        if len(stack) == 1 and _is_str(pairs[-1][0], "namespace"):
+                            yield "namespace", node
                     else:
-                        pairs = parent.pairs  # type: ignore[attr-defined]
-                        if pairs and pairs[-1][1] is None:
-                            pairs[-1] = (pairs[-1][0], node)
-                        else:
-                            pairs.append((node, None))
+                        pairs.append((node, None))
+            else:
+                yield "root", (root if self.ok else None)
+                return
         except yaml.MarkedYAMLError as e:
             self._yaml_error(e)
-            return None
         except yaml.reader.ReaderError as e:
             self._reader_error(e)
-            return None
         except yaml.YAMLError as e:
             self.error(Loc(self.path, 1, 1), f"invalid YAML: {e}")
-            return None
-        if not self.ok:
-            return None
-        return root
+        yield "root", None
 
     def _event_loc(self, e) -> Loc:
         s, t = e.start_mark, e.end_mark
@@ -464,48 +501,81 @@ class _FileLoader:
     # -- the file ----------------------------------------------------------------------------------
 
     def load(self) -> OpFile | None:
-        root = self.read()
-        if not self.ok:
+        try:
+            return self._load()
+        except _TooManyErrors:
+            last = self.diags.items[-1].loc
+            self.diags.error(Loc(self.path, last.line, last.col, last.length),
+                             f"too many errors in this file; stopping after "
+                             f"{MAX_ERRORS_PER_FILE}")
             return None
-        namespace = None
-        entries: list[_Node] = []
-        if root is None or (type(root) is _Scalar and root.tag == "null"):
+
+    def _load(self) -> OpFile | None:
+        text = self.read()
+        if text is None:
+            return None
+        namespace: str | None = None
+        namespace_known = False
+        waiting: list[tuple[_Node, bool]] = []   # entries read before the file's namespace
+        ops: list[Op] = []
+        root: _Node | None = None
+        for item in self.compose(text):
+            if item[0] == "entry":
+                _, node, clean, in_ops = item
+                if namespace_known or not in_ops:
+                    self.add_op(ops, node, clean, namespace)
+                else:
+                    waiting.append((node, clean))
+            elif item[0] == "namespace":
+                if not namespace_known:
+                    namespace = self.namespace(item[1])
+                    namespace_known = True
+                    for node, clean in waiting:
+                        self.add_op(ops, node, clean, namespace)
+                    waiting.clear()
+            else:
+                root = item[1]
+        if root is None:
+            return None
+        if type(root) is _Scalar and root.tag == "null":  # type: ignore[attr-defined]
             return OpFile(self.path, None, ())
-        if type(root) is _Seq:
-            entries = root.items  # type: ignore[attr-defined]
-        elif type(root) is _Map:
+        if type(root) is _Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
                 return None
-            if "namespace" in top:
-                key, node = top["namespace"]
-                namespace = self.string(node, "'namespace'")
-                if namespace is not None and not IDENT.match(namespace):
-                    self.error(node, f"namespace '{_short(namespace)}' is not an identifier",
-                               "use letters, digits and '_', not starting with a digit")
-                    namespace = None
-                if namespace is None:
-                    # Reported once here, not again for every op that relies on it.
-                    self.bad_namespace = True
             if "ops" not in top:
-                if not self.ok:
-                    return None  # a misspelled `ops:` was just reported
-                self.error(Loc(self.path, root.start.line + 1, root.start.column + 1),
-                           "op file has no 'ops:' list",
-                           "list the op entries under 'ops:'")
+                if self.ok:  # else a misspelled `ops:` was just reported
+                    self.error(Loc(self.path, root.start.line + 1, root.start.column + 1),
+                               "op file has no 'ops:' list", "list the op entries under 'ops:'")
                 return None
-            entries = self.sequence(top["ops"][1], "'ops'") or []
-        else:
+            self.sequence(top["ops"][1], "'ops'")
+        elif type(root) is not _Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
             return None
-        ops = []
-        for i, entry in enumerate(entries):
-            entries[i] = None  # type: ignore[call-overload]  # let each entry's nodes go once read
-            op = self.op(entry, namespace)
+        for node, clean in waiting:  # a mapping without `namespace:`
+            self.add_op(ops, node, clean, namespace)
+        return OpFile(self.path, namespace, tuple(ops))
+
+    def namespace(self, node: _Node) -> str | None:
+        namespace = self.string(node, "'namespace'")
+        if namespace is not None and not IDENT.match(namespace):
+            self.error(node, f"namespace '{_short(namespace)}' is not an identifier",
+                       "use letters, digits and '_', not starting with a digit")
+            namespace = None
+        if namespace is None:
+            # Reported once here, not again for every op that relies on it.
+            self.bad_namespace = True
+        return namespace
+
+    def add_op(self, ops: list[Op], node: _Node, clean: bool, namespace: str | None) -> None:
+        # An entry with a YAML error (alias, tag, ...) was reported already; reading it further
+        # would only report the placeholder that replaced the bad part.
+        if clean:
+            op = self.op(node, namespace)
             if op is not None:
                 ops.append(op)
-        return OpFile(self.path, namespace, tuple(ops))
+        self.check_error_limit()  # verify, shape and formulas report straight to diags
 
     # -- one op ------------------------------------------------------------------------------------
 
@@ -952,6 +1022,23 @@ class _FileLoader:
 
 
 _BAD = object()
+
+
+class _TooManyErrors(Exception):
+    pass
+
+
+def _pending_key(m: _Node) -> str | None:
+    """The key of a mapping whose value is being read, if it is a string."""
+    pairs = m.pairs  # type: ignore[attr-defined]
+    if pairs and pairs[-1][1] is None and _is_str(pairs[-1][0]):
+        return pairs[-1][0].value
+    return None
+
+
+def _is_str(node: _Node, value: str | None = None) -> bool:
+    return type(node) is _Scalar and node.tag == "str" and (  # type: ignore[attr-defined]
+        value is None or node.value == value)  # type: ignore[attr-defined]
 
 _ENUM_SAMPLES = {
     BaseTy.Layout: frozenset({"strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",

@@ -505,7 +505,42 @@ def test_alias_bomb_is_refused_quickly(tmp_path):
     assert time.perf_counter() - t < 2.0
     messages = {d.message.split(" (")[0] for d in e.value.diags.items}
     assert messages == {"YAML anchors are not allowed in op files",
-                        "YAML aliases are not allowed in op files"}
+                        "YAML aliases are not allowed in op files",
+                        "too many errors in this file; stopping after 50"}
+
+
+def test_error_limit_per_file(tmp_path):
+    import time
+
+    p = tmp_path / "ops.yaml"
+    p.write_text("[" + "x, " * 1_000_000 + "x]\n")
+    t = time.perf_counter()
+    with pytest.raises(UserError) as e:
+        load_library([str(p)])
+    assert time.perf_counter() - t < 2.0
+    items = e.value.diags.items
+    assert len(items) == 51
+    assert items[-1].message == "too many errors in this file; stopping after 50"
+    assert len(e.value.diags.render()) < 30_000
+
+
+def test_entries_wait_for_a_late_namespace(tmp_path):
+    lib = load_one(tmp_path, """\
+        ops:
+          - func: f(Tensor x) -> Tensor
+          - func: g(Tensor x) -> Tensor
+        namespace: ex
+        """)
+    assert [str(op.name) for op in lib.ops] == ["ex::f", "ex::g"]
+
+
+def test_entries_before_a_yaml_error_are_still_checked(tmp_path):
+    assert errors(tmp_path, """\
+        - func: ex::f(Tensr x) -> Tensor
+        - func: ex::g(Tensor x) -> Tensor
+          doc: [unclosed
+        """) == ["unknown type 'Tensr' for argument 'x'",
+                 "invalid YAML: did not find expected ',' or ']'"]
 
 
 @pytest.mark.parametrize("depth", [33, 100, 100_000])
