@@ -39,15 +39,30 @@ class Diagnostic:
     def render(self, lines: list[str] | None) -> str:
         out = [f"{self.loc}: {self.severity}: {self.message}"]
         if lines is not None and 1 <= self.loc.line <= len(lines):
-            src = lines[self.loc.line - 1].rstrip("\r\n")
+            src, col = _window(lines[self.loc.line - 1].rstrip("\r\n"), self.loc.col)
             out.append("    " + _printable(src))
             # Keep tabs in the caret line so the caret sits under the same column in a terminal.
-            pad = "".join("\t" if c == "\t" else " " for c in src[: self.loc.col - 1])
-            width = max(1, min(self.loc.length, max(1, len(src) - self.loc.col + 1)))
+            pad = "".join("\t" if c == "\t" else " " for c in src[: col - 1])
+            width = max(1, min(self.loc.length, max(1, len(src) - col + 1)))
             out.append("    " + pad + "^" + "~" * (width - 1))
         if self.hint:
             out.append(f"hint: {self.hint}")
         return "\n".join(out)
+
+
+# Source lines longer than this are shown as a window around the caret (a minified or generated
+# file can hold megabytes on one line).
+MAX_SHOWN = 160
+
+
+def _window(line: str, col: int) -> tuple[str, int]:
+    """`line` cut to MAX_SHOWN characters around 1-based `col`, and col's place in the cut."""
+    if len(line) <= MAX_SHOWN:
+        return line, col
+    start = max(0, min(col - 1 - MAX_SHOWN // 2, len(line) - MAX_SHOWN))
+    head = "..." if start > 0 else ""
+    tail = "..." if start + MAX_SHOWN < len(line) else ""
+    return head + line[start:start + MAX_SHOWN] + tail, col - start + len(head)
 
 
 def _printable(line: str) -> str:
