@@ -60,3 +60,17 @@ def test_diagnostic_cases_point_inside_their_file(monkeypatch):
             assert d.loc.path == rel, (case.name, d)
             assert 1 <= d.loc.line <= len(lines), (case.name, d)
             assert 1 <= d.loc.col <= len(lines[d.loc.line - 1]) + 1, (case.name, d)
+
+
+def test_very_long_lines_are_shown_around_the_caret(tmp_path):
+    p = tmp_path / "ops.yaml"
+    args = [f"int a{i}" for i in range(500)]
+    args.insert(250, "Tensr x")
+    p.write_text("- func: ex::f(" + ", ".join(args) + ") -> Tensor\n")
+    with pytest.raises(UserError) as e:
+        load_library([str(p)])
+    (d,) = e.value.diags.items
+    source, caret = e.value.diags.render().splitlines()[1:3]
+    assert len(source) < 200 and source.startswith("    ...") and source.endswith("...")
+    col = caret.index("^")
+    assert source[col:col + 5] == "Tensr" and caret[col:] == "^~~~~"
