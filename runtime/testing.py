@@ -272,6 +272,20 @@ def differentiable_inputs(op: Op) -> list[str]:
     return [n for f in d.formulas for n in f.inputs]
 
 
+def has_gradients(case: Case) -> bool:
+    """Whether `check_gradients` has something to check: a floating (or complex) tensor given
+    for an input with a derivative formula."""
+    diff = set(differentiable_inputs(case.op))
+
+    def floating(v: Any) -> bool:
+        if isinstance(v, TensorSample):
+            dt = getattr(torch, v.dtype)
+            return dt.is_floating_point or dt.is_complex
+        return isinstance(v, tuple) and any(floating(x) for x in v)
+
+    return any(name in diff and floating(v) for name, v in case.sample.args)
+
+
 def is_mutating(op: Op) -> bool:
     return bool(op.schema.mutable_arguments)
 
