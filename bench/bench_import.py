@@ -1,0 +1,137 @@
+"""Import + registration time of a generated library of 1,000 ops, side by side in one run with
+the same 1,000 ops made with `torch.library.custom_op` + `register_fake` (and, for reference, with
+`Library.define` + `impl` + `register_fake`, the hand-written style vLLM uses).
+
+A synthetic op file (1,000 ops `syn::op<i>(Tensor self, float alpha) -> Tensor`, each with a C++
+kernel and a fake rule, in 8 files) is generated and built in a temp dir, exactly as `make codegen
+build` would; then each variant is timed in fresh interpreters, after `import torch`.
+
+Target: `import runtime` <= 1/10 of custom_op + register_fake.
+Run: `python bench/bench_import.py [--ops N] [--repeat R]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests import scratch  # noqa: E402
+
+FILES = 8
+
+
+def synthetic_root(root: Path, n: int) -> None:
+    per = (n + FILES - 1) // FILES
+    schemas, kernels = {}, {}
+    for f in range(FILES):
+        ids = range(f * per, min(n, (f + 1) * per))
+        schemas[f"syn{f}.yaml"] = "namespace: syn\nops:\n" + "".join(
+            f"  - func: op{i}(Tensor self, float alpha) -> Tensor\n"
+            f"    dispatch: {{CPU: op{i}_cpu}}\n"
+            f"    fake: like(self)\n" for i in ids)
+        kernels[f"syn/k{f}.cpp"] = f"#include <syn/syn{f}.h>\n\nnamespace syn {{\n" + "".join(
+            f"at::Tensor op{i}_cpu(const at::Tensor& self, double alpha) {{ return self.mul(alpha); }}\n"
+            for i in ids) + "}  // namespace syn\n"
+    scratch.make_root(root, schemas, kernels)
+
+
+TIMED = {
+    "runtime": """
+import runtime
+assert len(runtime.ops.__all__) == N
+""",
+    "load_library": """
+import glob
+torch.ops.load_library(glob.glob(ROOT + "/build/libsyn_ops.so")[0])
+""",
+    "custom_op": """
+def body(self: torch.Tensor, alpha: float) -> torch.Tensor:
+    return self * alpha
+def fake(self, alpha):
+    return torch.empty_like(self)
+for i in range(N):
+    op = torch.library.custom_op(f"co::op{i}", body, mutates_args=())
+    op.register_fake(fake)
+""",
+    "define_impl": """
+lib = torch.library.Library("lib", "DEF")
+def body(self, alpha):
+    return self * alpha
+def fake(self, alpha):
+    return torch.empty_like(self)
+for i in range(N):
+    lib.define(f"op{i}(Tensor self, float alpha) -> Tensor")
+    lib.impl(f"op{i}", body, "CPU")
+    torch.library.register_fake(f"lib::op{i}", fake, lib=lib)
+""",
+}
+
+
+def timed(root: Path, name: str, n: int) -> float:
+    code = ("import time, torch\nN = %d\nROOT = %r\nt0 = time.perf_counter()\n%s\n"
+            "print('SECONDS', time.perf_counter() - t0)\n" % (n, str(root), TIMED[name]))
+    proc = scratch.python(root, code)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{proc.stdout}{proc.stderr}")
+    return float(proc.stdout.split("SECONDS", 1)[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--keep", help="build in this directory and keep it")
+    args = parser.parse_args()
+    tmp = None if args.keep else tempfile.TemporaryDirectory(prefix="opgen-bench-import-")
+    root = Path(args.keep or tmp.name)
+    root.mkdir(parents=True, exist_ok=True)
+    synthetic_root(root, args.ops)
+
+    t = time.perf_counter()
+    gen = scratch.generate(root)
+    t_gen = time.perf_counter() - t
+    if gen.returncode != 0:
+        raise SystemExit(gen.stdout + gen.stderr)
+    t = time.perf_counter()
+    built = scratch.build(root)
+    t_build = time.perf_counter() - t
+    if built.returncode != 0:
+        raise SystemExit(built.stdout + built.stderr)
+    so = root / "build" / "libsyn_ops.so"
+    print(f"{args.ops} synthetic ops in {FILES} op files: codegen {t_gen:.2f} s, cold build "
+          f"{t_build:.1f} s ({so.stat().st_size / 1e6:.1f} MB library)\n")
+
+    results: dict[str, list[float]] = {k: [] for k in TIMED}
+    for _ in range(args.repeat):
+        for name in TIMED:                 # interleaved: drift hits every variant alike
+            results[name].append(timed(root, name, args.ops))
+    med = {k: statistics.median(v) for k, v in results.items()}
+    per_op = {k: v / args.ops * 1e6 for k, v in med.items()}
+    print(f"seconds after `import torch`, median of {args.repeat} fresh interpreters:")
+    rows = [
+        ("import runtime (load .so + Python registrations)", "runtime"),
+        ("  of which torch.ops.load_library(.so) alone", "load_library"),
+        ("custom_op + register_fake", "custom_op"),
+        ("Library.define + impl + register_fake", "define_impl"),
+    ]
+    for label, key in rows:
+        print(f"  {label:<50} {med[key]:>7.3f} s  {per_op[key]:>8.1f} us/op")
+    ratio = med["runtime"] / med["custom_op"]
+    print(f"\nimport runtime / custom_op+register_fake = {ratio:.3f} (target <= 0.100; "
+          f"{1 / ratio:.1f}x faster)")
+    print(json.dumps({"ops": args.ops, "median_s": med, "ratio": ratio}))
+    if tmp is not None:
+        tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
