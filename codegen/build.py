@@ -36,7 +36,7 @@ from codegen.dest.ninja import KERNEL_ROOT, NINJA_FILE, TOOLCHAIN
 
 KEY_PREFIX = "# key: "
 _ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
-             "OPGEN_NO_CCACHE")
+             "OPGEN_NVCC_FLAGS", "OPGEN_NO_CCACHE")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -138,7 +138,8 @@ def make_toolchain(key: str) -> Toolchain:
                       + ["--compiler-options", "-fPIC", "-Xcompiler",
                          "-Werror=missing-declarations"]
                       + [f for inc in includes for f in ("-isystem", inc)]
-                      + ["-I", "generated/cpp"])
+                      + ["-I", "generated/cpp"]
+                      + shlex.split(os.environ.get("OPGEN_NVCC_FLAGS", "")))
         lines += [
             f"nvcc = {_q(launcher + [nvcc])}",
             f"cuda_cflags = {_q(cuda_flags)}",
@@ -272,9 +273,11 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
     if not infos:
         if kind == "undefined":
             return None
+        fix = ("make it 'static' (nvcc turns anonymous namespaces into named ones)"
+               if where and where.split(":")[0].endswith(".cu")
+               else "make it 'static' or move it into an anonymous namespace")
         return (f"{prefix}'{qname}' is not a kernel named in the op files; functions in kernel "
-                "sources other than kernels need internal linkage\n"
-                "hint: make it 'static' or move it into an anonymous namespace")
+                f"sources other than kernels need internal linkage\nhint: {fix}")
     parts = []
     for info in infos:
         what = "; ".join(info.uses)

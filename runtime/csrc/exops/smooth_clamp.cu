@@ -5,17 +5,17 @@
 
 #include <ATen/AccumulateType.h>
 #include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 
 namespace exops {
 
-namespace {
-
+// Helpers are `static` (templates need nothing), not in an anonymous namespace: nvcc hands gcc a
+// named namespace for it, which -Werror=missing-declarations (the kernel signature check) rejects.
 constexpr int kThreads = 256;
 
 // Grid-stride loops: any element count with a bounded grid.
@@ -44,19 +44,19 @@ __global__ void smooth_clamp_backward_kernel(const scalar_t* __restrict__ grad,
   }
 }
 
-unsigned int blocks_for(int64_t n) {
-  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  return static_cast<unsigned int>(
-      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, sms * 32)));
+// Enough blocks to fill the device (32 per multiprocessor), fewer for small inputs.
+static unsigned int blocks_for(int64_t n, c10::DeviceIndex device) {
+  int sms = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return static_cast<unsigned int>(std::max<int64_t>(
+      1, std::min<int64_t>((n + kThreads - 1) / kThreads, static_cast<int64_t>(sms) * 32)));
 }
 
-void check(const char* op, const at::Tensor& t, const char* name) {
+static void check(const char* op, const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_cuda(), op, ": expected ", name, " on a CUDA device, got ", t.device());
   TORCH_CHECK(at::isFloatingType(t.scalar_type()), op, ": expected a floating-point ", name,
               ", got ", t.scalar_type());
 }
-
-}  // namespace
 
 at::Tensor smooth_clamp_cuda(const at::Tensor& self, double limit) {
   check("exops::smooth_clamp", self, "self");
@@ -68,10 +68,10 @@ at::Tensor smooth_clamp_cuda(const at::Tensor& self, double limit) {
   if (n == 0) {
     return y;
   }
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(self.device().index());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
                                   "exops::smooth_clamp", [&] {
-    smooth_clamp_forward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(
+    smooth_clamp_forward_kernel<scalar_t><<<blocks_for(n, self.device().index()), kThreads, 0, stream>>>(
         x.const_data_ptr<scalar_t>(), y.mutable_data_ptr<scalar_t>(), n,
         static_cast<float>(limit));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -97,10 +97,10 @@ at::Tensor smooth_clamp_backward_cuda(const at::Tensor& grad_output, const at::T
   if (n == 0) {
     return out;
   }
-  const auto stream = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(self.device().index());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
                                   "exops::smooth_clamp_backward", [&] {
-    smooth_clamp_backward_kernel<scalar_t><<<blocks_for(n), kThreads, 0, stream>>>(
+    smooth_clamp_backward_kernel<scalar_t><<<blocks_for(n, self.device().index()), kThreads, 0, stream>>>(
         g.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(),
         out.mutable_data_ptr<scalar_t>(), n, static_cast<float>(limit));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
