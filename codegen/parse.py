@@ -12,6 +12,7 @@ Returns (`type_span`), never inside the shared Type objects.
 
 from __future__ import annotations
 
+import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -214,7 +215,10 @@ def _default_text(text: str, start: int) -> Default:
         if num.endswith("j"):
             return ComplexDefault(float(num[:-1]))
         if "." in num or "e" in num or "E" in num:
-            return FloatDefault(float(num))
+            value = float(num)
+            if not math.isfinite(value):
+                _fail(f"number '{text}' is out of range for a double", start, len(text))
+            return FloatDefault(value)
         return IntDefault(int(num))
     if text == "None":
         return NoneDefault()
@@ -349,8 +353,9 @@ class _ToIR(Transformer):
             lead = _lead(rtext)
             rets, is_varret = [_ret_from(rtext[lead:], tail.start_pos + lead)], False
         else:
-            rets, is_varret = tail
-        end = rets[-1].span.end if rets else (c[-1].end_pos if isinstance(c[-1], Token) else -1)
+            rets, is_varret, end = tail
+        if isinstance(tail, Token):
+            end = tail.end_pos
         return FunctionSchema(name, tuple(args), tuple(rets), vararg_pos >= 0, is_varret,
                               Span(head.start_pos, end))
 
@@ -418,7 +423,8 @@ class _ToIR(Transformer):
     def ret_list(self, c):
         rets = []
         varret_pos = -1
-        for r in c:
+        close: Token = c[-1]
+        for r in c[:-1]:
             if r is None:
                 continue
             if varret_pos >= 0:
@@ -431,15 +437,17 @@ class _ToIR(Transformer):
                 lead = _lead(text)
                 r = _ret_from(text[lead:], r.start_pos + lead)
             rets.append(r)
-        return rets, varret_pos >= 0
+        return rets, varret_pos >= 0, close.end_pos
 
     def ret_bare(self, c):
         r = c[0]
         if isinstance(r, Token):
             if r.type == "ELLIPSIS":
-                return [], True
-            return [_ret_from(str(r), r.start_pos)], False
-        return [self.ret(c)], False
+                return [], True, r.end_pos
+            ret = _ret_from(str(r), r.start_pos)
+        else:
+            ret = self.ret(c)
+        return [ret], False, ret.span.end
 
     def dlist(self, c):
         items = tuple(_default(x) for x in c if x is not None)
@@ -596,7 +604,7 @@ def _return_error(text: str, pos: int, expected: set[str], found: str) -> Schema
     if m and "(" in m.group(0):
         return SchemaSyntaxError(f"malformed type '{m.group(0)}'", pos, len(m.group(0)),
                                  "alias annotations read (a), (a!), (a -> *) or (a|b!)")
-    if "$END" in expected or not (expected & (_RET_START | {"_RP", "NRET", "NRET_TYPE"})):
+    if "$END" in expected or not (expected & (_RET_START | {"RET_CLOSE", "NRET", "NRET_TYPE"})):
         hint = None if text[:pos].rstrip().endswith(")") else \
             "several returns are written as a list: (Tensor a, Tensor b)"
         return SchemaSyntaxError(f"unexpected {found} after the return types", pos, length, hint)
