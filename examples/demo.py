@@ -4,10 +4,15 @@ Run with `make demo` (generates, builds, then runs this). Each op is reachable t
 `runtime.ops.<name>` and `torch.ops.exops.<op>`; both are the same OpOverload.
 """
 
+import sys
+from pathlib import Path
+
 import torch
 
-import runtime
-from runtime import ops
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repository root
+
+import runtime  # noqa: E402
+from runtime import ops  # noqa: E402
 
 torch.manual_seed(0)
 
@@ -39,4 +44,25 @@ show("smooth_clamp_backward(ones(5), linspace(-4, 4, 5), 2)",
 show("scaled_smooth_clamp(x, scale=[1, 2, 4])", ops.scaled_smooth_clamp(x, torch.tensor([1.0, 2.0, 4.0])))
 
 assert ops.scaled_add is torch.ops.exops.scaled_add.default
-print(f"namespaces loaded: {runtime.NAMESPACES}; {len(ops.__all__)} ops in runtime.ops")
+
+# Every op of every op file, on the first sample its op file gives.
+from runtime import testing  # noqa: E402
+
+
+def describe(value):
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(describe(v) for v in value) + ")"
+    return repr(value)
+
+
+print("every op on its first sample:")
+seen = set()
+for case in testing.load_cases([str(Path(__file__).resolve().parent.parent / "schemas")]):
+    if str(case.op.name) in seen:
+        continue
+    seen.add(str(case.op.name))
+    args, kwargs = case.inputs()
+    print(f"  {str(case.op.name):<32} -> {describe(case.overload(*args, **kwargs))}")
+print(f"\nnamespaces loaded: {runtime.NAMESPACES}; {len(ops.__all__)} ops in runtime.ops")
