@@ -1,5 +1,6 @@
-"""Build failures about kernels are readable: a kernel defined with a signature other than its
-schema's, a helper with external linkage, and a kernel named in the op file but never defined
+"""Build failures about kernels are readable: a kernel defined with parameters or a return type
+other than its schema's, a helper with external linkage, and a kernel named in the op file but
+never defined
 each fail the build with the compiler's located error followed by a note that names the op, its
 schema, and the declaration the dispatcher expects (scratch libraries in temp dirs).
 """
@@ -21,6 +22,9 @@ ops:
     dispatch:
       CPU: twice_cpu
     fake: like(self)
+  - func: twice_(Tensor(a!) self, float factor=2.0) -> Tensor(a!)
+    dispatch:
+      CPU: twice_cpu_
 """
 
 WRONG_SIGNATURE = """\
@@ -33,6 +37,8 @@ double scale(double x) { return 2 * x; }
 at::Tensor twice_cpu(const at::Tensor& self, int64_t factor) {
   return self.mul(scale(static_cast<double>(factor)));
 }
+
+at::Tensor twice_cpu_(at::Tensor& self, double factor) { return self.mul_(factor); }
 
 }  // namespace bad
 """
@@ -67,6 +73,11 @@ def test_wrong_kernel_signature_names_the_op(tmp_path: Path) -> None:
     assert ("runtime/csrc/bad/kernels.cpp:5:8: note: 'bad::scale' is not a kernel named in the "
             "op files") in out
     assert "hint: make it 'static' or move it into an anonymous namespace" in out
+    # Same parameters, another return type: the compiler's "ambiguating" error gets the note too.
+    assert "runtime/csrc/bad/kernels.cpp:11:12: error: ambiguating new declaration of" in out
+    assert ("runtime/csrc/bad/kernels.cpp:11:12: note: 'bad::twice_cpu_' is the CPU kernel of "
+            "bad::twice_ (schemas/bad.yaml:9)") in out
+    assert "    at::Tensor& twice_cpu_(at::Tensor& self, double factor);\n" in out
 
 
 def test_undefined_kernel_names_the_op(tmp_path: Path) -> None:
