@@ -574,6 +574,9 @@ class _Checker:
         if k == "string":
             return Const(ast.literal_eval(str(p[0])))
         if k == "attr":
+            if isinstance(p[0], _Name) and p[0].id == self.namespace \
+                    and self.schema.argument(self.namespace) is None:
+                return OpRef(self.namespace, str(p[1]), None, loc=self.loc(node.span))
             return self.attr(node, self.expr(p[0]), str(p[1]))
         if k == "call":
             return self.call(node)
@@ -643,20 +646,7 @@ class _Checker:
 
     def call(self, node: _Node) -> Expr:
         func_node, *arg_nodes = node.parts
-        if isinstance(func_node, _Node) and func_node.kind == "attr" and \
-                isinstance(func_node.parts[0], _Name) and func_node.parts[0].id == self.namespace \
-                and self.schema.argument(self.namespace) is None:
-            func: Expr = OpRef(self.namespace, str(func_node.parts[1]), None,
-                               loc=self.loc(func_node.span))
-        elif isinstance(func_node, _Node) and func_node.kind == "attr" and \
-                isinstance(func_node.parts[0], _Node) and func_node.parts[0].kind == "attr" and \
-                isinstance(func_node.parts[0].parts[0], _Name) and \
-                func_node.parts[0].parts[0].id == self.namespace:
-            ovl = str(func_node.parts[1])
-            func = OpRef(self.namespace, str(func_node.parts[0].parts[1]),
-                         "" if ovl == "default" else ovl, loc=self.loc(func_node.span))
-        else:
-            func = self.expr(func_node)
+        func = self.expr(func_node)
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         for a in arg_nodes:
@@ -873,8 +863,9 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
         except _Bad:
             continue
         if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
-            diags.error(text.loc, f"the formula for {', '.join(names)} gives "
-                        f"{len(expr.items)} gradients for {len(names)} inputs")
+            n = len(expr.items)
+            diags.error(text.loc, f"the formula for {', '.join(names)} gives {n} "
+                        f"gradient{'s' if n != 1 else ''} for {len(names)} inputs")
             continue
         formulas.append(Formula(names, expr, text.text, loc=text.loc))
 
@@ -924,10 +915,12 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
         if not isinstance(d, Derivatives):
             continue
         for f in d.formulas:
-            for node in walk(f.expr):
+            nodes = list(walk(f.expr))
+            called = {id(n.func) for n in nodes if isinstance(n, Call)}
+            for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
                     ok = _check_call(lib, op, node, node.func, diags, names_by_ns) and ok
-                elif isinstance(node, OpRef):
+                elif isinstance(node, OpRef) and id(node) not in called:
                     ok = _check_ref(lib, op, node, diags, names_by_ns) and ok
     return ok
 

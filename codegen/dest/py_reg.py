@@ -343,6 +343,8 @@ class FormulaEmitter:
         n = self.names
         match e:
             case F.Const(value=v):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    return repr(v), _P_UNARY    # `(1).sum()`: `1.sum()` does not parse
                 return (q(v) if isinstance(v, str) else repr(v)), _P_ATOM
             case F.EllipsisLit():
                 return "...", _P_ATOM
@@ -861,7 +863,7 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (SyntaxError, UnicodeDecodeError) as e:
-        diags.error(ref.loc, f"cannot read {what} {ref}: {path} does not parse ({e})")
+        diags.error(ref.loc, f"cannot read {what} {ref}: {_shown(path)} does not parse ({e})")
         return
     if "." in ref.name:
         return  # a method of a class: its binding happens at run time
@@ -871,13 +873,21 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
         defined = any(isinstance(n, (ast.Assign, ast.ImportFrom, ast.Import, ast.ClassDef))
                       for n in tree.body)
         if not defined:
-            diags.error(ref.loc, f"{path.as_posix()} defines no function '{ref.name}'")
+            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'")
         return  # assigned or imported under that name: not checkable from source
     problem = _signature_problem(fn.args, schema, leading)
     if problem:
         diags.error(ref.loc, f"{what} {ref} cannot take the arguments of {schema.name}: {problem}",
                     f"expected a function like `def {ref.name}("
                     + ", ".join(["info", "in_dims"][:leading] + P.parameters(schema)) + ")`")
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current directory when it lies below it (as messages show files)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int) -> str | None:

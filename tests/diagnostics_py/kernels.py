@@ -1,0 +1,29 @@
+"""Python kernels with the wrong signatures, for the kernel-signature diagnostics cases."""
+
+
+def good(x, bound=0.5):
+    return x.clamp(-bound, bound)
+
+
+def too_few(x):
+    return x
+
+
+def no_default(x, bound):
+    return x
+
+
+def extra_required(x, bound, scale):
+    return x
+
+
+def keywords(x, *, scale=1.0):
+    return x
+
+
+def keyword_required(x, *, scale):
+    return x
+
+
+def batching(info, in_dims, x):
+    return x, 0

@@ -1,0 +1,62 @@
+"""One case per diagnostic of the Python side: fake rules (codegen/shape.py), derivative formulas
+(codegen/formulas.py) and the generated registrations (codegen/dest/py_reg.py: missing fake
+kernels, batching and autocast rules, Python function signatures, functional variants).
+
+tests/diagnostics_py/<name>.yaml must fail `python -m codegen check` with exactly the text in
+<name>.expected. Refresh after an intended change with `make golden` (EXPECTTEST_ACCEPT=1), then
+read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from codegen.__main__ import main as cli
+from codegen.diagnostics import UserError
+from codegen.load import load_library
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES_DIR = ROOT / "tests" / "diagnostics_py"
+CASES = sorted(CASES_DIR.glob("*.yaml"))
+ACCEPT = os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
+
+
+def render(case: Path, capsys) -> str:
+    rel = case.relative_to(ROOT).as_posix()
+    assert cli(["check", rel]) == 1, f"{case.name} passed `check`"
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def test_diagnostic(case: Path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    got = render(case, capsys)
+    expected = case.with_suffix(".expected")
+    if ACCEPT:
+        if not expected.exists() or expected.read_text(encoding="utf-8") != got:
+            expected.write_text(got, encoding="utf-8")
+        return
+    assert expected.exists(), f"no {expected.name}; run with EXPECTTEST_ACCEPT=1 to create it"
+    assert got == expected.read_text(encoding="utf-8")
+
+
+def test_every_case_gives_one_error(monkeypatch):
+    """A case pins one message: exactly one error, located in the case file."""
+    monkeypatch.chdir(ROOT)
+    from codegen.__main__ import _check_python_side
+
+    for case in CASES:
+        rel = case.relative_to(ROOT).as_posix()
+        with pytest.raises(UserError) as e:
+            _check_python_side(load_library([rel]))
+        errors = [d for d in e.value.diags.items if d.severity == "error"]
+        assert len(errors) == 1, (case.name, e.value.diags.render())
+        assert errors[0].loc.path == rel, (case.name, errors[0])
+
+
+def test_no_orphan_expectations():
+    stems = {c.stem for c in CASES}
+    assert [p.name for p in CASES_DIR.glob("*.expected") if p.stem not in stems] == []
