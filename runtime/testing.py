@@ -9,6 +9,8 @@ pass to work everywhere:
         testing.check_gradients(case)   # gradcheck (+ gradgradcheck) in float64, ops with derivatives
         testing.check_compile(case)     # torch.compile(fullgraph=True, dynamic=True), 3 sizes
         testing.check_export(case)      # torch.export, save, load, run
+        testing.check_vmap(case)        # ops with a batching rule: vmap == a loop
+        testing.check_autocast(case)    # ops with an autocast policy: inputs cast
 
 Every check raises AssertionError (or the error PyTorch raised) on failure and returns what it ran
 on success, so the same functions serve a pytest suite (tests/test_samples.py parametrizes them
@@ -411,6 +413,51 @@ def _check_second_order_error(fn: Any, leaves: list[torch.Tensor], op: Op) -> No
         return
     raise AssertionError(f"{op.name}: a second backward through formulas calling ops without "
                          "derivatives should raise, but it ran")
+
+
+def check_vmap(case: Case, *, batch: int = 3) -> int:
+    """`torch.vmap` of the op (its batching rule) equals calling it on each batch element:
+    every Tensor argument batched at dim 0, then only the first one batched at its last dim.
+    Returns the number of configurations checked."""
+    op = case.op
+    overload = case.overload
+    samples = [make_inputs(op, case.sample, seed=_seed(case.id) + i) for i in range(batch)]
+    args0, kwargs = samples[0]
+    tensor_at = [i for i, a in enumerate(args0) if isinstance(a, torch.Tensor)]
+    assert tensor_at, f"{case.id}: the sample passes no positional Tensor to batch"
+    configs = [{i: 0 for i in tensor_at}, {tensor_at[0]: -1}]
+    for dims in configs:
+        def element(b: int) -> list:
+            return [samples[b][0][i] if i in dims else args0[i] for i in range(len(args0))]
+        batched = [torch.stack([element(b)[i] for b in range(batch)], dim=dims[i])
+                   if i in dims else args0[i] for i in range(len(args0))]
+        in_dims = tuple(dims.get(i) for i in range(len(args0)))
+        actual = torch.vmap(lambda *a: overload(*a, **kwargs), in_dims=in_dims)(*batched)
+        expected = [overload(*element(b), **kwargs) for b in range(batch)]
+        if isinstance(expected[0], tuple):
+            expected = tuple(torch.stack([e[k] for e in expected]) for k in range(len(expected[0])))
+        else:
+            expected = torch.stack(expected)
+        _assert_same(actual, expected, f"{case.id} under vmap, in_dims={in_dims}")
+    return len(configs)
+
+
+def check_autocast(case: Case) -> torch.dtype:
+    """Under `torch.autocast` of the op's device type, floating Tensor inputs are cast to the
+    policy's dtype before the op runs: its floating outputs have that dtype. Returns it."""
+    spec = case.op.autocast
+    assert spec is not None, f"{case.id}: the op declares no autocast policy"
+    target = getattr(torch, spec.cast_inputs)
+    # Inputs of another floating dtype than the policy's, so that the cast shows.
+    given = torch.float32 if target != torch.float32 else torch.bfloat16
+    args, kwargs = case.inputs(dtype=given, device=spec.device_type)
+    with torch.autocast(spec.device_type, dtype=torch.bfloat16):
+        out = case.overload(*_detach(args), **_detach(kwargs))
+    floating = [t for t in _flat_tensors(out) if t.is_floating_point()]
+    assert floating, f"{case.id}: no floating output to check the cast on"
+    assert all(t.dtype == target for t in floating), \
+        f"{case.id}: under autocast, outputs are {[t.dtype for t in floating]}, expected {target}"
+    return target
 
 
 def check_compile(case: Case, *, backend: str = "aot_eager",

@@ -7,7 +7,9 @@ on the built library (`import runtime`):
   second order;
 - `torch.compile(fullgraph=True, dynamic=True)` (inductor) at three input sizes: no graph break,
   one graph;
-- `torch.export` of a call, saved, loaded and run.
+- `torch.export` of a call, saved, loaded and run;
+- ops with a batching rule: `torch.vmap` equals a loop over the batch;
+- ops with an autocast policy: under `torch.autocast` their inputs are cast.
 
 Known exceptions go in tests/opcheck_failures.yaml (`<op>[<sample>]: {<check>: <reason>}`); each
 listed check must then fail (strict xfail). The example library's list is empty.
@@ -18,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from runtime import testing
@@ -26,7 +29,7 @@ from tests import scratch
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parent.parent
 FAILURES_FILE = ROOT / "tests" / "opcheck_failures.yaml"
-CHECKS = ("opcheck", "gradients", "compile", "export")
+CHECKS = ("opcheck", "gradients", "compile", "export", "vmap", "autocast")
 
 
 def _cases() -> list[testing.Case]:
@@ -50,6 +53,10 @@ def _params():
         for check in CHECKS:
             if check == "gradients" and not testing.has_gradients(case):
                 continue    # no derivatives, or no floating input with one in this sample
+            if check == "vmap" and case.op.vmap is None:
+                continue
+            if check == "autocast" and case.op.autocast is None:
+                continue
             reason = FAILURES.get(case.id, {}).get(check)
             marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
             out.append(pytest.param(case, check, id=f"{case.id}-{check}", marks=marks))
@@ -76,6 +83,10 @@ def test_sample(case: testing.Case, check: str) -> None:
         assert testing.check_compile(case, backend="inductor") == len(testing.COMPILE_SCALES)
     elif check == "export":
         testing.check_export(case)
+    elif check == "vmap":
+        assert testing.check_vmap(case) == 2
+    elif check == "autocast":
+        assert testing.check_autocast(case) == getattr(torch, case.op.autocast.cast_inputs)
     else:
         raise AssertionError(check)
 
