@@ -41,5 +41,9 @@ fuzz:
 golden:
 	EXPECTTEST_ACCEPT=1 $(PYTHON) -m pytest -q tests -k "golden or diagnostic"
 
+# Every benchmark under bench/, one after another (each prints its figures and ratios).
+bench: build
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PYTHON) $$b || exit 1; echo; done
+
 clean:
 	rm -rf build
