@@ -370,8 +370,8 @@ def meta_uses(e: Expr) -> tuple[set[str], dict[str, set[str]]]:
             case Call(func=Attr(obj=InputRef(name=n), name=m), args=args, kwargs=kwargs) \
                     if m in META_METHODS:
                 meta.setdefault(n, set()).add(META_METHODS[m])
-                for a in (*args, *(v for _, v in kwargs)):
-                    visit(a)
+                for sub in (*args, *(v for _, v in kwargs)):
+                    visit(sub)
                 return
             case Call(func=BuiltinRef(name="unbroadcast"), args=(g, InputRef(name=n)), kwargs=()):
                 meta.setdefault(n, set()).add("shape")
@@ -401,7 +401,10 @@ def saved(d: Derivatives, schema: FunctionSchema) -> Saved:
                 results.add(node.index)
             elif isinstance(node, ResultsRef):
                 results.update(range(len(schema.returns)))
-    tensors, lists, values, metas = [], [], [], []
+    tensors: list[str] = []
+    lists: list[str] = []
+    values: list[str] = []
+    metas: list[tuple[str, str]] = []
     for a in schema.arguments:
         tensor_like = is_tensor_like(a.type)
         is_list = isinstance(strip_optional(a.type), ListType)
@@ -863,9 +866,9 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
         except _Bad:
             continue
         if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
-            n = len(expr.items)
-            diags.error(text.loc, f"the formula for {', '.join(names)} gives {n} "
-                        f"gradient{'s' if n != 1 else ''} for {len(names)} inputs")
+            given = len(expr.items)
+            diags.error(text.loc, f"the formula for {', '.join(names)} gives {given} "
+                        f"gradient{'s' if given != 1 else ''} for {len(names)} inputs")
             continue
         formulas.append(Formula(names, expr, text.text, loc=text.loc))
 

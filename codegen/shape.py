@@ -517,7 +517,8 @@ def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
 
 def walk(rule: FakeRule):
     """Every node of the rule, outermost first."""
-    stack: list[Expr | ReturnArg] = [b.value for b in rule.bindings] + list(rule.outputs)
+    stack: list[Expr | ReturnArg] = [b.value for b in rule.bindings]
+    stack.extend(rule.outputs)
     while stack:
         node = stack.pop()
         yield node
@@ -671,11 +672,24 @@ _Syn = Union[_Name, _Int, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call,
 
 
 def _tok_span(tok: Token) -> Span:
-    return Span(tok.start_pos, tok.end_pos)
+    return Span(tok.start_pos or 0, tok.end_pos or 0)
 
 
 def _join(a: Span, b: Span) -> Span:
     return Span(min(a.start, b.start), max(a.end, b.end))
+
+
+def _binary_method(op: str):
+    """A transformer method building `_Bin(op, ...)` (one per arithmetic alternative)."""
+    def method(self, meta, left, right):
+        return _Bin(op, left, right, self._span(meta))
+    return method
+
+
+def _compare_method(op: str):
+    def method(self, meta, left, right):
+        return _Compare(op, left, right, self._span(meta))
+    return method
 
 
 @v_args(meta=True, inline=True)
@@ -708,15 +722,10 @@ class _ToSyntax(Transformer):
     def ifexp(self, meta, then, cond, orelse):
         return _IfExp(then, cond, orelse, self._span(meta))
 
-    def _compare(op):  # noqa: N805  (builds the methods below)
-        def method(self, meta, left, right):
-            return _Compare(op, left, right, self._span(meta))
-        return method
-
-    eq = _compare("==")
-    ne = _compare("!=")
-    is_ = _compare("is")
-    is_not = _compare("is not")
+    eq = _compare_method("==")
+    ne = _compare_method("!=")
+    is_ = _compare_method("is")
+    is_not = _compare_method("is not")
 
     def not_(self, meta, operand):
         return _Not(operand, self._span(meta))
@@ -747,16 +756,11 @@ class _ToSyntax(Transformer):
     def slice(self, meta, obj, lo, hi):
         return _Slice(obj, lo, hi, self._span(meta))
 
-    def _bin(op):  # noqa: N805  (builds the methods below)
-        def method(self, meta, left, right):
-            return _Bin(op, left, right, self._span(meta))
-        return method
-
-    add = _bin("+")
-    sub = _bin("-")
-    mul = _bin("*")
-    floordiv = _bin("//")
-    mod = _bin("%")
+    add = _binary_method("+")
+    sub = _binary_method("-")
+    mul = _binary_method("*")
+    floordiv = _binary_method("//")
+    mod = _binary_method("%")
 
     def neg(self, meta, operand):
         return _Neg(operand, self._span(meta))
@@ -821,8 +825,8 @@ def unclosed_bracket(text: str) -> tuple[int, str] | None:
 def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str) -> _SyntaxError:
     """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...)."""
     if isinstance(e, UnexpectedCharacters):
-        return _SyntaxError(f"{what}: unexpected character {text[e.pos_in_stream]!r}",
-                            Span(e.pos_in_stream, e.pos_in_stream + 1))
+        pos = e.pos_in_stream or 0
+        return _SyntaxError(f"{what}: unexpected character {text[pos]!r}", Span(pos, pos + 1))
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         opened = unclosed_bracket(text)
         if opened is not None:
@@ -940,7 +944,7 @@ class _Checker:
             case _Or():
                 return self.or_(node)
             case _List(items=items):
-                out = []
+                out: list[Expr] = []
                 for item in items:
                     if isinstance(item, _Spread):
                         out.append(Spread(self.want(item.value, INT_LIST, "a '*' in a shape")))

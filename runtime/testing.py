@@ -403,7 +403,7 @@ def _check_second_order_error(fn: Any, leaves: list[torch.Tensor], op: Op) -> No
     outs = [t for t in _flat_tensors(out) if t.requires_grad]
     grads = torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs],
                                 create_graph=True, allow_unused=True)
-    total = sum(g.sum() for g in grads if g is not None)
+    total = torch.stack([g.sum() for g in grads if g is not None]).sum()
     try:
         torch.autograd.grad(total, leaves, allow_unused=True)
     except RuntimeError as e:
@@ -433,11 +433,9 @@ def check_vmap(case: Case, *, batch: int = 3) -> int:
                    if i in dims else args0[i] for i in range(len(args0))]
         in_dims = tuple(dims.get(i) for i in range(len(args0)))
         actual = torch.vmap(lambda *a: overload(*a, **kwargs), in_dims=in_dims)(*batched)
-        expected = [overload(*element(b), **kwargs) for b in range(batch)]
-        if isinstance(expected[0], tuple):
-            expected = tuple(torch.stack([e[k] for e in expected]) for k in range(len(expected[0])))
-        else:
-            expected = torch.stack(expected)
+        each = [overload(*element(b), **kwargs) for b in range(batch)]
+        expected: Any = (tuple(torch.stack([e[k] for e in each]) for k in range(len(each[0])))
+                         if isinstance(each[0], tuple) else torch.stack(each))
         _assert_same(actual, expected, f"{case.id} under vmap, in_dims={in_dims}")
     return len(configs)
 
@@ -479,7 +477,7 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
     n = 0
     config = {"capture_dynamic_output_shape_ops": has_dynamic_output(case.op),
               "error_on_recompile": True}
-    with torch._dynamo.config.patch(**config):
+    with torch._dynamo.config.patch(config):
         for scale in scales:
             args, kwargs = case.inputs(scale=scale)
             expected = overload(*_clone(args), **_clone(kwargs))

@@ -30,6 +30,7 @@ from codegen.api import python as P
 from codegen.diagnostics import Diagnostics
 from codegen.gen import OUTPUT_DIR, banner
 from codegen.model import (
+    Argument,
     DispatchKey,
     FunctionSchema,
     ListType,
@@ -615,8 +616,9 @@ class _Module:
         plan = F.saved(d, schema)
         positional = schema.positional
         kw_only = bool(schema.kwarg_only)
-        has_lists = any(isinstance(strip_optional(a.type), ListType) and is_tensor_like(a.type)
-                        for a in (*schema.arguments, *schema.returns))
+        has_lists = any(isinstance(strip_optional(t), ListType) and is_tensor_like(t)
+                        for t in [a.type for a in schema.arguments]
+                        + [r.type for r in schema.returns])
 
         def source(a_name: str) -> str:
             arg = schema.argument(a_name)
@@ -941,7 +943,7 @@ def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
     return None
 
 
-def _plain(a) -> tuple:
+def _plain(a: Argument) -> tuple:
     """An argument's type without alias annotations, default and kind (names may differ: an
     in-place op's first argument is always `self`)."""
     return (without_alias(a.type), a.default, a.kwarg_only)
