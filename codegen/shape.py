@@ -19,6 +19,8 @@ call:
     fake: empty([dynamic()], dtype=int64)       # a data-dependent length
     fake: (like(self), reduce(self, dim, keepdim, dtype=int64))   # one item per output
     fake: k = dynamic(); (empty([k]), empty([k], dtype=int64))     # outputs sharing a size
+    fake: broadcast(input, target) if reduction == "none" else reduce(broadcast(input, target), None)
+    fake: empty(self.shape[:self.dim() - len(pad)] + [s + p for s, p in zip(self.shape[self.dim() - len(pad):], pad)])
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
 language cannot say, name a Python function instead (`fake: package.module:function`, called with
@@ -40,6 +42,10 @@ Outputs
     A tensor of the given shape. dtype and device default to those of the op's first `Tensor`
     argument; an op without one (a factory op) gets PyTorch's default dtype and device.
 
+A tensor made by one of these may feed `like`, `reduce` or `.shape`/`.dtype` of another
+(`reduce(broadcast(a, b), None)`). `broadcast` also takes number literals: `broadcast(*ts, 1.0)`
+promotes integer tensors to the default floating dtype, as multiplying by a Python float does.
+
 A `dtype=`/`device=` value that is None at run time (an optional argument) means the default.
 For an op with several returns, the rule is a tuple with one item per return; a `Tensor?` return
 may be `None`, and an `int`/`SymInt` return is a size expression (`self.numel()`).
@@ -59,6 +65,12 @@ Values
 - devices: a `Device` argument, `t.device`.
 - `tensors[i]`: an element of a `Tensor[]` argument. `True`, `False`, `None`.
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
+- `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
+  `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
+  (`reduction == "none"`), or `x is None` / `x is not None` for an optional argument. Sizes are
+  never compared: that would specialize them.
+- List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
+  `[t.size(0) for t in tensors]`, and `sum(sizes)`.
 
 Sizes are computed with SymInt-friendly arithmetic only (no `int()`, no branching on a size), so
 a fake kernel never specializes a dynamic shape.
@@ -69,8 +81,11 @@ outputs that share a data-dependent size bind it once.
 What needs no rule
 ------------------
 In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
-kernels follow from the schema. An op with both mutated-argument returns and new ones writes rule
-items for the new ones only. Ops with a `Meta` or `CompositeImplicitAutograd` kernel need no fake.
+kernels follow from the schema. An out= op may still give a rule, one item per out argument: the
+shape its kernel resizes that argument to (`fake: like(self)`). An op with both mutated-argument
+returns and new ones writes rule items for the new ones only. Ops with a `Meta` or
+`CompositeImplicitAutograd` kernel need no fake; one with a `CompositeExplicitAutograd` kernel
+runs it on fake tensors unless it has a rule (give one when the kernel reads data).
 
 Checks
 ------

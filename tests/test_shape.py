@@ -202,8 +202,9 @@ def test_data_dependent_outputs_share_a_bound_size(library):
 # Parsing and checking
 
 
-SCHEMA = ("ex::f(Tensor self, Tensor other, int[]? dim=None, bool keepdim=False, SymInt n=2, "
-          "SymInt[] size=[], Tensor[] tensors=[], Tensor? weight=None, str mode=\"a\", *, "
+SCHEMA = ("ex::f(Tensor self, Tensor other, Tensor input, Tensor target, int[]? dim=None, "
+          "bool keepdim=False, SymInt n=2, SymInt[] size=[], SymInt[] pad=[], "
+          "Tensor[] tensors=[], Tensor? weight=None, str mode=\"a\", str reduction=\"mean\", *, "
           "Scalar alpha=1, ScalarType? dtype=None, Device? device=None) -> Tensor")
 SCHEMA2 = SCHEMA.replace("-> Tensor", "-> (Tensor, Tensor)")
 
