@@ -10,7 +10,7 @@ other ways:
   composite        the expression in plain PyTorch ops (autograd records each op)
 
 One step: y = op(x, gate); torch.autograd.grad(y, (x, gate), g), with x [4, 6] and gate [6],
-float32. us per step, best of 7 interleaved rounds. Target: generated <= 0.9x custom_op.
+float32. us per step, best of 21 interleaved rounds. Target: generated <= 0.9x custom_op.
 Run: `python bench/bench_autograd.py` (after `make build`).
 """
 
@@ -72,7 +72,7 @@ def composite(x, gate):
     return x * (1 + torch.sigmoid(gate))
 
 
-def best_us(fns: dict[str, object], number: int = 5000, rounds: int = 7) -> dict[str, float]:
+def best_us(fns: dict[str, object], number: int = 2000, rounds: int = 21) -> dict[str, float]:
     best = {k: float("inf") for k in fns}
     for f in fns.values():
         f()
@@ -105,7 +105,7 @@ def main() -> None:
 
     t = best_us({name: step(op) for name, op in ops.items()})
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; gated_residual forward "
-          "+ backward, x [4, 6], gate [6]; us per step (best of 7 interleaved rounds x 5000)\n")
+          "+ backward, x [4, 6], gate [6]; us per step (best of 21 interleaved rounds x 2000)\n")
     for name in ops:
         print(f"{name:<10} {t[name]:>7.2f}")
     print()

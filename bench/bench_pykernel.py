@@ -7,8 +7,8 @@
   custom_op    the same function under torch.library.custom_op + register_fake
   function     the function called directly (no dispatcher): the kernel's own cost
 
-4-element float32 tensor, no grad; us per call, best of 7 interleaved rounds. The overhead columns subtract
-the function's own time. Targets: generated <= 1.1x Library; custom_op >= 3x generated.
+4-element float32 tensor, no grad; us per call, best of 21 interleaved rounds. The overhead
+column subtracts the function's own time. Targets: generated <= 1.1x Library; custom_op >= 3x generated.
 Run: `python bench/bench_pykernel.py` (after `make build`).
 """
 
@@ -41,7 +41,7 @@ def custom_op_version():
     return op
 
 
-def per_call_us(fns: dict[str, object], number: int = 20000, rounds: int = 7) -> dict[str, float]:
+def per_call_us(fns: dict[str, object], number: int = 10000, rounds: int = 21) -> dict[str, float]:
     """Best per-call time of each function; rounds interleave the functions, so that a busy
     machine slows all of them alike."""
     best = {k: float("inf") for k in fns}
@@ -69,7 +69,7 @@ def main() -> None:
     })
     over = {k: t[k] - t["function"] for k in ("generated", "Library", "custom_op")}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; exops::signbit_mask "
-          "on a 4-element float32 tensor; us per call (best of 7 interleaved rounds x 20000)\n")
+          "on a 4-element float32 tensor; us per call (best of 21 interleaved rounds x 10000)\n")
     print(f"{'':<12} {'per call':>9} {'overhead':>9}")
     for k in ("generated", "Library", "custom_op"):
         print(f"{k:<12} {t[k]:>9.2f} {over[k]:>9.2f}")
