@@ -8,6 +8,8 @@ by its `m.set_python_module`). It registers, on one `torch.library.Library(ns, "
   or Python functions, with `torch.library.register_fake`;
 - autograd, from derivative formulas (`codegen.formulas`), with
   `torch.library.register_autograd(op, backward, setup_context=...)`;
+- `Functionalize` kernels for in-place and out= ops, as their functional variant plus copies
+  (Note [Functionalizing mutable ops]), so torch.compile and export take them;
 - batching rules (`pointwise`, `leading`, or Python functions) with `torch.library.register_vmap`;
 - autocast policies with `torch.library.register_autocast`.
 
