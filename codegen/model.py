@@ -308,7 +308,8 @@ class ComplexDefault:
         return f"{self.imag!r}j"
 
 
-_STR_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r",
+# The escapes c10 reads back; any other control character is written in octal.
+_STR_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t",
                 "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
 
 

@@ -166,9 +166,10 @@ def _decode_arg(text: str):
     return t, len(type_text), name, m.start(2), default, m.start(4) if dtext else -1
 
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v",
-            "\\": "\\", "'": "'", '"': '"', "?": "?"}
-_ESCAPE_RE = re.compile(r"\\([0-7]{1,3}|.)", re.S)
+# Exactly c10's escapes: no \r, no \x, octal always three digits.
+_ESCAPES = {"n": "\n", "t": "\t", "a": "\a", "b": "\b", "f": "\f", "v": "\v",
+            "\\": "\\", "'": "'", '"': '"'}
+_ESCAPE_RE = re.compile(r"\\([0-7]{3}|.)", re.S)
 
 
 def _unquote(text: str, start: int) -> str:
@@ -178,12 +179,13 @@ def _unquote(text: str, start: int) -> str:
 
     def one(m: re.Match) -> str:
         e = m.group(1)
-        if e[0] in "01234567":
+        if len(e) == 3:
             return chr(int(e, 8))
         if e in _ESCAPES:
             return _ESCAPES[e]
         _fail(f"unsupported escape sequence '\\{e}' in string", start + 1 + m.start(), 2,
-              "supported escapes: \\n \\t \\r \\a \\b \\f \\v \\\\ \\' \\\" and octal \\ooo")
+              "supported escapes: \\n \\t \\a \\b \\f \\v \\\\ \\' \\\" and octal \\ooo "
+              "(three digits)")
 
     return _ESCAPE_RE.sub(one, body)
 

@@ -29,8 +29,13 @@ from codegen.model import (
     StrDefault,
 )
 
+# Words c10's tokenizer reserves (TorchScript keywords) cannot name anything in its schemas.
+_RESERVED = {"None", "True", "False", "if", "else", "elif", "for", "while", "in", "not", "and",
+             "or", "is", "def", "return", "pass", "break", "continue", "with", "as", "global",
+             "assert", "del", "import", "from", "raise", "try", "except", "finally", "lambda",
+             "class", "nonlocal", "yield", "inf", "nan"}
 IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
-    lambda s: s not in {"None", "True", "False"})
+    lambda s: s not in _RESERVED)
 SCALARS = [BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool, BaseTy.str, BaseTy.Scalar,
            BaseTy.ScalarType, BaseTy.Layout, BaseTy.Device, BaseTy.MemoryFormat, BaseTy.Generator]
 
