@@ -23,7 +23,7 @@ from codegen.dest.py_reg import FormulaEmitter, Names
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import DerivativesSpec, Located, Op
 from codegen.parse import parse_schema
-from runtime import testing
+from tests import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 OP_FILE = "tests/golden/py/inputs/grads.yaml"
@@ -95,7 +95,17 @@ def scaled(x, s):
 
 
 @pytest.fixture(scope="module")
-def library(request):
+def testing():
+    """runtime.testing. Importing the runtime package loads the example library: build it first."""
+    built = scratch.build_example()
+    assert built.returncode == 0, built.stdout + built.stderr
+    from runtime import testing
+
+    return testing
+
+
+@pytest.fixture(scope="module")
+def library(request, testing):
     prev = Path.cwd()
     os.chdir(ROOT)
     try:
@@ -115,7 +125,7 @@ GRADCHECKED = ["mul_add", "expand_to", "minmax", "halves", "max_with_index", "li
 
 
 @pytest.mark.parametrize("name", GRADCHECKED)
-def test_gradients(library, name):
+def test_gradients(library, name, testing):
     """gradcheck on every sample; gradgradcheck too where every library op a formula calls has
     derivatives, otherwise a second backward must fail naming the op."""
     cases = [c for c in library.cases() if c.op.name.name == name]

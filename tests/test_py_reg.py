@@ -19,7 +19,7 @@ import torch
 from codegen.dest import py_reg, py_stubs
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
-from runtime import testing
+from tests import scratch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -128,7 +128,17 @@ def test_generation_is_deterministic(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def library(request):
+def testing():
+    """runtime.testing. Importing the runtime package loads the example library: build it first."""
+    built = scratch.build_example()
+    assert built.returncode == 0, built.stdout + built.stderr
+    from runtime import testing
+
+    return testing
+
+
+@pytest.fixture(scope="module")
+def library(request, testing):
     prev = Path.cwd()
     os.chdir(ROOT)
     try:
@@ -150,7 +160,7 @@ def _case_ids():
 
 
 @pytest.mark.parametrize("case_id", _case_ids())
-def test_samples(library, case_id):
+def test_samples(library, case_id, testing):
     case = next(c for c in library.cases() if c.id == case_id)
     testing.check_opcheck(case)
     testing.check_compile(case, backend="aot_eager")

@@ -22,7 +22,7 @@ from codegen import shape as S
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import Located
 from codegen.parse import parse_schema
-from runtime import testing
+from tests import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 OP_FILE = "tests/golden/py/inputs/shapes.yaml"
@@ -130,7 +130,17 @@ def accumulate(acc, x):
 
 
 @pytest.fixture(scope="module")
-def library(request):
+def testing():
+    """runtime.testing. Importing the runtime package loads the example library: build it first."""
+    built = scratch.build_example()
+    assert built.returncode == 0, built.stdout + built.stderr
+    from runtime import testing
+
+    return testing
+
+
+@pytest.fixture(scope="module")
+def library(request, testing):
     prev = Path.cwd()
     import os
 
@@ -165,14 +175,14 @@ def _case(library, case_id):
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)
-def test_fake_matches_kernel(library, case_id):
+def test_fake_matches_kernel(library, case_id, testing):
     """opcheck: the fake kernel agrees with the kernel (shape, dtype, device, strides), and the op
     works under functionalization and dynamic shapes (aot_dispatch_dynamic)."""
     testing.check_opcheck(_case(library, case_id))
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)
-def test_fake_is_symbolic(library, case_id):
+def test_fake_is_symbolic(library, case_id, testing):
     """One graph for three input sizes: the fake kernel specializes no size."""
     testing.check_compile(_case(library, case_id), backend="aot_eager")
 
