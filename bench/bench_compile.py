@@ -8,7 +8,8 @@
 For inference (forward) and training (forward + backward): compile time (the first call after
 torch._dynamo.reset(), inductor's and AOT's caches off, best of two compilations in alternating
 order, after an unrelated warm-up compilation) and steady-state time per call (best of 7
-interleaved rounds), plus eager time for reference. x [64, 32] float32, fullgraph=True, dynamic=False.
+interleaved rounds), plus eager time for reference. x [64, 32] float32, fullgraph=True,
+dynamic=False, one thread.
 Run: `python bench/bench_compile.py` (after `make build`).
 """
 
@@ -210,6 +211,10 @@ def warm_up() -> None:
 
 def main() -> None:
     import torch._functorch.config
+
+    # One thread: inductor's OpenMP kernels spin at barriers, and on a machine shared with other
+    # work (2 cores here) that turns a microsecond reduction into milliseconds, at random.
+    torch.set_num_threads(1)
 
     torch._inductor.config.fx_graph_cache = False
     torch._inductor.config.autotune_local_cache = False
