@@ -1,4 +1,5 @@
-"""Calls every op of the example library `exops` (schemas/core.yaml) eagerly.
+"""Calls the ops of the example library `exops` (schemas/*.yaml): eagerly, under autograd,
+under `torch.compile` and through `torch.export`.
 
 Run with `make demo` (generates, builds, then runs this). Each op is reachable two ways:
 `runtime.ops.<name>` and `torch.ops.exops.<op>`; both are the same OpOverload.
@@ -66,3 +67,40 @@ for case in testing.load_cases([str(Path(__file__).resolve().parent.parent / "sc
     args, kwargs = case.inputs()
     print(f"  {str(case.op.name):<32} -> {describe(case.overload(*args, **kwargs))}")
 print(f"\nnamespaces loaded: {runtime.NAMESPACES}; {len(ops.__all__)} ops in runtime.ops")
+
+
+# Under autograd: gradients come from the derivative formulas in the op file.
+x = torch.randn(4, 3, requires_grad=True)
+scale = torch.rand(3, requires_grad=True)
+ops.scaled_smooth_clamp(ops.scaled_add(x, x, alpha=0.5), scale, 1.5).sum().backward()
+show("autograd: d/dx and d/dscale of scaled_smooth_clamp(scaled_add(x, x, alpha=0.5), scale)",
+     (x.grad, scale.grad))
+
+
+# Under torch.compile (fake kernels come from the fake rules): one graph, no breaks, and
+# dynamic shapes without recompiling for a new size.
+def model(a, b):
+    h = ops.scaled_add(a, b, alpha=2.0)
+    h = ops.smooth_clamp(h, 1.0)
+    mean, var = ops.moments(h, [1])
+    return mean + var
+
+
+compiled = torch.compile(model, fullgraph=True, dynamic=True)
+for n in (4, 7):
+    a, b = torch.randn(n, 5), torch.randn(5)
+    torch.testing.assert_close(compiled(a, b), model(a, b))
+show("torch.compile(fullgraph=True, dynamic=True) matches eager at sizes 4 and 7", True)
+
+
+# Through torch.export: the ops stay ops of the graph.
+class Model(torch.nn.Module):
+    def forward(self, a, b):
+        return model(a, b)
+
+
+exported = torch.export.export(Model(), (torch.randn(4, 5), torch.randn(5)))
+calls = sorted({str(n.target) for n in exported.graph.nodes if n.op == "call_function"})
+show("torch.export graph calls", calls)
+a, b = torch.randn(4, 5), torch.randn(5)
+torch.testing.assert_close(exported.module()(a, b), model(a, b))
