@@ -56,6 +56,8 @@ class SchemaSyntaxError(Exception):
     """A schema that does not parse. `offset`/`length` locate the problem in the parsed text."""
 
     def __init__(self, message: str, offset: int, length: int = 1, hint: str | None = None):
+        # Messages quote user text; keep them on one line whatever that text holds.
+        message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
         super().__init__(message)
         self.message = message
         self.offset = offset

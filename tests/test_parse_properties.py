@@ -120,8 +120,21 @@ def test_generated_schemas_round_trip_and_agree_with_torch(ir):
 def test_whitespace_between_tokens_changes_nothing(ir, rnd):
     text = str(ir)
     # Spaces may go around any punctuation; both parsers must read the same schema.
-    spaced = "".join(ch if ch not in "(),=[]?*" or rnd.random() < 0.5
-                     else f"{' ' * rnd.randint(0, 2)}{ch}{' ' * rnd.randint(0, 2)}" for ch in text)
+    out = []
+    quoted = escaped = False
+    for ch in text:
+        if quoted:
+            quoted = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+            out.append(ch)
+        elif ch == '"':
+            quoted = True
+            out.append(ch)
+        elif ch in "(),=[]?*" and rnd.random() < 0.5:
+            out.append(f"{' ' * rnd.randint(0, 2)}{ch}{' ' * rnd.randint(0, 2)}")
+        else:
+            out.append(ch)
+    spaced = "".join(out)
     spaced = spaced.replace("- >", "->").replace("-  >", "->")
     assert parse_schema(spaced) == ir
     assert torch._C.parse_schema(spaced) == torch._C.parse_schema(text)
