@@ -6,6 +6,10 @@ A synthetic op file (1,000 ops `syn::op<i>(Tensor self, float alpha) -> Tensor`,
 kernel and a fake rule, in 8 files) is generated and built in a temp dir, exactly as `make codegen
 build` would; then each variant is timed in fresh interpreters, after `import torch`.
 
+Each `fake: like(self)` rule is compiled into the library as a C++ Meta kernel
+(codegen/dest/cpp_meta.py), so `import runtime` registers no Python fake kernels; the script
+checks that and reports how many ops have each.
+
 Target: `import runtime` <= 1/10 of custom_op + register_fake.
 Run: `python bench/bench_import.py [--ops N] [--repeat R]`.
 """
@@ -85,6 +89,25 @@ def timed(root: Path, name: str, n: int) -> float:
     return float(proc.stdout.split("SECONDS", 1)[1])
 
 
+FAKES = """
+import runtime
+from torch._library.simple_registry import singleton
+names = [f"syn::op{i}" for i in range(N)]
+meta = sum(torch._C._dispatch_has_kernel_for_dispatch_key(n, "Meta") for n in names)
+python = sum(singleton.find(n).fake_impl.kernel is not None for n in names)
+print("FAKES", meta - python, python)
+"""
+
+
+def fake_kinds(root: Path, n: int) -> tuple[int, int]:
+    """(ops with a C++ Meta kernel only, ops with a Python fake) after `import runtime`."""
+    proc = scratch.python(root, "import torch\nN = %d\n%s" % (n, FAKES))
+    if proc.returncode != 0:
+        raise SystemExit(f"counting fake kernels failed:\n{proc.stdout}{proc.stderr}")
+    cpp, python = proc.stdout.split("FAKES", 1)[1].split()
+    return int(cpp), int(python)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=1000)
@@ -110,6 +133,10 @@ def main() -> None:
     print(f"{args.ops} synthetic ops in {FILES} op files: codegen {t_gen:.2f} s, cold build "
           f"{t_build:.1f} s ({so.stat().st_size / 1e6:.1f} MB library)\n")
 
+    cpp, python = fake_kinds(root, args.ops)
+    print(f"fake kernels after `import runtime`: {cpp} C++ Meta kernels, {python} Python "
+          "(register_fake)\n")
+
     results: dict[str, list[float]] = {k: [] for k in TIMED}
     for _ in range(args.repeat):
         for name in TIMED:                 # interleaved: drift hits every variant alike
@@ -133,7 +160,8 @@ def main() -> None:
     print(f"\nimport runtime / custom_op+register_fake = {ratio:.3f} (target <= 0.100; "
           f"{1 / ratio:.1f}x faster); the C++ library alone: "
           f"{med['load_library'] / med['custom_op']:.3f}")
-    print(json.dumps({"ops": args.ops, "median_s": med, "ratio": ratio}))
+    print(json.dumps({"ops": args.ops, "median_s": med, "ratio": ratio,
+                      "cpp_meta_kernels": cpp, "python_fakes": python}))
     if tmp is not None:
         tmp.cleanup()
 

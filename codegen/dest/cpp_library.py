@@ -14,8 +14,9 @@ Note [Schema hash]
 `schema_hash(lib, ns)` digests exactly what the compiled library registers: every op's schema and
 tags and its C++ kernels. It is compiled into the library (the stamp) and written to the runtime
 manifest; `import runtime` compares the two before loading, so a library built from other schemas
-is refused instead of half-registering. Edits that do not change the library (docs, samples, fake
-rules, formulas) leave the hash, and so the build, alone.
+is refused instead of half-registering. It includes the fake rules compiled into Meta kernels
+(codegen.dest.cpp_meta); edits that do not change the library (docs, samples, formulas, rules
+that stay Python) leave the hash, and so the build, alone.
 """
 
 from __future__ import annotations
@@ -171,10 +172,14 @@ def cpp_kernels(op: Op) -> list[tuple[DispatchKey, CppKernel]]:
 
 def schema_hash(lib: OpLibrary, ns: str) -> str:
     """See Note [Schema hash]."""
+    from codegen.dest import cpp_meta   # it builds on this module
     h = hashlib.sha256()
     for shard in shards(lib).get(ns, []):
         for op in shard.ops:
             kernels = ",".join(f"{k.value}={v.qualified(ns)}" for k, v in cpp_kernels(op))
+            meta, _ = cpp_meta.translate(op)
+            if meta is not None:
+                kernels += f"\tMeta={meta.rule}"
             h.update(f"{def_schema(op)}\t{','.join(op.tags)}\t{kernels}\n".encode())
     return h.hexdigest()[:16]
 

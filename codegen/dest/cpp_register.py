@@ -6,12 +6,15 @@
   the file with its canonical schema and tags;
 - one `TORCH_LIBRARY_IMPL(ns, <key>, m)` block per dispatch key that has C++ kernels, each kernel
   bound through a function pointer of the exact dispatcher type (so even an overloaded kernel name
-  resolves to the one with the op's signature). Python kernels are registered from Python.
+  resolves to the one with the op's signature). Python kernels are registered from Python;
+- a `TORCH_LIBRARY_IMPL(ns, Meta, m)` block with the Meta kernels made from fake rules
+  (codegen.dest.cpp_meta), in this same translation unit.
 """
 
 from __future__ import annotations
 
 from codegen.dest import cpp_library as L
+from codegen.dest import cpp_meta
 from codegen.dest.cpp_kernels import split_qualified
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
@@ -73,5 +76,6 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                 python_module=L.python_module(ns),
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),
+                meta=cpp_meta.meta_context(shard, diags),
             )
     return out

@@ -6,6 +6,7 @@ by its `m.set_python_module`). It registers, on one `torch.library.Library(ns, "
   the function through the dispatcher with no wrapper in between;
 - fake kernels, from shape rules (`codegen.shape`), from the schema alone (in-place, out=, `-> ()`),
   or Python functions, with `torch.library.register_fake`;
+  rules that `codegen.dest.cpp_meta` translates are C++ Meta kernels instead, with no Python fake;
 - autograd, from derivative formulas (`codegen.formulas`), with
   `torch.library.register_autograd(op, backward, setup_context=...)`;
 - `Functionalize` kernels for in-place and out= ops, as their functional variant plus copies
@@ -29,6 +30,7 @@ import jinja2
 from codegen import formulas as F
 from codegen import shape as S
 from codegen.api import python as P
+from codegen.dest import cpp_meta
 from codegen.diagnostics import Diagnostics
 from codegen.gen import OUTPUT_DIR, banner
 from codegen.model import (
@@ -599,8 +601,15 @@ class _Module:
         body = FakeEmitter(self.helpers).body(fake, op.schema)
         doc = f"fake: {fake.text}" if fake.text else _schema_fake_doc(op.schema)
         sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
-        sec.registrations.append(f"torch.library.register_fake({q(qualname(op))}, {name}, "
-                                 "lib=_lib)")
+        register = f"torch.library.register_fake({q(qualname(op))}, {name}, lib=_lib)"
+        if cpp_meta.uses_cpp_meta(op):
+            # The built library has this rule as a C++ Meta kernel (codegen.dest.cpp_meta), which
+            # FakeTensor runs only when no Python fake exists: register this one only where the
+            # ops are defined without it (runtime.testing.load_python_library).
+            sec.registrations.append(f"if not torch._C._dispatch_has_kernel_for_dispatch_key("
+                                     f"{q(qualname(op))}, \"Meta\"):")
+            register = "    " + register
+        sec.registrations.append(register)
 
     # -- autograd
 

@@ -10,7 +10,7 @@ or Python kernels).
 NAMESPACES = {
     'exops': {
         "library": 'libexops_ops.so',
-        "schema_hash": '824db098af812f5c',
+        "schema_hash": '50ebac2398cd7934',
         "stamp_prefix": '@opgen-stamp ns=exops ',
         "python_module": 'runtime._reg_exops',
         "python_required": True,

@@ -211,7 +211,8 @@ def _scaled_add_vmap(info, in_dims, self, other, *, alpha=1):
     return _ops.scaled_add.default(self, other, alpha=alpha), 0
 
 
-torch.library.register_fake("exops::scaled_add", _scaled_add_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::scaled_add", "Meta"):
+    torch.library.register_fake("exops::scaled_add", _scaled_add_fake, lib=_lib)
 torch.library.register_autograd(
     "exops::scaled_add",
     _scaled_add_backward,
@@ -229,7 +230,8 @@ def _weighted_mse_fake(input, target, weight=None, reduction='mean'):
     return _broadcast(input, target, weight) if reduction == "none" else _reduce(_broadcast(input, target, weight), None, False)
 
 
-torch.library.register_fake("exops::weighted_mse", _weighted_mse_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::weighted_mse", "Meta"):
+    torch.library.register_fake("exops::weighted_mse", _weighted_mse_fake, lib=_lib)
 
 
 # exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
@@ -262,7 +264,8 @@ def _soft_shrink_vmap(info, in_dims, self, lambd=0.5):
     return _ops.soft_shrink.default(self, lambd), 0
 
 
-torch.library.register_fake("exops::soft_shrink", _soft_shrink_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink", "Meta"):
+    torch.library.register_fake("exops::soft_shrink", _soft_shrink_fake, lib=_lib)
 torch.library.register_autograd(
     "exops::soft_shrink",
     _soft_shrink_backward,
@@ -321,7 +324,8 @@ def _moments_fake(self, dim=(), keepdim=False, *, correction=1):
     return _reduce(self, dim, keepdim), _reduce(self, dim, keepdim)
 
 
-torch.library.register_fake("exops::moments", _moments_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::moments", "Meta"):
+    torch.library.register_fake("exops::moments", _moments_fake, lib=_lib)
 
 
 # exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
@@ -348,7 +352,8 @@ def _weighted_sum_backward(ctx, grad):
     return tensors_grad, None
 
 
-torch.library.register_fake("exops::weighted_sum", _weighted_sum_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::weighted_sum", "Meta"):
+    torch.library.register_fake("exops::weighted_sum", _weighted_sum_fake, lib=_lib)
 torch.library.register_autograd(
     "exops::weighted_sum",
     _weighted_sum_backward,
@@ -420,7 +425,8 @@ def _smooth_clamp_vmap(info, in_dims, self, limit=1.0):
     return _ops.smooth_clamp.default(self, limit), 0
 
 
-torch.library.register_fake("exops::smooth_clamp", _smooth_clamp_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp", "Meta"):
+    torch.library.register_fake("exops::smooth_clamp", _smooth_clamp_fake, lib=_lib)
 torch.library.register_autograd(
     "exops::smooth_clamp",
     _smooth_clamp_backward,
@@ -466,7 +472,12 @@ def _smooth_clamp_backward_vmap(info, in_dims, grad_output, self, limit):
     return _ops.smooth_clamp_backward.default(grad_output, self, limit), 0
 
 
-torch.library.register_fake("exops::smooth_clamp_backward", _smooth_clamp_backward_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp_backward", "Meta"):
+    torch.library.register_fake(
+    "exops::smooth_clamp_backward",
+    _smooth_clamp_backward_fake,
+    lib=_lib,
+)
 torch.library.register_autograd(
     "exops::smooth_clamp_backward",
     _smooth_clamp_backward_backward,
@@ -491,7 +502,8 @@ def _signbit_mask_vmap(info, in_dims, x):
 
 
 _lib.impl("signbit_mask", signbit_mask, "CompositeExplicitAutograd")
-torch.library.register_fake("exops::signbit_mask", _signbit_mask_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::signbit_mask", "Meta"):
+    torch.library.register_fake("exops::signbit_mask", _signbit_mask_fake, lib=_lib)
 torch.library.register_vmap("exops::signbit_mask", _signbit_mask_vmap, lib=_lib)
 
 
@@ -526,7 +538,8 @@ def _row_normalize_vmap(info, in_dims, x, eps=1e-06):
 
 
 _lib.impl("row_normalize", row_normalize, "CompositeExplicitAutograd")
-torch.library.register_fake("exops::row_normalize", _row_normalize_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::row_normalize", "Meta"):
+    torch.library.register_fake("exops::row_normalize", _row_normalize_fake, lib=_lib)
 torch.library.register_autograd(
     "exops::row_normalize",
     _first_order(_row_normalize_backward, "exops::row_normalize's backward calls exops::row_normalize_backward, which has no derivatives; give it `derivatives:` in the op file to differentiate twice"),
@@ -546,7 +559,12 @@ def _row_normalize_backward_fake(grad, x, eps):
 
 
 _lib.impl("row_normalize_backward", row_normalize_backward, "CompositeExplicitAutograd")
-torch.library.register_fake("exops::row_normalize_backward", _row_normalize_backward_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::row_normalize_backward", "Meta"):
+    torch.library.register_fake(
+    "exops::row_normalize_backward",
+    _row_normalize_backward_fake,
+    lib=_lib,
+)
 
 
 # exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
@@ -575,7 +593,8 @@ def _segment_sum_backward(ctx, grad):
 
 
 _lib.impl("segment_sum", segment_sum, "CompositeExplicitAutograd")
-torch.library.register_fake("exops::segment_sum", _segment_sum_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::segment_sum", "Meta"):
+    torch.library.register_fake("exops::segment_sum", _segment_sum_fake, lib=_lib)
 torch.library.register_autograd(
     "exops::segment_sum",
     _segment_sum_backward,

@@ -3,6 +3,15 @@
 // Registers the ops of schemas/core.yaml in namespace exops.
 
 #include <torch/library.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 #include <exops/core.h>
 
@@ -101,4 +110,119 @@ constexpr at::Tensor (*gaussian_window_CompositeExplicitAutograd)(int64_t, doubl
 
 TORCH_LIBRARY_IMPL(exops, CompositeExplicitAutograd, m) {
   m.impl("gaussian_window", TORCH_FN(gaussian_window_CompositeExplicitAutograd));
+}
+
+// Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
+// Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace {
+
+// like(t, dtype=): a new contiguous tensor of t's shape.
+at::Tensor meta_like(const at::Tensor& t, std::optional<at::ScalarType> dtype) {
+  return at::empty_symint(t.sym_sizes(), t.options().dtype(dtype.value_or(t.scalar_type())));
+}
+
+// A `Tensor?` broadcast operand: left out when None.
+at::TensorList meta_opt(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? at::TensorList(*t) : at::TensorList();
+}
+
+// broadcast(...): the broadcast shape, and torch's type promotion over tensors and numbers.
+at::Tensor meta_broadcast(std::initializer_list<at::TensorList> groups,
+                          std::initializer_list<at::Scalar> numbers,
+                          std::optional<at::ScalarType> dtype) {
+  at::native::ResultTypeState state{};
+  std::vector<c10::SymInt> shape;
+  const at::Tensor* first = nullptr;
+  for (at::TensorList group : groups) {
+    for (const at::Tensor& t : group) {
+      shape = at::infer_size_symint(shape, t.sym_sizes());
+      state = at::native::update_result_type_state(t, state);
+      if (first == nullptr) {
+        first = &t;
+      }
+    }
+  }
+  TORCH_CHECK(first != nullptr, "broadcast() needs at least one tensor");
+  for (const at::Scalar& n : numbers) {
+    state = at::native::update_result_type_state(n, state);
+  }
+  return at::empty_symint(shape,
+                          first->options().dtype(dtype.value_or(at::native::result_type(state))));
+}
+
+// reduce(t, dims, keepdim, dtype=): None or [] reduces every dimension, as torch.sum.
+at::Tensor meta_reduce(const at::Tensor& t, at::OptionalIntArrayRef dims, bool keepdim,
+                       std::optional<at::ScalarType> dtype) {
+  const int64_t ndim = t.dim();
+  std::vector<bool> reduced(static_cast<size_t>(ndim), !dims.has_value() || dims->empty());
+  if (dims.has_value()) {
+    for (int64_t d : *dims) {
+      const int64_t wrapped = c10::maybe_wrap_dim(d, ndim);
+      if (ndim > 0) {
+        reduced[static_cast<size_t>(wrapped)] = true;
+      }
+    }
+  }
+  std::vector<c10::SymInt> shape;
+  for (int64_t i = 0; i < ndim; ++i) {
+    if (!reduced[static_cast<size_t>(i)]) {
+      shape.push_back(t.sym_size(i));
+    } else if (keepdim) {
+      shape.emplace_back(1);
+    }
+  }
+  return at::empty_symint(shape, t.options().dtype(dtype.value_or(t.scalar_type())));
+}
+
+// exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+// fake: broadcast(self, other)
+at::Tensor meta_scaled_add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& /*alpha*/) {
+  return meta_broadcast({at::TensorList(self), at::TensorList(other)}, {}, std::nullopt);
+}
+
+// exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
+// fake: broadcast(input, target, weight) if reduction == "none" else reduce(broadcast(input, target, weight), None)
+at::Tensor meta_weighted_mse(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight, c10::string_view reduction) {
+  return ((reduction == "none") ? meta_broadcast({at::TensorList(input), at::TensorList(target), meta_opt(weight)}, {}, std::nullopt) : meta_reduce(meta_broadcast({at::TensorList(input), at::TensorList(target), meta_opt(weight)}, {}, std::nullopt), std::nullopt, false, std::nullopt));
+}
+
+// exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
+// fake: like(self)
+at::Tensor meta_soft_shrink(const at::Tensor& self, double /*lambd*/) {
+  return meta_like(self, std::nullopt);
+}
+
+// exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
+// fake: (reduce(self, dim, keepdim), reduce(self, dim, keepdim))
+std::tuple<at::Tensor, at::Tensor> meta_moments(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, int64_t /*correction*/) {
+  return {meta_reduce(self, dim, keepdim, std::nullopt), meta_reduce(self, dim, keepdim, std::nullopt)};
+}
+
+// exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
+// fake: broadcast(*tensors, 1.0)
+at::Tensor meta_weighted_sum(at::TensorList tensors, at::ArrayRef<double> /*weights*/) {
+  return meta_broadcast({tensors}, {at::Scalar(1.0)}, std::nullopt);
+}
+
+// exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
+// fake: like(self)
+at::Tensor meta_smooth_clamp(const at::Tensor& self, double /*limit*/) {
+  return meta_like(self, std::nullopt);
+}
+
+// exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
+// fake: broadcast(grad_output, self)
+at::Tensor meta_smooth_clamp_backward(const at::Tensor& grad_output, const at::Tensor& self, double /*limit*/) {
+  return meta_broadcast({at::TensorList(grad_output), at::TensorList(self)}, {}, std::nullopt);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(exops, Meta, m) {
+  m.impl("scaled_add", TORCH_FN(meta_scaled_add));
+  m.impl("weighted_mse", TORCH_FN(meta_weighted_mse));
+  m.impl("soft_shrink", TORCH_FN(meta_soft_shrink));
+  m.impl("moments", TORCH_FN(meta_moments));
+  m.impl("weighted_sum", TORCH_FN(meta_weighted_sum));
+  m.impl("smooth_clamp", TORCH_FN(meta_smooth_clamp));
+  m.impl("smooth_clamp_backward", TORCH_FN(meta_smooth_clamp_backward));
 }

@@ -3,6 +3,15 @@
 // Registers the ops of schemas/python.yaml in namespace exops.
 
 #include <torch/library.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 #include <exops/python.h>
 
@@ -15,4 +24,95 @@ TORCH_LIBRARY_FRAGMENT(exops, m) {
   m.def("row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor");
   m.def("segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor");
   m.def("gated_residual(Tensor x, Tensor gate) -> Tensor");
+}
+
+// Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
+// Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace {
+
+// like(t, dtype=): a new contiguous tensor of t's shape.
+at::Tensor meta_like(const at::Tensor& t, std::optional<at::ScalarType> dtype) {
+  return at::empty_symint(t.sym_sizes(), t.options().dtype(dtype.value_or(t.scalar_type())));
+}
+
+// empty(shape, dtype=): dtype and device default to those of the op's first Tensor argument.
+at::Tensor meta_empty(c10::SymIntArrayRef shape, const at::Tensor& like,
+                      std::optional<at::ScalarType> dtype) {
+  return at::empty_symint(shape, like.options().dtype(dtype.value_or(like.scalar_type())));
+}
+
+// broadcast(...): the broadcast shape, and torch's type promotion over tensors and numbers.
+at::Tensor meta_broadcast(std::initializer_list<at::TensorList> groups,
+                          std::initializer_list<at::Scalar> numbers,
+                          std::optional<at::ScalarType> dtype) {
+  at::native::ResultTypeState state{};
+  std::vector<c10::SymInt> shape;
+  const at::Tensor* first = nullptr;
+  for (at::TensorList group : groups) {
+    for (const at::Tensor& t : group) {
+      shape = at::infer_size_symint(shape, t.sym_sizes());
+      state = at::native::update_result_type_state(t, state);
+      if (first == nullptr) {
+        first = &t;
+      }
+    }
+  }
+  TORCH_CHECK(first != nullptr, "broadcast() needs at least one tensor");
+  for (const at::Scalar& n : numbers) {
+    state = at::native::update_result_type_state(n, state);
+  }
+  return at::empty_symint(shape,
+                          first->options().dtype(dtype.value_or(at::native::result_type(state))));
+}
+
+// `[a, *b]`, `a + b` of shapes.
+std::vector<c10::SymInt> meta_cat(std::initializer_list<c10::SymIntArrayRef> parts) {
+  std::vector<c10::SymInt> out;
+  for (c10::SymIntArrayRef p : parts) {
+    out.insert(out.end(), p.begin(), p.end());
+  }
+  return out;
+}
+
+// `shape[lo:hi]` with Python's slice semantics (negative bounds count from the end, clamped).
+std::vector<c10::SymInt> meta_slice(c10::SymIntArrayRef s, std::optional<int64_t> lo,
+                                    std::optional<int64_t> hi) {
+  const int64_t n = static_cast<int64_t>(s.size());
+  auto clamp = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  const int64_t a = lo.has_value() ? clamp(*lo) : 0;
+  const int64_t b = hi.has_value() ? clamp(*hi) : n;
+  return a < b ? std::vector<c10::SymInt>(s.begin() + a, s.begin() + b)
+               : std::vector<c10::SymInt>();
+}
+
+// exops::signbit_mask(Tensor x) -> Tensor
+// fake: like(x, dtype=bool)
+at::Tensor meta_signbit_mask(const at::Tensor& x) {
+  return meta_like(x, at::ScalarType::Bool);
+}
+
+// exops::row_normalize(Tensor x, float eps=1e-06) -> Tensor
+// fake: like(x)
+at::Tensor meta_row_normalize(const at::Tensor& x, double /*eps*/) {
+  return meta_like(x, std::nullopt);
+}
+
+// exops::row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor
+// fake: broadcast(grad, x)
+at::Tensor meta_row_normalize_backward(const at::Tensor& grad, const at::Tensor& x, double /*eps*/) {
+  return meta_broadcast({at::TensorList(grad), at::TensorList(x)}, {}, std::nullopt);
+}
+
+// exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
+// fake: empty([num_segments, *values.shape[1:]])
+at::Tensor meta_segment_sum(const at::Tensor& values, const at::Tensor& /*segment_ids*/, c10::SymInt num_segments) {
+  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{num_segments}), c10::SymIntArrayRef(meta_slice(values.sym_sizes(), int64_t{1}, std::nullopt))}), values, std::nullopt);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(exops, Meta, m) {
+  m.impl("signbit_mask", TORCH_FN(meta_signbit_mask));
+  m.impl("row_normalize", TORCH_FN(meta_row_normalize));
+  m.impl("row_normalize_backward", TORCH_FN(meta_row_normalize_backward));
+  m.impl("segment_sum", TORCH_FN(meta_segment_sum));
 }

@@ -187,7 +187,8 @@ def _mul_add_backward(ctx, grad):
 
 
 _lib.impl("mul_add", mul_add, "CPU")
-torch.library.register_fake("gradtest::mul_add", _mul_add_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::mul_add", "Meta"):
+    torch.library.register_fake("gradtest::mul_add", _mul_add_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::mul_add",
     _mul_add_backward,
@@ -221,7 +222,8 @@ def _expand_to_backward(ctx, grad):
 
 
 _lib.impl("expand_to", expand_to, "CPU")
-torch.library.register_fake("gradtest::expand_to", _expand_to_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::expand_to", "Meta"):
+    torch.library.register_fake("gradtest::expand_to", _expand_to_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::expand_to",
     _expand_to_backward,
@@ -255,7 +257,8 @@ def _minmax_backward(ctx, grad_min, grad_max):
 
 
 _lib.impl("minmax", minmax, "CPU")
-torch.library.register_fake("gradtest::minmax", _minmax_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::minmax", "Meta"):
+    torch.library.register_fake("gradtest::minmax", _minmax_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::minmax",
     _minmax_backward,
@@ -322,7 +325,8 @@ def _max_with_index_backward(ctx, grad_values, grad_indices):
 
 
 _lib.impl("max_with_index", max_with_index, "CPU")
-torch.library.register_fake("gradtest::max_with_index", _max_with_index_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::max_with_index", "Meta"):
+    torch.library.register_fake("gradtest::max_with_index", _max_with_index_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::max_with_index",
     _max_with_index_backward,
@@ -356,7 +360,8 @@ def _lincomb_backward(ctx, grad):
 
 
 _lib.impl("lincomb", lincomb, "CPU")
-torch.library.register_fake("gradtest::lincomb", _lincomb_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::lincomb", "Meta"):
+    torch.library.register_fake("gradtest::lincomb", _lincomb_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::lincomb",
     _lincomb_backward,
@@ -388,7 +393,8 @@ def _cube_backward(ctx, grad):
 
 
 _lib.impl("cube", cube, "CPU")
-torch.library.register_fake("gradtest::cube", _cube_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::cube", "Meta"):
+    torch.library.register_fake("gradtest::cube", _cube_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::cube",
     _cube_backward,
@@ -420,7 +426,8 @@ def _square_backward(ctx, grad):
 
 
 _lib.impl("square", square, "CPU")
-torch.library.register_fake("gradtest::square", _square_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::square", "Meta"):
+    torch.library.register_fake("gradtest::square", _square_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::square",
     _first_order(_square_backward, "gradtest::square's backward calls gradtest::square_backward, which has no derivatives; give it `derivatives:` in the op file to differentiate twice"),
@@ -438,7 +445,8 @@ def _square_backward_fake(grad, x):
 
 
 _lib.impl("square_backward", square_backward, "CPU")
-torch.library.register_fake("gradtest::square_backward", _square_backward_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::square_backward", "Meta"):
+    torch.library.register_fake("gradtest::square_backward", _square_backward_fake, lib=_lib)
 
 
 # gradtest::frozen(Tensor x) -> Tensor
@@ -463,7 +471,8 @@ def _frozen_backward(ctx, grad):
 
 
 _lib.impl("frozen", frozen, "CPU")
-torch.library.register_fake("gradtest::frozen", _frozen_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::frozen", "Meta"):
+    torch.library.register_fake("gradtest::frozen", _frozen_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::frozen",
     _frozen_backward,
@@ -496,7 +505,8 @@ def _product_backward(ctx, grad):
 
 
 _lib.impl("product", product, "CPU")
-torch.library.register_fake("gradtest::product", _product_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::product", "Meta"):
+    torch.library.register_fake("gradtest::product", _product_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::product",
     _product_backward,
@@ -533,7 +543,8 @@ def _weighted_backward(ctx, grad):
 
 
 _lib.impl("weighted", weighted, "CPU")
-torch.library.register_fake("gradtest::weighted", _weighted_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::weighted", "Meta"):
+    torch.library.register_fake("gradtest::weighted", _weighted_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::weighted",
     _weighted_backward,
@@ -565,7 +576,8 @@ def _scaled_backward(ctx, grad):
 
 
 _lib.impl("scaled", scaled, "CPU")
-torch.library.register_fake("gradtest::scaled", _scaled_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::scaled", "Meta"):
+    torch.library.register_fake("gradtest::scaled", _scaled_fake, lib=_lib)
 torch.library.register_autograd(
     "gradtest::scaled",
     _scaled_backward,

@@ -129,7 +129,8 @@ def _add_fake(self, other, *, alpha=1):
 
 
 _lib.impl("add", add, "CPU")
-torch.library.register_fake("shapetest::add", _add_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::add", "Meta"):
+    torch.library.register_fake("shapetest::add", _add_fake, lib=_lib)
 
 
 # shapetest::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
@@ -141,7 +142,8 @@ def _addcmul_fake(self, tensor1, tensor2, *, value=1):
 
 
 _lib.impl("addcmul", addcmul, "CPU")
-torch.library.register_fake("shapetest::addcmul", _addcmul_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::addcmul", "Meta"):
+    torch.library.register_fake("shapetest::addcmul", _addcmul_fake, lib=_lib)
 
 
 # shapetest::mul_scalar(Tensor self, Scalar other) -> Tensor
@@ -153,7 +155,8 @@ def _mul_scalar_fake(self, other):
 
 
 _lib.impl("mul_scalar", mul_scalar, "CPU")
-torch.library.register_fake("shapetest::mul_scalar", _mul_scalar_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::mul_scalar", "Meta"):
+    torch.library.register_fake("shapetest::mul_scalar", _mul_scalar_fake, lib=_lib)
 
 
 # shapetest::biased(Tensor self, Tensor? bias=None) -> Tensor
@@ -165,7 +168,8 @@ def _biased_fake(self, bias=None):
 
 
 _lib.impl("biased", biased, "CPU")
-torch.library.register_fake("shapetest::biased", _biased_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::biased", "Meta"):
+    torch.library.register_fake("shapetest::biased", _biased_fake, lib=_lib)
 
 
 # shapetest::sum_dims(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
@@ -177,7 +181,8 @@ def _sum_dims_fake(self, dim=None, keepdim=False, *, dtype=None):
 
 
 _lib.impl("sum_dims", sum_dims, "CPU")
-torch.library.register_fake("shapetest::sum_dims", _sum_dims_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::sum_dims", "Meta"):
+    torch.library.register_fake("shapetest::sum_dims", _sum_dims_fake, lib=_lib)
 
 
 # shapetest::amax(Tensor self, int dim, bool keepdim=False) -> Tensor
@@ -189,7 +194,8 @@ def _amax_fake(self, dim, keepdim=False):
 
 
 _lib.impl("amax", amax, "CPU")
-torch.library.register_fake("shapetest::amax", _amax_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::amax", "Meta"):
+    torch.library.register_fake("shapetest::amax", _amax_fake, lib=_lib)
 
 
 # shapetest::tile_rows(Tensor self, SymInt times) -> Tensor
@@ -201,7 +207,8 @@ def _tile_rows_fake(self, times):
 
 
 _lib.impl("tile_rows", tile_rows, "CPU")
-torch.library.register_fake("shapetest::tile_rows", _tile_rows_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::tile_rows", "Meta"):
+    torch.library.register_fake("shapetest::tile_rows", _tile_rows_fake, lib=_lib)
 
 
 # shapetest::windows(Tensor self, SymInt size, SymInt step) -> Tensor
@@ -225,7 +232,8 @@ def _grow_fake(self, n):
 
 
 _lib.impl("grow", grow, "CPU")
-torch.library.register_fake("shapetest::grow", _grow_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::grow", "Meta"):
+    torch.library.register_fake("shapetest::grow", _grow_fake, lib=_lib)
 
 
 # shapetest::pad_last(Tensor self, SymInt[] pad) -> Tensor
@@ -273,7 +281,8 @@ def _astype_fake(self, dtype):
 
 
 _lib.impl("astype", astype, "CPU")
-torch.library.register_fake("shapetest::astype", _astype_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::astype", "Meta"):
+    torch.library.register_fake("shapetest::astype", _astype_fake, lib=_lib)
 
 
 # shapetest::nonzero_values(Tensor self) -> Tensor
@@ -323,7 +332,8 @@ def _loss_fake(input, target, reduction='mean'):
 
 
 _lib.impl("loss", loss, "CPU")
-torch.library.register_fake("shapetest::loss", _loss_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::loss", "Meta"):
+    torch.library.register_fake("shapetest::loss", _loss_fake, lib=_lib)
 
 
 # shapetest::maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor
@@ -335,7 +345,8 @@ def _maybe_cast_fake(self, dtype=None):
 
 
 _lib.impl("maybe_cast", maybe_cast, "CPU")
-torch.library.register_fake("shapetest::maybe_cast", _maybe_cast_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::maybe_cast", "Meta"):
+    torch.library.register_fake("shapetest::maybe_cast", _maybe_cast_fake, lib=_lib)
 
 
 # shapetest::normalize_(Tensor(a!) self) -> Tensor(a!)
@@ -367,7 +378,8 @@ def _normalize_fake(self):
 
 
 _lib.impl("normalize", normalize, "CPU")
-torch.library.register_fake("shapetest::normalize", _normalize_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize", "Meta"):
+    torch.library.register_fake("shapetest::normalize", _normalize_fake, lib=_lib)
 
 
 # shapetest::normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)

@@ -10,7 +10,7 @@ or Python kernels).
 NAMESPACES = {
     'alpha': {
         "library": 'libalpha_ops.so',
-        "schema_hash": 'b09b75889e1574a0',
+        "schema_hash": 'f140e9bd5906cfb0',
         "stamp_prefix": '@opgen-stamp ns=alpha ',
         "python_module": 'runtime._reg_alpha',
         "python_required": True,

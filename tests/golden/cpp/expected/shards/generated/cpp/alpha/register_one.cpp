@@ -3,6 +3,15 @@
 // Registers the ops of tests/golden/cpp/inputs/shards/one.yaml in namespace alpha.
 
 #include <torch/library.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 #include <alpha/one.h>
 
@@ -24,4 +33,43 @@ constexpr at::Tensor& (*scale_out_CPU)(const at::Tensor&, double, at::Tensor&) =
 TORCH_LIBRARY_IMPL(alpha, CPU, m) {
   m.impl("add", TORCH_FN(add_CPU));
   m.impl("scale.out", TORCH_FN(scale_out_CPU));
+}
+
+// Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
+// Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace {
+
+// broadcast(...): the broadcast shape, and torch's type promotion over tensors and numbers.
+at::Tensor meta_broadcast(std::initializer_list<at::TensorList> groups,
+                          std::initializer_list<at::Scalar> numbers,
+                          std::optional<at::ScalarType> dtype) {
+  at::native::ResultTypeState state{};
+  std::vector<c10::SymInt> shape;
+  const at::Tensor* first = nullptr;
+  for (at::TensorList group : groups) {
+    for (const at::Tensor& t : group) {
+      shape = at::infer_size_symint(shape, t.sym_sizes());
+      state = at::native::update_result_type_state(t, state);
+      if (first == nullptr) {
+        first = &t;
+      }
+    }
+  }
+  TORCH_CHECK(first != nullptr, "broadcast() needs at least one tensor");
+  for (const at::Scalar& n : numbers) {
+    state = at::native::update_result_type_state(n, state);
+  }
+  return at::empty_symint(shape,
+                          first->options().dtype(dtype.value_or(at::native::result_type(state))));
+}
+
+// alpha::add(Tensor self, Tensor other) -> Tensor
+// fake: broadcast(self, other)
+at::Tensor meta_add(const at::Tensor& self, const at::Tensor& other) {
+  return meta_broadcast({at::TensorList(self), at::TensorList(other)}, {}, std::nullopt);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(alpha, Meta, m) {
+  m.impl("add", TORCH_FN(meta_add));
 }

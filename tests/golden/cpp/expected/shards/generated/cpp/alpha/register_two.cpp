@@ -3,6 +3,15 @@
 // Registers the ops of tests/golden/cpp/inputs/shards/two.yaml in namespace alpha.
 
 #include <torch/library.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 #include <alpha/two.h>
 
@@ -32,3 +41,23 @@ TORCH_LIBRARY_IMPL(alpha, CUDA, m) {
   m.impl("scale", TORCH_FN(scale_CUDA));
 }
 #endif  // OPGEN_WITH_CUDA
+
+// Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
+// Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace {
+
+// like(t, dtype=): a new contiguous tensor of t's shape.
+at::Tensor meta_like(const at::Tensor& t, std::optional<at::ScalarType> dtype) {
+  return at::empty_symint(t.sym_sizes(), t.options().dtype(dtype.value_or(t.scalar_type())));
+}
+
+// alpha::scale(Tensor self, float factor) -> Tensor
+// fake: like(self)
+at::Tensor meta_scale(const at::Tensor& self, double /*factor*/) {
+  return meta_like(self, std::nullopt);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(alpha, Meta, m) {
+  m.impl("scale", TORCH_FN(meta_scale));
+}

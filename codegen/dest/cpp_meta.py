@@ -1,0 +1,370 @@
+"""Fake rules (`codegen.shape`) -> C++ Meta kernels, in the op's registration shard.
+
+FakeTensor (torch.compile, torch.export) runs an op's Python fake impl when one is registered, else
+its Meta kernel. Registering a Python fake costs ~1 ms per op at `import runtime`; a Meta kernel
+compiled into the library costs nothing at import. So every rule this module can translate becomes
+a `TORCH_LIBRARY_IMPL(ns, Meta, m)` kernel in `register_<shard>.cpp`, and `codegen.dest.py_reg`
+registers no Python fake for that op (`translate(op) is not None`): never both.
+
+The choice is made per op, at generation time. A rule becomes C++ when it is made of:
+- outputs `like(t, dtype=)`, `broadcast(..., dtype=)`, `reduce(t, dims, keepdim, dtype=)`,
+  `empty(shape, dtype=)` of an op with a Tensor argument, nested (`reduce(broadcast(a, b), None)`),
+  and `a if cond else b` over conditions on bool/str/int/dtype arguments and None tests;
+- sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
+  `t.dim()`, `len(...)`, `+`, `-`, `*`, unary `-`, `max`, `min`; shapes from list literals with
+  `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
+- dtypes from literals, `ScalarType` arguments, `t.dtype`, and `x or y`.
+Everything else keeps its Python fake kernel, exactly as before:
+- `dynamic()` sizes (they need `torch.library.get_ctx()`), Python functions (`fake: pkg.mod:fn`);
+- `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
+  `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
+- `//` and `%` (Python floors, c10::SymInt's concrete path truncates), list comprehensions,
+  `sum`, bindings, `tensors[i]`, int returns, mutated-argument returns (in-place, out=), ops with
+  a Meta or CompositeImplicitAutograd kernel of their own.
+
+Sizes are `c10::SymInt` throughout (`sym_sizes()`, `sym_size(d)`, `at::empty_symint`,
+`at::infer_size_symint`), so a Meta kernel never specializes a dynamic shape; dtypes follow
+c10's `ResultTypeState`, the promotion `torch.add` uses, with number arguments as Python scalars.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from codegen import shape as S
+from codegen.api import cpp
+from codegen.dest import cpp_library as L
+from codegen.diagnostics import Diagnostics
+from codegen.model import BaseTy, BaseType, DispatchKey, Op, OptionalType, strip_optional
+
+# torch dtype names (codegen.shape.DTYPES values) -> c10 ScalarType enumerators.
+SCALAR_TYPES: dict[str, str] = {
+    "bool": "Bool", "uint8": "Byte", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
+    "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long", "float16": "Half",
+    "bfloat16": "BFloat16", "float32": "Float", "float64": "Double", "complex32": "ComplexHalf",
+    "complex64": "ComplexFloat", "complex128": "ComplexDouble", "float8_e4m3fn": "Float8_e4m3fn",
+    "float8_e5m2": "Float8_e5m2", "float8_e4m3fnuz": "Float8_e4m3fnuz",
+    "float8_e5m2fnuz": "Float8_e5m2fnuz",
+}
+
+# C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
+HELPERS: dict[str, tuple[str, ...]] = {
+    "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
+    "opt": (), "dims": (),
+}
+
+
+class NoCpp(Exception):
+    """The rule uses something this translation leaves to Python."""
+
+
+@dataclass(frozen=True)
+class MetaKernel:
+    op: str                         # `name.overload`, as m.impl takes it
+    schema: str
+    rule: str
+    function: str                   # the C++ function's name
+    decl: str                       # `R function(params)`, unused parameters unnamed
+    body: tuple[str, ...]           # statements
+
+
+def _has_own_fake(op: Op) -> bool:
+    keys = {k for k, _ in op.dispatch}
+    return not keys or bool(keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd})
+
+
+def translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
+    """The op's Meta kernel and the helpers it uses, or (None, ...) when its fake stays Python."""
+    rule = op.fake
+    if not isinstance(rule, S.FakeRule) or _has_own_fake(op):
+        return None, set()
+    try:
+        sig = cpp.signature(op.schema)
+    except cpp.Unsupported:
+        return None, set()
+    try:
+        return _Emitter(op, sig).kernel(rule)
+    except NoCpp:
+        return None, set()
+
+
+def uses_cpp_meta(op: Op) -> bool:
+    """Whether the op's fake kernel is a generated C++ Meta kernel (then Python registers none)."""
+    return translate(op)[0] is not None
+
+
+class _Emitter:
+    def __init__(self, op: Op, sig: cpp.CppSignature):
+        self.op = op
+        self.sig = sig
+        self.args = {b.argument.name: b for b in sig.arguments}
+        self.used: set[str] = set()
+        self.helpers: set[str] = set()
+
+    def kernel(self, rule: S.FakeRule) -> tuple[MetaKernel, set[str]]:
+        if rule.bindings or rule.uses_dynamic:
+            raise NoCpp("bindings and dynamic sizes")
+        returns = self.op.schema.returns
+        if not returns or len(rule.outputs) != len(returns):
+            raise NoCpp("returns")
+        for r in returns:
+            if r.type != BaseType(BaseTy.Tensor) or r.annotation is not None:
+                raise NoCpp("a return that is not a new Tensor")
+        outs = []
+        for o in rule.outputs:
+            if isinstance(o, S.ReturnArg):
+                raise NoCpp("mutated-argument return")
+            outs.append(self.tensor(o))
+        if len(outs) == 1:
+            body = (f"return {outs[0]};",)
+        else:
+            body = (f"return {{{', '.join(outs)}}};",)
+        params = ", ".join(f"{b.type.cpp()} {b.name}" if b.argument.name in self.used
+                           else f"{b.type.cpp()} /*{b.name}*/" for b in self.sig.arguments)
+        fn = "meta_" + L.impl_name(self.op).replace(".", "_")
+        decl = f"{self.sig.returns.cpp()} {fn}({params})"
+        return MetaKernel(L.impl_name(self.op), str(self.op.schema), rule.text, fn, decl,
+                          body), self.helpers
+
+    # -- values
+
+    def arg(self, a: S.Arg) -> tuple[str, object]:
+        b = self.args.get(a.name)
+        if b is None:
+            raise NoCpp("unknown argument")
+        self.used.add(a.name)
+        return b.name, b.argument.type
+
+    def tensor(self, e: S.Expr) -> str:
+        """An `at::Tensor` expression."""
+        match e:
+            case S.Arg(ty=ty) if ty == S.TENSOR:
+                return self.arg(e)[0]
+            case S.Like(tensor=t, dtype=dt, device=None):
+                self.helpers.add("like")
+                return f"meta_like({self.tensor(t)}, {self.dtype(dt)})"
+            case S.Empty(shape=shape, dtype=dt, device=None, like=like) if like is not None:
+                self.helpers.add("empty")
+                return (f"meta_empty({self.shape(shape)}, {self.tensor(S.Arg(like, S.TENSOR))}, "
+                        f"{self.dtype(dt)})")
+            case S.Broadcast(operands=ops, dtype=dt):
+                self.helpers.add("broadcast")
+                groups, scalars = [], []
+                for o in ops:
+                    groups_or_scalar = self.operand(o)
+                    (groups if groups_or_scalar[0] else scalars).append(groups_or_scalar[1])
+                return (f"meta_broadcast({{{', '.join(groups)}}}, {{{', '.join(scalars)}}}, "
+                        f"{self.dtype(dt)})")
+            case S.Reduce(tensor=t, dims=dims, keepdim=k, dtype=dt):
+                self.helpers.add("reduce")
+                return (f"meta_reduce({self.tensor(t)}, {self.dims(dims)}, {self.cond(k)}, "
+                        f"{self.dtype(dt)})")
+            case S.Cond(cond=c, then=a, orelse=b):
+                return f"({self.cond(c)} ? {self.tensor(a)} : {self.tensor(b)})"
+        raise NoCpp(f"tensor {type(e).__name__}")
+
+    def operand(self, e: S.Expr) -> tuple[bool, str]:
+        """A broadcast operand: (True, an `at::TensorList`) or (False, an `at::Scalar`)."""
+        match e:
+            case S.Spread(seq=S.Arg(ty=ty) as a) if ty == S.Ty(S.T.TENSOR_LIST):
+                return True, self.arg(a)[0]
+            case S.Arg(ty=ty) if ty == S.Ty(S.T.TENSOR, True):
+                self.helpers.add("opt")
+                return True, f"meta_opt({self.arg(e)[0]})"
+            case S.Arg(ty=ty) if ty.base in (S.T.INT, S.T.BOOL, S.T.SCALAR) and not ty.optional:
+                return False, f"at::Scalar({self.arg(e)[0]})"
+            case S.FloatLit(value=v):
+                if not math.isfinite(v):
+                    raise NoCpp("a non-finite literal")
+                return False, f"at::Scalar({float(v)!r})"
+            case S.IntLit(value=v):
+                return False, f"at::Scalar(int64_t{{{v}}})"
+            case S.BoolLit(value=v):
+                return False, f"at::Scalar({'true' if v else 'false'})"
+        if e.ty == S.OUT or e.ty == S.TENSOR:
+            return True, f"at::TensorList({self.tensor(e)})"
+        raise NoCpp(f"broadcast operand {type(e).__name__}")
+
+    def dtype(self, e: S.Expr | None) -> str:
+        """An `at::ScalarType` or `std::optional<at::ScalarType>` (None: the default)."""
+        match e:
+            case None | S.NoneLit():
+                return "std::nullopt"
+            case S.DtypeLit(name=n):
+                return f"at::ScalarType::{SCALAR_TYPES[n]}"
+            case S.Arg(ty=ty) if ty.base is S.T.DTYPE:
+                return self.arg(e)[0]
+            case S.TensorProp(tensor=t, prop=S.Prop.dtype):
+                return f"{self.tensor(t)}.scalar_type()"
+            case S.Fallback(value=v, default=d):
+                return f"{self.dtype(v)}.value_or({self.dtype(d)})" \
+                    if isinstance(v, S.Arg) and v.ty.optional else self.dtype(v)
+        raise NoCpp(f"dtype {type(e).__name__}")
+
+    def dims(self, e: S.Expr) -> str:
+        """An `at::OptionalIntArrayRef` (nullopt or empty: every dimension)."""
+        match e:
+            case S.NoneLit():
+                return "std::nullopt"
+            case S.ListLit(items=items) if all(isinstance(i, S.IntLit) for i in items):
+                return f"at::IntArrayRef({{{', '.join(str(i.value) for i in items)}}})" \
+                    if items else "at::IntArrayRef()"
+            case S.IntLit(value=v):
+                return f"at::IntArrayRef({{{v}}})"
+            case S.Arg():
+                name, ty = self.arg(e)
+                base = strip_optional(ty)
+                if base == BaseType(BaseTy.int):
+                    if isinstance(ty, OptionalType):
+                        self.helpers.add("dims")
+                        return f"meta_dims({name})"
+                    return f"at::IntArrayRef({name})"
+                if cpp.argumenttype_type(ty, mutable=False).cpp() in (
+                        "at::IntArrayRef", "at::OptionalIntArrayRef"):
+                    return name
+        raise NoCpp(f"dims {type(e).__name__}")
+
+    def cond(self, e: S.Expr) -> str:
+        match e:
+            case S.BoolLit(value=v):
+                return "true" if v else "false"
+            case S.Arg(ty=ty) if ty == S.Ty(S.T.BOOL):
+                return self.arg(e)[0]
+            case S.Not(operand=o):
+                return f"!({self.cond(o)})"
+            case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
+                           right=S.NoneLit()):
+                return ("!" if op is S.CompareOp.is_ else "") + f"{self.arg(a)[0]}.has_value()"
+            case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b):
+                return f"({self.value(a)} {op.value} {self.value(b)})"
+        raise NoCpp(f"condition {type(e).__name__}")
+
+    def value(self, e: S.Expr) -> str:
+        """A side of `==`: a str, bool, int or dtype argument or literal."""
+        match e:
+            case S.StrLit(value=v):
+                return cpp.string_literal(v)
+            case S.IntLit(value=v):
+                return f"int64_t{{{v}}}"
+            case S.BoolLit(value=v):
+                return "true" if v else "false"
+            case S.DtypeLit():
+                return self.dtype(e)
+            case S.Arg():
+                name, ty = self.arg(e)
+                if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
+                                          BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType)):
+                    return name
+        raise NoCpp(f"compared value {type(e).__name__}")
+
+    # -- sizes
+
+    def static(self, e: S.Expr) -> str:
+        """An `int64_t` fixed when the op is traced: literals, `t.dim()`, `len(...)`."""
+        match e:
+            case S.IntLit(value=v):
+                return f"int64_t{{{v}}}"
+            case S.TensorProp(tensor=t, prop=S.Prop.ndim):
+                return f"{self.tensor(t)}.dim()"
+            case S.Len(seq=s):
+                if s.ty == S.INT_LIST:
+                    return f"static_cast<int64_t>({self.shape(s)}.size())"
+                if isinstance(s, S.Arg):
+                    return f"static_cast<int64_t>({self.arg(s)[0]}.size())"
+            case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
+                return f"({self.static(a)} {op.value} {self.static(b)})"
+            case S.Neg(operand=o):
+                return f"(-{self.static(o)})"
+        raise NoCpp(f"static int {type(e).__name__}")
+
+    def size(self, e: S.Expr) -> str:
+        """A `c10::SymInt`."""
+        used, helpers = set(self.used), set(self.helpers)
+        try:
+            return f"c10::SymInt({self.static(e)})"
+        except NoCpp:
+            # What the failed attempt marked would leave unused parameters and helpers.
+            self.used, self.helpers = used, helpers
+        match e:
+            case S.Arg(ty=ty) if ty == S.INT:
+                name, t = self.arg(e)
+                return name if t == BaseType(BaseTy.SymInt) else f"c10::SymInt({name})"
+            case S.TensorSize(tensor=t, dim=d):
+                return f"{self.tensor(t)}.sym_size({self.static(d)})"
+            case S.TensorProp(tensor=t, prop=S.Prop.numel):
+                return f"{self.tensor(t)}.sym_numel()"
+            case S.Item(seq=s, index=i) if s.ty == S.INT_LIST:
+                self.helpers.add("at")
+                return f"meta_at({self.shape(s)}, {self.static(i)})"
+            case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
+                return f"({self.size(a)} {op.value} {self.size(b)})"
+            case S.Neg(operand=o):
+                return f"(-{self.size(o)})"
+            case S.MinMax(fn=fn, items=items):
+                text = self.size(items[0])
+                for item in items[1:]:
+                    text = f"{text}.{fn}({self.size(item)})"
+                return text
+        raise NoCpp(f"size {type(e).__name__}")
+
+    def shape(self, e: S.Expr) -> str:
+        """Something that converts to `c10::SymIntArrayRef` for the full expression."""
+        match e:
+            case S.TensorProp(tensor=t, prop=S.Prop.shape):
+                return f"{self.tensor(t)}.sym_sizes()"
+            case S.Arg(ty=ty) if ty == S.INT_LIST:
+                name, t = self.arg(e)
+                if cpp.argumenttype_type(t, mutable=False).cpp() == "at::IntArrayRef":
+                    return f"c10::fromIntArrayRefSlow({name})"
+                if cpp.argumenttype_type(t, mutable=False).cpp() == "c10::SymIntArrayRef":
+                    return name
+            case S.ListLit(items=items):
+                if not any(isinstance(i, S.Spread) for i in items):
+                    return f"std::vector<c10::SymInt>{{{', '.join(self.size(i) for i in items)}}}"
+                self.helpers.add("cat")
+                parts = []
+                for i in items:
+                    if isinstance(i, S.Spread):
+                        parts.append(f"c10::SymIntArrayRef({self.shape(i.seq)})")
+                    else:
+                        parts.append(f"c10::SymIntArrayRef(std::vector<c10::SymInt>"
+                                     f"{{{self.size(i)}}})")
+                return f"meta_cat({{{', '.join(parts)}}})"
+            case S.Concat(left=a, right=b):
+                self.helpers.add("cat")
+                return (f"meta_cat({{c10::SymIntArrayRef({self.shape(a)}), "
+                        f"c10::SymIntArrayRef({self.shape(b)})}})")
+            case S.SliceOf(seq=s, lo=lo, hi=hi):
+                self.helpers.add("slice")
+                lo_t = self.static(lo) if lo is not None else "std::nullopt"
+                hi_t = self.static(hi) if hi is not None else "std::nullopt"
+                return f"meta_slice({self.shape(s)}, {lo_t}, {hi_t})"
+        raise NoCpp(f"shape {type(e).__name__}")
+
+
+def shard_kernels(shard: L.Shard) -> tuple[list[MetaKernel], list[str]]:
+    """The Meta kernels of a shard's ops, and the helpers they use (in HELPERS order)."""
+    kernels: list[MetaKernel] = []
+    helpers: set[str] = set()
+    used: set[str] = set()
+    for op in shard.ops:
+        k, h = translate(op)
+        if k is None:
+            continue
+        fn, n = k.function, 2
+        while fn in used:           # `f.a` and `f_a` must not share a function name
+            fn, n = f"{k.function}_{n}", n + 1
+        used.add(fn)
+        if fn != k.function:
+            k = MetaKernel(k.op, k.schema, k.rule, fn, k.decl.replace(f" {k.function}(", f" {fn}(",
+                                                                       1), k.body)
+        kernels.append(k)
+        helpers |= h
+    return kernels, [h for h in HELPERS if h in helpers]
+
+
+def meta_context(shard: L.Shard, diags: Diagnostics) -> dict:
+    """What cpp_register.cpp.j2 renders the Meta block from."""
+    kernels, helpers = shard_kernels(shard)
+    return {"kernels": kernels, "helpers": helpers}

@@ -1,0 +1,153 @@
+"""C++ Meta kernels from fake rules (codegen/dest/cpp_meta.py).
+
+- Which rules become C++ and which stay Python, per op, on tests/golden/py/inputs/shapes.yaml
+  (one op per rule feature).
+- Golden file of the registration shard with its Meta block (refresh with `make golden`,
+  EXPECTTEST_ACCEPT=1).
+- Built for real (a scratch root with shapes.yaml and its Python kernels): a translated op has a
+  Meta kernel and no Python fake; every sample passes opcheck (test_faketensor,
+  test_aot_dispatch_dynamic) and torch.compile at three sizes with dynamic=True, one graph; and
+  under FakeTensorMode with symbolic sizes the Meta kernel's output has the real output's shape
+  and dtype, with sizes still symbolic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from codegen.dest import cpp_meta, cpp_register
+from codegen.diagnostics import Diagnostics
+from codegen.load import load_library
+from tests import scratch
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SHAPES = "tests/golden/py/inputs/shapes.yaml"
+EXPECTED = HERE / "golden" / "cpp" / "expected" / "meta"
+ACCEPT = os.environ.get("EXPECTTEST_ACCEPT") == "1"
+
+# Ops of shapes.yaml whose rules stay Python, and why (cpp_meta's module docstring).
+PYTHON_FAKES = {
+    "shapetest::windows": "`//` (floor division)",
+    "shapetest::pad_last": "list comprehension",
+    "shapetest::concat": "sum(), list comprehension, device=",
+    "shapetest::split_rows": "bindings, `//`, an int return",
+    "shapetest::filled": "factory op with device=",
+    "shapetest::nonzero_values": "dynamic()",
+    "shapetest::unique_counts": "bindings and dynamic()",
+    "shapetest::normalize.out": "out= return",
+}
+
+
+def _lib(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    return load_library([SHAPES])
+
+
+def test_which_rules_become_cpp(monkeypatch):
+    lib = _lib(monkeypatch)
+    with_rule = {str(op.name) for op in lib.ops if hasattr(op.fake, "outputs")}
+    cpp = {str(op.name) for op in lib.ops if cpp_meta.uses_cpp_meta(op)}
+    assert with_rule - cpp == set(PYTHON_FAKES)
+    assert cpp == with_rule - set(PYTHON_FAKES)
+    assert len(cpp) >= 10
+
+
+def test_no_rule_no_meta_kernel(monkeypatch):
+    """Ops whose fake follows from the schema or is a Python function get no Meta kernel."""
+    lib = _lib(monkeypatch)
+    for op in lib.ops:
+        if not hasattr(op.fake, "outputs"):
+            assert not cpp_meta.uses_cpp_meta(op), op.name
+
+
+def test_golden_registration_shard(monkeypatch):
+    lib = _lib(monkeypatch)
+    diags = Diagnostics()
+    out = cpp_register.generate(lib, diags)
+    assert not diags.has_errors, diags.render()
+    (path, text), = out.items()
+    golden = EXPECTED / Path(path).name
+    if ACCEPT:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text, encoding="utf-8")
+        return
+    assert text == golden.read_text(encoding="utf-8"), \
+        f"{golden} differs; run `make golden` and read the diff"
+    assert "TORCH_LIBRARY_IMPL(shapetest, Meta, m)" in text
+    for name in PYTHON_FAKES:
+        assert f'm.impl("{name.split("::")[1]}"' not in text
+
+
+# --------------------------------------------------------------------------------------------------
+# Built and run
+
+CHECK = textwrap.dedent("""
+    import json, torch
+    from torch._library.simple_registry import singleton
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, DimDynamic, StatelessSymbolicContext
+    import runtime
+    from runtime import testing
+
+    report = {"registered": {}, "checked": [], "symbolic": []}
+    for case in testing.load_cases([%(shapes)r]):
+        name = str(case.op.name)
+        report["registered"][name] = [
+            torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"),
+            singleton.find(name).fake_impl.kernel is not None]
+        if name in %(cpp)r:
+            testing.check_opcheck(case)
+            testing.check_compile(case, backend="aot_eager")
+            report["checked"].append(case.id)
+            # FakeTensor with symbolic sizes: the C++ Meta kernel's output matches the real one.
+            args, kwargs = case.inputs(scale=2)
+            real = case.overload(*args, **kwargs)
+            mode = FakeTensorMode(shape_env=ShapeEnv())
+            def fake(x):
+                if not isinstance(x, torch.Tensor):
+                    return [fake(y) for y in x] if isinstance(x, list) else x
+                ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * x.dim())
+                return mode.from_tensor(x, symbolic_context=ctx)
+            fargs = [fake(a) for a in args]
+            fkwargs = {k: fake(v) for k, v in kwargs.items()}
+            with mode:
+                out = case.overload(*fargs, **fkwargs)
+            reals = real if isinstance(real, tuple) else (real,)
+            outs = out if isinstance(out, tuple) else (out,)
+            for r, o in zip(reals, outs):
+                assert o.dtype == r.dtype, (case.id, o.dtype, r.dtype)
+                hints = [s.node.hint if isinstance(s, torch.SymInt) else s for s in o.shape]
+                assert hints == list(r.shape), (case.id, o.shape, r.shape)
+                report["symbolic"].append(any(isinstance(s, torch.SymInt) for s in o.shape))
+    print("REPORT", json.dumps(report))
+""")
+
+
+@pytest.mark.e2e
+def test_meta_kernels_built_and_run(tmp_path, monkeypatch):
+    lib = _lib(monkeypatch)
+    cpp = sorted(str(op.name) for op in lib.ops if cpp_meta.uses_cpp_meta(op))
+    root = tmp_path / "root"
+    scratch.make_root(root, {"shapes.yaml": (ROOT / SHAPES).read_text(encoding="utf-8")}, {})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in built.stdout + built.stderr
+    proc = scratch.python(root, CHECK % {"shapes": str(root / "schemas" / "shapes.yaml"),
+                                         "cpp": cpp}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout.split("REPORT", 1)[1])
+    for name, (has_meta, has_py_fake) in report["registered"].items():
+        if name in cpp:
+            assert has_meta and not has_py_fake, name
+        elif name in PYTHON_FAKES:
+            assert has_py_fake, name
+    assert {c.split("[")[0] for c in report["checked"]} == set(cpp)
+    assert any(report["symbolic"])
