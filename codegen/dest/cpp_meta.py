@@ -264,7 +264,7 @@ class _Emitter:
         """An `int64_t` fixed when the op is traced: literals, `t.dim()`, `len(...)`."""
         match e:
             case S.IntLit(value=v):
-                return f"int64_t{{{v}}}"
+                return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
             case S.TensorProp(tensor=t, prop=S.Prop.ndim):
                 return f"{self.tensor(t)}.dim()"
             case S.Len(seq=s):
@@ -323,14 +323,19 @@ class _Emitter:
                 if not any(isinstance(i, S.Spread) for i in items):
                     return f"std::vector<c10::SymInt>{{{', '.join(self.size(i) for i in items)}}}"
                 self.helpers.add("cat")
-                parts = []
+                parts: list[str] = []
+                sizes: list[str] = []       # consecutive sizes share one vector
                 for i in items:
                     if isinstance(i, S.Spread):
-                        parts.append(f"c10::SymIntArrayRef({self.shape(i.seq)})")
+                        if sizes:
+                            parts.append(f"std::vector<c10::SymInt>{{{', '.join(sizes)}}}")
+                            sizes = []
+                        parts.append(self.shape(i.seq))
                     else:
-                        parts.append(f"c10::SymIntArrayRef(std::vector<c10::SymInt>"
-                                     f"{{{self.size(i)}}})")
-                return f"meta_cat({{{', '.join(parts)}}})"
+                        sizes.append(self.size(i))
+                if sizes:
+                    parts.append(f"std::vector<c10::SymInt>{{{', '.join(sizes)}}}")
+                return "meta_cat({" + ", ".join(f"c10::SymIntArrayRef({p})" for p in parts) + "})"
             case S.Concat(left=a, right=b):
                 self.helpers.add("cat")
                 return (f"meta_cat({{c10::SymIntArrayRef({self.shape(a)}), "

@@ -106,7 +106,7 @@ at::Tensor meta_row_normalize_backward(const at::Tensor& grad, const at::Tensor&
 // exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
 // fake: empty([num_segments, *values.shape[1:]])
 at::Tensor meta_segment_sum(const at::Tensor& values, const at::Tensor& /*segment_ids*/, c10::SymInt num_segments) {
-  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{num_segments}), c10::SymIntArrayRef(meta_slice(values.sym_sizes(), int64_t{1}, std::nullopt))}), values, std::nullopt);
+  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{num_segments}), c10::SymIntArrayRef(meta_slice(values.sym_sizes(), 1, std::nullopt))}), values, std::nullopt);
 }
 }  // namespace
 

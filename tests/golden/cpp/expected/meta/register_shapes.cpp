@@ -172,13 +172,13 @@ at::Tensor meta_amax(const at::Tensor& self, int64_t dim, bool keepdim) {
 // shapetest::tile_rows(Tensor self, SymInt times) -> Tensor
 // fake: empty([self.size(0) * times, *self.shape[1:]])
 at::Tensor meta_tile_rows(const at::Tensor& self, c10::SymInt times) {
-  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{(self.sym_size(int64_t{0}) * times)}), c10::SymIntArrayRef(meta_slice(self.sym_sizes(), int64_t{1}, std::nullopt))}), self, std::nullopt);
+  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{(self.sym_size(0) * times)}), c10::SymIntArrayRef(meta_slice(self.sym_sizes(), 1, std::nullopt))}), self, std::nullopt);
 }
 
 // shapetest::grow(Tensor self, SymInt n) -> Tensor
 // fake: empty([max(self.size(0), n), *self.shape[1:]])
 at::Tensor meta_grow(const at::Tensor& self, c10::SymInt n) {
-  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{self.sym_size(int64_t{0}).max(n)}), c10::SymIntArrayRef(meta_slice(self.sym_sizes(), int64_t{1}, std::nullopt))}), self, std::nullopt);
+  return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{self.sym_size(0).max(n)}), c10::SymIntArrayRef(meta_slice(self.sym_sizes(), 1, std::nullopt))}), self, std::nullopt);
 }
 
 // shapetest::astype(Tensor self, ScalarType dtype) -> Tensor
