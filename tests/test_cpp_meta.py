@@ -151,3 +151,22 @@ def test_meta_kernels_built_and_run(tmp_path, monkeypatch):
             assert has_py_fake, name
     assert {c.split("[")[0] for c in report["checked"]} == set(cpp)
     assert any(report["symbolic"])
+
+
+def test_schema_hash_covers_compiled_rules(tmp_path):
+    """A rule compiled into the library changes its schema hash (a stale build is refused); a
+    rule that stays Python does not (no rebuild needed)."""
+    from codegen.dest.cpp_library import schema_hash
+
+    def hash_of(rule_a: str, rule_b: str) -> str:
+        p = tmp_path / "h.yaml"
+        p.write_text("namespace: h\nops:\n"
+                     "  - func: a(Tensor self) -> Tensor\n"
+                     f"    dispatch: {{CPU: a_cpu}}\n    fake: {rule_a}\n"
+                     "  - func: b(Tensor self) -> Tensor\n"
+                     f"    dispatch: {{CPU: b_cpu}}\n    fake: {rule_b}\n", encoding="utf-8")
+        return schema_hash(load_library([str(p)]), "h")
+
+    base = hash_of("like(self)", "empty([dynamic()])")
+    assert hash_of("like(self, dtype=int64)", "empty([dynamic()])") != base
+    assert hash_of("like(self)", "empty([dynamic(min=1)])") == base
