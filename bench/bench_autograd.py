@@ -3,7 +3,8 @@ side by side in one run, against the same op (same Python kernel, same gradient 
 other ways:
 
   generated        exops::gated_residual: Python kernel + `derivatives:` formulas, registered by
-                   the generated runtime._reg_exops (torch.library.register_autograd)
+                   the generated runtime._reg_exops (an autograd.Function applied by the op's
+                   Autograd kernel: Note [Generated autograd] in codegen/dest/py_reg.py)
   Library          hand-written Library.define/impl + register_autograd
   custom_op        torch.library.custom_op + register_autograd
   Function         a plain torch.autograd.Function

@@ -7,8 +7,11 @@ by its `m.set_python_module`). It registers, on one `torch.library.Library(ns, "
 - fake kernels, from shape rules (`codegen.shape`), from the schema alone (in-place, out=, `-> ()`),
   or Python functions, with `torch.library.register_fake`;
   rules that `codegen.dest.cpp_meta` translates are C++ Meta kernels instead, with no Python fake;
-- autograd, from derivative formulas (`codegen.formulas`), with
-  `torch.library.register_autograd(op, backward, setup_context=...)`;
+- autograd, from derivative formulas (`codegen.formulas`): a `torch.autograd.Function` per op
+  (forward below autograd, setup_context saving only what the formulas read, backward from the
+  formulas, vmap support) and an `Autograd` kernel applying it, so that torch.func (`grad`,
+  `vmap`, `jacrev`) works on the op and a call costs less than through
+  `torch.library.register_autograd` (Note [Generated autograd]);
 - `Functionalize` kernels for in-place and out= ops, as their functional variant plus copies
   (Note [Functionalizing mutable ops]), so torch.compile and export take them;
 - batching rules (`pointwise`, `leading`, or Python functions) with `torch.library.register_vmap`;
@@ -24,6 +27,7 @@ import ast
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, ClassVar
 
 import jinja2
 
@@ -58,6 +62,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "fold_leading": (),
     "not_implemented": (),
     "first_order": (),
+    "apply": (),
 }
 
 # Dispatch keys a Python kernel is registered under, as `Library.impl` spells them.
@@ -95,15 +100,17 @@ def q(text: str) -> str:
     return r
 
 
-def docstring(text: str) -> str:
-    """`text` as the inside of a triple-quoted docstring at function-body indentation."""
+def docstring(text: str, indent: int = 4) -> str:
+    """`text` as the inside of a triple-quoted docstring indented by `indent` (a function body's
+    by default)."""
     text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
     if text.endswith('"'):
         text = text[:-1] + '\\"'
     lines = text.splitlines() or [""]
     if len(lines) == 1:
         return lines[0]
-    return "\n".join([lines[0]] + [("    " + line) if line else "" for line in lines[1:]]) + "\n    "
+    pad = " " * indent
+    return "\n".join([lines[0]] + [(pad + line) if line else "" for line in lines[1:]]) + "\n" + pad
 
 
 def wrap_call(line: str, width: int = 100) -> str:
@@ -452,14 +459,26 @@ class Function:
     params: str
     body: list[str]
     doc: str | None = None
-    decorator: str | None = None
+    decorators: list[str] = field(default_factory=list)
+    kind: ClassVar[str] = "function"
+
+
+@dataclass
+class Class:
+    """A class of static methods (a torch.autograd.Function)."""
+    name: str
+    base: str
+    doc: str
+    methods: list[Function]
+    kind: ClassVar[str] = "class"
 
 
 @dataclass
 class Section:
-    """Everything the module holds for one op: functions, then registration statements."""
+    """Everything the module holds for one op: functions and classes, then registration
+    statements."""
     schema: str
-    functions: list[Function] = field(default_factory=list)
+    functions: list[Function | Class] = field(default_factory=list)
     registrations: list[str] = field(default_factory=list)
 
 
@@ -614,6 +633,24 @@ class _Module:
     # -- autograd
 
     def autograd(self, op: Op, api: str, sec: Section) -> None:
+        """An Autograd kernel and the `torch.autograd.Function` it applies, from the formulas.
+
+        Note [Generated autograd]
+        `torch.library.register_autograd` applies an autograd.Function from the op's Autograd
+        kernel; under torch.func that Function goes to functorch's custom_function_call, which
+        has no kernel at the Autograd key the dispatcher is already at (pytorch#168393), and
+        every call pays for a metadata object and signature binding. The generated Function has
+        `forward(*inputs)` calling the op below autograd with grad mode on (as C++ autograd
+        kernels do, so that torch.func's lower levels record the call), `setup_context(ctx,
+        inputs, output)` saving only what the formulas read, and `backward` from the formulas.
+        The op's Autograd kernel calls the op below autograd at once when no gradient can be
+        asked for, and otherwise applies the Function plainly (`_apply`), as a C++ autograd
+        kernel records an op on the current torch.func level's tensors: grad, vjp and jacrev
+        work, and vmap reaches the op's batching rule through the dispatcher below (the Function
+        itself is never vmapped). Formulas are reverse-mode only: the Function's jvp raises.
+        Tensor[] inputs are passed flat (autograd tracks Tensor arguments only), after one count
+        per list.
+        """
         d = op.derivatives
         if not isinstance(d, F.Derivatives):
             return
@@ -625,6 +662,208 @@ class _Module:
             refs[ref] = target
         schema = op.schema
         plan = F.saved(d, schema)
+        args = list(schema.arguments)
+
+        def is_list(a: Argument) -> bool:
+            return is_tensor_like(a.type) and isinstance(strip_optional(a.type), ListType)
+
+        if any(is_tensor_like(r.type) and isinstance(strip_optional(r.type), ListType)
+               for r in schema.returns) or \
+                any(is_list(a) and a.type != strip_optional(a.type) for a in args):
+            # A Tensor[] output, or an optional Tensor[] input, does not pass through an
+            # autograd.Function as flat Tensors: torch.library wraps it (no torch.func then).
+            self._register_autograd(op, api, sec, d, refs, plan)
+            return
+
+        # The Function's inputs: one slot per argument (a count for a Tensor[]), then the
+        # elements of the Tensor[] arguments.
+        lists = [a for a in args if is_list(a)]
+        slot_names = [f"{a.name}_len" if is_list(a) else a.name for a in args]
+        slot = {a.name: i for i, a in enumerate(args)}
+        n_slots = len(args)
+        flat = lists[0].name if len(lists) == 1 else "flat"
+
+        grads = _grad_names(schema)
+        results = [("result" if len(schema.returns) == 1
+                    else f"result_{r.name}" if r.name else f"result{i}")
+                   for i, r in enumerate(schema.returns)]
+        taken = {"ctx", "needs", "saved", *grads, *results,
+                 *(f"{a.name}_grad" for a in args), *(f"{a.name}_len" for a in lists)}
+        if len(lists) > 1:
+            taken.add(flat)
+        clash = [a.name for a in args if a.name in taken]
+        if clash:
+            self.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
+                             "generated backward", "rename it")
+            return
+
+        def list_slice(seq: str, k: int, count: Callable[[str], str], base: int) -> str:
+            """The elements of the k-th Tensor[] argument in `seq`, which holds the elements of
+            them all from index `base` on; `count(name)` spells a list's length."""
+            parts = ([str(base)] if base else []) + [count(a.name) for a in lists[:k]]
+            start = " + ".join(parts)
+            if k == len(lists) - 1:
+                return f"{seq}[{start}:]" if start else seq
+            return f"{seq}[{start}:{' + '.join(parts + [count(lists[k].name)])}]"
+
+        def input_count(name: str) -> str:
+            return f"inputs[{slot[name]}]"
+
+        def source(a_name: str) -> str:
+            arg = schema.argument(a_name)
+            assert arg is not None
+            if is_list(arg):
+                return list_slice("inputs", lists.index(arg), input_count, n_slots)
+            return f"inputs[{slot[a_name]}]"
+
+        def output(i: int) -> str:
+            return "output" if len(schema.returns) == 1 else f"output[{i}]"
+
+        # forward: the op below autograd.
+        forward: list[str] = []
+        if len(lists) > 1:
+            for k, a in enumerate(lists):
+                forward.append(f"{a.name} = list({list_slice('flat', k, lambda n: f'{n}_len', 0)})")
+        elif lists:
+            forward.append(f"{flat} = list({flat})")
+        call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
+        # Grad mode on, as in a C++ autograd kernel (apply turns it off): under torch.func the
+        # op then records at the transform levels below this one.
+        forward.append("with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():")
+        forward.append(f"    return {call}")
+        forward_params = ", ".join(slot_names + ([f"*{flat}"] if lists else []))
+
+        # setup_context
+        setup: list[str] = []
+        singles = [(n, source(n)) for n in plan.tensors] + \
+            [(results[i], output(i)) for i in plan.results]
+        saved_lists = [(n, source(n)) for n in plan.tensor_lists]
+        saved_args = [s for _, s in singles] + [f"*{s}" for _, s in saved_lists]
+        if saved_args:
+            setup.append(f"ctx.save_for_backward({', '.join(saved_args)})")
+        for local, src in saved_lists[:-1]:
+            setup.append(f"ctx.{local}_count = len({src})")
+        for a in lists[:-1]:
+            setup.append(f"ctx.{a.name}_len = {input_count(a.name)}")
+        for a_name, what in plan.meta:
+            src = source(a_name)
+            arg = schema.argument(a_name)
+            assert arg is not None
+            value = f"{src}.{what}"
+            if arg.type != strip_optional(arg.type):
+                value = f"None if {src} is None else {value}"
+            setup.append(f"ctx.{a_name}_{what} = {value}")
+        for a_name in plan.values:
+            setup.append(f"ctx.{a_name} = {source(a_name)}")
+        non_diff = [i for i, flag in enumerate(d.output_differentiability)
+                    if not flag and is_tensor_like(schema.returns[i].type)]
+        if non_diff:
+            setup.append("ctx.mark_non_differentiable("
+                         + ", ".join(output(i) for i in non_diff) + ")")
+        if not setup:
+            setup.append("pass")
+
+        # backward
+        body: list[str] = []
+        if singles or saved_lists:
+            targets = [local for local, _ in singles]
+            if not saved_lists:
+                body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
+                            "= ctx.saved_tensors")
+            elif not targets and len(saved_lists) == 1:
+                body.append(f"{saved_lists[0][0]} = list(ctx.saved_tensors)")
+            else:
+                body.append("saved = ctx.saved_tensors")
+                for i, local in enumerate(targets):
+                    body.append(f"{local} = saved[{i}]")
+                offset = str(len(targets))
+                for local, _ in saved_lists[:-1]:
+                    end = f"{offset} + ctx.{local}_count"
+                    body.append(f"{local} = list(saved[{offset}:{end}])")
+                    offset = end
+                body.append(f"{saved_lists[-1][0]} = list(saved[{offset}:])")
+        for a_name in plan.values:
+            body.append(f"{a_name} = ctx.{a_name}")
+        body.append("needs = ctx.needs_input_grad")
+        if lists:
+            # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
+            for a in lists[:-1]:
+                body.append(f"{a.name}_len = ctx.{a.name}_len")
+            rest = " - ".join([f"len(needs) - {n_slots}"] + [f"{a.name}_len" for a in lists[:-1]])
+            body.append(f"{lists[-1].name}_len = {rest}")
+
+        meta_only = {a for a, _ in plan.meta}
+        emit_names = Names(inputs={a.name: a.name for a in args}, meta=meta_only,
+                           grads=grads, results=results, ops=refs)
+        emitter = FormulaEmitter(op, emit_names, self.helpers)
+
+        def needs(a_name: str) -> str:
+            arg = schema.argument(a_name)
+            assert arg is not None
+            if is_list(arg):
+                elements = list_slice("needs", lists.index(arg), lambda n: f"{n}_len", n_slots)
+                return f"any({elements})"
+            return f"needs[{slot[a_name]}]"
+
+        grad_vars = {a.name: f"{a.name}_grad" for a in args if is_tensor_like(a.type)}
+        for a in args:
+            if a.name in grad_vars:
+                # A Tensor[] input's gradient is a list of the same length.
+                body.append(f"{grad_vars[a.name]} = "
+                            + (f"[None] * {a.name}_len" if is_list(a) else "None"))
+        for f in d.formulas:
+            targets = [grad_vars[n] for n in f.inputs]
+            cond = " or ".join(needs(n) for n in f.inputs)
+            body.append(f"if {cond}:")
+            body.append(f"    {', '.join(targets)} = {emitter.expr(f.expr)}")
+        returns = [grad_vars[a.name] if a.name in grad_vars and not is_list(a) else "None"
+                   for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
+        ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
+        body.append(f"return {ret}")
+
+        why_no_jvp = (f"{qualname(op)} has no forward-mode derivative: its derivative formulas "
+                      "are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+        backward_decorators = ["staticmethod"]
+        once = F.first_order_only(self.lib, op)
+        if once:
+            self.helpers.add("first_order")
+            why = (f"{qualname(op)}'s backward calls "
+                   + ", ".join(qualname(o) for o in once)
+                   + ", which has no derivatives; give it `derivatives:` in the op file to "
+                   "differentiate twice")
+            backward_decorators.append(f"_first_order({q(why)})")
+        cls = Class(
+            f"_{_camel(api)}Function", "torch.autograd.Function",
+            f"{qualname(op)} under autograd, from its derivative formulas.",
+            [Function("forward", forward_params, forward, decorators=["staticmethod"]),
+             Function("setup_context", "ctx, inputs, output", setup, decorators=["staticmethod"]),
+             Function("backward", "ctx, " + ", ".join(grads), body, _formulas_doc(d),
+                      decorators=backward_decorators),
+             Function("jvp", "ctx, *tangents",
+                      [f"raise NotImplementedError({q(why_no_jvp)})"],
+                      decorators=["staticmethod"])])
+        sec.functions.append(cls)
+
+        # The Autograd kernel: the Function only when a gradient may be asked for.
+        self.helpers.add("apply")
+        tensors = [a.name for a in args if is_tensor_like(a.type)]
+        applied = [f"len({a.name})" if is_list(a) else a.name for a in args] + \
+            [f"*{a.name}" for a in lists]
+        kernel = [
+            f"if _differentiating({', '.join(tensors)}):",
+            f"    return _apply({cls.name}, {', '.join(applied)})",
+            "with torch._C._AutoDispatchBelowAutograd():",
+            f"    return {call}",
+        ]
+        name = f"_{api}_autograd"
+        sec.functions.append(Function(name, ", ".join(P.parameters(schema)), kernel,
+                                      f"Autograd kernel: {cls.name} when differentiating."))
+        sec.registrations.append(f"_lib.impl({q(_op_name(op))}, {name}, \"Autograd\")")
+
+    def _register_autograd(self, op: Op, api: str, sec: Section, d: F.Derivatives,
+                           refs: dict[F.OpRef, Op], plan: F.Saved) -> None:
+        """torch.library.register_autograd, for ops whose Tensor lists cannot be passed flat."""
+        schema = op.schema
         positional = schema.positional
         kw_only = bool(schema.kwarg_only)
         has_lists = any(isinstance(strip_optional(t), ListType) and is_tensor_like(t)
@@ -759,7 +998,7 @@ class _Module:
                    + ", ".join(qualname(o) for o in once)
                    + ", which has no derivatives; give it `derivatives:` in the op file to "
                    "differentiate twice")
-            backward = f"_first_order({backward_name}, {q(why)})"
+            backward = f"_first_order({q(why)})({backward_name})"
         sec.registrations.append(f"torch.library.register_autograd({q(qualname(op))}, "
                                  f"{backward}, setup_context={setup_name}, lib=_lib)")
 
@@ -963,6 +1202,11 @@ def _plain(a: Argument) -> tuple:
 def _op_name(op: Op) -> str:
     """The op's name inside its namespace, as `Library.impl` takes it."""
     return op.name.name + (f".{op.name.overload}" if op.name.overload else "")
+
+
+def _camel(name: str) -> str:
+    """`smooth_clamp` -> `SmoothClamp` (an empty part, from `__` or a trailing `_`, stays `_`)."""
+    return "".join(p[:1].upper() + p[1:] if p else "_" for p in name.split("_"))
 
 
 def _grad_names(schema: FunctionSchema) -> list[str]:

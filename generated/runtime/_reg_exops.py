@@ -139,41 +139,80 @@ def _fold_leading(x, bdim, batch_size):
 class _SecondOrderError(torch.autograd.Function):
     """Passes gradients through; differentiating them again raises `message`."""
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, message, count, *tensors):
-        ctx.message = message
+    def forward(message, count, *tensors):
         return tuple(t.view_as(t) for t in tensors[:count])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[0]
 
     @staticmethod
     def backward(ctx, *grads):
         raise RuntimeError(ctx.message)
 
 
-def _first_order(backward, message):
-    """`backward` for an op whose gradient formulas are not differentiable.
+def _first_order(message):
+    """Decorates the backward of an op whose gradient formulas are not differentiable.
 
     With create_graph=True the gradients it returns are marked, so that differentiating them
     again raises `message` instead of silently giving a wrong (zero) second derivative.
     """
 
-    @functools.wraps(backward)
-    def wrapper(ctx, *grads):
-        if not torch.is_grad_enabled():
-            return backward(ctx, *grads)
-        with torch.no_grad():
-            result = backward(ctx, *grads)
-        anchors = [t for t in (*grads, *ctx.saved_tensors)
-                   if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not anchors:
-            return result
-        flat = list(result) if isinstance(result, tuple) else [result]
-        where = [i for i, g in enumerate(flat) if isinstance(g, torch.Tensor)]
-        marked = _SecondOrderError.apply(message, len(where), *(flat[i] for i in where), *anchors)
-        for i, t in zip(where, marked):
-            flat[i] = t
-        return tuple(flat) if isinstance(result, tuple) else flat[0]
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grads):
+            if not torch.is_grad_enabled():
+                return backward(ctx, *grads)
+            with torch.no_grad():
+                result = backward(ctx, *grads)
+            anchors = [t for t in (*grads, *ctx.saved_tensors)
+                       if isinstance(t, torch.Tensor) and t.requires_grad]
+            if not anchors:
+                return result
+            flat = list(result) if isinstance(result, tuple) else [result]
+            where = [i for i, g in enumerate(flat) if isinstance(g, torch.Tensor)]
+            marked = _SecondOrderError.apply(message, len(where), *(flat[i] for i in where),
+                                             *anchors)
+            for i, t in zip(where, marked):
+                flat[i] = t
+            return tuple(flat) if isinstance(result, tuple) else flat[0]
 
-    return wrapper
+        return wrapper
+
+    return decorate
+
+
+_APPLY = torch._C._FunctionBase.__dict__["apply"]
+_FORWARD_AD = torch.autograd.forward_ad
+
+
+def _differentiating(*tensors):
+    """Whether autograd may record a call on `tensors`: grad mode is on and one requires grad,
+    or forward-mode AD is on (the Function's jvp then says it has no forward derivative)."""
+    return (torch._C.is_grad_enabled() and torch._C._any_requires_grad(*tensors)) or \
+        _FORWARD_AD._current_level >= 0
+
+
+def _apply(function, *args):
+    """`function.apply(*args)` from an Autograd kernel, with every argument given in order.
+
+    torch.autograd.Function.apply binds the arguments to forward's signature on every call, and
+    under torch.func hands the Function to functorch, which cannot run it from inside the
+    dispatcher. The plain apply records the op on the current transform level's tensors, as a
+    C++ autograd kernel does; functorch allows that of a single-level Function when asked.
+    """
+    apply = _APPLY.__get__(None, function)
+    if not torch._C._are_functorch_transforms_active():
+        return apply(*args)
+    allowed = torch._C._functorch.get_single_level_autograd_function_allowed()
+    torch._C._functorch.set_single_level_autograd_function_allowed(True)
+    try:
+        return apply(*args)
+    finally:
+        torch._C._functorch.set_single_level_autograd_function_allowed(allowed)
 
 
 # exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
@@ -184,25 +223,46 @@ def _scaled_add_fake(self, other, *, alpha=1):
     return _broadcast(self, other)
 
 
-def _scaled_add_setup_context(ctx, inputs, keyword_only_inputs, output):
-    ctx.self_shape = inputs[0].shape
-    ctx.other_shape = inputs[1].shape
-    ctx.alpha = keyword_only_inputs["alpha"]
+class _ScaledAddFunction(torch.autograd.Function):
+    """exops::scaled_add under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(self, other, alpha):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.scaled_add.default(self, other, alpha=alpha)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.self_shape = inputs[0].shape
+        ctx.other_shape = inputs[1].shape
+        ctx.alpha = inputs[2]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """self: unbroadcast(grad, self)
+        other: unbroadcast(grad * alpha, other)
+        """
+        alpha = ctx.alpha
+        needs = ctx.needs_input_grad
+        self_grad = None
+        other_grad = None
+        if needs[0]:
+            self_grad = grad.sum_to_size(ctx.self_shape)
+        if needs[1]:
+            other_grad = (grad * alpha).sum_to_size(ctx.other_shape)
+        return self_grad, other_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::scaled_add has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _scaled_add_backward(ctx, grad):
-    """self: unbroadcast(grad, self)
-    other: unbroadcast(grad * alpha, other)
-    """
-    alpha = ctx.alpha
-    needs = ctx.needs_input_grad
-    self_grad = None
-    other_grad = None
-    if needs[0]:
-        self_grad = grad.sum_to_size(ctx.self_shape)
-    if needs[1]:
-        other_grad = (grad * alpha).sum_to_size(ctx.other_shape)
-    return self_grad, other_grad
+def _scaled_add_autograd(self, other, *, alpha=1):
+    """Autograd kernel: _ScaledAddFunction when differentiating."""
+    if _differentiating(self, other):
+        return _apply(_ScaledAddFunction, self, other, alpha)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.scaled_add.default(self, other, alpha=alpha)
 
 
 def _scaled_add_vmap(info, in_dims, self, other, *, alpha=1):
@@ -213,12 +273,7 @@ def _scaled_add_vmap(info, in_dims, self, other, *, alpha=1):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::scaled_add", "Meta"):
     torch.library.register_fake("exops::scaled_add", _scaled_add_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::scaled_add",
-    _scaled_add_backward,
-    setup_context=_scaled_add_setup_context,
-    lib=_lib,
-)
+_lib.impl("scaled_add", _scaled_add_autograd, "Autograd")
 torch.library.register_vmap("exops::scaled_add", _scaled_add_vmap, lib=_lib)
 
 
@@ -242,20 +297,41 @@ def _soft_shrink_fake(self, lambd=0.5):
     return self.new_empty(self.shape)
 
 
-def _soft_shrink_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-    ctx.lambd = inputs[1]
+class _SoftShrinkFunction(torch.autograd.Function):
+    """exops::soft_shrink under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(self, lambd):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.soft_shrink.default(self, lambd)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.lambd = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """self: grad * (self.abs() > lambd)"""
+        self, = ctx.saved_tensors
+        lambd = ctx.lambd
+        needs = ctx.needs_input_grad
+        self_grad = None
+        if needs[0]:
+            self_grad = grad * (self.abs() > lambd)
+        return self_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::soft_shrink has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _soft_shrink_backward(ctx, grad):
-    """self: grad * (self.abs() > lambd)"""
-    self, = ctx.saved_tensors
-    lambd = ctx.lambd
-    needs = ctx.needs_input_grad
-    self_grad = None
-    if needs[0]:
-        self_grad = grad * (self.abs() > lambd)
-    return self_grad, None
+def _soft_shrink_autograd(self, lambd=0.5):
+    """Autograd kernel: _SoftShrinkFunction when differentiating."""
+    if _differentiating(self):
+        return _apply(_SoftShrinkFunction, self, lambd)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.soft_shrink.default(self, lambd)
 
 
 def _soft_shrink_vmap(info, in_dims, self, lambd=0.5):
@@ -266,12 +342,7 @@ def _soft_shrink_vmap(info, in_dims, self, lambd=0.5):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink", "Meta"):
     torch.library.register_fake("exops::soft_shrink", _soft_shrink_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::soft_shrink",
-    _soft_shrink_backward,
-    setup_context=_soft_shrink_setup_context,
-    lib=_lib,
-)
+_lib.impl("soft_shrink", _soft_shrink_autograd, "Autograd")
 torch.library.register_vmap("exops::soft_shrink", _soft_shrink_vmap, lib=_lib)
 
 
@@ -336,30 +407,48 @@ def _weighted_sum_fake(tensors, weights):
     return _broadcast(*tensors, 1.0)
 
 
-def _weighted_sum_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[0])
-    ctx.weights = inputs[1]
+class _WeightedSumFunction(torch.autograd.Function):
+    """exops::weighted_sum under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(tensors_len, weights, *tensors):
+        tensors = list(tensors)
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.weighted_sum.default(tensors, weights)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[2:])
+        ctx.weights = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """tensors: [unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]"""
+        tensors = list(ctx.saved_tensors)
+        weights = ctx.weights
+        needs = ctx.needs_input_grad
+        tensors_len = len(needs) - 2
+        tensors_grad = [None] * tensors_len
+        if any(needs[2:]):
+            tensors_grad = [(grad * w).sum_to_size(t.shape) for t, w in zip(tensors, weights)]
+        return None, None, *tensors_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::weighted_sum has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _weighted_sum_backward(ctx, grad):
-    """tensors: [unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]"""
-    tensors = list(ctx.saved_tensors)
-    weights = ctx.weights
-    needs = ctx.needs_input_grad
-    tensors_grad = [None] * len(needs[0])
-    if any(needs[0]):
-        tensors_grad = [(grad * w).sum_to_size(t.shape) for t, w in zip(tensors, weights)]
-    return tensors_grad, None
+def _weighted_sum_autograd(tensors, weights):
+    """Autograd kernel: _WeightedSumFunction when differentiating."""
+    if _differentiating(tensors):
+        return _apply(_WeightedSumFunction, len(tensors), weights, *tensors)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.weighted_sum.default(tensors, weights)
 
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::weighted_sum", "Meta"):
     torch.library.register_fake("exops::weighted_sum", _weighted_sum_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::weighted_sum",
-    _weighted_sum_backward,
-    setup_context=_weighted_sum_setup_context,
-    lib=_lib,
-)
+_lib.impl("weighted_sum", _weighted_sum_autograd, "Autograd")
 
 
 # exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
@@ -403,20 +492,41 @@ def _smooth_clamp_fake(self, limit=1.0):
     return self.new_empty(self.shape)
 
 
-def _smooth_clamp_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-    ctx.limit = inputs[1]
+class _SmoothClampFunction(torch.autograd.Function):
+    """exops::smooth_clamp under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(self, limit):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.smooth_clamp.default(self, limit)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.limit = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """self: smooth_clamp_backward(grad, self, limit)"""
+        self, = ctx.saved_tensors
+        limit = ctx.limit
+        needs = ctx.needs_input_grad
+        self_grad = None
+        if needs[0]:
+            self_grad = _ops.smooth_clamp_backward.default(grad, self, limit)
+        return self_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::smooth_clamp has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _smooth_clamp_backward(ctx, grad):
-    """self: smooth_clamp_backward(grad, self, limit)"""
-    self, = ctx.saved_tensors
-    limit = ctx.limit
-    needs = ctx.needs_input_grad
-    self_grad = None
-    if needs[0]:
-        self_grad = _ops.smooth_clamp_backward.default(grad, self, limit)
-    return self_grad, None
+def _smooth_clamp_autograd(self, limit=1.0):
+    """Autograd kernel: _SmoothClampFunction when differentiating."""
+    if _differentiating(self):
+        return _apply(_SmoothClampFunction, self, limit)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.smooth_clamp.default(self, limit)
 
 
 def _smooth_clamp_vmap(info, in_dims, self, limit=1.0):
@@ -427,12 +537,7 @@ def _smooth_clamp_vmap(info, in_dims, self, limit=1.0):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp", "Meta"):
     torch.library.register_fake("exops::smooth_clamp", _smooth_clamp_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::smooth_clamp",
-    _smooth_clamp_backward,
-    setup_context=_smooth_clamp_setup_context,
-    lib=_lib,
-)
+_lib.impl("smooth_clamp", _smooth_clamp_autograd, "Autograd")
 torch.library.register_vmap("exops::smooth_clamp", _smooth_clamp_vmap, lib=_lib)
 torch.library.register_autocast("exops::smooth_clamp", "cpu", torch.bfloat16, lib=_lib)
 
@@ -445,25 +550,46 @@ def _smooth_clamp_backward_fake(grad_output, self, limit):
     return _broadcast(grad_output, self)
 
 
-def _smooth_clamp_backward_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.limit = inputs[2]
+class _SmoothClampBackwardFunction(torch.autograd.Function):
+    """exops::smooth_clamp_backward under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(grad_output, self, limit):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.smooth_clamp_backward.default(grad_output, self, limit)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+        ctx.limit = inputs[2]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """grad_output: unbroadcast(smooth_clamp_backward(grad, self, limit), grad_output)
+        self: unbroadcast(-2 / limit * grad * grad_output * torch.tanh(self / limit) * (1 - torch.tanh(self / limit) ** 2), self)
+        """
+        grad_output, self = ctx.saved_tensors
+        limit = ctx.limit
+        needs = ctx.needs_input_grad
+        grad_output_grad = None
+        self_grad = None
+        if needs[0]:
+            grad_output_grad = _ops.smooth_clamp_backward.default(grad, self, limit).sum_to_size(grad_output.shape)
+        if needs[1]:
+            self_grad = (-2 / limit * grad * grad_output * torch.tanh(self / limit) * (1 - torch.tanh(self / limit) ** 2)).sum_to_size(self.shape)
+        return grad_output_grad, self_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::smooth_clamp_backward has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _smooth_clamp_backward_backward(ctx, grad):
-    """grad_output: unbroadcast(smooth_clamp_backward(grad, self, limit), grad_output)
-    self: unbroadcast(-2 / limit * grad * grad_output * torch.tanh(self / limit) * (1 - torch.tanh(self / limit) ** 2), self)
-    """
-    grad_output, self = ctx.saved_tensors
-    limit = ctx.limit
-    needs = ctx.needs_input_grad
-    grad_output_grad = None
-    self_grad = None
-    if needs[0]:
-        grad_output_grad = _ops.smooth_clamp_backward.default(grad, self, limit).sum_to_size(grad_output.shape)
-    if needs[1]:
-        self_grad = (-2 / limit * grad * grad_output * torch.tanh(self / limit) * (1 - torch.tanh(self / limit) ** 2)).sum_to_size(self.shape)
-    return grad_output_grad, self_grad, None
+def _smooth_clamp_backward_autograd(grad_output, self, limit):
+    """Autograd kernel: _SmoothClampBackwardFunction when differentiating."""
+    if _differentiating(grad_output, self):
+        return _apply(_SmoothClampBackwardFunction, grad_output, self, limit)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.smooth_clamp_backward.default(grad_output, self, limit)
 
 
 def _smooth_clamp_backward_vmap(info, in_dims, grad_output, self, limit):
@@ -478,12 +604,7 @@ if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp_backw
     _smooth_clamp_backward_fake,
     lib=_lib,
 )
-torch.library.register_autograd(
-    "exops::smooth_clamp_backward",
-    _smooth_clamp_backward_backward,
-    setup_context=_smooth_clamp_backward_setup_context,
-    lib=_lib,
-)
+_lib.impl("smooth_clamp_backward", _smooth_clamp_backward_autograd, "Autograd")
 torch.library.register_vmap("exops::smooth_clamp_backward", _smooth_clamp_backward_vmap, lib=_lib)
 
 
@@ -515,20 +636,42 @@ def _row_normalize_fake(x, eps=1e-06):
     return x.new_empty(x.shape)
 
 
-def _row_normalize_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-    ctx.eps = inputs[1]
+class _RowNormalizeFunction(torch.autograd.Function):
+    """exops::row_normalize under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, eps):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.row_normalize.default(x, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.eps = inputs[1]
+
+    @staticmethod
+    @_first_order("exops::row_normalize's backward calls exops::row_normalize_backward, which has no derivatives; give it `derivatives:` in the op file to differentiate twice")
+    def backward(ctx, grad):
+        """x: row_normalize_backward(grad, x, eps)"""
+        x, = ctx.saved_tensors
+        eps = ctx.eps
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = _ops.row_normalize_backward.default(grad, x, eps)
+        return x_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::row_normalize has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _row_normalize_backward(ctx, grad):
-    """x: row_normalize_backward(grad, x, eps)"""
-    x, = ctx.saved_tensors
-    eps = ctx.eps
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = _ops.row_normalize_backward.default(grad, x, eps)
-    return x_grad, None
+def _row_normalize_autograd(x, eps=1e-06):
+    """Autograd kernel: _RowNormalizeFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_RowNormalizeFunction, x, eps)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.row_normalize.default(x, eps)
 
 
 def _row_normalize_vmap(info, in_dims, x, eps=1e-06):
@@ -540,12 +683,7 @@ def _row_normalize_vmap(info, in_dims, x, eps=1e-06):
 _lib.impl("row_normalize", row_normalize, "CompositeExplicitAutograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::row_normalize", "Meta"):
     torch.library.register_fake("exops::row_normalize", _row_normalize_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::row_normalize",
-    _first_order(_row_normalize_backward, "exops::row_normalize's backward calls exops::row_normalize_backward, which has no derivatives; give it `derivatives:` in the op file to differentiate twice"),
-    setup_context=_row_normalize_setup_context,
-    lib=_lib,
-)
+_lib.impl("row_normalize", _row_normalize_autograd, "Autograd")
 torch.library.register_vmap("exops::row_normalize", _row_normalize_vmap, lib=_lib)
 torch.library.register_autocast("exops::row_normalize", "cpu", torch.float32, lib=_lib)
 
@@ -575,62 +713,94 @@ def _segment_sum_fake(values, segment_ids, num_segments):
     return values.new_empty([num_segments, *values.shape[1:]])
 
 
-def _segment_sum_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
+class _SegmentSumFunction(torch.autograd.Function):
+    """exops::segment_sum under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(values, segment_ids, num_segments):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.segment_sum.default(values, segment_ids, num_segments)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        """values: grad.index_select(0, segment_ids)
+        segment_ids: non_differentiable
+        """
+        segment_ids, = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        values_grad = None
+        segment_ids_grad = None
+        if needs[0]:
+            values_grad = grad.index_select(0, segment_ids)
+        return values_grad, segment_ids_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::segment_sum has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _segment_sum_backward(ctx, grad):
-    """values: grad.index_select(0, segment_ids)
-    segment_ids: non_differentiable
-    """
-    segment_ids, = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    values_grad = None
-    segment_ids_grad = None
-    if needs[0]:
-        values_grad = grad.index_select(0, segment_ids)
-    return values_grad, segment_ids_grad, None
+def _segment_sum_autograd(values, segment_ids, num_segments):
+    """Autograd kernel: _SegmentSumFunction when differentiating."""
+    if _differentiating(values, segment_ids):
+        return _apply(_SegmentSumFunction, values, segment_ids, num_segments)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.segment_sum.default(values, segment_ids, num_segments)
 
 
 _lib.impl("segment_sum", segment_sum, "CompositeExplicitAutograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::segment_sum", "Meta"):
     torch.library.register_fake("exops::segment_sum", _segment_sum_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::segment_sum",
-    _segment_sum_backward,
-    setup_context=_segment_sum_setup_context,
-    lib=_lib,
-)
+_lib.impl("segment_sum", _segment_sum_autograd, "Autograd")
 
 
 # exops::gated_residual(Tensor x, Tensor gate) -> Tensor
 
 
-def _gated_residual_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
+class _GatedResidualFunction(torch.autograd.Function):
+    """exops::gated_residual under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, gate):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.gated_residual.default(x, gate)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: grad * (1 + torch.sigmoid(gate))
+        gate: unbroadcast(grad * x * torch.sigmoid(gate) * (1 - torch.sigmoid(gate)), gate)
+        """
+        x, gate = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        x_grad = None
+        gate_grad = None
+        if needs[0]:
+            x_grad = grad * (1 + torch.sigmoid(gate))
+        if needs[1]:
+            gate_grad = (grad * x * torch.sigmoid(gate) * (1 - torch.sigmoid(gate))).sum_to_size(gate.shape)
+        return x_grad, gate_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("exops::gated_residual has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _gated_residual_backward(ctx, grad):
-    """x: grad * (1 + torch.sigmoid(gate))
-    gate: unbroadcast(grad * x * torch.sigmoid(gate) * (1 - torch.sigmoid(gate)), gate)
-    """
-    x, gate = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    x_grad = None
-    gate_grad = None
-    if needs[0]:
-        x_grad = grad * (1 + torch.sigmoid(gate))
-    if needs[1]:
-        gate_grad = (grad * x * torch.sigmoid(gate) * (1 - torch.sigmoid(gate))).sum_to_size(gate.shape)
-    return x_grad, gate_grad
+def _gated_residual_autograd(x, gate):
+    """Autograd kernel: _GatedResidualFunction when differentiating."""
+    if _differentiating(x, gate):
+        return _apply(_GatedResidualFunction, x, gate)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.gated_residual.default(x, gate)
 
 
 _lib.impl("gated_residual", gated_residual, "CompositeExplicitAutograd")
 torch.library.register_fake("exops::gated_residual", gated_residual_fake, lib=_lib)
-torch.library.register_autograd(
-    "exops::gated_residual",
-    _gated_residual_backward,
-    setup_context=_gated_residual_setup_context,
-    lib=_lib,
-)
+_lib.impl("gated_residual", _gated_residual_autograd, "Autograd")
 torch.library.register_vmap("exops::gated_residual", gated_residual_vmap, lib=_lib)

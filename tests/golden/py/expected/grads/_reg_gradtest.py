@@ -120,41 +120,80 @@ def _not_implemented(op, why):
 class _SecondOrderError(torch.autograd.Function):
     """Passes gradients through; differentiating them again raises `message`."""
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, message, count, *tensors):
-        ctx.message = message
+    def forward(message, count, *tensors):
         return tuple(t.view_as(t) for t in tensors[:count])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[0]
 
     @staticmethod
     def backward(ctx, *grads):
         raise RuntimeError(ctx.message)
 
 
-def _first_order(backward, message):
-    """`backward` for an op whose gradient formulas are not differentiable.
+def _first_order(message):
+    """Decorates the backward of an op whose gradient formulas are not differentiable.
 
     With create_graph=True the gradients it returns are marked, so that differentiating them
     again raises `message` instead of silently giving a wrong (zero) second derivative.
     """
 
-    @functools.wraps(backward)
-    def wrapper(ctx, *grads):
-        if not torch.is_grad_enabled():
-            return backward(ctx, *grads)
-        with torch.no_grad():
-            result = backward(ctx, *grads)
-        anchors = [t for t in (*grads, *ctx.saved_tensors)
-                   if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not anchors:
-            return result
-        flat = list(result) if isinstance(result, tuple) else [result]
-        where = [i for i, g in enumerate(flat) if isinstance(g, torch.Tensor)]
-        marked = _SecondOrderError.apply(message, len(where), *(flat[i] for i in where), *anchors)
-        for i, t in zip(where, marked):
-            flat[i] = t
-        return tuple(flat) if isinstance(result, tuple) else flat[0]
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grads):
+            if not torch.is_grad_enabled():
+                return backward(ctx, *grads)
+            with torch.no_grad():
+                result = backward(ctx, *grads)
+            anchors = [t for t in (*grads, *ctx.saved_tensors)
+                       if isinstance(t, torch.Tensor) and t.requires_grad]
+            if not anchors:
+                return result
+            flat = list(result) if isinstance(result, tuple) else [result]
+            where = [i for i, g in enumerate(flat) if isinstance(g, torch.Tensor)]
+            marked = _SecondOrderError.apply(message, len(where), *(flat[i] for i in where),
+                                             *anchors)
+            for i, t in zip(where, marked):
+                flat[i] = t
+            return tuple(flat) if isinstance(result, tuple) else flat[0]
 
-    return wrapper
+        return wrapper
+
+    return decorate
+
+
+_APPLY = torch._C._FunctionBase.__dict__["apply"]
+_FORWARD_AD = torch.autograd.forward_ad
+
+
+def _differentiating(*tensors):
+    """Whether autograd may record a call on `tensors`: grad mode is on and one requires grad,
+    or forward-mode AD is on (the Function's jvp then says it has no forward derivative)."""
+    return (torch._C.is_grad_enabled() and torch._C._any_requires_grad(*tensors)) or \
+        _FORWARD_AD._current_level >= 0
+
+
+def _apply(function, *args):
+    """`function.apply(*args)` from an Autograd kernel, with every argument given in order.
+
+    torch.autograd.Function.apply binds the arguments to forward's signature on every call, and
+    under torch.func hands the Function to functorch, which cannot run it from inside the
+    dispatcher. The plain apply records the op on the current transform level's tensors, as a
+    C++ autograd kernel does; functorch allows that of a single-level Function when asked.
+    """
+    apply = _APPLY.__get__(None, function)
+    if not torch._C._are_functorch_transforms_active():
+        return apply(*args)
+    allowed = torch._C._functorch.get_single_level_autograd_function_allowed()
+    torch._C._functorch.set_single_level_autograd_function_allowed(True)
+    try:
+        return apply(*args)
+    finally:
+        torch._C._functorch.set_single_level_autograd_function_allowed(allowed)
 
 
 # gradtest::mul_add(Tensor a, Tensor b, *, float alpha=1.0) -> Tensor
@@ -165,36 +204,52 @@ def _mul_add_fake(a, b, *, alpha=1.0):
     return _broadcast(a, b)
 
 
-def _mul_add_setup_context(ctx, inputs, keyword_only_inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
-    ctx.alpha = keyword_only_inputs["alpha"]
+class _MulAddFunction(torch.autograd.Function):
+    """gradtest::mul_add under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(a, b, alpha):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.mul_add.default(a, b, alpha=alpha)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+        ctx.alpha = inputs[2]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """a: unbroadcast(grad * b, a)
+        b: unbroadcast(grad * a + alpha * grad, b)
+        """
+        a, b = ctx.saved_tensors
+        alpha = ctx.alpha
+        needs = ctx.needs_input_grad
+        a_grad = None
+        b_grad = None
+        if needs[0]:
+            a_grad = (grad * b).sum_to_size(a.shape)
+        if needs[1]:
+            b_grad = (grad * a + alpha * grad).sum_to_size(b.shape)
+        return a_grad, b_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::mul_add has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _mul_add_backward(ctx, grad):
-    """a: unbroadcast(grad * b, a)
-    b: unbroadcast(grad * a + alpha * grad, b)
-    """
-    a, b = ctx.saved_tensors
-    alpha = ctx.alpha
-    needs = ctx.needs_input_grad
-    a_grad = None
-    b_grad = None
-    if needs[0]:
-        a_grad = (grad * b).sum_to_size(a.shape)
-    if needs[1]:
-        b_grad = (grad * a + alpha * grad).sum_to_size(b.shape)
-    return a_grad, b_grad
+def _mul_add_autograd(a, b, *, alpha=1.0):
+    """Autograd kernel: _MulAddFunction when differentiating."""
+    if _differentiating(a, b):
+        return _apply(_MulAddFunction, a, b, alpha)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.mul_add.default(a, b, alpha=alpha)
 
 
 _lib.impl("mul_add", mul_add, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::mul_add", "Meta"):
     torch.library.register_fake("gradtest::mul_add", _mul_add_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::mul_add",
-    _mul_add_backward,
-    setup_context=_mul_add_setup_context,
-    lib=_lib,
-)
+_lib.impl("mul_add", _mul_add_autograd, "Autograd")
 
 
 # gradtest::expand_to(Tensor x, Tensor like) -> Tensor
@@ -205,31 +260,47 @@ def _expand_to_fake(x, like):
     return like.new_empty(like.shape, dtype=x.dtype)
 
 
-def _expand_to_setup_context(ctx, inputs, output):
-    ctx.x_shape = inputs[0].shape
+class _ExpandToFunction(torch.autograd.Function):
+    """gradtest::expand_to under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, like):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.expand_to.default(x, like)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.x_shape = inputs[0].shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: unbroadcast(grad, x)
+        like: non_differentiable
+        """
+        needs = ctx.needs_input_grad
+        x_grad = None
+        like_grad = None
+        if needs[0]:
+            x_grad = grad.sum_to_size(ctx.x_shape)
+        return x_grad, like_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::expand_to has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _expand_to_backward(ctx, grad):
-    """x: unbroadcast(grad, x)
-    like: non_differentiable
-    """
-    needs = ctx.needs_input_grad
-    x_grad = None
-    like_grad = None
-    if needs[0]:
-        x_grad = grad.sum_to_size(ctx.x_shape)
-    return x_grad, like_grad
+def _expand_to_autograd(x, like):
+    """Autograd kernel: _ExpandToFunction when differentiating."""
+    if _differentiating(x, like):
+        return _apply(_ExpandToFunction, x, like)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.expand_to.default(x, like)
 
 
 _lib.impl("expand_to", expand_to, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::expand_to", "Meta"):
     torch.library.register_fake("gradtest::expand_to", _expand_to_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::expand_to",
-    _expand_to_backward,
-    setup_context=_expand_to_setup_context,
-    lib=_lib,
-)
+_lib.impl("expand_to", _expand_to_autograd, "Autograd")
 
 
 # gradtest::minmax(Tensor x, int dim) -> (Tensor min, Tensor max)
@@ -240,31 +311,47 @@ def _minmax_fake(x, dim):
     return _reduce(x, dim, False), _reduce(x, dim, False)
 
 
-def _minmax_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], output[0], output[1])
-    ctx.dim = inputs[1]
+class _MinmaxFunction(torch.autograd.Function):
+    """gradtest::minmax under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, dim):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.minmax.default(x, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output[0], output[1])
+        ctx.dim = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad_min, grad_max):
+        """x: grad_min.unsqueeze(dim) * (x == min.unsqueeze(dim)) + grad_max.unsqueeze(dim) * (x == max.unsqueeze(dim))"""
+        x, result_min, result_max = ctx.saved_tensors
+        dim = ctx.dim
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = grad_min.unsqueeze(dim) * (x == result_min.unsqueeze(dim)) + grad_max.unsqueeze(dim) * (x == result_max.unsqueeze(dim))
+        return x_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::minmax has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _minmax_backward(ctx, grad_min, grad_max):
-    """x: grad_min.unsqueeze(dim) * (x == min.unsqueeze(dim)) + grad_max.unsqueeze(dim) * (x == max.unsqueeze(dim))"""
-    x, result_min, result_max = ctx.saved_tensors
-    dim = ctx.dim
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = grad_min.unsqueeze(dim) * (x == result_min.unsqueeze(dim)) + grad_max.unsqueeze(dim) * (x == result_max.unsqueeze(dim))
-    return x_grad, None
+def _minmax_autograd(x, dim):
+    """Autograd kernel: _MinmaxFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_MinmaxFunction, x, dim)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.minmax.default(x, dim)
 
 
 _lib.impl("minmax", minmax, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::minmax", "Meta"):
     torch.library.register_fake("gradtest::minmax", _minmax_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::minmax",
-    _minmax_backward,
-    setup_context=_minmax_setup_context,
-    lib=_lib,
-)
+_lib.impl("minmax", _minmax_autograd, "Autograd")
 
 
 # gradtest::halves(Tensor x) -> (Tensor, Tensor)
@@ -276,27 +363,43 @@ def _halves_fake(x):
     return x.new_empty([h, *x.shape[1:]]), x.new_empty([x.size(0) - h, *x.shape[1:]])
 
 
-def _halves_setup_context(ctx, inputs, output):
-    pass
+class _HalvesFunction(torch.autograd.Function):
+    """gradtest::halves under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.halves.default(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad0, grad1):
+        """x: torch.cat([grads[0], grads[1]])"""
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = torch.cat([grad0, grad1])
+        return x_grad,
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::halves has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _halves_backward(ctx, grad0, grad1):
-    """x: torch.cat([grads[0], grads[1]])"""
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = torch.cat([grad0, grad1])
-    return x_grad,
+def _halves_autograd(x):
+    """Autograd kernel: _HalvesFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_HalvesFunction, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.halves.default(x)
 
 
 _lib.impl("halves", halves, "CPU")
 torch.library.register_fake("gradtest::halves", _halves_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::halves",
-    _halves_backward,
-    setup_context=_halves_setup_context,
-    lib=_lib,
-)
+_lib.impl("halves", _halves_autograd, "Autograd")
 
 
 # gradtest::max_with_index(Tensor x, int dim) -> (Tensor values, Tensor indices)
@@ -307,32 +410,48 @@ def _max_with_index_fake(x, dim):
     return _reduce(x, dim, False), _reduce(x, dim, False, dtype=torch.int64)
 
 
-def _max_with_index_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], output[1])
-    ctx.dim = inputs[1]
-    ctx.mark_non_differentiable(output[1])
+class _MaxWithIndexFunction(torch.autograd.Function):
+    """gradtest::max_with_index under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, dim):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.max_with_index.default(x, dim)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], output[1])
+        ctx.dim = inputs[1]
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        """x: torch.zeros_like(x).scatter(dim, indices.unsqueeze(dim), grad_values.unsqueeze(dim))"""
+        x, result_indices = ctx.saved_tensors
+        dim = ctx.dim
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = torch.zeros_like(x).scatter(dim, result_indices.unsqueeze(dim), grad_values.unsqueeze(dim))
+        return x_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::max_with_index has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _max_with_index_backward(ctx, grad_values, grad_indices):
-    """x: torch.zeros_like(x).scatter(dim, indices.unsqueeze(dim), grad_values.unsqueeze(dim))"""
-    x, result_indices = ctx.saved_tensors
-    dim = ctx.dim
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = torch.zeros_like(x).scatter(dim, result_indices.unsqueeze(dim), grad_values.unsqueeze(dim))
-    return x_grad, None
+def _max_with_index_autograd(x, dim):
+    """Autograd kernel: _MaxWithIndexFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_MaxWithIndexFunction, x, dim)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.max_with_index.default(x, dim)
 
 
 _lib.impl("max_with_index", max_with_index, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::max_with_index", "Meta"):
     torch.library.register_fake("gradtest::max_with_index", _max_with_index_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::max_with_index",
-    _max_with_index_backward,
-    setup_context=_max_with_index_setup_context,
-    lib=_lib,
-)
+_lib.impl("max_with_index", _max_with_index_autograd, "Autograd")
 
 
 # gradtest::lincomb(Tensor[] xs, float[] ws) -> Tensor
@@ -343,31 +462,49 @@ def _lincomb_fake(xs, ws):
     return _broadcast(*xs)
 
 
-def _lincomb_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[0])
-    ctx.ws = inputs[1]
+class _LincombFunction(torch.autograd.Function):
+    """gradtest::lincomb under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(xs_len, ws, *xs):
+        xs = list(xs)
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.lincomb.default(xs, ws)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[2:])
+        ctx.ws = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """xs: [unbroadcast(grad * w, x) for x, w in zip(xs, ws)]"""
+        xs = list(ctx.saved_tensors)
+        ws = ctx.ws
+        needs = ctx.needs_input_grad
+        xs_len = len(needs) - 2
+        xs_grad = [None] * xs_len
+        if any(needs[2:]):
+            xs_grad = [(grad * w).sum_to_size(x.shape) for x, w in zip(xs, ws)]
+        return None, None, *xs_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::lincomb has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _lincomb_backward(ctx, grad):
-    """xs: [unbroadcast(grad * w, x) for x, w in zip(xs, ws)]"""
-    xs = list(ctx.saved_tensors)
-    ws = ctx.ws
-    needs = ctx.needs_input_grad
-    xs_grad = [None] * len(needs[0])
-    if any(needs[0]):
-        xs_grad = [(grad * w).sum_to_size(x.shape) for x, w in zip(xs, ws)]
-    return xs_grad, None
+def _lincomb_autograd(xs, ws):
+    """Autograd kernel: _LincombFunction when differentiating."""
+    if _differentiating(xs):
+        return _apply(_LincombFunction, len(xs), ws, *xs)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.lincomb.default(xs, ws)
 
 
 _lib.impl("lincomb", lincomb, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::lincomb", "Meta"):
     torch.library.register_fake("gradtest::lincomb", _lincomb_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::lincomb",
-    _lincomb_backward,
-    setup_context=_lincomb_setup_context,
-    lib=_lib,
-)
+_lib.impl("lincomb", _lincomb_autograd, "Autograd")
 
 
 # gradtest::cube(Tensor x) -> Tensor
@@ -378,29 +515,45 @@ def _cube_fake(x):
     return x.new_empty(x.shape)
 
 
-def _cube_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
+class _CubeFunction(torch.autograd.Function):
+    """gradtest::cube under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.cube.default(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: 3 * x ** 2 * grad"""
+        x, = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = 3 * x ** 2 * grad
+        return x_grad,
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::cube has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _cube_backward(ctx, grad):
-    """x: 3 * x ** 2 * grad"""
-    x, = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = 3 * x ** 2 * grad
-    return x_grad,
+def _cube_autograd(x):
+    """Autograd kernel: _CubeFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_CubeFunction, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.cube.default(x)
 
 
 _lib.impl("cube", cube, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::cube", "Meta"):
     torch.library.register_fake("gradtest::cube", _cube_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::cube",
-    _cube_backward,
-    setup_context=_cube_setup_context,
-    lib=_lib,
-)
+_lib.impl("cube", _cube_autograd, "Autograd")
 
 
 # gradtest::square(Tensor x) -> Tensor
@@ -411,29 +564,46 @@ def _square_fake(x):
     return x.new_empty(x.shape)
 
 
-def _square_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
+class _SquareFunction(torch.autograd.Function):
+    """gradtest::square under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.square.default(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    @_first_order("gradtest::square's backward calls gradtest::square_backward, which has no derivatives; give it `derivatives:` in the op file to differentiate twice")
+    def backward(ctx, grad):
+        """x: square_backward(grad, x)"""
+        x, = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = _ops.square_backward.default(grad, x)
+        return x_grad,
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::square has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _square_backward(ctx, grad):
-    """x: square_backward(grad, x)"""
-    x, = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = _ops.square_backward.default(grad, x)
-    return x_grad,
+def _square_autograd(x):
+    """Autograd kernel: _SquareFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_SquareFunction, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.square.default(x)
 
 
 _lib.impl("square", square, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::square", "Meta"):
     torch.library.register_fake("gradtest::square", _square_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::square",
-    _first_order(_square_backward, "gradtest::square's backward calls gradtest::square_backward, which has no derivatives; give it `derivatives:` in the op file to differentiate twice"),
-    setup_context=_square_setup_context,
-    lib=_lib,
-)
+_lib.impl("square", _square_autograd, "Autograd")
 
 
 # gradtest::square_backward(Tensor grad, Tensor x) -> Tensor
@@ -457,28 +627,44 @@ def _frozen_fake(x):
     return x.new_empty(x.shape)
 
 
-def _frozen_setup_context(ctx, inputs, output):
-    pass
+class _FrozenFunction(torch.autograd.Function):
+    """gradtest::frozen under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.frozen.default(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: not_implemented("frozen has no gradient yet")"""
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = _not_implemented("gradtest::frozen", "frozen has no gradient yet")
+        return x_grad,
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::frozen has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _frozen_backward(ctx, grad):
-    """x: not_implemented("frozen has no gradient yet")"""
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = _not_implemented("gradtest::frozen", "frozen has no gradient yet")
-    return x_grad,
+def _frozen_autograd(x):
+    """Autograd kernel: _FrozenFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_FrozenFunction, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.frozen.default(x)
 
 
 _lib.impl("frozen", frozen, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::frozen", "Meta"):
     torch.library.register_fake("gradtest::frozen", _frozen_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::frozen",
-    _frozen_backward,
-    setup_context=_frozen_setup_context,
-    lib=_lib,
-)
+_lib.impl("frozen", _frozen_autograd, "Autograd")
 
 
 # gradtest::product(Tensor a, Tensor b) -> Tensor
@@ -489,30 +675,46 @@ def _product_fake(a, b):
     return _broadcast(a, b)
 
 
-def _product_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
+class _ProductFunction(torch.autograd.Function):
+    """gradtest::product under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(a, b):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.product.default(a, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        """a, b: (unbroadcast(grad * b, a), unbroadcast(grad * a, b))"""
+        a, b = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        a_grad = None
+        b_grad = None
+        if needs[0] or needs[1]:
+            a_grad, b_grad = ((grad * b).sum_to_size(a.shape), (grad * a).sum_to_size(b.shape))
+        return a_grad, b_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::product has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _product_backward(ctx, grad):
-    """a, b: (unbroadcast(grad * b, a), unbroadcast(grad * a, b))"""
-    a, b = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    a_grad = None
-    b_grad = None
-    if needs[0] or needs[1]:
-        a_grad, b_grad = ((grad * b).sum_to_size(a.shape), (grad * a).sum_to_size(b.shape))
-    return a_grad, b_grad
+def _product_autograd(a, b):
+    """Autograd kernel: _ProductFunction when differentiating."""
+    if _differentiating(a, b):
+        return _apply(_ProductFunction, a, b)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.product.default(a, b)
 
 
 _lib.impl("product", product, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::product", "Meta"):
     torch.library.register_fake("gradtest::product", _product_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::product",
-    _product_backward,
-    setup_context=_product_setup_context,
-    lib=_lib,
-)
+_lib.impl("product", _product_autograd, "Autograd")
 
 
 # gradtest::weighted(Tensor x, Tensor? w=None) -> Tensor
@@ -523,34 +725,50 @@ def _weighted_fake(x, w=None):
     return x.new_empty(x.shape)
 
 
-def _weighted_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
+class _WeightedFunction(torch.autograd.Function):
+    """gradtest::weighted under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, w):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.weighted.default(x, w)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: grad * w if w is not None else grad
+        w: unbroadcast(grad * x, w)
+        """
+        x, w = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        x_grad = None
+        w_grad = None
+        if needs[0]:
+            x_grad = grad * w if w is not None else grad
+        if needs[1]:
+            w_grad = (grad * x).sum_to_size(w.shape)
+        return x_grad, w_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::weighted has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _weighted_backward(ctx, grad):
-    """x: grad * w if w is not None else grad
-    w: unbroadcast(grad * x, w)
-    """
-    x, w = ctx.saved_tensors
-    needs = ctx.needs_input_grad
-    x_grad = None
-    w_grad = None
-    if needs[0]:
-        x_grad = grad * w if w is not None else grad
-    if len(needs) > 1 and needs[1]:
-        w_grad = (grad * x).sum_to_size(w.shape)
-    return x_grad, w_grad
+def _weighted_autograd(x, w=None):
+    """Autograd kernel: _WeightedFunction when differentiating."""
+    if _differentiating(x, w):
+        return _apply(_WeightedFunction, x, w)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.weighted.default(x, w)
 
 
 _lib.impl("weighted", weighted, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::weighted", "Meta"):
     torch.library.register_fake("gradtest::weighted", _weighted_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::weighted",
-    _weighted_backward,
-    setup_context=_weighted_setup_context,
-    lib=_lib,
-)
+_lib.impl("weighted", _weighted_autograd, "Autograd")
 
 
 # gradtest::scaled(Tensor x, float s) -> Tensor
@@ -561,26 +779,42 @@ def _scaled_fake(x, s):
     return x.new_empty(x.shape)
 
 
-def _scaled_setup_context(ctx, inputs, output):
-    ctx.s = inputs[1]
+class _ScaledFunction(torch.autograd.Function):
+    """gradtest::scaled under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, s):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.scaled.default(x, s)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.s = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: gradtest.scaled(grad, s)"""
+        s = ctx.s
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = _ops.scaled.default(grad, s)
+        return x_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::scaled has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _scaled_backward(ctx, grad):
-    """x: gradtest.scaled(grad, s)"""
-    s = ctx.s
-    needs = ctx.needs_input_grad
-    x_grad = None
-    if needs[0]:
-        x_grad = _ops.scaled.default(grad, s)
-    return x_grad, None
+def _scaled_autograd(x, s):
+    """Autograd kernel: _ScaledFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_ScaledFunction, x, s)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.scaled.default(x, s)
 
 
 _lib.impl("scaled", scaled, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::scaled", "Meta"):
     torch.library.register_fake("gradtest::scaled", _scaled_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::scaled",
-    _scaled_backward,
-    setup_context=_scaled_setup_context,
-    lib=_lib,
-)
+_lib.impl("scaled", _scaled_autograd, "Autograd")
