@@ -66,6 +66,11 @@ VMAP_CASES = (_differentiable_cases("schemas", vmappable=True)
               + _differentiable_cases(GRADS_FILE, vmappable=True))
 
 
+def combine(xs, a, ys, s):
+    """Kernel of gradtest::combine (tests/golden/py/inputs/grads.yaml)."""
+    return sum(x * s for x in xs) + a * sum(y.sum() for y in ys)
+
+
 @pytest.fixture(scope="module")
 def testing():
     """runtime.testing. Importing the runtime package loads the example library: build it first."""
@@ -246,3 +251,9 @@ def test_forward_mode_says_it_is_unsupported(cases, testing):
 
     with fwAD.dual_level(), pytest.raises(NotImplementedError, match="no forward-mode"):
         call(fwAD.make_dual(x, torch.ones_like(x)))
+
+
+def test_several_tensor_lists(cases, testing):
+    """Tensor[] inputs reach the Function flat after their counts: gradcheck and gradgradcheck
+    (torch.func is checked on this op like on every other)."""
+    assert testing.check_gradients(cases["gradtest::combine[0]"], second_order=True)

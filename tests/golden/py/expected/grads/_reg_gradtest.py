@@ -26,6 +26,7 @@ from tests.test_formulas import (
     square_backward,
     weighted,
 )
+from tests.test_torch_func import combine
 
 _lib = torch.library.Library("gradtest", "FRAGMENT")
 _ops = torch.ops.gradtest
@@ -818,3 +819,72 @@ _lib.impl("scaled", scaled, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::scaled", "Meta"):
     torch.library.register_fake("gradtest::scaled", _scaled_fake, lib=_lib)
 _lib.impl("scaled", _scaled_autograd, "Autograd")
+
+
+# gradtest::combine(Tensor[] xs, Tensor a, Tensor[] ys, float s) -> Tensor
+
+
+def _combine_fake(xs, a, ys, s):
+    """fake: like(a)"""
+    return a.new_empty(a.shape)
+
+
+class _CombineFunction(torch.autograd.Function):
+    """gradtest::combine under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(xs_len, a, ys_len, s, *flat):
+        xs = list(flat[:xs_len])
+        ys = list(flat[xs_len:])
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.combine.default(xs, a, ys, s)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[1], *inputs[4:4 + inputs[0]], *inputs[4 + inputs[0]:])
+        ctx.xs_count = len(inputs[4:4 + inputs[0]])
+        ctx.xs_len = inputs[0]
+        ctx.s = inputs[3]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """xs: [unbroadcast(grad * s, x) for x in xs]
+        a: grad * sum([y.sum() for y in ys])
+        ys: [(grad * a).sum() * torch.ones_like(y) for y in ys]
+        """
+        saved = ctx.saved_tensors
+        a = saved[0]
+        xs = list(saved[1:1 + ctx.xs_count])
+        ys = list(saved[1 + ctx.xs_count:])
+        s = ctx.s
+        needs = ctx.needs_input_grad
+        xs_len = ctx.xs_len
+        ys_len = len(needs) - 4 - xs_len
+        xs_grad = [None] * xs_len
+        a_grad = None
+        ys_grad = [None] * ys_len
+        if any(needs[4:4 + xs_len]):
+            xs_grad = [(grad * s).sum_to_size(x.shape) for x in xs]
+        if needs[1]:
+            a_grad = grad * sum([y.sum() for y in ys])
+        if any(needs[4 + xs_len:]):
+            ys_grad = [(grad * a).sum() * torch.ones_like(y) for y in ys]
+        return None, a_grad, None, None, *xs_grad, *ys_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::combine has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+
+
+def _combine_autograd(xs, a, ys, s):
+    """Autograd kernel: _CombineFunction when differentiating."""
+    if _differentiating(xs, a, ys):
+        return _apply(_CombineFunction, len(xs), a, len(ys), s, *xs, *ys)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.combine.default(xs, a, ys, s)
+
+
+_lib.impl("combine", combine, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::combine", "Meta"):
+    torch.library.register_fake("gradtest::combine", _combine_fake, lib=_lib)
+_lib.impl("combine", _combine_autograd, "Autograd")

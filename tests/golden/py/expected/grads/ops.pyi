@@ -11,6 +11,13 @@ from torch.types import Number
 __all__: list[str]
 
 
+def combine(xs: Sequence[Tensor], a: Tensor, ys: Sequence[Tensor], s: float) -> Tensor:
+    """Two Tensor[] inputs around a Tensor, passed to the generated autograd.Function flat.
+
+    gradtest::combine(Tensor[] xs, Tensor a, Tensor[] ys, float s) -> Tensor
+    """
+
+
 def cube(x: Tensor) -> Tensor:
     """gradtest::cube(Tensor x) -> Tensor"""
 
