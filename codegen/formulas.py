@@ -1,7 +1,7 @@
 """Derivative formulas: the `derivatives:` section of an op -> checked `Derivatives` IR.
 
-`codegen.dest.py_reg` turns the IR into `torch.library.register_autograd(op, backward,
-setup_context=...)`, saving for backward only what the formulas read.
+`codegen.dest.py_reg` turns the IR into an autograd.Function applied by the op's Autograd kernel
+(Note [Generated autograd] there), saving for backward only what the formulas read.
 
 Language reference
 ==================
@@ -801,13 +801,13 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     n_errors = len(diags.items)
     if schema.mutable_arguments:
         diags.error(spec.loc, f"'{schema.name}' mutates its arguments; derivatives go on its "
-                    "functional variant", "torch.library.register_autograd refuses mutating ops")
+                    "functional variant", "autograd reaches a mutating op through its functional variant")
         return None
     kw_tensors = [a.name for a in schema.kwarg_only if is_tensor_like(a.type)]
     if kw_tensors:
         diags.error(spec.loc, f"derivatives cannot cover keyword-only Tensor arguments "
                     f"('{kw_tensors[0]}')",
-                    "torch.library.register_autograd refuses them; make them positional")
+                    "the generated autograd takes tensors positionally; make them positional")
         return None
 
     diff_outputs = _differentiable_returns(schema)
