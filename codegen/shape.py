@@ -1,8 +1,10 @@
 """The fake-rule language: `fake:` strings of the op file -> checked `FakeRule` IR.
 
 A fake rule says what each output of an op looks like (shape, dtype, device) without computing it.
-`codegen.dest.py_reg` turns the rule into the op's fake (meta) kernel, registered with
-`torch.library.register_fake`, which is what `torch.compile`, `torch.export` and FakeTensor run.
+`codegen.dest.cpp_meta` compiles every rule it can express in C++ into the op's Meta kernel (free
+at import, no Python at trace time); `codegen.dest.py_reg` turns the others (data-dependent sizes,
+Device arguments, comprehensions, ...) into Python fake kernels registered with
+`torch.library.register_fake`. Either is what `torch.compile`, `torch.export` and FakeTensor run.
 
 Language reference
 ==================
