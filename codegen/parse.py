@@ -19,7 +19,7 @@ from importlib import resources
 from typing import NoReturn
 
 from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from codegen.model import (
     BASE_TYPES,

@@ -14,3 +14,18 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("default", max_examples=60, deadline=None)
 settings.register_profile("fuzz", max_examples=3000, deadline=None)
 settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def testing():
+    """runtime.testing. Importing the runtime package loads the example library: build it first."""
+    from tests import scratch
+
+    built = scratch.build_example()
+    assert built.returncode == 0, built.stdout + built.stderr
+    from runtime import testing
+
+    return testing

@@ -5,6 +5,7 @@ and `python -m codegen.build`, in subprocesses whose working directory is the sc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -64,3 +65,31 @@ def build_example() -> subprocess.CompletedProcess:
         _example_built = subprocess.run([sys.executable, "-m", "codegen.build"], cwd=REPO,
                                         env=env(), capture_output=True, text=True, timeout=1800)
     return _example_built
+
+
+@contextlib.contextmanager
+def in_repo():
+    """Run with the repository as the working directory (op files name repo-relative paths)."""
+    prev = Path.cwd()
+    os.chdir(REPO)
+    try:
+        yield
+    finally:
+        os.chdir(prev)
+
+
+def case_ids(op_file: str) -> list[str]:
+    """`<op>[<sample index>]` for every sample of `op_file`, read without importing runtime."""
+    from codegen.load import load_library
+
+    with in_repo():
+        lib = load_library([op_file])
+    return [f"{op.name}[{i}]" for op in lib.ops for i, _ in enumerate(op.samples)]
+
+
+def python_library(request, testing, op_file: str):
+    """`op_file` loaded in-process (runtime.testing.load_python_library), closed after the tests."""
+    with in_repo():
+        lib = testing.load_python_library([op_file])
+    request.addfinalizer(lib.close)
+    return lib

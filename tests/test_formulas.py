@@ -10,8 +10,6 @@ output gradients, non-differentiable outputs, Tensor[] inputs and double-backwar
 from __future__ import annotations
 
 import ast
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +23,6 @@ from codegen.model import DerivativesSpec, Located, Op
 from codegen.parse import parse_schema
 from tests import scratch
 
-ROOT = Path(__file__).resolve().parent.parent
 OP_FILE = "tests/golden/py/inputs/grads.yaml"
 
 
@@ -95,25 +92,8 @@ def scaled(x, s):
 
 
 @pytest.fixture(scope="module")
-def testing():
-    """runtime.testing. Importing the runtime package loads the example library: build it first."""
-    built = scratch.build_example()
-    assert built.returncode == 0, built.stdout + built.stderr
-    from runtime import testing
-
-    return testing
-
-
-@pytest.fixture(scope="module")
 def library(request, testing):
-    prev = Path.cwd()
-    os.chdir(ROOT)
-    try:
-        lib = testing.load_python_library([OP_FILE])
-    finally:
-        os.chdir(prev)
-    request.addfinalizer(lib.close)
-    return lib
+    return scratch.python_library(request, testing, OP_FILE)
 
 
 def _ops(library) -> dict[str, Op]:

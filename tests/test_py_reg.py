@@ -128,35 +128,12 @@ def test_generation_is_deterministic(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def testing():
-    """runtime.testing. Importing the runtime package loads the example library: build it first."""
-    built = scratch.build_example()
-    assert built.returncode == 0, built.stdout + built.stderr
-    from runtime import testing
-
-    return testing
-
-
-@pytest.fixture(scope="module")
 def library(request, testing):
-    prev = Path.cwd()
-    os.chdir(ROOT)
-    try:
-        lib = testing.load_python_library([OP_FILE])
-    finally:
-        os.chdir(prev)
-    request.addfinalizer(lib.close)
-    return lib
+    return scratch.python_library(request, testing, OP_FILE)
 
 
 def _case_ids():
-    prev = Path.cwd()
-    os.chdir(ROOT)
-    try:
-        lib = load_library([OP_FILE])
-    finally:
-        os.chdir(prev)
-    return [f"{op.name}[{i}]" for op in lib.ops for i, _ in enumerate(op.samples)]
+    return scratch.case_ids(OP_FILE)
 
 
 @pytest.mark.parametrize("case_id", _case_ids())

@@ -11,7 +11,6 @@ size the fake kernel specializes.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -24,7 +23,6 @@ from codegen.model import Located
 from codegen.parse import parse_schema
 from tests import scratch
 
-ROOT = Path(__file__).resolve().parent.parent
 OP_FILE = "tests/golden/py/inputs/shapes.yaml"
 
 
@@ -130,41 +128,12 @@ def accumulate(acc, x):
 
 
 @pytest.fixture(scope="module")
-def testing():
-    """runtime.testing. Importing the runtime package loads the example library: build it first."""
-    built = scratch.build_example()
-    assert built.returncode == 0, built.stdout + built.stderr
-    from runtime import testing
-
-    return testing
-
-
-@pytest.fixture(scope="module")
 def library(request, testing):
-    prev = Path.cwd()
-    import os
-
-    os.chdir(ROOT)
-    try:
-        lib = testing.load_python_library([OP_FILE])
-    finally:
-        os.chdir(prev)
-    request.addfinalizer(lib.close)
-    return lib
+    return scratch.python_library(request, testing, OP_FILE)
 
 
 def _case_ids():
-    from codegen.load import load_library
-
-    prev = Path.cwd()
-    import os
-
-    os.chdir(ROOT)
-    try:
-        lib = load_library([OP_FILE])
-    finally:
-        os.chdir(prev)
-    return [f"{op.name}[{i}]" for op in lib.ops for i, _ in enumerate(op.samples)]
+    return scratch.case_ids(OP_FILE)
 
 
 CASE_IDS = _case_ids()

@@ -7,9 +7,7 @@ which gradcheck compares with finite differences (tests/test_samples.py, tests/t
 
 from __future__ import annotations
 
-import os
 import warnings
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -22,7 +20,6 @@ from codegen.model import ListType, Op, TensorSample, is_tensor_like, strip_opti
 from tests import scratch
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
 GRADS_FILE = "tests/golden/py/inputs/grads.yaml"
 
 
@@ -35,12 +32,8 @@ def _differentiable_cases(path: str, *, vmappable: bool = False) -> list[str]:
     """Samples with a floating tensor for an input with a formula, of ops whose formulas are
     all implemented; with `vmappable`, of ops whose forward vmap can run: through the op's
     batching rule, or PyTorch's loop fallback, which cannot take Tensor[] arguments."""
-    prev = Path.cwd()
-    os.chdir(ROOT)
-    try:
+    with scratch.in_repo():
         lib = load_library([path])
-    finally:
-        os.chdir(prev)
 
     def floating(v: Any) -> bool:
         if isinstance(v, TensorSample):
@@ -72,26 +65,11 @@ def combine(xs, a, ys, s):
 
 
 @pytest.fixture(scope="module")
-def testing():
-    """runtime.testing. Importing the runtime package loads the example library: build it first."""
-    built = scratch.build_example()
-    assert built.returncode == 0, built.stdout + built.stderr
-    from runtime import testing
-
-    return testing
-
-
-@pytest.fixture(scope="module")
 def cases(request, testing):
     """id -> runtime.testing.Case of both libraries' differentiable ops."""
-    prev = Path.cwd()
-    os.chdir(ROOT)
-    try:
-        grads_lib = testing.load_python_library([GRADS_FILE])
-        request.addfinalizer(grads_lib.close)
+    grads_lib = scratch.python_library(request, testing, GRADS_FILE)
+    with scratch.in_repo():
         example = testing.load_cases(["schemas"])
-    finally:
-        os.chdir(prev)
     return {c.id: c for c in [*example, *grads_lib.cases()]}
 
 
