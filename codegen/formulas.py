@@ -436,7 +436,8 @@ def library_calls(d: Derivatives) -> list[OpRef]:
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
     grammar = resources.files("codegen").joinpath("grammar/formula.lark").read_text()
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True,
+                cache=True)
 
 
 class _Bad(Exception):

@@ -620,7 +620,7 @@ def _return_error(text: str, pos: int, expected: set[str], found: str) -> Schema
 def _parser() -> Lark:
     grammar = resources.files("codegen").joinpath("grammar/schema.lark").read_text()
     return Lark(grammar, parser="lalr", lexer="contextual", transformer=_ToIR(),
-                maybe_placeholders=True, propagate_positions=False, cache=False)
+                maybe_placeholders=True, propagate_positions=False, cache=True)
 
 
 def parse_schema(text: str) -> FunctionSchema:

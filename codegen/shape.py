@@ -799,7 +799,8 @@ def _syn_span(node: _Syn) -> Span:
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
     grammar = resources.files("codegen").joinpath("grammar/shape.lark").read_text()
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True,
+                cache=True)
 
 
 # --------------------------------------------------------------------------------------------------
