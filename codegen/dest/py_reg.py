@@ -684,9 +684,7 @@ class _Module:
         flat = lists[0].name if len(lists) == 1 else "flat"
 
         grads = _grad_names(schema)
-        results = [("result" if len(schema.returns) == 1
-                    else f"result_{r.name}" if r.name else f"result{i}")
-                   for i, r in enumerate(schema.returns)]
+        results = _result_names(schema)
         taken = {"ctx", "needs", "saved", *grads, *results,
                  *(f"{a.name}_grad" for a in args), *(f"{a.name}_len" for a in lists)}
         if len(lists) > 1:
@@ -734,57 +732,17 @@ class _Module:
         forward_params = ", ".join(slot_names + ([f"*{flat}"] if lists else []))
 
         # setup_context
-        setup: list[str] = []
         singles = [(n, source(n)) for n in plan.tensors] + \
             [(results[i], output(i)) for i in plan.results]
         saved_lists = [(n, source(n)) for n in plan.tensor_lists]
-        saved_args = [s for _, s in singles] + [f"*{s}" for _, s in saved_lists]
-        if saved_args:
-            setup.append(f"ctx.save_for_backward({', '.join(saved_args)})")
-        for local, src in saved_lists[:-1]:
-            setup.append(f"ctx.{local}_count = len({src})")
+        setup = _save_tensors(singles, saved_lists)
         for a in lists[:-1]:
             setup.append(f"ctx.{a.name}_len = {input_count(a.name)}")
-        for a_name, what in plan.meta:
-            src = source(a_name)
-            arg = schema.argument(a_name)
-            assert arg is not None
-            value = f"{src}.{what}"
-            if arg.type != strip_optional(arg.type):
-                value = f"None if {src} is None else {value}"
-            setup.append(f"ctx.{a_name}_{what} = {value}")
-        for a_name in plan.values:
-            setup.append(f"ctx.{a_name} = {source(a_name)}")
-        non_diff = [i for i, flag in enumerate(d.output_differentiability)
-                    if not flag and is_tensor_like(schema.returns[i].type)]
-        if non_diff:
-            setup.append("ctx.mark_non_differentiable("
-                         + ", ".join(output(i) for i in non_diff) + ")")
-        if not setup:
-            setup.append("pass")
+        setup += _save_context(plan, d, schema, source, output)
+        setup = setup or ["pass"]
 
         # backward
-        body: list[str] = []
-        if singles or saved_lists:
-            targets = [local for local, _ in singles]
-            if not saved_lists:
-                body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
-                            "= ctx.saved_tensors")
-            elif not targets and len(saved_lists) == 1:
-                body.append(f"{saved_lists[0][0]} = list(ctx.saved_tensors)")
-            else:
-                body.append("saved = ctx.saved_tensors")
-                for i, local in enumerate(targets):
-                    body.append(f"{local} = saved[{i}]")
-                offset = str(len(targets))
-                for local, _ in saved_lists[:-1]:
-                    end = f"{offset} + ctx.{local}_count"
-                    body.append(f"{local} = list(saved[{offset}:{end}])")
-                    offset = end
-                body.append(f"{saved_lists[-1][0]} = list(saved[{offset}:])")
-        for a_name in plan.values:
-            body.append(f"{a_name} = ctx.{a_name}")
-        body.append("needs = ctx.needs_input_grad")
+        body = _restore_saved(singles, saved_lists, plan)
         if lists:
             # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
             for a in lists[:-1]:
@@ -824,13 +782,8 @@ class _Module:
         why_no_jvp = (f"{qualname(op)} has no forward-mode derivative: its derivative formulas "
                       "are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
         backward_decorators = ["staticmethod"]
-        once = F.first_order_only(self.lib, op)
-        if once:
-            self.helpers.add("first_order")
-            why = (f"{qualname(op)}'s backward calls "
-                   + ", ".join(qualname(o) for o in once)
-                   + ", which has no derivatives; give it `derivatives:` in the op file to "
-                   "differentiate twice")
+        why = self._first_order_reason(op)
+        if why:
             backward_decorators.append(f"_first_order({q(why)})")
         cls = Class(
             f"_{_camel(api)}Function", "torch.autograd.Function",
@@ -860,6 +813,16 @@ class _Module:
                                       f"Autograd kernel: {cls.name} when differentiating."))
         sec.registrations.append(f"_lib.impl({q(_op_name(op))}, {name}, \"Autograd\")")
 
+    def _first_order_reason(self, op: Op) -> str | None:
+        """Why `op`'s backward cannot be differentiated again, or None when it can."""
+        once = F.first_order_only(self.lib, op)
+        if not once:
+            return None
+        self.helpers.add("first_order")
+        return (f"{qualname(op)}'s backward calls " + ", ".join(qualname(o) for o in once)
+                + ", which has no derivatives; give it `derivatives:` in the op file to "
+                "differentiate twice")
+
     def _register_autograd(self, op: Op, api: str, sec: Section, d: F.Derivatives,
                            refs: dict[F.OpRef, Op], plan: F.Saved) -> None:
         """torch.library.register_autograd, for ops whose Tensor lists cannot be passed flat."""
@@ -882,65 +845,22 @@ class _Module:
 
         # Locals of backward.
         grads = _grad_names(schema)
-        results = [("result" if len(schema.returns) == 1
-                    else f"result_{r.name}" if r.name else f"result{i}")
-                   for i, r in enumerate(schema.returns)]
+        results = _result_names(schema)
 
         # setup_context
-        setup: list[str] = []
         singles = [(n, source(n)) for n in plan.tensors] + \
             [(results[i], output(i)) for i in plan.results
              if not isinstance(strip_optional(schema.returns[i].type), ListType)]
         lists = [(n, source(n)) for n in plan.tensor_lists] + \
             [(results[i], output(i)) for i in plan.results
              if isinstance(strip_optional(schema.returns[i].type), ListType)]
-        saved_args = [s for _, s in singles] + [f"*{s}" for _, s in lists]
-        if saved_args:
-            setup.append(f"ctx.save_for_backward({', '.join(saved_args)})")
-        for local, src in lists[:-1]:
-            setup.append(f"ctx.{local}_count = len({src})")
-        for a_name, what in plan.meta:
-            src = source(a_name)
-            arg = schema.argument(a_name)
-            assert arg is not None
-            value = f"{src}.{what}"
-            if arg.type != strip_optional(arg.type):
-                value = f"None if {src} is None else {value}"
-            setup.append(f"ctx.{a_name}_{what} = {value}")
-        for a_name in plan.values:
-            setup.append(f"ctx.{a_name} = {source(a_name)}")
-        non_diff = [i for i, flag in enumerate(d.output_differentiability)
-                    if not flag and is_tensor_like(schema.returns[i].type)]
-        if non_diff:
-            setup.append("ctx.mark_non_differentiable("
-                         + ", ".join(output(i) for i in non_diff) + ")")
-        if not setup:
-            setup.append("pass")
+        setup = (_save_tensors(singles, lists) + _save_context(plan, d, schema, source, output)
+                 or ["pass"])
         setup_params = "ctx, inputs, keyword_only_inputs, output" if kw_only \
             else "ctx, inputs, output"
 
         # backward
-        body: list[str] = []
-        if singles or lists:
-            targets = [local for local, _ in singles]
-            if not lists:
-                body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
-                            "= ctx.saved_tensors")
-            elif not targets and len(lists) == 1:
-                body.append(f"{lists[0][0]} = list(ctx.saved_tensors)")
-            else:
-                body.append("saved = ctx.saved_tensors")
-                for i, local in enumerate(targets):
-                    body.append(f"{local} = saved[{i}]")
-                offset = str(len(targets))
-                for local, _ in lists[:-1]:
-                    end = f"{offset} + ctx.{local}_count"
-                    body.append(f"{local} = list(saved[{offset}:{end}])")
-                    offset = end
-                body.append(f"{lists[-1][0]} = list(saved[{offset}:])")
-        for a_name in plan.values:
-            body.append(f"{a_name} = ctx.{a_name}")
-        body.append("needs = ctx.needs_input_grad")
+        body = _restore_saved(singles, lists, plan)
 
         taken = {"ctx", "needs", "saved", *grads, *results, *(f"{a.name}_grad" for a in positional)}
         clash = [a.name for a in schema.arguments if a.name in taken]
@@ -991,13 +911,8 @@ class _Module:
         sec.functions.append(Function(backward_name, "ctx, " + ", ".join(grads), body,
                                       _formulas_doc(d)))
         backward = backward_name
-        once = F.first_order_only(self.lib, op)
-        if once:
-            self.helpers.add("first_order")
-            why = (f"{qualname(op)}'s backward calls "
-                   + ", ".join(qualname(o) for o in once)
-                   + ", which has no derivatives; give it `derivatives:` in the op file to "
-                   "differentiate twice")
+        why = self._first_order_reason(op)
+        if why:
             backward = f"_first_order({q(why)})({backward_name})"
         sec.registrations.append(f"torch.library.register_autograd({q(qualname(op))}, "
                                  f"{backward}, setup_context={setup_name}, lib=_lib)")
@@ -1207,6 +1122,76 @@ def _op_name(op: Op) -> str:
 def _camel(name: str) -> str:
     """`smooth_clamp` -> `SmoothClamp` (an empty part, from `__` or a trailing `_`, stays `_`)."""
     return "".join(p[:1].upper() + p[1:] if p else "_" for p in name.split("_"))
+
+
+def _result_names(schema: FunctionSchema) -> list[str]:
+    """Locals of backward naming the op's outputs."""
+    if len(schema.returns) == 1:
+        return ["result"]
+    return [f"result_{r.name}" if r.name else f"result{i}" for i, r in enumerate(schema.returns)]
+
+
+def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]]) -> list[str]:
+    """setup_context lines saving Tensors (local, source) and Tensor lists; every list but the
+    last records its length, so backward can split them again (`_restore_saved`)."""
+    lines = []
+    saved_args = [src for _, src in singles] + [f"*{src}" for _, src in lists]
+    if saved_args:
+        lines.append(f"ctx.save_for_backward({', '.join(saved_args)})")
+    for local, src in lists[:-1]:
+        lines.append(f"ctx.{local}_count = len({src})")
+    return lines
+
+
+def _save_context(plan: F.Saved, d: F.Derivatives, schema: FunctionSchema,
+                  source: Callable[[str], str], output: Callable[[int], str]) -> list[str]:
+    """The rest of setup_context: metadata and non-Tensor values the formulas read, and the
+    outputs marked non-differentiable."""
+    lines = []
+    for a_name, what in plan.meta:
+        src = source(a_name)
+        arg = schema.argument(a_name)
+        assert arg is not None
+        value = f"{src}.{what}"
+        if arg.type != strip_optional(arg.type):
+            value = f"None if {src} is None else {value}"
+        lines.append(f"ctx.{a_name}_{what} = {value}")
+    for a_name in plan.values:
+        lines.append(f"ctx.{a_name} = {source(a_name)}")
+    non_diff = [i for i, flag in enumerate(d.output_differentiability)
+                if not flag and is_tensor_like(schema.returns[i].type)]
+    if non_diff:
+        lines.append("ctx.mark_non_differentiable("
+                     + ", ".join(output(i) for i in non_diff) + ")")
+    return lines
+
+
+def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
+                   plan: F.Saved) -> list[str]:
+    """The opening lines of backward: what `_save_tensors` and `_save_context` stored, back in
+    locals, and `needs` (ctx.needs_input_grad)."""
+    body = []
+    if singles or lists:
+        targets = [local for local, _ in singles]
+        if not lists:
+            body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
+                        "= ctx.saved_tensors")
+        elif not targets and len(lists) == 1:
+            body.append(f"{lists[0][0]} = list(ctx.saved_tensors)")
+        else:
+            body.append("saved = ctx.saved_tensors")
+            for i, local in enumerate(targets):
+                body.append(f"{local} = saved[{i}]")
+            offset = str(len(targets))
+            for local, _ in lists[:-1]:
+                end = f"{offset} + ctx.{local}_count"
+                body.append(f"{local} = list(saved[{offset}:{end}])")
+                offset = end
+            body.append(f"{lists[-1][0]} = list(saved[{offset}:])")
+    for a_name in plan.values:
+        body.append(f"{a_name} = ctx.{a_name}")
+    body.append("needs = ctx.needs_input_grad")
+    return body
 
 
 def _grad_names(schema: FunctionSchema) -> list[str]:
