@@ -6,7 +6,10 @@ Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
+
+import jinja2
 
 from codegen.diagnostics import Diagnostics
 from codegen.files import FileSet
@@ -16,6 +19,23 @@ Generator = Callable[[OpLibrary, Diagnostics], dict[str, str]]
 
 # Every generated file lives under this directory, relative to the repo root.
 OUTPUT_DIR = "generated"
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def template_environment(**filters: Callable) -> jinja2.Environment:
+    """The jinja2 environment every generator renders with: templates/*.j2, undefined names are
+    errors, block tags leave no blank lines, nothing is HTML-escaped."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(filters)
+    return env
 
 
 def generators() -> list[tuple[str, Generator]]:

@@ -25,16 +25,15 @@ import functools
 import hashlib
 import re
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 import jinja2
 
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import OUTPUT_DIR, banner
+from codegen.gen import OUTPUT_DIR, banner, template_environment
 from codegen.model import CppKernel, DispatchKey, Op, OperatorName, OpFile, OpLibrary, Span
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 # Dispatch keys whose kernels are compiled only when torch has the matching device support.
 KEY_GUARDS: dict[DispatchKey, str | None] = {
@@ -48,17 +47,7 @@ KEY_GUARDS: dict[DispatchKey, str | None] = {
 
 @functools.lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["py"] = repr                # a Python literal
-    env.filters["cpp_string"] = cpp.string_literal
-    return env
+    return template_environment(py=repr, cpp_string=cpp.string_literal)
 
 
 def render(template: str, **context: object) -> str:

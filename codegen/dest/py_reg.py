@@ -36,7 +36,7 @@ from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_meta
 from codegen.diagnostics import Diagnostics
-from codegen.gen import OUTPUT_DIR, banner
+from codegen.gen import OUTPUT_DIR, banner, template_environment
 from codegen.model import (
     Argument,
     DispatchKey,
@@ -50,7 +50,6 @@ from codegen.model import (
     without_alias,
 )
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 # Helper functions a generated module may need, and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
@@ -79,17 +78,8 @@ _MODULE_NAMES = ("torch", "_ops", "_lib")
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["py"] = lambda v: q(v) if isinstance(v, str) else repr(v)
-    env.filters["docstring"] = docstring
-    return env
+    return template_environment(py=lambda v: q(v) if isinstance(v, str) else repr(v),
+                                docstring=docstring)
 
 
 def q(text: str) -> str:
