@@ -29,35 +29,20 @@ class KernelDecl:
     schema: str
 
 
-def split_qualified(qualified: str) -> tuple[str, str]:
-    """`a::b::f` -> (`a::b`, `f`); `::f` -> (``, `f`)."""
-    ns, _, fn = qualified.rpartition("::")
-    return ns, fn
-
-
 def kernel_decls(shard: L.Shard, diags: Diagnostics) -> list[KernelDecl]:
     """Every distinct C++ kernel of the shard, in op order; a function used by several ops (or
     keys) with the same signature is declared once."""
     decls: dict[tuple[str, str], KernelDecl] = {}
-    for op in shard.ops:
-        kernels = L.cpp_kernels(op)
-        if not kernels:
-            continue
-        sig = L.signature(op, diags)
-        if sig is None:
-            continue
-        for key, kernel in kernels:
-            if not L.check_kernel_name(op, kernel, diags):
-                continue
-            cpp_ns, fn = split_qualified(kernel.qualified(shard.namespace))
-            comment = f"{key.value} kernel of {op.name} ({kernel.loc.path}:{kernel.loc.line})"
-            ident = (f"{cpp_ns}::{fn}", sig.pointer_type())
-            if ident in decls:
-                prev = decls[ident]
-                decls[ident] = KernelDecl(prev.cpp_namespace, prev.name, prev.decl,
-                                          prev.comments + (comment,), prev.schema)
-            else:
-                decls[ident] = KernelDecl(cpp_ns, fn, sig.decl(fn), (comment,), str(op.schema))
+    for b in L.bound_kernels(shard, diags):
+        comment = f"{b.key.value} kernel of {b.op.name} ({b.kernel.loc.path}:{b.kernel.loc.line})"
+        ident = (f"{b.cpp_namespace}::{b.fn}", b.sig.pointer_type())
+        if ident in decls:
+            prev = decls[ident]
+            decls[ident] = KernelDecl(prev.cpp_namespace, prev.name, prev.decl,
+                                      prev.comments + (comment,), prev.schema)
+        else:
+            decls[ident] = KernelDecl(b.cpp_namespace, b.fn, b.sig.decl(b.fn), (comment,),
+                                      str(b.op.schema))
     return list(decls.values())
 
 

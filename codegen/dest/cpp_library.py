@@ -200,6 +200,37 @@ def check_kernel_name(op: Op, kernel: CppKernel, diags: Diagnostics) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class BoundKernel:
+    """A C++ kernel of an op that C++ can bind: the op, its signature, the key, and the
+    kernel's C++ namespace and function name."""
+
+    op: Op
+    sig: cpp.CppSignature
+    key: DispatchKey
+    kernel: CppKernel
+    cpp_namespace: str
+    fn: str
+
+
+def bound_kernels(shard: Shard, diags: Diagnostics) -> list[BoundKernel]:
+    """Every C++ kernel of the shard's ops, in op order; ops C++ cannot bind and malformed kernel
+    names are reported to `diags` and left out."""
+    out = []
+    for op in shard.ops:
+        kernels = cpp_kernels(op)
+        if not kernels:
+            continue
+        sig = signature(op, diags)
+        if sig is None:
+            continue
+        for key, kernel in kernels:
+            if check_kernel_name(op, kernel, diags):
+                cpp_ns, _, fn = kernel.qualified(shard.namespace).rpartition("::")
+                out.append(BoundKernel(op, sig, key, kernel, cpp_ns, fn))
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # The build stamp
 

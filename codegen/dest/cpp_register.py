@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from codegen.dest import cpp_library as L
 from codegen.dest import cpp_meta
-from codegen.dest.cpp_kernels import split_qualified
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.model import DispatchKey, OpLibrary
@@ -24,30 +23,19 @@ from codegen.model import DispatchKey, OpLibrary
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     by_key: dict[DispatchKey, list[dict]] = {}
     used: set[str] = set()
-    for op in shard.ops:
-        kernels = L.cpp_kernels(op)
-        if not kernels:
-            continue
-        sig = L.signature(op, diags)
-        if sig is None:
-            continue
-        for key, kernel in kernels:
-            if not L.check_kernel_name(op, kernel, diags):
-                continue
-            qualified = kernel.qualified(shard.namespace)
-            cpp_ns, fn = split_qualified(qualified)
-            pointer = base = f"{L.impl_name(op).replace('.', '_')}_{key.value}"
-            n = 2
-            while pointer in used:      # `f.a` and `f_a` must not share a variable
-                pointer, n = f"{base}_{n}", n + 1
-            used.add(pointer)
-            by_key.setdefault(key, []).append({
-                "op": L.impl_name(op),
-                "schema": str(op.schema),
-                "pointer": pointer,
-                "pointer_decl": sig.pointer_decl(pointer),
-                "kernel": f"{cpp_ns}::{fn}" if cpp_ns else f"::{fn}",
-            })
+    for b in L.bound_kernels(shard, diags):
+        pointer = base = f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}"
+        n = 2
+        while pointer in used:      # `f.a` and `f_a` must not share a variable
+            pointer, n = f"{base}_{n}", n + 1
+        used.add(pointer)
+        by_key.setdefault(b.key, []).append({
+            "op": L.impl_name(b.op),
+            "schema": str(b.op.schema),
+            "pointer": pointer,
+            "pointer_decl": b.sig.pointer_decl(pointer),
+            "kernel": f"{b.cpp_namespace}::{b.fn}" if b.cpp_namespace else f"::{b.fn}",
+        })
     # Keys in the order of the DispatchKey enum: output must not depend on YAML key order.
     return [{"key": key.value, "guard": L.KEY_GUARDS[key], "impls": by_key[key]}
             for key in DispatchKey if key in by_key]
