@@ -9,7 +9,6 @@ intended change with `make golden` (EXPECTTEST_ACCEPT=1), never by hand.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,11 @@ import pytest
 from codegen.dest import cpp_kernels, cpp_library, cpp_register, ninja, py_ops
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
+from tests import expect
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden" / "cpp"
 ROOT = HERE.parent
-ACCEPT = os.environ.get("EXPECTTEST_ACCEPT") == "1"
 
 INPUTS = "tests/golden/cpp/inputs"
 EXPECTED = GOLDEN / "expected"
@@ -56,20 +55,7 @@ def golden_path(case: str, rel: str) -> Path:
 def test_golden_outputs(case: str, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)     # op file paths are relative to the repository root
     out = render(CASES[case])
-    expected_files = {p.relative_to(EXPECTED / case).as_posix()
-                      for p in (EXPECTED / case).rglob("*") if p.is_file()}
-    if ACCEPT:
-        for rel in expected_files - set(out):
-            golden_path(case, rel).unlink()
-        for rel, text in out.items():
-            p = golden_path(case, rel)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(text, encoding="utf-8")
-        return
-    assert set(out) == expected_files, "generated file set changed; run `make golden`"
-    for rel, text in sorted(out.items()):
-        expected = golden_path(case, rel).read_text(encoding="utf-8")
-        assert text == expected, f"{case}/{rel} differs from its golden file; run `make golden`"
+    expect.check_dir(EXPECTED / case, out)
 
 
 def test_golden_generators_are_deterministic(monkeypatch) -> None:

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
@@ -23,13 +22,12 @@ import pytest
 from codegen.dest import cpp_meta, cpp_register
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
-from tests import scratch
+from tests import expect, scratch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SHAPES = "tests/golden/py/inputs/shapes.yaml"
 EXPECTED = HERE / "golden" / "cpp" / "expected" / "meta"
-ACCEPT = os.environ.get("EXPECTTEST_ACCEPT") == "1"
 
 # Ops of shapes.yaml whose rules stay Python, and why (cpp_meta's module docstring).
 PYTHON_FAKES = {
@@ -72,13 +70,7 @@ def test_golden_registration_shard(monkeypatch):
     out = cpp_register.generate(lib, diags)
     assert not diags.has_errors, diags.render()
     (path, text), = out.items()
-    golden = EXPECTED / Path(path).name
-    if ACCEPT:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text, encoding="utf-8")
-        return
-    assert text == golden.read_text(encoding="utf-8"), \
-        f"{golden} differs; run `make golden` and read the diff"
+    expect.check_file(EXPECTED / Path(path).name, text)
     assert "TORCH_LIBRARY_IMPL(shapetest, Meta, m)" in text
     for name in PYTHON_FAKES:
         assert f'm.impl("{name.split("::")[1]}"' not in text

@@ -8,18 +8,17 @@ diff.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from codegen.diagnostics import UserError
 from codegen.load import load_library
+from tests import expect
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "tests" / "diagnostics"
 CASES = sorted(CASES_DIR.glob("*.yaml"))
-ACCEPT = os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
 
 
 def render(case: Path) -> str:
@@ -33,19 +32,11 @@ def render(case: Path) -> str:
 def test_diagnostic(case: Path, monkeypatch):
     monkeypatch.chdir(ROOT)
     got = render(case)
-    expected = case.with_suffix(".expected")
-    if ACCEPT:
-        if not expected.exists() or expected.read_text(encoding="utf-8") != got:
-            expected.write_text(got, encoding="utf-8")
-        return
-    assert expected.exists(), f"no {expected.name}; run with EXPECTTEST_ACCEPT=1 to create it"
-    assert got == expected.read_text(encoding="utf-8")
+    expect.check_file(case.with_suffix(".expected"), got)
 
 
 def test_diagnostic_cases_have_no_orphans():
-    stems = {c.stem for c in CASES}
-    orphans = [p.name for p in CASES_DIR.glob("*.expected") if p.stem not in stems]
-    assert orphans == []
+    assert expect.orphans(CASES_DIR, CASES) == []
 
 
 def test_diagnostic_cases_point_inside_their_file(monkeypatch):

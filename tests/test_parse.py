@@ -6,7 +6,6 @@ Syntax error messages are pinned in tests/parse_errors.expected; refresh with
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from codegen.model import (
     TupleType,
     TypeVar,
 )
+from tests import expect
 
 T = BaseType(BaseTy.Tensor)
 
@@ -209,9 +209,7 @@ def _render(text: str) -> str:
 
 def test_syntax_errors_are_pinned():
     rendered = "\n\n".join(_render(t) for t in ERROR_CASES) + "\n"
-    if os.environ.get("EXPECTTEST_ACCEPT"):
-        EXPECTED.write_text(rendered)
-    assert rendered == EXPECTED.read_text()
+    expect.check_file(EXPECTED, rendered)
 
 
 @pytest.mark.parametrize("text", ERROR_CASES)

@@ -9,7 +9,6 @@ read the diff.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,11 @@ import pytest
 from codegen.__main__ import main as cli
 from codegen.diagnostics import UserError
 from codegen.load import load_library
+from tests import expect
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = ROOT / "tests" / "diagnostics_py"
 CASES = sorted(CASES_DIR.glob("*.yaml"))
-ACCEPT = os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
 
 
 def render(case: Path, capsys) -> str:
@@ -34,13 +33,7 @@ def render(case: Path, capsys) -> str:
 def test_diagnostic(case: Path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     got = render(case, capsys)
-    expected = case.with_suffix(".expected")
-    if ACCEPT:
-        if not expected.exists() or expected.read_text(encoding="utf-8") != got:
-            expected.write_text(got, encoding="utf-8")
-        return
-    assert expected.exists(), f"no {expected.name}; run with EXPECTTEST_ACCEPT=1 to create it"
-    assert got == expected.read_text(encoding="utf-8")
+    expect.check_file(case.with_suffix(".expected"), got)
 
 
 def test_every_case_gives_one_error(monkeypatch):
@@ -58,5 +51,4 @@ def test_every_case_gives_one_error(monkeypatch):
 
 
 def test_no_orphan_expectations():
-    stems = {c.stem for c in CASES}
-    assert [p.name for p in CASES_DIR.glob("*.expected") if p.stem not in stems] == []
+    assert expect.orphans(CASES_DIR, CASES) == []

@@ -9,7 +9,6 @@ Golden files live in tests/golden/py/expected/<case>/; refresh them after an int
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -19,13 +18,12 @@ import torch
 from codegen.dest import py_reg, py_stubs
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
-from tests import scratch
+from tests import expect, scratch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 INPUTS = "tests/golden/py/inputs"
 EXPECTED = HERE / "golden" / "py" / "expected"
-ACCEPT = os.environ.get("EXPECTTEST_ACCEPT", "") not in ("", "0")
 OP_FILE = f"{INPUTS}/registrations.yaml"
 CASES = {"shapes": f"{INPUTS}/shapes.yaml", "grads": f"{INPUTS}/grads.yaml",
          "registrations": OP_FILE}
@@ -91,21 +89,7 @@ def render(path: str) -> dict[str, str]:
 def test_golden_outputs(case, monkeypatch):
     monkeypatch.chdir(ROOT)
     out = render(CASES[case])
-    folder = EXPECTED / case
-    if ACCEPT:
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.iterdir():
-            if stale.name not in out:
-                stale.unlink()
-        for name, text in out.items():
-            if not (folder / name).exists() or (folder / name).read_text() != text:
-                (folder / name).write_text(text, encoding="utf-8")
-        return
-    assert sorted(p.name for p in folder.iterdir()) == sorted(out), \
-        "generated files differ from the golden set; run `make golden`"
-    for name, text in out.items():
-        assert text == (folder / name).read_text(encoding="utf-8"), \
-            f"{case}/{name} differs from its golden file; run `make golden` and read the diff"
+    expect.check_dir(EXPECTED / case, out)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
