@@ -18,7 +18,6 @@ Run: `python bench/bench_autograd.py` (after `make build`).
 from __future__ import annotations
 
 import sys
-import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,6 +26,7 @@ import torch  # noqa: E402
 
 import runtime  # noqa: E402,F401
 from runtime.kernels.exops import gated_residual, gated_residual_fake  # noqa: E402
+from timing import best_us  # noqa: E402
 
 
 def setup_context(ctx, inputs, output):
@@ -73,16 +73,6 @@ def composite(x, gate):
     return x * (1 + torch.sigmoid(gate))
 
 
-def best_us(fns: dict[str, object], number: int = 2000, rounds: int = 21) -> dict[str, float]:
-    best = {k: float("inf") for k in fns}
-    for f in fns.values():
-        f()
-    for _ in range(rounds):
-        for k, f in fns.items():
-            best[k] = min(best[k], timeit.timeit(f, number=number) / number * 1e6)
-    return best
-
-
 def main() -> None:
     x = torch.randn(4, 6, requires_grad=True)
     gate = torch.randn(6, requires_grad=True)
@@ -104,7 +94,7 @@ def main() -> None:
     def step(op):
         return lambda: torch.autograd.grad(op(x, gate), (x, gate), g)
 
-    t = best_us({name: step(op) for name, op in ops.items()})
+    t = best_us({name: step(op) for name, op in ops.items()}, number=2000, rounds=21)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; gated_residual forward "
           "+ backward, x [4, 6], gate [6]; us per step (best of 21 interleaved rounds x 2000)\n")
     for name in ops:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 import time
-import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -29,6 +28,7 @@ import torch._inductor.config  # noqa: E402
 import runtime  # noqa: E402,F401
 from runtime import ops  # noqa: E402
 from runtime.kernels import exops as k  # noqa: E402
+from timing import best_us  # noqa: E402
 
 Tensor = torch.Tensor
 raw = torch.ops.exops
@@ -176,14 +176,6 @@ def compile_once(model, train: bool):
         return time.perf_counter() - t, compiled
 
 
-def per_call_us(fns: dict[str, object], rounds: int = 7, number: int = 200) -> dict[str, float]:
-    best = {k: float("inf") for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            best[k] = min(best[k], timeit.timeit(f, number=number) / number * 1e6)
-    return best
-
-
 def measure(models: dict[str, object], train: bool) -> dict[str, tuple[float, float, float]]:
     """name -> (compile seconds, steady-state us per call, eager us per call). Compile times
     are the best of two fresh compilations, taken in alternating order."""
@@ -195,8 +187,10 @@ def measure(models: dict[str, object], train: bool) -> dict[str, tuple[float, fl
             compile_s[name] = min(compile_s[name], seconds)
     args = inputs(train)
     with torch.enable_grad() if train else torch.no_grad():
-        steady = per_call_us({n: (lambda c=c: run(c, args, train)) for n, c in compiled.items()})
-        eager = per_call_us({n: (lambda m=m: run(m, args, train)) for n, m in models.items()})
+        steady = best_us({n: (lambda c=c: run(c, args, train)) for n, c in compiled.items()},
+                         number=200, rounds=7)
+        eager = best_us({n: (lambda m=m: run(m, args, train)) for n, m in models.items()},
+                        number=200, rounds=7)
     return {n: (compile_s[n], steady[n], eager[n]) for n in models}
 
 

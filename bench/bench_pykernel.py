@@ -15,7 +15,6 @@ Run: `python bench/bench_pykernel.py` (after `make build`).
 from __future__ import annotations
 
 import sys
-import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,6 +23,7 @@ import torch  # noqa: E402
 
 import runtime  # noqa: E402,F401
 from runtime.kernels.exops import signbit_mask  # noqa: E402
+from timing import best_us  # noqa: E402
 
 
 def hand_written_library() -> tuple[torch.library.Library, object]:
@@ -41,18 +41,6 @@ def custom_op_version():
     return op
 
 
-def per_call_us(fns: dict[str, object], number: int = 10000, rounds: int = 21) -> dict[str, float]:
-    """Best per-call time of each function; rounds interleave the functions, so that a busy
-    machine slows all of them alike."""
-    best = {k: float("inf") for k in fns}
-    for f in fns.values():
-        f()
-    for _ in range(rounds):
-        for k, f in fns.items():
-            best[k] = min(best[k], timeit.timeit(f, number=number) / number * 1e6)
-    return best
-
-
 def main() -> None:
     x = torch.randn(4)
     generated = torch.ops.exops.signbit_mask.default
@@ -61,12 +49,12 @@ def main() -> None:
     for f in (generated, library_op, custom):
         assert torch.equal(f(x), signbit_mask(x))
 
-    t = per_call_us({
+    t = best_us({
         "generated": lambda: generated(x),
         "Library": lambda: library_op(x),
         "custom_op": lambda: custom(x),
         "function": lambda: signbit_mask(x),
-    })
+    }, number=10000, rounds=21)
     over = {k: t[k] - t["function"] for k in ("generated", "Library", "custom_op")}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; exops::signbit_mask "
           "on a 4-element float32 tensor; us per call (best of 21 interleaved rounds x 10000)\n")
