@@ -82,9 +82,6 @@ class Diagnostics:
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.items.append(Diagnostic(loc, message, hint))
 
-    def extend(self, diags: Iterable[Diagnostic]) -> None:
-        self.items.extend(diags)
-
     @property
     def has_errors(self) -> bool:
         return any(d.severity == "error" for d in self.items)
@@ -100,8 +97,9 @@ class Diagnostics:
         return out
 
     def render(self) -> str:
-        parts = [d.render(self._lines.get(d.loc.path)) for d in self.sorted()]
-        n = sum(1 for d in self.sorted() if d.severity == "error")
+        diags = self.sorted()
+        parts = [d.render(self._lines.get(d.loc.path)) for d in diags]
+        n = sum(1 for d in diags if d.severity == "error")
         if n:
             parts.append(f"{n} error{'s' if n != 1 else ''} generated.")
         return "\n".join(parts)

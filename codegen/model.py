@@ -503,10 +503,6 @@ class FunctionSchema:
     def is_inplace(self) -> bool:
         return self.name.inplace
 
-    @property
-    def is_functional(self) -> bool:
-        return not self.mutable_arguments
-
     def with_name(self, name: OperatorName) -> FunctionSchema:
         return FunctionSchema(name, self.arguments, self.returns, self.is_vararg, self.is_varret,
                               self.span)
