@@ -27,11 +27,8 @@ def _check_python_side(lib) -> None:
     kernels, Python function signatures, batching/autocast rules): codegen.dest.py_reg renders
     in memory and writes nothing."""
     from codegen.dest.py_reg import generate_registrations
-    from codegen.diagnostics import Diagnostics
 
-    diags = Diagnostics()
-    for f in lib.files:
-        diags.add_source(f.path, Path(f.path).read_text(encoding="utf-8"))
+    diags = lib.diagnostics()
     generate_registrations(lib, diags)
     diags.raise_if_errors()
 
@@ -53,13 +50,10 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from codegen import files
-    from codegen.diagnostics import Diagnostics
     from codegen.gen import OUTPUT_DIR, render
 
     lib = _load(args.paths)
-    diags = Diagnostics()
-    for f in lib.files:
-        diags.add_source(f.path, Path(f.path).read_text(encoding="utf-8"))
+    diags = lib.diagnostics()
     fileset = render(lib, diags)
     diags.raise_if_errors()
     root = Path(args.root)

@@ -555,7 +555,7 @@ class _FileLoader:
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
-        return OpFile(self.path, namespace, tuple(ops))
+        return OpFile(self.path, namespace, tuple(ops), _for_display(self.text))
 
     def namespace(self, node: _Node) -> str | None:
         namespace = self.string(node, "'namespace'")

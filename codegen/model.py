@@ -539,7 +539,7 @@ class FunctionSchema:
 # Fields whose text has a language of its own (fake rules, derivative formulas) arrive as `Located`
 # text and are parsed into their own IR by `codegen.shape` and `codegen.formulas`.
 
-from codegen.diagnostics import Loc  # noqa: E402  (kept beside the records that use it)
+from codegen.diagnostics import Diagnostics, Loc  # noqa: E402  (kept beside the records that use it)
 
 
 class DispatchKey(enum.Enum):
@@ -678,6 +678,8 @@ class OpFile:
     path: str                       # as given on the command line, relative to the repo root
     namespace: str | None           # file-level default namespace
     ops: tuple[Op, ...]
+    # The file's text as diagnostics show it, so checks after loading never read it again.
+    source: str = field(default="", compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -691,3 +693,10 @@ class OpLibrary:
     @property
     def namespaces(self) -> tuple[str, ...]:
         return tuple(sorted({op.namespace for op in self.ops}))
+
+    def diagnostics(self) -> Diagnostics:
+        """An empty Diagnostics that can show the source lines of every file of the library."""
+        diags = Diagnostics()
+        for f in self.files:
+            diags.add_source(f.path, f.source)
+        return diags

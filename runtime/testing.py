@@ -114,15 +114,11 @@ def load_python_library(paths: Iterable[str]) -> PythonLibrary:
     already) and gets the module `runtime._reg_<ns>` would be, from the same generator.
     """
     from codegen.dest.py_reg import generate_registrations, module_name
-    from codegen.diagnostics import Diagnostics
     from codegen.load import load_library
     from codegen.model import OperatorName
 
     lib = load_library(list(paths))
-    diags = Diagnostics()
-    for f in lib.files:
-        with open(f.path, encoding="utf-8") as fh:
-            diags.add_source(f.path, fh.read())
+    diags = lib.diagnostics()
     texts = generate_registrations(lib, diags)
     diags.raise_if_errors()
     out = PythonLibrary(list(lib.ops), {})

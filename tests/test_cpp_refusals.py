@@ -14,7 +14,6 @@ import pytest
 from codegen import parse_schema
 from codegen.api import cpp
 from codegen.dest import cpp_kernels, cpp_register
-from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 
 # (argument or return type text, what the message must say)
@@ -81,8 +80,7 @@ ops:
     dispatch: {CompositeExplicitAutograd: fine_kernel}
 """)
     lib = load_library([str(path)])
-    diags = Diagnostics()
-    diags.add_source(str(path), path.read_text())
+    diags = lib.diagnostics()
     header = cpp_kernels.generate(lib, diags)
     registration = cpp_register.generate(lib, diags)
     rendered = diags.render().replace(str(path), "ops.yaml")
