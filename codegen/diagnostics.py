@@ -82,6 +82,14 @@ class Diagnostics:
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.items.append(Diagnostic(loc, message, hint))
 
+    def warning(self, loc: Loc, message: str, hint: str | None = None) -> None:
+        """A convention that only costs a generated extra: printed, and the run still succeeds."""
+        self.items.append(Diagnostic(loc, message, hint, "warning"))
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.sorted() if d.severity == "warning"]
+
     @property
     def has_errors(self) -> bool:
         return any(d.severity == "error" for d in self.items)
@@ -100,8 +108,11 @@ class Diagnostics:
         diags = self.sorted()
         parts = [d.render(self._lines.get(d.loc.path)) for d in diags]
         n = sum(1 for d in diags if d.severity == "error")
-        if n:
-            parts.append(f"{n} error{'s' if n != 1 else ''} generated.")
+        w = sum(1 for d in diags if d.severity == "warning")
+        counts = [f"{k} {what}{'s' if k != 1 else ''}" for k, what in ((w, "warning"), (n, "error"))
+                  if k]
+        if counts:
+            parts.append(" and ".join(counts) + " generated.")
         return "\n".join(parts)
 
     def raise_if_errors(self) -> None:
