@@ -1,7 +1,9 @@
 """Command line: `python -m codegen {check,list,generate} [PATHS]`.
 
-Exit status: 0 on success, 1 when the op files have errors (printed as located diagnostics),
-2 on bad command-line usage. User input never produces a traceback.
+Exit status: 0 on success (warnings, if any, on stderr), 1 when the op files have errors (printed
+as located diagnostics) or an output cannot be written, 2 on bad command-line usage, 3 on an
+internal error (a bug: one line, the traceback only with --debug). User input never produces a
+traceback.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from pathlib import Path
 
-from codegen.diagnostics import UserError
+from codegen.diagnostics import Diagnostics, UserError
+from codegen.files import WriteError
 
 DEFAULT_PATHS = ["schemas"]
 
@@ -22,20 +26,30 @@ def _load(paths: list[str]):
     return load_library(paths or DEFAULT_PATHS)
 
 
-def _check_python_side(lib) -> None:
-    """The checks that need the whole library (formulas calling library ops, missing fake
-    kernels, Python function signatures, batching/autocast rules): codegen.dest.py_reg renders
-    in memory and writes nothing."""
+def _check_python_side(lib) -> Diagnostics:
+    """The checks that need the whole library (namespaces torch defines, names too long for a
+    file, formulas calling library ops, missing fake kernels, Python function signatures,
+    batching/autocast rules): codegen.dest.py_reg renders in memory and writes nothing. Returns
+    the warnings."""
     from codegen.dest.py_reg import generate_registrations
+    from codegen.gen import check_library
 
     diags = lib.diagnostics()
-    generate_registrations(lib, diags)
+    check_library(lib, diags)
+    if not diags.has_errors:
+        generate_registrations(lib, diags)
     diags.raise_if_errors()
+    return diags
+
+
+def _print_warnings(diags: Diagnostics) -> None:
+    if diags.items:
+        print(diags.render(), file=sys.stderr)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     lib = _load(args.paths)
-    _check_python_side(lib)
+    _print_warnings(_check_python_side(lib))
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
     return 0
@@ -50,12 +64,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from codegen import files
-    from codegen.gen import OUTPUT_DIR, render
+    from codegen.gen import OUTPUT_DIR, check_library, render
 
     lib = _load(args.paths)
     diags = lib.diagnostics()
+    check_library(lib, diags)
+    diags.raise_if_errors()
     fileset = render(lib, diags)
     diags.raise_if_errors()
+    _print_warnings(diags)
     root = Path(args.root)
     if args.check:
         changed = files.stale(root, fileset) + files.orphans(root, fileset, OUTPUT_DIR)
@@ -74,8 +91,31 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+INTERNAL_ERROR = 3
+
+
+def internal_error(e: BaseException, debug: bool) -> int:
+    """An exception no user input should raise: one line that cannot pass for a result, and the
+    traceback only when asked for."""
+    if debug:
+        traceback.print_exc()
+    detail = " ".join(str(e).split())
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    print(f"error: internal error, please report: {type(e).__name__}"
+          f"{': ' + detail if detail else ''}"
+          f"{'' if debug else ' (rerun with --debug for the traceback)'}", file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def debug_option(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the traceback of an internal error")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__.splitlines()[0])
+    debug_option(parser, False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, help_ in [
         ("check", cmd_check, "parse and validate op files"),
@@ -83,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         ("generate", cmd_generate, "generate code into generated/"),
     ]:
         p = sub.add_parser(name, help=help_)
+        debug_option(p, argparse.SUPPRESS)     # `--debug` before or after the command
         p.add_argument("paths", nargs="*", help="op files or directories (default: schemas/)")
         p.set_defaults(fn=fn)
         if name == "generate":
@@ -97,11 +138,19 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(e.diags.render(), file=sys.stderr)
         return 1
+    except WriteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # `python -m codegen list | head`: the reader left; exit quietly, as other tools do.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (the one place that catches everything; see above)
+        return internal_error(e, args.debug)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,13 @@ by -Werror=missing-declarations, see codegen/dest/cpp_kernels.py) or never defin
 time by -Wl,--no-undefined) is named together with its op, the schema's location, and the exact
 declaration it must have.
 
-Exit status: ninja's (0 on success), 1 when the build cannot start.
+Before ninja runs, the generated set is checked against its completion stamp (Note [Set-atomic
+writes] in codegen/files.py): after an interrupted or failed generate, or a generated file changed
+since, the stamp is removed, so ninja's `codegen` edge regenerates the set before anything
+compiles; a mixed set is never compiled.
+
+Exit status: ninja's (0 on success), 1 when the build cannot start, 3 on an internal error (one
+line; the traceback with --debug).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codegen.dest.ninja import KERNEL_ROOT, NINJA_FILE, TOOLCHAIN
+from codegen.files import WriteError, verify_stamp, write_atomic
+from codegen.gen import SET_STAMP
 
 KEY_PREFIX = "# key: "
 _ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
@@ -182,10 +190,7 @@ def write_toolchain(root: Path) -> tuple[bool, str]:
     text = make_toolchain(key).text
     if text == old:
         return False, old
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
     return True, text
 
 
@@ -344,11 +349,32 @@ def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     return proc.wait()
 
 
+def check_generated(root: Path, out) -> bool:
+    """Make ninja regenerate a generated set that is not the one its stamp records: without
+    the stamp, an output of the `codegen` edge is missing, so that edge runs first. False when
+    that cannot work (a build file older than the stamp), with the error written."""
+    problem = verify_stamp(root, SET_STAMP)
+    if problem is None:
+        return True
+    if SET_STAMP not in (root / NINJA_FILE).read_text(encoding="utf-8", errors="replace"):
+        out.write(f"error: {problem}, and {NINJA_FILE} is too old to regenerate it\n"
+                  "hint: run `make codegen` (python -m codegen generate)\n")
+        return False
+    out.write(f"note: {problem}; regenerating before the build\n")
+    try:
+        (root / SET_STAMP).unlink()
+    except FileNotFoundError:
+        pass
+    return True
+
+
 def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
     out = out or sys.stdout
     if not (root / NINJA_FILE).is_file():
         out.write(f"error: {NINJA_FILE} not found under {root}\n"
                   "hint: run `make codegen` (python -m codegen generate) first\n")
+        return 1
+    if not check_generated(root, out):
         return 1
     _written, text = write_toolchain(root)
     if toolchain_var(text, "nvcc") is None:
@@ -368,9 +394,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, help="parallel jobs (ninja's default otherwise)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show full command lines")
     parser.add_argument("targets", nargs="*", help="ninja targets (default: every library)")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error")
     args = parser.parse_args(argv)
     extra = (["-j", str(args.jobs)] if args.jobs else []) + (["-v"] if args.verbose else [])
-    return build(Path(args.root), extra + args.targets)
+    try:
+        return build(Path(args.root), extra + args.targets)
+    except (WriteError, OSError) as e:
+        # The disk, not the code: a build directory that cannot be written, a missing compiler.
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (the one place that catches everything)
+        from codegen.__main__ import internal_error
+
+        return internal_error(e, args.debug)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,55 @@
-"""Output files: from {relative path: text} to the disk, written only when their content changes.
+"""Output files: from {relative path: text} to the disk, as one set, written only where the
+content changes.
 
-Everything is rendered in memory first, so a run that fails on user input writes nothing; writes
-are atomic (temp file + rename) so an interrupted run never leaves half a file; a file whose bytes
-are unchanged keeps its mtime, so ninja's `restat` sees nothing to rebuild.
+Note [Set-atomic writes]
+Everything is rendered in memory first, so a run that fails on user input writes nothing. Then:
+
+1. every target directory is checked for writability, and every changed file is written to a
+   temporary beside its target (`open` with mode 0o666, so the umask decides the final mode, as
+   for any file a user creates); a failure here removes the temporaries and leaves every existing
+   file untouched;
+2. the completion stamp (`FileSet.stamp`, a `sha256sum`-style list of every file of the set) is
+   removed, the temporaries are renamed over their targets, orphans are removed;
+3. the stamp is written last.
+
+A file is never half-written (rename is atomic), but a run killed during step 2 leaves a mix of old
+and new files. It also leaves no stamp, which the next build notices (the stamp is an output of
+the `codegen` edge of generated/build.ninja, and `python -m codegen.build` compares it with the
+files): it regenerates before compiling anything. A file whose bytes are unchanged keeps its
+mtime, so ninja's `restat` sees nothing to rebuild. Concurrent runs are serialized by an advisory
+lock on the output directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+# Temporaries are named independently of their target, so a target whose name is near the file
+# system's limit still has a temporary that fits (codegen.gen.check_file_names).
+TEMP_PREFIX = ".opgen-"
+TEMP_SUFFIX = ".tmp"
+
+
+class WriteError(Exception):
+    """An output that cannot be written (permissions, a full disk, a directory in the way):
+    one line for the CLI, no traceback."""
 
 
 @dataclass
 class FileSet:
-    """Rendered outputs of one codegen run, keyed by path relative to the output root."""
+    """Rendered outputs of one codegen run, keyed by path relative to the output root.
+
+    `stamp`, once `seal` sets it, is the path of the completion stamp: its text lists the SHA-256
+    of every other file of the set, and it is written after all of them."""
 
     files: dict[str, str] = field(default_factory=dict)
+    stamp: str | None = None
 
     def add(self, path: str, text: str) -> None:
         assert path not in self.files, f"two generators wrote {path}"
@@ -27,6 +59,51 @@ class FileSet:
     def update(self, other: dict[str, str]) -> None:
         for path, text in other.items():
             self.add(path, text)
+
+    def seal(self, stamp: str, banner: str) -> None:
+        """Add the completion stamp `stamp` (after every other file has been added)."""
+        assert self.stamp is None
+        base = PurePosixPath(stamp).parent
+        digests = {rel: _digest(text.encode()) for rel, text in self.files.items()}
+        self.add(stamp, banner + stamp_body(digests, base))
+        self.stamp = stamp
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def stamp_body(digests: dict[str, str], base: PurePosixPath) -> str:
+    """`<sha256>  <path relative to the stamp's directory>` lines: `sha256sum -c` reads them."""
+    return "".join(f"{d}  {PurePosixPath(rel).relative_to(base)}\n"
+                   for rel, d in sorted(digests.items()))
+
+
+def verify_stamp(root: Path, stamp: str) -> str | None:
+    """None when the files the stamp at root/stamp lists all have the digests it records;
+    otherwise why not (no stamp: an interrupted or failed write; a differing file: a mixed set or
+    an edit by hand)."""
+    path = root / stamp
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"{stamp} is missing (the last code generation did not complete)"
+    except (OSError, UnicodeDecodeError) as e:
+        return f"{stamp} cannot be read ({_reason(e)})"
+    base = path.parent
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        digest, sep, rel = line.partition("  ")
+        if not sep or len(digest) != 64:
+            return f"{stamp} is malformed"
+        try:
+            data = (base / rel).read_bytes()
+        except OSError:
+            return f"{(PurePosixPath(stamp).parent / rel)} is missing"
+        if _digest(data) != digest:
+            return f"{(PurePosixPath(stamp).parent / rel)} differs from the set {stamp} records"
+    return None
 
 
 def stale(root: Path, fileset: FileSet) -> list[str]:
@@ -43,34 +120,148 @@ def stale(root: Path, fileset: FileSet) -> list[str]:
     return out
 
 
+def _reason(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e) or type(e).__name__
+
+
+@contextlib.contextmanager
+def _locked(directory: Path):
+    """An exclusive advisory lock on `directory` (created if missing) for concurrent runs."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise WriteError(f"cannot create or open {directory}: {_reason(e)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _first_existing(p: Path) -> Path:
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def preflight(root: Path, targets: list[str], removals: list[str]) -> None:
+    """Raise WriteError, before anything is written, when a target cannot be replaced: its
+    directory (or the nearest existing ancestor, for one still to be made) is not writable, or a
+    directory or a file stands where a file or a directory must go."""
+    checked: set[Path] = set()
+    for rel in targets + removals:
+        p = root / rel
+        if rel in targets and p.is_dir():
+            raise WriteError(f"cannot write {rel}: a directory is in the way")
+        d = _first_existing(p.parent)
+        if d in checked:
+            continue
+        checked.add(d)
+        if not d.is_dir():
+            raise WriteError(f"cannot write {rel}: {d.relative_to(root)} is not a directory")
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise WriteError(f"cannot write {rel}: {_shown(d, root)} is not writable")
+
+
+def _shown(p: Path, root: Path) -> str:
+    try:
+        return p.relative_to(root).as_posix() or "."
+    except ValueError:
+        return str(p)
+
+
+def _temporary(target: Path, data: bytes) -> Path:
+    """`data` in a new file beside `target`, with the mode the umask gives (not mkstemp's 0600)."""
+    while True:
+        tmp = target.with_name(f"{TEMP_PREFIX}{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """One file, through a temporary beside it (for files outside a FileSet: depfiles, the
+    toolchain); raises WriteError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary(path, text.encode())
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise WriteError(f"cannot write {path}: {_reason(e)}") from None
+
+
 def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list[str]:
-    """Write changed files atomically; return the paths written.
+    """Write the changed files of the set (Note [Set-atomic writes]); return the paths written
+    or removed. Raises WriteError, with every existing file untouched, when a file cannot be
+    written.
 
     With `prune_dir`, files under root/prune_dir that no generator produced are removed (an op
     deleted from the YAML must not leave its generated code behind).
     """
-    written = []
-    for rel in stale(root, fileset):
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    lock_dir = root / (prune_dir if prune_dir is not None else ".")
+    with _locked(lock_dir):
+        changed = stale(root, fileset)
+        removals = orphans(root, fileset, prune_dir) if prune_dir is not None else []
+        if not changed and not removals:
+            return []
+        stamp = fileset.stamp
+        rewrite = [rel for rel in changed if rel != stamp]
+        preflight(root, changed, removals)
+
+        staged: dict[str, Path] = {}
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(fileset.files[rel])
-            os.replace(tmp, p)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        written.append(rel)
-    if prune_dir is not None:
-        for extra in orphans(root, fileset, prune_dir):
-            (root / extra).unlink()
-            written.append(extra)
-    return written
+            try:
+                for rel in rewrite:
+                    target = root / rel
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    staged[rel] = _temporary(target, fileset.files[rel].encode())
+            except OSError as e:
+                raise WriteError(f"cannot write {rel}: {_reason(e)}; nothing was changed") \
+                    from None
+            try:
+                if stamp is not None:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(root / stamp)
+                for rel in rewrite:
+                    os.replace(staged.pop(rel), root / rel)
+                for rel in removals:
+                    with contextlib.suppress(FileNotFoundError):
+                        (root / rel).unlink()
+                if stamp is not None:
+                    os.replace(_temporary(root / stamp, fileset.files[stamp].encode()),
+                               root / stamp)
+            except OSError as e:
+                raise WriteError(f"writing {prune_dir or 'the outputs'} failed midway "
+                                 f"({_reason(e)}); the set is incomplete: run code generation "
+                                 "again (the build does so by itself)") from None
+        finally:
+            for tmp in staged.values():
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        return sorted(set(changed) | set(removals))
 
 
 def orphans(root: Path, fileset: FileSet, prune_dir: str) -> list[str]:
+    """Files under root/prune_dir that are not in the set: outputs of ops since deleted, and
+    temporaries a killed run left behind."""
     base = root / prune_dir
     if not base.is_dir():
         return []

@@ -6,12 +6,13 @@ Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
 import jinja2
 
-from codegen.diagnostics import Diagnostics
+from codegen.diagnostics import Diagnostics, Loc
 from codegen.files import FileSet
 from codegen.model import OpLibrary
 
@@ -19,6 +20,11 @@ Generator = Callable[[OpLibrary, Diagnostics], dict[str, str]]
 
 # Every generated file lives under this directory, relative to the repo root.
 OUTPUT_DIR = "generated"
+# Written last: the digest of every other generated file (Note [Set-atomic writes] in
+# codegen/files.py). `cd generated && sha256sum -c SHA256SUMS` checks the set by hand.
+SET_STAMP = f"{OUTPUT_DIR}/SHA256SUMS"
+# The most bytes one path component may have (NAME_MAX on Linux and macOS file systems).
+NAME_MAX = 255
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -64,7 +70,60 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
+    out.seal(SET_STAMP, banner("#", [f.path for f in lib.files]))
     return out
+
+
+def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
+    """Checks on the whole library that stand between `check` and a generate or an import that
+    would fail: namespaces torch defines, names too long for a file."""
+    from codegen.torch_namespaces import check_namespaces
+
+    check_namespaces(lib, diags)
+    check_file_names(lib, diags)
+
+
+def derived_paths(lib: OpLibrary) -> list[tuple[str, Loc, str]]:
+    """Every path that code generation or the build creates with a name made from the op files:
+    (path, where that name comes from, what it comes from). Asks the generators, so it cannot
+    drift from what they write."""
+    from codegen.dest import cpp_library as L
+    from codegen.dest import ninja
+    from codegen.torch_namespaces import namespace_loc
+
+    out: list[tuple[str, Loc, str]] = []
+    for ns, shs in L.shards(lib).items():
+        where = namespace_loc(lib, ns)
+        module = L.python_module(ns).rpartition(".")[2]
+        for path in (L.stamp_path(ns), f"{OUTPUT_DIR}/runtime/{module}.py",
+                     ninja.library_path(ns) + ninja.LINK_TEMP_SUFFIX,
+                     ninja.gen_obj(ns, L.stamp_path(ns)) + ninja.DEPFILE_SUFFIX):
+            out.append((path, where, f"namespace '{_short(ns)}'"))
+        for s in shs:
+            where = Loc(s.file.path, 1, 1)
+            for path in (s.header, s.registration,
+                         ninja.gen_obj(ns, s.registration) + ninja.DEPFILE_SUFFIX):
+                name = Path(s.file.path).name
+                out.append((path, where, f"op file name '{_short(name)}'"))
+    return out
+
+
+def check_file_names(lib: OpLibrary, diags: Diagnostics) -> None:
+    """A path component longer than NAME_MAX fails with ENAMETOOLONG in the middle of a generate
+    or a build: refuse it here, located, one error per origin."""
+    reported: set[tuple[Loc, str]] = set()
+    for path, where, what in derived_paths(lib):
+        for part in Path(path).parts:
+            size = len(os.fsencode(part))
+            if size > NAME_MAX and (where, what) not in reported:
+                reported.add((where, what))
+                diags.error(where, f"{what} is too long: it makes the file name '{_short(part)}' "
+                            f"({size} bytes; a file name may have at most {NAME_MAX})",
+                            f"shorten it by at least {size - NAME_MAX} characters")
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def banner(comment: str, sources: list[str] | tuple[str, ...]) -> str:

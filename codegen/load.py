@@ -515,6 +515,7 @@ class _FileLoader:
         if text is None:
             return None
         namespace: str | None = None
+        namespace_loc: Loc | None = None
         namespace_known = False
         waiting: list[tuple[_Node, bool]] = []   # entries read before the file's namespace
         ops: list[Op] = []
@@ -529,6 +530,7 @@ class _FileLoader:
             elif item[0] == "namespace":
                 if not namespace_known:
                     namespace = self.namespace(item[1])
+                    namespace_loc = self.loc(item[1])
                     namespace_known = True
                     for node, clean in waiting:
                         self.add_op(ops, node, clean, namespace)
@@ -555,7 +557,7 @@ class _FileLoader:
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
-        return OpFile(self.path, namespace, tuple(ops), _for_display(self.text))
+        return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc)
 
     def namespace(self, node: _Node) -> str | None:
         namespace = self.string(node, "'namespace'")

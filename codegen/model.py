@@ -680,6 +680,8 @@ class OpFile:
     ops: tuple[Op, ...]
     # The file's text as diagnostics show it, so checks after loading never read it again.
     source: str = field(default="", compare=False, hash=False, repr=False)
+    # Where the file's `namespace:` value is (checks about a whole namespace point there).
+    namespace_loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,12 @@ Each library carries a stamp (generated/cpp/<ns>/stamp.cpp): the hash of the sch
 and the torch version it was compiled against. The stamp is read from the file's bytes, without
 loading it, so a stale or foreign library is refused before its static initializers register
 anything in this process.
+
+Some damage kills the process inside `dlopen`, where no `except` can help, so it is looked for
+first: a file shorter than its ELF headers say (a link killed midway, a full disk: mapping it
+raises SIGBUS), and a namespace or an op that this process has already registered (another
+library's TORCH_LIBRARY, or torch's own ops: the registration throws in a static initializer,
+which aborts).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import importlib.util
 import mmap
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +60,7 @@ def read_stamp(path: Path, prefix: str) -> Stamp | None:
             at = m.find(prefix.encode())
             if at < 0:
                 return None
-            match = _STAMP.match(m[at:at + 256])
+            match = _STAMP.match(m[at:at + len(prefix) + 160])
     if match is None:
         return None
     return Stamp(match["ns"].decode(), match["hash"].decode(), match["torch"].decode())
@@ -79,7 +86,109 @@ def check_library(root: Path, build_dir: Path, ns: str, info: dict, torch_versio
     if stamp.torch_version != torch_version:
         raise LibraryError(f"{where} was built for torch {stamp.torch_version}, but this is torch "
                            f"{torch_version}; rebuild it: {hint}")
+    problem = elf_problem(path)
+    if problem is not None:
+        raise LibraryError(f"{where} is damaged: {problem} (a link or a copy was cut short, or the "
+                           f"disk was full); {hint}")
     return path
+
+
+# ELF header fields after e_ident, and the program / section header fields we need, per class.
+_ELF = {
+    1: ("IIIIIHHHHHH", 52, "IIIIIIII", 32, (1, 4), "IIIIIIIIII", 40, (1, 4, 5)),
+    2: ("QQQIHHHHHH", 64, "IIQQQQQQ", 56, (2, 5), "IIQQQQIIQQ", 64, (1, 4, 5)),
+}
+_SHT_NOBITS = 8
+
+
+def elf_problem(path: Path) -> str | None:
+    """Why the ELF file at `path` cannot be mapped whole, or None: every byte its headers
+    describe (program segments, sections, the header tables themselves) must be in the file."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != b"\x7fELF" or ident[4] not in _ELF \
+                or ident[5] not in (1, 2):
+            return "it is not an ELF file"
+        end = "<" if ident[5] == 1 else ">"
+        head, head_size, ph, ph_size, ph_fields, sh, sh_size, sh_fields = _ELF[ident[4]]
+        rest = f.read(head_size - 16)
+        if len(rest) < head_size - 16:
+            return f"it has {size} bytes, less than an ELF header"
+        fields = struct.unpack(end + "HHI" + head, rest)
+        phoff, shoff = fields[4], fields[5]
+        phentsize, phnum, shentsize, shnum = fields[8], fields[9], fields[10], fields[11]
+        need = max(head_size, phoff + phnum * phentsize if phnum else 0,
+                   shoff + max(shnum, 1) * shentsize if shoff else 0)
+        if need <= size:
+            for off, count, entsize, fmt, esize, (o, n) in (
+                    (phoff, phnum, phentsize, ph, ph_size, ph_fields),
+                    (shoff, shnum, shentsize, sh, sh_size, sh_fields[1:])):
+                if not count or entsize < esize:
+                    continue
+                f.seek(off)
+                table = f.read(count * entsize)
+                for i in range(count):
+                    entry = struct.unpack_from(end + fmt, table, i * entsize)
+                    if fmt == sh and entry[sh_fields[0]] == _SHT_NOBITS:
+                        continue        # .bss and the like occupy no bytes of the file
+                    need = max(need, entry[o] + entry[n])
+    if need > size:
+        return f"its ELF headers describe {need} bytes, but the file has {size}"
+    return None
+
+
+def check_unregistered(root: Path, namespaces: dict[str, dict], paths: dict[str, Path]) -> None:
+    """LibraryError unless every library can register its namespace and its ops in this process.
+
+    Loading one whose TORCH_LIBRARY meets another for its namespace, or which defines an op that
+    exists, aborts the interpreter inside dlopen. A library loaded already (the same file) is
+    skipped: loading it again registers nothing.
+    """
+    import torch
+
+    loaded = {os.path.realpath(p) for p in torch.ops.loaded_libraries}
+    existing: set[str] | None = None
+    for ns, info in namespaces.items():
+        path = paths[ns]
+        if os.path.realpath(path) in loaded:
+            continue
+        where = _display(path, root)
+        if existing is None:
+            existing = set(torch._C._dispatch_get_all_op_names())
+        for name in info.get("op_names", ()):
+            if f"{ns}::{name}" in existing:
+                raise LibraryError(
+                    f"op '{ns}::{name}' of {where} is already registered in this process (by "
+                    "another library, or torch); loading the library would abort the process. "
+                    "Is another copy of this op library loaded, or another library using "
+                    f"namespace '{ns}'?")
+        if info.get("claims_namespace", True):
+            previous = _namespace_owner(ns)
+            if previous is not None:
+                raise LibraryError(
+                    f"namespace '{ns}' of {where} is already registered in this process"
+                    f"{previous}; loading the library would abort the process. Is another copy "
+                    f"of this op library loaded, or another library using namespace '{ns}'?")
+
+
+_PREVIOUS = re.compile(r"[Pp]revious registration of TORCH_LIBRARY was registered at (\S+?);?\s")
+
+
+def _namespace_owner(ns: str) -> str | None:
+    """None when `ns` has no TORCH_LIBRARY in this process; else ` (by <where>)` or ``.
+
+    Asks the dispatcher as torch.library.Library(ns, "DEF") does, and drops the registration
+    at once when it succeeds."""
+    import torch
+
+    try:
+        handle = torch._C._dispatch_library("DEF", ns, "", __file__, 0)
+    except RuntimeError as e:
+        m = _PREVIOUS.search(str(e) + " ")
+        return f" (by {m[1]})" if m else ""
+    handle.reset()
+    return None
 
 
 def _display(path: Path, root: Path) -> str:
@@ -107,6 +216,7 @@ def load_all(root: Path, build_dir: Path, package: str) -> list[str]:
     namespaces: dict[str, dict] = manifest.NAMESPACES
     paths = {ns: check_library(root, build_dir, ns, info, torch.__version__)
              for ns, info in namespaces.items()}
+    check_unregistered(root, namespaces, paths)
     for ns, path in paths.items():
         try:
             torch.ops.load_library(str(path))

@@ -7,8 +7,9 @@ The C++ side of a namespace is split by schema file: `schemas/a.yaml` gets its o
 `generated/cpp/<ns>/a.h` and registration unit `generated/cpp/<ns>/register_a.cpp`. Editing one
 schema file therefore rewrites (and ninja recompiles) only that file's registration unit and the
 kernel sources that include its header. The first file of a namespace holds `TORCH_LIBRARY`,
-claiming the namespace (a second package defining the same namespace then fails loudly at load
-time); the others use `TORCH_LIBRARY_FRAGMENT`.
+claiming the namespace (a second package defining the same namespace is refused at load time, see
+runtime.loader); the others use `TORCH_LIBRARY_FRAGMENT`. A namespace torch already defines gets
+fragments only (Note [Torch namespaces] in codegen/torch_namespaces.py).
 
 Note [Schema hash]
 `schema_hash(lib, ns)` digests exactly what the compiled library registers: every op's schema and
@@ -33,6 +34,7 @@ from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.gen import OUTPUT_DIR, banner, template_environment
 from codegen.model import CppKernel, DispatchKey, Op, OperatorName, OpFile, OpLibrary, Span
+from codegen.torch_namespaces import is_torch_namespace
 
 
 # Dispatch keys whose kernels are compiled only when torch has the matching device support.
@@ -66,7 +68,7 @@ class Shard:
     name: str                 # file-derived identifier: `core` for schemas/core.yaml
     file: OpFile
     ops: tuple[Op, ...]
-    is_library: bool          # holds TORCH_LIBRARY (first shard of its namespace)
+    is_library: bool          # holds TORCH_LIBRARY (first shard of a namespace not torch's)
 
     @property
     def header(self) -> str:
@@ -127,7 +129,7 @@ def shards(lib: OpLibrary) -> dict[str, list[Shard]]:
         for f in lib.files:
             ops = tuple(op for op in f.ops if op.namespace == ns)
             if ops:
-                first = ns not in out
+                first = ns not in out and not is_torch_namespace(ns)
                 out.setdefault(ns, []).append(Shard(ns, names[f.path], f, ops, first))
     return out
 

@@ -1,9 +1,9 @@
 """Op library IR -> one registration unit per schema file and namespace,
 `generated/cpp/<ns>/register_<shard>.cpp` (see Note [Shards] in cpp_library):
 
-- `TORCH_LIBRARY` (first shard of the namespace) or `TORCH_LIBRARY_FRAGMENT`, naming the Python
-  module that holds the namespace's fake kernels (`m.set_python_module`) and defining every op of
-  the file with its canonical schema and tags;
+- `TORCH_LIBRARY` (first shard of the namespace, unless torch defines it) or
+  `TORCH_LIBRARY_FRAGMENT`, naming the Python module that holds the namespace's fake kernels
+  (`m.set_python_module`) and defining every op of the file with its canonical schema and tags;
 - one `TORCH_LIBRARY_IMPL(ns, <key>, m)` block per dispatch key that has C++ kernels, each kernel
   bound through a function pointer of the exact dispatcher type (so even an overloaded kernel name
   resolves to the one with the op's signature). Python kernels are registered from Python;
@@ -18,6 +18,7 @@ from codegen.dest import cpp_meta
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.model import DispatchKey, OpLibrary
+from codegen.torch_namespaces import is_torch_namespace
 
 
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
@@ -61,6 +62,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                 source=shard.file.path,
                 include=shard.include,
                 is_library=shard.is_library,
+                torch_namespace=is_torch_namespace(ns),
                 python_module=L.python_module(ns),
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),

@@ -24,7 +24,7 @@ from ninja import ninja_syntax
 
 from codegen.dest import cpp_library as L
 from codegen.diagnostics import Diagnostics
-from codegen.gen import OUTPUT_DIR, banner
+from codegen.gen import OUTPUT_DIR, SET_STAMP, banner
 from codegen.model import OpLibrary
 
 BUILD_DIR = "build"
@@ -33,6 +33,10 @@ NINJA_FILE = f"{OUTPUT_DIR}/build.ninja"
 CODEGEN_DEPFILE = f"{BUILD_DIR}/codegen.d"
 KERNEL_ROOT = "runtime/csrc"
 KERNEL_SUFFIXES = (".cpp", ".cu")
+# The linker writes here, then the file is renamed: a link killed midway, or one that fills the
+# disk, never leaves a truncated library under the name `import runtime` loads.
+LINK_TEMP_SUFFIX = ".tmp"
+DEPFILE_SUFFIX = ".d"       # the compiler's depfile beside each object
 
 
 @dataclass(frozen=True)
@@ -82,20 +86,25 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
            description="CODEGEN " + " ".join(inputs.codegen_args), generator=True, restat=True,
            depfile=CODEGEN_DEPFILE, deps="gcc")
     w.newline()
-    w.rule("cxx", "$cxx -MMD -MF $out.d $cflags $extra_cflags -c $in -o $out",
-           depfile="$out.d", deps="gcc", description="CXX $in")
+    w.rule("cxx", f"$cxx -MMD -MF $out{DEPFILE_SUFFIX} $cflags $extra_cflags -c $in -o $out",
+           depfile=f"$out{DEPFILE_SUFFIX}", deps="gcc", description="CXX $in")
     w.newline()
     w.comment("The stamp includes no torch header: it compiles in milliseconds.")
     w.rule("stamp", "$cxx $stamp_cflags -c $in -o $out", description="STAMP $out")
     w.newline()
-    w.rule("link", "$cxx -shared -o $out $in $ldflags", description="LINK $out")
+    w.comment("Links to a temporary, renamed once complete: a killed link leaves no truncated "
+              "library.")
+    w.rule("link", f"$cxx -shared -o $out{LINK_TEMP_SUFFIX} $in $ldflags && "
+           f"mv -f $out{LINK_TEMP_SUFFIX} $out", description="LINK $out")
     w.newline()
     w.comment(f"Rule `cu` (CUDA kernels) comes from {TOOLCHAIN}: nvcc when torch has CUDA, "
               "otherwise a rule that skips the source and says so.")
     w.newline()
 
     all_shards = L.shards(lib)
-    generated: list[str] = [NINJA_FILE]
+    # The completion stamp is written last (Note [Set-atomic writes] in codegen/files.py): an
+    # interrupted generate leaves it missing, so this edge reruns before anything compiles.
+    generated: list[str] = [NINJA_FILE, SET_STAMP]
     for ns, shs in all_shards.items():
         generated += [s.header for s in shs] + [s.registration for s in shs] + [L.stamp_path(ns)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
@@ -176,8 +185,9 @@ def _escape(path: str) -> str:
 
 
 def write_depfile(path: Path, lib: OpLibrary) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(depfile_text(lib), encoding="utf-8")
+    from codegen.files import write_atomic
+
+    write_atomic(path, depfile_text(lib))
 
 
 def _rel(p: Path, root: Path) -> str:

@@ -105,6 +105,8 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             "python_module": L.python_module(ns),
             "python_required": any(has_python_side(op) for op in ops),
             "ops": len(ops),
+            "claims_namespace": shs[0].is_library,
+            "op_names": [L.impl_name(op) for op in ops],
             "sources": sorted({s.file.path for s in shs}),
             "stamp_prefix": L.stamp_prefix(ns),
         })

@@ -4,7 +4,9 @@
 `schema_hash` through the stamp compiled into it, see Note [Schema hash] in
 codegen/dest/cpp_library.py), then the Python-side registrations `python_module`, which must
 exist when `python_required` (the op file gives ops fake rules, formulas, vmap or autocast rules,
-or Python kernels).
+or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
+fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both
+against what this process has registered before loading (a clash aborts the process in dlopen).
 """
 
 NAMESPACES = {
@@ -15,6 +17,27 @@ NAMESPACES = {
         "python_module": 'runtime._reg_exops',
         "python_required": True,
         "ops": 18,
+        "claims_namespace": True,
+        "op_names": [
+            'scaled_add',
+            'weighted_mse',
+            'soft_shrink',
+            'soft_shrink_',
+            'soft_shrink.out',
+            'moments',
+            'weighted_sum',
+            'pad_end',
+            'select_above',
+            'gaussian_window',
+            'smooth_clamp',
+            'smooth_clamp_backward',
+            'scaled_smooth_clamp',
+            'signbit_mask',
+            'row_normalize',
+            'row_normalize_backward',
+            'segment_sum',
+            'gated_residual',
+        ],
         "sources": ['schemas/core.yaml', 'schemas/python.yaml'],
     },
 }

@@ -4,7 +4,9 @@
 `schema_hash` through the stamp compiled into it, see Note [Schema hash] in
 codegen/dest/cpp_library.py), then the Python-side registrations `python_module`, which must
 exist when `python_required` (the op file gives ops fake rules, formulas, vmap or autocast rules,
-or Python kernels).
+or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
+fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both
+against what this process has registered before loading (a clash aborts the process in dlopen).
 """
 
 NAMESPACES = {
@@ -15,6 +17,13 @@ NAMESPACES = {
         "python_module": 'runtime._reg_alpha',
         "python_required": True,
         "ops": 4,
+        "claims_namespace": True,
+        "op_names": [
+            'add',
+            'scale.out',
+            'scale',
+            'identity',
+        ],
         "sources": ['tests/golden/cpp/inputs/shards/one.yaml', 'tests/golden/cpp/inputs/shards/two.yaml'],
     },
     'beta': {
@@ -24,6 +33,10 @@ NAMESPACES = {
         "python_module": 'runtime._reg_beta',
         "python_required": False,
         "ops": 1,
+        "claims_namespace": True,
+        "op_names": [
+            'add',
+        ],
         "sources": ['tests/golden/cpp/inputs/shards/one.yaml'],
     },
 }

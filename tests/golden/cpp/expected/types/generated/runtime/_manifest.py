@@ -4,7 +4,9 @@
 `schema_hash` through the stamp compiled into it, see Note [Schema hash] in
 codegen/dest/cpp_library.py), then the Python-side registrations `python_module`, which must
 exist when `python_required` (the op file gives ops fake rules, formulas, vmap or autocast rules,
-or Python kernels).
+or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
+fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both
+against what this process has registered before loading (a clash aborts the process in dlopen).
 """
 
 NAMESPACES = {
@@ -15,6 +17,29 @@ NAMESPACES = {
         "python_module": 'runtime._reg_cty',
         "python_required": False,
         "ops": 20,
+        "claims_namespace": True,
+        "op_names": [
+            'tensors',
+            'ints',
+            'floats',
+            'bools',
+            'strings',
+            'enums',
+            'objects',
+            'returns',
+            'fill',
+            'fill_',
+            'split',
+            'split.out',
+            'zero_all_',
+            'defaults',
+            'pick.int',
+            'pick.Tensor',
+            'composite',
+            'shared_a',
+            'shared_b',
+            'declared_only',
+        ],
         "sources": ['tests/golden/cpp/inputs/types.yaml'],
     },
 }

@@ -1,0 +1,105 @@
+"""Namespaces torch already defines, and the ops in them, recorded from the pinned torch
+(`python -m codegen.torch_namespaces --refresh` writes torch_namespaces.json; a test checks that
+the file matches the installed torch).
+
+Note [Torch namespaces]
+A second `TORCH_LIBRARY` for a namespace aborts the interpreter at load time ("Only a single
+TORCH_LIBRARY can be used to register the namespace"), and so does defining an op that exists. An
+op file may still add ops to a namespace torch defines (`aten`, `prims`, `quantized`, ...; executorch
+adds ops to `aten` this way): its registration units then use `TORCH_LIBRARY_FRAGMENT` only, and
+`check` warns. An op that torch already has in the namespace is an error. Namespaces registered
+after `import torch` (another extension, a lazily imported torch module) are caught when the
+library is loaded (runtime.loader), before anything is registered.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.model import Op, OpLibrary
+
+RECORD_FILE = "torch_namespaces.json"
+
+
+@lru_cache(maxsize=1)
+def recorded() -> dict[str, frozenset[str]]:
+    """namespace -> the ops torch defines in it (`name` or `name.overload`)."""
+    text = resources.files("codegen").joinpath(RECORD_FILE).read_text(encoding="utf-8")
+    return {ns: frozenset(ops) for ns, ops in json.loads(text)["namespaces"].items()}
+
+
+def current() -> dict:
+    """What the record holds, from the installed torch (imports torch: for `--refresh` and the
+    test that the record is current)."""
+    import torch
+    import torch.library
+
+    namespaces: dict[str, list[str]] = {
+        ns: [] for ns in getattr(torch.library, "_reserved_namespaces", [])}
+    for qualified in torch._C._dispatch_get_all_op_names():
+        ns, _, name = qualified.partition("::")
+        namespaces.setdefault(ns, []).append(name)
+    return {"torch": torch.__version__.split("+")[0],
+            "namespaces": {ns: sorted(ops) for ns, ops in sorted(namespaces.items())}}
+
+
+def is_torch_namespace(ns: str) -> bool:
+    return ns in recorded()
+
+
+def namespace_loc(lib: OpLibrary, ns: str) -> Loc:
+    """Where the library first names namespace `ns`: a file's `namespace:` value, or the
+    namespace part of the first op named `ns::...`."""
+    for f in lib.files:
+        if f.namespace == ns and f.namespace_loc is not None:
+            return f.namespace_loc
+        for op in f.ops:
+            if op.namespace == ns:
+                return _qualified_name_loc(op, len(ns))
+    raise AssertionError(f"no op in namespace {ns}")
+
+
+def _qualified_name_loc(op: Op, length: int) -> Loc:
+    span = op.schema.name.span
+    if span is None or op.func is None:
+        return op.loc
+    return op.func.at(span.start, max(1, min(length, span.end - span.start)))
+
+
+def check_namespaces(lib: OpLibrary, diags: Diagnostics) -> None:
+    """Note [Torch namespaces]: a warning per namespace torch defines, an error per op that
+    torch already has there."""
+    for ns in lib.namespaces:
+        existing = recorded().get(ns)
+        if existing is None:
+            continue
+        diags.warning(namespace_loc(lib, ns),
+                      f"namespace '{ns}' is defined by torch: these ops are added to it with "
+                      "TORCH_LIBRARY_FRAGMENT",
+                      "use a namespace of your own unless you mean to extend torch's")
+        for op in lib.ops:
+            if op.namespace != ns:
+                continue
+            name = op.schema.name
+            key = f"{name.name}.{name.overload}" if name.overload else name.name
+            if key in existing:
+                span = name.span
+                loc = (op.func.at(span.start, max(1, span.end - span.start))
+                       if span is not None and op.func is not None else op.loc)
+                diags.error(loc, f"op '{ns}::{key}' already exists in torch",
+                            "defining it again aborts the process at load time; give the op "
+                            "another name, or another overload name")
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    if sys.argv[1:] != ["--refresh"]:
+        sys.exit("usage: python -m codegen.torch_namespaces --refresh")
+    target = Path(__file__).resolve().parent / RECORD_FILE
+    target.write_text(json.dumps(current(), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {target}")
