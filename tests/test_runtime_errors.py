@@ -1,6 +1,7 @@
 """`import runtime` refuses an op library it cannot trust, before registering anything, and says
 what is wrong and what to run: the library is missing, stale (built from other schemas), built for
-another torch, not one of ours, or the Python-side registrations it needs are missing.
+another torch, not one of ours, truncated, its namespace or one of its ops is registered in the
+process already, or the Python-side registrations it needs are missing.
 
 Each case is a scratch root (OPGEN_ROOT) holding copies of the example library's generated runtime
 modules and, where the case needs one, of its built library; `import runtime` runs in a fresh
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +122,76 @@ def test_missing_manifest(tmp_path: Path) -> None:
     message = probe(tmp_path)
     assert "generated/runtime/_manifest.py is missing" in message
     assert "run `make codegen`" in message
+
+
+def crash_signal(code: str) -> int:
+    """What `code` dies of in a fresh interpreter (the controls below: each damage really kills
+    the process when loaded without the loader's checks)."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    return -proc.returncode
+
+
+def test_truncated_library_is_refused_not_sigbus(tmp_path: Path, example_library: Path) -> None:
+    """A link killed midway or a full disk leaves a library cut short, stamp included: mapping
+    it raises SIGBUS inside dlopen. The loader refuses it from its ELF headers first."""
+    root = make_root(tmp_path, example_library)
+    lib = root / "build" / example_library.name
+    data = lib.read_bytes()
+    at = data.find(b"@opgen-stamp ns=exops ")
+    assert at > 0
+    cut = at + 1024            # the stamp survives; later segments do not
+    lib.write_bytes(data[:cut])
+    assert crash_signal(f"import torch; torch.ops.load_library({str(lib)!r})") == signal.SIGBUS
+    message = probe(root)
+    assert message.startswith(f"build/libexops_ops.so is damaged: its ELF headers describe "
+                              f"{len(data)} bytes, but the file has {cut} (a link or a copy was "
+                              "cut short, or the disk was full); run `make build`"), message
+
+
+REGISTER_FIRST = """
+import torch
+keep = torch.library.Library("exops", {kind!r})
+{more}
+"""
+
+
+def probe_after(root: Path, setup: str) -> str:
+    proc = scratch.python(root, setup + PROBE)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "LibraryError" and lines[-1] == "registered python side: False"
+    return "\n".join(lines[1:-1])
+
+
+def test_namespace_registered_already(tmp_path: Path, example_library: Path) -> None:
+    """Another library holding the namespace's TORCH_LIBRARY: loading ours would abort."""
+    root = make_root(tmp_path, example_library)
+    setup = REGISTER_FIRST.format(kind="DEF", more="")
+    lib = root / "build" / example_library.name
+    assert crash_signal(setup + f"torch.ops.load_library({str(lib)!r})") == signal.SIGABRT
+    message = probe_after(root, setup)
+    assert message.startswith("namespace 'exops' of build/libexops_ops.so is already registered "
+                              "in this process (by <string>:3); loading the library would abort "
+                              "the process"), message
+
+
+def test_op_registered_already(tmp_path: Path, example_library: Path) -> None:
+    """An op of ours defined already (through a fragment: the namespace itself is free)."""
+    root = make_root(tmp_path, example_library)
+    setup = REGISTER_FIRST.format(kind="FRAGMENT",
+                                  more='keep.define("scaled_add(Tensor x) -> Tensor")')
+    lib = root / "build" / example_library.name
+    assert crash_signal(setup + f"torch.ops.load_library({str(lib)!r})") == signal.SIGABRT
+    message = probe_after(root, setup)
+    assert message.startswith("op 'exops::scaled_add' of build/libexops_ops.so is already "
+                              "registered in this process (by another library, or torch)"), message
+
+
+def test_same_library_loaded_twice_is_fine(tmp_path: Path, example_library: Path) -> None:
+    """The check skips a library this process loaded already: dlopen registers nothing again."""
+    root = make_root(tmp_path, example_library)
+    lib = root / "build" / example_library.name
+    setup = f"import torch\ntorch.ops.load_library({str(lib)!r})\n"
+    proc = scratch.python(root, setup + PROBE)
+    assert proc.returncode == 0 and proc.stdout.startswith("loaded"), proc.stdout + proc.stderr
