@@ -7,6 +7,7 @@ Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -83,43 +84,55 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
     check_file_names(lib, diags)
 
 
-def derived_paths(lib: OpLibrary) -> list[tuple[str, Loc, str]]:
-    """Every path that code generation or the build creates with a name made from the op files:
-    (path, where that name comes from, what it comes from). Asks the generators, so it cannot
-    drift from what they write."""
+@dataclass(frozen=True)
+class DerivedName:
+    """A name in the op files that becomes part of file names."""
+
+    what: str           # `namespace` or `op file name`
+    value: str          # the name as the files use it
+    loc: Loc            # where the op files give it
+    placeholder: str    # how messages show it inside a file name
+
+
+def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
+    """Every path that code generation or the build creates with a name made from the op files,
+    with the name it is made from. Asks the generators, so it cannot drift from what they
+    write."""
     from codegen.dest import cpp_library as L
     from codegen.dest import ninja
     from codegen.torch_namespaces import namespace_loc
 
-    out: list[tuple[str, Loc, str]] = []
+    out: list[tuple[str, DerivedName]] = []
     for ns, shs in L.shards(lib).items():
-        where = namespace_loc(lib, ns)
+        name = DerivedName("namespace", ns, namespace_loc(lib, ns), "<namespace>")
         module = L.python_module(ns).rpartition(".")[2]
         for path in (L.stamp_path(ns), f"{OUTPUT_DIR}/runtime/{module}.py",
                      ninja.library_path(ns) + ninja.LINK_TEMP_SUFFIX,
                      ninja.gen_obj(ns, L.stamp_path(ns)) + ninja.DEPFILE_SUFFIX):
-            out.append((path, where, f"namespace '{_short(ns)}'"))
+            out.append((path, name))
         for s in shs:
-            where = Loc(s.file.path, 1, 1)
+            name = DerivedName("op file name", s.name, Loc(s.file.path, 1, 1), "<file>")
             for path in (s.header, s.registration,
                          ninja.gen_obj(ns, s.registration) + ninja.DEPFILE_SUFFIX):
-                name = Path(s.file.path).name
-                out.append((path, where, f"op file name '{_short(name)}'"))
+                out.append((path, name))
     return out
 
 
 def check_file_names(lib: OpLibrary, diags: Diagnostics) -> None:
     """A path component longer than NAME_MAX fails with ENAMETOOLONG in the middle of a generate
-    or a build: refuse it here, located, one error per origin."""
-    reported: set[tuple[Loc, str]] = set()
-    for path, where, what in derived_paths(lib):
+    or a build: refuse it here, located, once per name (for its longest file name)."""
+    longest: dict[DerivedName, tuple[int, str]] = {}
+    for path, name in derived_paths(lib):
         for part in Path(path).parts:
             size = len(os.fsencode(part))
-            if size > NAME_MAX and (where, what) not in reported:
-                reported.add((where, what))
-                diags.error(where, f"{what} is too long: it makes the file name '{_short(part)}' "
-                            f"({size} bytes; a file name may have at most {NAME_MAX})",
-                            f"shorten it by at least {size - NAME_MAX} characters")
+            if size > NAME_MAX and name.value in part and size > longest.get(name, (0, ""))[0]:
+                longest[name] = (size, part)
+    for name, (size, part) in longest.items():
+        over = size - NAME_MAX
+        shown = part.replace(name.value, name.placeholder)
+        diags.error(name.loc, f"{name.what} '{_short(name.value)}' is too long: it makes a file "
+                    f"name {shown} of {size} bytes, and a file name may have at most {NAME_MAX}",
+                    f"shorten it by at least {over} character{'s' if over != 1 else ''}")
 
 
 def _short(text: str, limit: int = 40) -> str:

@@ -124,3 +124,108 @@ def test_list_into_a_closed_pipe_is_quiet(files):
     err = p.stderr.read().decode()
     p.wait()
     assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------------
+# Internal errors: one line, never mistaken for a result; the traceback only with --debug
+
+
+def boom(*args, **kwargs):
+    raise RuntimeError("boom\nsecond line")
+
+
+@pytest.mark.parametrize("command", ["check", "list", "generate"])
+def test_internal_error_is_one_line(files, capsys, monkeypatch, command):
+    import codegen.load
+
+    monkeypatch.setattr(codegen.load, "load_library", boom)
+    code, out, err = run([command], capsys)
+    assert (code, out) == (3, "")
+    assert err == ("error: internal error, please report: RuntimeError: boom second line "
+                   "(rerun with --debug for the traceback)\n")
+
+
+def test_internal_error_traceback_with_debug(files, capsys, monkeypatch):
+    import codegen.load
+
+    monkeypatch.setattr(codegen.load, "load_library", boom)
+    for args in (["--debug", "check"], ["check", "--debug"]):
+        code, out, err = run(args, capsys)
+        assert (code, out) == (3, "")
+        assert err.startswith("Traceback (most recent call last):\n"), err
+        assert err.endswith("\nerror: internal error, please report: RuntimeError: boom second "
+                            "line\n")
+
+
+def test_build_internal_error_is_one_line(capsys, monkeypatch):
+    from codegen import build
+
+    monkeypatch.setattr(build, "build", boom)
+    assert build.main([]) == 3
+    assert capsys.readouterr().err == (
+        "error: internal error, please report: RuntimeError: boom second line "
+        "(rerun with --debug for the traceback)\n")
+    assert build.main(["--debug"]) == 3
+    assert "Traceback (most recent call last):" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# Warnings are shown on success
+
+
+ATEN = """\
+namespace: aten
+ops:
+  - func: opgen_scale(Tensor self, float factor) -> Tensor
+"""
+ATEN_WARNING = """\
+aten.yaml:1:12: warning: namespace 'aten' is defined by torch: these ops are added to it with \
+TORCH_LIBRARY_FRAGMENT
+    namespace: aten
+               ^~~~
+hint: use a namespace of your own unless you mean to extend torch's
+1 warning generated.
+"""
+
+
+def test_warnings_are_printed_on_success(files, capsys):
+    (files / "aten.yaml").write_text(ATEN)
+    assert run(["check", "aten.yaml"], capsys) == (0, "1 op in 1 file: ok\n", ATEN_WARNING)
+    code, out, err = run(["generate", "aten.yaml"], capsys)
+    assert (code, err) == (0, ATEN_WARNING) and "wrote generated/cpp/aten/register_aten.cpp" in out
+    register = (files / "generated" / "cpp" / "aten" / "register_aten.cpp").read_text()
+    assert "TORCH_LIBRARY_FRAGMENT(aten, m)" in register and "TORCH_LIBRARY(" not in register
+
+
+# --------------------------------------------------------------------------------------------------
+# Names too long for a file: refused by `check`, at the limit the generators' file names set
+
+
+def test_longest_namespace_generates(files, capsys):
+    """The limit is exact: one character less than tests/diagnostics_py/ns_too_long.yaml's
+    namespace, and every file is written (the longest name, lib<ns>_ops.so.tmp, comes from the
+    build)."""
+    ns = "n" * 241
+    (files / "long.yaml").write_text(f"namespace: {ns}\nops:\n  - func: f(Tensor self) -> Tensor\n")
+    code, out, err = run(["generate", "long.yaml"], capsys)
+    assert (code, err) == (0, ""), err
+    assert (files / "generated" / "runtime" / f"_reg_{ns}.py").is_file()
+    (files / "long.yaml").write_text(f"namespace: {ns}n\nops:\n  - func: f(Tensor self) -> Tensor\n")
+    code, out, err = run(["check", "long.yaml"], capsys)
+    assert code == 1 and "is too long: it makes a file name lib<namespace>_ops.so.tmp of 256 " \
+                         "bytes" in err
+
+
+def test_long_op_file_name(files, capsys):
+    name = "f" * 243 + ".yaml"          # register_<file>.cpp: 256 bytes
+    (files / name).write_text("namespace: lf\nops:\n  - func: f(Tensor self) -> Tensor\n")
+    code, out, err = run(["generate", name], capsys)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"{name}:1:1: error: op file name '{'f' * 37}...' is too long: it makes a file name "
+        "register_<file>.cpp of 256 bytes, and a file name may have at most 255\n"
+        "    namespace: lf\n"
+        "    ^\n"
+        "hint: shorten it by at least 1 character\n"
+        "1 error generated.\n")
+    assert not (files / "generated").exists()
