@@ -111,11 +111,13 @@ def load_python_library(paths: Iterable[str]) -> PythonLibrary:
     generated registrations from memory: a library to try or test before any C++ exists.
 
     Each namespace is defined with `torch.library.Library(ns, "DEF")` (so it must not be loaded
-    already) and gets the module `runtime._reg_<ns>` would be, from the same generator.
+    already; a namespace torch defines gets a "FRAGMENT") and gets the module `runtime._reg_<ns>`
+    would be, from the same generator.
     """
     from codegen.dest.py_reg import generate_registrations, module_name
     from codegen.load import load_library
     from codegen.model import OperatorName
+    from codegen.torch_namespaces import is_torch_namespace
 
     lib = load_library(list(paths))
     diags = lib.diagnostics()
@@ -124,7 +126,7 @@ def load_python_library(paths: Iterable[str]) -> PythonLibrary:
     out = PythonLibrary(list(lib.ops), {})
     try:
         for ns in lib.namespaces:
-            defs = torch.library.Library(ns, "DEF")
+            defs = torch.library.Library(ns, "FRAGMENT" if is_torch_namespace(ns) else "DEF")
             out.libraries.append(defs)
             for op in lib.ops:
                 if op.namespace == ns:
