@@ -1,0 +1,30 @@
+"""codegen/torch_namespaces.json, the namespaces and ops torch defines, is the pinned torch's
+(Note [Torch namespaces]); refresh with `python -m codegen.torch_namespaces --refresh`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from codegen import torch_namespaces
+from tests import scratch
+
+
+def test_record_matches_the_installed_torch():
+    # A fresh interpreter: this one may have loaded op libraries that add namespaces.
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         "import json; from codegen.torch_namespaces import current; print(json.dumps(current()))"],
+        cwd=scratch.REPO, env=scratch.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    live = json.loads(proc.stdout)
+    recorded = json.loads((scratch.REPO / "codegen" / torch_namespaces.RECORD_FILE).read_text())
+    assert live == recorded, "run `python -m codegen.torch_namespaces --refresh`"
+
+
+def test_the_namespaces_the_issue_names_are_torchs():
+    for ns in ("aten", "prims", "quantized", "prim"):
+        assert torch_namespaces.is_torch_namespace(ns), ns
+    assert "add.Tensor" in torch_namespaces.recorded()["aten"]
+    assert not torch_namespaces.is_torch_namespace("exops")
