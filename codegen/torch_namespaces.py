@@ -4,12 +4,14 @@ the file matches the installed torch).
 
 Note [Torch namespaces]
 A second `TORCH_LIBRARY` for a namespace aborts the interpreter at load time ("Only a single
-TORCH_LIBRARY can be used to register the namespace"), and so does defining an op that exists. An
-op file may still add ops to a namespace torch defines (`aten`, `prims`, `quantized`, ...; executorch
-adds ops to `aten` this way): its registration units then use `TORCH_LIBRARY_FRAGMENT` only, and
-`check` warns. An op that torch already has in the namespace is an error. Namespaces registered
-after `import torch` (another extension, a lazily imported torch module) are caught when the
-library is loaded (runtime.loader), before anything is registered.
+TORCH_LIBRARY can be used to register the namespace"), and so does defining an op that exists.
+An op file may still add ops to a namespace torch defines (`aten`, `prims`, `quantized`, ...;
+executorch adds ops to `aten` this way): its registration units then use
+`TORCH_LIBRARY_FRAGMENT` only, and `check` warns. An op that torch already has in the namespace
+is an error, and so is a namespace torch.library reserves (`prim`: the generated Python side
+could not register there). Namespaces registered after `import torch` (another extension, a
+lazily imported torch module) are caught when the library is loaded (runtime.loader), before
+anything is registered.
 """
 
 from __future__ import annotations
@@ -25,10 +27,20 @@ RECORD_FILE = "torch_namespaces.json"
 
 
 @lru_cache(maxsize=1)
+def _record() -> dict:
+    return json.loads(resources.files("codegen").joinpath(RECORD_FILE).read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
 def recorded() -> dict[str, frozenset[str]]:
     """namespace -> the ops torch defines in it (`name` or `name.overload`)."""
-    text = resources.files("codegen").joinpath(RECORD_FILE).read_text(encoding="utf-8")
-    return {ns: frozenset(ops) for ns, ops in json.loads(text)["namespaces"].items()}
+    return {ns: frozenset(ops) for ns, ops in _record()["namespaces"].items()}
+
+
+def reserved() -> frozenset[str]:
+    """Namespaces torch.library refuses to define anything in (the generated Python side could
+    not register there)."""
+    return frozenset(_record()["reserved"])
 
 
 def current() -> dict:
@@ -37,12 +49,12 @@ def current() -> dict:
     import torch
     import torch.library
 
-    namespaces: dict[str, list[str]] = {
-        ns: [] for ns in getattr(torch.library, "_reserved_namespaces", [])}
+    reserved = sorted(getattr(torch.library, "_reserved_namespaces", []))
+    namespaces: dict[str, list[str]] = {ns: [] for ns in reserved}
     for qualified in torch._C._dispatch_get_all_op_names():
         ns, _, name = qualified.partition("::")
         namespaces.setdefault(ns, []).append(name)
-    return {"torch": torch.__version__.split("+")[0],
+    return {"torch": torch.__version__.split("+")[0], "reserved": reserved,
             "namespaces": {ns: sorted(ops) for ns, ops in sorted(namespaces.items())}}
 
 
@@ -75,6 +87,11 @@ def check_namespaces(lib: OpLibrary, diags: Diagnostics) -> None:
     for ns in lib.namespaces:
         existing = recorded().get(ns)
         if existing is None:
+            continue
+        if ns in reserved():
+            diags.error(namespace_loc(lib, ns), f"namespace '{ns}' is reserved by torch",
+                        "torch.library refuses to register anything in it; use a namespace of "
+                        "your own")
             continue
         diags.warning(namespace_loc(lib, ns),
                       f"namespace '{ns}' is defined by torch: these ops are added to it with "

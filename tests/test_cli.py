@@ -210,7 +210,8 @@ def test_longest_namespace_generates(files, capsys):
     code, out, err = run(["generate", "long.yaml"], capsys)
     assert (code, err) == (0, ""), err
     assert (files / "generated" / "runtime" / f"_reg_{ns}.py").is_file()
-    (files / "long.yaml").write_text(f"namespace: {ns}n\nops:\n  - func: f(Tensor self) -> Tensor\n")
+    (files / "long.yaml").write_text(f"namespace: {ns}n\nops:\n"
+                                     "  - func: f(Tensor self) -> Tensor\n")
     code, out, err = run(["check", "long.yaml"], capsys)
     assert code == 1 and "is too long: it makes a file name lib<namespace>_ops.so.tmp of 256 " \
                          "bytes" in err
