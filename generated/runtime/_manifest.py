@@ -8,13 +8,13 @@ or Python kernels).
 """
 
 NAMESPACES = {
-    'exops': {
-        "library": 'libexops_ops.so',
-        "schema_hash": '50ebac2398cd7934',
-        "stamp_prefix": '@opgen-stamp ns=exops ',
-        "python_module": 'runtime._reg_exops',
+    "exops": {
+        "library": "libexops_ops.so",
+        "schema_hash": "50ebac2398cd7934",
+        "stamp_prefix": "@opgen-stamp ns=exops ",
+        "python_module": "runtime._reg_exops",
         "python_required": True,
         "ops": 18,
-        "sources": ['schemas/core.yaml', 'schemas/python.yaml'],
+        "sources": ["schemas/core.yaml", "schemas/python.yaml"],
     },
 }

@@ -8,22 +8,22 @@ or Python kernels).
 """
 
 NAMESPACES = {
-    'alpha': {
-        "library": 'libalpha_ops.so',
-        "schema_hash": 'f140e9bd5906cfb0',
-        "stamp_prefix": '@opgen-stamp ns=alpha ',
-        "python_module": 'runtime._reg_alpha',
+    "alpha": {
+        "library": "libalpha_ops.so",
+        "schema_hash": "f140e9bd5906cfb0",
+        "stamp_prefix": "@opgen-stamp ns=alpha ",
+        "python_module": "runtime._reg_alpha",
         "python_required": True,
         "ops": 4,
-        "sources": ['tests/golden/cpp/inputs/shards/one.yaml', 'tests/golden/cpp/inputs/shards/two.yaml'],
+        "sources": ["tests/golden/cpp/inputs/shards/one.yaml", "tests/golden/cpp/inputs/shards/two.yaml"],
     },
-    'beta': {
-        "library": 'libbeta_ops.so',
-        "schema_hash": '0f30eff4436e7789',
-        "stamp_prefix": '@opgen-stamp ns=beta ',
-        "python_module": 'runtime._reg_beta',
+    "beta": {
+        "library": "libbeta_ops.so",
+        "schema_hash": "0f30eff4436e7789",
+        "stamp_prefix": "@opgen-stamp ns=beta ",
+        "python_module": "runtime._reg_beta",
         "python_required": False,
         "ops": 1,
-        "sources": ['tests/golden/cpp/inputs/shards/one.yaml'],
+        "sources": ["tests/golden/cpp/inputs/shards/one.yaml"],
     },
 }

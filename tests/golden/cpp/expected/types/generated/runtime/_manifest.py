@@ -8,13 +8,13 @@ or Python kernels).
 """
 
 NAMESPACES = {
-    'cty': {
-        "library": 'libcty_ops.so',
-        "schema_hash": '4cf44f017024d333',
-        "stamp_prefix": '@opgen-stamp ns=cty ',
-        "python_module": 'runtime._reg_cty',
+    "cty": {
+        "library": "libcty_ops.so",
+        "schema_hash": "4cf44f017024d333",
+        "stamp_prefix": "@opgen-stamp ns=cty ",
+        "python_module": "runtime._reg_cty",
         "python_required": False,
         "ops": 20,
-        "sources": ['tests/golden/cpp/inputs/types.yaml'],
+        "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },
 }
