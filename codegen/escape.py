@@ -103,13 +103,16 @@ def py_string(value: str) -> str:
     return r
 
 
+_DOC_QUOTES = re.compile(r'"(?="|\Z)')
+
+
 def docstring(text: str, indent: int = 4) -> str:
     """`text` as the inside of a triple-quoted docstring whose continuation lines are indented
     by `indent` (a function body's by default). The docstring's value is `text` (less the
     indentation Python's docstring tools strip); lines break only where `text` has a `\\n`."""
-    text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    if text.endswith('"'):
-        text = text[:-1] + '\\"'
+    # A quote followed by a quote, or ending the text, is escaped: no run of three, and none
+    # running into the closing quotes.
+    text = _DOC_QUOTES.sub(r'\\"', text.replace("\\", "\\\\"))
     lines = [_one_line(line) for line in text.split("\n")]
     if len(lines) == 1:
         return lines[0]

@@ -21,8 +21,8 @@ import yaml
 from yaml import events as ev
 
 from codegen import verify
-from codegen.escape import first_unprintable
 from codegen.diagnostics import Diagnostics, Loc, UserError, scalar_locator
+from codegen.escape import first_unprintable
 from codegen.model import (
     AutocastSpec,
     BaseTy,
@@ -1098,7 +1098,8 @@ def check_path(path: str, diags: Diagnostics) -> None:
                 "\u2028": "a line separator", "\u2029": "a paragraph separator"}.get(ch)
         diags.error(Loc(path, 1, 1),
                     f"op file path holds U+{ord(ch):04X}" + (f" ({what})" if what else "")
-                    + ", an unprintable character that generated files would have to show",
+                    + "; generated files name their op files in comments, which must stay on one "
+                    "line",
                     "rename the file (or the directories on its path) to printable characters")
 
 

@@ -233,7 +233,7 @@ class _OpVerifier:
                 self.error(span, f"overload name '{name.overload}' is "
                            + ("reserved by torch (torch.ops looks up names starting with '__' "
                               "on the op itself)" if name.overload.startswith("__") else
-                              f"an attribute of every op (torch.ops.<ns>.{name.name}."
+                              f"an attribute of every op (torch.ops.{name.namespace or '<ns>'}.{name.name}."
                               f"{name.overload})")
                            + ", so torch could never find this overload by name",
                            "rename the overload")

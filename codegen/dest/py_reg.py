@@ -88,10 +88,12 @@ def wrap_call(line: str, width: int = 100) -> str:
     if len(line) <= width or not line.endswith(")"):
         return line
     start = line.index("(")
-    args, depth, quote, current = [], 0, None, ""
+    args, depth, quote, current, escaped = [], 0, None, "", False
     for ch in line[start + 1:-1]:
         if quote:
-            quote = None if ch == quote else quote
+            # Inside a literal: a backslash escapes the next character, quotes included.
+            quote = None if ch == quote and not escaped else quote
+            escaped = ch == "\\" and not escaped
         elif ch in "'\"":
             quote = ch
         elif ch in "([{":
@@ -524,12 +526,14 @@ class _Module:
             if a.name == "torch":
                 what = "the torch module"
             elif a.name in own:
-                what = f"the module's own '{a.name}'"
+                what = f"the module-level name '{a.name}'"
             elif a.name in reserved.PY_BODY_BUILTINS:
-                what = f"Python's builtin '{a.name}', which the generated functions call"
+                what = f"the builtin '{a.name}'"
             else:
                 continue
-            self.diags.error(op.loc, f"argument '{a.name}' of {op.name} would hide {what} in the "
+            span = a.name_span or a.span
+            loc = op.func.at(span.start, span.end - span.start) if span and op.func else op.loc
+            self.diags.error(loc, f"argument '{a.name}' of {op.name} would hide {what} in the "
                              "generated Python registrations", "rename it")
             return False
         return True
