@@ -26,7 +26,9 @@ class Loc:
     length: int = field(default=1, compare=False)
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}"
+        from codegen.escape import shown   # a leaf module; paths may hold control characters
+
+        return f"{shown(self.path)}:{self.line}:{self.col}"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from codegen import reserved
 from codegen.diagnostics import Diagnostics, Loc, did_you_mean
 from codegen.model import (
     BASE_TYPES,
@@ -215,13 +216,27 @@ class _OpVerifier:
     def names(self) -> None:
         name = self.schema.name
         span = name.span
-        if name.namespace is not None:
-            self.identifier(name.namespace, "namespace", span, python=True, cpp=True)
-        self.identifier(name.name, "op name", span, python=True, cpp=True)
+        if name.namespace is not None and \
+                self.identifier(name.namespace, "namespace", span, python=True, cpp=True):
+            self.namespace_name(name.namespace, span)
+        if self.identifier(name.name, "op name", span, python=True, cpp=True) and \
+                name.name in reserved.op_namespace_attributes():
+            self.error(span, f"op name '{name.name}' is an attribute of every torch.ops "
+                       f"namespace (torch.ops.{name.namespace or '<ns>'}.{name.name}), so "
+                       "torch could never find this op by name", "rename the op")
         if name.overload:
             # Overloads only ever appear joined to the op name (`add.Tensor`, `add_Tensor`), so
             # keywords are fine: torch's own corpus has overloads `int`, `float` and `from`.
-            self.identifier(name.overload, "overload name", span, python=False, cpp=False)
+            if self.identifier(name.overload, "overload name", span, python=False, cpp=False) \
+                    and (name.overload in reserved.op_packet_attributes()
+                         or name.overload.startswith("__")) and name.overload != "default":
+                self.error(span, f"overload name '{name.overload}' is "
+                           + ("reserved by torch (torch.ops looks up names starting with '__' "
+                              "on the op itself)" if name.overload.startswith("__") else
+                              f"an attribute of every op (torch.ops.{name.namespace or '<ns>'}.{name.name}."
+                              f"{name.overload})")
+                           + ", so torch could never find this overload by name",
+                           "rename the overload")
             if name.overload == "default":
                 self.error(span, "overload name 'default' is reserved",
                            "torch.ops.<ns>.<op>.default is the overload without a name")
@@ -252,6 +267,23 @@ class _OpVerifier:
                 if r.name in returned:
                     self.error(r.span, f"return name '{r.name}' is used twice")
                 returned.add(r.name)
+
+    def namespace_name(self, ns: str, span: Span | None) -> None:
+        """A namespace is spelled as is in C++ (`namespace <ns>`, TORCH_LIBRARY) and reached as
+        `torch.ops.<ns>`: it must be neither a macro nor the generated code's, nor one of
+        torch.ops' own attributes."""
+        if ns in reserved.object_macros():
+            self.error(span, f"namespace '{ns}' is a C/C++ macro (the headers the generated code "
+                       "includes define it), so C++ cannot spell the namespace",
+                       "rename the namespace")
+        elif reserved.is_cpp_reserved(ns):
+            self.error(span, f"namespace '{ns}' is reserved: the generated C++ keeps its own "
+                       f"helpers in namespace '{reserved.CPP_NAMESPACE}' and its names start with "
+                       "'opgen_'", "rename the namespace")
+        elif ns in reserved.torch_ops_attributes():
+            self.error(span, f"namespace '{ns}' is an attribute of torch.ops itself "
+                       f"(torch.ops.{ns}), so torch could never find these ops by name",
+                       "rename the namespace")
 
     def identifier(self, name: str, what: str, span: Span | None, *, python: bool, cpp: bool,
                    allowed: frozenset[str] = frozenset()) -> bool:
@@ -526,6 +558,34 @@ class _OpVerifier:
             if bad:
                 self.error_at(kernel.loc, f"kernel name '{bad[0]}' is a {lang} keyword",
                               "rename the function")
+            elif isinstance(kernel, CppKernel):
+                self.cpp_kernel_name(kernel)
+
+    def cpp_kernel_name(self, kernel: CppKernel) -> None:
+        """The kernel's C++ name is declared in the generated header as written: the function
+        must not be a macro (it is followed by `(`), its namespaces not object-like macros, and
+        none of it the generated code's own names."""
+        qualified = kernel.qualified(self.op.namespace)
+        parts = qualified.lstrip(":").split("::")
+        fn = parts[-1]
+        if fn in reserved.object_macros() or fn in reserved.function_macros():
+            self.error_at(kernel.loc, f"kernel name '{fn}' is a C/C++ macro (the headers the "
+                          "generated code includes define it)", "rename the function")
+            return
+        bad = [p for p in parts[:-1] if p in reserved.object_macros()]
+        if bad:
+            self.error_at(kernel.loc, f"C++ namespace '{bad[0]}' of kernel '{kernel.name}' is a "
+                          "C/C++ macro (the headers the generated code includes define it)",
+                          "rename the namespace")
+            return
+        bad = [p for p in parts if reserved.is_cpp_reserved(p)]
+        if bad:
+            self.error_at(kernel.loc, f"'{bad[0]}' in kernel name '{kernel.name}' is reserved for "
+                          f"the generated C++ (namespace '{reserved.CPP_NAMESPACE}', names "
+                          "starting with 'opgen_')", "rename the function")
+        elif qualified.lstrip(":") == f"{self.op.namespace}::ops":
+            self.error_at(kernel.loc, f"kernel '{qualified}' would clash with the generated call "
+                          f"API, namespace {self.op.namespace}::ops", "rename the function")
 
     def vmap(self) -> None:
         op = self.op

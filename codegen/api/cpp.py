@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
+from codegen import escape
 from codegen.model import (
     SCRIPT_ONLY_BASE,
     Argument,
@@ -368,8 +369,11 @@ typedef typeid typename union unsigned using virtual void volatile wchar_t while
 
 
 def name(identifier: str) -> str:
-    """A schema name as a C++ identifier (C++ keywords get a trailing underscore)."""
-    return identifier + "_" if identifier in CPP_KEYWORDS else identifier
+    """A schema name as a C++ identifier: keywords and macros get a trailing underscore
+    (codegen.reserved.cpp_identifier)."""
+    from codegen import reserved   # it reads CPP_KEYWORDS from here
+
+    return reserved.cpp_identifier(identifier)
 
 
 @dataclass(frozen=True)
@@ -465,17 +469,8 @@ _CPP_IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
 def string_literal(value: str) -> str:
-    """A C++ string literal spelling `value`."""
-    out = []
-    for ch in value:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 0x20 <= ord(ch) < 0x7F:
-            out.append(ch)
-        else:
-            # Octal escapes of the UTF-8 bytes: never run into a following hex digit.
-            out.extend(f"\\{b:03o}" for b in ch.encode())
-    return '"' + "".join(out) + '"'
+    """A C++ string literal spelling `value` (codegen.escape.cpp_string)."""
+    return escape.cpp_string(value)
 
 
 def _float_literal(value: float) -> str | None:

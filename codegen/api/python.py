@@ -84,6 +84,11 @@ _RET_BASE: dict[BaseTy, str] = _ARG_BASE | {
     BaseTy.SymInt: "int | torch.SymInt",
 }
 
+# Every annotation the stubs can hold is made of these (codegen.reserved keeps op names off the
+# names they use).
+ANNOTATIONS = (*_ARG_BASE.values(), *_RET_BASE.values(), "Sequence[int]", "list[int]",
+               "tuple[int]", "torch.ScriptObject")
+
 
 def _base(t: BaseType, table: dict[BaseTy, str]) -> str:
     if t.name in SCRIPT_ONLY_BASE or t.name not in table:

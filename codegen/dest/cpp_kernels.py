@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from codegen.dest import cpp_library as L
 from codegen.dest.py_ops import api_names
+from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.api import cpp
@@ -67,6 +68,8 @@ def call_entries(shard: L.Shard, names: dict[str, str], diags: Diagnostics) -> l
             "overload": op.name.overload,
             "function_type": sig.function_type(),
             "args": ", ".join(b.name for b in sig.arguments),
+            # The local holding the op's handle: any name the parameters leave free.
+            "handle": reserved.fresh("op", {b.name for b in sig.arguments}),
         })
     return out
 
@@ -74,7 +77,8 @@ def call_entries(shard: L.Shard, names: dict[str, str], diags: Diagnostics) -> l
 def generate(lib, diags: Diagnostics) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
-        names = api_names([op for s in shs for op in s.ops], diags, reserved=cpp.CPP_KEYWORDS)
+        names = api_names([op for s in shs for op in s.ops], diags,
+                          reserved=reserved.cpp_unusable())
         for shard in shs:
             out[shard.header] = L.render(
                 "cpp_kernels.h.j2",

@@ -49,7 +49,7 @@ KEY_GUARDS: dict[DispatchKey, str | None] = {
 
 @functools.lru_cache(maxsize=None)
 def environment() -> jinja2.Environment:
-    return template_environment(py=repr, cpp_string=cpp.string_literal)
+    return template_environment()
 
 
 def render(template: str, **context: object) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from codegen import shape as S
 from codegen.api import cpp
 from codegen.dest import cpp_library as L
+from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.model import BaseTy, BaseType, DispatchKey, Op, OptionalType, strip_optional
 
@@ -352,14 +353,17 @@ def shard_kernels(shard: L.Shard) -> tuple[list[MetaKernel], list[str]]:
     """The Meta kernels of a shard's ops, and the helpers they use (in HELPERS order)."""
     kernels: list[MetaKernel] = []
     helpers: set[str] = set()
-    used: set[str] = set()
+    # Names of the helpers and of each other: `f.a` and `f_a`, or an op `like` and the helper
+    # meta_like, must not share a function name.
+    used: set[str] = {f"meta_{h}" for h in HELPERS}
     for op in shard.ops:
         k, h = translate(op)
         if k is None:
             continue
-        fn, n = k.function, 2
-        while fn in used:           # `f.a` and `f_a` must not share a function name
-            fn, n = f"{k.function}_{n}", n + 1
+        base = reserved.cpp_identifier(k.function)
+        fn, n = base, 2
+        while fn in used:
+            fn, n = f"{base}_{n}", n + 1
         used.add(fn)
         if fn != k.function:
             k = MetaKernel(k.op, k.schema, k.rule, fn, k.decl.replace(f" {k.function}(", f" {fn}(",

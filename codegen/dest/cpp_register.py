@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from codegen.dest import cpp_library as L
 from codegen.dest import cpp_meta
+from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.model import DispatchKey, OpLibrary
@@ -25,7 +26,9 @@ def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     by_key: dict[DispatchKey, list[dict]] = {}
     used: set[str] = set()
     for b in L.bound_kernels(shard, diags):
-        pointer = base = f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}"
+        # In namespace opgen (reserved.CPP_NAMESPACE), apart from every user name.
+        pointer = base = reserved.cpp_identifier(
+            f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}")
         n = 2
         while pointer in used:      # `f.a` and `f_a` must not share a variable
             pointer, n = f"{base}_{n}", n + 1
@@ -59,6 +62,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                 "cpp_register.cpp.j2",
                 banner=banner("//", [shard.file.path]),
                 ns=ns,
+                cpp_ns=reserved.CPP_NAMESPACE,
                 source=shard.file.path,
                 include=shard.include,
                 is_library=shard.is_library,

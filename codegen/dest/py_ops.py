@@ -12,24 +12,21 @@ Every op gets one name in the Python API (and, within its namespace, in the C++ 
   1. an op whose base name (`scaled_add` of `exops::scaled_add.out`) is unique gets that name;
   2. ops sharing a base name are told apart by their overload: `shrink` and `shrink_out`;
   3. names still shared across namespaces are prefixed with the namespace: `ns1_add`, `ns2_add`;
-  4. a name that is a keyword of the target language (or a name the module itself defines) gets a
-     trailing underscore: `lambda_`;
+  4. a name that is a keyword of the target language, or a name the module or its stub owns
+     (codegen.reserved: `_OPS`, `Tensor`, `__doc__`; in C++, macros) gets a trailing underscore:
+     `lambda_`, `Tensor_`;
   5. anything still ambiguous (`foo_bar` vs `foo.bar`) is a located error asking for a rename.
 """
 
 from __future__ import annotations
 
-import keyword
 from typing import Iterable
 
+from codegen import reserved
 from codegen.dest import cpp_library as L
 from codegen.diagnostics import Diagnostics
 from codegen.gen import OUTPUT_DIR, banner
 from codegen.model import Op, OpLibrary, PyRef
-
-# Names ops.py defines for itself.
-_PY_RESERVED = frozenset({"torch", "annotations"})
-
 
 def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
     """str(op.name) -> API name. See Note [API names]."""
@@ -67,7 +64,8 @@ def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str])
 
 
 def python_reserved() -> frozenset[str]:
-    return frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | _PY_RESERVED
+    """Names no op can have in runtime.ops: keywords, and what ops.py and ops.pyi own."""
+    return reserved.PY_KEYWORDS | reserved.ops_module_names()
 
 
 def python_names(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:

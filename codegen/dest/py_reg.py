@@ -31,7 +31,9 @@ from typing import Callable, ClassVar
 
 import jinja2
 
+from codegen import escape
 from codegen import formulas as F
+from codegen import reserved
 from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_meta
@@ -73,34 +75,12 @@ _PY_KERNEL_KEYS = {
     DispatchKey.CompositeExplicitAutograd: "CompositeExplicitAutograd",
 }
 
-# Names a generated module defines at top level; parameters must not shadow the first two.
-_MODULE_NAMES = ("torch", "_ops", "_lib")
-
-
 def environment() -> jinja2.Environment:
-    return template_environment(py=lambda v: q(v) if isinstance(v, str) else repr(v),
-                                docstring=docstring)
+    return template_environment()
 
 
-def q(text: str) -> str:
-    """A double-quoted Python string literal of `text`."""
-    r = repr(text)
-    if r.startswith("'") and '"' not in text:
-        return '"' + r[1:-1].replace("\\'", "'") + '"'
-    return r
-
-
-def docstring(text: str, indent: int = 4) -> str:
-    """`text` as the inside of a triple-quoted docstring indented by `indent` (a function body's
-    by default)."""
-    text = text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    if text.endswith('"'):
-        text = text[:-1] + '\\"'
-    lines = text.splitlines() or [""]
-    if len(lines) == 1:
-        return lines[0]
-    pad = " " * indent
-    return "\n".join([lines[0]] + [(pad + line) if line else "" for line in lines[1:]]) + "\n" + pad
+# Every string literal of the generated Python is written by codegen.escape.
+q = escape.py_string
 
 
 def wrap_call(line: str, width: int = 100) -> str:
@@ -108,10 +88,12 @@ def wrap_call(line: str, width: int = 100) -> str:
     if len(line) <= width or not line.endswith(")"):
         return line
     start = line.index("(")
-    args, depth, quote, current = [], 0, None, ""
+    args, depth, quote, current, escaped = [], 0, None, "", False
     for ch in line[start + 1:-1]:
         if quote:
-            quote = None if ch == quote else quote
+            # Inside a literal: a backslash escapes the next character, quotes included.
+            quote = None if ch == quote and not escaped else quote
+            escaped = ch == "\\" and not escaped
         elif ch in "'\"":
             quote = ch
         elif ch in "([{":
@@ -483,16 +465,30 @@ class _Module:
         self.helpers: set[str] = set()
         self.imports: dict[tuple[str, str], str] = {}       # (module, name) -> local name
         self.sections: list[Section] = []
+        # Module-level names given out so far, and those never to give: what the module defines
+        # and calls before its sections, every builtin and keyword, and every argument name of
+        # the namespace's ops (so no parameter of a generated function can hide one).
+        self.taken: set[str] = set(reserved.reg_module_names() | reserved.PY_BUILTINS
+                                   | reserved.PY_KEYWORDS)
+        self.taken.update(a.name for op in lib.ops if op.namespace == ns
+                          for a in op.schema.arguments)
+
+    def define(self, name: str) -> str:
+        """A new module-level name: `name`, or `name_`, ... when that is taken."""
+        name = reserved.fresh(name, self.taken)
+        self.taken.add(name)
+        return name
 
     def local_name(self, ref: PyRef) -> str:
-        """The module-level name a user function is imported as."""
+        """The module-level name a user function is imported as: its own, unless the module
+        owns it (`len`, `functools`, `_ops`, a generated function's name), which gets the
+        module's path as prefix (`_pkg_mod_len`)."""
         key = (ref.module, ref.name)
         if key not in self.imports:
-            taken = set(self.imports.values()) | set(_MODULE_NAMES)
             local = ref.name.split(".")[0]
-            if local in taken or local.startswith("_"):
+            if local in self.taken or local.startswith("_"):
                 local = "_" + ref.module.replace(".", "_") + "_" + local
-            self.imports[key] = local
+            self.imports[key] = self.define(local)
         return self.imports[key]
 
     def ref_expr(self, ref: PyRef) -> str:
@@ -504,9 +500,6 @@ class _Module:
     def op(self, op: Op) -> Section | None:
         api = self.names.get(str(op.name), op.name.name)
         sec = Section(str(op.schema))
-        ok = self._check_names(op)
-        if not ok:
-            return None
         try:
             self.kernels(op, sec)
             self.functionalize(op, api, sec)
@@ -520,14 +513,28 @@ class _Module:
             return None
         if not sec.functions and not sec.registrations:
             return None
+        if sec.functions and not self._check_names(op):
+            return None
         return sec
 
     def _check_names(self, op: Op) -> bool:
-        """Parameters become Python locals in generated functions: they must not hide ours."""
-        clash = [a.name for a in op.schema.arguments if a.name in _MODULE_NAMES[:1]]
-        if clash:
-            self.diags.error(op.loc, f"argument '{clash[0]}' of {op.name} would hide the torch "
-                             "module in the generated Python registrations", "rename it")
+        """Arguments become parameters of the generated functions: they must not hide a name
+        those call (the module's own, such as `torch` and `_ops`, or a builtin such as `len`).
+        Per-op function names avoid every argument name (`define`), so only these can clash."""
+        own = reserved.reg_module_names()
+        for a in op.schema.arguments:
+            if a.name == "torch":
+                what = "the torch module"
+            elif a.name in own:
+                what = f"the module-level name '{a.name}'"
+            elif a.name in reserved.PY_BODY_BUILTINS:
+                what = f"the builtin '{a.name}'"
+            else:
+                continue
+            span = a.name_span or a.span
+            loc = op.func.at(span.start, span.end - span.start) if span and op.func else op.loc
+            self.diags.error(loc, f"argument '{a.name}' of {op.name} would hide {what} in the "
+                             "generated Python registrations", "rename it")
             return False
         return True
 
@@ -567,7 +574,9 @@ class _Module:
                      for mine, theirs in zip(inputs, functional.schema.arguments)]
         call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
         body: list[str] = []
-        results = ["result"] if len(mutated) == 1 else [f"result{i}" for i in range(len(mutated))]
+        taken = {a.name for a in schema.arguments}
+        results = [reserved.fresh("result", taken)] if len(mutated) == 1 else \
+            [reserved.fresh(f"result{i}", taken) for i in range(len(mutated))]
         body.append(f"{', '.join(results)} = {call}")
         for name, result in zip(mutated, results):
             arg = schema.argument(name)
@@ -575,16 +584,18 @@ class _Module:
             if arg.kwarg_only:
                 # An out= argument: functionalization cannot resize it (sizes may be symbolic).
                 body.append(f"if {name}.shape != {result}.shape:")
-                body.append(f"    raise RuntimeError(f\"{op.name}: under torch.compile and "
-                            f"torch.export, '{name}' must have the result's shape "
-                            f"{{list({result}.shape)}}, got {{list({name}.shape)}}\")")
+                message = (f"{op.name}: under torch.compile and torch.export, '{name}' must "
+                           "have the result's shape ")
+                body.append(f"    raise RuntimeError({q(message)}")
+                body.append(f"                       f\"{{list({result}.shape)}}, got "
+                            f"{{list({name}.shape)}}\")")
             body.append(f"{name}.copy_({result})")
         outs = [r if isinstance(r, str) else "None" for r in returns]
         if len(outs) == 1:
             body.append(f"return {outs[0]}")
         elif outs:
             body.append(f"return {', '.join(outs)}")
-        name = f"_{api}_functionalize"
+        name = self.define(f"_{api}_functionalize")
         doc = (f"Under functionalization (torch.compile, torch.export): {functional.name}, "
                f"copied into {', '.join(mutated)}.")
         sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
@@ -606,7 +617,7 @@ class _Module:
             sec.registrations.append(f"torch.library.register_fake({q(qualname(op))}, "
                                      f"{self.ref_expr(fake)}, lib=_lib)")
             return
-        name = f"_{api}_fake"
+        name = self.define(f"_{api}_fake")
         body = FakeEmitter(self.helpers).body(fake, op.schema)
         doc = f"fake: {fake.text}" if fake.text else _schema_fake_doc(op.schema)
         sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
@@ -776,7 +787,7 @@ class _Module:
         if why:
             backward_decorators.append(f"_first_order({q(why)})")
         cls = Class(
-            f"_{_camel(api)}Function", "torch.autograd.Function",
+            self.define(f"_{_camel(api)}Function"), "torch.autograd.Function",
             f"{qualname(op)} under autograd, from its derivative formulas.",
             [Function("forward", forward_params, forward, decorators=["staticmethod"]),
              Function("setup_context", "ctx, inputs, output", setup, decorators=["staticmethod"]),
@@ -798,7 +809,7 @@ class _Module:
             "with torch._C._AutoDispatchBelowAutograd():",
             f"    return {call}",
         ]
-        name = f"_{api}_autograd"
+        name = self.define(f"_{api}_autograd")
         sec.functions.append(Function(name, ", ".join(P.parameters(schema)), kernel,
                                       f"Autograd kernel: {cls.name} when differentiating."))
         sec.registrations.append(f"_lib.impl({q(_op_name(op))}, {name}, \"Autograd\")")
@@ -896,7 +907,8 @@ class _Module:
         else:
             body.append(f"return {ret}")
 
-        setup_name, backward_name = f"_{api}_setup_context", f"_{api}_backward"
+        setup_name = self.define(f"_{api}_setup_context")
+        backward_name = self.define(f"_{api}_backward")
         sec.functions.append(Function(setup_name, setup_params, setup))
         sec.functions.append(Function(backward_name, "ctx, " + ", ".join(grads), body,
                                       _formulas_doc(d)))
@@ -939,7 +951,10 @@ class _Module:
             self.diags.error(spec.loc, f"a '{spec.kind}' batching rule needs Tensor outputs")
             return
         names = [a.name for _, a in tensors]
-        dims = [f"in_dims[{i}]" for i, _ in tensors]
+        # The rule's own parameters and locals, clear of the op's argument names.
+        taken = {a.name for a in schema.arguments}
+        info, in_dims, outputs = (reserved.fresh(n, taken) for n in ("info", "in_dims", "outputs"))
+        dims = [f"{in_dims}[{i}]" for i, _ in tensors]
         body: list[str] = []
         call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
         n_out = len(schema.returns)
@@ -948,22 +963,22 @@ class _Module:
             self.helpers.add("pointwise_batch")
             lhs = ", ".join(names) + ("," if len(names) == 1 else "")
             pairs = ", ".join(f"({n}, {d})" for n, d in zip(names, dims))
-            body.append(f"{lhs} = _pointwise_batch(info.batch_size, {pairs})")
+            body.append(f"{lhs} = _pointwise_batch({info}.batch_size, {pairs})")
             body.append(f"return {call}, {out_dims}")
         elif spec.kind == "leading":
             self.helpers.add("fold_leading")
             for n, d in zip(names, dims):
-                body.append(f"{n} = _fold_leading({n}, {d}, info.batch_size)")
+                body.append(f"{n} = _fold_leading({n}, {d}, {info}.batch_size)")
             if n_out == 1:
-                body.append(f"return {call}.unflatten(0, (info.batch_size, -1)), 0")
+                body.append(f"return {call}.unflatten(0, ({info}.batch_size, -1)), 0")
             else:
-                body.append(f"outputs = {call}")
-                body.append("return tuple(o.unflatten(0, (info.batch_size, -1)) for o in "
-                            f"outputs), {out_dims}")
+                body.append(f"{outputs} = {call}")
+                body.append(f"return tuple(o.unflatten(0, ({info}.batch_size, -1)) for o in "
+                            f"{outputs}), {out_dims}")
         else:
             raise AssertionError(f"unknown vmap kind {spec.kind!r}")
-        name = f"_{api}_vmap"
-        sec.functions.append(Function(name, ", ".join(["info", "in_dims"]
+        name = self.define(f"_{api}_vmap")
+        sec.functions.append(Function(name, ", ".join([info, in_dims]
                                                       + P.parameters(schema)), body,
                                       f"vmap: {spec.kind}"))
         sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "

@@ -372,7 +372,8 @@ def _soft_shrink_out_functionalize(self, lambd=0.5, *, out):
     """Under functionalization (torch.compile, torch.export): exops::soft_shrink, copied into out."""
     result = _ops.soft_shrink.default(self, lambd)
     if out.shape != result.shape:
-        raise RuntimeError(f"exops::soft_shrink.out: under torch.compile and torch.export, 'out' must have the result's shape {list(result.shape)}, got {list(out.shape)}")
+        raise RuntimeError("exops::soft_shrink.out: under torch.compile and torch.export, 'out' must have the result's shape "
+                           f"{list(result.shape)}, got {list(out.shape)}")
     out.copy_(result)
     return out
 

@@ -11,24 +11,24 @@ import torch as _torch
 
 # name -> (namespace, op, overload)
 _OPS = {
-    'gated_residual': ('exops', 'gated_residual', 'default'),  # exops::gated_residual(Tensor x, Tensor gate) -> Tensor
-    'gaussian_window': ('exops', 'gaussian_window', 'default'),  # exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-    'moments': ('exops', 'moments', 'default'),  # exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
-    'pad_end': ('exops', 'pad_end', 'default'),  # exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
-    'row_normalize': ('exops', 'row_normalize', 'default'),  # exops::row_normalize(Tensor x, float eps=1e-06) -> Tensor
-    'row_normalize_backward': ('exops', 'row_normalize_backward', 'default'),  # exops::row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor
-    'scaled_add': ('exops', 'scaled_add', 'default'),  # exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
-    'scaled_smooth_clamp': ('exops', 'scaled_smooth_clamp', 'default'),  # exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
-    'segment_sum': ('exops', 'segment_sum', 'default'),  # exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
-    'select_above': ('exops', 'select_above', 'default'),  # exops::select_above(Tensor self, float threshold) -> Tensor
-    'signbit_mask': ('exops', 'signbit_mask', 'default'),  # exops::signbit_mask(Tensor x) -> Tensor
-    'smooth_clamp': ('exops', 'smooth_clamp', 'default'),  # exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
-    'smooth_clamp_backward': ('exops', 'smooth_clamp_backward', 'default'),  # exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
-    'soft_shrink': ('exops', 'soft_shrink', 'default'),  # exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
-    'soft_shrink_': ('exops', 'soft_shrink_', 'default'),  # exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
-    'soft_shrink_out': ('exops', 'soft_shrink', 'out'),  # exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
-    'weighted_mse': ('exops', 'weighted_mse', 'default'),  # exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
-    'weighted_sum': ('exops', 'weighted_sum', 'default'),  # exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
+    "gated_residual": ("exops", "gated_residual", "default"),  # exops::gated_residual(Tensor x, Tensor gate) -> Tensor
+    "gaussian_window": ("exops", "gaussian_window", "default"),  # exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
+    "moments": ("exops", "moments", "default"),  # exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
+    "pad_end": ("exops", "pad_end", "default"),  # exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
+    "row_normalize": ("exops", "row_normalize", "default"),  # exops::row_normalize(Tensor x, float eps=1e-06) -> Tensor
+    "row_normalize_backward": ("exops", "row_normalize_backward", "default"),  # exops::row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor
+    "scaled_add": ("exops", "scaled_add", "default"),  # exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+    "scaled_smooth_clamp": ("exops", "scaled_smooth_clamp", "default"),  # exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
+    "segment_sum": ("exops", "segment_sum", "default"),  # exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
+    "select_above": ("exops", "select_above", "default"),  # exops::select_above(Tensor self, float threshold) -> Tensor
+    "signbit_mask": ("exops", "signbit_mask", "default"),  # exops::signbit_mask(Tensor x) -> Tensor
+    "smooth_clamp": ("exops", "smooth_clamp", "default"),  # exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
+    "smooth_clamp_backward": ("exops", "smooth_clamp_backward", "default"),  # exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
+    "soft_shrink": ("exops", "soft_shrink", "default"),  # exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
+    "soft_shrink_": ("exops", "soft_shrink_", "default"),  # exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
+    "soft_shrink_out": ("exops", "soft_shrink", "out"),  # exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+    "weighted_mse": ("exops", "weighted_mse", "default"),  # exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
+    "weighted_sum": ("exops", "weighted_sum", "default"),  # exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
 }
 
 __all__ = sorted(_OPS)

@@ -86,7 +86,7 @@ namespace exops::ops {
 
 // exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 inline at::Tensor scaled_add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha = 1) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_add", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&)>();
   return op.call(self, other, alpha);
@@ -94,7 +94,7 @@ inline at::Tensor scaled_add(const at::Tensor& self, const at::Tensor& other, co
 
 // exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
 inline at::Tensor weighted_mse(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight = std::nullopt, c10::string_view reduction = "mean") {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::weighted_mse", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view)>();
   return op.call(input, target, weight, reduction);
@@ -102,7 +102,7 @@ inline at::Tensor weighted_mse(const at::Tensor& input, const at::Tensor& target
 
 // exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
 inline at::Tensor soft_shrink(const at::Tensor& self, double lambd = 0.5) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::soft_shrink", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return op.call(self, lambd);
@@ -110,7 +110,7 @@ inline at::Tensor soft_shrink(const at::Tensor& self, double lambd = 0.5) {
 
 // exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
 inline at::Tensor& soft_shrink_(at::Tensor& self, double lambd = 0.5) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::soft_shrink_", "")
       .typed<at::Tensor&(at::Tensor&, double)>();
   return op.call(self, lambd);
@@ -118,7 +118,7 @@ inline at::Tensor& soft_shrink_(at::Tensor& self, double lambd = 0.5) {
 
 // exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
 inline at::Tensor& soft_shrink_out(const at::Tensor& self, double lambd, at::Tensor& out) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::soft_shrink", "out")
       .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
   return op.call(self, lambd, out);
@@ -126,7 +126,7 @@ inline at::Tensor& soft_shrink_out(const at::Tensor& self, double lambd, at::Ten
 
 // exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
 inline std::tuple<at::Tensor, at::Tensor> moments(const at::Tensor& self, at::IntArrayRef dim = {}, bool keepdim = false, int64_t correction = 1) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::moments", "")
       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, bool, int64_t)>();
   return op.call(self, dim, keepdim, correction);
@@ -134,7 +134,7 @@ inline std::tuple<at::Tensor, at::Tensor> moments(const at::Tensor& self, at::In
 
 // exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
 inline at::Tensor weighted_sum(at::TensorList tensors, at::ArrayRef<double> weights) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::weighted_sum", "")
       .typed<at::Tensor(at::TensorList, at::ArrayRef<double>)>();
   return op.call(tensors, weights);
@@ -142,7 +142,7 @@ inline at::Tensor weighted_sum(at::TensorList tensors, at::ArrayRef<double> weig
 
 // exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
 inline at::Tensor pad_end(const at::Tensor& self, c10::SymIntArrayRef pad, double value = 0.0) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::pad_end", "")
       .typed<at::Tensor(const at::Tensor&, c10::SymIntArrayRef, double)>();
   return op.call(self, pad, value);
@@ -150,7 +150,7 @@ inline at::Tensor pad_end(const at::Tensor& self, c10::SymIntArrayRef pad, doubl
 
 // exops::select_above(Tensor self, float threshold) -> Tensor
 inline at::Tensor select_above(const at::Tensor& self, double threshold) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::select_above", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return op.call(self, threshold);
@@ -158,7 +158,7 @@ inline at::Tensor select_above(const at::Tensor& self, double threshold) {
 
 // exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 inline at::Tensor gaussian_window(int64_t size, double sigma, std::optional<at::ScalarType> dtype = std::nullopt, std::optional<at::Layout> layout = std::nullopt, std::optional<at::Device> device = std::nullopt, std::optional<bool> pin_memory = std::nullopt) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::gaussian_window", "")
       .typed<at::Tensor(int64_t, double, std::optional<at::ScalarType>, std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>)>();
   return op.call(size, sigma, dtype, layout, device, pin_memory);
@@ -166,7 +166,7 @@ inline at::Tensor gaussian_window(int64_t size, double sigma, std::optional<at::
 
 // exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
 inline at::Tensor smooth_clamp(const at::Tensor& self, double limit = 1.0) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return op.call(self, limit);
@@ -174,7 +174,7 @@ inline at::Tensor smooth_clamp(const at::Tensor& self, double limit = 1.0) {
 
 // exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 inline at::Tensor smooth_clamp_backward(const at::Tensor& grad_output, const at::Tensor& self, double limit) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(grad_output, self, limit);
@@ -182,7 +182,7 @@ inline at::Tensor smooth_clamp_backward(const at::Tensor& grad_output, const at:
 
 // exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
 inline at::Tensor scaled_smooth_clamp(const at::Tensor& self, const at::Tensor& scale, double limit = 1.0) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(self, scale, limit);

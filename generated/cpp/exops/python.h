@@ -22,7 +22,7 @@ namespace exops::ops {
 
 // exops::signbit_mask(Tensor x) -> Tensor
 inline at::Tensor signbit_mask(const at::Tensor& x) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::signbit_mask", "")
       .typed<at::Tensor(const at::Tensor&)>();
   return op.call(x);
@@ -30,7 +30,7 @@ inline at::Tensor signbit_mask(const at::Tensor& x) {
 
 // exops::row_normalize(Tensor x, float eps=1e-06) -> Tensor
 inline at::Tensor row_normalize(const at::Tensor& x, double eps = 1e-06) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return op.call(x, eps);
@@ -38,7 +38,7 @@ inline at::Tensor row_normalize(const at::Tensor& x, double eps = 1e-06) {
 
 // exops::row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor
 inline at::Tensor row_normalize_backward(const at::Tensor& grad, const at::Tensor& x, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return op.call(grad, x, eps);
@@ -46,7 +46,7 @@ inline at::Tensor row_normalize_backward(const at::Tensor& grad, const at::Tenso
 
 // exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
 inline at::Tensor segment_sum(const at::Tensor& values, const at::Tensor& segment_ids, c10::SymInt num_segments) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::segment_sum", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>();
   return op.call(values, segment_ids, num_segments);
@@ -54,7 +54,7 @@ inline at::Tensor segment_sum(const at::Tensor& values, const at::Tensor& segmen
 
 // exops::gated_residual(Tensor x, Tensor gate) -> Tensor
 inline at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::gated_residual", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
   return op.call(x, gate);

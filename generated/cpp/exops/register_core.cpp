@@ -41,7 +41,7 @@ TORCH_LIBRARY(exops, m) {
   m.def("scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor");
 }
 
-namespace {
+namespace opgen {
 // exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 constexpr at::Tensor (*scaled_add_CPU)(const at::Tensor&, const at::Tensor&, const at::Scalar&) = &exops::scaled_add_cpu;
 // exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
@@ -64,56 +64,57 @@ constexpr at::Tensor (*select_above_CPU)(const at::Tensor&, double) = &exops::se
 constexpr at::Tensor (*smooth_clamp_CPU)(const at::Tensor&, double) = &exops::smooth_clamp_cpu;
 // exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 constexpr at::Tensor (*smooth_clamp_backward_CPU)(const at::Tensor&, const at::Tensor&, double) = &exops::smooth_clamp_backward_cpu;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, CPU, m) {
-  m.impl("scaled_add", TORCH_FN(scaled_add_CPU));
-  m.impl("weighted_mse", TORCH_FN(weighted_mse_CPU));
-  m.impl("soft_shrink", TORCH_FN(soft_shrink_CPU));
-  m.impl("soft_shrink_", TORCH_FN(soft_shrink__CPU));
-  m.impl("soft_shrink.out", TORCH_FN(soft_shrink_out_CPU));
-  m.impl("moments", TORCH_FN(moments_CPU));
-  m.impl("weighted_sum", TORCH_FN(weighted_sum_CPU));
-  m.impl("pad_end", TORCH_FN(pad_end_CPU));
-  m.impl("select_above", TORCH_FN(select_above_CPU));
-  m.impl("smooth_clamp", TORCH_FN(smooth_clamp_CPU));
-  m.impl("smooth_clamp_backward", TORCH_FN(smooth_clamp_backward_CPU));
+  m.impl("scaled_add", TORCH_FN(opgen::scaled_add_CPU));
+  m.impl("weighted_mse", TORCH_FN(opgen::weighted_mse_CPU));
+  m.impl("soft_shrink", TORCH_FN(opgen::soft_shrink_CPU));
+  m.impl("soft_shrink_", TORCH_FN(opgen::soft_shrink__CPU));
+  m.impl("soft_shrink.out", TORCH_FN(opgen::soft_shrink_out_CPU));
+  m.impl("moments", TORCH_FN(opgen::moments_CPU));
+  m.impl("weighted_sum", TORCH_FN(opgen::weighted_sum_CPU));
+  m.impl("pad_end", TORCH_FN(opgen::pad_end_CPU));
+  m.impl("select_above", TORCH_FN(opgen::select_above_CPU));
+  m.impl("smooth_clamp", TORCH_FN(opgen::smooth_clamp_CPU));
+  m.impl("smooth_clamp_backward", TORCH_FN(opgen::smooth_clamp_backward_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA
-namespace {
+namespace opgen {
 // exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
 constexpr at::Tensor (*smooth_clamp_CUDA)(const at::Tensor&, double) = &exops::smooth_clamp_cuda;
 // exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 constexpr at::Tensor (*smooth_clamp_backward_CUDA)(const at::Tensor&, const at::Tensor&, double) = &exops::smooth_clamp_backward_cuda;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, CUDA, m) {
-  m.impl("smooth_clamp", TORCH_FN(smooth_clamp_CUDA));
-  m.impl("smooth_clamp_backward", TORCH_FN(smooth_clamp_backward_CUDA));
+  m.impl("smooth_clamp", TORCH_FN(opgen::smooth_clamp_CUDA));
+  m.impl("smooth_clamp_backward", TORCH_FN(opgen::smooth_clamp_backward_CUDA));
 }
 #endif  // OPGEN_WITH_CUDA
 
-namespace {
+namespace opgen {
 // exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
 constexpr at::Tensor (*scaled_smooth_clamp_CompositeImplicitAutograd)(const at::Tensor&, const at::Tensor&, double) = &exops::scaled_smooth_clamp;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, CompositeImplicitAutograd, m) {
-  m.impl("scaled_smooth_clamp", TORCH_FN(scaled_smooth_clamp_CompositeImplicitAutograd));
+  m.impl("scaled_smooth_clamp", TORCH_FN(opgen::scaled_smooth_clamp_CompositeImplicitAutograd));
 }
 
-namespace {
+namespace opgen {
 // exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
 constexpr at::Tensor (*gaussian_window_CompositeExplicitAutograd)(int64_t, double, std::optional<at::ScalarType>, std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>) = &exops::gaussian_window;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, CompositeExplicitAutograd, m) {
-  m.impl("gaussian_window", TORCH_FN(gaussian_window_CompositeExplicitAutograd));
+  m.impl("gaussian_window", TORCH_FN(opgen::gaussian_window_CompositeExplicitAutograd));
 }
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
 // Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace opgen {
 namespace {
 
 // like(t, dtype=): a new contiguous tensor of t's shape.
@@ -216,13 +217,14 @@ at::Tensor meta_smooth_clamp_backward(const at::Tensor& grad_output, const at::T
   return meta_broadcast({at::TensorList(grad_output), at::TensorList(self)}, {}, std::nullopt);
 }
 }  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, Meta, m) {
-  m.impl("scaled_add", TORCH_FN(meta_scaled_add));
-  m.impl("weighted_mse", TORCH_FN(meta_weighted_mse));
-  m.impl("soft_shrink", TORCH_FN(meta_soft_shrink));
-  m.impl("moments", TORCH_FN(meta_moments));
-  m.impl("weighted_sum", TORCH_FN(meta_weighted_sum));
-  m.impl("smooth_clamp", TORCH_FN(meta_smooth_clamp));
-  m.impl("smooth_clamp_backward", TORCH_FN(meta_smooth_clamp_backward));
+  m.impl("scaled_add", TORCH_FN(opgen::meta_scaled_add));
+  m.impl("weighted_mse", TORCH_FN(opgen::meta_weighted_mse));
+  m.impl("soft_shrink", TORCH_FN(opgen::meta_soft_shrink));
+  m.impl("moments", TORCH_FN(opgen::meta_moments));
+  m.impl("weighted_sum", TORCH_FN(opgen::meta_weighted_sum));
+  m.impl("smooth_clamp", TORCH_FN(opgen::meta_smooth_clamp));
+  m.impl("smooth_clamp_backward", TORCH_FN(opgen::meta_smooth_clamp_backward));
 }

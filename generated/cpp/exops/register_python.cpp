@@ -28,6 +28,7 @@ TORCH_LIBRARY_FRAGMENT(exops, m) {
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
 // Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace opgen {
 namespace {
 
 // like(t, dtype=): a new contiguous tensor of t's shape.
@@ -109,10 +110,11 @@ at::Tensor meta_segment_sum(const at::Tensor& values, const at::Tensor& /*segmen
   return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{num_segments}), c10::SymIntArrayRef(meta_slice(values.sym_sizes(), 1, std::nullopt))}), values, std::nullopt);
 }
 }  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, Meta, m) {
-  m.impl("signbit_mask", TORCH_FN(meta_signbit_mask));
-  m.impl("row_normalize", TORCH_FN(meta_row_normalize));
-  m.impl("row_normalize_backward", TORCH_FN(meta_row_normalize_backward));
-  m.impl("segment_sum", TORCH_FN(meta_segment_sum));
+  m.impl("signbit_mask", TORCH_FN(opgen::meta_signbit_mask));
+  m.impl("row_normalize", TORCH_FN(opgen::meta_row_normalize));
+  m.impl("row_normalize_backward", TORCH_FN(opgen::meta_row_normalize_backward));
+  m.impl("segment_sum", TORCH_FN(opgen::meta_segment_sum));
 }

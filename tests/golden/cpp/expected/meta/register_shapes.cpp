@@ -47,6 +47,7 @@ TORCH_LIBRARY(shapetest, m) {
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
 // Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace opgen {
 namespace {
 
 // like(t, dtype=): a new contiguous tensor of t's shape.
@@ -205,18 +206,19 @@ at::Tensor meta_normalize(const at::Tensor& self) {
   return meta_like(self, std::nullopt);
 }
 }  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
-  m.impl("add", TORCH_FN(meta_add));
-  m.impl("addcmul", TORCH_FN(meta_addcmul));
-  m.impl("mul_scalar", TORCH_FN(meta_mul_scalar));
-  m.impl("biased", TORCH_FN(meta_biased));
-  m.impl("sum_dims", TORCH_FN(meta_sum_dims));
-  m.impl("amax", TORCH_FN(meta_amax));
-  m.impl("tile_rows", TORCH_FN(meta_tile_rows));
-  m.impl("grow", TORCH_FN(meta_grow));
-  m.impl("astype", TORCH_FN(meta_astype));
-  m.impl("loss", TORCH_FN(meta_loss));
-  m.impl("maybe_cast", TORCH_FN(meta_maybe_cast));
-  m.impl("normalize", TORCH_FN(meta_normalize));
+  m.impl("add", TORCH_FN(opgen::meta_add));
+  m.impl("addcmul", TORCH_FN(opgen::meta_addcmul));
+  m.impl("mul_scalar", TORCH_FN(opgen::meta_mul_scalar));
+  m.impl("biased", TORCH_FN(opgen::meta_biased));
+  m.impl("sum_dims", TORCH_FN(opgen::meta_sum_dims));
+  m.impl("amax", TORCH_FN(opgen::meta_amax));
+  m.impl("tile_rows", TORCH_FN(opgen::meta_tile_rows));
+  m.impl("grow", TORCH_FN(opgen::meta_grow));
+  m.impl("astype", TORCH_FN(opgen::meta_astype));
+  m.impl("loss", TORCH_FN(opgen::meta_loss));
+  m.impl("maybe_cast", TORCH_FN(opgen::meta_maybe_cast));
+  m.impl("normalize", TORCH_FN(opgen::meta_normalize));
 }

@@ -200,7 +200,8 @@ def _clip_out_functionalize(x, bound, *, out):
     """Under functionalization (torch.compile, torch.export): regtest::clip, copied into out."""
     result = _ops.clip.default(x, bound)
     if out.shape != result.shape:
-        raise RuntimeError(f"regtest::clip.out: under torch.compile and torch.export, 'out' must have the result's shape {list(result.shape)}, got {list(out.shape)}")
+        raise RuntimeError("regtest::clip.out: under torch.compile and torch.export, 'out' must have the result's shape "
+                           f"{list(result.shape)}, got {list(out.shape)}")
     out.copy_(result)
     return out
 

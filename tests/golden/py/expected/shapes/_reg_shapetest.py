@@ -389,7 +389,8 @@ def _normalize_out_functionalize(self, *, out):
     """Under functionalization (torch.compile, torch.export): shapetest::normalize, copied into out."""
     result = _ops.normalize.default(self)
     if out.shape != result.shape:
-        raise RuntimeError(f"shapetest::normalize.out: under torch.compile and torch.export, 'out' must have the result's shape {list(result.shape)}, got {list(out.shape)}")
+        raise RuntimeError("shapetest::normalize.out: under torch.compile and torch.export, 'out' must have the result's shape "
+                           f"{list(result.shape)}, got {list(out.shape)}")
     out.copy_(result)
     return out
 

@@ -10,33 +10,33 @@ against what this process has registered before loading (a clash aborts the proc
 """
 
 NAMESPACES = {
-    'alpha': {
-        "library": 'libalpha_ops.so',
-        "schema_hash": 'f140e9bd5906cfb0',
-        "stamp_prefix": '@opgen-stamp ns=alpha ',
-        "python_module": 'runtime._reg_alpha',
+    "alpha": {
+        "library": "libalpha_ops.so",
+        "schema_hash": "f140e9bd5906cfb0",
+        "stamp_prefix": "@opgen-stamp ns=alpha ",
+        "python_module": "runtime._reg_alpha",
         "python_required": True,
         "ops": 4,
         "claims_namespace": True,
         "op_names": [
-            'add',
-            'scale.out',
-            'scale',
-            'identity',
+            "add",
+            "scale.out",
+            "scale",
+            "identity",
         ],
-        "sources": ['tests/golden/cpp/inputs/shards/one.yaml', 'tests/golden/cpp/inputs/shards/two.yaml'],
+        "sources": ["tests/golden/cpp/inputs/shards/one.yaml", "tests/golden/cpp/inputs/shards/two.yaml"],
     },
-    'beta': {
-        "library": 'libbeta_ops.so',
-        "schema_hash": '0f30eff4436e7789',
-        "stamp_prefix": '@opgen-stamp ns=beta ',
-        "python_module": 'runtime._reg_beta',
+    "beta": {
+        "library": "libbeta_ops.so",
+        "schema_hash": "0f30eff4436e7789",
+        "stamp_prefix": "@opgen-stamp ns=beta ",
+        "python_module": "runtime._reg_beta",
         "python_required": False,
         "ops": 1,
         "claims_namespace": True,
         "op_names": [
-            'add',
+            "add",
         ],
-        "sources": ['tests/golden/cpp/inputs/shards/one.yaml'],
+        "sources": ["tests/golden/cpp/inputs/shards/one.yaml"],
     },
 }

@@ -11,11 +11,11 @@ import torch as _torch
 
 # name -> (namespace, op, overload)
 _OPS = {
-    'alpha_add': ('alpha', 'add', 'default'),  # alpha::add(Tensor self, Tensor other) -> Tensor
-    'beta_add': ('beta', 'add', 'default'),  # beta::add(Tensor self, Tensor other) -> Tensor
-    'identity': ('alpha', 'identity', 'default'),  # alpha::identity(Tensor self) -> Tensor
-    'scale': ('alpha', 'scale', 'default'),  # alpha::scale(Tensor self, float factor) -> Tensor
-    'scale_out': ('alpha', 'scale', 'out'),  # alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
+    "alpha_add": ("alpha", "add", "default"),  # alpha::add(Tensor self, Tensor other) -> Tensor
+    "beta_add": ("beta", "add", "default"),  # beta::add(Tensor self, Tensor other) -> Tensor
+    "identity": ("alpha", "identity", "default"),  # alpha::identity(Tensor self) -> Tensor
+    "scale": ("alpha", "scale", "default"),  # alpha::scale(Tensor self, float factor) -> Tensor
+    "scale_out": ("alpha", "scale", "out"),  # alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
 }
 
 __all__ = sorted(_OPS)

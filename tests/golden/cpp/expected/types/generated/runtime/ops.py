@@ -11,26 +11,26 @@ import torch as _torch
 
 # name -> (namespace, op, overload)
 _OPS = {
-    'bools': ('cty', 'bools', 'default'),  # cty::bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool
-    'composite': ('cty', 'composite', 'default'),  # cty::composite(Tensor self, int dim) -> Tensor
-    'declared_only': ('cty', 'declared_only', 'default'),  # cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor
-    'defaults': ('cty', 'defaults', 'default'),  # cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
-    'enums': ('cty', 'enums', 'default'),  # cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
-    'fill': ('cty', 'fill', 'default'),  # cty::fill(Tensor self, Scalar value) -> Tensor
-    'fill_': ('cty', 'fill_', 'default'),  # cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
-    'floats': ('cty', 'floats', 'default'),  # cty::floats(Tensor t, float a, float? b, float[] c, float[]? d, Scalar e, Scalar? f, Scalar[] g) -> float
-    'ints': ('cty', 'ints', 'default'),  # cty::ints(Tensor t, int a, SymInt b, int[] c, SymInt[] d, int[2] e, int? f, int[]? g, SymInt[]? h, SymInt? i) -> int
-    'objects': ('cty', 'objects', 'default'),  # cty::objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str
-    'pick_Tensor': ('cty', 'pick', 'Tensor'),  # cty::pick.Tensor(Tensor self, Tensor index) -> Tensor
-    'pick_int': ('cty', 'pick', 'int'),  # cty::pick.int(Tensor self, int index) -> Tensor
-    'returns': ('cty', 'returns', 'default'),  # cty::returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)
-    'shared_a': ('cty', 'shared_a', 'default'),  # cty::shared_a(Tensor self) -> Tensor
-    'shared_b': ('cty', 'shared_b', 'default'),  # cty::shared_b(Tensor self) -> Tensor
-    'split': ('cty', 'split', 'default'),  # cty::split(Tensor self) -> (Tensor lo, Tensor hi)
-    'split_out': ('cty', 'split', 'out'),  # cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
-    'strings': ('cty', 'strings', 'default'),  # cty::strings(Tensor t, str a, str? b, str[] c, str d="q\"x") -> str
-    'tensors': ('cty', 'tensors', 'default'),  # cty::tensors(Tensor a, Tensor(a!) b, Tensor? c, Tensor[] d, Tensor?[] e, Tensor(b!)[] f) -> Tensor
-    'zero_all_': ('cty', 'zero_all_', 'default'),  # cty::zero_all_(Tensor(a!)[] self) -> ()
+    "bools": ("cty", "bools", "default"),  # cty::bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool
+    "composite": ("cty", "composite", "default"),  # cty::composite(Tensor self, int dim) -> Tensor
+    "declared_only": ("cty", "declared_only", "default"),  # cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor
+    "defaults": ("cty", "defaults", "default"),  # cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
+    "enums": ("cty", "enums", "default"),  # cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
+    "fill": ("cty", "fill", "default"),  # cty::fill(Tensor self, Scalar value) -> Tensor
+    "fill_": ("cty", "fill_", "default"),  # cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
+    "floats": ("cty", "floats", "default"),  # cty::floats(Tensor t, float a, float? b, float[] c, float[]? d, Scalar e, Scalar? f, Scalar[] g) -> float
+    "ints": ("cty", "ints", "default"),  # cty::ints(Tensor t, int a, SymInt b, int[] c, SymInt[] d, int[2] e, int? f, int[]? g, SymInt[]? h, SymInt? i) -> int
+    "objects": ("cty", "objects", "default"),  # cty::objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str
+    "pick_Tensor": ("cty", "pick", "Tensor"),  # cty::pick.Tensor(Tensor self, Tensor index) -> Tensor
+    "pick_int": ("cty", "pick", "int"),  # cty::pick.int(Tensor self, int index) -> Tensor
+    "returns": ("cty", "returns", "default"),  # cty::returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)
+    "shared_a": ("cty", "shared_a", "default"),  # cty::shared_a(Tensor self) -> Tensor
+    "shared_b": ("cty", "shared_b", "default"),  # cty::shared_b(Tensor self) -> Tensor
+    "split": ("cty", "split", "default"),  # cty::split(Tensor self) -> (Tensor lo, Tensor hi)
+    "split_out": ("cty", "split", "out"),  # cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
+    "strings": ("cty", "strings", "default"),  # cty::strings(Tensor t, str a, str? b, str[] c, str d="q\"x") -> str
+    "tensors": ("cty", "tensors", "default"),  # cty::tensors(Tensor a, Tensor(a!) b, Tensor? c, Tensor[] d, Tensor?[] e, Tensor(b!)[] f) -> Tensor
+    "zero_all_": ("cty", "zero_all_", "default"),  # cty::zero_all_(Tensor(a!)[] self) -> ()
 }
 
 __all__ = sorted(_OPS)

@@ -34,7 +34,7 @@ namespace alpha::ops {
 
 // alpha::add(Tensor self, Tensor other) -> Tensor
 inline at::Tensor add(const at::Tensor& self, const at::Tensor& other) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("alpha::add", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
   return op.call(self, other);
@@ -42,7 +42,7 @@ inline at::Tensor add(const at::Tensor& self, const at::Tensor& other) {
 
 // alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
 inline at::Tensor& scale_out(const at::Tensor& self, double factor, at::Tensor& out) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("alpha::scale", "out")
       .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
   return op.call(self, factor, out);

@@ -23,20 +23,21 @@ TORCH_LIBRARY(alpha, m) {
   m.def("scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)");
 }
 
-namespace {
+namespace opgen {
 // alpha::add(Tensor self, Tensor other) -> Tensor
 constexpr at::Tensor (*add_CPU)(const at::Tensor&, const at::Tensor&) = &alpha::add_cpu;
 // alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
 constexpr at::Tensor& (*scale_out_CPU)(const at::Tensor&, double, at::Tensor&) = &alpha::scale_out;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, CPU, m) {
-  m.impl("add", TORCH_FN(add_CPU));
-  m.impl("scale.out", TORCH_FN(scale_out_CPU));
+  m.impl("add", TORCH_FN(opgen::add_CPU));
+  m.impl("scale.out", TORCH_FN(opgen::scale_out_CPU));
 }
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
 // Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace opgen {
 namespace {
 
 // broadcast(...): the broadcast shape, and torch's type promotion over tensors and numbers.
@@ -69,7 +70,8 @@ at::Tensor meta_add(const at::Tensor& self, const at::Tensor& other) {
   return meta_broadcast({at::TensorList(self), at::TensorList(other)}, {}, std::nullopt);
 }
 }  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, Meta, m) {
-  m.impl("add", TORCH_FN(meta_add));
+  m.impl("add", TORCH_FN(opgen::meta_add));
 }

@@ -22,28 +22,29 @@ TORCH_LIBRARY_FRAGMENT(alpha, m) {
   m.def("identity(Tensor self) -> Tensor");
 }
 
-namespace {
+namespace opgen {
 // alpha::scale(Tensor self, float factor) -> Tensor
 constexpr at::Tensor (*scale_CPU)(const at::Tensor&, double) = &alpha::scale_cpu;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, CPU, m) {
-  m.impl("scale", TORCH_FN(scale_CPU));
+  m.impl("scale", TORCH_FN(opgen::scale_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA
-namespace {
+namespace opgen {
 // alpha::scale(Tensor self, float factor) -> Tensor
 constexpr at::Tensor (*scale_CUDA)(const at::Tensor&, double) = &alpha::scale_cuda;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, CUDA, m) {
-  m.impl("scale", TORCH_FN(scale_CUDA));
+  m.impl("scale", TORCH_FN(opgen::scale_CUDA));
 }
 #endif  // OPGEN_WITH_CUDA
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
 // Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace opgen {
 namespace {
 
 // like(t, dtype=): a new contiguous tensor of t's shape.
@@ -57,7 +58,8 @@ at::Tensor meta_scale(const at::Tensor& self, double /*factor*/) {
   return meta_like(self, std::nullopt);
 }
 }  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, Meta, m) {
-  m.impl("scale", TORCH_FN(meta_scale));
+  m.impl("scale", TORCH_FN(opgen::meta_scale));
 }

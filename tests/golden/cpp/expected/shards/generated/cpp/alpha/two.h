@@ -34,7 +34,7 @@ namespace alpha::ops {
 
 // alpha::scale(Tensor self, float factor) -> Tensor
 inline at::Tensor scale(const at::Tensor& self, double factor) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("alpha::scale", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return op.call(self, factor);
@@ -42,7 +42,7 @@ inline at::Tensor scale(const at::Tensor& self, double factor) {
 
 // alpha::identity(Tensor self) -> Tensor
 inline at::Tensor identity(const at::Tensor& self) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("alpha::identity", "")
       .typed<at::Tensor(const at::Tensor&)>();
   return op.call(self);

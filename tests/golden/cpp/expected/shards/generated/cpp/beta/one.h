@@ -30,7 +30,7 @@ namespace beta::ops {
 
 // beta::add(Tensor self, Tensor other) -> Tensor
 inline at::Tensor add(const at::Tensor& self, const at::Tensor& other) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto op = ::c10::Dispatcher::singleton()
       .findSchemaOrThrow("beta::add", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
   return op.call(self, other);

@@ -13,11 +13,11 @@ TORCH_LIBRARY(beta, m) {
   m.def("add(Tensor self, Tensor other) -> Tensor");
 }
 
-namespace {
+namespace opgen {
 // beta::add(Tensor self, Tensor other) -> Tensor
 constexpr at::Tensor (*add_CompositeImplicitAutograd)(const at::Tensor&, const at::Tensor&) = &beta::add_composite;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(beta, CompositeImplicitAutograd, m) {
-  m.impl("add", TORCH_FN(add_CompositeImplicitAutograd));
+  m.impl("add", TORCH_FN(opgen::add_CompositeImplicitAutograd));
 }

@@ -33,7 +33,7 @@ TORCH_LIBRARY(cty, m) {
         {at::Tag::pointwise, at::Tag::pt2_compliant_tag});
 }
 
-namespace {
+namespace opgen {
 // cty::tensors(Tensor a, Tensor(a!) b, Tensor? c, Tensor[] d, Tensor?[] e, Tensor(b!)[] f) -> Tensor
 constexpr at::Tensor (*tensors_CPU)(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, const c10::List<std::optional<at::Tensor>>&, at::TensorList) = &cty::tensors_cpu;
 // cty::ints(Tensor t, int a, SymInt b, int[] c, SymInt[] d, int[2] e, int? f, int[]? g, SymInt[]? h, SymInt? i) -> int
@@ -68,62 +68,62 @@ constexpr at::Tensor (*pick_Tensor_CPU)(const at::Tensor&, const at::Tensor&) = 
 constexpr at::Tensor (*shared_a_CPU)(const at::Tensor&) = &cty::shared_kernel;
 // cty::shared_b(Tensor self) -> Tensor
 constexpr at::Tensor (*shared_b_CPU)(const at::Tensor&) = &cty::shared_kernel;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CPU, m) {
-  m.impl("tensors", TORCH_FN(tensors_CPU));
-  m.impl("ints", TORCH_FN(ints_CPU));
-  m.impl("floats", TORCH_FN(floats_CPU));
-  m.impl("bools", TORCH_FN(bools_CPU));
-  m.impl("strings", TORCH_FN(strings_CPU));
-  m.impl("enums", TORCH_FN(enums_CPU));
-  m.impl("objects", TORCH_FN(objects_CPU));
-  m.impl("returns", TORCH_FN(returns_CPU));
-  m.impl("fill", TORCH_FN(fill_CPU));
-  m.impl("fill_", TORCH_FN(fill__CPU));
-  m.impl("split", TORCH_FN(split_CPU));
-  m.impl("split.out", TORCH_FN(split_out_CPU));
-  m.impl("zero_all_", TORCH_FN(zero_all__CPU));
-  m.impl("pick.int", TORCH_FN(pick_int_CPU));
-  m.impl("pick.Tensor", TORCH_FN(pick_Tensor_CPU));
-  m.impl("shared_a", TORCH_FN(shared_a_CPU));
-  m.impl("shared_b", TORCH_FN(shared_b_CPU));
+  m.impl("tensors", TORCH_FN(opgen::tensors_CPU));
+  m.impl("ints", TORCH_FN(opgen::ints_CPU));
+  m.impl("floats", TORCH_FN(opgen::floats_CPU));
+  m.impl("bools", TORCH_FN(opgen::bools_CPU));
+  m.impl("strings", TORCH_FN(opgen::strings_CPU));
+  m.impl("enums", TORCH_FN(opgen::enums_CPU));
+  m.impl("objects", TORCH_FN(opgen::objects_CPU));
+  m.impl("returns", TORCH_FN(opgen::returns_CPU));
+  m.impl("fill", TORCH_FN(opgen::fill_CPU));
+  m.impl("fill_", TORCH_FN(opgen::fill__CPU));
+  m.impl("split", TORCH_FN(opgen::split_CPU));
+  m.impl("split.out", TORCH_FN(opgen::split_out_CPU));
+  m.impl("zero_all_", TORCH_FN(opgen::zero_all__CPU));
+  m.impl("pick.int", TORCH_FN(opgen::pick_int_CPU));
+  m.impl("pick.Tensor", TORCH_FN(opgen::pick_Tensor_CPU));
+  m.impl("shared_a", TORCH_FN(opgen::shared_a_CPU));
+  m.impl("shared_b", TORCH_FN(opgen::shared_b_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA
-namespace {
+namespace opgen {
 // cty::pick.int(Tensor self, int index) -> Tensor
 constexpr at::Tensor (*pick_int_CUDA)(const at::Tensor&, int64_t) = &cty::pick_int_cuda;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CUDA, m) {
-  m.impl("pick.int", TORCH_FN(pick_int_CUDA));
+  m.impl("pick.int", TORCH_FN(opgen::pick_int_CUDA));
 }
 #endif  // OPGEN_WITH_CUDA
 
-namespace {
+namespace opgen {
 // cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
 constexpr at::Tensor& (*fill__Meta)(at::Tensor&, const at::Scalar&) = &other::fill_meta_;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, Meta, m) {
-  m.impl("fill_", TORCH_FN(fill__Meta));
+  m.impl("fill_", TORCH_FN(opgen::fill__Meta));
 }
 
-namespace {
+namespace opgen {
 // cty::composite(Tensor self, int dim) -> Tensor
 constexpr at::Tensor (*composite_CompositeImplicitAutograd)(const at::Tensor&, int64_t) = &cty::composite_kernel;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CompositeImplicitAutograd, m) {
-  m.impl("composite", TORCH_FN(composite_CompositeImplicitAutograd));
+  m.impl("composite", TORCH_FN(opgen::composite_CompositeImplicitAutograd));
 }
 
-namespace {
+namespace opgen {
 // cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
 constexpr at::Tensor (*defaults_CompositeExplicitAutograd)(const at::Tensor&, int64_t, double, bool, c10::string_view, std::optional<at::ScalarType>, at::IntArrayRef, at::Layout, at::MemoryFormat, at::ScalarType, const at::Scalar&, double, at::IntArrayRef) = &cty::defaults_kernel;
-}  // namespace
+}  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CompositeExplicitAutograd, m) {
-  m.impl("defaults", TORCH_FN(defaults_CompositeExplicitAutograd));
+  m.impl("defaults", TORCH_FN(opgen::defaults_CompositeExplicitAutograd));
 }
