@@ -39,12 +39,31 @@ Names in a formula
 - The op's inputs by name; `result` (one return), a return's name, or `results[i]`.
 - `unbroadcast(g, t)`: `g` summed down to the shape of `t` (the gradient of a broadcasting op).
 - `not_implemented("why")`: the gradient raises a clear error when it is needed.
-- `torch` and its functions (`torch.where`, `torch.nn.functional.gelu`), Tensor methods
-  (`grad.sum_to_size(...)`), Python operators, conditionals, literals, list comprehensions
+- The public functions, classes and constants of the modules `torch`, `torch.nn`,
+  `torch.nn.functional`, `torch.linalg`, `torch.special`, `torch.fft`, `torch.autograd`, and of
+  `torch.Tensor` (`torch.where`, `torch.nn.functional.gelu`, `torch.float32`, `torch.pi`), named
+  through those modules only: not other modules (`torch.os`, `torch.jit`), not attributes of a
+  torch function or object (`torch.ops.aten.mul`, `torch.where.__globals__`), not torch's file
+  I/O and global settings (`torch.load`, `torch.save`, `torch.from_file`, `torch.compile`,
+  `torch.set_*`, `torch.manual_seed`). The recorded list is `codegen/torch_names.json`.
+- Attributes and methods of values: those of tensors (`grad.sum_to_size(...)`, `self.shape`),
+  and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
+  starting with `_` anywhere (`__class__`, `_base`).
+- Python operators, conditionals, literals, list comprehensions
   (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]`) and the builtins
-  `abs enumerate float int len list max min range sum tuple zip`.
+  `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
+  `not_implemented` are only called.
 - Ops of this library: `<namespace>.<name>(...)` (`exops.scaled_mul_backward`), with an overload
   `<namespace>.<name>.<overload>(...)`, or a bare name that names an op of the same namespace.
+
+Literals
+--------
+Python's, within what generated code can carry: integers are decimal, without leading zeros, and
+64-bit (up to 9223372036854775807); floats are finite doubles (`1e999` is an error); strings are
+quoted with `'` or `"` and take Python's escapes (`\\n`, `\\x41`, `\\u00e9`, `\\N{BULLET}`,
+...), but no NUL, no lone surrogate and no raw control character (write `\\t`, not a
+tab). `x is <literal>` (use `==`), calling a literal and indexing a number are errors, as Python
+warns about them. A formula nests at most 100 levels deep.
 
 Saving for backward
 -------------------
@@ -62,10 +81,10 @@ error naming the op and the missing formula.
 Checks
 ------
 Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file is loaded:
-unknown names and `torch` attributes, inputs without formulas, formulas for non-Tensor inputs,
-`grad` where several outputs are differentiable, out-of-range `grads[i]`; calls to library ops are
-checked against their schemas (unknown op, too many arguments, unknown keywords, missing required
-arguments) once the whole library is loaded.
+unknown names, names outside the vocabulary above, literals, inputs without formulas, formulas
+for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`;
+calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
+keywords, missing required arguments) once the whole library is loaded.
 """
 
 from __future__ import annotations

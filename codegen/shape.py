@@ -56,7 +56,8 @@ Values
 ------
 - Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
   optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`.
-- Sizes (symbolic under dynamic shapes): integer literals, `int`/`SymInt` arguments,
+- Sizes (symbolic under dynamic shapes): integer literals (decimal, no leading zeros, 64-bit),
+  `int`/`SymInt` arguments,
   `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(sizes)`,
   `a + b`, `a - b`, `a * b`, `a // b`, `a % b`, `-a`, `max(a, b, ...)`, `min(a, b, ...)`, and
   `dynamic(min=0, max=None)`: a fresh data-dependent size
@@ -66,6 +67,9 @@ Values
 - dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`.
 - devices: a `Device` argument, `t.device`.
 - `tensors[i]`: an element of a `Tensor[]` argument. `True`, `False`, `None`.
+- Number literals for `broadcast` (finite doubles); string literals to compare with `str`
+  arguments, quoted with `'` or `"`, with Python's escapes but no NUL, lone surrogate or raw
+  control character.
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
@@ -93,7 +97,11 @@ Checks
 ------
 Rules are parsed (LALR, `grammar/shape.lark`) and checked against the schema when the op file is
 loaded (`make check`): unknown names, wrong argument counts, wrong argument kinds (a `bool` where a
-Tensor is expected), outputs that do not match the returns; each error points into the rule.
+Tensor is expected), outputs that do not match the returns, literals out of range, constant sizes
+that are negative or overflow int64 (`empty([-1])`, `empty([9223372036854775807 + 1])`), `//` or `%`
+by zero, nesting deeper than 100 levels; each error points into the rule. The language names
+nothing but the above: the op's arguments, the rule functions, the tensor attributes and methods
+listed, dtype names and the rule's own bindings.
 """
 
 from __future__ import annotations
