@@ -941,7 +941,7 @@ def _torch_exists(path: tuple[str, ...]) -> bool:
 
 def _torch_hint(path: tuple[str, ...]) -> str | None:
     module = ".".join(("torch",) + path[:-1])
-    return did_you_mean(path[-1], _recorded_names()[module])
+    return _suggest(path[-1], _recorded_names()[module])
 
 
 def _tensor_has(name: str) -> bool:
@@ -953,7 +953,12 @@ def _tensor_has(name: str) -> bool:
 
 
 def _tensor_hint(name: str) -> str | None:
-    return did_you_mean(name, _recorded_names()["torch.Tensor"] | VALUE_ATTRS)
+    return _suggest(name, _recorded_names()["torch.Tensor"] | VALUE_ATTRS)
+
+
+def _suggest(name: str, choices) -> str | None:
+    # difflib compares every choice; no torch name is longer than this, a pasted blob may be.
+    return did_you_mean(name, choices) if len(name) <= 64 else None
 
 
 # --------------------------------------------------------------------------------------------------
