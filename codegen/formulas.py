@@ -792,7 +792,7 @@ class _Checker:
                 and not isinstance(obj, TupleLit):
             raise self.error(obj_node.span, f"'{self.src(obj_node.span)}' is a constant that "
                              "cannot be indexed")
-        if isinstance(obj, (Const, TupleLit, ListLit, ListComp)) and not _int_index(items):
+        if isinstance(obj, (Const, TupleLit, ListLit, ListComp)) and not _int_index(tuple(items)):
             # Python warns at compile time ("indices must be integers"); it would fail anyway.
             raise self.error(node.span, f"'{self.src(node.span)}': a sequence is indexed by "
                              "integers and slices")
@@ -1034,9 +1034,9 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message,
                         err.hint)
             continue
-        err = too_deep(tree, "formula")
-        if err is not None:
-            diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message)
+        deep = too_deep(tree, "formula")
+        if deep is not None:
+            diags.error(text.at(deep.span.start, deep.span.end - deep.span.start), deep.message)
             continue
         syn = _ToSyntax().transform(tree)
         checker = _Checker(text, schema, diff_outputs, diags)

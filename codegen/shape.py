@@ -1456,8 +1456,8 @@ def constant(e: Expr) -> int | None:
         case IntLit(value=v):
             return v
         case Neg(operand=o):
-            v = constant(o)
-            return None if v is None else -v
+            inner = constant(o)
+            return None if inner is None else -inner
         case Arith(op=op, left=a, right=b):
             x, y = constant(a), constant(b)
             if x is None or y is None or (op in (ArithOp.floordiv, ArithOp.mod) and y == 0):
