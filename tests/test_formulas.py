@@ -13,7 +13,7 @@ import ast
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from codegen import formulas as F
@@ -286,7 +286,10 @@ def _exprs():
 def test_emitted_python_has_the_parsed_meaning(text):
     schema = parse_schema("ex::f(Tensor x, Tensor y) -> Tensor")
     d, diags = parse(schema, {"x": text, "y": "non_differentiable"})
-    assert d is not None, diags.render()
+    # `x is 1`: Python warns at compile time, so the checker refuses it (Note [Constant folding]).
+    if d is None:
+        assert all("with a literal" in m.message for m in diags.items), diags.render()
+        assume(False)
     op = Op(schema=schema, loc=Loc("t.yaml", 1, 1))
     names = Names(inputs={"x": "x", "y": "y"}, meta=set(), grads=["grad"], results=["result"],
                   ops={})
