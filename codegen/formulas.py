@@ -39,12 +39,31 @@ Names in a formula
 - The op's inputs by name; `result` (one return), a return's name, or `results[i]`.
 - `unbroadcast(g, t)`: `g` summed down to the shape of `t` (the gradient of a broadcasting op).
 - `not_implemented("why")`: the gradient raises a clear error when it is needed.
-- `torch` and its functions (`torch.where`, `torch.nn.functional.gelu`), Tensor methods
-  (`grad.sum_to_size(...)`), Python operators, conditionals, literals, list comprehensions
+- The public functions, classes and constants of the modules `torch`, `torch.nn`,
+  `torch.nn.functional`, `torch.linalg`, `torch.special`, `torch.fft`, `torch.autograd`, and of
+  `torch.Tensor` (`torch.where`, `torch.nn.functional.gelu`, `torch.float32`, `torch.pi`), named
+  through those modules only: not other modules (`torch.os`, `torch.jit`), not attributes of a
+  torch function or object (`torch.ops.aten.mul`, `torch.where.__globals__`), not torch's file
+  I/O and global settings (`torch.load`, `torch.save`, `torch.from_file`, `torch.compile`,
+  `torch.set_*`, `torch.manual_seed`). The recorded list is `codegen/torch_names.json`.
+- Attributes and methods of values: those of tensors (`grad.sum_to_size(...)`, `self.shape`),
+  and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
+  starting with `_` anywhere (`__class__`, `_base`).
+- Python operators, conditionals, literals, list comprehensions
   (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]`) and the builtins
-  `abs enumerate float int len list max min range sum tuple zip`.
+  `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
+  `not_implemented` are only called.
 - Ops of this library: `<namespace>.<name>(...)` (`exops.scaled_mul_backward`), with an overload
   `<namespace>.<name>.<overload>(...)`, or a bare name that names an op of the same namespace.
+
+Literals
+--------
+Python's, within what generated code can carry: integers are decimal, without leading zeros, and
+64-bit (up to 9223372036854775807); floats are finite doubles (`1e999` is an error); strings are
+quoted with `'` or `"` and take Python's escapes (`\\n`, `\\x41`, `\\u00e9`, `\\N{BULLET}`,
+...), but no NUL, no lone surrogate and no raw control character (write `\\t`, not a
+tab). `x is <literal>` (use `==`), calling a literal and indexing a number are errors, as Python
+warns about them. A formula nests at most 100 levels deep.
 
 Saving for backward
 -------------------
@@ -62,17 +81,17 @@ error naming the op and the missing formula.
 Checks
 ------
 Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file is loaded:
-unknown names and `torch` attributes, inputs without formulas, formulas for non-Tensor inputs,
-`grad` where several outputs are differentiable, out-of-range `grads[i]`; calls to library ops are
-checked against their schemas (unknown op, too many arguments, unknown keywords, missing required
-arguments) once the whole library is loaded.
+unknown names, names outside the vocabulary above, literals, inputs without formulas, formulas
+for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`;
+calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
+keywords, missing required arguments) once the whole library is loaded.
 """
 
 from __future__ import annotations
 
-import ast
 import enum
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -96,7 +115,8 @@ from codegen.model import (
     is_tensor_like,
     strip_optional,
 )
-from codegen.shape import syntax_error, terminal_names
+from codegen.literals import LiteralError, float_literal, int_literal, string_literal
+from codegen.shape import syntax_error, terminal_names, too_deep
 
 NON_DIFFERENTIABLE = "non_differentiable"
 BUILTINS = ("unbroadcast", "not_implemented")
@@ -569,19 +589,42 @@ class _Checker:
     # -- expressions
 
     def expr(self, node) -> Expr:
+        """A value: never a bare builtin of the language or a module (`unbroadcast`, `torch.nn`)."""
+        e = self.named(node)
+        if isinstance(e, BuiltinRef):
+            raise self.error(node.span, f"'{e.name}' is a function of the formula language; "
+                             "call it", _BUILTIN_USAGE[e.name])
+        if isinstance(e, TorchRef) and _is_module(e.path):
+            name = ".".join(("torch",) + e.path)
+            raise self.error(node.span, f"'{name}' is a module; a formula calls its functions",
+                             f"write {name}.<function>(...)")
+        return e
+
+    def literal(self, tok) -> object:
+        text = str(tok)
+        try:
+            if text[0] in "'\"":
+                return string_literal(text)
+            if any(c in text for c in ".eE"):
+                return float_literal(text)
+            return int_literal(text)
+        except LiteralError as e:
+            raise self.error(Span(tok.start_pos + e.offset, tok.start_pos + e.offset + e.length),
+                             e.message, e.hint) from None
+
+    def named(self, node) -> Expr:
+        """Any expression, including what may only be called or have an attribute taken."""
         if isinstance(node, _Name):
             return self.name(node)
         assert isinstance(node, _Node), node
         k, p = node.kind, node.parts
-        if k == "number":
-            return Const(ast.literal_eval(str(p[0])))
-        if k == "string":
-            return Const(ast.literal_eval(str(p[0])))
+        if k in ("number", "string"):
+            return Const(self.literal(p[0]))
         if k == "attr":
             if isinstance(p[0], _Name) and p[0].id == self.namespace \
                     and self.schema.argument(self.namespace) is None:
                 return OpRef(self.namespace, str(p[1]), None, loc=self.loc(node.span))
-            return self.attr(node, self.expr(p[0]), str(p[1]))
+            return self.attr(node, self.named(p[0]), str(p[1]))
         if k == "call":
             return self.call(node)
         if k == "index":
@@ -610,7 +653,16 @@ class _Checker:
             return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
         if k in ("neg", "pos", "invert", "not_"):
             return UnaryOp(UnaryKind[k], self.expr(p[0]))
-        if k in ("is_", "is_not", "and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
+        if k in ("is_", "is_not"):
+            left, right = self.expr(p[0]), self.expr(p[1])
+            for side, e in ((p[0], left), (p[1], right)):
+                if _literal(e):
+                    # Python warns ("is" with a literal) and the answer depends on interning.
+                    raise self.error(side.span, f"'{'is' if k == 'is_' else 'is not'}' with a "
+                                     "literal: it tests identity, not equality",
+                                     "compare values with '==', and use 'is' for None only")
+            return BinOp(BinOpKind[k], left, right)
+        if k in ("and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
                  "matmul", "pow"):
             return BinOp(BinOpKind[k], self.expr(p[0]), self.expr(p[1]))
         if k in ("slice", "ellipsis"):
@@ -622,10 +674,24 @@ class _Checker:
     def attr(self, node: _Node, obj: Expr, name: str) -> Expr:
         if isinstance(obj, TorchRef):
             path = obj.path + (name,)
+            if not _has_vocabulary(obj.path):
+                raise self.error(node.span, f"'{self.src(node.span)}': a formula takes "
+                                 f"attributes of torch's modules only, and "
+                                 f"'torch.{'.'.join(obj.path)}' is not one",
+                                 "modules: " + ", ".join(TORCH_MODULES))
+            if name.startswith("_"):
+                raise self.error(node.span, f"'torch.{'.'.join(path)}' is private; formulas "
+                                 "name torch's public functions only")
             if not _torch_has(path):
-                raise self.error(node.span, f"'torch.{'.'.join(path)}' does not exist",
-                                 _torch_hint(path))
+                full = "torch." + ".".join(path)
+                if _torch_exists(path):
+                    raise self.error(node.span, f"'{full}' is outside the formula language",
+                                     _TORCH_VOCABULARY)
+                raise self.error(node.span, f"'{full}' does not exist", _torch_hint(path))
             return TorchRef(path)
+        if isinstance(obj, (BuiltinRef, PyBuiltinRef)):
+            raise self.error(node.span, f"'{self.src(node.span)}': '{obj.name}' has no "
+                             "attributes in a formula")
         if isinstance(obj, OpRef):
             if obj.overload is not None:
                 raise self.error(node.span, f"'{self.src(node.span)}': an op overload has no "
@@ -636,11 +702,16 @@ class _Checker:
                              bare=True, loc=self.loc(node.span))
             return OpRef(obj.namespace, obj.name, "" if name == "default" else name,
                          loc=self.loc(node.span))
-        if isinstance(obj, (InputRef, GradRef, ResultRef)) and not _tensor_has(name):
-            tensor = isinstance(obj, (GradRef, ResultRef)) or self._is_tensor(obj)
-            if tensor:
-                raise self.error(node.span, f"torch.Tensor has no attribute '{name}'",
-                                 _tensor_hint(name))
+        if name.startswith("_"):
+            raise self.error(node.span, f"'{name}' is private; formulas use the public "
+                             "attributes and methods of tensors only")
+        if not (_tensor_has(name) or name in VALUE_ATTRS):
+            tensor = isinstance(obj, (GradRef, ResultRef)) or (
+                isinstance(obj, InputRef) and self._is_tensor(obj))
+            raise self.error(node.span, f"torch.Tensor has no attribute '{name}'" if tensor else
+                             f"'{name}' is not an attribute a formula can use",
+                             _tensor_hint(name) or "formulas use the attributes and methods of "
+                             "tensors (and of dtypes, devices, finfo and sizes)")
         return Attr(obj, name)
 
     def _is_tensor(self, ref: InputRef) -> bool:
@@ -650,7 +721,7 @@ class _Checker:
 
     def call(self, node: _Node) -> Expr:
         func_node, *arg_nodes = node.parts
-        func = self.expr(func_node)
+        func = self.named(func_node)
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         for a in arg_nodes:
@@ -669,12 +740,14 @@ class _Checker:
                 if kwargs:
                     raise self.error(a.span, "positional arguments go before keyword arguments")
                 args.append(self.expr(a))
-        if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const, LoopVar)):
+        if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const, LoopVar,
+                             TupleLit, ListLit, ListComp)) or _folds(func):
             raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
         if isinstance(func, BuiltinRef):
             self.builtin(node, func.name, args, kwargs)
-        if isinstance(func, TorchRef) and not func.path:
-            raise self.error(func_node.span, "the torch module is not callable")
+        if isinstance(func, TorchRef) and _is_module(func.path):
+            raise self.error(func_node.span, f"the module '{self.src(func_node.span)}' is not "
+                             "callable")
         return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span))
 
     def builtin(self, node: _Node, name: str, args: list[Expr], kwargs) -> None:
@@ -715,16 +788,110 @@ class _Checker:
                                  f"{n} output{'s' if n != 1 else ''}")
             i %= n
             return self._grad(i, node.span) if what == "grads" else ResultRef(i)
+        if _folds(obj) and not (isinstance(obj, Const) and isinstance(obj.value, str)) \
+                and not isinstance(obj, TupleLit):
+            raise self.error(obj_node.span, f"'{self.src(obj_node.span)}' is a constant that "
+                             "cannot be indexed")
+        if isinstance(obj, (Const, TupleLit, ListLit, ListComp)) and not _int_index(tuple(items)):
+            # Python warns at compile time ("indices must be integers"); it would fail anyway.
+            raise self.error(node.span, f"'{self.src(node.span)}': a sequence is indexed by "
+                             "integers and slices")
         return Subscript(obj, tuple(items))
 
 
-# Names of torch's modules and of torch.Tensor, recorded from the pinned torch
-# (`python -m codegen.formulas --refresh-torch-names`): checking a formula against them needs no
-# `import torch` (seconds). A name they lack is looked up in the real torch before it is an error,
-# so a newer torch's additions still pass.
+# Note [Constant folding]
+# Python folds constant expressions (`-1`, `2 * 3`, `(1, "a")`, `(1, 2)[0]`) before compiling, then
+# warns at compile time about `x is <constant>`, calling a constant, indexing a number, and indexing
+# a literal sequence with a non-integer. Generated code must compile without warnings, and each of
+# these is a mistake in a formula, so the checker refuses them, erring on the side of refusing.
+
+_FOLDED_OPS = (BinOpKind.add, BinOpKind.sub, BinOpKind.mul, BinOpKind.div, BinOpKind.floordiv,
+               BinOpKind.mod, BinOpKind.pow, BinOpKind.matmul)
+
+
+def _folds(e: Expr) -> bool:
+    """Whether Python may fold `e` into a constant (Note [Constant folding])."""
+    match e:
+        case Const() | EllipsisLit():
+            return True
+        case UnaryOp(operand=o):
+            return _folds(o)
+        case BinOp(op=op, left=a, right=b) if op in _FOLDED_OPS:
+            return _folds(a) and _folds(b)
+        case TupleLit(items=items):
+            return all(_folds(i) for i in items)
+        case Subscript(obj=o, items=items):
+            return _folds(o) and all(_folds(i) for i in items)
+    return False
+
+
+def _literal(e: Expr) -> bool:
+    """A constant `is` warns about: anything folded but None, True and False."""
+    return _folds(e) and not (isinstance(e, Const) and (e.value is None or e.value is True
+                                                        or e.value is False))
+
+
+def _int_index(items: tuple[Expr, ...]) -> bool:
+    """Whether indexing a literal sequence with `items` compiles without a warning."""
+    if len(items) != 1:
+        return False
+    i = items[0]
+    if isinstance(i, UnaryOp) and i.op in (UnaryKind.neg, UnaryKind.pos):
+        i = i.operand
+    if isinstance(i, Const):
+        return isinstance(i.value, int)
+    return isinstance(i, Slice) or not _folds(i) and not isinstance(i, (ListLit, ListComp))
+
+
+# The torch a formula can name (Note [Formula vocabulary]), recorded from the pinned torch
+# (`python -m codegen.formulas --refresh-torch-names`): checking a formula against the record needs
+# no `import torch` (seconds). A name the record lacks is looked up in the installed torch, under
+# the same rule, before it is an error, so a newer torch's additions still pass.
+#
+# Note [Formula vocabulary]
+# A formula runs at backward with the generated module's globals, so what it can name is what an op
+# file can run. It names: the public functions, classes and constants of TORCH_MODULES (reached
+# only through those modules: no attribute of a function, class or other object of torch), the
+# public attributes and methods of tensors (and VALUE_ATTRS), this library's ops, and the builtins
+# of the language. Never a private or dunder name (every Python sandbox escape goes through one),
+# another module (`torch.os`), or torch's functions that read or write files, load code or change
+# global state (FORBIDDEN).
 TORCH_NAMES_FILE = "torch_names.json"
 TORCH_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.linalg", "torch.special",
                  "torch.fft", "torch.autograd", "torch.Tensor")
+# Attributes of what formulas compute besides tensors: dtypes, finfo/iinfo, torch.Size.
+VALUE_ATTRS = frozenset({"bits", "count", "eps", "resolution", "smallest_normal", "tiny",
+                         "to_complex", "to_real"})
+FORBIDDEN = re.compile(r"(load|save|from_file|get_file_path|import_ir_module\w*|compile|set_\w+"
+                       r"|use_deterministic_algorithms|manual_seed|seed|init_num_threads"
+                       r"|prepare_multiprocessing_environment)\Z")
+_TORCH_VOCABULARY = ("formulas name functions, classes and constants of " +
+                     ", ".join(TORCH_MODULES[:-1]) + ", except file I/O and global settings")
+_BUILTIN_USAGE = {"unbroadcast": "unbroadcast(grad, input)",
+                  "not_implemented": 'not_implemented("why")'}
+
+
+def _in_vocabulary(module: str, obj: object, name: str) -> bool:
+    """Whether `name` of torch's module `module` (the object `obj`) may appear in a formula."""
+    import types
+
+    if name.startswith("_"):
+        return False
+    try:
+        value = getattr(obj, name)
+    except Exception:
+        return False
+    if isinstance(value, types.ModuleType):     # torch.ops and torch.classes are modules too
+        return f"{module}.{name}" in TORCH_MODULES
+    if module == "torch.Tensor":
+        return True
+    return FORBIDDEN.match(name) is None and (callable(value) or _is_constant(value))
+
+
+def _is_constant(value: object) -> bool:
+    import torch
+
+    return isinstance(value, (bool, int, float, torch.dtype, torch.layout, torch.memory_format))
 
 
 @lru_cache(maxsize=1)
@@ -733,46 +900,48 @@ def _recorded_names() -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in json.loads(text).items()}
 
 
-def torch_names() -> dict[str, list[str]]:
-    """The public names of TORCH_MODULES in the installed torch (what the JSON file records)."""
+def _module(name: str) -> object:
     import importlib
 
     import torch
 
+    return torch.Tensor if name == "torch.Tensor" else importlib.import_module(name)
+
+
+def torch_names() -> dict[str, list[str]]:
+    """The vocabulary of TORCH_MODULES in the installed torch (what the JSON file records)."""
     out: dict[str, list[str]] = {}
     for mod in TORCH_MODULES:
-        obj = torch.Tensor if mod == "torch.Tensor" else importlib.import_module(mod)
-        out[mod] = sorted(n for n in dir(obj) if not n.startswith("__"))
+        obj = _module(mod)
+        out[mod] = sorted(n for n in dir(obj) if _in_vocabulary(mod, obj, n))
     return out
 
 
-def _real(path: tuple[str, ...]) -> object | None:
-    import torch
+def _has_vocabulary(path: tuple[str, ...]) -> bool:
+    """Whether `torch.<path>` is one of TORCH_MODULES, whose attributes a formula may name."""
+    return ".".join(("torch",) + path) in TORCH_MODULES
 
-    obj: object = torch
-    for part in path:
-        try:
-            obj = getattr(obj, part)
-        except Exception:
-            return None
-    return obj
+
+def _is_module(path: tuple[str, ...]) -> bool:
+    """Whether `torch.<path>` is a module (not a value: `torch.Tensor` is a class)."""
+    return _has_vocabulary(path) and path != ("Tensor",)
 
 
 def _torch_has(path: tuple[str, ...]) -> bool:
-    recorded = _recorded_names()
+    """Whether `torch.<path>` is in the vocabulary; `path[:-1]` names one of TORCH_MODULES."""
     module = ".".join(("torch",) + path[:-1])
-    if path[-1] in recorded.get(module, ()) or ".".join(("torch",) + path) in recorded:
+    if path[-1] in _recorded_names()[module]:
         return True
-    return _real(path) is not None
+    return _in_vocabulary(module, _module(module), path[-1])
+
+
+def _torch_exists(path: tuple[str, ...]) -> bool:
+    return hasattr(_module(".".join(("torch",) + path[:-1])), path[-1])
 
 
 def _torch_hint(path: tuple[str, ...]) -> str | None:
     module = ".".join(("torch",) + path[:-1])
-    names = _recorded_names().get(module)
-    if names is None:
-        parent = _real(path[:-1])
-        names = frozenset(dir(parent)) if parent is not None else frozenset()
-    return did_you_mean(path[-1], [n for n in names if not n.startswith("_")])
+    return _suggest(path[-1], _recorded_names()[module])
 
 
 def _tensor_has(name: str) -> bool:
@@ -780,12 +949,16 @@ def _tensor_has(name: str) -> bool:
         return True
     import torch
 
-    return hasattr(torch.Tensor, name)
+    return _in_vocabulary("torch.Tensor", torch.Tensor, name)
 
 
 def _tensor_hint(name: str) -> str | None:
-    return did_you_mean(name, [n for n in _recorded_names()["torch.Tensor"]
-                               if not n.startswith("_")])
+    return _suggest(name, _recorded_names()["torch.Tensor"] | VALUE_ATTRS)
+
+
+def _suggest(name: str, choices) -> str | None:
+    # difflib compares every choice; no torch name is longer than this, a pasted blob may be.
+    return did_you_mean(name, choices) if len(name) <= 64 else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -855,12 +1028,17 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             non_diff.extend(names)
             continue
         try:
-            syn = _ToSyntax().transform(parser.parse(text.text))
+            tree = parser.parse(text.text)
         except UnexpectedInput as e:
             err = syntax_error(text.text, e, terminal_names(parser), "formula")
             diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message,
                         err.hint)
             continue
+        deep = too_deep(tree, "formula")
+        if deep is not None:
+            diags.error(text.at(deep.span.start, deep.span.end - deep.span.start), deep.message)
+            continue
+        syn = _ToSyntax().transform(tree)
         checker = _Checker(text, schema, diff_outputs, diags)
         try:
             expr = checker.expr(syn)

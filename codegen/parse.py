@@ -12,7 +12,6 @@ Returns (`type_span`), never inside the shared Type objects.
 
 from __future__ import annotations
 
-import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -21,6 +20,7 @@ from typing import NoReturn
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
+from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal
 from codegen.model import (
     BASE_TYPES,
     CUSTOM_CLASS_PREFIX,
@@ -115,17 +115,45 @@ def _with_alias(t: Type, ann: Annotation, offset: int, length: int) -> Type:
     return GenericType(t.kind, t.args, ann)
 
 
+# Types nest at most this deep (`int[][]` is 2): everything after parsing walks types recursively,
+# and no type that deep can be bound by a custom op anyway.
+MAX_TYPE_DEPTH = 16
+
+
+def _type_depth(t: Type) -> int:
+    """Nesting depth of `t`; its parts were checked already, so this recursion is bounded."""
+    if isinstance(t, (OptionalType, ListType)):
+        return 1 + _type_depth(t.elem)
+    if isinstance(t, TupleType):
+        return 1 + max((_type_depth(e) for e in t.elems), default=0)
+    if isinstance(t, GenericType):
+        return 1 + max((_type_depth(e) for e in t.args), default=0)
+    return 1
+
+
+def _check_depth(t: Type, offset: int, length: int) -> Type:
+    if _type_depth(t) > MAX_TYPE_DEPTH:
+        _fail(f"type nested more than {MAX_TYPE_DEPTH} levels deep", offset, length)
+    return t
+
+
 def _apply_suffixes(t: Type, text: str, pos: int, base_offset: int) -> Type:
     """Fold `?`, `[N]` and `(alias)` suffixes in `text[pos:]` onto `t`, left to right."""
+    depth = _type_depth(t)
     while pos < len(text):
         m = _SUFFIX_RE.match(text, pos)
         assert m is not None, text  # the lexer only produces well-formed suffixes
         tok = m.group(1)
+        if tok in ("?", "[") or tok[0] == "[":
+            depth += 1
+            if depth > MAX_TYPE_DEPTH:
+                _fail(f"type nested more than {MAX_TYPE_DEPTH} levels deep",
+                      base_offset + m.start(1), len(tok))
         if tok == "?":
             t = OptionalType(t)
         elif tok[0] == "[":
             size = m.group(2)
-            t = ListType(t, int(size) if size else None)
+            t = ListType(t, _list_size(size, base_offset + m.start(2)) if size else None)
         else:
             t = _with_alias(t, _annotation(m.group(3), base_offset + m.start(1)),
                             base_offset + m.start(1), len(tok))
@@ -176,6 +204,14 @@ _ESCAPE_RE = re.compile(r"\\([0-7]{3}|.)", re.S)
 
 def _unquote(text: str, start: int) -> str:
     body = text[1:-1]
+    if not body.isprintable():
+        # c10 reads raw control characters, but generated C++ takes strings as C strings (a NUL
+        # ends them) and a lone surrogate has no UTF-8 form: refuse them all, as the formula and
+        # rule languages do.
+        i = next(i for i, c in enumerate(body) if not c.isprintable())
+        _fail(f"character U+{ord(body[i]):04X} in a string default", start + 1 + i, 1,
+              f"write it as an octal escape: \\{ord(body[i]):03o}" if 0 < ord(body[i]) < 0x80
+              else None)
     if "\\" not in body:
         return body
 
@@ -189,11 +225,36 @@ def _unquote(text: str, start: int) -> str:
               "supported escapes: \\n \\t \\a \\b \\f \\v \\\\ \\' \\\" and octal \\ooo "
               "(three digits)")
 
-    return _ESCAPE_RE.sub(one, body)
+    value = _ESCAPE_RE.sub(one, body)
+    if "\0" in value:
+        _fail("a string default cannot hold NUL (\\000)", start, len(text),
+              "the generated C++ passes strings as C strings, which end at NUL")
+    return value
 
 
 _NUMBER_RE = re.compile(r"-?\s*(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?j?\Z")
 _LIST_ITEM_RE = re.compile(r"\s*([^,\s][^,]*?)\s*(?:,|\Z)")
+
+
+def _list_size(text: str, offset: int) -> int:
+    """The N of `T[N]`: c10 reads it with stoll, and a list that long cannot be passed."""
+    if len(text.lstrip("0")) > len(str(INT64_MAX)) or int(text) > INT64_MAX:
+        _fail(f"list size '{text[:20]}{'...' if len(text) > 20 else ''}' is out of range",
+              offset, len(text), "sizes of sized lists are small numbers: int[2]")
+    return int(text)
+
+
+def _int64(num: str, text: str, start: int) -> int:
+    """c10 reads every integer default with stoll: beyond int64, `m.def` aborts the process."""
+    digits = num.lstrip("-").lstrip("0")
+    # Compare lengths before int(): it refuses more than 4,300 digits with a ValueError.
+    value = int(num) if len(digits) <= len(str(INT64_MAX)) else None
+    if value is None or not INT64_MIN <= value <= INT64_MAX:
+        shown = text if len(text) <= 40 else text[:20] + "..." + text[-8:]
+        _fail(f"integer '{shown}' is out of range: schema integers are 64-bit", start, len(text),
+              f"they go from {INT64_MIN} to {INT64_MAX}; a large float default is written with an "
+              "exponent (1e+23)")
+    return value
 
 
 def _default_text(text: str, start: int) -> Default:
@@ -216,14 +277,14 @@ def _default_text(text: str, start: int) -> Default:
         if not _NUMBER_RE.match(text):
             _fail(f"malformed number '{text}'", start, len(text))
         num = "".join(text.split())
-        if num.endswith("j"):
-            return ComplexDefault(float(num[:-1]))
-        if "." in num or "e" in num or "E" in num:
-            value = float(num)
-            if not math.isfinite(value):
-                _fail(f"number '{text}' is out of range for a double", start, len(text))
-            return FloatDefault(value)
-        return IntDefault(int(num))
+        try:
+            if num.endswith("j"):
+                return ComplexDefault(float_literal(num[:-1], underflow=False))
+            if "." in num or "e" in num or "E" in num:
+                return FloatDefault(float_literal(num, underflow=False))
+        except LiteralError as e:
+            _fail(e.message, start, len(text), e.hint)
+        return IntDefault(_int64(num, text, start))
     if text == "None":
         return NoneDefault()
     if text == "True" or text == "False":
@@ -397,8 +458,8 @@ class _ToIR(Transformer):
             _fail(f"{kind.value}(...) takes {arity} type argument{'s' if arity > 1 else ''}, "
                   f"got {len(args)}", head.start_pos, len(head))
         # The closing ")" is dropped by Lark; the span stops after the last argument's ")".
-        return _suffixed(GenericType(kind, tuple(args)), suffixes,
-                         Span(head.start_pos, last_end + 1))
+        t = _check_depth(GenericType(kind, tuple(args)), head.start_pos, len(head))
+        return _suffixed(t, suffixes, Span(head.start_pos, last_end + 1))
 
     def tuple_type(self, c):
         elems = []
@@ -416,7 +477,8 @@ class _ToIR(Transformer):
             else:
                 elems.append(x[0])
                 end = x[1].end
-        return _suffixed(TupleType(tuple(elems)), suffixes, Span(start, end + 1))
+        t = _check_depth(TupleType(tuple(elems)), start, 1)
+        return _suffixed(t, suffixes, Span(start, end + 1))
 
     def ret(self, c):
         ty, name = c

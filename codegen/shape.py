@@ -56,7 +56,8 @@ Values
 ------
 - Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
   optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`.
-- Sizes (symbolic under dynamic shapes): integer literals, `int`/`SymInt` arguments,
+- Sizes (symbolic under dynamic shapes): integer literals (decimal, no leading zeros, 64-bit),
+  `int`/`SymInt` arguments,
   `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(sizes)`,
   `a + b`, `a - b`, `a * b`, `a // b`, `a % b`, `-a`, `max(a, b, ...)`, `min(a, b, ...)`, and
   `dynamic(min=0, max=None)`: a fresh data-dependent size
@@ -66,6 +67,9 @@ Values
 - dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`.
 - devices: a `Device` argument, `t.device`.
 - `tensors[i]`: an element of a `Tensor[]` argument. `True`, `False`, `None`.
+- Number literals for `broadcast` (finite doubles); string literals to compare with `str`
+  arguments, quoted with `'` or `"`, with Python's escapes but no NUL, lone surrogate or raw
+  control character.
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
@@ -93,22 +97,27 @@ Checks
 ------
 Rules are parsed (LALR, `grammar/shape.lark`) and checked against the schema when the op file is
 loaded (`make check`): unknown names, wrong argument counts, wrong argument kinds (a `bool` where a
-Tensor is expected), outputs that do not match the returns; each error points into the rule.
+Tensor is expected), outputs that do not match the returns, literals out of range, constant sizes
+that are negative or overflow int64 (`empty([-1])`, `empty([9223372036854775807 + 1])`), `//` or `%`
+by zero, nesting deeper than 100 levels; each error points into the rule. The language names
+nothing but the above: the op's arguments, the rule functions, the tensor attributes and methods
+listed, dtype names and the rule's own bindings.
 """
 
 from __future__ import annotations
 
-import ast
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Union
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from codegen.diagnostics import Diagnostics, did_you_mean
+from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal, int_literal, \
+    string_literal
 from codegen.model import (
     BaseTy,
     BaseType,
@@ -553,15 +562,10 @@ class _Name:
 
 
 @dataclass(frozen=True)
-class _Int:
-    value: int
-    span: Span
-
-
-@dataclass(frozen=True)
 class _Lit:
-    """A float or string literal."""
-    value: float | str
+    """A number or string literal, as written: the checker decodes it (codegen.literals)."""
+    kind: str                       # "int" | "float" | "string"
+    text: str
     span: Span
 
 
@@ -684,7 +688,7 @@ class _Rule:
     body: _Syn
 
 
-_Syn = Union[_Name, _Int, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
+_Syn = Union[_Name, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
              _Bin, _Neg, _Or, _List, _Tuple, _Spread, _Kwarg]
 
 
@@ -728,13 +732,13 @@ class _ToSyntax(Transformer):
         return _Name(str(tok), _tok_span(tok))
 
     def int(self, meta, tok):
-        return _Int(int(tok), _tok_span(tok))
+        return _Lit("int", str(tok), _tok_span(tok))
 
     def float(self, meta, tok):
-        return _Lit(float(tok), _tok_span(tok))
+        return _Lit("float", str(tok), _tok_span(tok))
 
     def string(self, meta, tok):
-        return _Lit(ast.literal_eval(str(tok)), _tok_span(tok))
+        return _Lit("string", str(tok), _tok_span(tok))
 
     def ifexp(self, meta, then, cond, orelse):
         return _IfExp(then, cond, orelse, self._span(meta))
@@ -861,6 +865,24 @@ def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str
                         _tok_span(tok), _expected_hint(e.expected, names))
 
 
+# Nesting deeper than this is refused: the checkers and the code generators recurse over the tree
+# (Python's stack), and generated code must stay within what Python and C++ compilers accept.
+MAX_DEPTH = 100
+
+
+def too_deep(tree: Tree, what: str, hint: str | None = None) -> _SyntaxError | None:
+    """An error at the first part of `tree` nested more than MAX_DEPTH levels, or None."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            meta = node.meta
+            span = Span(0, 1) if meta.empty else Span(meta.start_pos, meta.end_pos)
+            return _SyntaxError(f"{what}: nested more than {MAX_DEPTH} levels deep", span, hint)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
+    return None
+
+
 def _expected_hint(expected, names: dict[str, str]) -> str | None:
     spelled = sorted({names.get(t, t) for t in expected})
     if not spelled or len(spelled) > 6:
@@ -937,10 +959,8 @@ class _Checker:
         match node:
             case _Name():
                 return self.name(node)
-            case _Int(value=v):
-                return IntLit(v)
-            case _Lit(value=v):
-                return StrLit(v) if isinstance(v, str) else FloatLit(v)
+            case _Lit():
+                return self.literal(node)
             case _IfExp():
                 return self.ifexp(node)
             case _Compare() | _Not():
@@ -958,7 +978,7 @@ class _Checker:
             case _Bin():
                 return self.binop(node)
             case _Neg(operand=o):
-                return Neg(self.want(o, INT, "the operand of '-'"))
+                return self.in_range(Neg(self.want(o, INT, "the operand of '-'")), node)
             case _Or():
                 return self.or_(node)
             case _List(items=items):
@@ -978,6 +998,17 @@ class _Checker:
             case _Kwarg():
                 raise self.error(node.span, "keyword arguments go inside a call")
         raise TypeError(f"unexpected syntax node {node!r}")
+
+    def literal(self, node: _Lit) -> Expr:
+        try:
+            if node.kind == "int":
+                return IntLit(int_literal(node.text))
+            if node.kind == "float":
+                return FloatLit(float_literal(node.text))
+            return StrLit(string_literal(node.text))
+        except LiteralError as e:
+            start = node.span.start + e.offset
+            raise self.error(Span(start, start + e.length), e.message, e.hint) from None
 
     def want(self, node: _Syn, ty: Ty, role: str, *, optional: bool = False,
              also: tuple[Ty, ...] = ()) -> Expr:
@@ -1125,7 +1156,10 @@ class _Checker:
         if node.op == "+" and left.ty == INT_LIST and right.ty == INT_LIST:
             return Concat(left, right)
         if left.ty == INT and right.ty == INT:
-            return Arith(ArithOp(node.op), left, right)
+            e = Arith(ArithOp(node.op), left, right)
+            if node.op in ("//", "%") and constant(right) == 0:
+                raise self.error(node.right.span, f"'{node.op}' by zero")
+            return self.in_range(e, node)
         if left.ty == INT_LIST or right.ty == INT_LIST:
             raise self.error(node.span, f"'{node.op}' of {describe(left)} and {describe(right)}: "
                              "lists only concatenate with '+'",
@@ -1136,6 +1170,14 @@ class _Checker:
             hint = f"it may be None: give a default with `or`, e.g. `{_syn_text(self, bad_node)} or 0`"
         raise self.error(bad_node.span, f"the operands of '{node.op}' must be ints, got "
                          f"{describe(bad)}", hint)
+
+    def in_range(self, e: Expr, node: _Syn) -> Expr:
+        """`e`, unless it is a constant beyond int64 (C++ would overflow, silently)."""
+        value = constant(e)
+        if value is not None and not INT64_MIN <= value <= INT64_MAX:
+            raise self.error(node.span, "the value of this expression is out of range: integers "
+                             "are 64-bit", f"the largest is {INT64_MAX}")
+        return e
 
     def or_(self, node: _Or) -> Expr:
         value = self.expr(node.left)
@@ -1217,6 +1259,20 @@ class _Checker:
         self.bind(node, func.name, (), 0)
         return TensorProp(t, _METHODS[func.name])
 
+    def sizes(self, node: _Syn, shape: Expr) -> None:
+        """Refuse shape elements that are negative constants (`empty([-1])`)."""
+        if isinstance(node, _List) and isinstance(shape, ListLit):
+            for item_node, item in zip(node.items, shape.items):
+                value = constant(item)
+                if value is not None and value < 0:
+                    raise self.error(item_node.span, f"a size is never negative, got {value}")
+        elif isinstance(node, _Bin) and isinstance(shape, Concat):
+            self.sizes(node.left, shape.left)
+            self.sizes(node.right, shape.right)
+        elif isinstance(node, _IfExp) and isinstance(shape, Cond):
+            self.sizes(node.then, shape.then)
+            self.sizes(node.orelse, shape.orelse)
+
     def opt_kw(self, named: dict[str, _Syn], key: str, ty: Ty) -> Expr | None:
         if key not in named:
             return None
@@ -1262,6 +1318,7 @@ class _Checker:
     def fn_empty(self, node: _Call) -> Expr:
         _, named = self.bind(node, "empty", ("shape", "dtype", "device"), 1)
         shape = self.want(named["shape"], INT_LIST, "the shape")
+        self.sizes(named["shape"], shape)
         return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
                      self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor)
 
@@ -1269,6 +1326,10 @@ class _Checker:
         _, named = self.bind(node, "dynamic", ("min", "max"), 0)
         lo = self.want(named["min"], INT, "min") if "min" in named else None
         hi = self.want(named["max"], INT, "max") if "max" in named else None
+        for key, e in (("min", lo), ("max", hi)):
+            if e is not None and (constant(e) or 0) < 0:
+                raise self.error(named[key].span, f"the {key} of a size is never negative, got "
+                                 f"{constant(e)}")
         return Dynamic(lo, hi)
 
     def fn_sum(self, node: _Call) -> Expr:
@@ -1389,6 +1450,28 @@ class _Checker:
                          "write a Python fake function: `fake: package.module:function`")
 
 
+def constant(e: Expr) -> int | None:
+    """The value of an int expression made of literals only (Python's arithmetic), else None."""
+    match e:
+        case IntLit(value=v):
+            return v
+        case Neg(operand=o):
+            inner = constant(o)
+            return None if inner is None else -inner
+        case Arith(op=op, left=a, right=b):
+            x, y = constant(a), constant(b)
+            if x is None or y is None or (op in (ArithOp.floordiv, ArithOp.mod) and y == 0):
+                return None
+            return {ArithOp.add: x + y, ArithOp.sub: x - y, ArithOp.mul: x * y,
+                    ArithOp.floordiv: x // y if y else 0, ArithOp.mod: x % y if y else 0}[op]
+        case MinMax(fn=fn, items=items):
+            values = [constant(i) for i in items]
+            if any(v is None for v in values):
+                return None
+            return (max if fn == "max" else min)(values)  # type: ignore[type-var]
+    return None
+
+
 def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -1455,11 +1538,16 @@ def parse_fake_rule(text: Located, schema: FunctionSchema, diags: Diagnostics) -
     parser = _parser()
     try:
         tree = parser.parse(text.text)
-        syn = _ToSyntax().transform(tree)
     except UnexpectedInput as e:
         err = syntax_error(text.text, e, terminal_names(parser), "fake rule")
         diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message, err.hint)
         return None
+    deep = too_deep(tree, "fake rule", "name parts first: `n = ...; empty([n])`")
+    if deep is not None:
+        diags.error(text.at(deep.span.start, deep.span.end - deep.span.start), deep.message,
+                    deep.hint)
+        return None
+    syn = _ToSyntax().transform(tree)
     view = view_return(schema)
     if view is not None:
         diags.error(text.loc, f"'{schema.name}' returns a view of an input ({view.type}); a fake "

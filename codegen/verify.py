@@ -618,8 +618,10 @@ def _fits(d: Default, t: Type) -> bool:
         if ty is BaseTy.int:
             return isinstance(d, IntDefault) or (isinstance(d, EnumDefault)
                                                  and d.name in INT_ENUM_DEFAULTS)
-        if ty in (BaseTy.SymInt, BaseTy.DeviceIndex):
+        if ty is BaseTy.SymInt:
             return isinstance(d, IntDefault)
+        if ty is BaseTy.DeviceIndex:    # c10::DeviceIndex is int8_t: a wider value would wrap
+            return isinstance(d, IntDefault) and -128 <= d.value <= 127
         if ty is BaseTy.float:
             return isinstance(d, (IntDefault, FloatDefault))
         if ty in (BaseTy.bool, BaseTy.SymBool):
@@ -669,6 +671,8 @@ def _default_hint(d: Default, t: Type) -> str | None:
             return "a Tensor's only default is None, on Tensor?"
         if ty is BaseTy.int and isinstance(d, EnumDefault):
             return "the only named int default torch accepts is Mean (at::Reduction::Mean)"
+        if ty is BaseTy.DeviceIndex and isinstance(d, IntDefault):
+            return "a DeviceIndex is 8-bit: -128 to 127 (-1: the current device)"
         if ty is BaseTy.int and isinstance(d, FloatDefault):
             return "make the type float, or the default an integer"
         if ty is BaseTy.bool:

@@ -13,7 +13,7 @@ import ast
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from codegen import formulas as F
@@ -286,9 +286,89 @@ def _exprs():
 def test_emitted_python_has_the_parsed_meaning(text):
     schema = parse_schema("ex::f(Tensor x, Tensor y) -> Tensor")
     d, diags = parse(schema, {"x": text, "y": "non_differentiable"})
-    assert d is not None, diags.render()
+    # `x is 1`: Python warns at compile time, so the checker refuses it (Note [Constant folding]).
+    if d is None:
+        assert all("with a literal" in m.message for m in diags.items), diags.render()
+        assume(False)
     op = Op(schema=schema, loc=Loc("t.yaml", 1, 1))
     names = Names(inputs={"x": "x", "y": "y"}, meta=set(), grads=["grad"], results=["result"],
                   ops={})
     emitted = FormulaEmitter(op, names, set()).expr(d.formulas[0].expr)
     assert ast.dump(ast.parse(emitted, mode="eval")) == ast.dump(ast.parse(text, mode="eval"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile formulas: what a formula can name, literals, nesting
+
+
+def _errors(text: str, schema: str = "ex::f(Tensor x, Tensor y, int n=1) -> Tensor") -> list[str]:
+    d, diags = parse(parse_schema(schema), {"x": text, "y": "non_differentiable"})
+    assert (d is None) == bool(diags.items)
+    return [m.message for m in diags.items]
+
+
+def test_the_recorded_vocabulary_is_the_installed_torchs():
+    """codegen/torch_names.json is what `--refresh-torch-names` writes for the pinned torch."""
+    import json
+    from importlib import resources
+
+    recorded = json.loads(resources.files("codegen").joinpath(F.TORCH_NAMES_FILE).read_text())
+    assert recorded == F.torch_names()
+
+
+def test_the_vocabulary_has_no_escape_hatch():
+    names = F.torch_names()
+    for module, forbidden in [("torch", ["os", "sys", "ops", "classes", "load", "save", "hub",
+                                         "jit", "from_file", "set_default_dtype", "_C",
+                                         "default_generator"]),
+                              ("torch.nn.functional", ["importlib", "np", "torch", "warnings"]),
+                              ("torch.Tensor", ["_base", "__class__", "__reduce_ex__"])]:
+        assert not set(forbidden) & set(names[module]), module
+    assert {"where", "nn", "linalg", "float32", "pi", "Tensor"} <= set(names["torch"])
+    assert "functional" in names["torch.nn"]
+
+
+@pytest.mark.parametrize("text", [
+    "torch.os.system('true')", "torch.__class__", "torch._C._get_tracing_state()",
+    "torch.load('x')", "torch.ops.aten.mul(grad, y)", "torch.classes", "torch.where.__globals__",
+    "grad.__class__", "grad.sum().__class__.__init__.__globals__", "n.bit_length()",
+    "torch.nn.functional.importlib", "torch.nn", "torch", "abs.__call__(grad)", "unbroadcast",
+    "torch.float32.is_floating_point",
+])
+def test_formulas_name_only_their_vocabulary(text):
+    assert _errors(text)
+
+
+@pytest.mark.parametrize("text", ["getattr(grad, '__class__')", "__import__('os')",
+                                  "__builtins__", "eval('1')"])
+def test_other_names_must_be_ops_of_the_library(tmp_path, capsys, text):
+    from codegen.__main__ import main
+
+    p = tmp_path / "ops.yaml"
+    p.write_text(f"- func: ex::f(Tensor x) -> Tensor\n  derivatives:\n    x: \"{text}\"\n")
+    assert main(["check", str(p)]) == 1
+    assert "error: unknown name" in capsys.readouterr().err
+
+
+def test_the_vocabulary_covers_what_formulas_use():
+    assert not _errors("torch.nn.functional.gelu(grad) * torch.finfo(x.dtype).eps "
+                       "+ torch.Tensor.sum(grad) + grad.new_zeros(x.shape) * torch.pi")
+
+
+@pytest.mark.parametrize("deepest,deeper", [
+    ("-" * 98 + "grad", "-" * 99 + "grad"),
+    (" + ".join(["grad"] * 99), " + ".join(["grad"] * 100)),
+    ("torch.where(" * 97 + "grad" + ", grad, grad)" * 97,
+     "torch.where(" * 98 + "grad" + ", grad, grad)" * 98),
+    ("(grad * grad + grad)" * 1 + " * (grad + grad)" * 48, None),
+])
+def test_the_deepest_formulas_emit_python_that_compiles(deepest, deeper):
+    schema = parse_schema("ex::f(Tensor x, Tensor y) -> Tensor")
+    d, diags = parse(schema, {"x": deepest, "y": "non_differentiable"})
+    assert d is not None, diags.render()
+    op = Op(schema=schema, loc=Loc("t.yaml", 1, 1))
+    names = Names(inputs={"x": "x", "y": "y"}, meta=set(), grads=["grad"], results=["result"],
+                  ops={})
+    compile(FormulaEmitter(op, names, set()).expr(d.formulas[0].expr), "<formula>", "eval")
+    if deeper is not None:
+        assert _errors(deeper) == ["formula: nested more than 100 levels deep"]

@@ -182,6 +182,17 @@ ERROR_CASES = [
     'f(str s="\\x41") -> ()',
     "f(float x=1e400) -> ()",
     "f(int x) -> () junk",
+    # Numbers c10 reads with stoll/stod, which throw (inside m.def: the process aborts).
+    "f(int x=9223372036854775808) -> ()",
+    "f(int[] x=[0, -9223372036854775809]) -> ()",
+    "f(float x=1e-400) -> ()",
+    "f(float x=-2.225073858507201e-308) -> ()",
+    "f(Scalar x=1e-400j) -> ()",
+    "f(int[99999999999999999999] x) -> ()",
+    # Stricter than c10, below.
+    "f(float x=99999999999999999999999) -> ()",
+    'f(str x="a\\000b") -> ()',
+    "f(Tensor" + "[]" * 17 + " x) -> ()",
 ]
 
 # Where our parser is deliberately stricter than c10's.
@@ -190,6 +201,10 @@ STRICTER_THAN_TORCH = {
     "f(Tensor(a)(b) x) -> ()",      # c10 silently keeps one of the two annotations
     "f(*, *, int x) -> ()",         # c10 accepts a repeated '*'
     "f(foo.bar x) -> ()",           # c10 makes a dotted type variable; only classes are dotted
+    # c10 reads an integer as a double for float; ours are all 64-bit integers (write 1e+23).
+    "f(float x=99999999999999999999999) -> ()",
+    'f(str x="a\\000b") -> ()',       # generated C++ takes strings as C strings, ending at NUL
+    "f(Tensor" + "[]" * 17 + " x) -> ()",  # every pass after parsing recurses over types
 }
 
 EXPECTED = Path(__file__).with_name("parse_errors.expected")
@@ -220,3 +235,30 @@ def test_torch_rejects_what_we_reject(text):
         pytest.skip("torch accepts this; we refuse it on purpose")
     with pytest.raises((RuntimeError, IndexError)):  # c10 reports a bad float as IndexError
         torch._C.parse_schema(text)
+
+
+def test_numbers_at_the_limits_are_read_by_torch_too():
+    """What we accept at the edges of int64 and double, c10 reads back from our canonical text."""
+    import torch
+
+    for text in ["f(int x=9223372036854775807, int y=-9223372036854775808) -> ()",
+                 "f(int[] x=[0, 00000000000000000000000001]) -> ()",
+                 "f(float x=2.2250738585072014e-308, float y=-1.7976931348623157e308) -> ()",
+                 "f(float x=0e-400, Scalar y=0.0e-999j) -> ()",
+                 "f(Tensor" + "[]" * 15 + " x) -> ()"]:
+        schema = parse_schema(text)
+        assert str(torch._C.parse_schema(str(schema))) == str(torch._C.parse_schema(text))
+
+
+@pytest.mark.parametrize("text,message,offset", [
+    ('f(str x="a\rb") -> ()', "character U+000D in a string default", 10),
+    ('f(str x="a\0b") -> ()', "character U+0000 in a string default", 10),
+    ("f(str x='\u2028') -> ()", "character U+2028 in a string default", 9),
+    ("f(int x=" + "9" * 5000 + ") -> ()", "integer '99999999999999999999...99999999' is out of "
+     "range: schema integers are 64-bit", 8),
+])
+def test_what_generated_code_cannot_carry_is_refused(text, message, offset):
+    """Raw control characters and huge numbers (no pinned rendering: they do not print)."""
+    with pytest.raises(SchemaSyntaxError) as e:
+        parse_schema(text)
+    assert (e.value.message, e.value.offset) == (message, offset)

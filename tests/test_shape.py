@@ -300,3 +300,58 @@ def test_result_type_matches_pytorch(operands):
 
 
 _HELPERS = _helpers()
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile rules: literals, constant sizes, nesting
+
+
+def _messages(rule: str, schema: str = SCHEMA) -> list[str]:
+    r, diags = parse(rule, schema)
+    assert (r is None) == bool(diags.items)
+    return [d.message for d in diags.items]
+
+
+def test_literals_are_checked_where_they_are_written():
+    assert _messages("empty([99999999999999999999999])") == [
+        "integer '99999999999999999999999' is out of range: integers are 64-bit"]
+    assert _messages("empty([0777])") == ["integer '0777' has leading zeros"]
+    assert _messages("broadcast(self, 1e999)") == [
+        "number '1e999' is out of range for a double"]
+    assert _messages('like(self) if mode == "\\N{nope}" else like(other)') == [
+        "unknown Unicode character name 'nope' in '\\N{nope}'"]
+    assert _messages("like(self) if mode == 'a\rb' else like(other)") == [
+        "character U+000D in a string literal"]
+
+
+def test_constant_sizes_are_int64_and_never_negative():
+    ok("empty([9223372036854775807, n - 1, 0])")
+    ok("reduce(self, [-1, 0])")                   # dims may be negative; sizes may not
+    ok("empty([2 - 1] + [max(3, 4) * 2])")
+    big = "the value of this expression is out of range: integers are 64-bit"
+    assert _messages("empty([9223372036854775807 + 1])") == [big]
+    assert _messages("empty([-(0 - 9223372036854775807 - 1)])") == [big]
+    assert _messages("empty([n, 2 - 3])") == ["a size is never negative, got -1"]
+    assert _messages("empty([1] + [-1])") == ["a size is never negative, got -1"]
+    assert _messages("empty([n % 0])") == ["'%' by zero"]
+    assert _messages("empty([dynamic(max=-2)])") == ["the max of a size is never negative, got -2"]
+
+
+def test_the_largest_size_literal_reaches_cpp_as_int64(tmp_path):
+    from codegen.dest import cpp_meta
+    from codegen.load import load_library
+
+    p = tmp_path / "ops.yaml"
+    p.write_text("- func: ex::f(Tensor self) -> Tensor\n  dispatch: {CPU: f_cpu}\n"
+                 "  fake: empty([9223372036854775807, 2147483648, 7])\n")
+    [op] = load_library([str(p)]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None
+    assert ("std::vector<c10::SymInt>{c10::SymInt(int64_t{9223372036854775807}), "
+            "c10::SymInt(int64_t{2147483648}), c10::SymInt(7)}") in kernel.body[0]
+
+
+def test_nesting_is_bounded():
+    ok("empty([" + "-" * 96 + "n])")
+    assert _messages("empty([" + "-" * 97 + "n])") == [
+        "fake rule: nested more than 100 levels deep"]
