@@ -4,8 +4,9 @@ SCHEMAS ?= schemas
 
 .PHONY: setup check list codegen codegen-check build demo test test-slow fuzz golden bench clean
 
+# Idempotent: installs the pinned environment unless this interpreter already has it (0.1 s).
 setup:
-	$(PYTHON) -m pip install -r requirements-dev.txt
+	@$(PYTHON) .ci/env_ok.py || $(PYTHON) -m pip install -r requirements-dev.txt
 
 check:
 	$(PYTHON) -m codegen check $(SCHEMAS)
@@ -23,18 +24,19 @@ codegen-check:
 build:
 	$(PYTHON) -m codegen.build
 
-# Generate, build, and call every example op eagerly.
-demo: codegen build
+# Set up, generate, build, and call every example op eagerly.
+demo: setup
+	@$(MAKE) --no-print-directory codegen build
 	$(PYTHON) examples/demo.py
 
-test:
+test: setup
 	$(PYTHON) -m pytest -q -m "not slow"
 
-test-slow:
+test-slow: setup
 	$(PYTHON) -m pytest -q -m slow
 
 # Long property-test campaign (hypothesis) over the parser and loader.
-fuzz:
+fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q tests -k "propert or fuzz"
 
 # Refresh golden files and pinned diagnostics after an intended change.
