@@ -530,6 +530,11 @@ class FunctionSchema:
         return "(" + ", ".join(parts) + ") -> " + ret_text
 
     def __str__(self) -> str:
+        return self._canonical
+
+    @functools.cached_property
+    def _canonical(self) -> str:
+        # Every generator prints each schema several times; it is frozen, so print it once.
         return str(self.name) + self.signature_str()
 
 

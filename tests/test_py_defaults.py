@@ -50,6 +50,8 @@ CASES = [
     ("*, int correction=1", "correction=2", False),   # keyword argument, positional parameter
     ("float eps=1e-6", "eps=EPS", True),              # a module constant
     ("float eps=1e-5", "eps=EPS", False),
+    ("int[] dim=[0, 1]", "dim=(0, ONE)", True),
+    ("int[] dim=[0, 2]", "dim=(0, ONE)", False),
     ("float eps=1e-6", "eps=TWICE", True),            # bound twice: not a constant, not checked
     ("float eps=1e-6", "eps=float('1e-5')", True),    # not a literal: not checked
     ("float eps", "eps=0.5", True),                   # the dispatcher always passes it
@@ -59,6 +61,7 @@ PRELUDE = """\
 import torch
 
 EPS = 1e-6
+ONE = 1
 TWICE = 1.0
 TWICE = 2.0
 """
@@ -142,4 +145,4 @@ def test_prelude_constants(tmp_path):
             LATE = 2
         """)
     constants = _parse_module(str(tmp_path / "c.py"), text).constants
-    assert set(constants) == {"EPS"}
+    assert set(constants) == {"EPS", "ONE"}

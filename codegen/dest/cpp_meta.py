@@ -74,32 +74,20 @@ def _has_own_fake(op: Op) -> bool:
     return not keys or bool(keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd})
 
 
-# Op identity -> (op, translation): four generators ask for each op's translation. Keyed by id,
-# holding the op so the id stays its own; Op equality ignores locations, and hashing one is deep.
-_translated: dict[int, tuple[Op, tuple[MetaKernel | None, frozenset[str]]]] = {}
-_TRANSLATED_MAX = 1 << 16
-
-
+@L.per_object
 def translate(op: Op) -> tuple[MetaKernel | None, frozenset[str]]:
-    """The op's Meta kernel and the helpers it uses, or (None, ...) when its fake stays Python."""
-    hit = _translated.get(id(op))
-    if hit is not None and hit[0] is op:
-        return hit[1]
-    if len(_translated) >= _TRANSLATED_MAX:
-        _translated.clear()
+    """The op's Meta kernel and the helpers it uses, or (None, ...) when its fake stays Python.
+    Cached: four generators ask for each op's."""
     kernel, helpers = _translate(op)
-    result = (kernel, frozenset(helpers))
-    _translated[id(op)] = (op, result)
-    return result
+    return kernel, frozenset(helpers)
 
 
 def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
     rule = op.fake
     if not isinstance(rule, S.FakeRule) or _has_own_fake(op):
         return None, set()
-    try:
-        sig = cpp.signature(op.schema)
-    except cpp.Unsupported:
+    sig = L.cached_signature(op.schema)
+    if isinstance(sig, cpp.Unsupported):
         return None, set()
     try:
         return _Emitter(op, sig).kernel(rule)

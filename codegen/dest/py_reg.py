@@ -36,7 +36,7 @@ import jinja2
 from codegen import formulas as F
 from codegen import shape as S
 from codegen.api import python as P
-from codegen.dest import cpp_meta
+from codegen.dest import cpp_library, cpp_meta
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.gen import OUTPUT_DIR, banner, template_environment
 from codegen.model import (
@@ -1011,49 +1011,50 @@ def find_module_source(module: str, roots: list[Path] | None = None) -> Path | N
     return None
 
 
-@dataclass(frozen=True)
 class PyModule:
     """What the checks read of a Python module's source: its top-level functions (the last
-    definition of a name wins, as at import) and its constants (names bound once, at top level,
-    to a literal), which a default may name."""
+    definition of a name wins, as at import) and its constants, which a default may name."""
 
-    path: Path
-    text: str
-    tree: ast.Module
-    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
-    constants: dict[str, ast.expr]
+    def __init__(self, path: Path, text: str, tree: ast.Module) -> None:
+        self.path = path
+        self.text = text
+        self.tree = tree
+        self.functions = {n.name: n for n in tree.body
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    @functools.cached_property
+    def constants(self) -> dict[str, ast.expr]:
+        """Names bound exactly once in the whole module (any store, import, def, class or
+        global counts), by a top-level `NAME = value`. Walks the whole tree: computed only when
+        a default names something."""
+        stores: dict[str, int] = {}
+        for n in ast.walk(self.tree):
+            names: list[str] = []
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                names = [n.id]
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                names = [(a.asname or a.name).split(".")[0] for a in n.names]
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [n.name]
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                names = n.names * 2
+            for name in names:
+                stores[name] = stores.get(name, 0) + 1
+        constants = {}
+        for n in self.tree.body:
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if len(targets) == 1 and isinstance(targets[0], ast.Name) and \
+                        stores.get(targets[0].id) == 1:
+                    constants[targets[0].id] = n.value
+        return constants
 
 
 @functools.lru_cache(maxsize=256)
 def _parse_module(path: str, text: str) -> PyModule:
     """A module parsed once per path and content: a library names the same kernel module once
     per op. Callers must not modify what it holds."""
-    tree = ast.parse(text, filename=path)
-    functions = {n.name: n for n in tree.body
-                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    # A constant is a name bound exactly once in the whole module (any store, import, def,
-    # class or global counts), by a top-level `NAME = value`.
-    stores: dict[str, int] = {}
-    for n in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-            names = [n.id]
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            names = [(a.asname or a.name).split(".")[0] for a in n.names]
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [n.name]
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            names = n.names * 2
-        for name in names:
-            stores[name] = stores.get(name, 0) + 1
-    constants = {}
-    for n in tree.body:
-        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            if len(targets) == 1 and isinstance(targets[0], ast.Name) and \
-                    stores.get(targets[0].id) == 1:
-                constants[targets[0].id] = n.value
-    return PyModule(Path(path), text, tree, functions, constants)
+    return PyModule(Path(path), text, ast.parse(text, filename=path))
 
 
 class PySources:
@@ -1149,7 +1150,7 @@ _DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "l
                   "cdouble": "complex128", "chalf": "complex32"}
 
 
-def _default_value(node: ast.expr, constants: dict[str, ast.expr], depth: int = 0) -> tuple | None:
+def _default_value(node: ast.expr, module: PyModule | None, depth: int = 0) -> tuple | None:
     """A comparable form of a default written in Python, or None when it is not one this check
     reads (a call, an expression): literals, tuples and lists of them (the same: the dispatcher
     hands a list to a function whichever was the default), `torch.<dtype, layout or memory
@@ -1168,7 +1169,7 @@ def _default_value(node: ast.expr, constants: dict[str, ast.expr], depth: int = 
         number = -number if isinstance(node.op, ast.USub) else number
         return ("value", type(number).__name__, repr(number))
     if isinstance(node, (ast.Tuple, ast.List)):
-        items = [_default_value(e, constants, depth + 1) for e in node.elts]
+        items = [_default_value(e, module, depth + 1) for e in node.elts]
         return None if any(i is None for i in items) else ("sequence", tuple(items))
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
             node.value.id == "torch":
@@ -1178,9 +1179,15 @@ def _default_value(node: ast.expr, constants: dict[str, ast.expr], depth: int = 
             node.func.attr == "device" and len(node.args) == 1 and not node.keywords and \
             isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
         return ("value", "str", repr(node.args[0].value))
-    if isinstance(node, ast.Name) and node.id in constants:
-        return _default_value(constants[node.id], constants, depth + 1)
+    if isinstance(node, ast.Name) and module is not None and node.id in module.constants:
+        return _default_value(module.constants[node.id], module, depth + 1)
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _expected_value(expr: str) -> tuple | None:
+    """`_default_value` of a default as codegen.api.python writes it."""
+    return _default_value(ast.parse(expr, mode="eval").body, None)
 
 
 def _python_defaults(args: ast.arguments, schema: FunctionSchema,
@@ -1218,8 +1225,8 @@ def _check_defaults(ref: PyRef, fn: ast.FunctionDef | ast.AsyncFunctionDef, modu
             expected = P.default_expr(arg.default, arg.type)
         except P.Unsupported:
             continue
-        want = _default_value(ast.parse(expected, mode="eval").body, {})
-        got = _default_value(node, module.constants)
+        want = _expected_value(expected)
+        got = _default_value(node, module)
         if got is None or want is None or got == want:
             continue
         written = ast.get_source_segment(module.text, node) or ast.unparse(node)
@@ -1404,7 +1411,7 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
             if sec is not None:
                 sec.registrations = [wrap_call(r) for r in sec.registrations]
                 module.sections.append(sec)
-        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        sources = sorted({s.file.path for s in cpp_library.shards(lib)[ns]})
         by_module: dict[str, list[str]] = {}
         for (m, n), local in sorted(module.imports.items()):
             head = n.split(".")[0]
