@@ -104,14 +104,17 @@ def test_batching_rule_defaults_after_leading_parameters(tmp_path, monkeypatch):
 def test_location_counts_characters_not_bytes(tmp_path, monkeypatch):
     """ast columns are UTF-8 byte offsets; diagnostics count characters."""
     (tmp_path / "uni.py").write_text(
+        "# a line break for str.splitlines, not for Python: \u2028 \x0c\r\n"
         "def f(x, ε=0.0, bound=0.25):\n    return x\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     schema = parse_schema("ex::f(Tensor x, float e=0.0, float bound=0.5) -> Tensor")
     diags = Diagnostics()
     check_signature(PyRef("uni", "f", Loc("ops.yaml", 1, 1)), schema, diags, "kernel")
     (err,) = diags.items
-    assert (err.loc.line, err.loc.col, err.loc.length) == (1, 23, 4)
+    assert (err.loc.line, err.loc.col, err.loc.length) == (2, 23, 4)
     assert err.loc.path == "uni.py"
+    shown = diags.render().splitlines()
+    assert shown[1:3] == ["    def f(x, ε=0.0, bound=0.25):", "    " + " " * 22 + "^~~~"]
 
 
 def test_module_parsed_once_per_content(tmp_path, monkeypatch):

@@ -1236,7 +1236,7 @@ def _check_defaults(ref: PyRef, fn: ast.FunctionDef | ast.AsyncFunctionDef, modu
                 got[1] in numbers and want[1] in numbers:
             kinds = f" ({numbers[got[1]]}; the schema's is {numbers[want[1]]})"
         shown = _shown(module.path)
-        diags.add_source(shown, module.text)
+        diags.add_source(shown, "\n".join(_py_lines(module.text)).translate(_PY_NOT_BREAKS))
         diags.error(_py_loc(shown, module.text, node),
                     f"parameter '{param.arg}' of {what} {ref} defaults to {written}{kinds}, but "
                     f"{schema.name} declares {arg.name}={arg.default}",
@@ -1244,9 +1244,18 @@ def _check_defaults(ref: PyRef, fn: ast.FunctionDef | ast.AsyncFunctionDef, modu
                     f"write `{param.arg}={expected}` (the op file names this {what} at {ref.loc})")
 
 
+# Python ends lines at \r\n, \r and \n only; str.splitlines, which draws the source lines of
+# diagnostics, also at these, so they are shown as U+FFFD (columns do not move).
+_PY_NOT_BREAKS = {c: "\ufffd" for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
+
+
+def _py_lines(text: str) -> list[str]:
+    return re.split(r"\r\n|\r|\n", text)
+
+
 def _py_loc(path: str, text: str, node: ast.expr) -> Loc:
     """Where `node` is in Python source `text` (ast columns count UTF-8 bytes; ours characters)."""
-    lines = re.split(r"\r\n|\r|\n", text)
+    lines = _py_lines(text)
     line = lines[node.lineno - 1].encode("utf-8") if node.lineno <= len(lines) else b""
     col = len(line[:node.col_offset].decode("utf-8", "replace"))
     length = 1
