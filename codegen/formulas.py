@@ -1072,9 +1072,8 @@ def _tensor_inputs_hint(schema: FunctionSchema) -> str:
 
 def lookup(lib: OpLibrary, ref: OpRef) -> list[Op]:
     """The library ops `ref` can mean (several overloads when none is named)."""
-    return [op for op in lib.ops
-            if op.namespace == ref.namespace and op.name.name == ref.name
-            and (ref.overload is None or op.name.overload == ref.overload)]
+    return [op for op in lib.named(ref.namespace, ref.name)
+            if ref.overload is None or op.name.overload == ref.overload]
 
 
 def resolve(lib: OpLibrary, ref: OpRef) -> Op | None:
@@ -1128,7 +1127,7 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
         else:
             diags.error(loc, f"unknown name '{ref.name}'")
         return False
-    same = [o for o in lib.ops if o.namespace == ref.namespace and o.name.name == ref.name]
+    same = lib.named(ref.namespace, ref.name)
     if same:
         diags.error(loc, f"'{ref.namespace}.{ref.name}' has no overload '{ref.overload}'",
                     "overloads: " + ", ".join(o.name.overload or "default" for o in same))

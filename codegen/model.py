@@ -11,6 +11,7 @@ are equal when they mean the same thing, wherever they were written.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Union
@@ -529,6 +530,11 @@ class FunctionSchema:
         return "(" + ", ".join(parts) + ") -> " + ret_text
 
     def __str__(self) -> str:
+        return self._canonical
+
+    @functools.cached_property
+    def _canonical(self) -> str:
+        # Every generator prints each schema several times; it is frozen, so print it once.
         return str(self.name) + self.signature_str()
 
 
@@ -688,13 +694,37 @@ class OpFile:
 class OpLibrary:
     files: tuple[OpFile, ...]
 
-    @property
+    # Computed once: the library is frozen, and generators ask for these per op (a list rebuilt
+    # or scanned on every access made check and generate quadratic in the number of ops).
+    @functools.cached_property
     def ops(self) -> tuple[Op, ...]:
         return tuple(op for f in self.files for op in f.ops)
 
-    @property
+    @functools.cached_property
     def namespaces(self) -> tuple[str, ...]:
         return tuple(sorted({op.namespace for op in self.ops}))
+
+    @functools.cached_property
+    def _by_name(self) -> dict[tuple[str | None, str], tuple[Op, ...]]:
+        index: dict[tuple[str | None, str], list[Op]] = {}
+        for op in self.ops:
+            index.setdefault((op.schema.name.namespace, op.schema.name.name), []).append(op)
+        return {k: tuple(v) for k, v in index.items()}
+
+    def named(self, namespace: str | None, name: str) -> tuple[Op, ...]:
+        """Every overload of `namespace::name`, in library order."""
+        return self._by_name.get((namespace, name), ())
+
+    @functools.cached_property
+    def _by_namespace(self) -> dict[str, tuple[Op, ...]]:
+        index: dict[str, list[Op]] = {}
+        for op in self.ops:
+            index.setdefault(op.namespace, []).append(op)
+        return {k: tuple(v) for k, v in index.items()}
+
+    def in_namespace(self, namespace: str) -> tuple[Op, ...]:
+        """The ops of `namespace`, in library order."""
+        return self._by_namespace.get(namespace, ())
 
     def diagnostics(self) -> Diagnostics:
         """An empty Diagnostics that can show the source lines of every file of the library."""

@@ -33,7 +33,8 @@ import jinja2
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.gen import OUTPUT_DIR, banner, template_environment
-from codegen.model import CppKernel, DispatchKey, Op, OperatorName, OpFile, OpLibrary, Span
+from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
+                           OpLibrary, Span)
 from codegen.torch_namespaces import is_torch_namespace
 
 
@@ -45,6 +46,23 @@ KEY_GUARDS: dict[DispatchKey, str | None] = {
     DispatchKey.CompositeImplicitAutograd: None,
     DispatchKey.CompositeExplicitAutograd: None,
 }
+
+
+def per_object(fn):
+    """Memoizes the one-argument `fn` on its argument, an IR object (frozen, so the answer never
+    changes): every generator asks the same questions of each op (its signature, its Meta
+    kernel). Stored in the object's `__dict__`, as functools.cached_property does, so it lives
+    exactly as long as the object; equality and hashing ignore it."""
+    attr = f"_memo_{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(obj):
+        memo = obj.__dict__
+        if attr not in memo:
+            memo[attr] = fn(obj)
+        return memo[attr]
+
+    return wrapper
 
 
 @functools.lru_cache(maxsize=None)
@@ -123,15 +141,22 @@ def _common_parent(paths: list[PurePosixPath]) -> PurePosixPath:
 
 def shards(lib: OpLibrary) -> dict[str, list[Shard]]:
     """namespace -> its shards, in file order (namespaces sorted)."""
+    return {ns: list(shs) for ns, shs in _shards(lib).items()}
+
+
+@per_object
+def _shards(lib: OpLibrary) -> dict[str, tuple[Shard, ...]]:
+    # One pass over the ops, once per library: every generator asks, some once per namespace.
     names = shard_names(lib.files)
     out: dict[str, list[Shard]] = {}
-    for ns in lib.namespaces:
-        for f in lib.files:
-            ops = tuple(op for op in f.ops if op.namespace == ns)
-            if ops:
-                first = ns not in out and not is_torch_namespace(ns)
-                out.setdefault(ns, []).append(Shard(ns, names[f.path], f, ops, first))
-    return out
+    for f in lib.files:
+        by_ns: dict[str, list[Op]] = {}
+        for op in f.ops:
+            by_ns.setdefault(op.namespace, []).append(op)
+        for ns, ops in by_ns.items():
+            first = ns not in out and not is_torch_namespace(ns)
+            out.setdefault(ns, []).append(Shard(ns, names[f.path], f, tuple(ops), first))
+    return {ns: tuple(out[ns]) for ns in sorted(out)}
 
 
 def library_file(ns: str) -> str:
@@ -187,11 +212,20 @@ def locate(op: Op, span: Span | None) -> Loc:
 
 def signature(op: Op, diags: Diagnostics) -> cpp.CppSignature | None:
     """The op's dispatcher signature, or None after reporting why C++ cannot bind it."""
-    try:
-        return cpp.signature(op.schema)
-    except cpp.Unsupported as e:
-        diags.error(locate(op, e.span), f"{e.message} (in op {op.name})", e.hint)
+    sig = cached_signature(op.schema)
+    if isinstance(sig, cpp.Unsupported):
+        diags.error(locate(op, sig.span), f"{sig.message} (in op {op.name})", sig.hint)
         return None
+    return sig
+
+
+@per_object
+def cached_signature(schema: FunctionSchema) -> cpp.CppSignature | cpp.Unsupported:
+    """`cpp.signature(schema)`, or the refusal it raised; computed once per schema."""
+    try:
+        return cpp.signature(schema)
+    except cpp.Unsupported as e:
+        return e.with_traceback(None)
 
 
 def check_kernel_name(op: Op, kernel: CppKernel, diags: Diagnostics) -> bool:

@@ -75,14 +75,20 @@ def _has_own_fake(op: Op) -> bool:
     return not keys or bool(keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd})
 
 
-def translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
-    """The op's Meta kernel and the helpers it uses, or (None, ...) when its fake stays Python."""
+@L.per_object
+def translate(op: Op) -> tuple[MetaKernel | None, frozenset[str]]:
+    """The op's Meta kernel and the helpers it uses, or (None, ...) when its fake stays Python.
+    Cached: four generators ask for each op's."""
+    kernel, helpers = _translate(op)
+    return kernel, frozenset(helpers)
+
+
+def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
     rule = op.fake
     if not isinstance(rule, S.FakeRule) or _has_own_fake(op):
         return None, set()
-    try:
-        sig = cpp.signature(op.schema)
-    except cpp.Unsupported:
+    sig = L.cached_signature(op.schema)
+    if isinstance(sig, cpp.Unsupported):
         return None, set()
     try:
         return _Emitter(op, sig).kernel(rule)

@@ -27,3 +27,11 @@ def keyword_required(x, *, scale):
 
 def batching(info, in_dims, x):
     return x, 0
+
+
+def wrong_default(x, bound=0.25):
+    return x
+
+
+def int_default(x, bound=1):
+    return x

@@ -1,0 +1,170 @@
+"""`check` and `generate` time against library size: the example library replicated to N ops.
+
+The example library (schemas/*.yaml: C++ and Python kernels, fake rules, Python fakes, formulas
+calling library ops, in-place/out= variants, vmap and autocast rules) is copied R times into a
+temp dir under new names: op, kernel and Python function names get a `_r<i>` suffix (in-place ops
+keep their trailing underscore: `soft_shrink_r3_`), and each copy's Python kernels live in their
+own module `bench_kernels.exops_r<i>`, written beside the op files so `check` can resolve them.
+All copies share the namespace `exops`, so one `_reg_exops.py` and one `TORCH_LIBRARY` hold them.
+
+Each command runs as `python -m codegen ...` in a fresh process (what a user's `make check` or
+`make codegen` pays, interpreter start-up included), several rounds, best of each; `generate`
+writes into an empty output root every time. Both wall-clock and CPU (user + system) time are
+shown: on a shared machine the CPU figure is the steadier one. Linear scaling means per-op times
+stay flat and the 4000/500 ratio is about 8 (a little less: start-up is a fixed cost).
+Target: 2,000 ops generated in under 2 s.
+
+    python bench/bench_scale.py [--sizes 500 2000 4000] [--rounds N] [--codegen-root PATH]
+                                [--torchgen]
+
+`--codegen-root` times another checkout's codegen (a "before" figure) on the same inputs.
+`--torchgen` also times torchgen's whole `python -m torchgen.gen` on native_functions.yaml, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = sorted((ROOT / "schemas").glob("*.yaml"))
+KERNEL_MODULE = "runtime.kernels.exops"
+KERNEL_FILE = ROOT / "runtime" / "kernels" / "exops.py"
+IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def renamed_names() -> set[str]:
+    """Every op name, C++ kernel name and Python kernel function of the example library."""
+    names: set[str] = set()
+    for path in SCHEMAS:
+        for op in yaml.safe_load(path.read_text())["ops"]:
+            names.add(op["func"].split("(")[0].split(".")[0].split("::")[-1])
+            for kernel in (op.get("dispatch") or {}).values():
+                if ":" not in kernel:
+                    names.add(kernel)
+    names |= set(re.findall(r"^def (\w+)", KERNEL_FILE.read_text(), re.M))
+    return names
+
+
+def replica(text: str, i: int, names: set[str]) -> str:
+    """`text` with every name of the library renamed for copy `i`."""
+
+    def rename(m: re.Match) -> str:
+        word = m.group()
+        if word not in names:
+            return word
+        if word.endswith("_") and not word.endswith("__"):   # in-place: the suffix goes inside
+            return f"{word[:-1]}_r{i}_"
+        return f"{word}_r{i}"
+
+    text = text.replace(f"{KERNEL_MODULE}:", f"bench_kernels.exops_r{i}:")
+    return IDENT.sub(rename, text)
+
+
+def make_library(folder: Path, n_ops: int) -> int:
+    """Writes about `n_ops` ops (whole copies of the example) under `folder`; returns the count."""
+    per_copy = sum(len(yaml.safe_load(p.read_text())["ops"]) for p in SCHEMAS)
+    copies = max(1, round(n_ops / per_copy))
+    names = renamed_names()
+    (folder / "schemas").mkdir(parents=True)
+    kernels = folder / "bench_kernels"
+    kernels.mkdir()
+    (kernels / "__init__.py").write_text("")
+    kernel_text = KERNEL_FILE.read_text()
+    for i in range(copies):
+        for path in SCHEMAS:
+            (folder / "schemas" / f"{path.stem}_r{i}.yaml").write_text(
+                replica(path.read_text(), i, names))
+        (kernels / f"exops_r{i}.py").write_text(replica(kernel_text, i, names))
+    return copies * per_copy
+
+
+def run(args: list[str], cwd: Path, codegen_root: Path) -> tuple[float, float]:
+    """Wall-clock and CPU (user + system) seconds of one fresh `python ARGS` process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(cwd), str(codegen_root)]))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        sys.exit(f"`{' '.join(args)}` failed in {cwd}:\n{proc.stdout}{proc.stderr[-4000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
+
+
+def time_size(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[str, tuple]]:
+    """(ops, {command: (best wall s, best CPU s)})."""
+    with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
+        folder = Path(tmp)
+        n = make_library(folder, n_ops)
+        best = {"check": (math.inf, math.inf), "generate": (math.inf, math.inf)}
+        out = folder / "out"
+        commands = {"check": ["-m", "codegen", "check", "schemas"],
+                    "generate": ["-m", "codegen", "generate", "--root", str(out), "schemas"]}
+        for _ in range(rounds):
+            for name, args in commands.items():
+                shutil.rmtree(out, ignore_errors=True)
+                out.mkdir()
+                wall, cpu = run(args, folder, codegen_root)
+                best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+        return n, best
+
+
+def time_torchgen() -> tuple[float, float]:
+    """Wall-clock and CPU seconds of torchgen's whole code generation for ATen."""
+    import torchgen
+
+    source = Path(torchgen.__file__).parent / "packaged" / "ATen"
+    with tempfile.TemporaryDirectory(prefix="bench_torchgen_") as tmp:
+        return run(["-m", "torchgen.gen", "-s", str(source), "-d", tmp], Path(tmp), ROOT)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[500, 2000, 4000])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--codegen-root", type=Path, default=ROOT,
+                   help="checkout whose codegen package is timed (default: this one)")
+    p.add_argument("--torchgen", action="store_true",
+                   help="also time `python -m torchgen.gen` on native_functions.yaml")
+    args = p.parse_args()
+
+    rows = []
+    for size in args.sizes:
+        n, best = time_size(size, args.rounds, args.codegen_root.resolve())
+        rows.append((n, best))
+        print(f"  {n} ops: " + ", ".join(f"{k} {w:.2f} s (CPU {c:.2f} s)"
+                                         for k, (w, c) in best.items()), flush=True)
+    print(f"codegen from {args.codegen_root}; a fresh process per command, best of {args.rounds} "
+          "(wall clock; CPU = user + system, steadier on a shared machine)")
+    print(f"{'ops':>6}{'check s':>10}{'CPU s':>8}{'ms/op':>8}{'generate s':>13}{'CPU s':>8}"
+          f"{'ms/op':>8}")
+    for n, best in rows:
+        (cw, cc), (gw, gc) = best["check"], best["generate"]
+        print(f"{n:6d}{cw:10.2f}{cc:8.2f}{cw / n * 1e3:8.2f}{gw:13.2f}{gc:8.2f}"
+              f"{gw / n * 1e3:8.2f}")
+    (n0, b0), (n1, b1) = rows[0], rows[-1]
+    if n1 != n0:
+        ratios = ", ".join(f"{k} {b1[k][0] / b0[k][0]:.2f} (CPU {b1[k][1] / b0[k][1]:.2f})"
+                           for k in b0)
+        print(f"ratio {n1}/{n0} ops = {n1 / n0:.2f}: {ratios}; linear scaling gives about the op "
+              "ratio (less, as start-up is a fixed cost)")
+    if args.torchgen:
+        wall, cpu = time_torchgen()
+        print(f"torchgen.gen on native_functions.yaml (once): {wall:.1f} s, CPU {cpu:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
