@@ -32,5 +32,5 @@ def accumulate_(self, result):
     return self.add_(result)
 
 
-def eof(NULL, s="\r\n\x00*/\\\""):  # noqa: N803  (named after the C macro)
-    return NULL * 5 if s == "\r\n\x00*/\\\"" else NULL
+def eof(NULL, s="\r\n\x1b*/\\\""):  # noqa: N803  (named after the C macro)
+    return NULL * 5 if s == "\r\n\x1b*/\\\"" else NULL
