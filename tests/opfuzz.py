@@ -5,13 +5,14 @@ them with hypothesis).
 For every input:
 - `check`, `list` and `generate` never raise out of `codegen.__main__.main` and never print a
   traceback or an internal error; `check` exits 0 or 1;
-- when `check` exits 0, `generate` exits 0, and what it wrote is sound: Python modules compile,
-  stubs parse, no line of any file starts with a piece of an op file's name that followed a line
-  break, no module-level name is bound twice or shadows a builtin the module uses, every integer
-  literal fits int64, generated Python reaches no module outside torch through `torch.` and no
-  dunder attribute the pristine example's output does not use, Python kernels' defaults equal the
-  schema's, torch accepts every schema the way the generated C++ registers it
-  (`TORCH_LIBRARY` or a fragment), and every op is reachable as `runtime.ops.<name>`;
+- when `check` exits 0, `generate` exits 0, and what it wrote is sound: no raw control character
+  (CR, NUL, ...), Python modules compile, stubs parse, no line of any file starts with a piece of
+  an op file's name that followed a line break, no module-level name is bound twice or shadows a
+  builtin the module uses, every integer literal fits int64, generated Python reaches no module
+  outside torch through `torch.` and no dunder attribute the pristine example's output does not
+  use, Python kernels' defaults equal the schema's, torch accepts every schema the way the
+  generated C++ registers it (`TORCH_LIBRARY` or a fragment), and every op is reachable as
+  `runtime.ops.<name>`;
 - optionally (the slow tests), the generated C++ passes `g++ -fsyntax-only -Wall -Wextra` with
   no warning, compiled against torch's headers through a precompiled header.
 
@@ -56,15 +57,19 @@ class Case:
     files: dict[str, bytes]
     modules: dict[str, str] = field(default_factory=dict)
 
-    def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
-        parts = [f"{n!r}: {_short(b)}" for n, b in self.files.items()]
-        parts += [f"module {n!r}: {_short(t.encode())}" for n, t in self.modules.items()]
+    def __repr__(self) -> str:
+        parts = [f"{_short(n)}: {_short(b)}" for n, b in self.files.items()]
+        parts += [f"module {n!r}: {_short(t)}" for n, t in self.modules.items()]
         return "Case(" + ", ".join(parts) + ")"
 
+    def _repr_pretty_(self, p, cycle) -> None:  # what hypothesis prints for a falsifying example
+        p.text(repr(self))
 
-def _short(data: bytes, limit: int = 1200) -> str:
-    text = repr(data)
-    return text if len(text) <= limit else text[:limit] + f"...<{len(data)} bytes>"
+
+def _short(data: str | bytes, limit: int = 1500) -> str:
+    """repr(data), runs of one character shown with their length, cut at `limit` characters."""
+    text = re.sub(r"(.)\1{29,}", lambda m: f"{m.group(1) * 3}<x{len(m.group())}>", repr(data))
+    return text if len(text) <= limit else text[:limit] + f"...<{len(data)} in all>"
 
 
 # --- failures --------------------------------------------------------------------------------
@@ -143,32 +148,44 @@ class Result:
     lib: object = None                          # the loaded OpLibrary, when accepted
 
 
-def run_case(case: Case, root: Path) -> Result:
-    """check, list, then (when check accepts) generate, in `root` (the working directory); raises
-    FuzzFailure for what the CLI itself must never do."""
+def fuzz_one(case: Case, compile_cxx: bool = False) -> Result:
+    """Run `case` through the CLI and every oracle (and the C++ syntax check when asked)."""
     __tracebackhide__ = True
     t0 = time.perf_counter()
     try:
-        rc, text = cli(["check", "schemas"])
-        if rc not in (0, 1):
-            raise failure("check_exit_status", f"`check` exited {rc}:\n{_clip(text)}")
-        if rc != 0:
-            return Result(rc, text)
-        cli(["list", "schemas"])
-        grc, gtext = cli(["generate", "schemas"])
-        if grc != 0:
-            raise failure("generate_fails_after_check",
-                          f"`check` accepted, `generate` exited {grc}:\n{_clip(gtext)}")
-        generated = {p.relative_to(root).as_posix(): p.read_bytes()
-                     for p in sorted((root / "generated").rglob("*"))
-                     if p.is_file() and "__pycache__" not in p.parts}
-        from codegen.load import load_library
-
-        STATS["accepted"] += 1
-        return Result(rc, text, generated, load_library(["schemas"]))
+        with case_root(case) as root:
+            res = run_case(case, root)
+            if res.generated is not None:
+                check_generated(case, res)
+                if compile_cxx:
+                    check_cxx_compiles(root, res.generated)
+        return res
     finally:
         STATS["cases"] += 1
         STATS["seconds"] += time.perf_counter() - t0
+
+
+def run_case(case: Case, root: Path) -> Result:
+    """check, then (when check accepts) list and generate, in `root` (the working directory);
+    raises FuzzFailure for what the CLI itself must never do."""
+    __tracebackhide__ = True
+    rc, text = cli(["check", "schemas"])
+    if rc not in (0, 1):
+        raise failure("check_exit_status", f"`check` exited {rc}:\n{_clip(text)}")
+    if rc != 0:
+        return Result(rc, text)
+    cli(["list", "schemas"])
+    grc, gtext = cli(["generate", "schemas"])
+    if grc != 0:
+        raise failure("generate_fails_after_check",
+                      f"`check` accepted, `generate` exited {grc}:\n{_clip(gtext)}")
+    generated = {p.relative_to(root).as_posix(): p.read_bytes()
+                 for p in sorted((root / "generated").rglob("*"))
+                 if p.is_file() and "__pycache__" not in p.parts}
+    from codegen.load import load_library
+
+    STATS["accepted"] += 1
+    return Result(rc, text, generated, load_library(["schemas"]))
 
 
 # --- oracles on what generate wrote ----------------------------------------------------------
@@ -181,6 +198,7 @@ def check_generated(case: Case, res: Result) -> None:
     __tracebackhide__ = True
     assert res.generated is not None
     check_file_name_lines(case, res.generated)
+    check_control_characters(res.generated)
     check_python_compiles(res.generated)
     check_module_names(res.generated)
     check_int_literals(res.generated)
@@ -206,6 +224,22 @@ def check_file_name_lines(case: Case, generated: dict[str, bytes]) -> None:
                     raise failure("file_name_starts_a_line",
                                   f"{rel}: a line starts with the file name's piece {tail!r}: "
                                   f"{_clip(line, 200)!r}")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def check_control_characters(generated: dict[str, bytes]) -> None:
+    """User text reaches generated files escaped: a raw CR ends a C++ or Python line (a comment
+    then ends early), a NUL makes Python refuse the file; no other control character belongs in
+    readable code either."""
+    __tracebackhide__ = True
+    for rel, data in generated.items():
+        text = data.decode("utf-8", "replace")
+        if m := _CONTROL.search(text):
+            line = text.count("\n", 0, m.start()) + 1
+            raise failure("raw_control_character",
+                          f"{rel}:{line}: raw {m.group()!r} in generated text")
 
 
 def check_python_compiles(generated: dict[str, bytes]) -> None:
@@ -489,6 +523,16 @@ def _check_ops_module(lib, generated: dict[str, bytes]) -> None:
             raise failure("op_unreachable", f"runtime.ops.{n} is {type(value).__name__} {value!r:.80}, "
                           "not an OpOverload")
         reached.add(value._schema.name + "." + (value._schema.overload_name or "default"))
+    # Resolved ops may be cached in the module: they must not replace what it uses.
+    try:
+        dir(mod)
+        missing = hasattr(mod, "no_such_op_opfuzz")
+    except Exception as e:  # noqa: BLE001
+        raise failure("ops_module_broken_by_op_names",
+                      f"runtime.ops after resolving every op: {type(e).__name__}: "
+                      f"{_clip(str(e), 200)}") from None
+    if missing:
+        raise failure("ops_module_broken_by_op_names", "runtime.ops has no_such_op_opfuzz")
     want = {f"{op.namespace}::{op.name.name}.{op.name.overload or 'default'}" for op in lib.ops}
     if want - reached:
         raise failure("op_unreachable", f"not reachable through runtime.ops: {sorted(want - reached)}")
