@@ -572,6 +572,8 @@ def cxx_flags() -> tuple[list[str], Path]:
     pch_dir = REPO / "build" / "fuzz-pch" / key
     header = pch_dir / "fuzz_pch.h"
     if not (pch_dir / "fuzz_pch.h.gch").is_file():
+        for old in pch_dir.parent.glob("*"):  # one 400 MB header is enough
+            shutil.rmtree(old, ignore_errors=True)
         pch_dir.mkdir(parents=True, exist_ok=True)
         header.write_text(header_text)
         tmp = pch_dir / f"fuzz_pch.h.gch.{os.getpid()}"
