@@ -505,22 +505,25 @@ def _check_ops_module(lib, generated: dict[str, bytes]) -> None:
     try:
         exec(compile(source, mod.__file__, "exec", dont_inherit=True), mod.__dict__)
     except Exception as e:  # noqa: BLE001
-        raise failure("ops_module_import_fails", f"{type(e).__name__}: {_clip(str(e), 300)}") from None
+        raise failure("ops_module_import_fails",
+                      f"{type(e).__name__}: {_clip(str(e), 300)}") from None
     names = list(getattr(mod, "__all__", []))
     preset = sorted(n for n in names if n in vars(mod))
     if preset:
+        own = type(vars(mod)[preset[0]]).__name__
         raise failure("op_shadowed_in_ops_module",
-                      f"runtime.ops.{preset[0]} is the module's own {type(vars(mod)[preset[0]]).__name__}, "
-                      f"not the op (all: {preset})")
+                      f"runtime.ops.{preset[0]} is the module's own {own}, not the op "
+                      f"(all: {preset})")
     reached = set()
     for n in names:
         try:
             value = getattr(mod, n)
         except Exception as e:  # noqa: BLE001
-            raise failure("op_unreachable", f"runtime.ops.{n}: {type(e).__name__}: {_clip(str(e), 200)}"
-                          ) from None
+            raise failure("op_unreachable",
+                          f"runtime.ops.{n}: {type(e).__name__}: {_clip(str(e), 200)}") from None
         if not isinstance(value, torch_op_overload()):
-            raise failure("op_unreachable", f"runtime.ops.{n} is {type(value).__name__} {value!r:.80}, "
+            raise failure("op_unreachable",
+                          f"runtime.ops.{n} is {type(value).__name__} {value!r:.80}, "
                           "not an OpOverload")
         reached.add(value._schema.name + "." + (value._schema.overload_name or "default"))
     # Resolved ops may be cached in the module: they must not replace what it uses.
@@ -535,7 +538,8 @@ def _check_ops_module(lib, generated: dict[str, bytes]) -> None:
         raise failure("ops_module_broken_by_op_names", "runtime.ops has no_such_op_opfuzz")
     want = {f"{op.namespace}::{op.name.name}.{op.name.overload or 'default'}" for op in lib.ops}
     if want - reached:
-        raise failure("op_unreachable", f"not reachable through runtime.ops: {sorted(want - reached)}")
+        raise failure("op_unreachable",
+                      f"not reachable through runtime.ops: {sorted(want - reached)}")
 
 
 def torch_op_overload():

@@ -112,7 +112,8 @@ SEEDS: dict[str, Case] = {
     "8-argument-op": _one("f(Tensor self, int op) -> Tensor"),
     **{f"8-argument-{m}": _one(f"f(Tensor self, int {m}) -> Tensor")
        for m in ["EOF", "NULL", "INT_MAX", "TORCH_CHECK", "errno"]},
-    **{f"8-op-{m}": _one(f"{m}(Tensor self) -> Tensor") for m in ["EOF", "NULL", "INT_MAX", "TORCH_CHECK", "errno"]},
+    **{f"8-op-{m}": _one(f"{m}(Tensor self) -> Tensor")
+       for m in ["EOF", "NULL", "INT_MAX", "TORCH_CHECK", "errno"]},
     # 8. accepted, then broken generated Python
     **{f"8-argument-{a}-with-vmap": _one(f"f(Tensor self, Tensor {a}) -> Tensor",
                                          fake="broadcast(self, " + a + ")",
@@ -297,7 +298,8 @@ def yaml_structure_cases(draw) -> Case:
             break
         parent, key = slots[draw(st.integers(0, len(slots) - 1))]
         old = parent[key]
-        kind = draw(st.sampled_from(["drop", "dup", "retype", "rename", "wrap", "move", "stringify"]))
+        kind = draw(st.sampled_from(["drop", "dup", "retype", "rename", "wrap", "move",
+                                     "stringify"]))
         if kind == "drop":
             del parent[key]
         elif kind == "dup":
@@ -375,7 +377,8 @@ def _mutate_tokens(draw, doc: dict, n: int) -> None:
             op = doc["ops"][draw(st.integers(0, len(doc["ops"]) - 1))]
             if not isinstance(op, dict) or not isinstance(op.get("func"), str):
                 continue
-            names = sorted(set(re.findall(r"[A-Za-z_]\w*", op["func"])) - {"Tensor", "int", "float"})
+            names = sorted(set(re.findall(r"[A-Za-z_]\w*", op["func"]))
+                           - {"Tensor", "int", "float"})
             if not names:
                 continue
             old = names[draw(st.integers(0, len(names) - 1))]
@@ -404,10 +407,11 @@ def token_cases(draw) -> Case:
     return Case({_file_name(draw): dump(doc)})
 
 
-BYTE_TOKENS = [b"\r", b"\n", b"\x00", b"\xff", b"\xc3", b"\xe2\x80\xa8", b"\xc2\x85", b"\xef\xbb\xbf",
-               b"\t", b"\x1b", b"\x7f", b'"', b"'", b"\\", b"#", b": ", b"- ", b"{", b"[", b"&a ",
-               b"*a", b"!!python/object/apply:os.system ['true']", b"\\N{nope}", b"0777", b"9" * 25,
-               b"\r\n", b"\x0c", b"\x0b", b"\\r", b"\\0", b"%YAML 1.2\n", b"---\n", b"? ", b"|\n"]
+BYTE_TOKENS = [b"\r", b"\n", b"\x00", b"\xff", b"\xc3", b"\xe2\x80\xa8", b"\xc2\x85",
+               b"\xef\xbb\xbf", b"\t", b"\x1b", b"\x7f", b'"', b"'", b"\\", b"#", b": ", b"- ",
+               b"{", b"[", b"&a ", b"*a", b"!!python/object/apply:os.system ['true']", b"\\N{nope}",
+               b"0777", b"9" * 25, b"\r\n", b"\x0c", b"\x0b", b"\\r", b"\\0", b"%YAML 1.2\n",
+               b"---\n", b"? ", b"|\n"]
 
 BYTE_POOL = BYTE_TOKENS + [t.encode("utf-8", "surrogatepass") for t in TOKENS]
 
@@ -453,7 +457,7 @@ def multi_file_cases(draw) -> Case:
     return Case(files)
 
 
-# --- properties ------------------------------------------------------------------------------------
+# --- properties ----------------------------------------------------------------------------------
 
 @settings_for(60, 1500)
 @given(case=byte_cases())
