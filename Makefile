@@ -35,7 +35,9 @@ test: setup
 test-slow: setup
 	$(PYTHON) -m pytest -q -m slow
 
-# Long property-test campaign (hypothesis) over the parser and loader.
+# Long property-test campaign (hypothesis, fresh randomness): the parser and loader properties, and
+# whole op files end to end (tests/test_fuzz_opfiles.py: thousands of files mutated as bytes, YAML
+# and tokens through check/generate, with the generated C++ of a sample syntax-checked by g++).
 fuzz: setup
 	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q tests -k "propert or fuzz"
 

@@ -29,3 +29,14 @@ def testing():
     from runtime import testing
 
     return testing
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fuzzing campaign's figures (tests/test_fuzz_opfiles.py), when it ran."""
+    opfuzz = sys.modules.get("tests.opfuzz")
+    if opfuzz is not None and opfuzz.STATS["cases"]:
+        s = opfuzz.STATS
+        terminalreporter.write_line(
+            f"op-file fuzzing: {s['cases']} cases ({s['accepted']} accepted by check) in "
+            f"{s['seconds']:.1f} s, {s['cases'] / max(s['seconds'], 1e-9):.0f} cases/s; "
+            f"{s['compiled']} C++ units compiled")
