@@ -7,6 +7,8 @@ Names follow Note [API names] in codegen/dest/py_ops.py. Each is resolved on fir
 then cached in this module's namespace.
 """
 
+import builtins as _builtins
+
 import torch as _torch
 
 # name -> (namespace, op, overload)
@@ -36,15 +38,17 @@ _OPS = {
 __all__ = sorted(_OPS)
 
 
+# A resolved op is cached as a module global, and may be named like a builtin (`sorted`, `set`,
+# `KeyError`): the functions below reach builtins only through `_builtins`.
 def __getattr__(name):
-    try:
-        ns, op, overload = _OPS[name]
-    except KeyError:
-        raise AttributeError(f"module 'runtime.ops' has no op {name!r}") from None
-    value = getattr(getattr(getattr(_torch.ops, ns), op), overload)
-    globals()[name] = value
+    entry = _OPS.get(name)
+    if entry is None:
+        raise _builtins.AttributeError(f"module 'runtime.ops' has no op {name!r}")
+    ns, op, overload = entry
+    value = _builtins.getattr(_builtins.getattr(_builtins.getattr(_torch.ops, ns), op), overload)
+    _builtins.globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_OPS))
+    return _builtins.sorted(_builtins.set(_builtins.globals()) | _builtins.set(_OPS))
