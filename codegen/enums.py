@@ -60,3 +60,18 @@ def by_number(type_name: str, number: int) -> EnumValue | None:
     if table is None or not 0 <= number < len(table):
         return None
     return table[number]
+
+
+# ScalarType names the schema language knows besides torch's canonical dtype names.
+_SCALAR_TYPE_ALIASES = {"half": 5, "float": 6, "double": 7, "long": 4, "int": 3, "short": 2,
+                        "chalf": 8, "cfloat": 9, "cdouble": 10}
+
+
+def scalar_type_number(name: str) -> int | None:
+    """The number of a ScalarType default written by name (`float32`, `long`), or None."""
+    if name in _SCALAR_TYPE_ALIASES:
+        return _SCALAR_TYPE_ALIASES[name]
+    for i, v in enumerate(SCALAR_TYPES):
+        if v.python == f"torch.{name}":
+            return i
+    return None

@@ -47,7 +47,7 @@ from codegen.model import (
     VmapSpec,
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
-from codegen.tags import TAGS
+from codegen.tags import TAGS, shape_tag
 
 # Op files are small; anything this large is not one, and reading it would only be slow.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -568,8 +568,9 @@ class _FileLoader:
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
+        warnings = self.settle_warnings(ops, suppress, conventions)
         return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc,
-                      suppress, conventions, self.settle_warnings(ops, suppress, conventions))
+                      suppress, conventions, warnings)
 
     def settle_warnings(self, ops: list[Op], suppress: frozenset[str],
                         conventions: str | None) -> tuple:
@@ -690,6 +691,9 @@ class _FileLoader:
                                      conventions=self.conventions)
         if not schema_ok:
             self.ok = False
+        tag = shape_tag(op.schema) if schema_ok else None
+        if tag is not None and not {"inplace", "out"} & set(op.tags):
+            op = dataclasses.replace(op, tags=op.tags + (tag,))
         # Fake rules and formulas read the schema; on a broken one they would only add noise.
         if "fake" in fields and schema_ok:
             fake = self.fake(fields["fake"][1], schema)

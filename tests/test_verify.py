@@ -38,7 +38,7 @@ def load_funcs(tmp_path: Path, *funcs: str):
 def messages(tmp_path: Path, *funcs: str) -> list[str]:
     with pytest.raises(UserError) as e:
         load_funcs(tmp_path, *funcs)
-    return [d.message for d in e.value.diags.sorted()]
+    return [d.message for d in e.value.diags.sorted() if d.severity == "error"]
 
 
 VALID = [
@@ -121,7 +121,6 @@ def test_every_error_of_an_op_is_reported(tmp_path):
         "argument name 'lambda' is a Python keyword",
         "default value 1.5 does not fit type 'int' of argument 'lambda'",
         "unknown type 'Tensr' for argument 'y'",
-        "argument 'y' has no default but follows 'lambda', which has one",
     ]
 
 
