@@ -218,7 +218,8 @@ def _refuse_other(t: Type) -> None:
 # Note [Owned element types]
 #
 # Inside a nested list, a list of optionals or a tuple, c10 binds owning C++ types: the kernel of
-# `int[][]` takes `std::vector<std::vector<int64_t>>` (as vLLM's `register_graph_buffers` does),
+# `int[][]` takes `std::vector<std::vector<int64_t>>` (as vLLM's `register_graph_buffers` does;
+# `str[][]` is `std::vector<c10::List<std::string>>`, see owned_type),
 # `(str, str, str)[]` a `std::vector<std::tuple<std::string, std::string, std::string>>` (pyg-lib's
 # `hetero_neighbor_sample`), `(Tensor, Tensor, Tensor)?` a
 # `std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>` (torchcodec). Views such as
@@ -243,6 +244,10 @@ def owned_type(t: Type, *, optional: bool = False) -> CType:
             raise Unsupported(t, "nested optional types have no C++ binding")
         return OptionalC(owned_type(t.elem, optional=True))
     if isinstance(t, ListType):
+        if is_plain(t.elem, BaseTy.str):
+            # GCC 12 at -O3 warns (a false -Wstringop-overflow inside c10's IValue conversion)
+            # for a std::vector<std::string> taken out of a list; c10::List is bound as well.
+            return ListC(BaseC("std::string"))
         return VectorC(owned_type(t.elem))
     if isinstance(t, TupleType):
         return TupleC(tuple(owned_type(e) for e in t.elems))
@@ -393,6 +398,10 @@ def returns_type(rs: tuple[Return, ...]) -> CType:
         # c10 reads a returned std::tuple as several returns: a lone tuple-typed return is a
         # one-element tuple holding it.
         return TupleC((one,)) if isinstance(rs[0].type, TupleType) else one
+    if any(r.is_write for r in rs) and not all(r.is_write for r in rs):
+        # Mutated inputs beside new values: c10's boxed call cannot return a tuple mixing
+        # references and values, so every Tensor is a handle (the mutated one still aliases).
+        return TupleC(tuple(returntype_type(r.type, mutable=False) for r in rs))
     return TupleC(tuple(return_type(r) for r in rs))
 
 
