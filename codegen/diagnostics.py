@@ -148,8 +148,6 @@ class Diagnostics:
 WARNINGS: dict[str, str] = {
     "torch-namespace": "the namespace is one torch defines; the ops are added to it",
     "not-functionalizable": "torch.compile and torch.export cannot functionalize the op",
-    "positional-after-default": "a positional argument without a default follows one with a "
-                                "default; Python signatures cannot declare that default",
     "none-return": "'-> None' is registered as '-> ()'",
 }
 

@@ -580,9 +580,7 @@ class _FileLoader:
             for c in self.conventions:
                 c.report(self.diags)
                 self.ok = False
-        # Under `conventions: aten` the convention errors say what these warnings say.
-        dropped = suppress | (verify.CONVENTION_WARNINGS if conventions == "aten" else frozenset())
-        self.diags.drop_warnings(lambda d: d.name not in dropped, self.first_error)
+        self.diags.drop_warnings(lambda d: d.name not in suppress, self.first_error)
         if suppress:
             ops[:] = [dataclasses.replace(op, suppress=op.suppress | suppress) for op in ops]
         return tuple(d for d in self.diags.items[self.first_error:] if d.severity == "warning")

@@ -206,8 +206,6 @@ def _join(spans: list[Span | None]) -> Span | None:
 
 # The message every convention error ends with.
 CONVENTIONS_FLAG = "conventions: aten"
-# Warnings that a convention error replaces under `conventions: aten`.
-CONVENTION_WARNINGS = frozenset({"positional-after-default"})
 
 
 @dataclass(frozen=True)
@@ -382,17 +380,13 @@ class _OpVerifier:
                 if not a.kwarg_only:
                     seen_default = a
             elif not a.kwarg_only and seen_default is not None:
-                # torch takes it; Python cannot declare it, so the generated Python signatures
-                # drop the earlier defaults (codegen.api.python.parameters).
-                where = a.name_span or a.span
-                message = (f"argument '{a.name}' has no default but follows "
-                           f"'{seen_default.name}', which has one")
-                hint = "give it a default, or move it after '*' (keyword-only)"
-                self.convention(where, message, hint)
-                self.warning(where, "positional-after-default",
-                             message + f": Python signatures cannot declare that default, so "
-                             f"the typed API (runtime.ops stubs) requires '{seen_default.name}'",
-                             hint)
+                # torch refuses it too: FunctionSchema asserts "Non-default positional argument
+                # follows default argument" (parse_schema and Library.define).
+                self.error(a.name_span or a.span,
+                           f"argument '{a.name}' has no default but follows "
+                           f"'{seen_default.name}', which has one",
+                           "give it a default, or move it after '*' (keyword-only); torch "
+                           "refuses this order as well")
                 seen_default = None
 
     def default(self, a: Argument) -> None:

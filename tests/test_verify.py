@@ -121,6 +121,7 @@ def test_every_error_of_an_op_is_reported(tmp_path):
         "argument name 'lambda' is a Python keyword",
         "default value 1.5 does not fit type 'int' of argument 'lambda'",
         "unknown type 'Tensr' for argument 'y'",
+        "argument 'y' has no default but follows 'lambda', which has one",
     ]
 
 

@@ -221,21 +221,13 @@ def parameter(a: Argument, *, annotate: bool) -> str:
 
 def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
     """The parameter list of a Python function with the op's signature (with `*` for kwarg-only
-    arguments), as the dispatcher calls Python kernels and fake kernels.
-
-    A positional argument with a default before one without (torch allows it) is declared
-    without its default: Python allows no other spelling (a `positional-after-default` warning
-    says so)."""
+    arguments), as the dispatcher calls Python kernels and fake kernels."""
     out: list[str] = []
     star = False
-    positional = [a for a in schema.arguments if not a.kwarg_only]
-    required = max((i for i, a in enumerate(positional) if a.default is None), default=-1)
     for a in schema.arguments:
         if a.kwarg_only and not star:
             out.append("*")
             star = True
-        if not a.kwarg_only and a.default is not None and positional.index(a) < required:
-            a = Argument(a.name, a.type, None, a.kwarg_only)
         out.append(parameter(a, annotate=annotate))
     return out
 
