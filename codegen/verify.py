@@ -1,10 +1,11 @@
 """Semantic checks on parsed op records: `Op` IR in, located diagnostics out.
 
 The grammar only decides what a schema *says*; this module decides whether it is an op we can
-register and generate code for. The rules are torchgen's (in-place and out= conventions, alias
-annotations; see torchgen/model.py `FunctionSchema.__post_init__`) plus rules of our own: names that
-must become C++ and Python identifiers and file names, defaults that fit their type, dispatch
-combinations torch rejects at registration time, duplicate ops across files.
+register and generate code for: names that must become C++ and Python identifiers and file names,
+types and alias annotations custom ops can carry, defaults that fit their type, dispatch
+combinations torch rejects at registration time, duplicate ops across files. torchgen's in-place
+and out= conventions (torchgen/model.py `FunctionSchema.__post_init__`) are errors only in files
+with `conventions: aten` (Note [Aten conventions]).
 
 Checks that need the YAML (unknown keys, tags, sample values) live in `codegen.load`, which holds
 the nodes; everything here works from the IR and points into the `func:` string through
