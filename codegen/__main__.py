@@ -26,18 +26,20 @@ def _load(paths: list[str]):
     return load_library(paths or DEFAULT_PATHS)
 
 
-def _check_python_side(lib) -> Diagnostics:
-    """The checks that need the whole library (namespaces torch defines, names too long for a
-    file, formulas calling library ops, missing fake kernels, Python function signatures,
-    batching/autocast rules): codegen.dest.py_reg renders in memory and writes nothing. Returns
-    the warnings."""
-    from codegen.dest.py_reg import generate_registrations
-    from codegen.gen import check_library
+def _check_python_side(lib, werror: bool = False) -> Diagnostics:
+    """Everything `generate` checks, so that `check` passes exactly what `generate` can generate:
+    the checks that need the whole library (namespaces torch defines, names too long for a file),
+    then every generator renders in memory (C++ bindings of every type, formulas calling library
+    ops, missing fake kernels, Python function signatures, batching/autocast rules) and nothing
+    is written. Returns the warnings (errors, with `werror`)."""
+    from codegen.gen import check_library, render
 
     diags = lib.diagnostics()
     check_library(lib, diags)
     if not diags.has_errors:
-        generate_registrations(lib, diags)
+        render(lib, diags)
+    if werror:
+        diags.werror()
     diags.raise_if_errors()
     return diags
 
@@ -49,7 +51,7 @@ def _print_warnings(diags: Diagnostics) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     lib = _load(args.paths)
-    _print_warnings(_check_python_side(lib))
+    _print_warnings(_check_python_side(lib, args.werror))
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
     return 0
@@ -71,6 +73,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_library(lib, diags)
     diags.raise_if_errors()
     fileset = render(lib, diags)
+    if args.werror:
+        diags.werror()
     diags.raise_if_errors()
     _print_warnings(diags)
     root = Path(args.root)
@@ -126,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         debug_option(p, argparse.SUPPRESS)     # `--debug` before or after the command
         p.add_argument("paths", nargs="*", help="op files or directories (default: schemas/)")
         p.set_defaults(fn=fn)
+        if name != "list":
+            p.add_argument("--werror", action="store_true",
+                           help="treat warnings as errors (exit 1, nothing generated)")
         if name == "generate":
             p.add_argument("--root", default=".", help="repository root (outputs go to ROOT/generated)")
             p.add_argument("--check", action="store_true",

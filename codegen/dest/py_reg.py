@@ -41,8 +41,12 @@ from codegen.api import python as P
 from codegen.dest import cpp_library, cpp_meta
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.dest.cpp_library import locate as locate_in_func
 from codegen.model import (
     Argument,
+    BaseTy,
+    BaseType,
+    Span,
     DispatchKey,
     FunctionSchema,
     ListType,
@@ -76,6 +80,17 @@ _PY_KERNEL_KEYS = {
     DispatchKey.CompositeImplicitAutograd: "CompositeImplicitAutograd",
     DispatchKey.CompositeExplicitAutograd: "CompositeExplicitAutograd",
 }
+
+_TENSOR = BaseType(BaseTy.Tensor)
+
+
+def returns_loc(op: Op) -> Loc:
+    """Where the op's returns are written (its `func:` when that is unknown)."""
+    spans = [r.span for r in op.schema.returns]
+    if not spans or any(sp is None for sp in spans):
+        return op.loc
+    return locate_in_func(op, Span(spans[0].start, spans[-1].end))  # type: ignore[union-attr]
+
 
 def environment() -> jinja2.Environment:
     return template_environment()
@@ -557,21 +572,57 @@ class _Module:
     def functionalize(self, op: Op, api: str, sec: Section) -> None:
         """In-place and out= ops that return their mutated arguments: PyTorch cannot functionalize
         such a custom op by itself (torch.compile, export), so it is registered as its functional
-        variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops]."""
+        variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops].
+        Without one, an op tagged `inplace` or `out` (Note [Tags from the schema's shape]) is left
+        to torch's auto_functionalize; any other gets a `not-functionalizable` warning."""
         schema = op.schema
-        returns = S.mutated_returns(schema)
-        if not schema.mutable_arguments or not any(isinstance(r, str) for r in returns):
+        if not schema.mutable_arguments:
             return
         if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
             return  # decomposes, or has no kernel to trace
-        functional = functional_variant(self.lib, op)
-        if functional is None:
-            self.diags.error(op.loc, f"{op.name} returns the arguments it mutates, which "
-                             "torch.compile and torch.export can only handle through the op's "
-                             "functional variant, and the library has none",
-                             f"declare `{op.name.base}(...)` with the same inputs returning new "
-                             "tensors, or make this op return ()")
+        returns = S.mutated_returns(schema)
+        where = returns_loc(op)
+        if not any(isinstance(r, str) for r in returns):
+            # auto_functionalize takes ops that return nothing or new Tensors only.
+            other = [r for r in schema.returns if without_alias(r.type) != _TENSOR]
+            if other:
+                self.diags.warning(
+                    where, f"{op.name} mutates its inputs and returns '{other[0].type}', so "
+                    "torch.compile and torch.export cannot functionalize it (torch "
+                    "auto-functionalizes mutating ops that return nothing or new Tensors only)",
+                    "return Tensors, or nothing and let the caller read the mutated inputs",
+                    name="not-functionalizable", suppress=op.suppress)
             return
+        functional = functional_variant(self.lib, op)
+        # The kernel copies each result into a mutated Tensor and returns only those.
+        copyable = all(isinstance(r, str) for r in returns) and all(
+            without_alias(a.type) == _TENSOR for a in schema.mutable_arguments)
+        if functional is not None and copyable:
+            self.functionalize_as(op, api, sec, functional, returns)
+            return
+        if {"inplace", "out"} & set(op.tags):
+            return  # torch's auto_functionalize handles it
+        if not all(isinstance(r, str) for r in returns):
+            why = "it also returns new values, which no functionalization kernel can produce"
+            hint = "return only the new values; the caller keeps the mutated tensors"
+        elif functional is not None:
+            why = "it mutates a Tensor list or an optional Tensor"
+            hint = "return () and let the caller keep the mutated tensors"
+        else:
+            why = ("it is neither in-place (mutating and returning its first argument, tag "
+                   "'inplace') nor out= (returning its mutable keyword-only arguments, tag "
+                   "'out'), and the library declares no functional variant")
+            hint = (f"return () and let the caller keep the mutated tensors, or declare "
+                    f"`{op.name.base}(...)` with the same inputs returning new tensors")
+        self.diags.warning(
+            where, f"{op.name} returns arguments it mutates, so torch.compile and torch.export "
+            f"cannot functionalize it: {why}", hint,
+            name="not-functionalizable", suppress=op.suppress)
+
+    def functionalize_as(self, op: Op, api: str, sec: Section, functional: Op,
+                         returns: list) -> None:
+        """The Functionalize kernel: `functional`, then a copy into each mutated argument."""
+        schema = op.schema
         mutated = [a.name for a in schema.mutable_arguments]
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
         call_args = [mine.name if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
@@ -594,7 +645,7 @@ class _Module:
                 body.append(f"                       f\"{{list({result}.shape)}}, got "
                             f"{{list({name}.shape)}}\")")
             body.append(f"{name}.copy_({result})")
-        outs = [r if isinstance(r, str) else "None" for r in returns]
+        outs = list(returns)  # every return is a mutated argument (the caller checked)
         if len(outs) == 1:
             body.append(f"return {outs[0]}")
         elif outs:

@@ -12,7 +12,7 @@ against what this process has registered before loading (a clash aborts the proc
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "50ebac2398cd7934",
+        "schema_hash": "392104f8d5c8f0eb",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,

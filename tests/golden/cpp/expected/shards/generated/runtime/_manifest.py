@@ -12,7 +12,7 @@ against what this process has registered before loading (a clash aborts the proc
 NAMESPACES = {
     "alpha": {
         "library": "libalpha_ops.so",
-        "schema_hash": "f140e9bd5906cfb0",
+        "schema_hash": "7f3fae63da935191",
         "stamp_prefix": "@opgen-stamp ns=alpha ",
         "python_module": "runtime._reg_alpha",
         "python_required": True,

@@ -12,11 +12,11 @@ against what this process has registered before loading (a clash aborts the proc
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "4cf44f017024d333",
+        "schema_hash": "001f12c2cf7ea6bf",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 20,
+        "ops": 27,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -39,6 +39,13 @@ NAMESPACES = {
             "shared_a",
             "shared_b",
             "declared_only",
+            "nested",
+            "tuples",
+            "optional_returns",
+            "step_",
+            "scale_into",
+            "enum_numbers",
+            "myadd_out",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },
