@@ -242,3 +242,48 @@ def test_shape_tags_make_ops_compile(tmp_path, monkeypatch):
         assert got.tolist() == [4.0] * 3 and x.tolist() == [2.0] * 3 and y.tolist() == [2.0] * 3
     finally:
         lib.close()
+
+
+def test_list_without_default_after_a_default_works(tmp_path, monkeypatch):
+    """torch lets a list argument without a default follow one with a default (executorch's
+    pytorch/executorch backends/arm/ao_ext/ops/mxfp_conv2d_op.py: `conv2d(Tensor input, ...,
+    Tensor? bias=None, int[] stride, ...)`); Python cannot, so the generated functions drop the
+    defaults before it, and a Python kernel need not have them."""
+    from runtime import testing
+
+    (tmp_path / "lad_kernels.py").write_text(textwrap.dedent("""\
+        def conv(input, weight, bias, stride, groups=1):
+            out = input * weight.sum() * stride[0] * groups
+            return out if bias is None else out + bias.sum()
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ladtest
+        ops:
+          - func: conv(Tensor input, Tensor weight, Tensor? bias=None, int[] stride, int groups=1) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "lad_kernels:conv"}
+            fake: like(input)
+            derivatives:
+              input: grad * weight.sum() * stride[0] * groups
+              weight: non_differentiable
+              bias: non_differentiable
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        conv = torch.ops.ladtest.conv
+        x, w = torch.randn(3, dtype=torch.double, requires_grad=True), torch.randn(2)
+        assert torch.allclose(conv(x, w, None, [2]), x * w.sum() * 2)
+        assert torch.allclose(conv(x, w, torch.ones(2), [1], 3), x * w.sum() * 3 + 2)
+        # Not test_schema: torch.fx builds an inspect.Signature from the schema and fails on
+        # this order itself ("non-default argument follows default argument", torch 2.13).
+        torch.library.opcheck(conv, (x, w, None, [2]), test_utils=(
+            "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+        assert torch.autograd.gradcheck(lambda t: conv(t, w.double(), None, [2]), (x,))
+        # aot_eager, not inductor: inductor's lowering fails on this order the same way (hence
+        # the list-after-default warning).
+        compiled = torch.compile(lambda t: conv(t, w, None, [2]), backend="aot_eager",
+                                 fullgraph=True)
+        assert torch.allclose(compiled(x.float()), conv(x.float(), w, None, [2]))
+    finally:
+        lib.close()

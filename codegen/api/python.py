@@ -214,14 +214,24 @@ def _tuple(items: list[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def parameter(a: Argument, *, annotate: bool) -> str:
+def parameter(a: Argument, *, annotate: bool, with_default: bool = True) -> str:
     """`name`, `name=default`, or `name: annotation = default`."""
     text = a.name
     if annotate:
         text += ": " + argument_annotation(a.type)
-    if a.default is not None:
+    if a.default is not None and with_default:
         text += (" = " if annotate else "=") + default_expr(a.default, a.type)
     return text
+
+
+def python_defaults(schema: FunctionSchema) -> list[bool]:
+    """Per argument: whether its Python parameter can carry its default. torch lets a list
+    argument without a default follow positional ones with defaults (`Tensor? bias=None, int[]
+    stride`); Python does not, so the positional defaults before the last positional argument
+    without one are left out (the dispatcher passes every argument anyway)."""
+    last_required = max((i for i, a in enumerate(schema.arguments)
+                         if not a.kwarg_only and a.default is None), default=-1)
+    return [a.kwarg_only or i > last_required for i, a in enumerate(schema.arguments)]
 
 
 def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
@@ -229,11 +239,11 @@ def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
     arguments), as the dispatcher calls Python kernels and fake kernels."""
     out: list[str] = []
     star = False
-    for a in schema.arguments:
+    for a, with_default in zip(schema.arguments, python_defaults(schema)):
         if a.kwarg_only and not star:
             out.append("*")
             star = True
-        out.append(parameter(a, annotate=annotate))
+        out.append(parameter(a, annotate=annotate, with_default=with_default))
     return out
 
 

@@ -1192,9 +1192,10 @@ def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int
     if args.vararg is None and len(params) < need:
         return (f"it takes {len(params)} positional parameter{'s' if len(params) != 1 else ''}, "
                 f"the op passes up to {need}")
+    droppable = P.python_defaults(schema)  # only trailing defaults can be left out
     for i, a in enumerate(positional):
         j = leading + i
-        if a.default is not None and j < len(params) and j < defaults_from:
+        if a.default is not None and droppable[i] and j < len(params) and j < defaults_from:
             return (f"parameter '{params[j].arg}' needs a default: the dispatcher leaves out "
                     f"'{a.name}' when it equals its default ({a.default})")
     for p in params[need:defaults_from]:
