@@ -38,7 +38,7 @@ from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_meta
 from codegen.diagnostics import Diagnostics
-from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.gen import banner, python_dir, template_environment
 from codegen.model import (
     Argument,
     DispatchKey,
@@ -110,8 +110,10 @@ def wrap_call(line: str, width: int = 100) -> str:
 
 
 def module_name(ns: str) -> str:
-    """`runtime._reg_<ns>`, the module `m.set_python_module` names."""
-    return f"runtime._reg_{ns}"
+    """`<package>._reg_<ns>`, the module `m.set_python_module` names."""
+    from codegen.dest.cpp_library import python_module
+
+    return python_module(ns)
 
 
 def qualname(op: Op) -> str:
@@ -1252,6 +1254,6 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
             banner=banner("#", sources), ns=ns, module=module_name(ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)
-        out[f"{OUTPUT_DIR}/runtime/_reg_{ns}.py"] = text
+        out[f"{python_dir()}/_reg_{ns}.py"] = text
     return out
 

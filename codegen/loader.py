@@ -1,11 +1,16 @@
-"""Built op libraries -> loaded ops: checks each `build/lib<ns>_ops.so` against the generated
-manifest before loading it, then imports the namespace's Python-side registrations.
+"""Built op libraries -> loaded ops: checks each `lib<ns>_ops.so` against the generated manifest
+before loading it, then imports the namespace's Python-side registrations.
+
+This module runs in the generated package, not in opgen: code generation copies it, unchanged,
+into every generated package as `<package>._loader` (codegen/dest/py_ops.py), so an installed
+op library needs torch alone. It imports nothing but the standard library and torch, and keeps no
+state outside the package it serves: two opgen-built packages load side by side.
 
 Order matters (pytorch#122494 and friends): a Python registration that runs against an op whose C++
 library did not load fails with a misleading "operator does not exist", so every library is checked
 and loaded first, and only then does any `runtime._reg_<ns>` module run.
 
-Each library carries a stamp (generated/cpp/<ns>/stamp.cpp): the hash of the schemas it registers
+Each library carries a stamp (<generated>/cpp/<ns>/stamp.cpp): the hash of the schemas it registers
 and the torch version it was compiled against. The stamp is read from the file's bytes, without
 loading it, so a stale or foreign library is refused before its static initializers register
 anything in this process.
@@ -28,7 +33,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-BUILD_HINT = "run `make build` (python -m codegen.build) in {root}"
 
 
 class LibraryError(ImportError):
@@ -66,10 +70,35 @@ def read_stamp(path: Path, prefix: str) -> Stamp | None:
     return Stamp(match["ns"].decode(), match["hash"].decode(), match["torch"].decode())
 
 
-def check_library(root: Path, build_dir: Path, ns: str, info: dict, torch_version: str) -> Path:
+@dataclass(frozen=True)
+class Where:
+    """Where a package's files are, and what its messages tell the user to run."""
+
+    root: Path              # the project root (paths in messages are shown relative to it)
+    libraries: Path         # the directory of the built libraries
+    python_dir: str         # the generated modules' directory, project-relative
+    build_command: str
+    codegen_command: str
+
+    def hint(self, command: str) -> str:
+        if (self.root / "pyproject.toml").is_file() or (self.root / "Makefile").is_file():
+            return f"run `{command}` in {self.root}"
+        return f"run `{command}` in its project, or reinstall the package"
+
+    @property
+    def build_hint(self) -> str:
+        return self.hint(self.build_command)
+
+    @property
+    def codegen_hint(self) -> str:
+        return self.hint(self.codegen_command)
+
+
+def check_library(at: Where, ns: str, info: dict, torch_version: str) -> Path:
     """The library's path once it is known to match the manifest; LibraryError otherwise."""
-    path = build_dir / info["library"]
-    hint = BUILD_HINT.format(root=root)
+    root = at.root
+    path = at.libraries / info["library"]
+    hint = at.build_hint
     where = _display(path, root)
     if not path.is_file():
         raise LibraryError(f"the C++ op library of namespace '{ns}' is not built: {where} does not "
@@ -198,23 +227,28 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
-def load_all(root: Path, build_dir: Path, package: str) -> list[str]:
-    """Check and load every library of the manifest, then import the Python registrations.
+def locate(manifest) -> Where:
+    """The paths and commands a generated manifest records, resolved from its own location."""
+    here = Path(manifest.__file__).resolve().parent
+    return Where(Path(os.path.normpath(here / manifest.PROJECT_ROOT)),
+                 Path(os.path.normpath(here / manifest.LIBRARY_DIR)), manifest.PYTHON_DIR,
+                 manifest.BUILD_COMMAND, manifest.CODEGEN_COMMAND)
 
-    Returns the namespaces loaded. `package` is the runtime package's name (`runtime`).
+
+def load_package(package: str) -> list[str]:
+    """Check and load every library of `<package>._manifest`, then import the Python
+    registrations. `package` is the package the generated modules are in.
+
+    Returns the namespaces loaded.
     """
-    try:
-        manifest = importlib.import_module(f"{package}._manifest")
-    except ModuleNotFoundError as e:
-        if e.name != f"{package}._manifest":
-            raise
-        raise LibraryError(f"generated/runtime/_manifest.py is missing under {root}; run "
-                           "`make codegen` (python -m codegen generate), then `make build`") from None
+    manifest = importlib.import_module(f"{package}._manifest")
+    at = locate(manifest)
+    root = at.root
 
     import torch
 
     namespaces: dict[str, dict] = manifest.NAMESPACES
-    paths = {ns: check_library(root, build_dir, ns, info, torch.__version__)
+    paths = {ns: check_library(at, ns, info, torch.__version__)
              for ns, info in namespaces.items()}
     check_unregistered(root, namespaces, paths)
     for ns, path in paths.items():
@@ -222,7 +256,7 @@ def load_all(root: Path, build_dir: Path, package: str) -> list[str]:
             torch.ops.load_library(str(path))
         except (OSError, RuntimeError) as e:
             raise LibraryError(f"loading {_display(path, root)} failed: {e}\n(namespace '{ns}'; "
-                               f"if the library is damaged, {BUILD_HINT.format(root=root)})") from e
+                               f"if the library is damaged, {at.build_hint})") from e
     for ns, info in namespaces.items():
         module = info["python_module"]
         if info["python_required"] or importlib.util.find_spec(module) is not None:
@@ -232,8 +266,8 @@ def load_all(root: Path, build_dir: Path, package: str) -> list[str]:
                 if e.name != module:
                     raise
                 raise LibraryError(
-                    f"{module} (generated/runtime/{module.rpartition('.')[2]}.py) is missing, but "
+                    f"{module} ({at.python_dir}/{module.rpartition('.')[2]}.py) is missing, but "
                     f"the op files of namespace '{ns}' declare Python-side registrations (fake "
-                    "rules, derivatives, vmap, autocast or Python kernels); run `make codegen`"
+                    f"rules, derivatives, vmap, autocast or Python kernels); {at.codegen_hint}"
                 ) from None
     return list(namespaces)
