@@ -1014,7 +1014,11 @@ def find_module_source(module: str, roots: list[Path] | None = None) -> Path | N
     """The source file of `module`, found on the import path without importing anything (an
     import could run a package's `__init__`, such as runtime's, which loads the built library)."""
     parts = module.split(".")
-    for root in roots if roots is not None else [Path.cwd(), *map(Path, sys.path)]:
+    if roots is None:
+        from codegen import config
+
+        roots = [*map(Path, config.current().python_roots), Path.cwd(), *map(Path, sys.path)]
+    for root in roots:
         base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
@@ -1044,10 +1048,13 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
     fn = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                and n.name == ref.name), None)
     if fn is None:
-        defined = any(isinstance(n, (ast.Assign, ast.ImportFrom, ast.Import, ast.ClassDef))
-                      for n in tree.body)
-        if not defined:
-            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'")
+        from codegen.diagnostics import did_you_mean
+        from codegen.pysource import module_level_names
+
+        names, star = module_level_names(tree.body)
+        if ref.name not in names and not star:
+            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
+                        did_you_mean(ref.name, sorted(names)))
         return  # assigned or imported under that name: not checkable from source
     problem = _signature_problem(fn.args, schema, leading)
     if problem:
