@@ -189,7 +189,7 @@ class _Locator:
     path: str
     lines: list[str]
     table_line: int = 1                   # 1-based line of `[tool.opgen]`
-    spans: dict[str, tuple[int, int]] = field(default_factory=dict)   # key -> (line, col)
+    spans: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # key -> line, col, len
 
     @classmethod
     def of(cls, path: str, text: str) -> _Locator:
@@ -208,16 +208,16 @@ class _Locator:
             k = re.match(r'^\s*("?)([A-Za-z0-9_.-]+)\1\s*=', line)
             if k:
                 key = k[2] if table == "tool.opgen" else f"{table[len('tool.opgen.'):]}.{k[2]}"
-                loc.spans.setdefault(key, (i, k.start(2) + 1 - len(k[1])))
+                loc.spans.setdefault(key, (i, k.start(2) + 1 - len(k[1]), len(k[2]) + 2 * len(k[1])))
         return loc
 
     def key(self, key: str) -> Loc:
-        line, col = self.spans.get(key, (self.table_line, 1))
-        return Loc(self.path, line, col, len(key.rpartition(".")[2]))
+        line, col, length = self.spans.get(key, (self.table_line, 1, 1))
+        return Loc(self.path, line, col, length)
 
     def value(self, key: str, item: str | None = None) -> Loc:
         """The value of `key`, or the string `item` inside it (a list element)."""
-        line, col = self.spans.get(key, (self.table_line, 1))
+        line, col, _ = self.spans.get(key, (self.table_line, 1, 1))
         text = self.lines[line - 1] if line <= len(self.lines) else ""
         eq = text.find("=", col - 1)
         if eq < 0:
@@ -380,7 +380,7 @@ class _Reader:
             if not ok:
                 self.error(loc, f"'{key}': {rel} does not exist"
                            + (" or is not a directory" if must == "dir" and target.exists()
-                              else "") + f" (under {self.root})")
+                              else ""))
                 return None
         return rel
 
