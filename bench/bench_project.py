@@ -40,6 +40,7 @@ def main() -> None:
         t = timed([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                    "--no-index", "-w", str(wheels), str(root)], env=env)
         wheel = next(wheels.glob("*.whl"))
+        wheel_name, wheel_size = wheel.name, wheel.stat().st_size
         venv = tmp_path / "venv"
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
                         str(venv)], check=True)
@@ -62,8 +63,8 @@ def main() -> None:
     print(f"  no-op rebuild (opgen build), median of 5    {statistics.median(noop):8.3f}"
           f"   (max {max(noop):.3f}; target < 1 s)")
     print(f"  pip wheel --no-build-isolation (built)      {t:8.2f}")
-    print(f"  wheel size                                  {wheel.stat().st_size / 1024:8.1f} KiB"
-          f"   ({wheel.name})")
+    print(f"  wheel size                                  {wheel_size / 1024:8.1f} KiB"
+          f"   ({wheel_name})")
     print(f"  python -c 'import torch', median of 5       {torch_alone:8.3f}")
     print(f"  python -c 'import benchops', median of 5    {package:8.3f}"
           f"   (+{package - torch_alone:.3f} over torch alone)")
