@@ -332,6 +332,11 @@ class _OpVerifier:
             self.error(span, f"namespace '{ns}' is an attribute of torch.ops itself "
                        f"(torch.ops.{ns}), so torch could never find these ops by name",
                        "rename the namespace")
+        elif len(ns) > 4 and ns.startswith("__") and ns.endswith("__"):
+            # torch.ops is a module: a dunder attribute there is the import system's
+            # (`__path__` would make it look like a package) or Python's.
+            self.error(span, f"namespace '{ns}' is a dunder name, which Python reserves for "
+                       f"module attributes such as torch.ops.{ns}", "rename the namespace")
 
     def identifier(self, name: str, what: str, span: Span | None, *, python: bool, cpp: bool,
                    allowed: frozenset[str] = frozenset()) -> bool:

@@ -40,7 +40,7 @@ from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_library, cpp_meta
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.gen import banner, python_dir, template_environment
 from codegen.dest.cpp_library import locate as locate_in_func
 from codegen.model import (
     Argument,
@@ -127,8 +127,10 @@ def wrap_call(line: str, width: int = 100) -> str:
 
 
 def module_name(ns: str) -> str:
-    """`runtime._reg_<ns>`, the module `m.set_python_module` names."""
-    return f"runtime._reg_{ns}"
+    """`<package>._reg_<ns>`, the module `m.set_python_module` names."""
+    from codegen.dest.cpp_library import python_module
+
+    return python_module(ns)
 
 
 def qualname(op: Op) -> str:
@@ -1069,7 +1071,11 @@ def find_module_source(module: str, roots: list[Path] | None = None) -> Path | N
     """The source file of `module`, found on the import path without importing anything (an
     import could run a package's `__init__`, such as runtime's, which loads the built library)."""
     parts = module.split(".")
-    for root in roots if roots is not None else [Path.cwd(), *map(Path, sys.path)]:
+    if roots is None:
+        from codegen import config
+
+        roots = [*map(Path, config.current().python_roots), Path.cwd(), *map(Path, sys.path)]
+    for root in roots:
         base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
@@ -1162,10 +1168,13 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
         return  # a method of a class: its binding happens at run time
     fn = module.functions.get(ref.name)
     if fn is None:
-        defined = any(isinstance(n, (ast.Assign, ast.ImportFrom, ast.Import, ast.ClassDef))
-                      for n in module.tree.body)
-        if not defined:
-            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'")
+        from codegen.diagnostics import did_you_mean
+        from codegen.pysource import module_level_names
+
+        names, star = module_level_names(module.tree.body)
+        if ref.name not in names and not star:
+            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
+                        did_you_mean(ref.name, sorted(names)))
         return  # assigned or imported under that name: not checkable from source
     problem = _signature_problem(fn.args, schema, leading)
     if problem:
@@ -1496,6 +1505,6 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
             banner=banner("#", sources), ns=ns, module=module_name(ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)
-        out[f"{OUTPUT_DIR}/runtime/_reg_{ns}.py"] = text
+        out[f"{python_dir()}/_reg_{ns}.py"] = text
     return out
 
