@@ -129,6 +129,7 @@ class _Error(Exception):
 
 
 _GENERICS = {g.value for g in Generic}
+_WORD_RE = re.compile(r"\w+")
 _NUMBER_OK = re.compile(r"0[xX][0-9a-fA-F]*(\.[0-9a-fA-F]*)?([pP][-+]?\d*)?j?\Z"
                         r"|(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?j?\Z")
 _DEFAULTS_HINT = ("defaults are None, True, False, numbers, quoted strings, [lists] or names "
@@ -216,9 +217,12 @@ class _Reader:
             self.take()
         if self.at("."):
             self.take()
-            if not (self.at("ident") or (self.at("number") and self.tok.text.isdigit())):
+            # An overload name is any run of word characters (`.out`, `.2`, `.Scalar_mode`).
+            m = _WORD_RE.match(self.text, self.tok.pos)
+            if m is None:
                 self.expected("an overload name after '.'", _SCHEMA_HINT)
-            self.take()
+            while self.tok.pos < m.end() and self.tok.pos + len(self.tok.text) <= m.end():
+                self.take()
         if not self.at("("):
             if self.at("ident"):
                 self.fail("expected '(' after the operator name", _SCHEMA_HINT, end=self.tok.pos + 1)
