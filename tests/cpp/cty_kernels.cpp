@@ -148,4 +148,13 @@ at::Tensor shared_kernel(const at::Tensor& self) {
   return self.neg();
 }
 
+void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c,
+              at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f) {
+  b.add_(a);
+  if (c.has_value()) c->add_(a);
+  for (const at::Tensor& t : d) t.add_(1);
+  for (const at::Tensor& t : e) b.add_(t);
+  if (f.has_value()) b.add_(*f);
+}
+
 }  // namespace cty

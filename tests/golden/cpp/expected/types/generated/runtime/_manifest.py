@@ -12,11 +12,11 @@ against what this process has registered before loading (a clash aborts the proc
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "4cf44f017024d333",
+        "schema_hash": "867d17e1e41b145a",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 20,
+        "ops": 21,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -39,6 +39,7 @@ NAMESPACES = {
             "shared_a",
             "shared_b",
             "declared_only",
+            "bang",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },

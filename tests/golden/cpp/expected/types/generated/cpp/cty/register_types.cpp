@@ -31,6 +31,7 @@ TORCH_LIBRARY(cty, m) {
   m.def("shared_b(Tensor self) -> Tensor");
   m.def("declared_only(Tensor self, *, Scalar alpha=1) -> Tensor",
         {at::Tag::pointwise, at::Tag::pt2_compliant_tag});
+  m.def("bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()");
 }
 
 namespace opgen {
@@ -68,6 +69,8 @@ constexpr at::Tensor (*pick_Tensor_CPU)(const at::Tensor&, const at::Tensor&) = 
 constexpr at::Tensor (*shared_a_CPU)(const at::Tensor&) = &cty::shared_kernel;
 // cty::shared_b(Tensor self) -> Tensor
 constexpr at::Tensor (*shared_b_CPU)(const at::Tensor&) = &cty::shared_kernel;
+// cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+constexpr void (*bang_CPU)(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&) = &cty::bang_cpu;
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CPU, m) {
@@ -88,6 +91,7 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
   m.impl("pick.Tensor", TORCH_FN(opgen::pick_Tensor_CPU));
   m.impl("shared_a", TORCH_FN(opgen::shared_a_CPU));
   m.impl("shared_b", TORCH_FN(opgen::shared_b_CPU));
+  m.impl("bang", TORCH_FN(opgen::bang_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA

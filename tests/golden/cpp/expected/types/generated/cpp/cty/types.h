@@ -96,6 +96,10 @@ at::Tensor composite_kernel(const at::Tensor& self, int64_t dim);
 //   cty::shared_a(Tensor self) -> Tensor
 at::Tensor shared_kernel(const at::Tensor& self);
 
+// CPU kernel of cty::bang (tests/golden/cpp/inputs/types.yaml:48)
+//   cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c, at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f);
+
 }  // namespace cty
 
 namespace other {
@@ -267,6 +271,14 @@ inline at::Tensor declared_only(const at::Tensor& self, const at::Scalar& alpha 
       .findSchemaOrThrow("cty::declared_only", "")
       .typed<at::Tensor(const at::Tensor&, const at::Scalar&)>();
   return op.call(self, alpha);
+}
+
+// cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+inline void bang(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c, at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f = std::nullopt) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::bang", "")
+      .typed<void(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&)>();
+  return op.call(a, b, c, d, e, f);
 }
 
 }  // namespace cty::ops
