@@ -626,12 +626,11 @@ def _syntax_error(text: str, e: UnexpectedInput) -> SchemaSyntaxError:
         return SchemaSyntaxError(*found)
     # The two readers disagree (tests/test_parse_properties.py looks for such inputs): say what
     # Lark saw, at its position.
-    if isinstance(e, UnexpectedCharacters):
+    pos = len(text)
+    if isinstance(e, UnexpectedCharacters) and e.pos_in_stream is not None:
         pos = e.pos_in_stream
     elif isinstance(e, UnexpectedToken) and e.token.type != "$END" and e.token.start_pos is not None:
         pos = e.token.start_pos
-    else:
-        pos = len(text)
     while pos < len(text) and text[pos].isspace():
         pos += 1
     what = f"'{text[pos]}'" if pos < len(text) else "end of schema"
@@ -648,7 +647,7 @@ def _parser() -> Lark:
 def parse_schema(text: str) -> FunctionSchema:
     """Parse one function schema; raise SchemaSyntaxError with an offset into `text`."""
     try:
-        schema = _parser().parse(text)
+        schema: FunctionSchema = _parser().parse(text)  # type: ignore[assignment]
     except UnexpectedInput as e:
         raise _syntax_error(text, e) from None
     # Types are decoded once per spelling, so fresh alias sets are numbered per schema here.

@@ -199,12 +199,12 @@ class _Reader:
             t = self.tok
             if t.kind == "=":
                 self.fail("a return has no default value", "defaults belong to arguments")
-            hint = None
+            after: str | None = None
             if t.kind in ("ident", "(", ",") and not listed:
-                hint = "several returns are written as a list: (Tensor a, Tensor b)"
+                after = "several returns are written as a list: (Tensor a, Tensor b)"
             elif t.kind == "(":
-                hint = "write every return in one list: (Tensor a, Tensor b)"
-            self.fail(f"unexpected {_found(t)} after the return types", hint)
+                after = "write every return in one list: (Tensor a, Tensor b)"
+            self.fail(f"unexpected {_found(t)} after the return types", after)
 
     def operator_name(self) -> None:
         if not self.at("ident"):
@@ -288,12 +288,12 @@ class _Reader:
         if t.kind in (",", ")", "=", "end"):
             plain = type_text.isidentifier() and type_text not in BASE_TYPES and \
                 type_text not in _FOREIGN
-            hint = (f"'{type_text}' reads as a type here; an argument has a type and a name: "
-                    f"Tensor {type_text}") if plain else \
+            unnamed = (f"'{type_text}' reads as a type here; an argument has a type and a name: "
+                       f"Tensor {type_text}") if plain else \
                 f"every argument needs a name, as in '{type_text} x'"
-            self.fail(f"argument of type '{type_text}' has no name", hint, tok=type_start,
+            self.fail(f"argument of type '{type_text}' has no name", unnamed, tok=type_start,
                       end=type_start.pos + len(type_text))
-        hint = None
+        hint: str | None = None
         if t.kind == "&":
             hint = (f"'&' is C++: write {type_text}(a!) or {type_text}! for an argument the op "
                     f"writes, plain {type_text} otherwise") if type_text == "Tensor" else \
