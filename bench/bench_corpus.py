@@ -22,7 +22,6 @@ import argparse
 import collections
 import csv
 import json
-import os
 import re
 import subprocess
 import sys
