@@ -141,7 +141,8 @@ def main() -> int:
         out_root = Path(tmp) / "out"
         out_root.mkdir()
         live = list(ops)
-        for stage, cmd in (("check", ["check"]), ("generate", ["generate", "--root", str(out_root)])):
+        stages = (("check", ["check"]), ("generate", ["generate", "--root", str(out_root)]))
+        for stage, cmd in stages:
             rounds = 0
             while live:
                 rounds += 1

@@ -629,7 +629,8 @@ def _syntax_error(text: str, e: UnexpectedInput) -> SchemaSyntaxError:
     pos = len(text)
     if isinstance(e, UnexpectedCharacters) and e.pos_in_stream is not None:
         pos = e.pos_in_stream
-    elif isinstance(e, UnexpectedToken) and e.token.type != "$END" and e.token.start_pos is not None:
+    elif isinstance(e, UnexpectedToken) and e.token.type != "$END" and \
+            e.token.start_pos is not None:
         pos = e.token.start_pos
     while pos < len(text) and text[pos].isspace():
         pos += 1

@@ -225,7 +225,8 @@ class _Reader:
                 self.take()
         if not self.at("("):
             if self.at("ident"):
-                self.fail("expected '(' after the operator name", _SCHEMA_HINT, end=self.tok.pos + 1)
+                self.fail("expected '(' after the operator name", _SCHEMA_HINT,
+                          end=self.tok.pos + 1)
             if self.at("::") or self.at("."):
                 self.fail(f"unexpected {_found(self.tok)} in the operator name",
                           "an operator name reads ns::name.overload")

@@ -95,6 +95,44 @@ def test_alias_annotations():
     assert str(s.arguments[4].type) == "Tensor(a|b! -> b|c)"
 
 
+def test_bare_bang_is_a_fresh_alias_set():
+    """`Tensor!` writes a set of its own (c10: `$0`, `$1`, ... in order, elements first); the
+    canonical text keeps the `!`, and torch reads it back with the same sets."""
+    import torch
+
+    text = "f(Tensor! a, Tensor(a!) b, Tensor!? c, Tensor![]! d, int!? n) -> (Tensor!, Tensor(a!))"
+    s = parse_schema(text)
+    anns = [x.annotation for x in s.arguments + s.returns]
+    assert [a.alias_set for a in anns] == [("$0",), ("a",), ("$1",), ("$3",), ("$4",), ("$5",),
+                                           ("a",)]
+    assert s.arguments[3].type == ListType(BaseType(BaseTy.Tensor, Annotation(("$2",), True)),
+                                           None, Annotation(("$3",), True))
+    assert all(a.is_write for a in anns)
+    assert [a.is_fresh for a in anns] == [True, False, True, True, True, True, False]
+    assert s.arguments[0].annotation != s.arguments[2].type.elem.alias   # two sets, not one
+    assert str(s) == text
+    assert parse_schema(str(s)) == s
+    assert str(torch._C.parse_schema(str(s))) == str(torch._C.parse_schema(text))
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("f(Tensor(a)x, Tensor?amax=None, int[2]k=[1, 1]) -> ()",
+     "f(Tensor(a) x, Tensor? amax=None, int[2] k=[1, 1]) -> ()"),
+    ("f(Tensor !x, Tensor [] idx, Tensor []y) -> Tensor!out",
+     "f(Tensor! x, Tensor[] idx, Tensor[] y) -> Tensor! out"),
+    ("f(Tensor x) -> (Tensor?a, Tensor(b)b)", "f(Tensor x) -> (Tensor? a, Tensor(b) b)"),
+    # c10 reads a dotted lower-case name as a type variable, and None as NoneType.
+    ("f(torch.distributed.Mesh m, None n) -> None",
+     "f(torch.distributed.Mesh m, NoneType n) -> NoneType"),
+])
+def test_spellings_torch_tolerates(text, canonical):
+    import torch
+
+    s = parse_schema(text)
+    assert str(s) == canonical
+    assert str(torch._C.parse_schema(canonical)) == str(torch._C.parse_schema(text))
+
+
 def test_defaults_of_every_form():
     s = parse_schema(
         "f(Tensor? a=None, bool b=True, bool c=False, int d=-3, float e=1e-5, float f=-.5, "
