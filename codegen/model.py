@@ -592,7 +592,19 @@ def _with_annotation(t: Type, alias: Annotation) -> Type:
 
 
 def _has_fresh(t: Type) -> bool:
-    return any(x.alias is not None and x.alias.is_fresh for x in iter_types(t))
+    # Runs on every schema that holds a '!', (a!) included: no generator, no property.
+    while type(t) is OptionalType:
+        t = t.elem
+    a = t.alias
+    if a is not None and a.alias_set[0][:1] == FRESH:
+        return True
+    if type(t) is BaseType:
+        return False
+    if isinstance(t, ListType):
+        return _has_fresh(t.elem)
+    if isinstance(t, (TupleType, GenericType)):
+        return any(map(_has_fresh, t.elems if isinstance(t, TupleType) else t.args))
+    return False
 
 
 def number_fresh_sets(schema: FunctionSchema) -> FunctionSchema:
@@ -601,8 +613,12 @@ def number_fresh_sets(schema: FunctionSchema) -> FunctionSchema:
 
     The numbers depend only on the order, so numbering an already numbered schema changes nothing.
     """
-    if not any(_has_fresh(x.type) for x in schema.arguments + schema.returns):  # type: ignore
-        return schema
+    for x in schema.arguments:
+        if _has_fresh(x.type):
+            break
+    else:
+        if not any(_has_fresh(r.type) for r in schema.returns):
+            return schema
     n = [0]
     args = tuple(Argument(a.name, _number_fresh(a.type, n), a.default, a.kwarg_only, a.span,
                           a.layout) for a in schema.arguments)
