@@ -124,6 +124,10 @@ std::string enum_numbers_cpu(const at::Tensor& t, at::ScalarType a, at::Layout b
 //   cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
 void myadd_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out);
 
+// CPU kernel of cty::bang (tests/golden/cpp/inputs/types.yaml:77)
+//   cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c, at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f);
+
 }  // namespace cty
 
 namespace other {
@@ -351,6 +355,14 @@ inline void myadd_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out)
       .findSchemaOrThrow("cty::myadd_out", "")
       .typed<void(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
   return op.call(a, b, out);
+}
+
+// cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+inline void bang(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c, at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f = std::nullopt) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::bang", "")
+      .typed<void(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&)>();
+  return op.call(a, b, c, d, e, f);
 }
 
 }  // namespace cty::ops
