@@ -10,7 +10,7 @@ name that recurs within a library (several versions of one op) goes to a second 
 (`<library>_2`), so every schema is an op of its own.
 
 The op files are handed to the command line as a user would (`python -m codegen check DIR`, then
-`generate --root TMP DIR`). Each error is attributed to the op on its line and that op is set
+`generate`, in a project of its own). Each error is attributed to the op on its line and that op is set
 aside with the error's message; the rest is run again until both commands succeed (some checks run
 only once the earlier ones pass). Prints accepted / torch-valid, and the refusal reasons grouped
 (names and numbers in messages blanked) and counted, with one example each; warnings likewise.
@@ -22,6 +22,7 @@ import argparse
 import collections
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -69,7 +70,8 @@ def assign_namespaces(rows) -> list[Op]:
 
 
 def write_files(ops: list[Op], where: Path) -> dict[tuple[str, int], Op]:
-    """Op files under `where` (removed first); returns (file, line) -> op."""
+    """Op files under `where` (removed first); returns (file relative to the project, line) ->
+    op."""
     for old in where.glob("*.yaml"):
         old.unlink()
     by_ns: dict[str, list[Op]] = collections.defaultdict(list)
@@ -82,13 +84,23 @@ def write_files(ops: list[Op], where: Path) -> dict[tuple[str, int], Op]:
             lines = [f"namespace: {ns}", "ops:"]
             for op in group[k:k + OPS_PER_FILE]:
                 lines.append(f"  - func: {json.dumps(op.func)}")
-                lines_of[(str(path), len(lines))] = op
+                lines_of[(path.relative_to(where.parent).as_posix(), len(lines))] = op
             path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return lines_of
 
 
-def run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=ROOT,
+# A project of its own, so this repository's configuration (its kernels) stays out of it.
+PYPROJECT = """\
+[tool.opgen]
+package = "corpus_ops"
+schemas = ["schemas"]
+kernels = []
+"""
+
+
+def run(args: list[str], project: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=project, env=env,
                           capture_output=True, text=True)
 
 
@@ -136,18 +148,18 @@ def main() -> int:
     refused: dict[int, tuple[str, str, str]] = {}   # op index -> (stage, message, hint)
     warnings: dict[int, list[str]] = collections.defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
-        where = Path(args.keep) if args.keep else Path(tmp) / "schemas"
+        project = Path(args.keep) if args.keep else Path(tmp)
+        where = project / "schemas"
         where.mkdir(parents=True, exist_ok=True)
-        out_root = Path(tmp) / "out"
-        out_root.mkdir()
+        (project / "pyproject.toml").write_text(PYPROJECT, encoding="utf-8")
         live = list(ops)
-        stages = (("check", ["check"]), ("generate", ["generate", "--root", str(out_root)]))
+        stages = (("check", ["check"]), ("generate", ["generate"]))
         for stage, cmd in stages:
             rounds = 0
             while live:
                 rounds += 1
                 lines_of = write_files(live, where)
-                proc = run([*cmd, str(where)])
+                proc = run([*cmd, "--project", ".", "schemas"], project)
                 found = diagnostics(proc.stderr)
                 for path, line, severity, message, hint in found:
                     op = lines_of.get((path, line))
