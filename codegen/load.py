@@ -717,8 +717,10 @@ class _FileLoader:
             return op
         span = s.returns[0].type_span or s.returns[0].span
         loc = op.func.at(span.start, span.end - span.start) if span and op.func else op.loc
-        self.diags.warning(loc, f"'-> {t}' is registered as '-> ()': C++ kernels cannot return "
-                           "NoneType, and the op returns None in Python either way",
+        # As written: `None` and `NoneType` are one type to torch (and to the IR).
+        written = op.func.text[span.start:span.end] if span and op.func else str(t)
+        self.diags.warning(loc, f"'-> {written}' is registered as '-> ()': C++ kernels cannot "
+                           "return NoneType, and the op returns None in Python either way",
                            "write '-> ()'", name="none-return", suppress=op.suppress)
         schema = FunctionSchema(s.name, s.arguments, (), s.is_vararg, s.is_varret, s.span)
         return dataclasses.replace(op, schema=schema)

@@ -27,13 +27,13 @@ ops:
   - func: opgen_twice(Tensor self) -> Tensor
     doc: 2 * self, from an op library that adds ops to torch's own namespace.
     dispatch:
-      CPU: opgen_twice_cpu
+      CPU: rec_twice_cpu
     fake: like(self)
 """
 V2 = V1 + """\
   - func: opgen_thrice(Tensor self) -> Tensor
     dispatch:
-      CPU: opgen_thrice_cpu
+      CPU: rec_thrice_cpu
     fake: like(self)
 """
 KERNELS = """\
@@ -41,8 +41,8 @@ KERNELS = """\
 
 namespace aten {
 
-at::Tensor opgen_twice_cpu(const at::Tensor& self) { return self.mul(2); }
-at::Tensor opgen_thrice_cpu(const at::Tensor& self) { return self.mul(3); }
+at::Tensor rec_twice_cpu(const at::Tensor& self) { return self.mul(2); }
+at::Tensor rec_thrice_cpu(const at::Tensor& self) { return self.mul(3); }
 
 }  // namespace aten
 """
