@@ -113,7 +113,7 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
 class DerivedName:
     """A name in the op files that becomes part of file names."""
 
-    what: str           # `namespace` or `op file name`
+    what: str           # `namespace`, `op file name` or `op name`
     value: str          # the name as the files use it
     loc: Loc            # where the op files give it
     placeholder: str    # how messages show it inside a file name
@@ -140,6 +140,9 @@ def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
             for path in (s.header, s.registration,
                          ninja.gen_obj(ns, s.registration) + ninja.DEPFILE_SUFFIX):
                 out.append((path, name))
+            for op_name, ops in L.ops_by_name(s).items():
+                out.append((s.op_header(op_name),
+                            DerivedName("op name", op_name, ops[0].loc, "<op>")))
     return out
 
 
