@@ -123,6 +123,29 @@ def accumulate(acc, x):
     acc.add_(x)
 
 
+def matched_add(self, other):
+    torch._check(self.shape == other.shape, lambda: "shapetest::matched_add: self and other "
+                 "need one shape")
+    dtype = torch.promote_types(torch.promote_types(self.dtype, other.dtype), torch.float32)
+    return self.to(dtype) + other.to(dtype)
+
+
+def every_other(self):
+    return self.new_zeros(self.shape[::2])
+
+
+def chunks(self, n):
+    return [c.clone() for c in self.chunk(n)]
+
+
+def split_sizes(self, sizes):
+    return [c.clone() for c in self.split(list(sizes))]
+
+
+def positives(self, rows):
+    return [self[i][self[i] > 0].clone() for i in range(rows)]
+
+
 # --------------------------------------------------------------------------------------------------
 # The rules against the kernels
 

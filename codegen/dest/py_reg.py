@@ -199,16 +199,24 @@ class FakeEmitter:
                 return f"{self.expr(t, _P_POSTFIX)}.size({self.expr(d)})", _P_POSTFIX
             case S.Item(seq=s, index=i):
                 return f"{self.expr(s, _P_POSTFIX)}[{self.expr(i)}]", _P_POSTFIX
-            case S.SliceOf(seq=s, lo=lo, hi=hi):
+            case S.SliceOf(seq=s, lo=lo, hi=hi, step=st):
                 lo_t = self.expr(lo) if lo is not None else ""
                 hi_t = self.expr(hi) if hi is not None else ""
-                return f"{self.expr(s, _P_POSTFIX)}[{lo_t}:{hi_t}]", _P_POSTFIX
+                st_t = f":{self.expr(st)}" if st is not None else ""
+                return f"{self.expr(s, _P_POSTFIX)}[{lo_t}:{hi_t}{st_t}]", _P_POSTFIX
             case S.Len(seq=s):
                 return f"len({self.expr(s)})", _P_POSTFIX
             case S.Spread(seq=s):
                 return f"*{self.expr(s, _P_POSTFIX)}", _P_ATOM
-            case S.ListLit(items=items):
+            case S.ListLit(items=items) | S.OutList(items=items):
                 return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+            case S.Range(count=c):
+                return f"range({self.expr(c)})", _P_POSTFIX
+            case S.PromoteTypes(items=items):
+                text = self.expr(items[-1])
+                for item in reversed(items[:-1]):
+                    text = f"torch.promote_types({self.expr(item)}, {text})"
+                return text, _P_POSTFIX
             case S.ListComp(elem=elem, names=names, seqs=seqs):
                 seq = (self.expr(seqs[0]) if len(seqs) == 1
                        else f"zip({', '.join(self.expr(x) for x in seqs)})")
@@ -273,8 +281,16 @@ class FakeEmitter:
             out += f", device={self.expr(device)}"
         return out
 
+    def check(self, c: S.Check) -> str:
+        # The message is built only when the check fails.
+        return f"torch._check({self.expr(c.cond)}, lambda: {q(c.message)})"
+
     def body(self, rule: S.FakeRule, schema: FunctionSchema) -> list[str]:
-        lines = [f"{b.name} = {self.expr(b.value)}" for b in rule.bindings]
+        lines = []
+        for i, b in enumerate(rule.bindings):
+            lines += [self.check(c) for c in rule.checks if c.after == i]
+            lines.append(f"{b.name} = {self.expr(b.value)}")
+        lines += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
         for o in rule.outputs:
             if isinstance(o, S.ReturnArg) and o.resize is not None:
                 # As an out= kernel resizes its out argument (a no-op when the shape matches).
@@ -310,6 +326,7 @@ class Names:
     grads: list[str]                        # per output
     results: list[str]                      # per output (locals; unused ones unset)
     ops: dict[F.OpRef, Op]                  # library references -> ops
+    locals: dict[str, str] = field(default_factory=dict)    # binding -> local name
 
 
 class FormulaEmitter:
@@ -352,9 +369,12 @@ class FormulaEmitter:
                 raise AssertionError(f"builtin {name} outside a call")
             case F.PyBuiltinRef(name=name) | F.LoopVar(name=name):
                 return name, _P_ATOM
-            case F.ListComp(elem=elem, names=names, iterable=it):
+            case F.LocalRef(name=name):
+                return n.locals[name], _P_ATOM
+            case F.ListComp(elem=elem, names=names, iterable=it, cond=cond):
+                test = f" if {self.expr(cond, _P_COND + 1)}" if cond is not None else ""
                 return (f"[{self.expr(elem)} for {', '.join(names)} in "
-                        f"{self.expr(it, _P_COND + 1)}]", _P_ATOM)
+                        f"{self.expr(it, _P_COND + 1)}{test}]", _P_ATOM)
             case F.OpRef():
                 return f"_ops.{op_attr(n.ops[e])}", _P_POSTFIX
             case F.Attr(obj=F.InputRef(name=name), name=attr) if name in n.meta:
@@ -367,10 +387,11 @@ class FormulaEmitter:
                 return f"*{self.expr(v, _P_POSTFIX)}", _P_ATOM
             case F.Call():
                 return self._call(e), _P_POSTFIX
-            case F.Slice(lo=lo, hi=hi):
+            case F.Slice(lo=lo, hi=hi, step=step):
                 lo_t = self.expr(lo) if lo is not None else ""
                 hi_t = self.expr(hi) if hi is not None else ""
-                return f"{lo_t}:{hi_t}", _P_ATOM
+                step_t = f":{self.expr(step)}" if step is not None else ""
+                return f"{lo_t}:{hi_t}{step_t}", _P_ATOM
             case F.Subscript(obj=obj, items=items):
                 return (f"{self.expr(obj, _P_POSTFIX)}[{', '.join(self.expr(i) for i in items)}]",
                         _P_POSTFIX)
@@ -394,6 +415,12 @@ class FormulaEmitter:
                 return (f"{self.expr(t, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
                         f"{self.expr(o, _P_COND)}", _P_COND)
         raise TypeError(f"not a formula node: {e!r}")
+
+    def formula(self, f: F.Formula, targets: list[str]) -> list[str]:
+        """The statements computing `f` into `targets`: its bindings, then the assignment."""
+        lines = [f"{self.names.locals[name]} = {self.expr(value)}" for name, value in f.bindings]
+        lines.append(f"{', '.join(targets)} = {self.expr(f.expr)}")
+        return lines
 
     def _call(self, e: F.Call) -> str:
         n = self.names
@@ -775,11 +802,13 @@ class _Module:
                 # A Tensor[] input's gradient is a list of the same length.
                 body.append(f"{grad_vars[a.name]} = "
                             + (f"[None] * {a.name}_len" if is_list(a) else "None"))
+        emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
+            a.name for a in schema.arguments})
         for f in d.formulas:
             targets = [grad_vars[n] for n in f.inputs]
             cond = " or ".join(needs(n) for n in f.inputs)
             body.append(f"if {cond}:")
-            body.append(f"    {', '.join(targets)} = {emitter.expr(f.expr)}")
+            body.extend(f"    {line}" for line in emitter.formula(f, targets))
         returns = [grad_vars[a.name] if a.name in grad_vars and not is_list(a) else "None"
                    for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
         ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
@@ -900,11 +929,13 @@ class _Module:
                     body.append(f"{grad_vars[a.name]} = {value}")
                 else:
                     body.append(f"{grad_vars[a.name]} = None")
+        emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
+            a.name for a in schema.arguments})
         for f in d.formulas:
             targets = [grad_vars[n] for n in f.inputs]
             cond = " or ".join(needs(n) for n in f.inputs)
             body.append(f"if {cond}:")
-            body.append(f"    {', '.join(targets)} = {emitter.expr(f.expr)}")
+            body.extend(f"    {line}" for line in emitter.formula(f, targets))
         returns = [grad_vars.get(a.name, "None") for a in positional]
         ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
         if has_lists and any(a.default is not None for a in positional):
@@ -1391,9 +1422,38 @@ def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
 
 
 def _grad_names(schema: FunctionSchema) -> list[str]:
+    """Parameters of backward: one per output gradient, clear of the op's inputs (a backward
+    op's own `grad` input keeps its name in the formulas, which say `grads[0]` for the output's
+    gradient)."""
+    inputs = {a.name for a in schema.arguments}
     if len(schema.returns) == 1:
-        return ["grad"]
-    return [f"grad_{r.name}" if r.name else f"grad{i}" for i, r in enumerate(schema.returns)]
+        return [reserved.fresh("grad", inputs)]
+    return [reserved.fresh(f"grad_{r.name}" if r.name else f"grad{i}", inputs)
+            for i, r in enumerate(schema.returns)]
+
+
+def _binding_locals(d: F.Derivatives, taken: set[str]) -> dict[str, str]:
+    """The local each formula binding is written as: its own name unless backward already has
+    that local, or it is a keyword or a name generated code reads (a local `any` would hide the
+    builtin from the whole function); the checker keeps bindings clear of every name the formula
+    language defines."""
+    taken = taken | reserved.PY_BUILTINS | reserved.PY_KEYWORDS | reserved.reg_module_names()
+    out: dict[str, str] = {}
+    for f in d.formulas:
+        for name, _ in f.bindings:
+            if name not in out:
+                out[name] = reserved.fresh(name, taken)
+    return out
+
+
+def body_locals(body: list[str]) -> list[str]:
+    """Names assigned by the lines of a generated body so far (`a, b = ...`)."""
+    out = []
+    for line in body:
+        head, sep, _ = line.strip().partition(" = ")
+        if sep:
+            out.extend(t.strip() for t in head.split(","))
+    return out
 
 
 def _schema_fake_doc(schema: FunctionSchema) -> str:

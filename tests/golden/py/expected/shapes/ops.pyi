@@ -35,8 +35,16 @@ def biased(self: Tensor, bias: Tensor | None = None) -> Tensor:
     """shapetest::biased(Tensor self, Tensor? bias=None) -> Tensor"""
 
 
+def chunks(self: Tensor, n: int) -> list[Tensor]:
+    """shapetest::chunks(Tensor self, int n) -> Tensor[]"""
+
+
 def concat(tensors: Sequence[Tensor]) -> Tensor:
     """shapetest::concat(Tensor[] tensors) -> Tensor"""
+
+
+def every_other(self: Tensor) -> Tensor:
+    """shapetest::every_other(Tensor self) -> Tensor"""
 
 
 def filled(
@@ -55,6 +63,10 @@ def grow(self: Tensor, n: int | torch.SymInt) -> Tensor:
 
 def loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor:
     """shapetest::loss(Tensor input, Tensor target, str reduction="mean") -> Tensor"""
+
+
+def matched_add(self: Tensor, other: Tensor) -> Tensor:
+    """shapetest::matched_add(Tensor self, Tensor other) -> Tensor"""
 
 
 def maybe_cast(self: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -85,8 +97,16 @@ def pad_last(self: Tensor, pad: Sequence[int | torch.SymInt]) -> Tensor:
     """shapetest::pad_last(Tensor self, SymInt[] pad) -> Tensor"""
 
 
+def positives(self: Tensor, rows: int) -> list[Tensor]:
+    """shapetest::positives(Tensor self, int rows) -> Tensor[]"""
+
+
 def split_rows(self: Tensor) -> tuple[Tensor, Tensor, int | torch.SymInt]:
     """shapetest::split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)"""
+
+
+def split_sizes(self: Tensor, sizes: Sequence[int]) -> list[Tensor]:
+    """shapetest::split_sizes(Tensor self, int[] sizes) -> Tensor[]"""
 
 
 def sum_dims(
