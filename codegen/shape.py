@@ -23,6 +23,8 @@ call:
     fake: k = dynamic(); (empty([k]), empty([k], dtype=int64))     # outputs sharing a size
     fake: broadcast(input, target) if reduction == "none" else reduce(broadcast(input, target), None)
     fake: empty(self.shape[:self.dim() - len(pad)] + [s + p for s, p in zip(self.shape[self.dim() - len(pad):], pad)])
+    fake: check(x.shape == w.shape, "x and w need one shape"); like(x, dtype=promote_types(x.dtype, float32))
+    fake: [like(t) for t in tensors]                                  # a Tensor[] return
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
 language cannot say, name a Python function instead (`fake: package.module:function`, called with
@@ -52,6 +54,13 @@ A `dtype=`/`device=` value that is None at run time (an optional argument) means
 For an op with several returns, the rule is a tuple with one item per return; a `Tensor?` return
 may be `None`, and an `int`/`SymInt` return is a size expression (`self.numel()`).
 
+A `Tensor[]` return is a list of new tensors: a list literal `[like(a), like(b)]`, or a
+comprehension making one per element of a list argument or of `range(n)`:
+`[like(t) for t in tensors]`, `[empty([s, d]) for s in sizes]`, `[empty([dynamic()]) for i in
+range(n)]` (a data-dependent length each: `dynamic()` is new per element). The number of outputs
+is fixed when the op is traced, so `n` is an `int` argument (not `SymInt`), a literal or
+`len(...)`; a count that depends on the data needs a Python fake function.
+
 Values
 ------
 - Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
@@ -63,8 +72,13 @@ Values
   `dynamic(min=0, max=None)`: a fresh data-dependent size
   (`torch.library.get_ctx().new_dynamic_size()`).
 - Shapes: list literals `[a, b, *sizes]`, `t.shape`, `t.size()`, an `int[]`/`SymInt[]` argument,
-  slices `t.shape[1:]`, and concatenation `a + b`.
-- dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`.
+  slices `t.shape[1:]`, slices with a constant nonzero step `t.shape[::2]`, `sizes[::-1]`, and
+  concatenation `a + b`.
+- dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`,
+  and `promote_types(a, b, ...)`: PyTorch's promotion of dtypes (`torch.promote_types`). "At
+  least float32" is `promote_types(x.dtype, float32)` (float16 and bfloat16 become float32,
+  float64 stays, integers become float32); "promote with the weight" is
+  `promote_types(x.dtype, weight.dtype)`.
 - devices: a `Device` argument, `t.device`.
 - `tensors[i]`: an element of a `Tensor[]` argument. `True`, `False`, `None`.
 - Number literals for `broadcast` (finite doubles); string literals to compare with `str`
@@ -84,6 +98,17 @@ a fake kernel never specializes a dynamic shape.
 Bindings `name = expr;` before the outputs name a value; each `dynamic()` call is a new size, so
 outputs that share a data-dependent size bind it once.
 
+Preconditions
+-------------
+`check(condition, "message");` before the outputs states what the kernel requires of its
+arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
+runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
+`<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`); a check asserts and never branches, so
+sizes stay symbolic. It becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or
+`TORCH_CHECK` in a C++ Meta kernel, failing with "<ns>::<op>: message" (without a message, the
+condition as written).
+
 What needs no rule
 ------------------
 In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
@@ -101,7 +126,9 @@ Tensor is expected), outputs that do not match the returns, literals out of rang
 that are negative or overflow int64 (`empty([-1])`, `empty([9223372036854775807 + 1])`), `//` or `%`
 by zero, nesting deeper than 100 levels; each error points into the rule. The language names
 nothing but the above: the op's arguments, the rule functions, the tensor attributes and methods
-listed, dtype names and the rule's own bindings.
+listed, dtype names and the rule's own bindings. Checks, step slices, `promote_types` and
+`Tensor[]` outputs are checked the same way (a size compared in an `if`, a step that is not a
+nonzero literal, a count that could be symbolic, a `Tensor[]` return given one tensor).
 """
 
 from __future__ import annotations
@@ -1611,8 +1638,8 @@ class _Checker:
                 outs.append(e)
             return OutList(tuple(outs))
         e = self.expr(item)
-        raise self.error(item.span, f"the output for {what} (Tensor[]) is a list of new "
-                         f"tensors, got {describe(e)}",
+        raise self.error(item.span, f"the output for {what} is a list of new tensors (the "
+                         f"return is a Tensor[]), got {describe(e)}",
                          "`[like(t) for t in tensors]`, `[empty([n]) for i in range(k)]` or "
                          "`[like(a), like(b)]`")
 

@@ -138,8 +138,8 @@ def chunks(self, n):
     return [c.clone() for c in self.chunk(n)]
 
 
-def split_sizes(self, sizes):
-    return [c.clone() for c in self.split(list(sizes))]
+def doubled(tensors):
+    return [t.to(torch.promote_types(t.dtype, torch.float32)) * 2 for t in tensors]
 
 
 def positives(self, rows):

@@ -18,6 +18,7 @@ from tests.test_shape import (
     biased,
     chunks,
     concat,
+    doubled,
     every_other,
     filled,
     grow,
@@ -32,7 +33,6 @@ from tests.test_shape import (
     pad_last,
     positives,
     split_rows,
-    split_sizes,
     sum_dims,
     tile_rows,
     unique_counts,
@@ -463,17 +463,16 @@ _lib.impl("chunks", chunks, "CPU")
 torch.library.register_fake("shapetest::chunks", _chunks_fake, lib=_lib)
 
 
-# shapetest::split_sizes(Tensor self, int[] sizes) -> Tensor[]
+# shapetest::doubled(Tensor[] tensors) -> Tensor[]
 
 
-def _split_sizes_fake(self, sizes):
-    """fake: check(sum(sizes) == self.size(0), "sizes must add up to self.size(0)"); [empty([s, *self.shape[1:]]) for s in sizes]"""
-    torch._check(sum(sizes) == self.size(0), lambda: "shapetest::split_sizes: sizes must add up to self.size(0)")
-    return [self.new_empty([s, *self.shape[1:]]) for s in sizes]
+def _doubled_fake(tensors):
+    """fake: [like(t, dtype=promote_types(t.dtype, float32)) for t in tensors]"""
+    return [t.new_empty(t.shape, dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors]
 
 
-_lib.impl("split_sizes", split_sizes, "CPU")
-torch.library.register_fake("shapetest::split_sizes", _split_sizes_fake, lib=_lib)
+_lib.impl("doubled", doubled, "CPU")
+torch.library.register_fake("shapetest::doubled", _doubled_fake, lib=_lib)
 
 
 # shapetest::positives(Tensor self, int rows) -> Tensor[]

@@ -43,6 +43,10 @@ def concat(tensors: Sequence[Tensor]) -> Tensor:
     """shapetest::concat(Tensor[] tensors) -> Tensor"""
 
 
+def doubled(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """shapetest::doubled(Tensor[] tensors) -> Tensor[]"""
+
+
 def every_other(self: Tensor) -> Tensor:
     """shapetest::every_other(Tensor self) -> Tensor"""
 
@@ -103,10 +107,6 @@ def positives(self: Tensor, rows: int) -> list[Tensor]:
 
 def split_rows(self: Tensor) -> tuple[Tensor, Tensor, int | torch.SymInt]:
     """shapetest::split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)"""
-
-
-def split_sizes(self: Tensor, sizes: Sequence[int]) -> list[Tensor]:
-    """shapetest::split_sizes(Tensor self, int[] sizes) -> Tensor[]"""
 
 
 def sum_dims(
