@@ -23,7 +23,7 @@ call:
     fake: k = dynamic(); (empty([k]), empty([k], dtype=int64))     # outputs sharing a size
     fake: broadcast(input, target) if reduction == "none" else reduce(broadcast(input, target), None)
     fake: empty(self.shape[:self.dim() - len(pad)] + [s + p for s, p in zip(self.shape[self.dim() - len(pad):], pad)])
-    fake: check(x.shape == w.shape, "x and w need one shape"); like(x, dtype=promote_types(x.dtype, float32))
+    fake: check(input.shape == target.shape, "input and target differ"); like(input, dtype=promote_types(input.dtype, float32))
     fake: [like(t) for t in tensors]                                  # a Tensor[] return
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the

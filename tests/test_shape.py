@@ -230,8 +230,9 @@ def test_reference_examples_parse():
     for rule in examples:
         if rule.endswith(":function") or "package.module" in rule:
             continue
-        outputs = 2 if rule.lstrip().startswith("(") or ";" in rule else 1
-        ok(rule, SCHEMA if outputs == 1 else SCHEMA2)
+        body = rule.rsplit(";", 1)[-1].strip()     # the outputs come last
+        schema = SCHEMA2 if body.startswith("(") else SCHEMA
+        ok(rule, schema.replace("-> Tensor", "-> Tensor[]") if body.startswith("[") else schema)
 
 
 def test_ir_of_common_rules():
