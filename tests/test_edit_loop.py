@@ -25,9 +25,9 @@ def cpp_outputs(tmp_path: Path, text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for gen in (cpp_kernels.generate, cpp_register.generate, cpp_library.generate_stamps):
         out.update(gen(lib, diags))
-    inputs = ninja.BuildInputs({"exops": ("runtime/csrc/exops/k.cpp",)}, ("runtime/csrc/exops",),
-                               (str(path),))
-    out[ninja.NINJA_FILE] = ninja.build_ninja(lib, inputs)
+    inputs = ninja.BuildInputs({"exops": (("runtime/csrc/exops/k.cpp", "k.cpp"),)},
+                               ("runtime/csrc/exops",), (str(path),))
+    out[ninja.ninja_file()] = ninja.build_ninja(lib, inputs)
     assert not diags.has_errors, diags.render()
     return out
 

@@ -33,9 +33,10 @@ from pathlib import PurePosixPath
 
 import jinja2
 
+from codegen import config
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.gen import banner, output_dir, template_environment
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
                            OpLibrary, Span)
 from codegen.torch_namespaces import is_torch_namespace
@@ -93,7 +94,7 @@ class Shard:
 
     @property
     def header(self) -> str:
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/{self.name}.h"
+        return f"{output_dir()}/cpp/{self.namespace}/{self.name}.h"
 
     @property
     def include(self) -> str:
@@ -102,14 +103,14 @@ class Shard:
 
     def op_header(self, name: str) -> str:
         """The header of the ops named `name` (every overload) of this shard."""
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/{self.name}/{name}.h"
+        return f"{output_dir()}/cpp/{self.namespace}/{self.name}/{name}.h"
 
     def op_include(self, name: str) -> str:
         return f"{self.namespace}/{self.name}/{name}.h"
 
     @property
     def registration(self) -> str:
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/register_{self.name}.cpp"
+        return f"{output_dir()}/cpp/{self.namespace}/register_{self.name}.cpp"
 
 
 def shard_names(files: tuple[OpFile, ...]) -> dict[str, str]:
@@ -182,8 +183,9 @@ def library_file(ns: str) -> str:
 
 
 def python_module(ns: str) -> str:
-    """The module `m.set_python_module` names: the Python-side registrations of `ns`."""
-    return f"runtime._reg_{ns}"
+    """The module `m.set_python_module` names: the Python-side registrations of `ns`
+    (`<package>._reg_<ns>`, see codegen.config.Project.module_prefix)."""
+    return f"{config.current().module_prefix}._reg_{ns}"
 
 
 def unqualified(op: Op) -> OperatorName:
@@ -290,7 +292,7 @@ def bound_kernels(shard: Shard, diags: Diagnostics) -> list[BoundKernel]:
 
 
 def stamp_path(ns: str) -> str:
-    return f"{OUTPUT_DIR}/cpp/{ns}/stamp.cpp"
+    return f"{output_dir()}/cpp/{ns}/stamp.cpp"
 
 
 def stamp_prefix(ns: str) -> str:

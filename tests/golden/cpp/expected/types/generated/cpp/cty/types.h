@@ -25,3 +25,10 @@
 #include <cty/types/shared_a.h>
 #include <cty/types/shared_b.h>
 #include <cty/types/declared_only.h>
+#include <cty/types/nested.h>
+#include <cty/types/tuples.h>
+#include <cty/types/optional_returns.h>
+#include <cty/types/step_.h>
+#include <cty/types/scale_into.h>
+#include <cty/types/enum_numbers.h>
+#include <cty/types/myadd_out.h>
