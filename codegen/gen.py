@@ -6,6 +6,7 @@ Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,10 @@ def generators() -> list[tuple[str, Generator]]:
     from codegen.dest import py_reg, py_stubs
 
     gens += [
-        ("py-reg", py_reg.generate_registrations),
+        # Generators take what they render with from here (Note [Generators take what they
+        # render with] in codegen/dest/py_reg.py).
+        ("py-reg", functools.partial(py_reg.generate_registrations, banner=banner,
+                                     template_environment=template_environment)),
         ("py-stubs", py_stubs.generate_stubs),
     ]
     return gens
