@@ -58,6 +58,7 @@ from codegen.model import (
     without_alias,
     strip_optional,
 )
+from codegen.schema_errors import foreign_type_hint
 
 # --------------------------------------------------------------------------------------------------
 # Note [Rules torch breaks]
@@ -374,7 +375,7 @@ class _OpVerifier:
         for sub in iter_types(t):
             if isinstance(sub, TypeVar):
                 self.error(sub.span or span, f"unknown type '{sub.name}' for {what}",
-                           suggest(sub.name, BASE_TYPES) or
+                           foreign_type_hint(sub.name) or suggest(sub.name, BASE_TYPES) or
                            "type variables are TorchScript-only; custom ops cannot take them")
                 return
             if isinstance(sub, BaseType) and sub.name in SCRIPT_ONLY_BASE:
@@ -486,6 +487,12 @@ class _OpVerifier:
         arg_sets = {x for ann in arg_anns if ann for x in ann.alias_set}
         for r, ann in zip(rets, ret_anns):
             if ann is None:
+                continue
+            if ann.is_fresh:
+                self.error(r.type_span or r.span, f"return {r} is marked written with a bare "
+                           "'!', an alias set of its own: it aliases no argument",
+                           "to return a mutated argument, name its alias set on both: "
+                           "Tensor(a!) out -> Tensor(a!)")
                 continue
             unknown = [x for x in ann.alias_set if x != "*" and x not in arg_sets]
             if unknown:

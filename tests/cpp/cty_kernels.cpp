@@ -236,4 +236,13 @@ void myadd_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   out.copy_(a.add(b));
 }
 
+void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c,
+              at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f) {
+  b.add_(a);
+  if (c.has_value()) c->add_(a);
+  for (const at::Tensor& t : d) t.add_(1);
+  for (const at::Tensor& t : e) b.add_(t);
+  if (f.has_value()) b.add_(*f);
+}
+
 }  // namespace cty

@@ -21,11 +21,11 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "001f12c2cf7ea6bf",
+        "schema_hash": "36cce4e2f9ce6e23",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 27,
+        "ops": 28,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -55,6 +55,7 @@ NAMESPACES = {
             "scale_into",
             "enum_numbers",
             "myadd_out",
+            "bang",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },

@@ -40,6 +40,7 @@ TORCH_LIBRARY(cty, m) {
   m.def("scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)");
   m.def("enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str");
   m.def("myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
+  m.def("bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()");
 }
 
 namespace opgen {
@@ -91,6 +92,8 @@ constexpr at::Tensor& (*scale_into_CPU)(const at::Tensor&, at::Tensor&) = &cty::
 constexpr std::string (*enum_numbers_CPU)(const at::Tensor&, at::ScalarType, at::Layout, at::MemoryFormat, at::ScalarType) = &cty::enum_numbers_cpu;
 // cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
 constexpr void (*myadd_out_CPU)(const at::Tensor&, const at::Tensor&, at::Tensor&) = &cty::myadd_out_cpu;
+// cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+constexpr void (*bang_CPU)(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&) = &cty::bang_cpu;
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CPU, m) {
@@ -118,6 +121,7 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
   m.impl("scale_into", TORCH_FN(opgen::scale_into_CPU));
   m.impl("enum_numbers", TORCH_FN(opgen::enum_numbers_CPU));
   m.impl("myadd_out", TORCH_FN(opgen::myadd_out_CPU));
+  m.impl("bang", TORCH_FN(opgen::bang_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA

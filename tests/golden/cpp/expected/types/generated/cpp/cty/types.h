@@ -32,3 +32,4 @@
 #include <cty/types/scale_into.h>
 #include <cty/types/enum_numbers.h>
 #include <cty/types/myadd_out.h>
+#include <cty/types/bang.h>
