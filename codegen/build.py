@@ -27,6 +27,7 @@ line; the traceback with --debug).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import os
@@ -222,15 +223,22 @@ _SCHEMA = re.compile(r"^//   (.+)$")
 _DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
 
 
+_SOURCE = re.compile(r"^// C\+\+ kernels and typed calls for (\S+) of (.+)\.$")
+
+
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
-    """Kernel name -> its declarations, read back from the generated headers."""
+    """Kernel name -> its declarations, read back from the generated headers (each op name's
+    header below `generated/cpp/<ns>/<file>/`)."""
     out: dict[str, list[KernelInfo]] = {}
-    for header in sorted((root / config.current().generated / "cpp").glob("*/*.h")):
+    for header in sorted((root / config.current().generated / "cpp").glob("*/*/*.h")):
         ns = ""
         uses: list[str] = []
         schema = ""
+        source = ""
         for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
-            if m := _NAMESPACE_OPEN.match(line):
+            if m := _SOURCE.match(line):
+                source = m.group(2)
+            elif m := _NAMESPACE_OPEN.match(line):
                 ns = m.group(1)
             elif line.startswith("}  // namespace"):
                 ns = ""
@@ -240,13 +248,40 @@ def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
                 schema = m.group(1)
             elif uses and (m := _DECL.match(line)):
                 q = f"{ns}::{m.group(2)}" if ns else m.group(2)
-                info = KernelInfo(q, tuple(uses), schema, line,
-                                  header.relative_to(root).as_posix(), i)
+                info = KernelInfo(q, tuple(_located(root, source, u) for u in uses), schema,
+                                  line, header.relative_to(root).as_posix(), i)
                 out.setdefault(q, []).append(info)
                 uses = []
             elif not line.startswith("//"):
                 uses = []
     return out
+
+
+_USE_PARTS = re.compile(r"^(\w+) kernel of (\S+)$")
+
+
+def _located(root: Path, source: str, use: str) -> str:
+    """`use` ("CPU kernel of ns::op") with the line of the op file naming the kernel. Headers
+    carry no line numbers (Note [Headers that change only with C++] in codegen.dest.cpp_kernels),
+    so the op file is read again; an op file that no longer loads leaves the use as it is."""
+    m = _USE_PARTS.match(use)
+    locs = _kernel_locations(str(root), source) if m and source else {}
+    loc = locs.get((m.group(2), m.group(1))) if m else None
+    return f"{use} ({source}:{loc})" if loc is not None else use
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_locations(root: str, source: str) -> dict[tuple[str, str], int]:
+    """(qualified op name, dispatch key) -> the line of its kernel in op file `source`."""
+    from codegen.diagnostics import UserError
+    from codegen.load import load_library
+
+    try:
+        lib = load_library([str(Path(root) / source)])
+    except (UserError, OSError):
+        return {}
+    return {(str(op.name), key.value): kernel.loc.line
+            for op in lib.ops for key, kernel in op.dispatch}
 
 
 _MISSING_DECL = re.compile(r"^(?P<where>\S+:\d+:\d+): error: no previous declaration for "

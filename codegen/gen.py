@@ -6,6 +6,7 @@ Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,10 @@ def generators() -> list[tuple[str, Generator]]:
     from codegen.dest import py_reg, py_stubs
 
     gens += [
-        ("py-reg", py_reg.generate_registrations),
+        # Generators take what they render with from here (Note [Generators take what they
+        # render with] in codegen/dest/py_reg.py).
+        ("py-reg", functools.partial(py_reg.generate_registrations, banner=banner,
+                                     template_environment=template_environment)),
         ("py-stubs", py_stubs.generate_stubs),
     ]
     return gens
@@ -127,7 +131,7 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
 class DerivedName:
     """A name in the op files that becomes part of file names."""
 
-    what: str           # `namespace` or `op file name`
+    what: str           # `namespace`, `op file name` or `op name`
     value: str          # the name as the files use it
     loc: Loc            # where the op files give it
     placeholder: str    # how messages show it inside a file name
@@ -154,6 +158,9 @@ def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
             for path in (s.header, s.registration,
                          ninja.gen_obj(ns, s.registration) + ninja.DEPFILE_SUFFIX):
                 out.append((path, name))
+            for op_name, ops in L.ops_by_name(s).items():
+                out.append((s.op_header(op_name),
+                            DerivedName("op name", op_name, ops[0].loc, "<op>")))
     return out
 
 

@@ -894,7 +894,10 @@ class _FileLoader:
         named: list[tuple[str | None, _Node]] = []
         if type(node) is _Map:
             fields = self.mapping(node, "'samples'", None) or {}
-            args = [n for n in fields if schema.argument(n) is not None]
+            # A key naming an argument is one sample left out of its list, unless its value is
+            # itself a sample (a mapping of argument names): then it is a sample's name.
+            args = [n for n, (_key, value) in fields.items()
+                    if schema.argument(n) is not None and not _is_sample(value, schema)]
             if args:
                 self.error(fields[args[0]][0], f"'samples' is a list of samples (or a mapping "
                            f"name -> sample), but '{args[0]}' is an argument of {schema.name}",
@@ -1184,6 +1187,13 @@ def check_path(path: str, diags: Diagnostics) -> None:
                     + "; generated files name their op files in comments, which must stay on one "
                     "line",
                     "rename the file (or the directories on its path) to printable characters")
+
+
+def _is_sample(node: _Node, schema: FunctionSchema) -> bool:
+    """Whether `node` reads as a sample: a non-empty mapping whose keys all name arguments."""
+    return type(node) is _Map and bool(node.pairs) and all(
+        type(k) is _Scalar and isinstance(k.value, str) and schema.argument(k.value) is not None
+        for k, _ in node.pairs)
 
 
 def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLibrary:

@@ -45,8 +45,8 @@ COMMAND_LINE_MACROS = ("OPGEN_TORCH_VERSION", "OPGEN_WITH_CUDA")
 
 # Builtins that generated per-op Python functions (fake, autograd, vmap, functionalize) call;
 # tests/test_hygiene.py checks every builtin the generated modules use is listed.
-PY_BODY_BUILTINS = frozenset({"NotImplementedError", "RuntimeError", "any", "len", "list", "sum",
-                              "tuple", "zip"})
+PY_BODY_BUILTINS = frozenset({"NotImplementedError", "RuntimeError", "any", "len", "list", "range",
+                              "sum", "tuple", "zip"})
 
 PY_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 PY_BUILTINS = frozenset(dir(builtins))

@@ -127,6 +127,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     generated: list[str] = [ninja_file(), set_stamp()]
     for ns, shs in all_shards.items():
         generated += [s.header for s in shs] + [s.registration for s in shs] + [L.stamp_path(ns)]
+        generated += [s.op_header(name) for s in shs for name in L.ops_by_name(s)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
     w.newline()
