@@ -658,6 +658,7 @@ class Op:
     samples: tuple[Sample, ...] = ()
     autocast: AutocastSpec | None = None
     vmap: VmapSpec | None = None
+    abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
 
     @property
     def name(self) -> OperatorName:
@@ -688,6 +689,7 @@ class OpFile:
     source: str = field(default="", compare=False, hash=False, repr=False)
     # Where the file's `namespace:` value is (checks about a whole namespace point there).
     namespace_loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+    abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
 
 
 @dataclass(frozen=True)
