@@ -38,9 +38,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.dest.ninja import KERNEL_ROOT, NINJA_FILE, TOOLCHAIN
+from codegen import config
+from codegen.dest.ninja import ninja_file, toolchain_file
+from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import WriteError, verify_stamp, write_atomic
-from codegen.gen import SET_STAMP
+from codegen.gen import set_stamp
 
 KEY_PREFIX = "# key: "
 _ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
@@ -76,6 +78,7 @@ def toolchain_key() -> str:
         h.update(f"{k}={os.environ.get(k, '')}".encode())
     h.update(str(shutil.which("ccache")).encode())
     h.update(str(Path(__file__).resolve().parent.parent).encode())
+    h.update(config.current().generated.encode())     # the -I of the generated headers
     return h.hexdigest()[:16]
 
 
@@ -116,7 +119,7 @@ def make_toolchain(key: str) -> Toolchain:
     cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"] + defines
               + (["-fopenmp"] if openmp else [])
               + [f for inc in includes for f in ("-isystem", inc)]
-              + ["-I", "generated/cpp"]
+              + ["-I", f"{config.current().generated}/cpp"]
               + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
@@ -127,12 +130,12 @@ def make_toolchain(key: str) -> Toolchain:
     # Python headers, no OpenMP, and link libtorch_cpu (which holds the C shim) for its C
     # symbols alone; the C++ standard library ABI does not cross the stable boundary.
     stable_cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden",
-                      "-isystem", STABLE_INCLUDE, "-I", "generated/cpp"]
+                      "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
                      + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
                       + [f"-Wl,-rpath,{d}" for d in lib_dirs] + ["-Wl,--no-undefined"])
     lines = [
-        f"# Toolchain for {NINJA_FILE} on this machine, written by `python -m codegen.build` "
+        f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
         f"{KEY_PREFIX}{key}",
         f"torch_version = {torch_version}",
@@ -156,12 +159,12 @@ def make_toolchain(key: str) -> Toolchain:
                       + ["--compiler-options", "-fPIC", "-Xcompiler",
                          "-Werror=missing-declarations"]
                       + [f for inc in includes for f in ("-isystem", inc)]
-                      + ["-I", "generated/cpp"]
+                      + ["-I", f"{config.current().generated}/cpp"]
                       + shlex.split(os.environ.get("OPGEN_NVCC_FLAGS", "")))
         stable_cuda = (list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}"]
                        + ["--compiler-options", "-fPIC", "-Xcompiler",
-                          "-Werror=missing-declarations", "-isystem", STABLE_INCLUDE,
-                          "-I", "generated/cpp"])
+                          "-Werror=missing-declarations", "-isystem", stable_include(),
+                          "-I", f"{config.current().generated}/cpp"])
         lines += [
             f"stable_cuda_cflags = {_q(stable_cuda)}",
             f"nvcc = {_q(launcher + [nvcc])}",
@@ -186,11 +189,12 @@ def make_toolchain(key: str) -> Toolchain:
 
 
 # Note [Stable include root]
-# A stable-ABI namespace is compiled with `-isystem build/stable-include` and none of torch's
+# A stable-ABI namespace is compiled with `-isystem <build>/stable-include` and none of torch's
 # other include directories. The directory links exactly the headers torch's stable ABI is made
 # of, so `#include <ATen/...>` (or c10, torch/extension.h, Python.h) in a kernel source of such a
 # namespace fails with "No such file or directory", and run_ninja explains why.
-STABLE_INCLUDE = "build/stable-include"
+def stable_include() -> str:
+    return f"{config.current().build}/stable-include"
 STABLE_HEADERS = ("torch/csrc/stable", "torch/headeronly", "torch/csrc/inductor/aoti_torch/c",
                   "torch/csrc/inductor/aoti_torch/generated/c_shim_aten.h")
 
@@ -199,7 +203,7 @@ def write_stable_include(root: Path) -> None:
     """Link build/stable-include/<header> to torch's for each of STABLE_HEADERS (idempotent)."""
     torch_include = _torch_dir() / "include"
     for rel in STABLE_HEADERS:
-        link = root / STABLE_INCLUDE / rel
+        link = root / stable_include() / rel
         target = torch_include / rel
         if link.is_symlink() and os.readlink(link) == str(target):
             continue
@@ -220,7 +224,7 @@ def _codegen_command() -> str:
 
 def write_toolchain(root: Path) -> tuple[bool, str]:
     """(whether the file was rewritten, its text). Imports torch only when the key changed."""
-    path = root / TOOLCHAIN
+    path = root / toolchain_file()
     key = toolchain_key()
     try:
         old = path.read_text(encoding="utf-8")
@@ -263,7 +267,7 @@ _DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
     """Kernel name -> its declarations, read back from the generated headers."""
     out: dict[str, list[KernelInfo]] = {}
-    for header in sorted((root / "generated" / "cpp").glob("*/*.h")):
+    for header in sorted((root / config.current().generated / "cpp").glob("*/*.h")):
         ns = ""
         uses: list[str] = []
         schema = ""
@@ -309,7 +313,7 @@ _STABLE_NS = re.compile(r"^# namespace (\w+) \(abi: stable, torch >= ([\d.]+)\)$
 def stable_namespaces(root: Path) -> dict[str, str]:
     """namespace -> min_torch of the stable-ABI namespaces, as generated/build.ninja marks them."""
     try:
-        text = (root / NINJA_FILE).read_text(encoding="utf-8")
+        text = (root / ninja_file()).read_text(encoding="utf-8")
     except OSError:
         return {}
     return dict(_STABLE_NS.findall(text))
@@ -332,6 +336,11 @@ def stable_header_note(line: str, stable: dict[str, str]) -> str | None:
             "Python.h)\nhint: use the stable API (torch::stable::Tensor, torch/csrc/stable/ops.h, "
             "torch/headeronly/...), or build the namespace on the full API (remove 'abi: stable' "
             "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
+
+
+def _kernel_dirs() -> str:
+    dirs = config.current().kernels
+    return ", ".join(dirs) if dirs else "a kernel directory ([tool.opgen] kernels names none)"
 
 
 def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
@@ -363,7 +372,7 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
         if kind == "undefined":
             parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:{info.line} "
                          f"but defined by no kernel source; define it as\n    {info.decl}\n"
-                         f"  in {KERNEL_ROOT}/<namespace>/*.cpp")
+                         f"  in a kernel source under {_kernel_dirs()}")
         else:
             parts.append(f"{prefix}'{qname}' is the {what}; for the schema\n"
                          f"    {info.schema}\n"
@@ -392,15 +401,36 @@ def ninja_binary() -> str:
     return found
 
 
+def generated_namespaces(root: Path) -> list[str]:
+    """The namespaces of the generated set (one directory each under <generated>/cpp)."""
+    base = root / config.current().generated / "cpp"
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
 def cuda_sources(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in (root / KERNEL_ROOT).glob("*/*.cu"))
+    from codegen.dest.ninja import kernel_sources
+
+    sources, _ = kernel_sources(generated_namespaces(root), root)
+    return sorted(s for v in sources.values() for s, _ in v if s.endswith(".cu"))
+
+
+def check_sources(root: Path) -> None:
+    """UserError for kernel sources that would build and then abort at import (a hand-written
+    TORCH_LIBRARY block for a namespace opgen generates)."""
+    from codegen.dest.ninja import check_kernel_sources, kernel_sources
+
+    namespaces = generated_namespaces(root)
+    diags = Diagnostics()
+    sources, _ = kernel_sources(namespaces, root)
+    check_kernel_sources(sources, set(namespaces), root, diags)
+    diags.raise_if_errors()
 
 
 def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     out = out or sys.stdout
     index: dict[str, list[KernelInfo]] | None = None
     stable: dict[str, str] = {}
-    proc = subprocess.Popen([ninja_binary(), "-f", NINJA_FILE, *extra], cwd=root,
+    proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(), *extra], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
     assert proc.stdout is not None
@@ -430,16 +460,17 @@ def check_generated(root: Path, out) -> bool:
     """Make ninja regenerate a generated set that is not the one its stamp records: without
     the stamp, an output of the `codegen` edge is missing, so that edge runs first. False when
     that cannot work (a build file older than the stamp), with the error written."""
-    problem = verify_stamp(root, SET_STAMP)
+    stamp = set_stamp()
+    problem = verify_stamp(root, stamp)
     if problem is None:
         return True
-    if SET_STAMP not in (root / NINJA_FILE).read_text(encoding="utf-8", errors="replace"):
-        out.write(f"error: {problem}, and {NINJA_FILE} is too old to regenerate it\n"
+    if stamp not in (root / ninja_file()).read_text(encoding="utf-8", errors="replace"):
+        out.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
                   "hint: run `make codegen` (python -m codegen generate)\n")
         return False
     out.write(f"note: {problem}; regenerating before the build\n")
     try:
-        (root / SET_STAMP).unlink()
+        (root / stamp).unlink()
     except FileNotFoundError:
         pass
     return True
@@ -447,11 +478,16 @@ def check_generated(root: Path, out) -> bool:
 
 def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
     out = out or sys.stdout
-    if not (root / NINJA_FILE).is_file():
-        out.write(f"error: {NINJA_FILE} not found under {root}\n"
+    if not (root / ninja_file()).is_file():
+        out.write(f"error: {ninja_file()} not found under {root}\n"
                   "hint: run `make codegen` (python -m codegen generate) first\n")
         return 1
     if not check_generated(root, out):
+        return 1
+    try:
+        check_sources(root)
+    except UserError as e:
+        out.write(e.diags.render() + "\n")
         return 1
     _written, text = write_toolchain(root)
     if stable_namespaces(root):
@@ -469,16 +505,36 @@ def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen.build",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=".", help="repository root (where generated/ lives)")
-    parser.add_argument("-j", "--jobs", type=int, help="parallel jobs (ninja's default otherwise)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show full command lines")
-    parser.add_argument("targets", nargs="*", help="ninja targets (default: every library)")
+    project_option(parser)
+    add_arguments(parser)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an internal error")
     args = parser.parse_args(argv)
+    return run(args)
+
+
+def project_option(parser: argparse.ArgumentParser, default=None) -> None:
+    parser.add_argument("--project", "--root", dest="project", metavar="DIR", default=default,
+                        help="the project's directory (default: the nearest pyproject.toml with "
+                        "[tool.opgen] upward from here; `--root` is the old name)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The build's own options (also those of `opgen build`)."""
+    parser.add_argument("-j", "--jobs", type=int, help="parallel jobs (ninja's default otherwise)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show full command lines")
+    parser.add_argument("targets", nargs="*", help="ninja targets (default: every library)")
+
+
+def run(args: argparse.Namespace) -> int:
     extra = (["-j", str(args.jobs)] if args.jobs else []) + (["-v"] if args.verbose else [])
     try:
-        return build(Path(args.root), extra + args.targets)
+        project = config.resolve(args.project, Diagnostics())
+        with config.use(project):
+            return build(project.root, extra + args.targets)
+    except UserError as e:
+        print(e.diags.render(), file=sys.stderr)
+        return 1
     except (WriteError, OSError) as e:
         # The disk, not the code: a build directory that cannot be written, a missing compiler.
         print(f"error: {e}", file=sys.stderr)

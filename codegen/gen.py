@@ -13,18 +13,30 @@ from typing import Callable
 
 import jinja2
 
-from codegen import escape
+from codegen import config, escape
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.files import FileSet
 from codegen.model import OpLibrary
 
 Generator = Callable[[OpLibrary, Diagnostics], dict[str, str]]
 
-# Every generated file lives under this directory, relative to the repo root.
-OUTPUT_DIR = "generated"
-# Written last: the digest of every other generated file (Note [Set-atomic writes] in
-# codegen/files.py). `cd generated && sha256sum -c SHA256SUMS` checks the set by hand.
-SET_STAMP = f"{OUTPUT_DIR}/SHA256SUMS"
+
+def output_dir() -> str:
+    """Every generated file lives under this directory, relative to the project root
+    (`generated` in opgen's own example; `[tool.opgen] generated`, codegen.config)."""
+    return config.current().generated
+
+
+def python_dir() -> str:
+    """Where the generated Python modules go (`generated/runtime` in the example)."""
+    return config.current().python_out
+
+
+def set_stamp() -> str:
+    """Written last: the digest of every other generated file (Note [Set-atomic writes] in
+    codegen/files.py). `cd generated && sha256sum -c SHA256SUMS` checks the set by hand."""
+    return config.current().stamp
+
 # The most bytes one path component may have (NAME_MAX on Linux and macOS file systems).
 NAME_MAX = 255
 
@@ -83,6 +95,8 @@ def generators() -> list[tuple[str, Generator]]:
         ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
+        ("py-loader", py_ops.generate_loader),
+        ("py-init", py_ops.generate_init),
     ]
     from codegen.dest import py_reg, py_stubs
 
@@ -97,7 +111,7 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
-    out.seal(SET_STAMP, banner("#", [f.path for f in lib.files]))
+    out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
     return out
 
 
@@ -136,7 +150,7 @@ def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
     for ns, shs in L.shards(lib).items():
         name = DerivedName("namespace", ns, namespace_loc(lib, ns), "<namespace>")
         module = L.python_module(ns).rpartition(".")[2]
-        for path in (L.stamp_path(ns), f"{OUTPUT_DIR}/runtime/{module}.py",
+        for path in (L.stamp_path(ns), f"{python_dir()}/{module}.py",
                      ninja.library_path(ns) + ninja.LINK_TEMP_SUFFIX,
                      ninja.gen_obj(ns, L.stamp_path(ns)) + ninja.DEPFILE_SUFFIX):
             out.append((path, name))

@@ -23,7 +23,7 @@ from yaml import events as ev
 from codegen import abi as abi_mod
 from codegen import verify
 from codegen.abi import Abi
-from codegen.diagnostics import Diagnostics, Loc, UserError, scalar_locator
+from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, scalar_locator
 from codegen.escape import first_unprintable
 from codegen.model import (
     AutocastSpec,
@@ -46,10 +46,11 @@ from codegen.model import (
     SampleValue,
     TensorSample,
     Type,
+    TypeVar,
     VmapSpec,
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
-from codegen.tags import TAGS
+from codegen.tags import TAGS, shape_tag
 
 # Op files are small; anything this large is not one, and reading it would only be slow.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -60,8 +61,10 @@ MAX_DEPTH = 32
 # at all would otherwise produce one error per node.
 MAX_ERRORS_PER_FILE = 50
 
-OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "autocast", "vmap")
-FILE_KEYS = ("namespace", "abi", "min_torch", "ops")
+OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "autocast", "vmap",
+           "suppress")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
+CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
 AUTOCAST_DEVICES = ("cuda", "cpu")
@@ -213,6 +216,8 @@ class _FileLoader:
         self.ok = True
         self.bad_namespace = False
         self.first_error = len(diags.items)
+        # torchgen conventions the file's ops break (Note [Aten conventions] in codegen.verify).
+        self.conventions: list[verify.Convention] = []
 
     # -- positions and errors ----------------------------------------------------------------------
 
@@ -545,6 +550,8 @@ class _FileLoader:
             return None
         if type(root) is _Scalar and root.tag == "null":  # type: ignore[attr-defined]
             return OpFile(self.path, None, ())
+        suppress: frozenset[str] = frozenset()
+        conventions: str | None = None
         if type(root) is _Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -555,6 +562,10 @@ class _FileLoader:
                                "op file has no 'ops:' list", "list the op entries under 'ops:'")
                 return None
             self.sequence(top["ops"][1], "'ops'")
+            if "suppress" in top:
+                suppress = self.suppress(top["suppress"][1])
+            if "conventions" in top:
+                conventions = self.conventions_key(top["conventions"][1])
             abi = self.abi(root, top)
         elif type(root) is not _Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
@@ -562,10 +573,11 @@ class _FileLoader:
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
+        warnings = self.settle_warnings(ops, suppress, conventions)
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc,
-                      abi)
+                      suppress, conventions, warnings, abi=abi)
 
     def abi(self, root: _Node, top: dict) -> Abi | None:
         """The file's `abi:` and `min_torch:` (Note [ABI choice] in codegen/abi.py)."""
@@ -614,6 +626,47 @@ class _FileLoader:
                        "stable')")
             return None
         return Abi(version, self.loc(node))
+
+
+    def settle_warnings(self, ops: list[Op], suppress: frozenset[str],
+                        conventions: str | None) -> tuple:
+        """Apply the file's `suppress:` and `conventions:` (known only once the file is read, as
+        they may follow `ops:`) to what its ops reported; the file's remaining warnings."""
+        if conventions == "aten":
+            for c in self.conventions:
+                c.report(self.diags)
+                self.ok = False
+        self.diags.drop_warnings(lambda d: d.name not in suppress, self.first_error)
+        if suppress:
+            ops[:] = [dataclasses.replace(op, suppress=op.suppress | suppress) for op in ops]
+        return tuple(d for d in self.diags.items[self.first_error:] if d.severity == "warning")
+
+    def suppress(self, node: _Node) -> frozenset[str]:
+        """`suppress:` a warning name or a list of them."""
+        items = [node] if type(node) is _Scalar and node.tag == "str" else self.sequence(
+            node, "'suppress'")
+        out: set[str] = set()
+        for item in items or ():
+            name = self.string(item, "a warning name")
+            if name is None:
+                continue
+            if name not in WARNINGS:
+                bare = name[2:] if name.startswith("-W") else name
+                hint = (f"write the name without '-W': {bare}" if bare in WARNINGS
+                        else verify.suggest(name, WARNINGS)
+                        or "known warnings: " + ", ".join(sorted(WARNINGS)))
+                self.error(item, f"unknown warning '{_short(name)}'", hint)
+            else:
+                out.add(name)
+        return frozenset(out)
+
+    def conventions_key(self, node: _Node) -> str | None:
+        value = self.string(node, "'conventions'")
+        if value is not None and value not in CONVENTIONS:
+            self.error(node, f"unknown conventions '{_short(value)}'",
+                       "the only conventions are 'aten' (torchgen's rules, as errors)")
+            return None
+        return value
 
     def namespace(self, node: _Node) -> str | None:
         namespace = self.string(node, "'namespace'")
@@ -682,12 +735,19 @@ class _FileLoader:
             changes["autocast"] = self.autocast(fields["autocast"][1])
         if "vmap" in fields:
             changes["vmap"] = self.vmap(fields["vmap"][1])
+        if "suppress" in fields:
+            changes["suppress"] = self.suppress(fields["suppress"][1])
         op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
+        op = self.none_return(op)
 
         fake_loc = self.loc(fields["fake"][1]) if "fake" in fields else None
-        schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc)
+        schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc,
+                                     conventions=self.conventions)
         if not schema_ok:
             self.ok = False
+        tag = shape_tag(op.schema) if schema_ok else None
+        if tag is not None and not {"inplace", "out"} & set(op.tags):
+            op = dataclasses.replace(op, tags=op.tags + (tag,))
         # Fake rules and formulas read the schema; on a broken one they would only add noise.
         if "fake" in fields and schema_ok:
             fake = self.fake(fields["fake"][1], schema)
@@ -698,6 +758,25 @@ class _FileLoader:
             if derivatives is not None:
                 op = dataclasses.replace(op, derivatives=derivatives)
         return op
+
+    def none_return(self, op: Op) -> Op:
+        """`-> None` (torch reads `-> NoneType`: one return of type NoneType) is registered as
+        `-> ()`: c10 binds no C++ kernel to a NoneType return (a `void` kernel means `-> ()`), and
+        the op returns None in Python either way."""
+        s = op.schema
+        if len(s.returns) != 1 or s.returns[0].name is not None:
+            return op
+        t = s.returns[0].type
+        if not ((isinstance(t, BaseType) and t.name is BaseTy.NoneType and t.alias is None)
+                or (isinstance(t, TypeVar) and t.name == "None" and t.alias is None)):
+            return op
+        span = s.returns[0].type_span or s.returns[0].span
+        loc = op.func.at(span.start, span.end - span.start) if span and op.func else op.loc
+        self.diags.warning(loc, f"'-> {t}' is registered as '-> ()': C++ kernels cannot return "
+                           "NoneType, and the op returns None in Python either way",
+                           "write '-> ()'", name="none-return", suppress=op.suppress)
+        schema = FunctionSchema(s.name, s.arguments, (), s.is_vararg, s.is_varret, s.span)
+        return dataclasses.replace(op, schema=schema)
 
     def schema(self, func: Located) -> FunctionSchema | None:
         try:

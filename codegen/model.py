@@ -658,6 +658,8 @@ class Op:
     samples: tuple[Sample, ...] = ()
     autocast: AutocastSpec | None = None
     vmap: VmapSpec | None = None
+    # Warning names silenced for this op: its own `suppress:` and its file's.
+    suppress: frozenset[str] = frozenset()
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
 
     @property
@@ -689,6 +691,11 @@ class OpFile:
     source: str = field(default="", compare=False, hash=False, repr=False)
     # Where the file's `namespace:` value is (checks about a whole namespace point there).
     namespace_loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+    # The file's `suppress:` (warning names) and its `conventions:` (None, or "aten").
+    suppress: frozenset[str] = frozenset()
+    conventions: str | None = None
+    # Warnings found while loading it, for `diagnostics()` to report with the later ones.
+    warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
 
 
@@ -729,8 +736,10 @@ class OpLibrary:
         return self._by_namespace.get(namespace, ())
 
     def diagnostics(self) -> Diagnostics:
-        """An empty Diagnostics that can show the source lines of every file of the library."""
+        """A Diagnostics that can show the source lines of every file of the library, holding the
+        warnings found while loading it."""
         diags = Diagnostics()
         for f in self.files:
             diags.add_source(f.path, f.source)
+            diags.items.extend(f.warnings)
         return diags

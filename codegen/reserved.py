@@ -166,7 +166,7 @@ def ops_module_names() -> frozenset[str]:
     from codegen.api import python as P
     from codegen.dest import cpp_library as L
 
-    ops_py = bound_names(L.render("py_ops.py.j2", banner="#", entries=[]))
+    ops_py = bound_names(L.render("py_ops.py.j2", banner="#", entries=[], module="ops"))
     stub_imports = bound_names("\n".join(P.STUB_IMPORTS))
     annotations = {n.id for text in P.ANNOTATIONS for n in ast.walk(ast.parse(text))
                    if isinstance(n, ast.Name)}

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from codegen import files
-from codegen.gen import SET_STAMP
+from codegen.gen import set_stamp
 from tests import scratch
 from tests.test_files import killed_generate
+
+SET_STAMP = set_stamp()     # the example layout's completion stamp (generated/SHA256SUMS)
 
 pytestmark = pytest.mark.e2e
 

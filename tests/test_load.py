@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from codegen.diagnostics import Loc, UserError
-from codegen.load import DTYPES, FLOAT_DTYPES, MAX_FILE_BYTES, OP_KEYS, TENSOR_SAMPLE_KEYS, \
-    load_library
+from codegen.diagnostics import WARNINGS
+from codegen.load import CONVENTIONS, DTYPES, FILE_KEYS, FLOAT_DTYPES, MAX_FILE_BYTES, OP_KEYS, \
+    TENSOR_SAMPLE_KEYS, load_library
 from codegen.model import (
     AutocastSpec,
     CppKernel,
@@ -444,6 +445,9 @@ def test_json_schema_matches_the_loader():
     assert set(tensor["properties"]) == set(TENSOR_SAMPLE_KEYS)
     assert set(tensor["properties"]["dtype"]["enum"]) == DTYPES | {"torch." + d for d in DTYPES}
     assert set(op["properties"]["autocast"]["properties"]["cast_inputs"]["enum"]) == FLOAT_DTYPES
+    assert set(s["oneOf"][1]["properties"]) == set(FILE_KEYS)
+    assert set(s["$defs"]["warning"]["enum"]) == set(WARNINGS)
+    assert s["oneOf"][1]["properties"]["conventions"]["enum"] == list(CONVENTIONS)
 
 
 def test_json_schema_accepts_valid_files_and_rejects_unknown_keys(tmp_path):

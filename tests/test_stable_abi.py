@@ -15,7 +15,7 @@ import pytest
 from codegen.build import stable_header_note
 from codegen.diagnostics import UserError
 from codegen.load import load_library
-from runtime.loader import LibraryError, check_library, torch_mismatch
+from codegen.loader import LibraryError, Where, check_library, torch_mismatch
 from tests import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,17 +79,18 @@ def test_older_torch_refuses_the_stable_library(stable_library: Path, tmp_path: 
     stamp = b"torch=>=2.10;"
     assert data.count(stamp) == 1
     (build / info["library"]).write_bytes(data.replace(stamp, b"torch=>=9.99;"))
+    at = Where(tmp_path, build, "generated/runtime", "make build", "make codegen")
     with pytest.raises(LibraryError, match=r"built on torch's stable ABI for torch 9\.99 or "
                        r"newer, but this is torch 2\.\d+"):
-        check_library(tmp_path, build, "exstable", info, "2.13.0")
+        check_library(at, "exstable", info, "2.13.0")
     # The same copy with the stamp intact loads on this and any newer torch.
     (build / info["library"]).write_bytes(data)
-    assert check_library(tmp_path, build, "exstable", info, "2.13.0")
-    assert check_library(tmp_path, build, "exstable", info, "2.20.1")
+    assert check_library(at, "exstable", info, "2.13.0")
+    assert check_library(at, "exstable", info, "2.20.1")
     # A stale schema is still refused first.
     stale = dict(info, schema_hash="0" * 16)
     with pytest.raises(LibraryError, match="is stale"):
-        check_library(tmp_path, build, "exstable", stale, "2.13.0")
+        check_library(at, "exstable", stale, "2.13.0")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -30,9 +30,10 @@ from pathlib import PurePosixPath
 
 import jinja2
 
+from codegen import config
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.gen import banner, output_dir, template_environment
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
                            OpLibrary, Span)
 from codegen.torch_namespaces import is_torch_namespace
@@ -90,7 +91,7 @@ class Shard:
 
     @property
     def header(self) -> str:
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/{self.name}.h"
+        return f"{output_dir()}/cpp/{self.namespace}/{self.name}.h"
 
     @property
     def include(self) -> str:
@@ -99,7 +100,7 @@ class Shard:
 
     @property
     def registration(self) -> str:
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/register_{self.name}.cpp"
+        return f"{output_dir()}/cpp/{self.namespace}/register_{self.name}.cpp"
 
 
 def shard_names(files: tuple[OpFile, ...]) -> dict[str, str]:
@@ -164,8 +165,9 @@ def library_file(ns: str) -> str:
 
 
 def python_module(ns: str) -> str:
-    """The module `m.set_python_module` names: the Python-side registrations of `ns`."""
-    return f"runtime._reg_{ns}"
+    """The module `m.set_python_module` names: the Python-side registrations of `ns`
+    (`<package>._reg_<ns>`, see codegen.config.Project.module_prefix)."""
+    return f"{config.current().module_prefix}._reg_{ns}"
 
 
 def unqualified(op: Op) -> OperatorName:
@@ -278,7 +280,7 @@ def bound_kernels(shard: Shard, diags: Diagnostics) -> list[BoundKernel]:
 
 
 def stamp_path(ns: str) -> str:
-    return f"{OUTPUT_DIR}/cpp/{ns}/stamp.cpp"
+    return f"{output_dir()}/cpp/{ns}/stamp.cpp"
 
 
 def stamp_prefix(ns: str) -> str:

@@ -35,6 +35,7 @@ from codegen.dest import cpp_library as L
 from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
+from codegen.tags import shape_tag
 from codegen.model import BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType
 from codegen.torch_namespaces import is_torch_namespace
 
@@ -98,7 +99,9 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             continue
         a: Abi = op.abi  # type: ignore[assignment]
         signature(op, diags)
-        if op.tags and not a.has("tags"):
+        # The `inplace`/`out` tag the schema's shape implies restates the schema: before 2.12 it
+        # is left out of the registration; any other tag is refused.
+        if set(op.tags) - {shape_tag(op.schema)} and not a.has("tags"):
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["tags"])
             diags.error(op.loc, f"{op.name} has tags, which torch's stable ABI registers from "
                         f"torch {need} on, but this namespace's min_torch is {a.min_text}",

@@ -40,9 +40,13 @@ from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_library, cpp_meta
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.gen import banner, python_dir, template_environment
+from codegen.dest.cpp_library import locate as locate_in_func
 from codegen.model import (
     Argument,
+    BaseTy,
+    BaseType,
+    Span,
     DispatchKey,
     FunctionSchema,
     ListType,
@@ -76,6 +80,17 @@ _PY_KERNEL_KEYS = {
     DispatchKey.CompositeImplicitAutograd: "CompositeImplicitAutograd",
     DispatchKey.CompositeExplicitAutograd: "CompositeExplicitAutograd",
 }
+
+_TENSOR = BaseType(BaseTy.Tensor)
+
+
+def returns_loc(op: Op) -> Loc:
+    """Where the op's returns are written (its `func:` when that is unknown)."""
+    spans = [r.span for r in op.schema.returns]
+    if not spans or any(sp is None for sp in spans):
+        return op.loc
+    return locate_in_func(op, Span(spans[0].start, spans[-1].end))  # type: ignore[union-attr]
+
 
 def environment() -> jinja2.Environment:
     return template_environment()
@@ -112,8 +127,10 @@ def wrap_call(line: str, width: int = 100) -> str:
 
 
 def module_name(ns: str) -> str:
-    """`runtime._reg_<ns>`, the module `m.set_python_module` names."""
-    return f"runtime._reg_{ns}"
+    """`<package>._reg_<ns>`, the module `m.set_python_module` names."""
+    from codegen.dest.cpp_library import python_module
+
+    return python_module(ns)
 
 
 def qualname(op: Op) -> str:
@@ -557,21 +574,57 @@ class _Module:
     def functionalize(self, op: Op, api: str, sec: Section) -> None:
         """In-place and out= ops that return their mutated arguments: PyTorch cannot functionalize
         such a custom op by itself (torch.compile, export), so it is registered as its functional
-        variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops]."""
+        variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops].
+        Without one, an op tagged `inplace` or `out` (Note [Tags from the schema's shape]) is left
+        to torch's auto_functionalize; any other gets a `not-functionalizable` warning."""
         schema = op.schema
-        returns = S.mutated_returns(schema)
-        if not schema.mutable_arguments or not any(isinstance(r, str) for r in returns):
+        if not schema.mutable_arguments:
             return
         if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
             return  # decomposes, or has no kernel to trace
-        functional = functional_variant(self.lib, op)
-        if functional is None:
-            self.diags.error(op.loc, f"{op.name} returns the arguments it mutates, which "
-                             "torch.compile and torch.export can only handle through the op's "
-                             "functional variant, and the library has none",
-                             f"declare `{op.name.base}(...)` with the same inputs returning new "
-                             "tensors, or make this op return ()")
+        returns = S.mutated_returns(schema)
+        where = returns_loc(op)
+        if not any(isinstance(r, str) for r in returns):
+            # auto_functionalize takes ops that return nothing or new Tensors only.
+            other = [r for r in schema.returns if without_alias(r.type) != _TENSOR]
+            if other:
+                self.diags.warning(
+                    where, f"{op.name} mutates its inputs and returns '{other[0].type}', so "
+                    "torch.compile and torch.export cannot functionalize it (torch "
+                    "auto-functionalizes mutating ops that return nothing or new Tensors only)",
+                    "return Tensors, or nothing and let the caller read the mutated inputs",
+                    name="not-functionalizable", suppress=op.suppress)
             return
+        functional = functional_variant(self.lib, op)
+        # The kernel copies each result into a mutated Tensor and returns only those.
+        copyable = all(isinstance(r, str) for r in returns) and all(
+            without_alias(a.type) == _TENSOR for a in schema.mutable_arguments)
+        if functional is not None and copyable:
+            self.functionalize_as(op, api, sec, functional, returns)
+            return
+        if {"inplace", "out"} & set(op.tags):
+            return  # torch's auto_functionalize handles it
+        if not all(isinstance(r, str) for r in returns):
+            why = "it also returns new values, which no functionalization kernel can produce"
+            hint = "return only the new values; the caller keeps the mutated tensors"
+        elif functional is not None:
+            why = "it mutates a Tensor list or an optional Tensor"
+            hint = "return () and let the caller keep the mutated tensors"
+        else:
+            why = ("it is neither in-place (mutating and returning its first argument, tag "
+                   "'inplace') nor out= (returning its mutable keyword-only arguments, tag "
+                   "'out'), and the library declares no functional variant")
+            hint = (f"return () and let the caller keep the mutated tensors, or declare "
+                    f"`{op.name.base}(...)` with the same inputs returning new tensors")
+        self.diags.warning(
+            where, f"{op.name} returns arguments it mutates, so torch.compile and torch.export "
+            f"cannot functionalize it: {why}", hint,
+            name="not-functionalizable", suppress=op.suppress)
+
+    def functionalize_as(self, op: Op, api: str, sec: Section, functional: Op,
+                         returns: list) -> None:
+        """The Functionalize kernel: `functional`, then a copy into each mutated argument."""
+        schema = op.schema
         mutated = [a.name for a in schema.mutable_arguments]
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
         call_args = [mine.name if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
@@ -594,7 +647,7 @@ class _Module:
                 body.append(f"                       f\"{{list({result}.shape)}}, got "
                             f"{{list({name}.shape)}}\")")
             body.append(f"{name}.copy_({result})")
-        outs = [r if isinstance(r, str) else "None" for r in returns]
+        outs = list(returns)  # every return is a mutated argument (the caller checked)
         if len(outs) == 1:
             body.append(f"return {outs[0]}")
         elif outs:
@@ -1018,7 +1071,11 @@ def find_module_source(module: str, roots: list[Path] | None = None) -> Path | N
     """The source file of `module`, found on the import path without importing anything (an
     import could run a package's `__init__`, such as runtime's, which loads the built library)."""
     parts = module.split(".")
-    for root in roots if roots is not None else [Path.cwd(), *map(Path, sys.path)]:
+    if roots is None:
+        from codegen import config
+
+        roots = [*map(Path, config.current().python_roots), Path.cwd(), *map(Path, sys.path)]
+    for root in roots:
         base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
@@ -1111,10 +1168,13 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
         return  # a method of a class: its binding happens at run time
     fn = module.functions.get(ref.name)
     if fn is None:
-        defined = any(isinstance(n, (ast.Assign, ast.ImportFrom, ast.Import, ast.ClassDef))
-                      for n in module.tree.body)
-        if not defined:
-            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'")
+        from codegen.diagnostics import did_you_mean
+        from codegen.pysource import module_level_names
+
+        names, star = module_level_names(module.tree.body)
+        if ref.name not in names and not star:
+            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
+                        did_you_mean(ref.name, sorted(names)))
         return  # assigned or imported under that name: not checkable from source
     problem = _signature_problem(fn.args, schema, leading)
     if problem:
@@ -1141,9 +1201,10 @@ def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int
     if args.vararg is None and len(params) < need:
         return (f"it takes {len(params)} positional parameter{'s' if len(params) != 1 else ''}, "
                 f"the op passes up to {need}")
+    droppable = P.python_defaults(schema)  # only trailing defaults can be left out
     for i, a in enumerate(positional):
         j = leading + i
-        if a.default is not None and j < len(params) and j < defaults_from:
+        if a.default is not None and droppable[i] and j < len(params) and j < defaults_from:
             return (f"parameter '{params[j].arg}' needs a default: the dispatcher leaves out "
                     f"'{a.name}' when it equals its default ({a.default})")
     for p in params[need:defaults_from]:
@@ -1444,6 +1505,6 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
             banner=banner("#", sources), ns=ns, module=module_name(ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)
-        out[f"{OUTPUT_DIR}/runtime/_reg_{ns}.py"] = text
+        out[f"{python_dir()}/_reg_{ns}.py"] = text
     return out
 

@@ -9,12 +9,21 @@ fragments, in a namespace torch defines); `op_names`: the ops it defines. The lo
 against what this process has registered before loading (a clash aborts the process in dlopen).
 `abi: "stable"`: the library is built on torch's stable ABI and loads on any torch >= `min_torch`
 (Note [ABI choice] in codegen/abi.py); the others load only on the torch they were built with.
+
+Paths are relative to this file's directory: the built libraries are in LIBRARY_DIR, and messages
+show paths relative to PROJECT_ROOT (PYTHON_DIR is this directory, relative to it).
 """
+
+LIBRARY_DIR = "../../build"
+PROJECT_ROOT = "../.."
+PYTHON_DIR = "generated/runtime"
+BUILD_COMMAND = "make build"
+CODEGEN_COMMAND = "make codegen"
 
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "50ebac2398cd7934",
+        "schema_hash": "392104f8d5c8f0eb",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,
@@ -44,7 +53,7 @@ NAMESPACES = {
     },
     "exstable": {
         "library": "libexstable_ops.so",
-        "schema_hash": "acf5e5bc73b2484d",
+        "schema_hash": "10ecdd6334d39d43",
         "stamp_prefix": "@opgen-stamp ns=exstable ",
         "python_module": "runtime._reg_exstable",
         "python_required": True,

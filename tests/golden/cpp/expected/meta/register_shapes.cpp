@@ -39,9 +39,11 @@ TORCH_LIBRARY(shapetest, m) {
   m.def("split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)");
   m.def("loss(Tensor input, Tensor target, str reduction=\"mean\") -> Tensor");
   m.def("maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor");
-  m.def("normalize_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("normalize_(Tensor(a!) self) -> Tensor(a!)",
+        {at::Tag::inplace});
   m.def("normalize(Tensor self) -> Tensor");
-  m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)",
+        {at::Tag::out});
   m.def("accumulate(Tensor(a!) acc, Tensor x) -> ()");
 }
 

@@ -9,12 +9,21 @@ fragments, in a namespace torch defines); `op_names`: the ops it defines. The lo
 against what this process has registered before loading (a clash aborts the process in dlopen).
 `abi: "stable"`: the library is built on torch's stable ABI and loads on any torch >= `min_torch`
 (Note [ABI choice] in codegen/abi.py); the others load only on the torch they were built with.
+
+Paths are relative to this file's directory: the built libraries are in LIBRARY_DIR, and messages
+show paths relative to PROJECT_ROOT (PYTHON_DIR is this directory, relative to it).
 """
+
+LIBRARY_DIR = "../../build"
+PROJECT_ROOT = "../.."
+PYTHON_DIR = "generated/runtime"
+BUILD_COMMAND = "make build"
+CODEGEN_COMMAND = "make codegen"
 
 NAMESPACES = {
     "alpha": {
         "library": "libalpha_ops.so",
-        "schema_hash": "f140e9bd5906cfb0",
+        "schema_hash": "7f3fae63da935191",
         "stamp_prefix": "@opgen-stamp ns=alpha ",
         "python_module": "runtime._reg_alpha",
         "python_required": True,

@@ -9,16 +9,25 @@ fragments, in a namespace torch defines); `op_names`: the ops it defines. The lo
 against what this process has registered before loading (a clash aborts the process in dlopen).
 `abi: "stable"`: the library is built on torch's stable ABI and loads on any torch >= `min_torch`
 (Note [ABI choice] in codegen/abi.py); the others load only on the torch they were built with.
+
+Paths are relative to this file's directory: the built libraries are in LIBRARY_DIR, and messages
+show paths relative to PROJECT_ROOT (PYTHON_DIR is this directory, relative to it).
 """
+
+LIBRARY_DIR = "../../build"
+PROJECT_ROOT = "../.."
+PYTHON_DIR = "generated/runtime"
+BUILD_COMMAND = "make build"
+CODEGEN_COMMAND = "make codegen"
 
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "4cf44f017024d333",
+        "schema_hash": "001f12c2cf7ea6bf",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 20,
+        "ops": 27,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -41,6 +50,13 @@ NAMESPACES = {
             "shared_a",
             "shared_b",
             "declared_only",
+            "nested",
+            "tuples",
+            "optional_returns",
+            "step_",
+            "scale_into",
+            "enum_numbers",
+            "myadd_out",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },

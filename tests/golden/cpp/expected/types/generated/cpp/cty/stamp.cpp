@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_cty[] =
-    "@opgen-stamp ns=cty schemas=4cf44f017024d333 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=cty schemas=001f12c2cf7ea6bf torch=" OPGEN_TORCH_VERSION ";";

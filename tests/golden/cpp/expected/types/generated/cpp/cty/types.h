@@ -96,6 +96,34 @@ at::Tensor composite_kernel(const at::Tensor& self, int64_t dim);
 //   cty::shared_a(Tensor self) -> Tensor
 at::Tensor shared_kernel(const at::Tensor& self);
 
+// CPU kernel of cty::nested (tests/golden/cpp/inputs/types.yaml:49)
+//   cty::nested(Tensor t, int[][] a, SymInt[][] b, float[][] c, bool[][] d, str[][] e, Tensor[][] f, int[][]? g, int?[] h, str?[] i) -> int[][]
+std::vector<std::vector<int64_t>> nested_cpu(const at::Tensor& t, const std::vector<std::vector<int64_t>>& a, const std::vector<std::vector<c10::SymInt>>& b, const std::vector<std::vector<double>>& c, const std::vector<std::vector<bool>>& d, const std::vector<c10::List<std::string>>& e, const std::vector<std::vector<at::Tensor>>& f, const std::optional<std::vector<std::vector<int64_t>>>& g, const std::vector<std::optional<int64_t>>& h, const std::vector<std::optional<std::string>>& i);
+
+// CPU kernel of cty::tuples (tests/golden/cpp/inputs/types.yaml:56)
+//   cty::tuples(Tensor t, (str, str, str)[] edge_types, (Tensor, Tensor, Tensor)? mappings=None, (int, int)? group_shape=None) -> ((int, str) summary)
+std::tuple<std::tuple<int64_t, std::string>> tuples_cpu(const at::Tensor& t, const std::vector<std::tuple<std::string, std::string, std::string>>& edge_types, const std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>& mappings, const std::optional<std::tuple<int64_t, int64_t>>& group_shape);
+
+// CPU kernel of cty::optional_returns (tests/golden/cpp/inputs/types.yaml:59)
+//   cty::optional_returns(Tensor t, bool present) -> (Tensor[]? a, int? b, str? c, int[]? d, Tensor?[] e)
+std::tuple<std::optional<std::vector<at::Tensor>>, std::optional<int64_t>, std::optional<std::string>, std::optional<std::vector<int64_t>>, std::vector<std::optional<at::Tensor>>> optional_returns_cpu(const at::Tensor& t, bool present);
+
+// CPU kernel of cty::step_ (tests/golden/cpp/inputs/types.yaml:64)
+//   cty::step_(Tensor(a!) self) -> (Tensor(a!), Tensor)
+std::tuple<at::Tensor, at::Tensor> step_cpu_(at::Tensor& self);
+
+// CPU kernel of cty::scale_into (tests/golden/cpp/inputs/types.yaml:67)
+//   cty::scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)
+at::Tensor& scale_into_cpu(const at::Tensor& a, at::Tensor& out);
+
+// CPU kernel of cty::enum_numbers (tests/golden/cpp/inputs/types.yaml:71)
+//   cty::enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str
+std::string enum_numbers_cpu(const at::Tensor& t, at::ScalarType a, at::Layout b, at::MemoryFormat c, at::ScalarType d);
+
+// CPU kernel of cty::myadd_out (tests/golden/cpp/inputs/types.yaml:74)
+//   cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
+void myadd_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out);
+
 }  // namespace cty
 
 namespace other {
@@ -267,6 +295,62 @@ inline at::Tensor declared_only(const at::Tensor& self, const at::Scalar& alpha 
       .findSchemaOrThrow("cty::declared_only", "")
       .typed<at::Tensor(const at::Tensor&, const at::Scalar&)>();
   return op.call(self, alpha);
+}
+
+// cty::nested(Tensor t, int[][] a, SymInt[][] b, float[][] c, bool[][] d, str[][] e, Tensor[][] f, int[][]? g, int?[] h, str?[] i) -> int[][]
+inline std::vector<std::vector<int64_t>> nested(const at::Tensor& t, const std::vector<std::vector<int64_t>>& a, const std::vector<std::vector<c10::SymInt>>& b, const std::vector<std::vector<double>>& c, const std::vector<std::vector<bool>>& d, const std::vector<c10::List<std::string>>& e, const std::vector<std::vector<at::Tensor>>& f, const std::optional<std::vector<std::vector<int64_t>>>& g, const std::vector<std::optional<int64_t>>& h, const std::vector<std::optional<std::string>>& i) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::nested", "")
+      .typed<std::vector<std::vector<int64_t>>(const at::Tensor&, const std::vector<std::vector<int64_t>>&, const std::vector<std::vector<c10::SymInt>>&, const std::vector<std::vector<double>>&, const std::vector<std::vector<bool>>&, const std::vector<c10::List<std::string>>&, const std::vector<std::vector<at::Tensor>>&, const std::optional<std::vector<std::vector<int64_t>>>&, const std::vector<std::optional<int64_t>>&, const std::vector<std::optional<std::string>>&)>();
+  return op.call(t, a, b, c, d, e, f, g, h, i);
+}
+
+// cty::tuples(Tensor t, (str, str, str)[] edge_types, (Tensor, Tensor, Tensor)? mappings=None, (int, int)? group_shape=None) -> ((int, str) summary)
+inline std::tuple<std::tuple<int64_t, std::string>> tuples(const at::Tensor& t, const std::vector<std::tuple<std::string, std::string, std::string>>& edge_types, const std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>& mappings = std::nullopt, const std::optional<std::tuple<int64_t, int64_t>>& group_shape = std::nullopt) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::tuples", "")
+      .typed<std::tuple<std::tuple<int64_t, std::string>>(const at::Tensor&, const std::vector<std::tuple<std::string, std::string, std::string>>&, const std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>&, const std::optional<std::tuple<int64_t, int64_t>>&)>();
+  return op.call(t, edge_types, mappings, group_shape);
+}
+
+// cty::optional_returns(Tensor t, bool present) -> (Tensor[]? a, int? b, str? c, int[]? d, Tensor?[] e)
+inline std::tuple<std::optional<std::vector<at::Tensor>>, std::optional<int64_t>, std::optional<std::string>, std::optional<std::vector<int64_t>>, std::vector<std::optional<at::Tensor>>> optional_returns(const at::Tensor& t, bool present) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::optional_returns", "")
+      .typed<std::tuple<std::optional<std::vector<at::Tensor>>, std::optional<int64_t>, std::optional<std::string>, std::optional<std::vector<int64_t>>, std::vector<std::optional<at::Tensor>>>(const at::Tensor&, bool)>();
+  return op.call(t, present);
+}
+
+// cty::step_(Tensor(a!) self) -> (Tensor(a!), Tensor)
+inline std::tuple<at::Tensor, at::Tensor> step_(at::Tensor& self) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::step_", "")
+      .typed<std::tuple<at::Tensor, at::Tensor>(at::Tensor&)>();
+  return op.call(self);
+}
+
+// cty::scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)
+inline at::Tensor& scale_into(const at::Tensor& a, at::Tensor& out) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::scale_into", "")
+      .typed<at::Tensor&(const at::Tensor&, at::Tensor&)>();
+  return op.call(a, out);
+}
+
+// cty::enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str
+inline std::string enum_numbers(const at::Tensor& t, at::ScalarType a = at::ScalarType::Int3, at::Layout b = at::Layout::Strided, at::MemoryFormat c = at::MemoryFormat::ChannelsLast, at::ScalarType d = at::ScalarType::Float8_e4m3fn) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::enum_numbers", "")
+      .typed<std::string(const at::Tensor&, at::ScalarType, at::Layout, at::MemoryFormat, at::ScalarType)>();
+  return op.call(t, a, b, c, d);
+}
+
+// cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
+inline void myadd_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  static const auto op = ::c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::myadd_out", "")
+      .typed<void(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+  return op.call(a, b, out);
 }
 
 }  // namespace cty::ops
