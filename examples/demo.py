@@ -1,5 +1,5 @@
-"""Calls the ops of the example libraries `exops` and `exstable` (schemas/*.yaml): eagerly, under autograd,
-under `torch.compile` and through `torch.export`.
+"""Calls the ops of the example libraries `exops` and `exstable` (schemas/*.yaml): eagerly,
+under autograd, under `torch.compile` and through `torch.export`.
 
 Run with `make demo` (generates, builds, then runs this). Each op is reachable two ways:
 `runtime.ops.<name>` and `torch.ops.exops.<op>`; both are the same OpOverload.
