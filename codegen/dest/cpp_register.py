@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from codegen.abi import namespace_abi
 from codegen.dest import cpp_library as L
 from codegen.dest import cpp_meta
 from codegen import reserved
@@ -57,6 +58,8 @@ def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
 def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
+        if namespace_abi(lib, ns) is not None:
+            continue    # stable ABI: codegen.dest.cpp_stable
         for shard in shs:
             out[shard.registration] = L.render(
                 "cpp_register.cpp.j2",
