@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from codegen.abi import namespace_abi
 from codegen.dest import cpp_library as L
 from codegen.dest import cpp_meta
@@ -24,9 +26,16 @@ from codegen.torch_namespaces import is_torch_namespace
 
 
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
+    return group_impls(L.bound_kernels(shard, diags))
+
+
+def group_impls(bound: Iterable) -> list[dict]:
+    """The TORCH_LIBRARY_IMPL blocks of a shard's bound kernels (full or stable ABI: each has
+    `op`, `key`, `sig`, `cpp_namespace`, `fn`), one per dispatch key, each kernel behind a
+    function-pointer variable of its own."""
     by_key: dict[DispatchKey, list[dict]] = {}
     used: set[str] = set()
-    for b in L.bound_kernels(shard, diags):
+    for b in bound:
         # In namespace opgen (reserved.CPP_NAMESPACE), apart from every user name.
         pointer = base = reserved.cpp_identifier(
             f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}")

@@ -32,6 +32,7 @@ from codegen import shape as S
 from codegen.abi import Abi
 from codegen.api import cpp, cpp_stable
 from codegen.dest import cpp_library as L
+from codegen.dest import cpp_register
 from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
@@ -256,24 +257,7 @@ def kernel_decls(shard: L.Shard, diags: Diagnostics) -> list[KernelDecl]:
 
 
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
-    by_key: dict[DispatchKey, list[dict]] = {}
-    used: set[str] = set()
-    for b in bound_kernels(shard, diags):
-        pointer = base = reserved.cpp_identifier(
-            f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}")
-        n = 2
-        while pointer in used:
-            pointer, n = f"{base}_{n}", n + 1
-        used.add(pointer)
-        by_key.setdefault(b.key, []).append({
-            "op": L.impl_name(b.op),
-            "schema": str(b.op.schema),
-            "pointer": pointer,
-            "pointer_decl": b.sig.pointer_decl(pointer),
-            "kernel": f"{b.cpp_namespace}::{b.fn}" if b.cpp_namespace else f"::{b.fn}",
-        })
-    return [{"key": key.value, "guard": L.KEY_GUARDS[key], "impls": by_key[key]}
-            for key in DispatchKey if key in by_key]
+    return cpp_register.group_impls(bound_kernels(shard, diags))
 
 
 def meta_kernels(shard: L.Shard) -> list[StableMeta]:
