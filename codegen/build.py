@@ -266,13 +266,17 @@ _DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
 
 
 _SOURCE = re.compile(r"^// C\+\+ kernels and typed calls for (\S+) of (.+)\.$")
+# A stable-ABI library declares a file's kernels in one header (codegen.dest.cpp_stable).
+_STABLE_SOURCE = re.compile(r"^// C\+\+ kernels of the ops of (\S+) \(namespace \w+\)")
 
 
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
     """Kernel name -> its declarations, read back from the generated headers (each op name's
-    header below `generated/cpp/<ns>/<file>/`)."""
+    header below `generated/cpp/<ns>/<file>/`; a stable library's one header per op file,
+    `generated/cpp/<ns>/<file>.h`)."""
     out: dict[str, list[KernelInfo]] = {}
-    for header in sorted((root / config.current().generated / "cpp").glob("*/*/*.h")):
+    cpp = root / config.current().generated / "cpp"
+    for header in sorted([*cpp.glob("*/*/*.h"), *cpp.glob("*/*.h")]):
         ns = ""
         uses: list[str] = []
         schema = ""
@@ -280,6 +284,8 @@ def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
         for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
             if m := _SOURCE.match(line):
                 source = m.group(2)
+            elif m := _STABLE_SOURCE.match(line):
+                source = m.group(1)
             elif m := _NAMESPACE_OPEN.match(line):
                 ns = m.group(1)
             elif line.startswith("}  // namespace"):

@@ -246,7 +246,7 @@ def strip(t):
 def kernel_decls(shard: L.Shard, diags: Diagnostics) -> list[KernelDecl]:
     decls: dict[tuple[str, str], KernelDecl] = {}
     for b in bound_kernels(shard, diags):
-        comment = f"{b.key.value} kernel of {b.op.name} ({b.kernel.loc.path}:{b.kernel.loc.line})"
+        comment = f"{b.key.value} kernel of {b.op.name}"  # no line: an edit elsewhere rebuilds nothing
         ident = (f"{b.cpp_namespace}::{b.fn}", b.sig.pointer_type())
         prev = decls.get(ident)
         decls[ident] = (KernelDecl(prev.cpp_namespace, prev.name, prev.decl,
