@@ -152,6 +152,7 @@ WARNINGS: dict[str, str] = {
     "not-functionalizable": "torch.compile and torch.export cannot functionalize the op",
     "none-return": "'-> None' is registered as '-> ()'",
     "list-after-default": "a list argument without a default follows one with a default",
+    "alias-on-non-tensor": "an alias annotation on a type that is not a Tensor has no effect",
 }
 
 

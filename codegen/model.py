@@ -241,7 +241,9 @@ def annotation_of(t: Type) -> Annotation | None:
     """
     t = strip_optional(t)
     if t.alias is not None:
-        return t.alias
+        # On other types (vLLM's `int!? n`) torch keeps the annotation, but nothing can alias or
+        # write a value that is not a Tensor: the generators treat the argument as plain.
+        return t.alias if is_tensor_like(t) else None
     if isinstance(t, ListType):
         return annotation_of(t.elem)
     return None

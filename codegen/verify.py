@@ -402,8 +402,14 @@ class _OpVerifier:
             and strip_optional(t.elem).name is BaseTy.Tensor  # type: ignore[union-attr]
         where = alias.span or t.span or span
         if not (tensor or tensor_list):
-            self.error(where, f"alias annotation {alias} on non-Tensor type '{t}' ({what})",
-                       "only Tensor, Tensor?, Tensor[] and Tensor?[] carry alias annotations")
+            # torch registers it (vLLM's merge_attn_states takes `int!? prefill_tokens`), and a
+            # value that is not a Tensor can neither alias nor be written: it means nothing.
+            self.warning(where, "alias-on-non-tensor",
+                         f"alias annotation {alias} on non-Tensor type '{t}' ({what}) has no "
+                         "effect: only Tensors alias or are written; torch keeps it in the "
+                         "schema, so torch.compile may take the op for a mutating one",
+                         "drop the annotation: only Tensor, Tensor?, Tensor[] and Tensor?[] "
+                         "carry alias annotations")
             return
         if alias.is_write and len(alias.alias_set) > 1:
             self.error(where, f"a mutable alias annotation names a single alias set, not "

@@ -75,6 +75,8 @@ out["zero_all"] = [ops.zero_all_(ys), [y.tolist() for y in ys]]
 bb, bc, bd = torch.zeros(2), torch.ones(2), [torch.zeros(1)]
 out["bang"] = [ops.bang(torch.ones(2), bb, bc, bd, [torch.ones(2)], torch.ones(2)),
                bb.tolist(), bc.tolist(), bd[0].tolist()]
+bi = torch.zeros(2)
+out["bang_int"] = [ops.bang_int(bi, 4), bi.tolist(), ops.bang_int(bi, None), bi.tolist()]
 out["defaults"] = ops.defaults(torch.ones(2)).tolist()
 out["pick"] = [ops.pick_int(torch.arange(6.).view(3, 2), 1).tolist(),
                ops.pick_Tensor(torch.arange(3.), torch.tensor([2, 0])).tolist()]
@@ -127,6 +129,7 @@ def test_every_binding_round_trips(cty_root: Path) -> None:
     assert out["fill"] == [3.0, 3.0]
     assert out["zero_all"] == [None, [[0.0, 0.0], [0.0]]]
     assert out["bang"] == [None, [3.0, 3.0], [2.0, 2.0], [1.0]]
+    assert out["bang_int"] == [None, [4.0, 4.0], None, [-1.0, -1.0]]
     assert out["defaults"] == [2.5, 2.5]
     assert out["pick"] == [[2.0, 3.0], [2.0, 0.0]]
     assert out["composite"] == [3.0, 3.0]

@@ -245,4 +245,6 @@ void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor
   if (f.has_value()) b.add_(*f);
 }
 
+void bang_int_cpu(at::Tensor& out, std::optional<int64_t> n) { out.fill_(n.value_or(-1)); }
+
 }  // namespace cty

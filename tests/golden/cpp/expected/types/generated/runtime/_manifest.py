@@ -23,11 +23,11 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "36cce4e2f9ce6e23",
+        "schema_hash": "d8bd3a2dc4293e0c",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 28,
+        "ops": 29,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -58,6 +58,7 @@ NAMESPACES = {
             "enum_numbers",
             "myadd_out",
             "bang",
+            "bang_int",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },

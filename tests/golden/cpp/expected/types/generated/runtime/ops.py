@@ -14,6 +14,7 @@ import torch as _torch
 # name -> (namespace, op, overload)
 _OPS = {
     "bang": ("cty", "bang", "default"),  # cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+    "bang_int": ("cty", "bang_int", "default"),  # cty::bang_int(Tensor! out, int!? n) -> ()
     "bools": ("cty", "bools", "default"),  # cty::bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool
     "composite": ("cty", "composite", "default"),  # cty::composite(Tensor self, int dim) -> Tensor
     "declared_only": ("cty", "declared_only", "default"),  # cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor

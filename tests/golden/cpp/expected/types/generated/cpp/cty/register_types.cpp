@@ -41,6 +41,7 @@ TORCH_LIBRARY(cty, m) {
   m.def("enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str");
   m.def("myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
   m.def("bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()");
+  m.def("bang_int(Tensor! out, int!? n) -> ()");
 }
 
 namespace opgen {
@@ -94,6 +95,8 @@ constexpr std::string (*enum_numbers_CPU)(const at::Tensor&, at::ScalarType, at:
 constexpr void (*myadd_out_CPU)(const at::Tensor&, const at::Tensor&, at::Tensor&) = &cty::myadd_out_cpu;
 // cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
 constexpr void (*bang_CPU)(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&) = &cty::bang_cpu;
+// cty::bang_int(Tensor! out, int!? n) -> ()
+constexpr void (*bang_int_CPU)(at::Tensor&, std::optional<int64_t>) = &cty::bang_int_cpu;
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CPU, m) {
@@ -122,6 +125,7 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
   m.impl("enum_numbers", TORCH_FN(opgen::enum_numbers_CPU));
   m.impl("myadd_out", TORCH_FN(opgen::myadd_out_CPU));
   m.impl("bang", TORCH_FN(opgen::bang_CPU));
+  m.impl("bang_int", TORCH_FN(opgen::bang_int_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA

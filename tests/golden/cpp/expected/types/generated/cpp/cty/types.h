@@ -33,3 +33,4 @@
 #include <cty/types/enum_numbers.h>
 #include <cty/types/myadd_out.h>
 #include <cty/types/bang.h>
+#include <cty/types/bang_int.h>
