@@ -63,6 +63,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "reduce": (),
     "pointwise_batch": (),
     "fold_leading": (),
+    "loop_batch": (),
     "not_implemented": (),
     "first_order": (),
     "apply": (),
@@ -972,9 +973,28 @@ class _Module:
             body.append(f"{lhs} = _pointwise_batch({info}.batch_size, {pairs})")
             body.append(f"return {call}, {out_dims}")
         elif spec.kind == "leading":
+            # Rows at dim 0 of the first Tensor (or of the named ones); others are shared by
+            # every row, so a batched shared operand (a weight per batch element) cannot be
+            # folded: the op then runs once per batch element.
+            rows = list(spec.rows) or names[:1]
+            bad = [r for r in rows if r not in names]
+            if bad:
+                self.diags.error(spec.loc, f"leading({', '.join(spec.rows)}) names '{bad[0]}', "
+                                 f"which is not a Tensor input of {op.name}",
+                                 "Tensor inputs: " + ", ".join(names))
+                return
             self.helpers.add("fold_leading")
+            shared = [(n, d) for n, d in zip(names, dims) if n not in rows]
+            if shared:
+                self.helpers.add("loop_batch")
+                pairs = ", ".join(f"({n}, {d})" for n, d in zip(names, dims))
+                body.append("if " + " or ".join(f"({n} is not None and {d} is not None)"
+                                                 for n, d in shared) + ":")
+                body.append(f"    return _loop_batch(lambda {', '.join(names)}: {call}, "
+                            f"{info}.batch_size, {pairs}), {out_dims}")
             for n, d in zip(names, dims):
-                body.append(f"{n} = _fold_leading({n}, {d}, {info}.batch_size)")
+                if n in rows:
+                    body.append(f"{n} = _fold_leading({n}, {d}, {info}.batch_size)")
             if n_out == 1:
                 body.append(f"return {call}.unflatten(0, ({info}.batch_size, -1)), 0")
             else:
