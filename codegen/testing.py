@@ -769,7 +769,10 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
         sizes = {n: c.size(0) for n, c in zip(names, carriers)}
         filled = {k: _size_slots(given.get(k), v, symbolic, sizes) for k, v in named.items()}
         a, k = split_call(op, filled)
-        return overload(*a, **k)
+        out = overload(*a, **k)
+        # The outputs' sizes as the graph knows them (from the fake kernel), to compare with the
+        # real ones: the results alone would pass a wrong fake, as nothing here reads its sizes.
+        return out, [t.size() for t in _flat_tensors(out)]
 
     torch._dynamo.reset()
     graphs_before = counters["stats"]["unique_graphs"]
@@ -794,8 +797,12 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
             slots = {k: _size_slots(given.get(k), v, symbolic, dict.fromkeys(names, 0))
                      for k, v in named.items()}
             with _reseeded(op, case.seed):
-                actual = compiled(carriers, slots)
+                actual, traced = compiled(carriers, slots)
             what = f"{case.id} compiled at sizes {sizes}" if sizes else f"{case.id} compiled"
+            real = [tuple(t.shape) for t in _flat_tensors(actual)]
+            assert [tuple(int(d) for d in s) for s in traced] == real, (
+                f"{what}: the fake kernel gives output sizes {[tuple(s) for s in traced]}, the "
+                f"kernel {real}")
             _assert_same(actual, expected, what)
             _assert_same(_mutated(op, slots), _mutated(op, eager_named),
                          f"{what}: mutated arguments")
@@ -806,8 +813,9 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
 
 
 def check_export(case: Case) -> None:
-    """`torch.export.export` of a module calling the op, saved and loaded back, gives eager's
-    results and mutates the arguments as eager does. Tensors (and Tensor lists) are the
+    """`torch.export.export` of a module calling the op, decomposed to the functional IR, saved
+    and loaded back, gives eager's results (with the fake kernel's sizes) and mutates the
+    arguments as eager does. Tensors (and Tensor lists) are the
     program's inputs; other arguments are constants."""
     op = case.op
     overload = case.overload
@@ -825,7 +833,9 @@ def check_export(case: Case) -> None:
         return tuple(_detach(values[k]) for k in tensor_keys)
 
     with _reseeded(op, case.seed):
-        program = torch.export.export(Call(), _clone(tensors_of(named)))
+        # Decomposed to the functional IR that deployment (AOTInductor) runs: mutating ops go
+        # through their functionalization there.
+        program = torch.export.export(Call(), _clone(tensors_of(named))).run_decompositions()
     buffer = io.BytesIO()
     torch.export.save(program, buffer)
     buffer.seek(0)
@@ -838,8 +848,22 @@ def check_export(case: Case) -> None:
     with _reseeded(op, case.seed):
         actual = loaded.module()(*tensors_of(fresh))
     _assert_same(actual, expected, f"{case.id} after export, save and load")
+    output = next(n for n in loaded.graph.nodes if n.op == "output")
+    traced = [tuple(n.meta["val"].shape) for n in torch.utils._pytree.tree_leaves(output.args)
+              if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)]
+    # The user outputs come last (after mutated inputs written back).
+    real = [tuple(t.shape) for t in _flat_tensors(actual)]
+    assert not real or _sizes_agree(traced[-len(real):], real), (
+        f"{case.id} exported: the fake kernel gives output sizes {traced}, the kernel {real}")
     _assert_same(_mutated(op, fresh), _mutated(op, eager),
                  f"{case.id} after export, save and load: mutated arguments")
+
+
+def _sizes_agree(traced: list[tuple], real: list[tuple]) -> bool:
+    """Traced output sizes equal the real ones; a data-dependent size (a SymInt) equals any."""
+    return len(traced) == len(real) and all(
+        len(t) == len(r) and all(not isinstance(a, int) or a == b for a, b in zip(t, r))
+        for t, r in zip(traced, real))
 
 
 def _is_tensor_arg(v: Any) -> bool:
