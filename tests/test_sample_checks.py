@@ -159,6 +159,13 @@ WRONG = {
           fake: like(x)
           samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
         """, ["seeded"]),
+    # Random without saying so: only the checks that reseed for a declared tag can compare runs.
+    "random_without_the_tag": ("""\
+        - func: noisy(Tensor x, float p, Generator? generator=None) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:noisy}
+          fake: like(x)
+          samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
+        """, ["compile", "export"]),
     "writes_nothing": ("""\
         - func: bounded(Tensor self, float lo, float hi) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
