@@ -7,7 +7,12 @@ sources (the repository's own build/ is left alone):
   3. one kernel source edited: objects recompiled (target: that one);
   4. one schema file edited (a tag of one op in schemas/python.yaml, then in schemas/core.yaml):
      objects recompiled (target: that file's registration shard only; the stamp is not a TU
-     with torch headers and compiles in milliseconds).
+     with torch headers and compiles in milliseconds);
+  5. edits no C++ sees, each above most ops of schemas/core.yaml, so every line below moves: a doc
+     string, a sample, a derivative formula, a fake rule that stays Python (target: nothing
+     recompiled, nothing relinked);
+  6. one op's schema (a default of weighted_mse): target: the kernel source including that op's
+     header, the file's registration shard and the stamp.
 
 Each step runs `python -m codegen generate schemas` then `python -m codegen.build`, as the Makefile
 targets do. Run: `python bench/bench_build.py [--keep DIR]`.
@@ -88,15 +93,38 @@ def main() -> None:
     t, _, out = step(root)
     rows.append(("edit a tag in schemas/core.yaml", t, compiled(out)))
 
+    core = root / "schemas/core.yaml"
+    for label, old, new in [
+        ("edit a doc string (core.yaml, 1st op)",
+         "      self + alpha * other, broadcasting and promoting dtypes like torch.add.\n",
+         "      self + alpha * other, broadcasting and promoting dtypes like torch.add.\n"
+         "      (A second line, added by bench_build.)\n"),
+        ("edit a sample (core.yaml, 1st op)",
+         "      - {self: {shape: [3, 4]}, other: {shape: [4]}, alpha: 2.5}\n",
+         "      - {self: {shape: [3, 4]}, other: {shape: [4]}, alpha: 2.5}\n"
+         "      - {self: {shape: [7]}, other: {shape: [7]}, alpha: 0.5}\n"),
+        ("edit a formula (core.yaml, 1st op)",
+         "other: unbroadcast(grad * alpha, other)", "other: unbroadcast(alpha * grad, other)"),
+        ("edit a Python-side fake rule (select_above)",
+         "fake: empty([dynamic()])", "fake: empty([dynamic(max=self.numel())])"),
+        ("edit one schema (weighted_mse default)",
+         'str reduction="mean"', 'str reduction="sum"'),
+    ]:
+        edit(core, old, new)
+        t, _, out = step(root)
+        rows.append((label, t, compiled(out)))
+
     print("example library (schemas/core.yaml + schemas/python.yaml, 3 kernel sources); "
           "seconds, wall clock, 2 processes per step as `make codegen && make build`\n")
     for label, seconds, units in rows:
-        print(f"  {label:<40} {seconds:>7.2f} s   compiled {len(units)}: {', '.join(units) or '-'}")
+        print(f"  {label:<45} {seconds:>7.2f} s   compiled {len(units)}: {', '.join(units) or '-'}")
     print(f"\nno-op: ninja says {'no work to do' if noop_ok else 'it had work'}; "
           f"{gen_out.strip().splitlines()[-1]}; files rewritten: {len(rewritten)}"
           + (f" ({', '.join(rewritten)})" if rewritten else ""))
     print("targets: no-op < 1 s with nothing rewritten; a kernel edit recompiles that source; a "
-          "schema edit recompiles that file's shard (+ the millisecond stamp)")
+          "tag edit recompiles that file's shard (+ the millisecond stamp); doc, sample, formula "
+          "and Python-side fake rule edits recompile nothing; a schema edit recompiles what "
+          "includes that op's header, the shard and the stamp")
     if tmp is not None:
         tmp.cleanup()
 

@@ -1,4 +1,10 @@
-"""Command line: `python -m codegen {check,list,generate} [PATHS]`.
+"""Command line: `python -m codegen {check,list,generate,build} [PATHS]` (also `opgen ...`).
+
+Every command works on a project: `--project DIR`, or the nearest pyproject.toml with a
+`[tool.opgen]` table upward from the working directory (codegen.config), or else opgen's example
+layout in the working directory. PATHS (op files or directories, relative to the working
+directory) default to the project's `schemas`; the command runs in the project root, so
+generated files and messages name project-relative paths.
 
 Exit status: 0 on success (warnings, if any, on stderr), 1 when the op files have errors (printed
 as located diagnostics) or an output cannot be written, 2 on bad command-line usage, 3 on an
@@ -14,30 +20,31 @@ import sys
 import traceback
 from pathlib import Path
 
+from codegen import config
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import WriteError
-
-DEFAULT_PATHS = ["schemas"]
 
 
 def _load(paths: list[str]):
     from codegen.load import load_library
 
-    return load_library(paths or DEFAULT_PATHS)
+    return load_library(paths or list(config.current().schemas))
 
 
-def _check_python_side(lib) -> Diagnostics:
-    """The checks that need the whole library (namespaces torch defines, names too long for a
-    file, formulas calling library ops, missing fake kernels, Python function signatures,
-    batching/autocast rules): codegen.dest.py_reg renders in memory and writes nothing. Returns
-    the warnings."""
-    from codegen.dest.py_reg import generate_registrations
-    from codegen.gen import check_library
+def _check_python_side(lib, werror: bool = False) -> Diagnostics:
+    """Everything `generate` checks, so that `check` passes exactly what `generate` can generate:
+    the checks that need the whole library (namespaces torch defines, names too long for a file),
+    then every generator renders in memory (C++ bindings of every type, formulas calling library
+    ops, missing fake kernels, Python function signatures, batching/autocast rules) and nothing
+    is written. Returns the warnings (errors, with `werror`)."""
+    from codegen.gen import check_library, render
 
     diags = lib.diagnostics()
     check_library(lib, diags)
     if not diags.has_errors:
-        generate_registrations(lib, diags)
+        render(lib, diags)
+    if werror:
+        diags.werror()
     diags.raise_if_errors()
     return diags
 
@@ -49,7 +56,7 @@ def _print_warnings(diags: Diagnostics) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     lib = _load(args.paths)
-    _print_warnings(_check_python_side(lib))
+    _print_warnings(_check_python_side(lib, args.werror))
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
     return 0
@@ -64,22 +71,24 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from codegen import files
-    from codegen.gen import OUTPUT_DIR, check_library, render
+    from codegen.gen import check_library, output_dir, render
 
     lib = _load(args.paths)
     diags = lib.diagnostics()
     check_library(lib, diags)
     diags.raise_if_errors()
     fileset = render(lib, diags)
+    if args.werror:
+        diags.werror()
     diags.raise_if_errors()
     _print_warnings(diags)
-    root = Path(args.root)
+    root = Path(".")      # the project root (config.use)
     if args.check:
-        changed = files.stale(root, fileset) + files.orphans(root, fileset, OUTPUT_DIR)
+        changed = files.stale(root, fileset) + files.orphans(root, fileset, output_dir())
         for rel in changed:
             print(f"stale: {rel}")
         return 1 if changed else 0
-    written = files.write(root, fileset, prune_dir=OUTPUT_DIR)
+    written = files.write(root, fileset, prune_dir=output_dir())
     if args.depfile:
         from codegen.dest.ninja import write_depfile
 
@@ -114,27 +123,44 @@ def debug_option(parser: argparse.ArgumentParser, default) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from codegen import build
+
     parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__.splitlines()[0])
     debug_option(parser, False)
+    build.project_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, help_ in [
         ("check", cmd_check, "parse and validate op files"),
         ("list", cmd_list, "print every op's canonical schema"),
-        ("generate", cmd_generate, "generate code into generated/"),
+        ("generate", cmd_generate, "generate code into the project's generated directory"),
+        ("build", None, "compile the op libraries with ninja (python -m codegen.build)"),
     ]:
         p = sub.add_parser(name, help=help_)
         debug_option(p, argparse.SUPPRESS)     # `--debug` before or after the command
-        p.add_argument("paths", nargs="*", help="op files or directories (default: schemas/)")
+        build.project_option(p, argparse.SUPPRESS)
+        if name == "build":
+            build.add_arguments(p)
+            p.set_defaults(fn=None)
+            continue
+        p.add_argument("paths", nargs="*", help="op files or directories (default: the "
+                       "project's schemas)")
         p.set_defaults(fn=fn)
+        if name != "list":
+            p.add_argument("--werror", action="store_true",
+                           help="treat warnings as errors (exit 1, nothing generated)")
         if name == "generate":
-            p.add_argument("--root", default=".", help="repository root (outputs go to ROOT/generated)")
             p.add_argument("--check", action="store_true",
                            help="write nothing; exit 1 if any generated file is stale")
             p.add_argument("--depfile", metavar="PATH",
                            help="also write a make-style depfile of every input read (for ninja)")
     args = parser.parse_args(argv)
+    if args.fn is None:
+        return build.run(args)
     try:
-        return args.fn(args)
+        project = config.resolve(args.project, Diagnostics())
+        args.paths = [project.relative(p) for p in args.paths]
+        with config.use(project):
+            return args.fn(args)
     except UserError as e:
         print(e.diags.render(), file=sys.stderr)
         return 1

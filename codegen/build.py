@@ -27,6 +27,7 @@ line; the traceback with --debug).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import os
@@ -38,9 +39,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.dest.ninja import KERNEL_ROOT, NINJA_FILE, TOOLCHAIN
+from codegen import config
+from codegen.dest.ninja import ninja_file, toolchain_file
+from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import WriteError, verify_stamp, write_atomic
-from codegen.gen import SET_STAMP
+from codegen.gen import set_stamp
 
 KEY_PREFIX = "# key: "
 _ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
@@ -76,6 +79,7 @@ def toolchain_key() -> str:
         h.update(f"{k}={os.environ.get(k, '')}".encode())
     h.update(str(shutil.which("ccache")).encode())
     h.update(str(Path(__file__).resolve().parent.parent).encode())
+    h.update(config.current().generated.encode())     # the -I of the generated headers
     return h.hexdigest()[:16]
 
 
@@ -116,7 +120,7 @@ def make_toolchain(key: str) -> Toolchain:
     cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"] + defines
               + (["-fopenmp"] if openmp else [])
               + [f for inc in includes for f in ("-isystem", inc)]
-              + ["-I", "generated/cpp"]
+              + ["-I", f"{config.current().generated}/cpp"]
               + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
@@ -124,7 +128,7 @@ def make_toolchain(key: str) -> Toolchain:
                + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
 
     lines = [
-        f"# Toolchain for {NINJA_FILE} on this machine, written by `python -m codegen.build` "
+        f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
         f"{KEY_PREFIX}{key}",
         f"torch_version = {torch_version}",
@@ -146,7 +150,7 @@ def make_toolchain(key: str) -> Toolchain:
                       + ["--compiler-options", "-fPIC", "-Xcompiler",
                          "-Werror=missing-declarations"]
                       + [f for inc in includes for f in ("-isystem", inc)]
-                      + ["-I", "generated/cpp"]
+                      + ["-I", f"{config.current().generated}/cpp"]
                       + shlex.split(os.environ.get("OPGEN_NVCC_FLAGS", "")))
         lines += [
             f"nvcc = {_q(launcher + [nvcc])}",
@@ -179,7 +183,7 @@ def _codegen_command() -> str:
 
 def write_toolchain(root: Path) -> tuple[bool, str]:
     """(whether the file was rewritten, its text). Imports torch only when the key changed."""
-    path = root / TOOLCHAIN
+    path = root / toolchain_file()
     key = toolchain_key()
     try:
         old = path.read_text(encoding="utf-8")
@@ -219,15 +223,22 @@ _SCHEMA = re.compile(r"^//   (.+)$")
 _DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
 
 
+_SOURCE = re.compile(r"^// C\+\+ kernels and typed calls for (\S+) of (.+)\.$")
+
+
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
-    """Kernel name -> its declarations, read back from the generated headers."""
+    """Kernel name -> its declarations, read back from the generated headers (each op name's
+    header below `generated/cpp/<ns>/<file>/`)."""
     out: dict[str, list[KernelInfo]] = {}
-    for header in sorted((root / "generated" / "cpp").glob("*/*.h")):
+    for header in sorted((root / config.current().generated / "cpp").glob("*/*/*.h")):
         ns = ""
         uses: list[str] = []
         schema = ""
+        source = ""
         for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
-            if m := _NAMESPACE_OPEN.match(line):
+            if m := _SOURCE.match(line):
+                source = m.group(2)
+            elif m := _NAMESPACE_OPEN.match(line):
                 ns = m.group(1)
             elif line.startswith("}  // namespace"):
                 ns = ""
@@ -237,13 +248,40 @@ def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
                 schema = m.group(1)
             elif uses and (m := _DECL.match(line)):
                 q = f"{ns}::{m.group(2)}" if ns else m.group(2)
-                info = KernelInfo(q, tuple(uses), schema, line,
-                                  header.relative_to(root).as_posix(), i)
+                info = KernelInfo(q, tuple(_located(root, source, u) for u in uses), schema,
+                                  line, header.relative_to(root).as_posix(), i)
                 out.setdefault(q, []).append(info)
                 uses = []
             elif not line.startswith("//"):
                 uses = []
     return out
+
+
+_USE_PARTS = re.compile(r"^(\w+) kernel of (\S+)$")
+
+
+def _located(root: Path, source: str, use: str) -> str:
+    """`use` ("CPU kernel of ns::op") with the line of the op file naming the kernel. Headers
+    carry no line numbers (Note [Headers that change only with C++] in codegen.dest.cpp_kernels),
+    so the op file is read again; an op file that no longer loads leaves the use as it is."""
+    m = _USE_PARTS.match(use)
+    locs = _kernel_locations(str(root), source) if m and source else {}
+    loc = locs.get((m.group(2), m.group(1))) if m else None
+    return f"{use} ({source}:{loc})" if loc is not None else use
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_locations(root: str, source: str) -> dict[tuple[str, str], int]:
+    """(qualified op name, dispatch key) -> the line of its kernel in op file `source`."""
+    from codegen.diagnostics import UserError
+    from codegen.load import load_library
+
+    try:
+        lib = load_library([str(Path(root) / source)])
+    except (UserError, OSError):
+        return {}
+    return {(str(op.name), key.value): kernel.loc.line
+            for op in lib.ops for key, kernel in op.dispatch}
 
 
 _MISSING_DECL = re.compile(r"^(?P<where>\S+:\d+:\d+): error: no previous declaration for "
@@ -258,6 +296,11 @@ _SOURCE_EXCERPT = re.compile(r"^\s*\d*\s*\|")   # gcc's `  5 | code` and `    | 
 def _qualified_name(decl: str) -> str | None:
     m = _QNAME.search(decl)
     return m.group(1).lstrip(":") if m else None
+
+
+def _kernel_dirs() -> str:
+    dirs = config.current().kernels
+    return ", ".join(dirs) if dirs else "a kernel directory ([tool.opgen] kernels names none)"
 
 
 def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
@@ -289,7 +332,7 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
         if kind == "undefined":
             parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:{info.line} "
                          f"but defined by no kernel source; define it as\n    {info.decl}\n"
-                         f"  in {KERNEL_ROOT}/<namespace>/*.cpp")
+                         f"  in a kernel source under {_kernel_dirs()}")
         else:
             parts.append(f"{prefix}'{qname}' is the {what}; for the schema\n"
                          f"    {info.schema}\n"
@@ -318,14 +361,35 @@ def ninja_binary() -> str:
     return found
 
 
+def generated_namespaces(root: Path) -> list[str]:
+    """The namespaces of the generated set (one directory each under <generated>/cpp)."""
+    base = root / config.current().generated / "cpp"
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
 def cuda_sources(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in (root / KERNEL_ROOT).glob("*/*.cu"))
+    from codegen.dest.ninja import kernel_sources
+
+    sources, _ = kernel_sources(generated_namespaces(root), root)
+    return sorted(s for v in sources.values() for s, _ in v if s.endswith(".cu"))
+
+
+def check_sources(root: Path) -> None:
+    """UserError for kernel sources that would build and then abort at import (a hand-written
+    TORCH_LIBRARY block for a namespace opgen generates)."""
+    from codegen.dest.ninja import check_kernel_sources, kernel_sources
+
+    namespaces = generated_namespaces(root)
+    diags = Diagnostics()
+    sources, _ = kernel_sources(namespaces, root)
+    check_kernel_sources(sources, set(namespaces), root, diags)
+    diags.raise_if_errors()
 
 
 def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     out = out or sys.stdout
     index: dict[str, list[KernelInfo]] | None = None
-    proc = subprocess.Popen([ninja_binary(), "-f", NINJA_FILE, *extra], cwd=root,
+    proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(), *extra], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
     assert proc.stdout is not None
@@ -353,16 +417,17 @@ def check_generated(root: Path, out) -> bool:
     """Make ninja regenerate a generated set that is not the one its stamp records: without
     the stamp, an output of the `codegen` edge is missing, so that edge runs first. False when
     that cannot work (a build file older than the stamp), with the error written."""
-    problem = verify_stamp(root, SET_STAMP)
+    stamp = set_stamp()
+    problem = verify_stamp(root, stamp)
     if problem is None:
         return True
-    if SET_STAMP not in (root / NINJA_FILE).read_text(encoding="utf-8", errors="replace"):
-        out.write(f"error: {problem}, and {NINJA_FILE} is too old to regenerate it\n"
+    if stamp not in (root / ninja_file()).read_text(encoding="utf-8", errors="replace"):
+        out.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
                   "hint: run `make codegen` (python -m codegen generate)\n")
         return False
     out.write(f"note: {problem}; regenerating before the build\n")
     try:
-        (root / SET_STAMP).unlink()
+        (root / stamp).unlink()
     except FileNotFoundError:
         pass
     return True
@@ -370,11 +435,16 @@ def check_generated(root: Path, out) -> bool:
 
 def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
     out = out or sys.stdout
-    if not (root / NINJA_FILE).is_file():
-        out.write(f"error: {NINJA_FILE} not found under {root}\n"
+    if not (root / ninja_file()).is_file():
+        out.write(f"error: {ninja_file()} not found under {root}\n"
                   "hint: run `make codegen` (python -m codegen generate) first\n")
         return 1
     if not check_generated(root, out):
+        return 1
+    try:
+        check_sources(root)
+    except UserError as e:
+        out.write(e.diags.render() + "\n")
         return 1
     _written, text = write_toolchain(root)
     if toolchain_var(text, "nvcc") is None:
@@ -390,16 +460,36 @@ def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen.build",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=".", help="repository root (where generated/ lives)")
-    parser.add_argument("-j", "--jobs", type=int, help="parallel jobs (ninja's default otherwise)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show full command lines")
-    parser.add_argument("targets", nargs="*", help="ninja targets (default: every library)")
+    project_option(parser)
+    add_arguments(parser)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an internal error")
     args = parser.parse_args(argv)
+    return run(args)
+
+
+def project_option(parser: argparse.ArgumentParser, default=None) -> None:
+    parser.add_argument("--project", "--root", dest="project", metavar="DIR", default=default,
+                        help="the project's directory (default: the nearest pyproject.toml with "
+                        "[tool.opgen] upward from here; `--root` is the old name)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The build's own options (also those of `opgen build`)."""
+    parser.add_argument("-j", "--jobs", type=int, help="parallel jobs (ninja's default otherwise)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show full command lines")
+    parser.add_argument("targets", nargs="*", help="ninja targets (default: every library)")
+
+
+def run(args: argparse.Namespace) -> int:
     extra = (["-j", str(args.jobs)] if args.jobs else []) + (["-v"] if args.verbose else [])
     try:
-        return build(Path(args.root), extra + args.targets)
+        project = config.resolve(args.project, Diagnostics())
+        with config.use(project):
+            return build(project.root, extra + args.targets)
+    except UserError as e:
+        print(e.diags.render(), file=sys.stderr)
+        return 1
     except (WriteError, OSError) as e:
         # The disk, not the code: a build directory that cannot be written, a missing compiler.
         print(f"error: {e}", file=sys.stderr)

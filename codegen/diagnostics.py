@@ -37,9 +37,14 @@ class Diagnostic:
     message: str
     hint: str | None = None
     severity: str = "error"
+    # A warning's name (`-W<name>` silences it in an op file's `suppress:`, see docs/FORMAT.md);
+    # `flag` is shown after the message, as compilers name the option behind a diagnostic.
+    name: str | None = None
+    flag: str | None = None
 
     def render(self, lines: list[str] | None) -> str:
-        out = [f"{self.loc}: {self.severity}: {self.message}"]
+        flag = f" [{self.flag}]" if self.flag else ""
+        out = [f"{self.loc}: {self.severity}: {self.message}{flag}"]
         if lines is not None and 1 <= self.loc.line <= len(lines):
             src, col = _window(lines[self.loc.line - 1].rstrip("\r\n"), self.loc.col)
             out.append("    " + _printable(src))
@@ -84,9 +89,28 @@ class Diagnostics:
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.items.append(Diagnostic(loc, message, hint))
 
-    def warning(self, loc: Loc, message: str, hint: str | None = None) -> None:
-        """A convention that only costs a generated extra: printed, and the run still succeeds."""
-        self.items.append(Diagnostic(loc, message, hint, "warning"))
+    def warning(self, loc: Loc, message: str, hint: str | None = None, *,
+                name: str | None = None, suppress: Iterable[str] = ()) -> None:
+        """A convention that only costs a generated extra: printed, and the run still succeeds.
+        `name` (see WARNINGS) is shown as `[-W<name>]`; nothing is reported when it is among the
+        names the op file silences (`suppress`)."""
+        assert name is None or name in WARNINGS, name
+        if name is not None and name in suppress:
+            return
+        self.items.append(Diagnostic(loc, message, hint, "warning", name,
+                                     f"-W{name}" if name else None))
+
+    def werror(self) -> None:
+        """`--werror`: every warning becomes an error, named `[-Werror=<name>]`."""
+        self.items = [
+            Diagnostic(d.loc, d.message, d.hint, "error", d.name,
+                       f"-Werror={d.name}" if d.name else "-Werror")
+            if d.severity == "warning" else d for d in self.items]
+
+    def drop_warnings(self, keep: Callable[[Diagnostic], bool], start: int = 0) -> None:
+        """Forget the warnings from item `start` on that `keep` refuses (suppressed ones)."""
+        self.items[start:] = [d for d in self.items[start:]
+                              if d.severity != "warning" or keep(d)]
 
     @property
     def warnings(self) -> list[Diagnostic]:
@@ -120,6 +144,16 @@ class Diagnostics:
     def raise_if_errors(self) -> None:
         if self.has_errors:
             raise UserError(self)
+
+
+# Every named warning, and what it is about (docs/FORMAT.md, "Warnings", explains each).
+WARNINGS: dict[str, str] = {
+    "torch-namespace": "the namespace is one torch defines; the ops are added to it",
+    "not-functionalizable": "torch.compile and torch.export cannot functionalize the op",
+    "none-return": "'-> None' is registered as '-> ()'",
+    "no-torch-func": "torch.func transforms cannot differentiate the op (autograd can)",
+    "list-after-default": "a list argument without a default follows one with a default",
+}
 
 
 class UserError(Exception):

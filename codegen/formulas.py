@@ -35,7 +35,12 @@ Keys
 Names in a formula
 ------------------
 - `grad`: the gradient of the output (when exactly one output is differentiable);
-  `grad_<name>` for a named return, `grads[i]` for the i-th return's gradient.
+  `grad_<name>` for a named return, `grads[i]` for the i-th return's gradient. The gradient of
+  a `Tensor[]` return is a list of tensors, one per element (as is its value, `result`): index it
+  or loop over it (`grad[0]`, `[g * 2 for g in grad]`); treating it as a tensor (`grad * 2`,
+  `grad.sum()`, `unbroadcast(grad, x)`) is an error, as it is for a `Tensor[]` input.
+- An input named like one of these (a backward op's `Tensor grad`) is the input: the output's
+  gradient is then `grads[0]` (or `grad_<name>`), and the input may have a formula of its own.
 - The op's inputs by name; `result` (one return), a return's name, or `results[i]`.
 - `unbroadcast(g, t)`: `g` summed down to the shape of `t` (the gradient of a broadcasting op).
 - `not_implemented("why")`: the gradient raises a clear error when it is needed.
@@ -49,12 +54,24 @@ Names in a formula
 - Attributes and methods of values: those of tensors (`grad.sum_to_size(...)`, `self.shape`),
   and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
   starting with `_` anywhere (`__class__`, `_base`).
-- Python operators, conditionals, literals, list comprehensions
-  (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]`) and the builtins
+- Python operators, conditionals, literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list
+  comprehensions with an optional condition
+  (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights) if w != 0]`) and the builtins
   `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
   `not_implemented` are only called.
 - Ops of this library: `<namespace>.<name>(...)` (`exops.scaled_mul_backward`), with an overload
   `<namespace>.<name>.<overload>(...)`, or a bare name that names an op of the same namespace.
+
+Bindings
+--------
+A formula may name values before its expression, Python style, separated by `;`:
+
+    self: t = torch.tanh(self / limit); grad * (1 - t * t)
+
+Each binding is computed once, in order, when the formula runs; later bindings and the
+expression may use it. A binding's name is new: not an input, not a name the language defines
+(`grad`, `result`, `torch`, builtins, return names), not starting with `_`. Bindings belong to
+their formula; another formula of the op writes its own.
 
 Literals
 --------
@@ -82,7 +99,8 @@ Checks
 ------
 Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file is loaded:
 unknown names, names outside the vocabulary above, literals, inputs without formulas, formulas
-for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`;
+for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`,
+Tensor lists used as tensors, binding names the language owns, slice steps of zero;
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
 keywords, missing required arguments) once the whole library is loaded.
 """
@@ -191,11 +209,18 @@ class LoopVar:
 
 
 @dataclass(frozen=True)
+class LocalRef:
+    """A name bound before the formula's expression (`t = torch.tanh(self); ...`)."""
+    name: str
+
+
+@dataclass(frozen=True)
 class ListComp:
-    """`[elem for a, b in iterable]`."""
+    """`[elem for a, b in iterable if cond]`."""
     elem: Expr
     names: tuple[str, ...]
     iterable: Expr
+    cond: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -233,6 +258,7 @@ class Call:
 class Slice:
     lo: Expr | None
     hi: Expr | None
+    step: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -300,7 +326,7 @@ class IfExp:
 
 
 Expr = Union[Const, EllipsisLit, InputRef, GradRef, GradsRef, ResultRef, ResultsRef, TorchRef,
-             BuiltinRef, PyBuiltinRef, LoopVar, OpRef, Attr, Star, Call, Slice, Subscript,
+             BuiltinRef, PyBuiltinRef, LoopVar, LocalRef, OpRef, Attr, Star, Call, Slice, Subscript,
              TupleLit, ListLit, ListComp, BinOp, UnaryOp, IfExp]
 
 
@@ -309,7 +335,12 @@ class Formula:
     inputs: tuple[str, ...]         # the inputs it gives gradients for (a tuple when several)
     expr: Expr
     text: str = ""
+    bindings: tuple[tuple[str, Expr], ...] = ()     # `name = value;` before `expr`, in order
     loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def exprs(self) -> tuple[Expr, ...]:
+        """The binding values, then the expression: everything the formula evaluates."""
+        return tuple(v for _, v in self.bindings) + (self.expr,)
 
 
 @dataclass(frozen=True)
@@ -329,16 +360,17 @@ class Derivatives:
 def children(e: Expr) -> tuple[Expr, ...]:
     match e:
         case Const() | EllipsisLit() | InputRef() | GradRef() | GradsRef() | ResultRef() \
-                | ResultsRef() | TorchRef() | BuiltinRef() | PyBuiltinRef() | LoopVar() | OpRef():
+                | ResultsRef() | TorchRef() | BuiltinRef() | PyBuiltinRef() | LoopVar() \
+                | LocalRef() | OpRef():
             return ()
-        case ListComp(elem=e, iterable=it):
-            return (e, it)
+        case ListComp(elem=e, iterable=it, cond=c):
+            return (e, it) if c is None else (e, it, c)
         case Attr(obj=o) | Star(value=o) | UnaryOp(operand=o):
             return (o,)
         case Call(func=f, args=args, kwargs=kwargs):
             return (f, *args, *(v for _, v in kwargs))
-        case Slice(lo=lo, hi=hi):
-            return tuple(x for x in (lo, hi) if x is not None)
+        case Slice(lo=lo, hi=hi, step=st):
+            return tuple(x for x in (lo, hi, st) if x is not None)
         case Subscript(obj=o, items=items):
             return (o, *items)
         case TupleLit(items=items) | ListLit(items=items):
@@ -360,7 +392,8 @@ def walk(e: Expr) -> Iterator[Expr]:
 
 def walk_all(d: Derivatives) -> Iterator[Expr]:
     for f in d.formulas:
-        yield from walk(f.expr)
+        for e in f.exprs():
+            yield from walk(e)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -412,11 +445,12 @@ def saved(d: Derivatives, schema: FunctionSchema) -> Saved:
     meta: dict[str, set[str]] = {}
     results: set[int] = set()
     for f in d.formulas:
-        w, m = meta_uses(f.expr)
-        whole |= w
-        for k, v in m.items():
-            meta.setdefault(k, set()).update(v)
-        for node in walk(f.expr):
+        for e in f.exprs():
+            w, m = meta_uses(e)
+            whole |= w
+            for k, v in m.items():
+                meta.setdefault(k, set()).update(v)
+        for node in walk_all_of(f):
             if isinstance(node, ResultRef):
                 results.add(node.index)
             elif isinstance(node, ResultsRef):
@@ -443,6 +477,11 @@ def saved(d: Derivatives, schema: FunctionSchema) -> Saved:
             else:
                 values.append(a.name)
     return Saved(tuple(tensors), tuple(lists), tuple(metas), tuple(values), tuple(sorted(results)))
+
+
+def walk_all_of(f: Formula) -> Iterator[Expr]:
+    for e in f.exprs():
+        yield from walk(e)
 
 
 def library_calls(d: Derivatives) -> list[OpRef]:
@@ -486,8 +525,9 @@ class _ToSyntax(Transformer):
         return _Node(str(data), tuple(children),
                      Span(meta.start_pos, meta.end_pos) if not meta.empty else Span(0, 0))
 
-    def start(self, meta, expr):
-        return expr
+    def start(self, meta, *parts):
+        parts = [p for p in parts if p is not None]
+        return _Node("start", tuple(parts), Span(meta.start_pos, meta.end_pos))
 
     def name(self, meta, tok):
         return _Name(str(tok), Span(tok.start_pos, tok.end_pos))
@@ -505,6 +545,7 @@ class _Checker:
         self.namespace = schema.name.namespace or ""
         self.returns = schema.returns
         self.loop_vars: set[str] = set()
+        self.locals: dict[str, bool] = {}      # binding -> whether it holds a Tensor list
 
     def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
         self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
@@ -522,6 +563,8 @@ class _Checker:
         n = node.id
         if n in self.loop_vars:
             return LoopVar(n)
+        if n in self.locals:
+            return LocalRef(n)
         if self.schema.argument(n) is not None:
             return InputRef(n)
         if n in ("True", "False", "None"):
@@ -633,26 +676,31 @@ class _Checker:
             items = tuple(self.expr(x) for x in p if x is not None)
             return TupleLit(items) if k == "tuple" else ListLit(items)
         if k == "listcomp":
-            elem, *names, iterable = p
+            elem, *names, iterable, cond_node = p
             it = self.expr(iterable)
             bound = tuple(str(x) for x in names)
             for tok in names:
-                if self.schema.argument(str(tok)) is not None or str(tok) in self.loop_vars:
+                if self.schema.argument(str(tok)) is not None or str(tok) in self.loop_vars \
+                        or str(tok) in self.locals:
                     raise self.error(Span(tok.start_pos, tok.end_pos),
                                      f"'{tok}' is already a name of the formula; pick another")
             saved = set(self.loop_vars)
             self.loop_vars |= set(bound)
             try:
                 body = self.expr(elem)
+                cond = self.expr(cond_node) if cond_node is not None else None
             finally:
                 self.loop_vars = saved
-            return ListComp(body, bound, it)
+            return ListComp(body, bound, it, cond)
         if k == "ifexp":
             return IfExp(self.expr(p[1]), self.expr(p[0]), self.expr(p[2]))
         if k == "compare":
             return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
         if k in ("neg", "pos", "invert", "not_"):
-            return UnaryOp(UnaryKind[k], self.expr(p[0]))
+            operand = self.expr(p[0])
+            if k != "not_":
+                self.not_a_list(p[0], operand)
+            return UnaryOp(UnaryKind[k], operand)
         if k in ("is_", "is_not"):
             left, right = self.expr(p[0]), self.expr(p[1])
             for side, e in ((p[0], left), (p[1], right)):
@@ -664,7 +712,11 @@ class _Checker:
             return BinOp(BinOpKind[k], left, right)
         if k in ("and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
                  "matmul", "pow"):
-            return BinOp(BinOpKind[k], self.expr(p[0]), self.expr(p[1]))
+            left, right = self.expr(p[0]), self.expr(p[1])
+            if k not in ("and_", "or_"):
+                self.not_a_list(p[0], left)
+                self.not_a_list(p[1], right)
+            return BinOp(BinOpKind[k], left, right)
         if k in ("slice", "ellipsis"):
             raise self.error(node.span, "slices and '...' only go inside brackets: x[1:], x[..., 0]")
         if k in ("kwarg", "star"):
@@ -672,6 +724,7 @@ class _Checker:
         raise TypeError(f"unexpected syntax node {k}")
 
     def attr(self, node: _Node, obj: Expr, name: str) -> Expr:
+        self.not_a_list(node.parts[0], obj)
         if isinstance(obj, TorchRef):
             path = obj.path + (name,)
             if not _has_vocabulary(obj.path):
@@ -714,6 +767,48 @@ class _Checker:
                              "tensors (and of dtypes, devices, finfo and sizes)")
         return Attr(obj, name)
 
+    def tensor_list(self, e: Expr) -> bool:
+        """Whether `e` is a list of tensors: a Tensor[] input, the gradient or value of a
+        Tensor[] return (`grad` is then a list, one tensor per element), or a binding of one."""
+        match e:
+            case GradRef(index=i) | ResultRef(index=i):
+                return _is_tensor_list(self.returns[i].type)
+            case InputRef(name=n):
+                arg = self.schema.argument(n)
+                return arg is not None and _is_tensor_list(arg.type)
+            case LocalRef(name=n):
+                return self.locals.get(n, False)
+        return False
+
+    def not_a_list(self, node, e: Expr) -> None:
+        """Refuse a Tensor list where a formula treats it as a tensor (`grad * 2` would repeat
+        the list, `grad.sum()` fail at backward)."""
+        if not self.tensor_list(e):
+            return
+        src = self.src(node.span)
+        what = "the gradient of a Tensor[] return" if isinstance(e, GradRef) else "a Tensor[]"
+        raise self.error(node.span, f"'{src}' is a list of tensors ({what}), not a tensor",
+                         f"index it or loop over it: `{src}[0]`, `[g * 2 for g in {src}]`")
+
+    def binding(self, node: _Node) -> tuple[str, Expr]:
+        """`name = value;`: a name of its own for a value the formula uses (see Bindings in the
+        module docstring)."""
+        tok, value_node = node.parts
+        name, span = str(tok), Span(tok.start_pos, tok.end_pos)
+        taken = self.schema.argument(name) is not None or name in self.locals
+        own = (name in ("grad", "grads", "result", "results", "torch", "True", "False", "None",
+                        self.namespace) or name in BUILTINS or name in PY_BUILTINS
+               or self._return_index(name) is not None
+               or (name.startswith("grad_") and self._return_index(name[5:]) is not None))
+        if name.startswith("_") or own:
+            raise self.error(span, f"'{name}' is a name of the formula language; a binding "
+                             "needs another")
+        if taken:
+            raise self.error(span, f"'{name}' is already a name of the formula; pick another")
+        value = self.expr(value_node)
+        self.locals[name] = self.tensor_list(value)
+        return name, value
+
     def _is_tensor(self, ref: InputRef) -> bool:
         arg = self.schema.argument(ref.name)
         assert arg is not None
@@ -755,6 +850,8 @@ class _Checker:
             if len(args) != 2 or kwargs or any(isinstance(a, Star) for a in args):
                 raise self.error(node.span, "unbroadcast() takes 2 arguments: "
                                  "unbroadcast(grad, input)")
+            for arg_node, arg in zip(node.parts[1:], args):
+                self.not_a_list(arg_node, arg)
         elif name == "not_implemented":
             if len(args) != 1 or kwargs or not (isinstance(args[0], Const)
                                                 and isinstance(args[0].value, str)):
@@ -769,9 +866,13 @@ class _Checker:
             if s is None:
                 continue
             if isinstance(s, _Node) and s.kind == "slice":
-                lo, hi = s.parts
+                lo, hi, *step = s.parts
+                step_e = self.expr(step[0]) if step and step[0] is not None else None
+                if isinstance(step_e, Const) and step_e.value == 0 and \
+                        type(step_e.value) is int:
+                    raise self.error(step[0].span, "a slice step cannot be zero")
                 items.append(Slice(self.expr(lo) if lo is not None else None,
-                                   self.expr(hi) if hi is not None else None))
+                                   self.expr(hi) if hi is not None else None, step_e))
             elif isinstance(s, _Node) and s.kind == "ellipsis":
                 items.append(EllipsisLit())
             else:
@@ -965,6 +1066,10 @@ def _suggest(name: str, choices) -> str | None:
 # The derivatives section
 
 
+def _is_tensor_list(t) -> bool:
+    return is_tensor_like(t) and isinstance(strip_optional(t), ListType)
+
+
 def _differentiable_returns(schema: FunctionSchema) -> tuple[bool, ...]:
     return tuple(is_tensor_like(r.type) for r in schema.returns)
 
@@ -1041,7 +1146,8 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
         syn = _ToSyntax().transform(tree)
         checker = _Checker(text, schema, diff_outputs, diags)
         try:
-            expr = checker.expr(syn)
+            bindings = tuple(checker.binding(b) for b in syn.parts[:-1])
+            expr = checker.expr(syn.parts[-1])
         except _Bad:
             continue
         if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
@@ -1049,7 +1155,7 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             diags.error(text.loc, f"the formula for {', '.join(names)} gives {given} "
                         f"gradient{'s' if given != 1 else ''} for {len(names)} inputs")
             continue
-        formulas.append(Formula(names, expr, text.text, loc=text.loc))
+        formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc))
 
     for a in schema.arguments:
         if is_tensor_like(a.type) and a.name not in seen:
@@ -1096,7 +1202,7 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
         if not isinstance(d, Derivatives):
             continue
         for f in d.formulas:
-            nodes = list(walk(f.expr))
+            nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):

@@ -6,6 +6,7 @@ Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,18 +14,30 @@ from typing import Callable
 
 import jinja2
 
-from codegen import escape
+from codegen import config, escape
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.files import FileSet
 from codegen.model import OpLibrary
 
 Generator = Callable[[OpLibrary, Diagnostics], dict[str, str]]
 
-# Every generated file lives under this directory, relative to the repo root.
-OUTPUT_DIR = "generated"
-# Written last: the digest of every other generated file (Note [Set-atomic writes] in
-# codegen/files.py). `cd generated && sha256sum -c SHA256SUMS` checks the set by hand.
-SET_STAMP = f"{OUTPUT_DIR}/SHA256SUMS"
+
+def output_dir() -> str:
+    """Every generated file lives under this directory, relative to the project root
+    (`generated` in opgen's own example; `[tool.opgen] generated`, codegen.config)."""
+    return config.current().generated
+
+
+def python_dir() -> str:
+    """Where the generated Python modules go (`generated/runtime` in the example)."""
+    return config.current().python_out
+
+
+def set_stamp() -> str:
+    """Written last: the digest of every other generated file (Note [Set-atomic writes] in
+    codegen/files.py). `cd generated && sha256sum -c SHA256SUMS` checks the set by hand."""
+    return config.current().stamp
+
 # The most bytes one path component may have (NAME_MAX on Linux and macOS file systems).
 NAME_MAX = 255
 
@@ -82,11 +95,16 @@ def generators() -> list[tuple[str, Generator]]:
         ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
+        ("py-loader", py_ops.generate_loader),
+        ("py-init", py_ops.generate_init),
     ]
     from codegen.dest import py_reg, py_stubs
 
     gens += [
-        ("py-reg", py_reg.generate_registrations),
+        # Generators take what they render with from here (Note [Generators take what they
+        # render with] in codegen/dest/py_reg.py).
+        ("py-reg", functools.partial(py_reg.generate_registrations, banner=banner,
+                                     template_environment=template_environment)),
         ("py-stubs", py_stubs.generate_stubs),
     ]
     return gens
@@ -96,7 +114,7 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
-    out.seal(SET_STAMP, banner("#", [f.path for f in lib.files]))
+    out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
     return out
 
 
@@ -113,7 +131,7 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
 class DerivedName:
     """A name in the op files that becomes part of file names."""
 
-    what: str           # `namespace` or `op file name`
+    what: str           # `namespace`, `op file name` or `op name`
     value: str          # the name as the files use it
     loc: Loc            # where the op files give it
     placeholder: str    # how messages show it inside a file name
@@ -131,7 +149,7 @@ def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
     for ns, shs in L.shards(lib).items():
         name = DerivedName("namespace", ns, namespace_loc(lib, ns), "<namespace>")
         module = L.python_module(ns).rpartition(".")[2]
-        for path in (L.stamp_path(ns), f"{OUTPUT_DIR}/runtime/{module}.py",
+        for path in (L.stamp_path(ns), f"{python_dir()}/{module}.py",
                      ninja.library_path(ns) + ninja.LINK_TEMP_SUFFIX,
                      ninja.gen_obj(ns, L.stamp_path(ns)) + ninja.DEPFILE_SUFFIX):
             out.append((path, name))
@@ -140,6 +158,9 @@ def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
             for path in (s.header, s.registration,
                          ninja.gen_obj(ns, s.registration) + ninja.DEPFILE_SUFFIX):
                 out.append((path, name))
+            for op_name, ops in L.ops_by_name(s).items():
+                out.append((s.op_header(op_name),
+                            DerivedName("op name", op_name, ops[0].loc, "<op>")))
     return out
 
 

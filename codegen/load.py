@@ -21,7 +21,7 @@ import yaml
 from yaml import events as ev
 
 from codegen import verify
-from codegen.diagnostics import Diagnostics, Loc, UserError, scalar_locator
+from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, scalar_locator
 from codegen.escape import first_unprintable
 from codegen.model import (
     AutocastSpec,
@@ -46,10 +46,11 @@ from codegen.model import (
     SymDim,
     TensorSample,
     Type,
+    TypeVar,
     VmapSpec,
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
-from codegen.tags import TAGS
+from codegen.tags import TAGS, shape_tag
 
 # Op files are small; anything this large is not one, and reading it would only be slow.
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -61,8 +62,9 @@ MAX_DEPTH = 32
 MAX_ERRORS_PER_FILE = 50
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
-           "autocast", "vmap")
-FILE_KEYS = ("namespace", "ops")
+           "autocast", "vmap", "suppress")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions")
+CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
 GRADCHECK_KEYS = ("dtype", "atol", "rtol", "eps")
@@ -230,6 +232,8 @@ class _FileLoader:
         # The sample being read: named size -> (value, where given), and the uses of each.
         self.dims: dict[str, tuple[int, _Node]] = {}
         self.dim_uses: list[tuple[str, _Node]] = []
+        # torchgen conventions the file's ops break (Note [Aten conventions] in codegen.verify).
+        self.conventions: list[verify.Convention] = []
 
     # -- positions and errors ----------------------------------------------------------------------
 
@@ -561,6 +565,8 @@ class _FileLoader:
             return None
         if type(root) is _Scalar and root.tag == "null":  # type: ignore[attr-defined]
             return OpFile(self.path, None, ())
+        suppress: frozenset[str] = frozenset()
+        conventions: str | None = None
         if type(root) is _Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -571,13 +577,59 @@ class _FileLoader:
                                "op file has no 'ops:' list", "list the op entries under 'ops:'")
                 return None
             self.sequence(top["ops"][1], "'ops'")
+            if "suppress" in top:
+                suppress = self.suppress(top["suppress"][1])
+            if "conventions" in top:
+                conventions = self.conventions_key(top["conventions"][1])
         elif type(root) is not _Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
-        return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc)
+        warnings = self.settle_warnings(ops, suppress, conventions)
+        return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc,
+                      suppress, conventions, warnings)
+
+    def settle_warnings(self, ops: list[Op], suppress: frozenset[str],
+                        conventions: str | None) -> tuple:
+        """Apply the file's `suppress:` and `conventions:` (known only once the file is read, as
+        they may follow `ops:`) to what its ops reported; the file's remaining warnings."""
+        if conventions == "aten":
+            for c in self.conventions:
+                c.report(self.diags)
+                self.ok = False
+        self.diags.drop_warnings(lambda d: d.name not in suppress, self.first_error)
+        if suppress:
+            ops[:] = [dataclasses.replace(op, suppress=op.suppress | suppress) for op in ops]
+        return tuple(d for d in self.diags.items[self.first_error:] if d.severity == "warning")
+
+    def suppress(self, node: _Node) -> frozenset[str]:
+        """`suppress:` a warning name or a list of them."""
+        items = [node] if type(node) is _Scalar and node.tag == "str" else self.sequence(
+            node, "'suppress'")
+        out: set[str] = set()
+        for item in items or ():
+            name = self.string(item, "a warning name")
+            if name is None:
+                continue
+            if name not in WARNINGS:
+                bare = name[2:] if name.startswith("-W") else name
+                hint = (f"write the name without '-W': {bare}" if bare in WARNINGS
+                        else verify.suggest(name, WARNINGS)
+                        or "known warnings: " + ", ".join(sorted(WARNINGS)))
+                self.error(item, f"unknown warning '{_short(name)}'", hint)
+            else:
+                out.add(name)
+        return frozenset(out)
+
+    def conventions_key(self, node: _Node) -> str | None:
+        value = self.string(node, "'conventions'")
+        if value is not None and value not in CONVENTIONS:
+            self.error(node, f"unknown conventions '{_short(value)}'",
+                       "the only conventions are 'aten' (torchgen's rules, as errors)")
+            return None
+        return value
 
     def namespace(self, node: _Node) -> str | None:
         namespace = self.string(node, "'namespace'")
@@ -648,12 +700,19 @@ class _FileLoader:
             changes["autocast"] = self.autocast(fields["autocast"][1])
         if "vmap" in fields:
             changes["vmap"] = self.vmap(fields["vmap"][1])
+        if "suppress" in fields:
+            changes["suppress"] = self.suppress(fields["suppress"][1])
         op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
+        op = self.none_return(op)
 
         fake_loc = self.loc(fields["fake"][1]) if "fake" in fields else None
-        schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc)
+        schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc,
+                                     conventions=self.conventions)
         if not schema_ok:
             self.ok = False
+        tag = shape_tag(op.schema) if schema_ok else None
+        if tag is not None and not {"inplace", "out"} & set(op.tags):
+            op = dataclasses.replace(op, tags=op.tags + (tag,))
         # Fake rules and formulas read the schema; on a broken one they would only add noise.
         if "fake" in fields and schema_ok:
             fake = self.fake(fields["fake"][1], schema)
@@ -664,6 +723,27 @@ class _FileLoader:
             if derivatives is not None:
                 op = dataclasses.replace(op, derivatives=derivatives)
         return op
+
+    def none_return(self, op: Op) -> Op:
+        """`-> None` (torch reads `-> NoneType`: one return of type NoneType) is registered as
+        `-> ()`: c10 binds no C++ kernel to a NoneType return (a `void` kernel means `-> ()`), and
+        the op returns None in Python either way."""
+        s = op.schema
+        if len(s.returns) != 1 or s.returns[0].name is not None:
+            return op
+        t = s.returns[0].type
+        if not ((isinstance(t, BaseType) and t.name is BaseTy.NoneType and t.alias is None)
+                or (isinstance(t, TypeVar) and t.name == "None" and t.alias is None)):
+            return op
+        span = s.returns[0].type_span or s.returns[0].span
+        loc = op.func.at(span.start, span.end - span.start) if span and op.func else op.loc
+        # As written: `None` and `NoneType` are one type to torch (and to the IR).
+        written = op.func.text[span.start:span.end] if span and op.func else str(t)
+        self.diags.warning(loc, f"'-> {written}' is registered as '-> ()': C++ kernels cannot "
+                           "return NoneType, and the op returns None in Python either way",
+                           "write '-> ()'", name="none-return", suppress=op.suppress)
+        schema = FunctionSchema(s.name, s.arguments, (), s.is_vararg, s.is_varret, s.span)
+        return dataclasses.replace(op, schema=schema)
 
     def schema(self, func: Located) -> FunctionSchema | None:
         try:
@@ -865,7 +945,10 @@ class _FileLoader:
         named: list[tuple[str | None, _Node]] = []
         if type(node) is _Map:
             fields = self.mapping(node, "'samples'", None) or {}
-            args = [n for n in fields if schema.argument(n) is not None]
+            # A key naming an argument is one sample left out of its list, unless its value is
+            # itself a sample (a mapping of argument names): then it is a sample's name.
+            args = [n for n, (_key, value) in fields.items()
+                    if schema.argument(n) is not None and not _is_sample(value, schema)]
             if args:
                 self.error(fields[args[0]][0], f"'samples' is a list of samples (or a mapping "
                            f"name -> sample), but '{args[0]}' is an argument of {schema.name}",
@@ -1202,6 +1285,13 @@ def check_path(path: str, diags: Diagnostics) -> None:
                     + "; generated files name their op files in comments, which must stay on one "
                     "line",
                     "rename the file (or the directories on its path) to printable characters")
+
+
+def _is_sample(node: _Node, schema: FunctionSchema) -> bool:
+    """Whether `node` reads as a sample: a non-empty mapping whose keys all name arguments."""
+    return type(node) is _Map and bool(node.pairs) and all(
+        type(k) is _Scalar and isinstance(k.value, str) and schema.argument(k.value) is not None
+        for k, _ in node.pairs)
 
 
 def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLibrary:

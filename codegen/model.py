@@ -35,7 +35,20 @@ def _span() -> Span | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Alias annotations: Tensor(a), Tensor(a!), Tensor(a -> *), Tensor(a|b -> b|c), Tensor(*)
+# Alias annotations: Tensor(a), Tensor(a!), Tensor(a -> *), Tensor(a|b -> b|c), Tensor(*), Tensor!
+#
+# Note [Fresh alias sets]
+# A bare `!` (`Tensor! out`, `Tensor!? x`, `Tensor[]! xs`) is c10's shorthand for a write to an
+# alias set of its own, one that no other argument or return names. c10 names these sets `$0`,
+# `$1`, ... in the order its parser meets them (an element's before its list's: `Tensor![]!` is
+# `$0` then `$1`), and so does the IR: `Annotation(("$0",), True)`. No name in the language starts
+# with `$`, so a fresh set never equals a named one, and two bare `!` are two sets, as in c10.
+# The canonical text keeps the bare `!`: c10 prints `Tensor($0! -> )`, which its own parser
+# refuses, while `Tensor!` reads back as the same fresh set. Naming the set instead (`Tensor(a!)`)
+# would change what torch compares. The parser decodes each type spelling once wherever it
+# appears, so `number_fresh_sets` numbers the sets per schema afterwards.
+
+FRESH = "$"
 
 
 @dataclass(frozen=True)
@@ -45,7 +58,14 @@ class Annotation:
     alias_set_after: tuple[str, ...] = ()
     span: Span | None = _span()
 
+    @property
+    def is_fresh(self) -> bool:
+        """Written as a bare `!` (Note [Fresh alias sets])."""
+        return self.alias_set[:1] != () and self.alias_set[0][:1] == FRESH
+
     def __str__(self) -> str:
+        if self.is_fresh:
+            return "!"
         text = "|".join(self.alias_set) + ("!" if self.is_write else "")
         if self.alias_set_after:
             text += " -> " + "|".join(self.alias_set_after)
@@ -538,6 +558,82 @@ class FunctionSchema:
         return str(self.name) + self.signature_str()
 
 
+def _number_fresh(t: Type, n: list[int]) -> Type:
+    """`t` with each fresh alias set numbered from n[0] on, in c10's order (parts first)."""
+    if isinstance(t, OptionalType):
+        return OptionalType(_number_fresh(t.elem, n), t.span)
+    alias = t.alias
+    if alias is not None and alias.is_fresh:
+        # Parts are numbered before the type around them: `Tensor![]!` is $0 inside, $1 outside.
+        inner = _number_fresh_parts(t, n)
+        alias = Annotation((f"{FRESH}{n[0]}",), True, (), alias.span)
+        n[0] += 1
+        return _with_annotation(inner, alias)
+    return _number_fresh_parts(t, n)
+
+
+def _number_fresh_parts(t: Type, n: list[int]) -> Type:
+    if isinstance(t, ListType):
+        return ListType(_number_fresh(t.elem, n), t.size, t.alias, t.span)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_number_fresh(e, n) for e in t.elems), t.alias, t.span)
+    if isinstance(t, GenericType):
+        return GenericType(t.kind, tuple(_number_fresh(e, n) for e in t.args), t.alias, t.span)
+    return t
+
+
+def _with_annotation(t: Type, alias: Annotation) -> Type:
+    if isinstance(t, BaseType):
+        return BaseType(t.name, alias, t.span)
+    if isinstance(t, ClassType):
+        return ClassType(t.qualname, alias, t.span)
+    if isinstance(t, TypeVar):
+        return TypeVar(t.name, alias, t.span)
+    if isinstance(t, ListType):
+        return ListType(t.elem, t.size, alias, t.span)
+    if isinstance(t, TupleType):
+        return TupleType(t.elems, alias, t.span)
+    assert isinstance(t, GenericType), t
+    return GenericType(t.kind, t.args, alias, t.span)
+
+
+def _has_fresh(t: Type) -> bool:
+    # Runs on every schema that holds a '!', (a!) included: no generator, no property.
+    while type(t) is OptionalType:
+        t = t.elem
+    a = t.alias
+    if a is not None and a.alias_set[0][:1] == FRESH:
+        return True
+    if type(t) is BaseType:
+        return False
+    if isinstance(t, ListType):
+        return _has_fresh(t.elem)
+    if isinstance(t, (TupleType, GenericType)):
+        return any(map(_has_fresh, t.elems if isinstance(t, TupleType) else t.args))
+    return False
+
+
+def number_fresh_sets(schema: FunctionSchema) -> FunctionSchema:
+    """`schema` with its fresh alias sets (bare `!`) numbered $0, $1, ... in order of appearance,
+    arguments before returns, as c10 numbers them (Note [Fresh alias sets]).
+
+    The numbers depend only on the order, so numbering an already numbered schema changes nothing.
+    """
+    for x in schema.arguments:
+        if _has_fresh(x.type):
+            break
+    else:
+        if not any(_has_fresh(r.type) for r in schema.returns):
+            return schema
+    n = [0]
+    args = tuple(Argument(a.name, _number_fresh(a.type, n), a.default, a.kwarg_only, a.span,
+                          a.layout) for a in schema.arguments)
+    rets = tuple(Return(r.name, _number_fresh(r.type, n), r.span, r.type_span)
+                 for r in schema.returns)
+    return FunctionSchema(schema.name, args, rets, schema.is_vararg, schema.is_varret,
+                          schema.span)
+
+
 # --------------------------------------------------------------------------------------------------
 # The op library: what an op file declares around each schema.
 #
@@ -682,6 +778,8 @@ class Op:
     autocast: AutocastSpec | None = None
     vmap: VmapSpec | None = None
     gradcheck: GradcheckSpec | None = None
+    # Warning names silenced for this op: its own `suppress:` and its file's.
+    suppress: frozenset[str] = frozenset()
 
     @property
     def name(self) -> OperatorName:
@@ -712,6 +810,11 @@ class OpFile:
     source: str = field(default="", compare=False, hash=False, repr=False)
     # Where the file's `namespace:` value is (checks about a whole namespace point there).
     namespace_loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+    # The file's `suppress:` (warning names) and its `conventions:` (None, or "aten").
+    suppress: frozenset[str] = frozenset()
+    conventions: str | None = None
+    # Warnings found while loading it, for `diagnostics()` to report with the later ones.
+    warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -751,8 +854,10 @@ class OpLibrary:
         return self._by_namespace.get(namespace, ())
 
     def diagnostics(self) -> Diagnostics:
-        """An empty Diagnostics that can show the source lines of every file of the library."""
+        """A Diagnostics that can show the source lines of every file of the library, holding the
+        warnings found while loading it."""
         diags = Diagnostics()
         for f in self.files:
             diags.add_source(f.path, f.source)
+            diags.items.extend(f.warnings)
         return diags

@@ -24,9 +24,11 @@ from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal
 from codegen.model import (
     BASE_TYPES,
     CUSTOM_CLASS_PREFIX,
+    FRESH,
     GENERIC_ARITY,
     Annotation,
     Argument,
+    BaseTy,
     BaseType,
     BoolDefault,
     ClassType,
@@ -49,6 +51,7 @@ from codegen.model import (
     TupleType,
     Type,
     TypeVar,
+    number_fresh_sets,
 )
 
 
@@ -75,7 +78,7 @@ def _fail(message: str, offset: int, length: int = 1, hint: str | None = None) -
 # --------------------------------------------------------------------------------------------------
 # Pieces decoded from token text
 
-_SUFFIX_RE = re.compile(r"\s*(\?|\[\s*(\d*)\s*\]|\(([^()]*)\))")
+_SUFFIX_RE = re.compile(r"\s*(\?|!|\[\s*(\d*)\s*\]|\(([^()]*)\))")
 _OPNAME_RE = re.compile(r"([A-Za-z_]\w*)(?:\s*::\s*([A-Za-z_]\w*))?(?:\s*\.\s*(\w+))?")
 _ALIAS_NAME_RE = re.compile(r"\*|[A-Za-z_]\w*\Z")
 
@@ -96,12 +99,24 @@ def _annotation(text: str, offset: int) -> Annotation:
     return Annotation(alias_set, is_write, alias_after)
 
 
+# Numbered per schema by model.number_fresh_sets (Note [Fresh alias sets]).
+_FRESH = Annotation((FRESH,), True)
+
+
 def _with_alias(t: Type, ann: Annotation, offset: int, length: int) -> Type:
     if isinstance(t, OptionalType):
         _fail("an alias annotation cannot follow '?'", offset, length,
-              "write the annotation before the '?', as in Tensor(a)?")
+              f"write the annotation before the '?', as in Tensor{ann}?")
     if t.alias is not None:
-        _fail("this type already has an alias annotation", offset, length)
+        _fail("this type already has an alias annotation", offset, length,
+              "a type carries one annotation: Tensor(a!) or Tensor!, not both")
+    # c10 reads no annotation right after these types (only on a list of them).
+    if isinstance(t, (TupleType, ClassType)) or (
+            isinstance(t, GenericType) and t.kind is not Generic.Dict
+            and t.kind is not Generic.Union):
+        what = "a tuple type" if isinstance(t, TupleType) else f"type '{t}'"
+        _fail(f"{what} cannot carry an alias annotation", offset, length,
+              f"torch reads annotations on a list of them: {t}[]{ann}")
     if isinstance(t, BaseType):
         return BaseType(t.name, ann)
     if isinstance(t, ClassType):
@@ -154,6 +169,8 @@ def _apply_suffixes(t: Type, text: str, pos: int, base_offset: int) -> Type:
         elif tok[0] == "[":
             size = m.group(2)
             t = ListType(t, _list_size(size, base_offset + m.start(2)) if size else None)
+        elif tok == "!":
+            t = _with_alias(t, _FRESH, base_offset + m.start(1), 1)
         else:
             t = _with_alias(t, _annotation(m.group(3), base_offset + m.start(1)),
                             base_offset + m.start(1), len(tok))
@@ -168,13 +185,15 @@ def _named_type(text: str) -> Type:
     while end < len(text) and (text[end].isalnum() or text[end] in "_."):
         end += 1
     name = text[:end]
-    base = BASE_TYPES.get(name)
+    base = BASE_TYPES.get(name) if name != "None" else BaseTy.NoneType  # c10 reads None so
     t: Type
     if base is not None:
         t = BaseType(base)
     elif name.startswith(CUSTOM_CLASS_PREFIX) and name.count(".") == 4:
         t = ClassType(name)
-    elif "." in name:
+    elif "." in name and not name[0].islower():
+        # c10 reads a dotted name as a type variable only when it starts in lower case
+        # (`torch.distributed.device_mesh.DeviceMesh`, as torch.distributed declares ops).
         _fail(f"unknown type '{name}'", 0, end,
               f"custom classes are written {CUSTOM_CLASS_PREFIX}<namespace>.<Class>")
     else:
@@ -182,7 +201,9 @@ def _named_type(text: str) -> Type:
     return _apply_suffixes(t, text, end, 0)
 
 
-_ARG_RE = re.compile(r"(.*?)\s+([A-Za-z_]\w*)(?:(\s*=\s*)(.+))?\Z", re.S)
+# The type is the longest run of a name and suffixes: the lexer checked the spelling already.
+_ARG_RE = re.compile(r"([A-Za-z_][\w.]*(?:\s*(?:\?|!|\[\s*\d*\s*\]|\([^()]*\)))*)\s*"
+                     r"([A-Za-z_]\w*)(?:(\s*=\s*)(.+))?\Z", re.S)
 
 
 @lru_cache(maxsize=8192)
@@ -192,7 +213,7 @@ def _decode_arg(text: str):
     assert m is not None, text
     type_text, name, dtext = m.group(1), m.group(2), m.group(4)
     t = _named_type(type_text)
-    default = None if dtext is None else _default_text(dtext, m.start(4))
+    default = None if dtext is None else _default_text(dtext, m.start(4), _is_float(t))
     return t, len(type_text), name, m.start(2), default, m.start(4) if dtext else -1
 
 
@@ -257,8 +278,45 @@ def _int64(num: str, text: str, start: int) -> int:
     return value
 
 
-def _default_text(text: str, start: int) -> Default:
-    """Default-value text (already a single lexer token) -> Default. `start` locates errors."""
+def _is_float(t: Type) -> bool:
+    """Whether c10 reads a number default for type `t` as a double whatever its spelling."""
+    while isinstance(t, (OptionalType, ListType)):
+        t = t.elem
+    return isinstance(t, BaseType) and t.name is BaseTy.float
+
+
+_HEX_RE = re.compile(r"(-?)\s*0[xX]([0-9a-fA-F]+)\Z")
+
+
+def _hex(text: str, start: int, float_type: bool) -> NoReturn:
+    """Refuse a hexadecimal default, saying what torch makes of it.
+
+    c10 lexes `0x2F` as a number and then reads it with stoll (base 10) for every type but float:
+    `int m=0x2F` silently becomes 0. This is the one place where opgen refuses what torch accepts.
+    """
+    m = _HEX_RE.match(text)
+    if m is None:
+        _fail(f"hexadecimal default '{text}' is not supported", start, len(text),
+              "torch reads hexadecimal defaults as 0, or as floats, depending on their digits; "
+              "write the value in decimal")
+    value = int(m.group(2), 16) * (-1 if m.group(1) else 1)
+    if float_type:
+        # stod reads hexadecimal, so a float argument gets the value; an int would get 0.
+        _fail(f"hexadecimal default '{text}': torch reads it as {float(value)!r} for a float, "
+              "but as 0 for an int argument", start, len(text),
+              f"write it in decimal: {float(value)!r}")
+    if "e" in m.group(2):
+        # c10 takes a number holding 'e' for a double, which stod reads as hexadecimal.
+        reading = f"the float {float(value)!r}"
+    else:
+        reading = "0 (it reads the leading 0 and ignores the rest)"
+    _fail(f"hexadecimal default '{text}' is {value}, but torch reads it as {reading}",
+          start, len(text), f"write it in decimal: {value}")
+
+
+def _default_text(text: str, start: int, float_type: bool = False) -> Default:
+    """Default-value text (already a single lexer token) -> Default. `start` locates errors;
+    `float_type` tells whether the argument is a float (only hexadecimal defaults care)."""
     c = text[0]
     if c == '"' or c == "'":
         return StrDefault(_unquote(text, start))
@@ -270,10 +328,12 @@ def _default_text(text: str, start: int) -> Default:
             m = _LIST_ITEM_RE.match(body, pos)
             if m is None:
                 _fail("malformed list default", start, len(text))
-            items.append(_default_text(m.group(1), start + 1 + m.start(1)))
+            items.append(_default_text(m.group(1), start + 1 + m.start(1), float_type))
             pos = m.end()
         return ListDefault(tuple(items))
     if c.isdigit() or c in "-.":
+        if "x" in text or "X" in text:
+            _hex(text, start, float_type)
         if not _NUMBER_RE.match(text):
             _fail(f"malformed number '{text}'", start, len(text))
         num = "".join(text.split())
@@ -348,9 +408,9 @@ def _ret_from(text: str, start: int) -> Return:
     return Return(None, t, Span(start, start + len(text)), Span(start, start + len(text)))
 
 
-# A return name follows its type after whitespace (`Tensor(a) values`); a TYPE token never ends in
-# whitespace + identifier, so this tells RET from TYPE spellings.
-_RET_NAME_RE = re.compile(r"\s+([A-Za-z_]\w*)\Z")
+# A return name follows its type after whitespace (`Tensor(a) values`) or right after a suffix
+# (`Tensor?values`); a TYPE token never ends that way, so this tells RET from TYPE spellings.
+_RET_NAME_RE = re.compile(r"(?:(?<=[?!\])])\s*|\s+)([A-Za-z_]\w*)\Z")
 
 
 class _Kw:
@@ -555,127 +615,27 @@ def _operator_name(text: str, start: int) -> OperatorName:
 # --------------------------------------------------------------------------------------------------
 # Errors from the parser, in words a user knows
 
-# Big tokens make Lark's "expected X" lists unreadable, so errors are explained from what the
-# parser was waiting for (a category) and the text found at the failure point.
-_IDENT_AT = re.compile(r"[A-Za-z_]\w*")
-_NAMED_TYPE_AT = re.compile(r"[A-Za-z_][\w.]*(\s*(\?|\[\s*\d*\s*\]|\([^()]*\)))*")
-_PARAM_START = {"STAR", "ELLIPSIS", "GENERIC", "TOPEN"}
-_PARAM_NEXT = {"CLOSE", "CLOSE_RET", "NARG", "NKWARG", "NSTAR", "NELLIPSIS"}
-_RET_START = {"RET", "TYPE", "_LP"}
-
-
-def _snippet(text: str, pos: int) -> str:
-    m = _NAMED_TYPE_AT.match(text, pos) or _IDENT_AT.match(text, pos)
-    word = m.group(0) if m else text[pos:pos + 1]
-    return word or text[pos:pos + 1]
-
-
-def _returns_start(text: str) -> int:
-    """Offset just past the `->` that ends the argument list, or len(text) when there is none."""
-    depth = 0
-    opened = False
-    for i, ch in enumerate(text):
-        if ch == "(":
-            depth += 1
-            opened = True
-        elif ch == ")":
-            depth -= 1
-        elif opened and depth == 0 and text.startswith("->", i):
-            return i + 2
-    return len(text) + 1
-
 
 def _syntax_error(text: str, e: UnexpectedInput) -> SchemaSyntaxError:
-    if not text.strip():
-        return SchemaSyntaxError("empty schema", 0, 1, "a schema reads 'ns::name(Tensor self) -> Tensor'")
-    if isinstance(e, UnexpectedCharacters):
+    """Lark's error, explained: `codegen.schema_errors` reads the schema again token by token and
+    says which construct broke where (Lark's big tokens only know that a whole argument failed)."""
+    from codegen.schema_errors import explain
+
+    found = explain(text)
+    if found is not None:
+        return SchemaSyntaxError(*found)
+    # The two readers disagree (tests/test_parse_properties.py looks for such inputs): say what
+    # Lark saw, at its position.
+    pos = len(text)
+    if isinstance(e, UnexpectedCharacters) and e.pos_in_stream is not None:
         pos = e.pos_in_stream
-        expected = set(e.allowed or ())
-    elif isinstance(e, UnexpectedToken):
-        tok = e.token
-        pos = len(text) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
-        expected = set(e.expected)
-    else:
-        pos = len(text)
-        expected = set(getattr(e, "expected", ()) or ())
-    # Big tokens start with the whitespace and punctuation they absorb; point past it.
+    elif isinstance(e, UnexpectedToken) and e.token.type != "$END" and \
+            e.token.start_pos is not None:
+        pos = e.token.start_pos
     while pos < len(text) and text[pos].isspace():
         pos += 1
-    at = text[pos:]
-    found = f"'{_snippet(text, pos)}'" if at else "the end of the schema"
-    if pos >= _returns_start(text):
-        return _return_error(text, pos, expected, found)
-
-    def err(message: str, hint: str | None = None, length: int | None = None) -> SchemaSyntaxError:
-        n = length if length is not None else len(_snippet(text, pos)) if at else 1
-        return SchemaSyntaxError(message, pos, n, hint)
-
-    if expected & {"OPEN", "OPEN_ARG"}:
-        if at and (at[0].isalpha() or at[0] == "_"):
-            return err("expected '(' after the operator name",
-                       "a schema reads 'ns::name.overload(Tensor self) -> Tensor'", 1)
-        return err(f"expected an operator name, found {found}",
-                   "a schema reads 'ns::name.overload(Tensor self) -> Tensor'")
-    if expected & _PARAM_START:
-        if at.startswith(")") and text[:pos].rstrip().endswith(","):
-            return err("expected an argument after ','", "remove the trailing ','", 1)
-        if at.startswith(")") and expected & _PARAM_NEXT:
-            return err("expected '->' and the return types after the argument list",
-                       "write '-> ()' for an op that returns nothing", 1)
-        m = _NAMED_TYPE_AT.match(text, pos)
-        if m and re.match(r"\s*[,)=]", text[m.end():]):
-            return err(f"argument of type '{m.group(0)}' has no name",
-                       f"every argument needs a name, as in '{m.group(0)} x'")
-        if m and "(" in m.group(0):
-            return err(f"malformed type '{m.group(0)}'", "alias annotations read (a), (a!), "
-                       "(a -> *) or (a|b!); types read T, T?, T[], T[N]")
-        if not at:
-            return err("unexpected end of schema; expected an argument")
-        return err(f"expected an argument, found {found}")
-    if expected & _PARAM_NEXT:
-        if at.startswith(")"):
-            return err("expected '->' and the return types after the argument list",
-                       "write '-> ()' for an op that returns nothing", 1)
-        if at.startswith("="):
-            vpos = pos + 1
-            while vpos < len(text) and text[vpos].isspace():
-                vpos += 1
-            value = re.match(r"[^,)]*", text[vpos:]).group(0).rstrip()  # type: ignore[union-attr]
-            what = f"malformed default value '{value}'" if value else "missing default value"
-            return SchemaSyntaxError(what, vpos, max(1, len(value)),
-                                     "defaults are None, True, False, numbers, quoted strings, "
-                                     "[lists] or names such as contiguous_format")
-        if not at:
-            return err("unexpected end of schema; expected ')' to close the argument list")
-        return err(f"expected ',' or ')' after the argument, found {found}")
-    if "_RP" in expected or "_COMMA" in expected:
-        return err(f"expected ',' or ')', found {found}")
-    if {"NUMBER", "STRING", "IDENT"} & expected:
-        return err(f"expected a default value, found {found}")
-    return err(f"unexpected {found}")
-
-
-def _return_error(text: str, pos: int, expected: set[str], found: str) -> SchemaSyntaxError:
-    at = text[pos:]
-    length = len(_snippet(text, pos)) if at else 1
-    if not text[_returns_start(text):].strip():
-        return SchemaSyntaxError("expected the return types after '->'", pos, 1,
-                                 "write '-> ()' for an op that returns nothing")
-    if at.startswith(")") and text[:pos].rstrip().endswith(","):
-        return SchemaSyntaxError("expected a return after ','", pos, 1, "remove the trailing ','")
-    if not at:
-        return SchemaSyntaxError("unexpected end of schema; expected ')' to close the returns",
-                                 pos, 1)
-    m = _NAMED_TYPE_AT.match(text, pos)
-    if m and "(" in m.group(0):
-        return SchemaSyntaxError(f"malformed type '{m.group(0)}'", pos, len(m.group(0)),
-                                 "alias annotations read (a), (a!), (a -> *) or (a|b!)")
-    if "$END" in expected or not (expected & (_RET_START | {"RET_CLOSE", "NRET", "NRET_TYPE"})):
-        hint = None if text[:pos].rstrip().endswith(")") else \
-            "several returns are written as a list: (Tensor a, Tensor b)"
-        return SchemaSyntaxError(f"unexpected {found} after the return types", pos, length, hint)
-    return SchemaSyntaxError(f"expected ',' or ')' in the return list, found {found}", pos,
-                             length)
+    what = f"'{text[pos]}'" if pos < len(text) else "end of schema"
+    return SchemaSyntaxError(f"unexpected {what}", pos, 1)
 
 
 @lru_cache(maxsize=1)
@@ -688,6 +648,8 @@ def _parser() -> Lark:
 def parse_schema(text: str) -> FunctionSchema:
     """Parse one function schema; raise SchemaSyntaxError with an offset into `text`."""
     try:
-        return _parser().parse(text)
+        schema: FunctionSchema = _parser().parse(text)  # type: ignore[assignment]
     except UnexpectedInput as e:
         raise _syntax_error(text, e) from None
+    # Types are decoded once per spelling, so fresh alias sets are numbered per schema here.
+    return number_fresh_sets(schema) if "!" in text else schema

@@ -45,8 +45,8 @@ COMMAND_LINE_MACROS = ("OPGEN_TORCH_VERSION", "OPGEN_WITH_CUDA")
 
 # Builtins that generated per-op Python functions (fake, autograd, vmap, functionalize) call;
 # tests/test_hygiene.py checks every builtin the generated modules use is listed.
-PY_BODY_BUILTINS = frozenset({"NotImplementedError", "RuntimeError", "any", "len", "list", "sum",
-                              "tuple", "zip"})
+PY_BODY_BUILTINS = frozenset({"NotImplementedError", "RuntimeError", "any", "len", "list", "range",
+                              "sum", "tuple", "zip"})
 
 PY_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 PY_BUILTINS = frozenset(dir(builtins))
@@ -166,7 +166,7 @@ def ops_module_names() -> frozenset[str]:
     from codegen.api import python as P
     from codegen.dest import cpp_library as L
 
-    ops_py = bound_names(L.render("py_ops.py.j2", banner="#", entries=[]))
+    ops_py = bound_names(L.render("py_ops.py.j2", banner="#", entries=[], module="ops"))
     stub_imports = bound_names("\n".join(P.STUB_IMPORTS))
     annotations = {n.id for text in P.ANNOTATIONS for n in ast.walk(ast.parse(text))
                    if isinstance(n, ast.Name)}

@@ -23,6 +23,8 @@ call:
     fake: k = dynamic(); (empty([k]), empty([k], dtype=int64))     # outputs sharing a size
     fake: broadcast(input, target) if reduction == "none" else reduce(broadcast(input, target), None)
     fake: empty(self.shape[:self.dim() - len(pad)] + [s + p for s, p in zip(self.shape[self.dim() - len(pad):], pad)])
+    fake: check(input.shape == target.shape, "input and target differ"); like(input, dtype=promote_types(input.dtype, float32))
+    fake: [like(t) for t in tensors]                                  # a Tensor[] return
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
 language cannot say, name a Python function instead (`fake: package.module:function`, called with
@@ -52,6 +54,13 @@ A `dtype=`/`device=` value that is None at run time (an optional argument) means
 For an op with several returns, the rule is a tuple with one item per return; a `Tensor?` return
 may be `None`, and an `int`/`SymInt` return is a size expression (`self.numel()`).
 
+A `Tensor[]` return is a list of new tensors: a list literal `[like(a), like(b)]`, or a
+comprehension making one per element of a list argument or of `range(n)`:
+`[like(t) for t in tensors]`, `[empty([s, d]) for s in sizes]`, `[empty([dynamic()]) for i in
+range(n)]` (a data-dependent length each: `dynamic()` is new per element). The number of outputs
+is fixed when the op is traced, so `n` is an `int` argument (not `SymInt`), a literal or
+`len(...)`; a count that depends on the data needs a Python fake function.
+
 Values
 ------
 - Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
@@ -63,8 +72,13 @@ Values
   `dynamic(min=0, max=None)`: a fresh data-dependent size
   (`torch.library.get_ctx().new_dynamic_size()`).
 - Shapes: list literals `[a, b, *sizes]`, `t.shape`, `t.size()`, an `int[]`/`SymInt[]` argument,
-  slices `t.shape[1:]`, and concatenation `a + b`.
-- dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`.
+  slices `t.shape[1:]`, slices with a constant nonzero step `t.shape[::2]`, `sizes[::-1]`, and
+  concatenation `a + b`.
+- dtypes: `float32`, `int64`, `bool`, ... (torch's names), a `ScalarType` argument, `t.dtype`,
+  and `promote_types(a, b, ...)`: PyTorch's promotion of dtypes (`torch.promote_types`). "At
+  least float32" is `promote_types(x.dtype, float32)` (float16 and bfloat16 become float32,
+  float64 stays, integers become float32); "promote with the weight" is
+  `promote_types(x.dtype, weight.dtype)`.
 - devices: a `Device` argument, `t.device`.
 - `tensors[i]`: an element of a `Tensor[]` argument. `True`, `False`, `None`.
 - Number literals for `broadcast` (finite doubles); string literals to compare with `str`
@@ -84,6 +98,17 @@ a fake kernel never specializes a dynamic shape.
 Bindings `name = expr;` before the outputs name a value; each `dynamic()` call is a new size, so
 outputs that share a data-dependent size bind it once.
 
+Preconditions
+-------------
+`check(condition, "message");` before the outputs states what the kernel requires of its
+arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
+runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
+`<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`); a check asserts and never branches, so
+sizes stay symbolic. It becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or
+`TORCH_CHECK` in a C++ Meta kernel, failing with "<ns>::<op>: message" (without a message, the
+condition as written).
+
 What needs no rule
 ------------------
 In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
@@ -101,7 +126,9 @@ Tensor is expected), outputs that do not match the returns, literals out of rang
 that are negative or overflow int64 (`empty([-1])`, `empty([9223372036854775807 + 1])`), `//` or `%`
 by zero, nesting deeper than 100 levels; each error points into the rule. The language names
 nothing but the above: the op's arguments, the rule functions, the tensor attributes and methods
-listed, dtype names and the rule's own bindings.
+listed, dtype names and the rule's own bindings. Checks, step slices, `promote_types` and
+`Tensor[]` outputs are checked the same way (a size compared in an `if`, a step that is not a
+nonzero literal, a count that could be symbolic, a `Tensor[]` return given one tensor).
 """
 
 from __future__ import annotations
@@ -147,6 +174,7 @@ class T(enum.Enum):
     STR = "str"
     NONE = "None"
     OUT = "output tensor"
+    OUT_LIST = "list of output tensors"
     OTHER = "unsupported"
 
 
@@ -191,6 +219,8 @@ INT = Ty(T.INT)
 INT_LIST = Ty(T.INT_LIST)
 TENSOR = Ty(T.TENSOR)
 OUT = Ty(T.OUT)
+OUT_LIST = Ty(T.OUT_LIST)
+DTYPE = Ty(T.DTYPE)
 
 # torch dtype names the language knows (`torch.<name>`), with the usual aliases.
 DTYPES: dict[str, str] = {
@@ -301,6 +331,7 @@ class SliceOf:
     lo: Expr | None
     hi: Expr | None
     ty: Ty = INT_LIST
+    step: Expr | None = None        # a nonzero constant
 
 
 @dataclass(frozen=True)
@@ -389,11 +420,33 @@ class LoopVar:
 
 @dataclass(frozen=True)
 class ListComp:
-    """`[elem for a, b in zip(x, y)]` (one name and no zip for a single list)."""
+    """`[elem for a, b in zip(x, y)]` (one name and no zip for a single list): sizes, or the
+    outputs of a `Tensor[]` return."""
     elem: Expr
     names: tuple[str, ...]
     seqs: tuple[Expr, ...]
     ty: Ty = INT_LIST
+
+
+@dataclass(frozen=True)
+class Range:
+    """`range(n)` looped over by a comprehension: `n` is fixed when the op is traced."""
+    count: Expr
+    ty: Ty = INT_LIST
+
+
+@dataclass(frozen=True)
+class OutList:
+    """`[like(a), like(b)]`: the outputs of a `Tensor[]` return."""
+    items: tuple[Expr, ...]
+    ty: Ty = OUT_LIST
+
+
+@dataclass(frozen=True)
+class PromoteTypes:
+    """`promote_types(a, b, ...)`: torch.promote_types over dtypes."""
+    items: tuple[Expr, ...]
+    ty: Ty = DTYPE
 
 
 @dataclass(frozen=True)
@@ -405,6 +458,10 @@ class Sum:
 class CompareOp(enum.Enum):
     eq = "=="
     ne = "!="
+    lt = "<"
+    le = "<="
+    gt = ">"
+    ge = ">="
     is_ = "is"
     is_not = "is not"
 
@@ -471,8 +528,17 @@ class Empty:
 
 
 Expr = Union[Arg, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
-             TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Sum, Concat, Arith, Neg,
-             MinMax, Dynamic, Fallback, Compare, Not, Cond, Like, Broadcast, Reduce, Empty]
+             TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
+             PromoteTypes, Sum, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Compare, Not, Cond,
+             Like, Broadcast, Reduce, Empty]
+
+
+@dataclass(frozen=True)
+class Check:
+    """`check(cond, "message");`: a precondition, after the first `after` bindings."""
+    cond: Expr
+    message: str                    # the op's name, then the rule's message or the condition
+    after: int
 
 
 @dataclass(frozen=True)
@@ -499,6 +565,7 @@ class FakeRule:
     bindings: tuple[Binding, ...]
     outputs: tuple[Output, ...]
     text: str = ""                  # the rule as written ("" when it follows from the schema)
+    checks: tuple[Check, ...] = ()
 
     @property
     def uses_dynamic(self) -> bool:
@@ -514,7 +581,7 @@ def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
                 | NoneLit() | DtypeLit():
             return ()
         case TensorProp(tensor=t) | Len(seq=t) | Spread(seq=t) | Neg(operand=t) | Sum(seq=t) \
-                | Not(operand=t):
+                | Not(operand=t) | Range(count=t):
             return (t,)
         case TensorSize(tensor=a, dim=b) | Item(seq=a, index=b) | Concat(left=a, right=b) \
                 | Arith(left=a, right=b) | Fallback(value=a, default=b) \
@@ -524,9 +591,10 @@ def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
             return (e, *seqs)
         case Cond(cond=c, then=a, orelse=b):
             return (c, a, b)
-        case SliceOf(seq=s, lo=lo, hi=hi):
-            return tuple(x for x in (s, lo, hi) if x is not None)
-        case ListLit(items=items) | MinMax(items=items):
+        case SliceOf(seq=s, lo=lo, hi=hi, step=st):
+            return tuple(x for x in (s, lo, hi, st) if x is not None)
+        case ListLit(items=items) | MinMax(items=items) | OutList(items=items) \
+                | PromoteTypes(items=items):
             return items
         case Dynamic(min=lo, max=hi):
             return tuple(x for x in (lo, hi) if x is not None)
@@ -544,6 +612,7 @@ def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
 def walk(rule: FakeRule):
     """Every node of the rule, outermost first."""
     stack: list[Expr | ReturnArg] = [b.value for b in rule.bindings]
+    stack.extend(c.cond for c in rule.checks)
     stack.extend(rule.outputs)
     while stack:
         node = stack.pop()
@@ -634,6 +703,7 @@ class _Slice:
     lo: _Syn | None
     hi: _Syn | None
     span: Span
+    step: _Syn | None = None
 
 
 @dataclass(frozen=True)
@@ -684,8 +754,8 @@ class _Binding:
 
 @dataclass(frozen=True)
 class _Rule:
-    bindings: tuple[_Binding, ...]
-    body: _Syn
+    bindings: tuple[_Binding | _Syn, ...]   # bindings and check(...) calls, in order
+    body: _Syn | _Binding
 
 
 _Syn = Union[_Name, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
@@ -745,6 +815,10 @@ class _ToSyntax(Transformer):
 
     eq = _compare_method("==")
     ne = _compare_method("!=")
+    lt = _compare_method("<")
+    le = _compare_method("<=")
+    gt = _compare_method(">")
+    ge = _compare_method(">=")
     is_ = _compare_method("is")
     is_not = _compare_method("is not")
 
@@ -774,8 +848,8 @@ class _ToSyntax(Transformer):
     def index(self, meta, obj, index):
         return _Index(obj, index, self._span(meta))
 
-    def slice(self, meta, obj, lo, hi):
-        return _Slice(obj, lo, hi, self._span(meta))
+    def slice(self, meta, obj, lo, hi, step=None):
+        return _Slice(obj, lo, hi, self._span(meta), step)
 
     add = _binary_method("+")
     sub = _binary_method("-")
@@ -898,7 +972,10 @@ class _Bad(Exception):
     """Raised inside the checker after an error was reported; unwinds to the rule's top."""
 
 
-_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "min", "sum")
+_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "min", "sum",
+              "promote_types")
+_CHECK_USAGE = 'check(condition, "message"); before the outputs'
+
 _METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel}
 _ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim}
 _CONSTANTS = ("True", "False", "None")
@@ -1064,6 +1141,10 @@ class _Checker:
                 if not left.ty.optional:
                     raise self.error(node.left.span, f"{describe(left)} is never None")
                 return Compare(CompareOp(node.op), left, right)
+            if node.op in ("<", "<=", ">", ">="):
+                raise self.error(node.span, f"'{node.op}' compares sizes, which only a check "
+                                 "may do: an 'if' on sizes would specialize them",
+                                 f"state a precondition with {_CHECK_USAGE}")
             for side, e in ((node.left, left), (node.right, right)):
                 if not self.static(e):
                     hint = ("comparing sizes would specialize them under dynamic shapes"
@@ -1092,6 +1173,46 @@ class _Checker:
                 BaseTy.str, BaseTy.bool, BaseTy.int, BaseTy.ScalarType)
         return False
 
+    def check_condition(self, node: _Syn) -> Expr:
+        """The condition of check(...): sizes, shapes and dtypes may be compared here (a check
+        asserts, it does not branch), besides what `if` conditions take."""
+        if isinstance(node, _Not):
+            return Not(self.check_condition(node.operand))
+        if isinstance(node, _Compare) and node.op not in ("is", "is not"):
+            left, right = self.expr(node.left), self.expr(node.right)
+            kinds = {INT: "ints", INT_LIST: "shapes", DTYPE: "dtypes"}
+            if left.ty in kinds and left.ty == right.ty:
+                if left.ty != INT and node.op not in ("==", "!="):
+                    raise self.error(node.span, f"{kinds[left.ty]} compare with '==' and '!=' "
+                                     f"only, not '{node.op}'")
+                return Compare(CompareOp(node.op), left, right)
+            if left.ty.base in (T.INT, T.INT_LIST, T.DTYPE) or \
+                    right.ty.base in (T.INT, T.INT_LIST, T.DTYPE):
+                raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
+                                 f"{describe(right)}: check() compares sizes with sizes, shapes "
+                                 "with shapes and dtypes with dtypes")
+        return self.condition(node)
+
+    def statement(self, node: _Syn, after: int) -> Check:
+        """A `check(condition, "message")` statement before the outputs."""
+        if not (isinstance(node, _Call) and isinstance(node.func, _Name)
+                and node.func.id == "check"):
+            raise self.error(node.span, "before the outputs, a rule has bindings `n = ...;` "
+                             "and checks `check(condition, \"message\");` only",
+                             "the outputs come last")
+        if node.kwargs or not 1 <= len(node.args) <= 2:
+            raise self.error(node.span, "check() takes a condition and an optional message: "
+                             'check(a.size(0) == b.size(0), "a and b need as many rows")')
+        cond = self.check_condition(node.args[0])
+        text = _syn_text(self, node.args[0])
+        message = f"expected {text}"
+        if len(node.args) == 2:
+            m = node.args[1]
+            if not (isinstance(m, _Lit) and m.kind == "string"):
+                raise self.error(m.span, "the message of check() is a string literal")
+            message = self.literal(m).value     # type: ignore[union-attr]
+        return Check(cond, f"{self.schema.name}: {message}", after)
+
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
         then = self.expr(node.then)
@@ -1101,7 +1222,7 @@ class _Checker:
                              f"{describe(orelse)}")
         return Cond(cond, then, orelse)
 
-    def listcomp(self, node: _ListComp) -> Expr:
+    def listcomp(self, node: _ListComp, outputs: bool = False) -> Expr:
         seq_node = node.seq
         if isinstance(seq_node, _Call) and isinstance(seq_node.func, _Name) \
                 and seq_node.func.id == "zip":
@@ -1116,10 +1237,13 @@ class _Checker:
                              "`[a + b for a, b in zip(xs, ys)]`, or one name for one list")
         seqs = []
         for sn in seq_nodes:
+            if isinstance(sn, _Call) and isinstance(sn.func, _Name) and sn.func.id == "range":
+                seqs.append(self.range(sn))
+                continue
             seq = self.expr(sn)
             if seq.ty not in (INT_LIST, Ty(T.TENSOR_LIST)):
-                raise self.error(sn.span, f"a comprehension loops over int lists and Tensor[], "
-                                 f"got {describe(seq)}")
+                raise self.error(sn.span, f"a comprehension loops over int lists, Tensor[] and "
+                                 f"range(n), got {describe(seq)}")
             seqs.append(seq)
         saved = dict(self.loop_vars)
         for (name, span), seq in zip(node.names, seqs):
@@ -1127,10 +1251,30 @@ class _Checker:
                 raise self.error(span, f"'{name}' is already a name of the rule; pick another")
             self.loop_vars[name] = INT if seq.ty == INT_LIST else TENSOR
         try:
-            elem = self.want(node.elem, INT, "a shape element")
+            if outputs:
+                elem = self.expr(node.elem)
+                if elem.ty != OUT:
+                    raise self.error(node.elem.span, f"each output of a Tensor[] return is a new "
+                                     f"tensor (like, broadcast, reduce, empty), got "
+                                     f"{describe(elem)}")
+            else:
+                elem = self.want(node.elem, INT, "a shape element")
         finally:
             self.loop_vars = saved
-        return ListComp(elem, tuple(n for n, _ in node.names), tuple(seqs))
+        return ListComp(elem, tuple(n for n, _ in node.names), tuple(seqs),
+                        OUT_LIST if outputs else INT_LIST)
+
+    def range(self, node: _Call) -> Expr:
+        """`range(n)` in a comprehension: `n` an int fixed at trace time (a Tensor[] return's
+        length is never symbolic)."""
+        if node.kwargs or len(node.args) != 1:
+            raise self.error(node.span, "range() takes one argument here: range(n)")
+        n = self.want(node.args[0], INT, "the argument of range()")
+        if not (self.static(n) or isinstance(n, Len) or constant(n) is not None):
+            raise self.error(node.args[0].span, f"range() needs a count fixed when the op is "
+                             f"traced (an int argument, a literal, len(...)), got {describe(n)}",
+                             "a SymInt count would make the number of outputs symbolic")
+        return Range(n)
 
     def index(self, node: _Index) -> Expr:
         seq = self.expr(node.obj)
@@ -1148,7 +1292,13 @@ class _Checker:
         seq = self.want(node.obj, INT_LIST, "a sliced value")
         lo = self.want(node.lo, INT, "a slice bound") if node.lo is not None else None
         hi = self.want(node.hi, INT, "a slice bound") if node.hi is not None else None
-        return SliceOf(seq, lo, hi)
+        step = None
+        if node.step is not None:
+            step = self.want(node.step, INT, "a slice step")
+            if constant(step) in (None, 0):
+                raise self.error(node.step.span, "a slice step is a nonzero integer literal",
+                                 "for example `t.shape[::2]`, `sizes[::-1]`")
+        return SliceOf(seq, lo, hi, step=step)
 
     def binop(self, node: _Bin) -> Expr:
         left = self.expr(node.left)
@@ -1234,6 +1384,9 @@ class _Checker:
             raise self.error(node.func.span, "only the rule functions and tensor methods can be "
                              "called")
         fname = node.func.id
+        if fname == "check" and self.schema.argument(fname) is None and fname not in self.locals:
+            raise self.error(node.span, "check() is a statement, not a value",
+                             f"write {_CHECK_USAGE}")
         if fname not in _FUNCTIONS:
             if self.schema.argument(fname) is not None or fname in self.locals:
                 raise self.error(node.func.span, f"'{fname}' is not a function")
@@ -1351,6 +1504,11 @@ class _Checker:
                 return all(self.plain_int(c) for c in children(e))
         return False
 
+    def fn_promote_types(self, node: _Call) -> Expr:
+        pos, _ = self.bind(node, "promote_types", ("dtypes",), 2, variadic=True)
+        return PromoteTypes(tuple(self.want(a, DTYPE, "an argument of promote_types()")
+                                  for a in pos))
+
     def fn_sum(self, node: _Call) -> Expr:
         _, named = self.bind(node, "sum", ("sizes",), 1)
         return Sum(self.want(named["sizes"], INT_LIST, "the argument of sum()"))
@@ -1378,8 +1536,19 @@ class _Checker:
     def rule(self, syn: _Rule, returns: list[Return | str]) -> FakeRule | None:
         """`returns`: each return of the schema, or the name of the argument it returns."""
         bindings: list[Binding] = []
+        checks: list[Check] = []
         ok = True
+        if isinstance(syn.body, _Binding):
+            self.error(syn.body.name_span, "a rule ends with its outputs, not a binding",
+                       f"write the outputs after it: `{syn.body.name} = ...; like(...)`")
+            return None
         for b in syn.bindings:
+            if not isinstance(b, _Binding):
+                try:
+                    checks.append(self.statement(b, len(bindings)))
+                except _Bad:
+                    ok = False
+                continue
             try:
                 if self.schema.argument(b.name) is not None:
                     raise self.error(b.name_span, f"'{b.name}' is an argument of the op; a "
@@ -1424,7 +1593,8 @@ class _Checker:
                     resized.append(ReturnArg(name, e))
                 except _Bad:
                     ok = False
-            return FakeRule(tuple(bindings), tuple(resized), self.text.text) if ok else None
+            return FakeRule(tuple(bindings), tuple(resized), self.text.text,
+                            tuple(checks)) if ok else None
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
             t = self.first_tensor or "x"
@@ -1446,12 +1616,14 @@ class _Checker:
                 ok = False
         if not ok:
             return None
-        return FakeRule(tuple(bindings), tuple(outputs), self.text.text)
+        return FakeRule(tuple(bindings), tuple(outputs), self.text.text, tuple(checks))
 
     def output(self, item: _Syn, ret: Return) -> Expr:
-        e = self.expr(item)
         ty = arg_ty(ret.type)
         what = f"return '{ret.name}'" if ret.name else f"return type '{ret.type}'"
+        if ty == Ty(T.TENSOR_LIST):
+            return self.list_output(item, what)
+        e = self.expr(item)
         if ty.base is T.TENSOR:
             if e.ty == OUT or (ty.optional and e.ty.base is T.NONE):
                 return e
@@ -1467,6 +1639,28 @@ class _Checker:
             raise self.error(item.span, f"the output for {what} must be a size, got {describe(e)}")
         raise self.error(item.span, f"a fake rule cannot describe {what}",
                          "write a Python fake function: `fake: package.module:function`")
+
+
+    def list_output(self, item: _Syn, what: str) -> Expr:
+        """The outputs of a Tensor[] return: a list of new tensors, or a comprehension making
+        one per element of a list argument or of `range(n)`."""
+        if isinstance(item, _ListComp):
+            return self.listcomp(item, outputs=True)
+        if isinstance(item, _List):
+            outs = []
+            for i in item.items:
+                e = self.expr(i) if not isinstance(i, _Spread) else None
+                if e is None or e.ty != OUT:
+                    raise self.error(i.span, f"each output of {what} is a new tensor (like, "
+                                     f"broadcast, reduce, empty), got "
+                                     f"{describe(e) if e is not None else 'a spread'}")
+                outs.append(e)
+            return OutList(tuple(outs))
+        e = self.expr(item)
+        raise self.error(item.span, f"the output for {what} is a list of new tensors (the "
+                         f"return is a Tensor[]), got {describe(e)}",
+                         "`[like(t) for t in tensors]`, `[empty([n]) for i in range(k)]` or "
+                         "`[like(a), like(b)]`")
 
 
 def constant(e: Expr) -> int | None:
@@ -1499,7 +1693,8 @@ def _a(ty: Ty) -> str:
     names = {T.TENSOR: "a Tensor", T.TENSOR_LIST: "a Tensor[]", T.INT: "an int",
              T.INT_LIST: "an int list", T.BOOL: "a bool", T.SCALAR: "a number",
              T.DTYPE: "a dtype", T.DEVICE: "a device", T.STR: "a string", T.NONE: "None",
-             T.OUT: "an output tensor", T.OTHER: "a supported value"}
+             T.OUT: "an output tensor", T.OUT_LIST: "a list of output tensors",
+             T.OTHER: "a supported value"}
     return names[ty.base] + (" or None" if ty.optional else "")
 
 

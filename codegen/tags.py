@@ -26,3 +26,34 @@ TAGS: frozenset[str] = frozenset({
     "reduction",
     "view_copy",
 })
+
+
+# Note [Tags from the schema's shape]
+#
+# torch.compile functionalizes a custom op that mutates its inputs with auto_functionalize, which
+# in torch 2.13 accepts returns aliasing the mutated inputs only from ops tagged `inplace` (the op
+# mutates its first positional argument, a Tensor, and returns it) or `out` (the op writes
+# keyword-only Tensor arguments and returns them, in order); see can_auto_functionalize in
+# torch/_higher_order_ops/auto_functionalize.py. An op whose schema has exactly one of these shapes
+# gets the tag (codegen.load), so it works under torch.compile with nothing else generated.
+
+
+def shape_tag(schema) -> str | None:
+    """`inplace` or `out` when the schema has that shape (Note [Tags from the schema's shape])."""
+    from codegen.model import BaseTy, BaseType, without_alias
+
+    def plain_tensor(t) -> bool:
+        return without_alias(t) == BaseType(BaseTy.Tensor)
+
+    mutated = [a for a in schema.arguments if a.is_write]
+    rets = schema.returns
+    if not mutated or not rets or not all(r.is_write and plain_tensor(r.type) for r in rets):
+        return None
+    first = schema.positional[0] if schema.positional else None
+    if (mutated == [first] and plain_tensor(first.type) and len(rets) == 1
+            and rets[0].annotation == first.annotation):
+        return "inplace"
+    if (all(a.kwarg_only and plain_tensor(a.type) for a in mutated) and len(rets) == len(mutated)
+            and all(r.annotation == a.annotation for r, a in zip(rets, mutated))):
+        return "out"
+    return None

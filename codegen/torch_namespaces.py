@@ -93,10 +93,13 @@ def check_namespaces(lib: OpLibrary, diags: Diagnostics) -> None:
                         "torch.library refuses to register anything in it; use a namespace of "
                         "your own")
             continue
-        diags.warning(namespace_loc(lib, ns),
+        loc = namespace_loc(lib, ns)
+        diags.warning(loc,
                       f"namespace '{ns}' is defined by torch: these ops are added to it with "
                       "TORCH_LIBRARY_FRAGMENT",
-                      "use a namespace of your own unless you mean to extend torch's")
+                      "use a namespace of your own unless you mean to extend torch's",
+                      name="torch-namespace",
+                      suppress=next((f.suppress for f in lib.files if f.path == loc.path), ()))
         for op in lib.ops:
             if op.namespace != ns:
                 continue

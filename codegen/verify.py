@@ -1,10 +1,11 @@
 """Semantic checks on parsed op records: `Op` IR in, located diagnostics out.
 
 The grammar only decides what a schema *says*; this module decides whether it is an op we can
-register and generate code for. The rules are torchgen's (in-place and out= conventions, alias
-annotations; see torchgen/model.py `FunctionSchema.__post_init__`) plus rules of our own: names that
-must become C++ and Python identifiers and file names, defaults that fit their type, dispatch
-combinations torch rejects at registration time, duplicate ops across files.
+register and generate code for: names that must become C++ and Python identifiers and file names,
+types and alias annotations custom ops can carry, defaults that fit their type, dispatch
+combinations torch rejects at registration time, duplicate ops across files. torchgen's in-place
+and out= conventions (torchgen/model.py `FunctionSchema.__post_init__`) are errors only in files
+with `conventions: aten` (Note [Aten conventions]).
 
 Checks that need the YAML (unknown keys, tags, sample values) live in `codegen.load`, which holds
 the nodes; everything here works from the IR and points into the `func:` string through
@@ -22,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from codegen import reserved
+from codegen import enums, reserved
 from codegen.diagnostics import Diagnostics, Loc, did_you_mean
 from codegen.model import (
     BASE_TYPES,
@@ -51,12 +52,13 @@ from codegen.model import (
     Return,
     Span,
     StrDefault,
-    TupleType,
     Type,
     TypeVar,
     iter_types,
+    without_alias,
     strip_optional,
 )
+from codegen.schema_errors import foreign_type_hint
 
 # --------------------------------------------------------------------------------------------------
 # Note [Rules torch breaks]
@@ -136,10 +138,12 @@ def verify_library(lib: OpLibrary, diags: Diagnostics, rules: Rules = DEFAULT_RU
 
 
 def verify_op(op: Op, diags: Diagnostics, rules: Rules = DEFAULT_RULES, *,
-              fake_loc: Loc | None = None) -> bool:
+              fake_loc: Loc | None = None,
+              conventions: list[Convention] | None = None) -> bool:
     """Checks on one op; `fake_loc` is where its `fake:` is, when it has one not yet parsed into
-    `op.fake`. True when the op passed."""
-    v = _OpVerifier(op, diags, rules)
+    `op.fake`. True when the op passed. torchgen's conventions the op breaks are appended to
+    `conventions` (Note [Aten conventions]): errors only in a file that asks for them."""
+    v = _OpVerifier(op, diags, rules, conventions)
     v.names()
     v.types()
     v.defaults()
@@ -192,15 +196,51 @@ def _join(spans: list[Span | None]) -> Span | None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Note [Aten conventions]
+#
+# torchgen holds ATen's operators to conventions (in-place ops are `name_(Tensor(a!) self, ...) ->
+# Tensor(a!)`, out= ops take their outputs keyword-only and return them, op names do not end in
+# `_out`, ...) that torch, c10 and torch.library do not: custom op libraries break them on purpose
+# (the extension-cpp tutorial's `myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()`). Breaking one
+# costs nothing by itself, so by default it is no error; what it does cost is said where it is
+# known: an op torch.compile cannot functionalize gets a `not-functionalizable` warning from
+# codegen.dest.py_reg, which knows the whole library. A file with `conventions: aten` gets every
+# convention it breaks as an error, as torchgen would.
+
+# The message every convention error ends with.
+CONVENTIONS_FLAG = "conventions: aten"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """A torchgen convention an op breaks: an error in a file with `conventions: aten`."""
+
+    loc: Loc
+    message: str
+    hint: str | None = None
+
+    def report(self, diags: Diagnostics) -> None:
+        diags.items.append(_convention_error(self))
+
+
+def _convention_error(c: Convention):
+    from codegen.diagnostics import Diagnostic
+
+    return Diagnostic(c.loc, c.message, c.hint, "error", None, CONVENTIONS_FLAG)
+
+
+# --------------------------------------------------------------------------------------------------
 # One op
 
 
 class _OpVerifier:
-    def __init__(self, op: Op, diags: Diagnostics, rules: Rules) -> None:
+    def __init__(self, op: Op, diags: Diagnostics, rules: Rules,
+                 conventions: list[Convention] | None = None) -> None:
         self.op = op
         self.schema: FunctionSchema = op.schema
         self.diags = diags
         self.rules = rules
+        self.conventions = conventions if conventions is not None else []
         self.ok = True
 
     def error(self, span: Span | None, message: str, hint: str | None = None) -> None:
@@ -210,6 +250,15 @@ class _OpVerifier:
     def error_at(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.ok = False
         self.diags.error(loc, message, hint)
+
+    def convention(self, span: Span | None, message: str, hint: str | None = None) -> None:
+        """A torchgen convention the op breaks (Note [Aten conventions])."""
+        self.conventions.append(Convention(_at(self.op, span), message, hint))
+
+    def warning(self, span: Span | None, name: str, message: str,
+                hint: str | None = None) -> None:
+        self.diags.warning(_at(self.op, span), message, hint, name=name,
+                           suppress=self.op.suppress)
 
     # -- names -------------------------------------------------------------------------------------
 
@@ -241,9 +290,9 @@ class _OpVerifier:
                 self.error(span, "overload name 'default' is reserved",
                            "torch.ops.<ns>.<op>.default is the overload without a name")
         if name.name.endswith("_out") and not name.is_dunder:
-            self.error(span, f"op name '{name.name}' ends in '_out', which is reserved",
-                       f"name the op '{name.name[:-4]}' with overload 'out': "
-                       f"{name.name[:-4]}.out(...)")
+            self.convention(span, f"op name '{name.name}' ends in '_out', which is reserved",
+                            f"name the op '{name.name[:-4]}' with overload 'out': "
+                            f"{name.name[:-4]}.out(...)")
 
         seen: set[str] = set()
         for a in self.schema.arguments:
@@ -284,6 +333,11 @@ class _OpVerifier:
             self.error(span, f"namespace '{ns}' is an attribute of torch.ops itself "
                        f"(torch.ops.{ns}), so torch could never find these ops by name",
                        "rename the namespace")
+        elif len(ns) > 4 and ns.startswith("__") and ns.endswith("__"):
+            # torch.ops is a module: a dunder attribute there is the import system's
+            # (`__path__` would make it look like a package) or Python's.
+            self.error(span, f"namespace '{ns}' is a dunder name, which Python reserves for "
+                       f"module attributes such as torch.ops.{ns}", "rename the namespace")
 
     def identifier(self, name: str, what: str, span: Span | None, *, python: bool, cpp: bool,
                    allowed: frozenset[str] = frozenset()) -> bool:
@@ -321,7 +375,7 @@ class _OpVerifier:
         for sub in iter_types(t):
             if isinstance(sub, TypeVar):
                 self.error(sub.span or span, f"unknown type '{sub.name}' for {what}",
-                           suggest(sub.name, BASE_TYPES) or
+                           foreign_type_hint(sub.name) or suggest(sub.name, BASE_TYPES) or
                            "type variables are TorchScript-only; custom ops cannot take them")
                 return
             if isinstance(sub, BaseType) and sub.name in SCRIPT_ONLY_BASE:
@@ -329,7 +383,8 @@ class _OpVerifier:
                            f"type '{sub.name.value}' ({what}) is TorchScript-only; custom ops "
                            "cannot take or return it")
                 return
-            if isinstance(sub, (TupleType, GenericType)):
+            # Tuples are checked by the C++ binding (codegen.api.cpp), which binds most.
+            if isinstance(sub, GenericType):
                 self.error(sub.span or span,
                            f"type '{sub}' ({what}) is TorchScript-only; custom ops cannot take "
                            "or return it")
@@ -363,11 +418,28 @@ class _OpVerifier:
                 self.default(a)
                 if not a.kwarg_only:
                     seen_default = a
-            elif not a.kwarg_only and seen_default is not None:
+            elif (not a.kwarg_only and seen_default is not None
+                  and isinstance(without_alias(a.type), ListType)):
+                # torch registers it, but its Python tooling builds an inspect.Signature from
+                # the schema and fails: torch.fx normalization (inductor, SchemaCheckMode).
+                self.warning(a.name_span or a.span, "list-after-default",
+                             f"list argument '{a.name}' has no default but follows "
+                             f"'{seen_default.name}', which has one: torch registers the op, but "
+                             "torch.compile's inductor and opcheck's test_schema fail on it "
+                             "(torch 2.13 turns the schema into a Python signature)",
+                             f"give '{a.name}' a default, or move it after '*' (keyword-only)")
+                seen_default = None
+            elif (not a.kwarg_only and seen_default is not None
+                  and not isinstance(without_alias(a.type), ListType)):
+                # torch refuses it too: FunctionSchema asserts "Non-default positional argument
+                # follows default argument" (parse_schema and Library.define), except for list
+                # types, which it lets through for old serialized schemas (executorch's mxfp
+                # conv2d has `Tensor? bias=None, int[] stride`).
                 self.error(a.name_span or a.span,
                            f"argument '{a.name}' has no default but follows "
                            f"'{seen_default.name}', which has one",
-                           "give it a default, or move it after '*' (keyword-only)")
+                           "give it a default, or move it after '*' (keyword-only); torch "
+                           "refuses this order as well (only list types may follow a default)")
                 seen_default = None
 
     def default(self, a: Argument) -> None:
@@ -406,15 +478,21 @@ class _OpVerifier:
             if ann is not None and ann.is_write:
                 after_out = True
             elif after_out:
-                self.error(a.name_span or a.span,
-                           f"keyword-only argument '{a.name}' follows the out= arguments",
-                           "mutable keyword-only (out=) arguments come last")
+                self.convention(a.name_span or a.span,
+                                f"keyword-only argument '{a.name}' follows the out= arguments",
+                                "mutable keyword-only (out=) arguments come last")
                 break
 
         # Every return annotation names an input's alias set.
         arg_sets = {x for ann in arg_anns if ann for x in ann.alias_set}
         for r, ann in zip(rets, ret_anns):
             if ann is None:
+                continue
+            if ann.is_fresh:
+                self.error(r.type_span or r.span, f"return {r} is marked written with a bare "
+                           "'!', an alias set of its own: it aliases no argument",
+                           "to return a mutated argument, name its alias set on both: "
+                           "Tensor(a!) out -> Tensor(a!)")
                 continue
             unknown = [x for x in ann.alias_set if x != "*" and x not in arg_sets]
             if unknown:
@@ -437,13 +515,13 @@ class _OpVerifier:
 
         mutable_rets = [r for r, ann in zip(rets, ret_anns) if ann and ann.is_write]
         if mutable_rets and len(mutable_rets) != len(rets):
-            self.error(_join([r.span for r in rets]) or s.span,
-                       "an op returns either only mutated inputs or only new values, not both",
-                       "return the mutated inputs separately, or not at all")
+            self.convention(_join([r.span for r in rets]) or s.span,
+                            "an op returns either only mutated inputs or only new values, not both",
+                            "return the mutated inputs separately, or not at all")
 
         if outs and s.name.inplace:
-            self.error(s.name.span, f"'{s.name}' is both in-place (trailing '_') and out= "
-                       "(mutable keyword-only arguments)")
+            self.convention(s.name.span, f"'{s.name}' is both in-place (trailing '_') and out= "
+                            "(mutable keyword-only arguments)")
             return
         if s.name.inplace:
             self.inplace()
@@ -457,61 +535,63 @@ class _OpVerifier:
         for r in mutable_rets:
             ann = r.annotation
             if ann not in out_and_self and ann in arg_anns:
-                self.error(r.type_span or r.span,
-                           f"mutable return {r} aliases a positional argument other than self",
-                           "an op that mutates a positional argument returns nothing for it; "
-                           "or make it a keyword-only out= argument")
+                self.convention(r.type_span or r.span,
+                                f"mutable return {r} aliases a positional argument other than self",
+                                "an op that mutates a positional argument returns nothing for it; "
+                                "or make it a keyword-only out= argument")
 
         # torchgen: TensorOptions arguments (dtype, layout, device, pin_memory) are for factory
         # functions, which are functional.
         if any(ann and ann.is_write for ann in arg_anns):
             options = self.tensor_options()
             if options is not None:
-                self.error(_join([options[0].span, options[-1].span]) or s.span,
-                           "only functional ops take the TensorOptions arguments "
-                           "(dtype, layout, device, pin_memory)",
-                           "factory functions, which create their result, take them")
+                self.convention(_join([options[0].span, options[-1].span]) or s.span,
+                                "only functional ops take the TensorOptions arguments "
+                                "(dtype, layout, device, pin_memory)",
+                                "factory functions, which create their result, take them")
 
     def inplace(self) -> None:
         s = self.schema
         first = s.arguments[0] if s.arguments else None
         if first is None or first.name != "self" or first.kwarg_only:
-            self.error(s.name.span, f"in-place op '{s.name}' must take 'self' as its first "
-                       "argument", f"{s.name.name}(Tensor(a!) self, ...) -> Tensor(a!)")
+            self.convention(s.name.span, f"in-place op '{s.name}' must take 'self' as its first "
+                            "argument", f"{s.name.name}(Tensor(a!) self, ...) -> Tensor(a!)")
             return
         if not first.is_write:
-            self.error(first.type_span or first.span,
-                       f"in-place op '{s.name}' must mark 'self' as mutated",
-                       f"write {_with_write(first)}")
+            self.convention(first.type_span or first.span,
+                            f"in-place op '{s.name}' must mark 'self' as mutated",
+                            f"write {_with_write(first)}")
             return
         if isinstance(first.type, BaseType) and first.type.name is BaseTy.Tensor:
             if not (len(s.returns) == 1 and s.returns[0].annotation == first.annotation):
-                self.error(_join([r.span for r in s.returns]) or s.span,
-                           f"in-place op '{s.name}' must return self", f"-> {first.type}")
+                self.convention(_join([r.span for r in s.returns]) or s.span,
+                                f"in-place op '{s.name}' must return self", f"-> {first.type}")
         elif s.returns:
-            self.error(_join([r.span for r in s.returns]) or s.span,
-                       f"in-place op '{s.name}' with a non-Tensor self returns nothing", "-> ()")
+            self.convention(_join([r.span for r in s.returns]) or s.span,
+                            f"in-place op '{s.name}' with a non-Tensor self returns nothing",
+                            "-> ()")
 
     def out(self, outs: list[Argument]) -> None:
         s = self.schema
         if any(_unannotated(a.type) != PLAIN_TENSOR for a in outs):
             if s.returns:
-                self.error(s.span, "out= ops with Tensor-list or optional out arguments return "
-                           "nothing", "-> ()")
+                self.convention(s.span, "out= ops with Tensor-list or optional out arguments "
+                                "return nothing", "-> ()")
             return
         counted = [a for a in outs if not a.name.startswith("_scratch_")]
         if len(counted) != len(s.returns):
-            self.error(s.span, f"out= op returns {len(s.returns)} value"
-                       f"{'s' if len(s.returns) != 1 else ''} for {len(counted)} out argument"
-                       f"{'s' if len(counted) != 1 else ''}",
-                       "return each out argument, in order, with its annotation")
+            self.convention(s.span, f"out= op returns {len(s.returns)} value"
+                            f"{'s' if len(s.returns) != 1 else ''} for {len(counted)} out argument"
+                            f"{'s' if len(counted) != 1 else ''}",
+                            "return each out argument, in order, with its annotation")
             return
         for a, r in zip(outs, s.returns):
             if a.annotation != r.annotation:
-                self.error(r.type_span or r.span,
-                           f"return {r} does not match out argument '{a.name}' "
-                           f"({a.annotation})",
-                           "the i-th return is the i-th out argument, with the same annotation")
+                self.convention(r.type_span or r.span,
+                                f"return {r} does not match out argument '{a.name}' "
+                                f"({a.annotation})",
+                                "the i-th return is the i-th out argument, with the same "
+                                "annotation")
                 return
 
     def tensor_options(self) -> list[Argument] | None:
@@ -630,6 +710,9 @@ def _fits(d: Default, t: Type) -> bool:
             return isinstance(d, StrDefault)
         if ty is BaseTy.Scalar:
             return isinstance(d, (IntDefault, FloatDefault, ComplexDefault, BoolDefault))
+        if isinstance(d, IntDefault) and ty.value in enums.BY_TYPE:
+            # torch's own spelling of an enum default (`ScalarType t=6`), in range.
+            return enums.by_number(ty.value, d.value) is not None
         if ty is BaseTy.ScalarType:
             return isinstance(d, EnumDefault) and d.name in SCALAR_TYPE_DEFAULTS
         if ty is BaseTy.MemoryFormat:
@@ -659,6 +742,12 @@ def _default_hint(d: Default, t: Type) -> str | None:
         return f"an unsized list's default is a list: [{d}]"
     if isinstance(base, BaseType):
         ty = base.name
+        if isinstance(d, IntDefault) and ty.value in enums.BY_TYPE:
+            last = len(enums.BY_TYPE[ty.value]) - 1
+            return (f"torch numbers the values of {ty.value} from 0 to {last} (the generated code "
+                    f"could not name {d.value}); or write a name, e.g. "
+                    + {"ScalarType": "float32", "Layout": "strided",
+                       "MemoryFormat": "contiguous_format"}[ty.value])
         if ty is BaseTy.ScalarType and isinstance(d, EnumDefault):
             return suggest(d.name, SCALAR_TYPE_DEFAULTS) or "a dtype name, e.g. float32"
         if ty is BaseTy.MemoryFormat:

@@ -11,7 +11,9 @@ if str(ROOT) not in sys.path:
 # (`make fuzz`).
 from hypothesis import settings  # noqa: E402
 
-settings.register_profile("default", max_examples=60, deadline=None)
+# The default run (make test, CI) is derandomized: the same cases every time, so a red run is a
+# real regression; `make fuzz` draws fresh ones.
+settings.register_profile("default", max_examples=60, deadline=None, derandomize=True)
 settings.register_profile("fuzz", max_examples=3000, deadline=None)
 settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "default"))
 

@@ -93,3 +93,89 @@ def python_library(request, testing, op_file: str):
         lib = testing.load_python_library([op_file])
     request.addfinalizer(lib.close)
     return lib
+
+
+# --------------------------------------------------------------------------------------------------
+# External projects: an op library outside this repository, as a user of opgen writes one
+
+
+PROJECT_OPS = """\
+# The op library of {package}: two C++ ops (kernels under csrc/, one in a subdirectory) and a
+# Python one.
+namespace: {ns}
+ops:
+  - func: add_scaled(Tensor a, Tensor b, float alpha=1.0) -> Tensor
+    dispatch: {{CPU: add_scaled_cpu}}
+    fake: broadcast(a, b)
+  - func: twice(Tensor x) -> Tensor
+    dispatch: {{CPU: twice_cpu}}
+    fake: like(x)
+  - func: cube(Tensor x) -> Tensor
+    dispatch: {{CompositeExplicitAutograd: '{package}.kernels:cube'}}
+    fake: like(x)
+"""
+
+PROJECT_FILES = {
+    "pyproject.toml": """\
+[build-system]
+requires = ["setuptools>=70", "torch-opgen", "torch"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{package}"
+version = "0.1.0"
+dependencies = ["torch"]
+
+[tool.opgen]
+package = "{package}"
+schemas = ["ops"]
+kernels = ["csrc"]
+""",
+    "setup.py": "from codegen.setuptools import setup; setup()\n",
+    "ops/{ns}.yaml": PROJECT_OPS,
+    "csrc/cpu/add.cpp": """\
+#include <{ns}/{ns}.h>
+
+#include <ATen/ops/add.h>
+
+namespace {ns} {{
+
+at::Tensor add_scaled_cpu(const at::Tensor& a, const at::Tensor& b, double alpha) {{
+  return at::add(a, b, alpha);
+}}
+
+}}  // namespace {ns}
+""",
+    "csrc/cpu/more/twice.cc": """\
+#include <{ns}/{ns}.h>
+
+#include <ATen/ops/mul.h>
+
+namespace {ns} {{
+
+at::Tensor twice_cpu(const at::Tensor& x) {{
+  return at::mul(x, 2);
+}}
+
+}}  // namespace {ns}
+""",
+    "{package}/__init__.py": "from {package}._generated import ops  # opgen: loads the op libraries\n",
+    "{package}/kernels.py": "def cube(x):\n    return x * x * x\n",
+}
+
+# Each op's sample arguments, for opcheck.
+PROJECT_SAMPLES = {
+    "add_scaled": "(torch.randn(3, 4), torch.randn(4), 2.0)",
+    "twice": "(torch.randn(2, 3),)",
+    "cube": "(torch.randn(5),)",
+}
+
+
+def write_project(root: Path, package: str, ns: str) -> Path:
+    """An external opgen project at root: its own package and namespace, kernels in a nested
+    tree, a Python kernel, a one-line setup.py."""
+    for rel, text in PROJECT_FILES.items():
+        p = root / rel.format(package=package, ns=ns)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text.format(package=package, ns=ns), encoding="utf-8")
+    return root

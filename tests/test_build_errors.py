@@ -66,7 +66,7 @@ def test_wrong_kernel_signature_names_the_op(tmp_path: Path) -> None:
     assert ("runtime/csrc/bad/kernels.cpp:7:12: note: 'bad::twice_cpu' is the CPU kernel of "
             "bad::twice (schemas/bad.yaml:5); for the schema\n"
             "    bad::twice(Tensor self, float factor=2.0) -> Tensor\n"
-            "  the dispatcher calls it as (generated/cpp/bad/bad.h:") in out
+            "  the dispatcher calls it as (generated/cpp/bad/bad/twice.h:") in out
     assert "    at::Tensor twice_cpu(const at::Tensor& self, double factor);\n" in out
     assert "hint: change the definition to match, or the schema in the op file" in out
     # A helper with external linkage is reported with the fix.
@@ -86,6 +86,6 @@ def test_undefined_kernel_names_the_op(tmp_path: Path) -> None:
     out = proc.stdout
     assert "undefined reference to `bad::twice_cpu(at::Tensor const&, double)'" in out
     assert ("note: 'bad::twice_cpu' is the CPU kernel of bad::twice (schemas/bad.yaml:5), "
-            "declared in generated/cpp/bad/bad.h:") in out
+            "declared in generated/cpp/bad/bad/twice.h:") in out
     assert "but defined by no kernel source; define it as\n" \
            "    at::Tensor twice_cpu(const at::Tensor& self, double factor);" in out

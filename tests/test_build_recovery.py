@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from codegen import files
-from codegen.gen import SET_STAMP
+from codegen.gen import set_stamp
 from tests import scratch
 from tests.test_files import killed_generate
+
+SET_STAMP = set_stamp()     # the example layout's completion stamp (generated/SHA256SUMS)
 
 pytestmark = pytest.mark.e2e
 
@@ -25,13 +27,13 @@ ops:
   - func: opgen_twice(Tensor self) -> Tensor
     doc: 2 * self, from an op library that adds ops to torch's own namespace.
     dispatch:
-      CPU: opgen_twice_cpu
+      CPU: rec_twice_cpu
     fake: like(self)
 """
 V2 = V1 + """\
   - func: opgen_thrice(Tensor self) -> Tensor
     dispatch:
-      CPU: opgen_thrice_cpu
+      CPU: rec_thrice_cpu
     fake: like(self)
 """
 KERNELS = """\
@@ -39,8 +41,8 @@ KERNELS = """\
 
 namespace aten {
 
-at::Tensor opgen_twice_cpu(const at::Tensor& self) { return self.mul(2); }
-at::Tensor opgen_thrice_cpu(const at::Tensor& self) { return self.mul(3); }
+at::Tensor rec_twice_cpu(const at::Tensor& self) { return self.mul(2); }
+at::Tensor rec_thrice_cpu(const at::Tensor& self) { return self.mul(3); }
 
 }  // namespace aten
 """

@@ -180,7 +180,7 @@ ops:
 """
 ATEN_WARNING = """\
 aten.yaml:1:12: warning: namespace 'aten' is defined by torch: these ops are added to it with \
-TORCH_LIBRARY_FRAGMENT
+TORCH_LIBRARY_FRAGMENT [-Wtorch-namespace]
     namespace: aten
                ^~~~
 hint: use a namespace of your own unless you mean to extend torch's
@@ -195,6 +195,29 @@ def test_warnings_are_printed_on_success(files, capsys):
     assert (code, err) == (0, ATEN_WARNING) and "wrote generated/cpp/aten/register_aten.cpp" in out
     register = (files / "generated" / "cpp" / "aten" / "register_aten.cpp").read_text()
     assert "TORCH_LIBRARY_FRAGMENT(aten, m)" in register and "TORCH_LIBRARY(" not in register
+
+
+def test_werror_makes_warnings_errors_and_generates_nothing(files, capsys):
+    (files / "aten.yaml").write_text(ATEN)
+    as_error = ATEN_WARNING.replace("warning: ", "error: ").replace(
+        "[-Wtorch-namespace]", "[-Werror=torch-namespace]").replace("1 warning", "1 error")
+    assert run(["check", "--werror", "aten.yaml"], capsys) == (1, "", as_error)
+    assert run(["generate", "--werror", "aten.yaml"], capsys) == (1, "", as_error)
+    assert not (files / "generated").exists()
+
+
+def test_warnings_load_finds_reach_werror(files, capsys):
+    """Warnings of the loader (here none-return) count for --werror too."""
+    (files / "ops.yaml").write_text("- func: ex::f(Tensor a) -> None\n")
+    code, out, err = run(["check", "ops.yaml"], capsys)
+    assert code == 0 and "warning: " in err and "[-Wnone-return]" in err
+    code, out, err = run(["check", "--werror", "ops.yaml"], capsys)
+    assert code == 1 and "error: " in err and "[-Werror=none-return]" in err
+
+
+def test_file_level_suppress_silences_a_warning(files, capsys):
+    (files / "aten.yaml").write_text(ATEN + "suppress: torch-namespace\n")
+    assert run(["check", "--werror", "aten.yaml"], capsys) == (0, "1 op in 1 file: ok\n", "")
 
 
 # --------------------------------------------------------------------------------------------------

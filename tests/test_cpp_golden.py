@@ -38,11 +38,12 @@ def render(paths: list[str]) -> dict[str, str]:
                 py_ops.generate_ops, py_ops.generate_manifest):
         out.update(gen(lib, diags))
     # build.ninja from fixed inputs: the golden file must not depend on this checkout's files.
-    sources = {ns: (f"runtime/csrc/{ns}/kernels.cpp", f"runtime/csrc/{ns}/kernels.cu")
+    sources = {ns: ((f"runtime/csrc/{ns}/kernels.cpp", "kernels.cpp"),
+                    (f"runtime/csrc/{ns}/kernels.cu", "kernels.cu"))
                for ns in lib.namespaces}
     inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
                                tuple(paths))
-    out[ninja.NINJA_FILE] = ninja.build_ninja(lib, inputs)
+    out[ninja.ninja_file()] = ninja.build_ninja(lib, inputs)
     assert not diags.has_errors, diags.render()
     return out
 

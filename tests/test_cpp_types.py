@@ -72,12 +72,34 @@ out["split"] = [res[0] is lo, res[1] is hi, lo.tolist(), hi.tolist(),
 out["fill"] = ops.fill(torch.zeros(2), 3).tolist()
 ys = [torch.ones(2), torch.ones(1)]
 out["zero_all"] = [ops.zero_all_(ys), [y.tolist() for y in ys]]
+bb, bc, bd = torch.zeros(2), torch.ones(2), [torch.zeros(1)]
+out["bang"] = [ops.bang(torch.ones(2), bb, bc, bd, [torch.ones(2)], torch.ones(2)),
+               bb.tolist(), bc.tolist(), bd[0].tolist()]
 out["defaults"] = ops.defaults(torch.ones(2)).tolist()
 out["pick"] = [ops.pick_int(torch.arange(6.).view(3, 2), 1).tolist(),
                ops.pick_Tensor(torch.arange(3.), torch.tensor([2, 0])).tolist()]
 out["composite"] = ops.composite(torch.ones(2, 3), 1).tolist()
 out["shared"] = [ops.shared_a(t).tolist(), ops.shared_b(t).tolist()]
 out["declared"] = hasattr(torch.ops.cty, "declared_only")
+out["nested"] = ops.nested(t, [[1, 2], [3]], [[4], [5, 6]], [[0.5], [1.5]], [[True, False]],
+                           [["ab"], ["c", ""]], [[t], [t, torch.ones(2)]], None, [7, None],
+                           [None, "xyz"])
+out["nested_g"] = ops.nested(t, [], [], [], [], [], [], [[8, 9]], [], [])[6]
+out["tuples"] = [list(ops.tuples(t, [("paper", "cites", "paper"), ("a", "b", "c")])),
+                 list(ops.tuples(t, [], (t, t, torch.ones(5)), (2, 3)))]
+a, b, c, d, e = ops.optional_returns(torch.ones(2), True)
+out["optional_returns"] = [[x.tolist() for x in a], b, c, d, [None if x is None else x.tolist()
+                                                            for x in e]]
+out["optional_returns_none"] = list(ops.optional_returns(t, False))
+x = torch.zeros(2)
+same, before = ops.step_(x)
+out["step"] = [same is x, x.tolist(), before.tolist()]
+o = torch.zeros(3)
+out["scale_into"] = [ops.scale_into(t, o) is o, o.tolist()]
+out["enum_numbers"] = [ops.enum_numbers(t), ops.enum_numbers(t, torch.float32, torch.strided,
+                                                            torch.contiguous_format, torch.bool)]
+o = torch.zeros(3)
+out["myadd_out"] = [ops.myadd_out(t, t, o), o.tolist()]
 print("RESULT" + json.dumps(out))
 """
 
@@ -104,11 +126,25 @@ def test_every_binding_round_trips(cty_root: Path) -> None:
     assert out["split"] == [True, True, [-1.0, 0.0], [0.0, 2.0], [[-1.0, 0.0], [0.0, 2.0]]]
     assert out["fill"] == [3.0, 3.0]
     assert out["zero_all"] == [None, [[0.0, 0.0], [0.0]]]
+    assert out["bang"] == [None, [3.0, 3.0], [2.0, 2.0], [1.0]]
     assert out["defaults"] == [2.5, 2.5]
     assert out["pick"] == [[2.0, 3.0], [2.0, 0.0]]
     assert out["composite"] == [3.0, 3.0]
     assert out["shared"] == [[-1.0] * 3, [-1.0] * 3]
     assert out["declared"] is True
+    assert out["nested"] == [[2, 1], [4, 5, 6], [1, 3], [1, 0], [2, 1, 0], [6, 6, 5], [-1], [7, -1],
+                             [-1, 3]]
+    assert out["nested_g"] == [8, 9]
+    assert out["tuples"] == [[3, "paper-cites-paper;a-b-c;"], [3 + 50 + 2300, ""]]
+    assert out["optional_returns"] == [[[-1.0, -1.0], [1.0, 1.0]], 2, "here", [2],
+                                       [[1.0, 1.0], None]]
+    assert out["optional_returns_none"] == [None, None, None, None, [None]]
+    assert out["step"] == [True, [1.0, 1.0], [0.0, 0.0]]
+    assert out["scale_into"] == [True, [2.0] * 3]
+    # The defaults arrive as torch numbered them: 39 is int3, 0 strided, 2 channels_last.
+    assert out["enum_numbers"] == ["Int3|Strided|ChannelsLast|Float8_e4m3fn|1",
+                                   "Float|Strided|Contiguous|Bool|1"]
+    assert out["myadd_out"] == [None, [2.0] * 3]
 
 
 def test_declared_schemas_match_torch(cty_root: Path) -> None:

@@ -16,8 +16,10 @@ import pytest
 
 from codegen import files
 from codegen.build import check_generated
-from codegen.gen import SET_STAMP
+from codegen.gen import set_stamp
 from tests import scratch
+
+SET_STAMP = set_stamp()     # the example layout's completion stamp (generated/SHA256SUMS)
 
 V1 = """\
 namespace: wr

@@ -38,6 +38,22 @@ def expand_to(x, like):
     return x.expand(like.shape).clone()
 
 
+def soft_limit(x, limit):
+    return limit * torch.tanh(x / limit)
+
+
+def doubled_up(x):
+    return x.repeat_interleave(2)
+
+
+def scale_all(xs, w):
+    return [x * w for x in xs]
+
+
+def times_x_backward(grad, x):
+    return grad * x
+
+
 def minmax(x, dim):
     return x.amin(dim), x.amax(dim)
 
@@ -101,7 +117,8 @@ def _ops(library) -> dict[str, Op]:
 
 
 GRADCHECKED = ["mul_add", "expand_to", "minmax", "halves", "max_with_index", "lincomb", "cube",
-               "square", "product", "weighted", "scaled"]
+               "square", "product", "weighted", "scaled", "soft_limit", "doubled_up",
+               "scale_all", "times_x_backward"]
 
 
 @pytest.mark.parametrize("name", GRADCHECKED)

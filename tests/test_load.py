@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from codegen.diagnostics import Loc, UserError
-from codegen.load import DTYPES, FLOAT_DTYPES, MAX_FILE_BYTES, OP_KEYS, TENSOR_SAMPLE_KEYS, \
-    load_library
+from codegen.diagnostics import WARNINGS
+from codegen.load import CONVENTIONS, DTYPES, FILE_KEYS, FLOAT_DTYPES, MAX_FILE_BYTES, OP_KEYS, \
+    TENSOR_SAMPLE_KEYS, load_library
 from codegen.model import (
     AutocastSpec,
     CppKernel,
@@ -383,6 +384,18 @@ def test_samples_mapping_gives_names(tmp_path):
                                                               -1.0, 1.5)),)
 
 
+def test_a_sample_may_be_named_after_an_argument(tmp_path):
+    """A mapping key that names an argument is a sample's name when its value is a sample (the
+    keys of its value are arguments); only a key holding an argument's value is one sample left
+    out of its list (tests/diagnostics/samples_one_sample_not_in_list)."""
+    a, b = samples_of(tmp_path, "ex::f(Tensor x, int n=1) -> Tensor", """\
+        x: {x: {shape: [2]}, n: 2}
+        n: {x: {shape: [3]}}
+        """)
+    assert a.name == "x" and a.args == (("x", TensorSample((2,))), ("n", 2))
+    assert b.name == "n" and b.args == (("x", TensorSample((3,))),)
+
+
 def test_tensor_values_and_dtype_inference(tmp_path):
     (s,) = samples_of(tmp_path, "ex::f(Tensor a, Tensor b, Tensor c, Tensor d) -> Tensor", """\
         - a: {values: [[1, 2], [3, 4]]}
@@ -444,6 +457,9 @@ def test_json_schema_matches_the_loader():
     assert set(tensor["properties"]) == set(TENSOR_SAMPLE_KEYS)
     assert set(tensor["properties"]["dtype"]["enum"]) == DTYPES | {"torch." + d for d in DTYPES}
     assert set(op["properties"]["autocast"]["properties"]["cast_inputs"]["enum"]) == FLOAT_DTYPES
+    assert set(s["oneOf"][1]["properties"]) == set(FILE_KEYS)
+    assert set(s["$defs"]["warning"]["enum"]) == set(WARNINGS)
+    assert s["oneOf"][1]["properties"]["conventions"]["enum"] == list(CONVENTIONS)
 
 
 def test_json_schema_accepts_valid_files_and_rejects_unknown_keys(tmp_path):

@@ -95,6 +95,44 @@ def test_alias_annotations():
     assert str(s.arguments[4].type) == "Tensor(a|b! -> b|c)"
 
 
+def test_bare_bang_is_a_fresh_alias_set():
+    """`Tensor!` writes a set of its own (c10: `$0`, `$1`, ... in order, elements first); the
+    canonical text keeps the `!`, and torch reads it back with the same sets."""
+    import torch
+
+    text = "f(Tensor! a, Tensor(a!) b, Tensor!? c, Tensor![]! d, int!? n) -> (Tensor!, Tensor(a!))"
+    s = parse_schema(text)
+    anns = [x.annotation for x in s.arguments + s.returns]
+    assert [a.alias_set for a in anns] == [("$0",), ("a",), ("$1",), ("$3",), ("$4",), ("$5",),
+                                           ("a",)]
+    assert s.arguments[3].type == ListType(BaseType(BaseTy.Tensor, Annotation(("$2",), True)),
+                                           None, Annotation(("$3",), True))
+    assert all(a.is_write for a in anns)
+    assert [a.is_fresh for a in anns] == [True, False, True, True, True, True, False]
+    assert s.arguments[0].annotation != s.arguments[2].type.elem.alias   # two sets, not one
+    assert str(s) == text
+    assert parse_schema(str(s)) == s
+    assert str(torch._C.parse_schema(str(s))) == str(torch._C.parse_schema(text))
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("f(Tensor(a)x, Tensor?amax=None, int[2]k=[1, 1]) -> ()",
+     "f(Tensor(a) x, Tensor? amax=None, int[2] k=[1, 1]) -> ()"),
+    ("f(Tensor !x, Tensor [] idx, Tensor []y) -> Tensor!out",
+     "f(Tensor! x, Tensor[] idx, Tensor[] y) -> Tensor! out"),
+    ("f(Tensor x) -> (Tensor?a, Tensor(b)b)", "f(Tensor x) -> (Tensor? a, Tensor(b) b)"),
+    # c10 reads a dotted lower-case name as a type variable, and None as NoneType.
+    ("f(torch.distributed.Mesh m, None n) -> None",
+     "f(torch.distributed.Mesh m, NoneType n) -> NoneType"),
+])
+def test_spellings_torch_tolerates(text, canonical):
+    import torch
+
+    s = parse_schema(text)
+    assert str(s) == canonical
+    assert str(torch._C.parse_schema(canonical)) == str(torch._C.parse_schema(text))
+
+
 def test_defaults_of_every_form():
     s = parse_schema(
         "f(Tensor? a=None, bool b=True, bool c=False, int d=-3, float e=1e-5, float f=-.5, "
@@ -178,7 +216,7 @@ ERROR_CASES = [
     "f(Tensor x) -> (Tensor, ..., Tensor)",
     "f(Dict(int) x) -> ()",
     "f(Future(int, int) x) -> ()",
-    "f(foo.bar x) -> ()",
+    "f(Foo.bar x) -> ()",
     'f(str s="\\x41") -> ()',
     "f(float x=1e400) -> ()",
     "f(int x) -> () junk",
@@ -189,6 +227,43 @@ ERROR_CASES = [
     "f(float x=-2.225073858507201e-308) -> ()",
     "f(Scalar x=1e-400j) -> ()",
     "f(int[99999999999999999999] x) -> ()",
+    # What broke, and the construct it broke (the caret is on the token that broke the parse).
+    "f(Tensor& x) -> ()",
+    "f(Tensor* x) -> ()",
+    "f(const at::Tensor& x) -> Tensor",
+    "f(std::string s, std::vector<int64_t> v) -> ()",
+    "f(Optional[Tensor] x) -> ()",
+    "f(Tensor x, List[int] dims) -> ()",
+    "f(Tensor x) -> Tuple[Tensor, Tensor]",
+    "f(Dict[str, Tensor] d) -> ()",
+    "f(x: Tensor) -> Tensor",
+    "f(x, y) -> ()",
+    "f(Tensor x) : Tensor",
+    "f(Tensor x) - > Tensor",
+    "f(Tensor x -> Tensor",
+    "f(Tensor x) -> Tensor y=None",
+    "f(Tensor x) -> (Tensor y, Tensor z=None)",
+    "f(Tensor x) -> Tensor&",
+    "f(Tensor x) -> (Tensor,, Tensor)",
+    "f(Tensor x) -> (Tensor a) (Tensor b)",
+    "f(Tensor x,, Tensor y) -> ()",
+    "ns::(Tensor x) -> ()",
+    "ns::f.(Tensor x) -> ()",
+    "f(Tensor() x) -> ()",
+    "f(Tensor(a -> ) x) -> ()",
+    "f(int[a] x) -> ()",
+    "f(Tensor x, int y=1_000) -> ()",
+    "f(Tensor x, int[] y=[1, [2]]) -> ()",
+    'f(Tensor x, str s="abc) -> ()',
+    "f(Tensor!! x) -> ()",
+    "f(Tensor?! x) -> ()",
+    "f((int, int)! x) -> ()",
+    "f(Future(Tensor)(a) x) -> ()",
+    "f(int m=0x) -> ()",
+    # Hexadecimal defaults: c10 reads them as 0 (or as a float), so they are refused; see below.
+    "f(Tensor a, int info_B_mask=0x2FFFFFF) -> Tensor",
+    "f(Tensor a, float m=0x2F) -> Tensor",
+    "f(Tensor a, int m=0xe1) -> Tensor",
     # Stricter than c10, below.
     "f(float x=99999999999999999999999) -> ()",
     'f(str x="a\\000b") -> ()',
@@ -200,11 +275,16 @@ STRICTER_THAN_TORCH = {
     "foo bar(Tensor x) -> Tensor",  # c10 reads the name as 'foo' and ignores 'bar'
     "f(Tensor(a)(b) x) -> ()",      # c10 silently keeps one of the two annotations
     "f(*, *, int x) -> ()",         # c10 accepts a repeated '*'
-    "f(foo.bar x) -> ()",           # c10 makes a dotted type variable; only classes are dotted
     # c10 reads an integer as a double for float; ours are all 64-bit integers (write 1e+23).
     "f(float x=99999999999999999999999) -> ()",
     'f(str x="a\\000b") -> ()',       # generated C++ takes strings as C strings, ending at NUL
     "f(Tensor" + "[]" * 17 + " x) -> ()",  # every pass after parsing recurses over types
+    # c10 reads a hexadecimal integer default as 0 (`int m=0x2F` is m=0), and as a double when its
+    # digits hold an 'e' (0xe1 is 225.0): refused, the message saying so (FBGEMM's info_B_mask).
+    # For a float c10 gets the value, but the same text means 0 in an int: refused as well.
+    "f(Tensor a, int info_B_mask=0x2FFFFFF) -> Tensor",
+    "f(Tensor a, float m=0x2F) -> Tensor",
+    "f(Tensor a, int m=0xe1) -> Tensor",
 }
 
 EXPECTED = Path(__file__).with_name("parse_errors.expected")

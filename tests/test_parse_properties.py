@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from codegen import SchemaSyntaxError, parse_schema
 from codegen.model import (
+    FRESH,
     Annotation,
     Argument,
     BaseTy,
@@ -27,7 +28,9 @@ from codegen.model import (
     OptionalType,
     Return,
     StrDefault,
+    number_fresh_sets,
 )
+from codegen.schema_errors import explain
 
 # Words c10's tokenizer reserves (TorchScript keywords) cannot name anything in its schemas.
 _RESERVED = {"None", "True", "False", "if", "else", "elif", "for", "while", "in", "not", "and",
@@ -40,16 +43,23 @@ SCALARS = [BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool, BaseTy.str, Bas
            BaseTy.ScalarType, BaseTy.Layout, BaseTy.Device, BaseTy.MemoryFormat, BaseTy.Generator]
 
 
+# A bare `!`: a fresh alias set, numbered per schema by number_fresh_sets.
+BANG = Annotation((FRESH,), True)
+ANNOTATIONS = st.one_of(st.none(), st.just(BANG), st.builds(
+    lambda s, w: Annotation((s,), w), st.sampled_from(["a", "b", "c"]), st.booleans()))
+
+
 @st.composite
 def tensor_types(draw):
-    ann = draw(st.one_of(st.none(), st.builds(
-        lambda s, w: Annotation((s,), w), st.sampled_from(["a", "b", "c"]), st.booleans())))
+    ann = draw(ANNOTATIONS)
     t = BaseType(BaseTy.Tensor, ann)
-    shape = draw(st.sampled_from(["plain", "opt", "list", "optlist"]))
+    shape = draw(st.sampled_from(["plain", "opt", "list", "optlist", "list!"]))
     if shape == "opt":
         return OptionalType(t)
     if shape == "list":
         return ListType(t)
+    if shape == "list!":   # the annotation on the list: Tensor[](a!), Tensor[]!, Tensor![]!
+        return ListType(t, None, draw(st.sampled_from([BANG, Annotation(("d",), True)])))
     if shape == "optlist":
         return ListType(OptionalType(BaseType(BaseTy.Tensor)))
     return t
@@ -78,7 +88,10 @@ def scalar_types_with_default(draw):
         default = StrDefault(draw(st.text(
             alphabet=st.characters(codec="ascii", exclude_characters="\x00"), max_size=8)))
     if default is None and draw(st.booleans()):
-        t, default = OptionalType(t), draw(st.sampled_from([None, NoneDefault()]))
+        # torch reads `!` on any type (`int!? x`, from vLLM); ours keeps it.
+        bang = not isinstance(t, ListType) and draw(st.booleans())
+        t = OptionalType(BaseType(base, BANG) if bang else t)
+        default = draw(st.sampled_from([None, NoneDefault()]))
     return t, default
 
 
@@ -102,7 +115,7 @@ def schemas(draw):
                  for _ in range(draw(st.integers(0, 3))))
     name = OperatorName(draw(st.one_of(st.none(), IDENT)), draw(IDENT),
                         draw(st.one_of(st.just(""), IDENT)))
-    return FunctionSchema(name, tuple(args), rets)
+    return number_fresh_sets(FunctionSchema(name, tuple(args), rets))
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -130,8 +143,10 @@ def test_whitespace_between_tokens_changes_nothing(ir, rnd):
         elif ch == '"':
             quoted = True
             out.append(ch)
-        elif ch in "(),=[]?*" and rnd.random() < 0.5:
+        elif ch in "(),=[]?*!" and rnd.random() < 0.5:
             out.append(f"{' ' * rnd.randint(0, 2)}{ch}{' ' * rnd.randint(0, 2)}")
+        elif ch == " " and out and out[-1][-1:] in ("?", "]", ")", "!") and rnd.random() < 0.5:
+            pass  # `Tensor?x`, `int[2]y`, `Tensor!out`: no space is needed after a suffix
         else:
             out.append(ch)
     spaced = "".join(out)
@@ -140,10 +155,17 @@ def test_whitespace_between_tokens_changes_nothing(ir, rnd):
     assert torch._C.parse_schema(spaced) == torch._C.parse_schema(text)
 
 
-def _corpus() -> list[str]:
-    from tests.test_roundtrip import native_schemas
+_CORPUS: list[str] = []
 
-    return native_schemas()
+
+def _corpus() -> list[str]:
+    """native_functions.yaml and the custom-op corpus (bare `!`, odd spacing, hex defaults)."""
+    if not _CORPUS:
+        from tests.test_corpus import corpus
+        from tests.test_roundtrip import native_schemas
+
+        _CORPUS.extend(native_schemas() + [row[0] for row in corpus()])
+    return _CORPUS
 
 
 def _mutate(text: str, rnd: random.Random) -> str:
@@ -174,6 +196,24 @@ def test_mutated_schemas_give_only_located_errors(rnd):
         assert 0 <= e.offset <= len(text)
         assert e.length >= 1
         assert e.message and "\n" not in e.message
+    _readers_agree(text)
+
+
+def _readers_agree(text: str) -> None:
+    """The error explainer (codegen.schema_errors) finds an error exactly where the grammar does,
+    so the message never falls back to Lark's position, nor blames a token of a valid schema."""
+    from lark.exceptions import UnexpectedInput
+
+    from codegen.parse import _parser
+
+    try:
+        _parser().parse(text)
+    except UnexpectedInput:
+        assert explain(text) is not None, text
+        return
+    except SchemaSyntaxError:
+        return  # refused after the syntax was read (a number out of range, ...)
+    assert explain(text) is None, (text, explain(text))
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -183,3 +223,4 @@ def test_arbitrary_text_gives_only_located_errors(text):
         parse_schema(text)
     except SchemaSyntaxError as e:
         assert 0 <= e.offset <= len(text)
+    _readers_agree(text)

@@ -78,7 +78,7 @@ def test_stale_library(tmp_path: Path, example_library: Path) -> None:
     root = make_root(tmp_path, example_library)
     manifest = root / "generated" / "runtime" / "_manifest.py"
     text = manifest.read_text()
-    built_hash = re.search(r'"schema_hash": \'([0-9a-f]+)\'', text)[1]
+    built_hash = re.search(r'"schema_hash": ["\']([0-9a-f]+)["\']', text)[1]
     manifest.write_text(text.replace(built_hash, "0123456789abcdef"))
     message = probe(root)
     assert ("build/libexops_ops.so is stale: it was built from other schemas than "

@@ -123,6 +123,29 @@ def accumulate(acc, x):
     acc.add_(x)
 
 
+def matched_add(self, other):
+    torch._check(self.shape == other.shape, lambda: "shapetest::matched_add: self and other "
+                 "need one shape")
+    dtype = torch.promote_types(torch.promote_types(self.dtype, other.dtype), torch.float32)
+    return self.to(dtype) + other.to(dtype)
+
+
+def every_other(self):
+    return self.new_zeros(self.shape[::2])
+
+
+def chunks(self, n):
+    return [c.clone() for c in self.chunk(n)]
+
+
+def doubled(tensors):
+    return [t.to(torch.promote_types(t.dtype, torch.float32)) * 2 for t in tensors]
+
+
+def positives(self, rows):
+    return [self[i][self[i] > 0].clone() for i in range(rows)]
+
+
 # --------------------------------------------------------------------------------------------------
 # The rules against the kernels
 
@@ -207,8 +230,9 @@ def test_reference_examples_parse():
     for rule in examples:
         if rule.endswith(":function") or "package.module" in rule:
             continue
-        outputs = 2 if rule.lstrip().startswith("(") or ";" in rule else 1
-        ok(rule, SCHEMA if outputs == 1 else SCHEMA2)
+        body = rule.rsplit(";", 1)[-1].strip()     # the outputs come last
+        schema = SCHEMA2 if body.startswith("(") else SCHEMA
+        ok(rule, schema.replace("-> Tensor", "-> Tensor[]") if body.startswith("[") else schema)
 
 
 def test_ir_of_common_rules():

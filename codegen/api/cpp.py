@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
-from codegen import escape
+from codegen import enums, escape
 from codegen.model import (
     SCRIPT_ONLY_BASE,
     Argument,
@@ -201,13 +201,10 @@ def _refuse_base(t: BaseType, *, optional: bool = False) -> None:
 
 
 def _refuse_other(t: Type) -> None:
-    """Raise for every type that is not a BaseType/OptionalType/ListType."""
+    """Raise for every type that is not a BaseType/OptionalType/ListType/TupleType."""
     if isinstance(t, TypeVar):
         raise Unsupported(t, f"type variable '{t.name}' is TorchScript-only; custom op kernels "
                              "need concrete types")
-    if isinstance(t, TupleType):
-        raise Unsupported(t, "tuple types are TorchScript-only; custom op kernels cannot bind them",
-                          "return several values as '(Tensor a, Tensor b)' instead")
     if isinstance(t, GenericType):
         raise Unsupported(t, f"'{t.kind.value}(...)' is a TorchScript-only type; custom op kernels "
                              "cannot bind it")
@@ -215,6 +212,47 @@ def _refuse_other(t: Type) -> None:
         raise Unsupported(t, f"TorchBind class '{t.qualname}' is not supported by the C++ back end",
                           "pass its state as tensors, or register this op by hand")
     raise AssertionError(f"unhandled type node {t!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Note [Owned element types]
+#
+# Inside a nested list, a list of optionals or a tuple, c10 binds owning C++ types: the kernel of
+# `int[][]` takes `std::vector<std::vector<int64_t>>` (as vLLM's `register_graph_buffers` does;
+# `str[][]` is `std::vector<c10::List<std::string>>`, see owned_type),
+# `(str, str, str)[]` a `std::vector<std::tuple<std::string, std::string, std::string>>` (pyg-lib's
+# `hetero_neighbor_sample`), `(Tensor, Tensor, Tensor)?` a
+# `std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>` (torchcodec). Views such as
+# `at::IntArrayRef` or `c10::string_view` are only bound at the top level of an argument.
+# tests/test_cpp_types.py registers and calls a kernel for each of these forms.
+
+
+def owned_type(t: Type, *, optional: bool = False) -> CType:
+    """The owning C++ type a value of `t` has inside a container (Note [Owned element types]);
+    `optional`: `t` is the element of an optional type."""
+    if isinstance(t, BaseType):
+        _refuse_base(t, optional=optional)
+        if t.name is BaseTy.Tensor:
+            return tensorT
+        if t.name is BaseTy.Scalar:
+            return scalarT
+        if t.name is BaseTy.str:
+            return BaseC("std::string")
+        return _VALUE_TYPES[t.name]
+    if isinstance(t, OptionalType):
+        if isinstance(t.elem, OptionalType):
+            raise Unsupported(t, "nested optional types have no C++ binding")
+        return OptionalC(owned_type(t.elem, optional=True))
+    if isinstance(t, ListType):
+        if is_plain(t.elem, BaseTy.str):
+            # GCC 12 at -O3 warns (a false -Wstringop-overflow inside c10's IValue conversion)
+            # for a std::vector<std::string> taken out of a list; c10::List is bound as well.
+            return ListC(BaseC("std::string"))
+        return VectorC(owned_type(t.elem))
+    if isinstance(t, TupleType):
+        return TupleC(tuple(owned_type(e) for e in t.elems))
+    _refuse_other(t)
+    raise AssertionError("unreachable")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,6 +273,8 @@ def valuetype_type(t: Type, *, optional: bool = False) -> CType | None:
     if isinstance(t, ListType):
         if is_plain(t.elem, BaseTy.bool) and t.size is not None:
             return ArrayC(BaseC("bool"), t.size)
+        return None
+    if isinstance(t, TupleType):
         return None
     _refuse_other(t)
     raise AssertionError("unreachable")
@@ -268,7 +308,11 @@ def argumenttype_type(t: Type, *, mutable: bool) -> CType:
             return BaseC("at::OptionalSymIntArrayRef")
         if isinstance(e, OptionalType):
             raise Unsupported(t, "nested optional types have no C++ binding")
-        return OptionalC(argumenttype_type(e, mutable=mutable))
+        inner = argumenttype_type(e, mutable=mutable)
+        if isinstance(inner, ConstRefC):
+            # `std::optional<const T&>` is not C++: the optional itself is the reference.
+            return ConstRefC(OptionalC(inner.elem))
+        return OptionalC(inner)
     if isinstance(t, ListType):
         e = t.elem
         if is_plain(e, BaseTy.int):
@@ -284,13 +328,12 @@ def argumenttype_type(t: Type, *, mutable: bool) -> CType:
             return ConstRefC(ListC(BaseC("bool")))
         if is_plain(e, BaseTy.Scalar):
             return ArrayRefC(scalarT)
-        if isinstance(e, ListType):
-            raise Unsupported(t, "lists of lists have no C++ binding for custom ops")
-        if isinstance(e, OptionalType):
-            raise Unsupported(t, f"lists of optional '{e.elem}' have no C++ binding for custom ops",
-                              "only 'Tensor?[]' is supported among optional element types")
+        if isinstance(e, (ListType, OptionalType, TupleType)):
+            return ConstRefC(VectorC(owned_type(e)))
         elem = argumenttype_type(e, mutable=False)
         return ArrayRefC(elem)
+    if isinstance(t, TupleType):
+        return ConstRefC(owned_type(t))
     _refuse_other(t)
     raise AssertionError("unreachable")
 
@@ -304,6 +347,11 @@ def argument_type(a: Argument) -> CType:
 
 
 def returntype_type(t: Type, *, mutable: bool) -> CType:
+    if isinstance(t, OptionalType):
+        if isinstance(t.elem, OptionalType):
+            raise Unsupported(t, "nested optional types have no C++ binding")
+        r = None if is_plain(t.elem, BaseTy.str) else valuetype_type(t)
+        return r if r is not None else OptionalC(returntype_type(t.elem, mutable=False))
     if is_plain(t, BaseTy.str):
         # A returned view would outlive what it points into: strings are returned by value.
         return BaseC("std::string")
@@ -330,14 +378,10 @@ def returntype_type(t: Type, *, mutable: bool) -> CType:
         if is_plain(t.elem, BaseTy.bool):
             return ListC(BaseC("bool"))
         if isinstance(t.elem, OptionalType):
-            raise Unsupported(t, f"returning a list of optional '{t.elem.elem}' is not supported")
+            return VectorC(owned_type(t.elem))
         return VectorC(returntype_type(t.elem, mutable=False))
-    if isinstance(t, OptionalType):
-        if is_plain(t.elem, BaseTy.Tensor):
-            return OptionalC(tensorT)
-        if is_plain(t.elem, BaseTy.Scalar):
-            return OptionalC(scalarT)
-        raise Unsupported(t, f"optional '{t.elem}' returns have no C++ binding")
+    if isinstance(t, TupleType):
+        return TupleC(tuple(returntype_type(e, mutable=False) for e in t.elems))
     _refuse_other(t)
     raise AssertionError("unreachable")
 
@@ -350,7 +394,14 @@ def returns_type(rs: tuple[Return, ...]) -> CType:
     if not rs:
         return voidT
     if len(rs) == 1:
-        return return_type(rs[0])
+        one = return_type(rs[0])
+        # c10 reads a returned std::tuple as several returns: a lone tuple-typed return is a
+        # one-element tuple holding it.
+        return TupleC((one,)) if isinstance(rs[0].type, TupleType) else one
+    if any(r.is_write for r in rs) and not all(r.is_write for r in rs):
+        # Mutated inputs beside new values: c10's boxed call cannot return a tuple mixing
+        # references and values, so every Tensor is a handle (the mutated one still aliases).
+        return TupleC(tuple(returntype_type(r.type, mutable=False) for r in rs))
     return TupleC(tuple(return_type(r) for r in rs))
 
 
@@ -489,6 +540,9 @@ def default_expr(d: Default, t: Type) -> str | None:
     if isinstance(d, BoolDefault):
         return "true" if d.value else "false"
     if isinstance(d, IntDefault):
+        if isinstance(base, BaseType) and base.name.value in enums.BY_TYPE:
+            value = enums.by_number(base.name.value, d.value)  # `ScalarType t=6`
+            return value.cpp if value is not None else None
         if not -(2 ** 63) < d.value < 2 ** 63:
             return None
         if is_plain(base, BaseTy.float):
@@ -503,7 +557,10 @@ def default_expr(d: Default, t: Type) -> str | None:
     if isinstance(d, StrDefault):
         return string_literal(d.value)
     if isinstance(d, EnumDefault):
-        return _ENUM_DEFAULTS.get(d.name)
+        if d.name in _ENUM_DEFAULTS:
+            return _ENUM_DEFAULTS[d.name]
+        number = enums.scalar_type_number(d.name) if is_plain(base, BaseTy.ScalarType) else None
+        return enums.SCALAR_TYPES[number].cpp if number is not None else None
     if isinstance(d, ListDefault):
         if not d.items:
             return "{}"

@@ -12,6 +12,7 @@ Types no Python custom op can take (TorchScript-only types, type variables, tupl
 
 from __future__ import annotations
 
+from codegen import enums
 from codegen.model import (
     SCRIPT_ONLY_BASE,
     Argument,
@@ -99,8 +100,6 @@ def _base(t: BaseType, table: dict[BaseTy, str]) -> str:
 def _refuse(t: Type) -> str:
     if isinstance(t, TypeVar):
         raise Unsupported(t, f"type variable '{t.name}' is TorchScript-only")
-    if isinstance(t, TupleType):
-        raise Unsupported(t, "tuple types are TorchScript-only")
     if isinstance(t, GenericType):
         raise Unsupported(t, f"'{t.kind.value}(...)' is a TorchScript-only type")
     if isinstance(t, ClassType):
@@ -122,6 +121,8 @@ def argument_annotation(t: Type) -> str:
         return seq
     if isinstance(t, BaseType):
         return _base(t, _ARG_BASE)
+    if isinstance(t, TupleType):
+        return "tuple[" + ", ".join(argument_annotation(e) for e in t.elems) + "]"
     return _refuse(t)
 
 
@@ -132,6 +133,8 @@ def return_annotation(t: Type) -> str:
         return f"list[{return_annotation(t.elem)}]"
     if isinstance(t, BaseType):
         return _base(t, _RET_BASE)
+    if isinstance(t, TupleType):
+        return "tuple[" + ", ".join(return_annotation(e) for e in t.elems) + "]"
     return _refuse(t)
 
 
@@ -175,6 +178,11 @@ def default_expr(d: Default, t: Type) -> str:
     if isinstance(d, BoolDefault):
         return "True" if d.value else "False"
     if isinstance(d, IntDefault):
+        if isinstance(base, BaseType) and base.name.value in enums.BY_TYPE:
+            value = enums.by_number(base.name.value, d.value)  # `ScalarType t=6`
+            if value is None:
+                raise Unsupported(d, f"{base.name.value} default {d.value} names no value")
+            return value.python
         if isinstance(base, ListType):
             # `int[2] stride=1` means [1, 1]
             return _tuple([str(d.value)] * (base.size or 1))
@@ -189,6 +197,9 @@ def default_expr(d: Default, t: Type) -> str:
         return repr(d.value)
     if isinstance(d, EnumDefault):
         expr = _ENUM_DEFAULTS.get(d.name)
+        if expr is None and isinstance(base, BaseType) and base.name is BaseTy.ScalarType:
+            number = enums.scalar_type_number(d.name)
+            expr = enums.SCALAR_TYPES[number].python if number is not None else None
         if expr is None:
             raise Unsupported(d, f"default '{d.name}' has no Python spelling")
         return expr
@@ -203,14 +214,24 @@ def _tuple(items: list[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def parameter(a: Argument, *, annotate: bool) -> str:
+def parameter(a: Argument, *, annotate: bool, with_default: bool = True) -> str:
     """`name`, `name=default`, or `name: annotation = default`."""
     text = a.name
     if annotate:
         text += ": " + argument_annotation(a.type)
-    if a.default is not None:
+    if a.default is not None and with_default:
         text += (" = " if annotate else "=") + default_expr(a.default, a.type)
     return text
+
+
+def python_defaults(schema: FunctionSchema) -> list[bool]:
+    """Per argument: whether its Python parameter can carry its default. torch lets a list
+    argument without a default follow positional ones with defaults (`Tensor? bias=None, int[]
+    stride`); Python does not, so the positional defaults before the last positional argument
+    without one are left out (the dispatcher passes every argument anyway)."""
+    last_required = max((i for i, a in enumerate(schema.arguments)
+                         if not a.kwarg_only and a.default is None), default=-1)
+    return [a.kwarg_only or i > last_required for i, a in enumerate(schema.arguments)]
 
 
 def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
@@ -218,11 +239,11 @@ def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
     arguments), as the dispatcher calls Python kernels and fake kernels."""
     out: list[str] = []
     star = False
-    for a in schema.arguments:
+    for a, with_default in zip(schema.arguments, python_defaults(schema)):
         if a.kwarg_only and not star:
             out.append("*")
             star = True
-        out.append(parameter(a, annotate=annotate))
+        out.append(parameter(a, annotate=annotate, with_default=with_default))
     return out
 
 

@@ -1,5 +1,6 @@
-"""Op library IR -> one C++ header per schema file and namespace, `generated/cpp/<ns>/<shard>.h`
-(see Note [Shards] in cpp_library), holding:
+"""Op library IR -> C++ headers per op name, `generated/cpp/<ns>/<shard>/<name>.h`, and one per
+schema file and namespace, `generated/cpp/<ns>/<shard>.h`, that includes those of its ops (see
+Note [Shards] in cpp_library). An op name's header holds, for its overloads:
 
 - a declaration of every C++ kernel named in the file's `dispatch:` entries, with the exact types
   the dispatcher binds for the op's schema (codegen.api.cpp). Kernel sources include the header and
@@ -7,6 +8,13 @@
   a compile error naming it; `python -m codegen.build` then adds the expected declaration.
 - `<ns>::ops::<name>(...)`: a typed call through the dispatcher for every op of the file, for
   kernels built from other ops (CompositeImplicitAutograd kernels keep autograd that way).
+
+Note [Headers that change only with C++]
+A header changes only when a fact C++ sees changes: a schema, a kernel name, a dispatch key. It
+names no op-file line (editing a doc, a sample or a formula above an op would otherwise rewrite
+every header below it and recompile every kernel source), and a kernel source that includes only
+the headers of the ops it defines (`#include <exops/core/scaled_add.h>`) recompiles only when one
+of those ops changes. `codegen.build` finds an op's line in the op file when an error needs it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.api import cpp
+from codegen.model import Op
 
 
 @dataclass(frozen=True)
@@ -26,16 +35,17 @@ class KernelDecl:
     cpp_namespace: str        # "" for the global namespace
     name: str                 # unqualified function name
     decl: str                 # `R name(args)`
-    comments: tuple[str, ...]  # one per use: "CPU kernel of exops::f (schemas/x.yaml:3)"
+    comments: tuple[str, ...]  # one per use: "CPU kernel of exops::f"
     schema: str
 
 
-def kernel_decls(shard: L.Shard, diags: Diagnostics) -> list[KernelDecl]:
-    """Every distinct C++ kernel of the shard, in op order; a function used by several ops (or
-    keys) with the same signature is declared once."""
+def kernel_decls(bound: list[L.BoundKernel]) -> list[KernelDecl]:
+    """Every distinct C++ kernel of `bound`, in op order; a function used by several ops (or
+    keys) with the same signature is declared once. No line numbers: Note [Headers that change
+    only with C++]."""
     decls: dict[tuple[str, str], KernelDecl] = {}
-    for b in L.bound_kernels(shard, diags):
-        comment = f"{b.key.value} kernel of {b.op.name} ({b.kernel.loc.path}:{b.kernel.loc.line})"
+    for b in bound:
+        comment = f"{b.key.value} kernel of {b.op.name}"
         ident = (f"{b.cpp_namespace}::{b.fn}", b.sig.pointer_type())
         if ident in decls:
             prev = decls[ident]
@@ -54,9 +64,9 @@ def group_by_namespace(decls: list[KernelDecl]) -> list[tuple[str, list[KernelDe
     return list(groups.items())
 
 
-def call_entries(shard: L.Shard, names: dict[str, str], diags: Diagnostics) -> list[dict]:
+def call_entries(ops: list[Op], names: dict[str, str], diags: Diagnostics) -> list[dict]:
     out = []
-    for op in shard.ops:
+    for op in ops:
         sig = L.signature(op, diags)
         if sig is None:
             continue
@@ -80,12 +90,27 @@ def generate(lib, diags: Diagnostics) -> dict[str, str]:
         names = api_names([op for s in shs for op in s.ops], diags,
                           reserved=reserved.cpp_unusable())
         for shard in shs:
+            bound = L.bound_kernels(shard, diags)
+            by_name = L.ops_by_name(shard)
+            for name, ops in by_name.items():
+                out[shard.op_header(name)] = L.render(
+                    "cpp_kernels.h.j2",
+                    banner=banner("//", [shard.file.path]),
+                    ns=ns,
+                    source=shard.file.path,
+                    what=f"{ns}::{name}",
+                    includes=[],
+                    groups=group_by_namespace(kernel_decls([b for b in bound if b.op in ops])),
+                    calls=call_entries(ops, names, diags),
+                )
             out[shard.header] = L.render(
                 "cpp_kernels.h.j2",
                 banner=banner("//", [shard.file.path]),
                 ns=ns,
                 source=shard.file.path,
-                groups=group_by_namespace(kernel_decls(shard, diags)),
-                calls=call_entries(shard, names, diags),
+                what="the ops",
+                includes=[shard.op_include(name) for name in by_name],
+                groups=[],
+                calls=[],
             )
     return out

@@ -6,7 +6,10 @@ Note [Shards]
 The C++ side of a namespace is split by schema file: `schemas/a.yaml` gets its own kernel header
 `generated/cpp/<ns>/a.h` and registration unit `generated/cpp/<ns>/register_a.cpp`. Editing one
 schema file therefore rewrites (and ninja recompiles) only that file's registration unit and the
-kernel sources that include its header. The first file of a namespace holds `TORCH_LIBRARY`,
+kernel sources that include its header. Below that, each op name of the file has a header of its
+own, `generated/cpp/<ns>/<file>/<name>.h`, which the file's header includes: a kernel source that
+includes just the headers of its ops recompiles only when one of them changes (Note [Headers that
+change only with C++] in cpp_kernels). The first file of a namespace holds `TORCH_LIBRARY`,
 claiming the namespace (a second package defining the same namespace is refused at load time, see
 runtime.loader); the others use `TORCH_LIBRARY_FRAGMENT`. A namespace torch already defines gets
 fragments only (Note [Torch namespaces] in codegen/torch_namespaces.py).
@@ -30,9 +33,10 @@ from pathlib import PurePosixPath
 
 import jinja2
 
+from codegen import config
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import OUTPUT_DIR, banner, template_environment
+from codegen.gen import banner, output_dir, template_environment
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
                            OpLibrary, Span)
 from codegen.torch_namespaces import is_torch_namespace
@@ -90,16 +94,23 @@ class Shard:
 
     @property
     def header(self) -> str:
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/{self.name}.h"
+        return f"{output_dir()}/cpp/{self.namespace}/{self.name}.h"
 
     @property
     def include(self) -> str:
         """How kernel sources include the header (`-I generated/cpp`)."""
         return f"{self.namespace}/{self.name}.h"
 
+    def op_header(self, name: str) -> str:
+        """The header of the ops named `name` (every overload) of this shard."""
+        return f"{output_dir()}/cpp/{self.namespace}/{self.name}/{name}.h"
+
+    def op_include(self, name: str) -> str:
+        return f"{self.namespace}/{self.name}/{name}.h"
+
     @property
     def registration(self) -> str:
-        return f"{OUTPUT_DIR}/cpp/{self.namespace}/register_{self.name}.cpp"
+        return f"{output_dir()}/cpp/{self.namespace}/register_{self.name}.cpp"
 
 
 def shard_names(files: tuple[OpFile, ...]) -> dict[str, str]:
@@ -159,13 +170,22 @@ def _shards(lib: OpLibrary) -> dict[str, tuple[Shard, ...]]:
     return {ns: tuple(out[ns]) for ns in sorted(out)}
 
 
+def ops_by_name(shard: Shard) -> dict[str, list[Op]]:
+    """The shard's ops grouped by name (overloads together), in op order: one header each."""
+    out: dict[str, list[Op]] = {}
+    for op in shard.ops:
+        out.setdefault(op.name.name, []).append(op)
+    return out
+
+
 def library_file(ns: str) -> str:
     return f"lib{ns}_ops.so"
 
 
 def python_module(ns: str) -> str:
-    """The module `m.set_python_module` names: the Python-side registrations of `ns`."""
-    return f"runtime._reg_{ns}"
+    """The module `m.set_python_module` names: the Python-side registrations of `ns`
+    (`<package>._reg_<ns>`, see codegen.config.Project.module_prefix)."""
+    return f"{config.current().module_prefix}._reg_{ns}"
 
 
 def unqualified(op: Op) -> OperatorName:
@@ -272,7 +292,7 @@ def bound_kernels(shard: Shard, diags: Diagnostics) -> list[BoundKernel]:
 
 
 def stamp_path(ns: str) -> str:
-    return f"{OUTPUT_DIR}/cpp/{ns}/stamp.cpp"
+    return f"{output_dir()}/cpp/{ns}/stamp.cpp"
 
 
 def stamp_prefix(ns: str) -> str:

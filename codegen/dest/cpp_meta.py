@@ -13,12 +13,16 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
   `t.dim()`, `len(...)`, `+`, `-`, `*`, unary `-`, `max`, `min`; shapes from list literals with
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
-- dtypes from literals, `ScalarType` arguments, `t.dtype`, and `x or y`.
+- dtypes from literals, `ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)`
+  (`c10::promoteTypes`);
+- `check(...)` preconditions: `TORCH_SYM_CHECK` on comparisons of sizes and shapes (asserted,
+  never specialized), `TORCH_CHECK` on conditions fixed at trace time.
 Everything else keeps its Python fake kernel, exactly as before:
 - `dynamic()` sizes (they need `torch.library.get_ctx()`), Python functions (`fake: pkg.mod:fn`);
 - `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
   `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
 - `//` and `%` (Python floors, c10::SymInt's concrete path truncates), list comprehensions,
+  slices with a step, `Tensor[]` returns,
   `sum`, bindings, `tensors[i]`, int returns, mutated-argument returns (in-place, out=), ops with
   a Meta or CompositeImplicitAutograd kernel of their own.
 
@@ -52,7 +56,7 @@ SCALAR_TYPES: dict[str, str] = {
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
-    "opt": (), "dims": (),
+    "opt": (), "dims": (), "same": (),
 }
 
 
@@ -118,15 +122,16 @@ class _Emitter:
         for r in returns:
             if r.type != BaseType(BaseTy.Tensor) or r.annotation is not None:
                 raise NoCpp("a return that is not a new Tensor")
+        checks = [self.check(c) for c in rule.checks]
         outs = []
         for o in rule.outputs:
             if isinstance(o, S.ReturnArg):
                 raise NoCpp("mutated-argument return")
             outs.append(self.tensor(o))
         if len(outs) == 1:
-            body = (f"return {outs[0]};",)
+            body = (*checks, f"return {outs[0]};")
         else:
-            body = (f"return {{{', '.join(outs)}}};",)
+            body = (*checks, f"return {{{', '.join(outs)}}};")
         params = ", ".join(f"{b.type.cpp()} {b.name}" if b.argument.name in self.used
                            else f"{b.type.cpp()} /*{b.name}*/" for b in self.sig.arguments)
         fn = "meta_" + L.impl_name(self.op).replace(".", "_")
@@ -171,6 +176,30 @@ class _Emitter:
                 return f"({self.cond(c)} ? {self.tensor(a)} : {self.tensor(b)})"
         raise NoCpp(f"tensor {type(e).__name__}")
 
+    def check(self, c: S.Check) -> str:
+        """`check(cond, msg)`: TORCH_SYM_CHECK over sizes (it asserts without specializing
+        them), TORCH_CHECK over what is fixed at trace time."""
+        sym = self.sym_cond(c.cond)
+        if sym is not None:
+            return f"TORCH_SYM_CHECK({sym}, {cpp.string_literal(c.message)});"
+        return f"TORCH_CHECK({self.cond(c.cond)}, {cpp.string_literal(c.message)});"
+
+    def sym_cond(self, e: S.Expr) -> str | None:
+        """A `c10::SymBool` for a condition on sizes or shapes, or None for other conditions."""
+        match e:
+            case S.Not(operand=o):
+                inner = self.sym_cond(o)
+                return None if inner is None else f"{inner}.sym_not()"
+            case S.Compare(op=op, left=a, right=b) if a.ty == S.INT and b.ty == S.INT:
+                return f"{self.size(a)}.sym_{op.name}({self.size(b)})"
+            case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
+                    if a.ty == S.INT_LIST:
+                self.helpers.add("same")
+                same = (f"meta_same(c10::SymIntArrayRef({self.shape(a)}), "
+                        f"c10::SymIntArrayRef({self.shape(b)}))")
+                return same if op is S.CompareOp.eq else f"{same}.sym_not()"
+        return None
+
     def operand(self, e: S.Expr) -> tuple[bool, str]:
         """A broadcast operand: (True, an `at::TensorList`) or (False, an `at::Scalar`)."""
         match e:
@@ -207,6 +236,11 @@ class _Emitter:
             case S.Fallback(value=v, default=d):
                 return f"{self.dtype(v)}.value_or({self.dtype(d)})" \
                     if isinstance(v, S.Arg) and v.ty.optional else self.dtype(v)
+            case S.PromoteTypes(items=items):
+                text = self.dtype(items[0])
+                for item in items[1:]:
+                    text = f"c10::promoteTypes({text}, {self.dtype(item)})"
+                return text
         raise NoCpp(f"dtype {type(e).__name__}")
 
     def dims(self, e: S.Expr) -> str:
@@ -243,6 +277,9 @@ class _Emitter:
             case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
                            right=S.NoneLit()):
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.arg(a)[0]}.has_value()"
+            case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
+                    if a.ty.base is S.T.DTYPE and b.ty.base is S.T.DTYPE:
+                return f"({self.dtype(a)} {op.value} {self.dtype(b)})"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b):
                 return f"({self.value(a)} {op.value} {self.value(b)})"
         raise NoCpp(f"condition {type(e).__name__}")
@@ -347,7 +384,7 @@ class _Emitter:
                 self.helpers.add("cat")
                 return (f"meta_cat({{c10::SymIntArrayRef({self.shape(a)}), "
                         f"c10::SymIntArrayRef({self.shape(b)})}})")
-            case S.SliceOf(seq=s, lo=lo, hi=hi):
+            case S.SliceOf(seq=s, lo=lo, hi=hi, step=None):
                 self.helpers.add("slice")
                 lo_t = self.static(lo) if lo is not None else "std::nullopt"
                 hi_t = self.static(hi) if hi is not None else "std::nullopt"

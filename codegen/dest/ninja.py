@@ -1,6 +1,9 @@
 """Op library IR + the kernel sources on disk -> `generated/build.ninja`: one shared library per op
-namespace, `build/lib<ns>_ops.so`, from the hand-written kernels in `runtime/csrc/<ns>/` (`*.cpp`,
-and `*.cu` for CUDA) and the generated registration shards and stamp.
+namespace, `build/lib<ns>_ops.so`, from the hand-written kernels in the project's kernel
+directories (`runtime/csrc/` in the example; `*.cpp`, `*.cc`, and `*.cu` for CUDA, searched
+recursively) and the generated registration shards and stamp. Paths are those of the example;
+a project's `[tool.opgen]` (codegen.config) moves each of them, and every path written here is
+relative to the project root.
 
 The file is the same on every machine: compilers, flags and include paths come from
 `build/toolchain.ninja`, which `python -m codegen.build` writes from torch.utils.cpp_extension
@@ -16,23 +19,36 @@ directory's mtime changes when its entries do), so the next build regenerates th
 from __future__ import annotations
 
 import io
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ninja import ninja_syntax
 
+from codegen import config
+from codegen.config import KERNEL_SUFFIXES
 from codegen.dest import cpp_library as L
-from codegen.diagnostics import Diagnostics
-from codegen.gen import OUTPUT_DIR, SET_STAMP, banner
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.gen import banner, set_stamp
 from codegen.model import OpLibrary
 
-BUILD_DIR = "build"
-TOOLCHAIN = f"{BUILD_DIR}/toolchain.ninja"
-NINJA_FILE = f"{OUTPUT_DIR}/build.ninja"
-CODEGEN_DEPFILE = f"{BUILD_DIR}/codegen.d"
-KERNEL_ROOT = "runtime/csrc"
-KERNEL_SUFFIXES = (".cpp", ".cu")
+
+def build_dir() -> str:
+    return config.current().build
+
+
+def toolchain_file() -> str:
+    return config.current().toolchain
+
+
+def ninja_file() -> str:
+    return config.current().ninja_file
+
+
+def codegen_depfile() -> str:
+    return f"{build_dir()}/codegen.d"
+
 # The linker writes here, then the file is renamed: a link killed midway, or one that fills the
 # disk, never leaves a truncated library under the name `import runtime` loads.
 LINK_TEMP_SUFFIX = ".tmp"
@@ -43,23 +59,27 @@ DEPFILE_SUFFIX = ".d"       # the compiler's depfile beside each object
 class BuildInputs:
     """What the build file needs beyond the IR, all paths relative to the repository root."""
 
-    kernel_sources: dict[str, tuple[str, ...]]   # namespace -> runtime/csrc/<ns>/*.{cpp,cu}
-    kernel_dirs: tuple[str, ...]                 # the existing runtime/csrc/<ns> directories
+    # namespace -> its kernel sources (runtime/csrc/<ns>/**/*.{cpp,cc,cu}), each with the path
+    # its object gets below build/obj/<ns>/
+    kernel_sources: dict[str, tuple[tuple[str, str], ...]]
+    kernel_dirs: tuple[str, ...]                 # every directory searched (their mtimes)
     codegen_args: tuple[str, ...]                # what `python -m codegen generate` is given
 
 
-def obj(ns: str, source: str) -> str:
-    name = PurePosixPath(source).name
+def obj(ns: str, source: str, rel: str | None = None) -> str:
+    """The object of kernel source `source`; `rel` is its path below its namespace's kernel
+    directory (the file name when not given)."""
+    name = rel if rel is not None else PurePosixPath(source).name
     stem = name[: -len(".cpp")] if name.endswith(".cpp") else name   # x.cu -> x.cu.o
-    return f"{BUILD_DIR}/obj/{ns}/{stem}.o"
+    return f"{build_dir()}/obj/{ns}/{stem}.o"
 
 
 def gen_obj(ns: str, generated: str) -> str:
-    return f"{BUILD_DIR}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
+    return f"{build_dir()}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
 
 
 def library_path(ns: str) -> str:
-    return f"{BUILD_DIR}/{L.library_file(ns)}"
+    return f"{config.current().libraries}/{L.library_file(ns)}"
 
 
 def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
@@ -69,22 +89,22 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     sources = sorted({f.path for f in lib.files})
     out.write(banner("#", sources))
     w.comment("Build with `python -m codegen.build` (`make build`): it writes the machine's "
-              f"toolchain to {TOOLCHAIN}, then runs `ninja -f {NINJA_FILE}` in the repository "
-              "root.")
+              f"toolchain to {toolchain_file()}, then runs `ninja -f {ninja_file()}` in the "
+              "repository root.")
     w.newline()
     w.variable("ninja_required_version", "1.10")
-    w.variable("builddir", BUILD_DIR)
-    w.include(TOOLCHAIN)
+    w.variable("builddir", build_dir())
+    w.include(toolchain_file())
     w.newline()
 
     w.comment("Reruns code generation; unchanged files keep their mtime (restat), so nothing "
               "downstream rebuilds.")
     w.comment("Its depfile names every generator module, template and grammar it read: the list "
               "depends on the working tree, so it is not written here.")
-    w.rule("codegen", f"$codegen generate --depfile {CODEGEN_DEPFILE} "
+    w.rule("codegen", f"$codegen generate --depfile {codegen_depfile()} "
            + " ".join(inputs.codegen_args),
            description="CODEGEN " + " ".join(inputs.codegen_args), generator=True, restat=True,
-           depfile=CODEGEN_DEPFILE, deps="gcc")
+           depfile=codegen_depfile(), deps="gcc")
     w.newline()
     w.rule("cxx", f"$cxx -MMD -MF $out{DEPFILE_SUFFIX} $cflags $extra_cflags -c $in -o $out",
            depfile=f"$out{DEPFILE_SUFFIX}", deps="gcc", description="CXX $in")
@@ -97,16 +117,17 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     w.rule("link", f"$cxx -shared -o $out{LINK_TEMP_SUFFIX} $in $ldflags && "
            f"mv -f $out{LINK_TEMP_SUFFIX} $out", description="LINK $out")
     w.newline()
-    w.comment(f"Rule `cu` (CUDA kernels) comes from {TOOLCHAIN}: nvcc when torch has CUDA, "
+    w.comment(f"Rule `cu` (CUDA kernels) comes from {toolchain_file()}: nvcc when torch has CUDA, "
               "otherwise a rule that skips the source and says so.")
     w.newline()
 
     all_shards = L.shards(lib)
     # The completion stamp is written last (Note [Set-atomic writes] in codegen/files.py): an
     # interrupted generate leaves it missing, so this edge reruns before anything compiles.
-    generated: list[str] = [NINJA_FILE, SET_STAMP]
+    generated: list[str] = [ninja_file(), set_stamp()]
     for ns, shs in all_shards.items():
         generated += [s.header for s in shs] + [s.registration for s in shs] + [L.stamp_path(ns)]
+        generated += [s.op_header(name) for s in shs for name in L.ops_by_name(s)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
     w.newline()
@@ -116,8 +137,8 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
         headers = [s.header for s in shs]
         w.comment(f"namespace {ns}")
         objects = []
-        for src in inputs.kernel_sources.get(ns, ()):
-            o = obj(ns, src)
+        for src, rel in inputs.kernel_sources.get(ns, ()):
+            o = obj(ns, src, rel)
             if src.endswith(".cu"):
                 w.build(o, "cu", src, order_only=headers)
             else:
@@ -138,22 +159,101 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     return out.getvalue()
 
 
-def scan_inputs(lib: OpLibrary, root: Path = Path(".")) -> BuildInputs:
+def scan_inputs(lib: OpLibrary, root: Path = Path("."),
+                diags: Diagnostics | None = None) -> BuildInputs:
     """Read the disk: kernel sources of each namespace, and the code generator's own files.
 
-    Paths are relative to `root` (the repository root, where the CLI and ninja run) where they
-    lie below it, so the committed build file is machine-independent.
+    Paths are relative to `root` (the project root, where the CLI and ninja run), so the
+    committed build file is machine-independent. With `diags`, kernel sources that belong to no
+    namespace and hand-written TORCH_LIBRARY blocks for a generated namespace are errors.
     """
-    kernel_sources: dict[str, tuple[str, ...]] = {}
-    kernel_dirs = []
-    for ns in lib.namespaces:
-        d = root / KERNEL_ROOT / ns
-        if d.is_dir():
-            kernel_dirs.append(f"{KERNEL_ROOT}/{ns}")
-            kernel_sources[ns] = tuple(sorted(
-                f"{KERNEL_ROOT}/{ns}/{p.name}" for p in d.iterdir()
-                if p.is_file() and p.suffix in KERNEL_SUFFIXES and not p.name.startswith(".")))
-    return BuildInputs(kernel_sources, tuple(kernel_dirs), _codegen_args(lib, root))
+    sources, dirs = kernel_sources(list(lib.namespaces), root, diags)
+    if diags is not None:
+        check_kernel_sources(sources, set(L.shards(lib)), root, diags)
+    return BuildInputs(sources, dirs, _codegen_args(lib, root))
+
+
+def kernel_sources(namespaces: list[str], root: Path = Path("."),
+                   diags: Diagnostics | None = None
+                   ) -> tuple[dict[str, tuple[tuple[str, str], ...]], tuple[str, ...]]:
+    """(namespace -> ((source, path below its namespace directory), ...), the directories
+    searched). Every configured kernel directory is searched recursively; a source in
+    `<dir>/<ns>/` belongs to namespace `<ns>`, any other to the library's only namespace.
+    Hidden files and directories are skipped."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    dirs: list[str] = []
+    owner: dict[str, str] = {}
+    for kdir in config.current().kernels:
+        base = root / kdir
+        if not base.is_dir():
+            continue
+        dirs.append(kdir)
+        for p in sorted(base.rglob("*")):
+            rel = p.relative_to(base)
+            if any(part.startswith(".") for part in rel.parts):
+                continue
+            if p.is_dir():
+                dirs.append(f"{kdir}/{rel.as_posix()}")
+                continue
+            if p.suffix not in KERNEL_SUFFIXES or not p.is_file():
+                continue
+            source = f"{kdir}/{rel.as_posix()}"
+            if len(rel.parts) > 1 and rel.parts[0] in namespaces:
+                ns, below = rel.parts[0], PurePosixPath(*rel.parts[1:]).as_posix()
+            elif len(namespaces) == 1:
+                ns, below = namespaces[0], rel.as_posix()
+            else:
+                if diags is not None:
+                    diags.error(Loc(source, 1, 1), "this kernel source belongs to no namespace: "
+                                "the op library has several, and it is not in a directory named "
+                                "after one", f"move it to {kdir}/<namespace>/, one of: "
+                                + ", ".join(sorted(namespaces)))
+                continue
+            o = obj(ns, source, below)
+            if o in owner:
+                if diags is not None:
+                    diags.error(Loc(source, 1, 1), f"this kernel source and {owner[o]} would "
+                                f"compile to the same object {o}", "rename one of them")
+                continue
+            owner[o] = source
+            out.setdefault(ns, []).append((source, below))
+    return {ns: tuple(v) for ns, v in out.items()}, tuple(dirs)
+
+
+# A hand-written `TORCH_LIBRARY(ns, m)`; TORCH_LIBRARY_FRAGMENT and TORCH_LIBRARY_IMPL are fine.
+_TORCH_LIBRARY = re.compile(r"\bTORCH_LIBRARY\s*\(\s*([A-Za-z_]\w*)")
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
+
+
+def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
+                         root: Path, diags: Diagnostics) -> None:
+    """A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates
+    builds fine and aborts the process at import ("Only a single TORCH_LIBRARY can be used to
+    register the namespace"): an error here, at the macro."""
+    for ns_sources in sources.values():
+        for source, _ in ns_sources:
+            try:
+                text = (root / source).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "TORCH_LIBRARY" not in text:
+                continue
+            # Blank out comments and string literals, keeping every offset.
+            code = _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+            for m in _TORCH_LIBRARY.finditer(code):
+                ns = m[1]
+                if ns not in generated:
+                    continue
+                line = code.count("\n", 0, m.start()) + 1
+                col = m.start() - (code.rfind("\n", 0, m.start()) + 1) + 1
+                diags.add_source(source, text)
+                diags.error(Loc(source, line, col, m.end() - m.start()),
+                            f"TORCH_LIBRARY({ns}, ...) in a kernel source: opgen generates the "
+                            f"TORCH_LIBRARY block of namespace '{ns}' from the op files, and a "
+                            "second one aborts the process when the library is loaded",
+                            f"delete the block: declare its ops in the op files; kernels it "
+                            f"registers by hand may stay in a TORCH_LIBRARY_IMPL({ns}, <key>, m) "
+                            "block")
 
 
 def _codegen_args(lib: OpLibrary, root: Path) -> tuple[str, ...]:
@@ -174,10 +274,13 @@ def depfile_text(lib: OpLibrary, root: Path = Path(".")) -> str:
         f = getattr(module, "__file__", None)
         if f and Path(f).resolve().is_relative_to(package):
             inputs.add(Path(f).resolve())
-    for pattern in ("templates/*.j2", "grammar/*.lark", "*.json"):
+    for pattern in ("templates/*.j2", "grammar/*.lark", "*.json", "loader.py"):
         inputs.update(p.resolve() for p in package.glob(pattern))
+    project = config.current()
+    if project.config_path is not None:
+        inputs.add((project.root / project.config_path).resolve())
     deps = sorted(_rel(p, root) for p in inputs if p.is_file())
-    return f"{_escape(NINJA_FILE)}: " + " ".join(_escape(d) for d in deps) + "\n"
+    return f"{_escape(ninja_file())}: " + " ".join(_escape(d) for d in deps) + "\n"
 
 
 def _escape(path: str) -> str:
@@ -198,4 +301,4 @@ def _rel(p: Path, root: Path) -> str:
 
 
 def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
-    return {NINJA_FILE: build_ninja(lib, scan_inputs(lib))}
+    return {ninja_file(): build_ninja(lib, scan_inputs(lib, diags=diags))}

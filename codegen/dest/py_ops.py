@@ -1,5 +1,7 @@
-"""Op library IR -> `generated/runtime/ops.py` (the `runtime.ops` module) and
-`generated/runtime/_manifest.py` (what `import runtime` loads).
+"""Op library IR -> `generated/runtime/ops.py` (the `runtime.ops` module),
+`generated/runtime/_manifest.py` (what `import runtime` loads), and the run-time loader
+`generated/runtime/_loader.py`. Paths and module names are those of opgen's example; a project
+names its own (`<package>.ops`, codegen.config.Project.module_prefix and python_out).
 
 `runtime.ops.<name>` is the op's `torch._ops.OpOverload` itself, not a wrapper, so calling it
 costs exactly what `torch.ops.<ns>.<op>.<overload>(...)` costs. The module resolves each name on
@@ -20,12 +22,14 @@ Every op gets one name in the Python API (and, within its namespace, in the C++ 
 
 from __future__ import annotations
 
+import posixpath
+from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from codegen import reserved
+from codegen import config, reserved
 from codegen.dest import cpp_library as L
 from codegen.diagnostics import Diagnostics
-from codegen.gen import OUTPUT_DIR, banner
+from codegen.gen import banner, python_dir
 from codegen.model import Op, OpLibrary, PyRef
 
 def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
@@ -88,8 +92,8 @@ def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     ]
     entries.sort(key=lambda e: e["name"])
     text = L.render("py_ops.py.j2", banner=banner("#", [f.path for f in lib.files]),
-                    entries=entries)
-    return {f"{OUTPUT_DIR}/runtime/ops.py": text}
+                    entries=entries, module=f"{config.current().module_prefix}.ops")
+    return {f"{python_dir()}/ops.py": text}
 
 
 def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
@@ -108,6 +112,41 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             "sources": sorted({s.file.path for s in shs}),
             "stamp_prefix": L.stamp_prefix(ns),
         })
+    project = config.current()
+    here = python_dir()
     text = L.render("py_manifest.py.j2", banner=banner("#", [f.path for f in lib.files]),
-                    namespaces=namespaces)
-    return {f"{OUTPUT_DIR}/runtime/_manifest.py": text}
+                    namespaces=namespaces, package=project.package,
+                    library_dir=_relpath(project.libraries, here),
+                    project_root=_relpath(".", here), python_dir=here,
+                    build_command=project.build_command,
+                    codegen_command=project.codegen_command)
+    return {f"{here}/_manifest.py": text}
+
+
+def _relpath(target: str, start: str) -> str:
+    """`target` relative to `start`, both project-relative: a path that holds no machine's
+    directories, so the generated package can be moved or installed anywhere."""
+    return PurePosixPath(posixpath.relpath(target, start)).as_posix()
+
+
+# The loader every generated package carries (codegen/loader.py, copied unchanged).
+LOADER_SOURCE = Path(__file__).resolve().parent.parent / "loader.py"
+
+
+def generate_loader(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    """`<python dir>/_loader.py`: the run-time loader, so the package needs torch alone."""
+    text = LOADER_SOURCE.read_text(encoding="utf-8")
+    return {f"{python_dir()}/_loader.py": banner("#", [f.path for f in lib.files]) + "\n" + text}
+
+
+def generate_init(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    """`<generated>/__init__.py` when the generated directory is a subpackage of the project's
+    package: importing it loads the libraries and binds `ops` (the package's `__init__.py`
+    has the one line `from <package>.<generated> import ops`). Opgen's own example keeps its
+    generated modules outside the package, and runtime/__init__.py does this by hand."""
+    project = config.current()
+    if not project.generated_in_package:
+        return {}
+    text = L.render("py_init.py.j2", banner=banner("#", [f.path for f in lib.files]),
+                    package=project.package, prefix=project.module_prefix)
+    return {f"{python_dir()}/__init__.py": text}

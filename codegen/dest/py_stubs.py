@@ -12,7 +12,8 @@ from __future__ import annotations
 from codegen.api import python as P
 from codegen.dest.py_reg import environment
 from codegen.diagnostics import Diagnostics
-from codegen.gen import OUTPUT_DIR, banner
+from codegen import config
+from codegen.gen import banner, python_dir
 from codegen.model import OpLibrary
 
 
@@ -26,7 +27,8 @@ def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             params = P.parameters(op.schema, annotate=True)
             returns = P.returns_annotation(op.schema)
         except P.Unsupported as e:
-            diags.error(op.loc, f"{op.name}: {e.message}; it cannot be typed in runtime.ops",
+            diags.error(op.loc, f"{op.name}: {e.message}; it cannot be typed in "
+                        f"{config.current().module_prefix}.ops",
                         "use types with a Python binding")
             continue
         doc = (op.doc.strip() + "\n\n" if op.doc.strip() else "") + str(op.schema)
@@ -38,5 +40,5 @@ def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     entries.sort(key=lambda e: e["name"])
     text = environment().get_template("py_stubs.pyi.j2").render(
         banner=banner("#", [f.path for f in lib.files]), imports=P.STUB_IMPORTS,
-        entries=entries)
-    return {f"{OUTPUT_DIR}/runtime/ops.pyi": text}
+        entries=entries, module=f"{config.current().module_prefix}.ops")
+    return {f"{python_dir()}/ops.pyi": text}

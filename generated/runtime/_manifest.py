@@ -7,12 +7,21 @@ exist when `python_required` (the op file gives ops fake rules, formulas, vmap o
 or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
 fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both
 against what this process has registered before loading (a clash aborts the process in dlopen).
+
+Paths are relative to this file's directory: the built libraries are in LIBRARY_DIR, and messages
+show paths relative to PROJECT_ROOT (PYTHON_DIR is this directory, relative to it).
 """
+
+LIBRARY_DIR = "../../build"
+PROJECT_ROOT = "../.."
+PYTHON_DIR = "generated/runtime"
+BUILD_COMMAND = "make build"
+CODEGEN_COMMAND = "make codegen"
 
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "50ebac2398cd7934",
+        "schema_hash": "392104f8d5c8f0eb",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,

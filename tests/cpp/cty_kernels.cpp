@@ -148,4 +148,101 @@ at::Tensor shared_kernel(const at::Tensor& self) {
   return self.neg();
 }
 
+std::vector<std::vector<int64_t>> nested_cpu(
+    const at::Tensor& t, const std::vector<std::vector<int64_t>>& a,
+    const std::vector<std::vector<c10::SymInt>>& b, const std::vector<std::vector<double>>& c,
+    const std::vector<std::vector<bool>>& d, const std::vector<c10::List<std::string>>& e,
+    const std::vector<std::vector<at::Tensor>>& f,
+    const std::optional<std::vector<std::vector<int64_t>>>& g,
+    const std::vector<std::optional<int64_t>>& h,
+    const std::vector<std::optional<std::string>>& i) {
+  // One row per argument, in order: what each nested value carried.
+  std::vector<std::vector<int64_t>> r;
+  std::vector<int64_t> row;
+  for (const auto& v : a) row.push_back(static_cast<int64_t>(v.size()));
+  r.push_back(row);
+  row.clear();
+  for (const auto& v : b) for (const c10::SymInt& x : v) row.push_back(x.expect_int());
+  r.push_back(row);
+  row.clear();
+  for (const auto& v : c) for (double x : v) row.push_back(static_cast<int64_t>(x * 2));
+  r.push_back(row);
+  row.clear();
+  for (const auto& v : d) for (bool x : v) row.push_back(x ? 1 : 0);
+  r.push_back(row);
+  row.clear();
+  for (const auto& v : e) {
+    for (const std::string& x : v) row.push_back(static_cast<int64_t>(x.size()));
+  }
+  r.push_back(row);
+  row.clear();
+  for (const auto& v : f) for (const at::Tensor& x : v) row.push_back(x.numel() + t.numel());
+  r.push_back(row);
+  r.push_back(g.has_value() ? (*g)[0] : std::vector<int64_t>{-1});
+  row.clear();
+  for (const auto& x : h) row.push_back(x.value_or(-1));
+  r.push_back(row);
+  row.clear();
+  for (const auto& x : i) row.push_back(x.has_value() ? static_cast<int64_t>(x->size()) : -1);
+  r.push_back(row);
+  return r;
+}
+
+std::tuple<std::tuple<int64_t, std::string>> tuples_cpu(
+    const at::Tensor& t,
+    const std::vector<std::tuple<std::string, std::string, std::string>>& edge_types,
+    const std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>& mappings,
+    const std::optional<std::tuple<int64_t, int64_t>>& group_shape) {
+  std::string s;
+  for (const auto& e : edge_types) {
+    s += std::get<0>(e) + "-" + std::get<1>(e) + "-" + std::get<2>(e) + ";";
+  }
+  int64_t n = t.numel();
+  if (mappings.has_value()) n += 10 * std::get<2>(*mappings).numel();
+  if (group_shape.has_value()) n += 1000 * std::get<0>(*group_shape) + 100 * std::get<1>(*group_shape);
+  return std::make_tuple(std::make_tuple(n, s));
+}
+
+std::tuple<std::optional<std::vector<at::Tensor>>, std::optional<int64_t>,
+           std::optional<std::string>, std::optional<std::vector<int64_t>>,
+           std::vector<std::optional<at::Tensor>>>
+optional_returns_cpu(const at::Tensor& t, bool present) {
+  if (!present) {
+    return std::make_tuple(std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                           std::vector<std::optional<at::Tensor>>{std::nullopt});
+  }
+  return std::make_tuple(std::vector<at::Tensor>{t.neg(), t}, t.numel(), std::string("here"),
+                         t.sizes().vec(), std::vector<std::optional<at::Tensor>>{t, std::nullopt});
+}
+
+std::tuple<at::Tensor, at::Tensor> step_cpu_(at::Tensor& self) {
+  at::Tensor before = self.clone();
+  self.add_(1);
+  return std::make_tuple(self, before);
+}
+
+at::Tensor& scale_into_cpu(const at::Tensor& a, at::Tensor& out) {
+  return out.copy_(a.mul(2));
+}
+
+std::string enum_numbers_cpu(const at::Tensor& t, at::ScalarType a, at::Layout b,
+                             at::MemoryFormat c, at::ScalarType d) {
+  std::ostringstream s;
+  s << a << '|' << b << '|' << c << '|' << d << '|' << t.dim();
+  return s.str();
+}
+
+void myadd_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  out.copy_(a.add(b));
+}
+
+void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c,
+              at::TensorList d, at::TensorList e, const std::optional<at::Tensor>& f) {
+  b.add_(a);
+  if (c.has_value()) c->add_(a);
+  for (const at::Tensor& t : d) t.add_(1);
+  for (const at::Tensor& t : e) b.add_(t);
+  if (f.has_value()) b.add_(*f);
+}
+
 }  // namespace cty

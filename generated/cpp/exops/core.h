@@ -2,190 +2,20 @@
 
 // C++ kernels and typed calls for the ops of schemas/core.yaml (namespace exops).
 //
-// Define each kernel below with exactly this signature: kernel sources are compiled with
-// -Werror=missing-declarations, so any other signature fails to compile, naming the kernel.
-// Helper functions in kernel sources need internal linkage (static or an anonymous namespace).
+// Includes the header of each op name of the file. A kernel source that includes only the headers
+// of the ops it defines (`#include <exops/core/scaled_add.h>`) is recompiled only when one of those
+// ops changes.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string_view>
-#include <tuple>
-#include <vector>
-
-namespace exops {
-
-// CPU kernel of exops::scaled_add (schemas/core.yaml:9)
-//   exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
-at::Tensor scaled_add_cpu(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha);
-
-// CPU kernel of exops::weighted_mse (schemas/core.yaml:25)
-//   exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
-at::Tensor weighted_mse_cpu(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight, c10::string_view reduction);
-
-// CPU kernel of exops::soft_shrink (schemas/core.yaml:37)
-//   exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
-at::Tensor soft_shrink_cpu(const at::Tensor& self, double lambd);
-
-// CPU kernel of exops::soft_shrink_ (schemas/core.yaml:50)
-//   exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
-at::Tensor& soft_shrink_cpu_(at::Tensor& self, double lambd);
-
-// CPU kernel of exops::soft_shrink.out (schemas/core.yaml:59)
-//   exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
-at::Tensor& soft_shrink_out_cpu(const at::Tensor& self, double lambd, at::Tensor& out);
-
-// CPU kernel of exops::moments (schemas/core.yaml:72)
-//   exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
-std::tuple<at::Tensor, at::Tensor> moments_cpu(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, int64_t correction);
-
-// CPU kernel of exops::weighted_sum (schemas/core.yaml:84)
-//   exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
-at::Tensor weighted_sum_cpu(at::TensorList tensors, at::ArrayRef<double> weights);
-
-// CPU kernel of exops::pad_end (schemas/core.yaml:96)
-//   exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
-at::Tensor pad_end_cpu(const at::Tensor& self, c10::SymIntArrayRef pad, double value);
-
-// CPU kernel of exops::select_above (schemas/core.yaml:108)
-//   exops::select_above(Tensor self, float threshold) -> Tensor
-at::Tensor select_above_cpu(const at::Tensor& self, double threshold);
-
-// CompositeExplicitAutograd kernel of exops::gaussian_window (schemas/core.yaml:120)
-//   exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-at::Tensor gaussian_window(int64_t size, double sigma, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin_memory);
-
-// CPU kernel of exops::smooth_clamp (schemas/core.yaml:131)
-//   exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
-at::Tensor smooth_clamp_cpu(const at::Tensor& self, double limit);
-
-// CUDA kernel of exops::smooth_clamp (schemas/core.yaml:132)
-//   exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
-at::Tensor smooth_clamp_cuda(const at::Tensor& self, double limit);
-
-// CPU kernel of exops::smooth_clamp_backward (schemas/core.yaml:146)
-//   exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
-at::Tensor smooth_clamp_backward_cpu(const at::Tensor& grad_output, const at::Tensor& self, double limit);
-
-// CUDA kernel of exops::smooth_clamp_backward (schemas/core.yaml:147)
-//   exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
-at::Tensor smooth_clamp_backward_cuda(const at::Tensor& grad_output, const at::Tensor& self, double limit);
-
-// CompositeImplicitAutograd kernel of exops::scaled_smooth_clamp (schemas/core.yaml:161)
-//   exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
-at::Tensor scaled_smooth_clamp(const at::Tensor& self, const at::Tensor& scale, double limit);
-
-}  // namespace exops
-
-// Calls through the dispatcher: exops::ops::<op>(...) runs the op as Python's torch.ops would.
-namespace exops::ops {
-
-// exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
-inline at::Tensor scaled_add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha = 1) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::scaled_add", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&)>();
-  return op.call(self, other, alpha);
-}
-
-// exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
-inline at::Tensor weighted_mse(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight = std::nullopt, c10::string_view reduction = "mean") {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::weighted_mse", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view)>();
-  return op.call(input, target, weight, reduction);
-}
-
-// exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
-inline at::Tensor soft_shrink(const at::Tensor& self, double lambd = 0.5) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::soft_shrink", "")
-      .typed<at::Tensor(const at::Tensor&, double)>();
-  return op.call(self, lambd);
-}
-
-// exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
-inline at::Tensor& soft_shrink_(at::Tensor& self, double lambd = 0.5) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::soft_shrink_", "")
-      .typed<at::Tensor&(at::Tensor&, double)>();
-  return op.call(self, lambd);
-}
-
-// exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
-inline at::Tensor& soft_shrink_out(const at::Tensor& self, double lambd, at::Tensor& out) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::soft_shrink", "out")
-      .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
-  return op.call(self, lambd, out);
-}
-
-// exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
-inline std::tuple<at::Tensor, at::Tensor> moments(const at::Tensor& self, at::IntArrayRef dim = {}, bool keepdim = false, int64_t correction = 1) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::moments", "")
-      .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, bool, int64_t)>();
-  return op.call(self, dim, keepdim, correction);
-}
-
-// exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
-inline at::Tensor weighted_sum(at::TensorList tensors, at::ArrayRef<double> weights) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::weighted_sum", "")
-      .typed<at::Tensor(at::TensorList, at::ArrayRef<double>)>();
-  return op.call(tensors, weights);
-}
-
-// exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
-inline at::Tensor pad_end(const at::Tensor& self, c10::SymIntArrayRef pad, double value = 0.0) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::pad_end", "")
-      .typed<at::Tensor(const at::Tensor&, c10::SymIntArrayRef, double)>();
-  return op.call(self, pad, value);
-}
-
-// exops::select_above(Tensor self, float threshold) -> Tensor
-inline at::Tensor select_above(const at::Tensor& self, double threshold) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::select_above", "")
-      .typed<at::Tensor(const at::Tensor&, double)>();
-  return op.call(self, threshold);
-}
-
-// exops::gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor
-inline at::Tensor gaussian_window(int64_t size, double sigma, std::optional<at::ScalarType> dtype = std::nullopt, std::optional<at::Layout> layout = std::nullopt, std::optional<at::Device> device = std::nullopt, std::optional<bool> pin_memory = std::nullopt) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::gaussian_window", "")
-      .typed<at::Tensor(int64_t, double, std::optional<at::ScalarType>, std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>)>();
-  return op.call(size, sigma, dtype, layout, device, pin_memory);
-}
-
-// exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
-inline at::Tensor smooth_clamp(const at::Tensor& self, double limit = 1.0) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::smooth_clamp", "")
-      .typed<at::Tensor(const at::Tensor&, double)>();
-  return op.call(self, limit);
-}
-
-// exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
-inline at::Tensor smooth_clamp_backward(const at::Tensor& grad_output, const at::Tensor& self, double limit) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::smooth_clamp_backward", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
-  return op.call(grad_output, self, limit);
-}
-
-// exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
-inline at::Tensor scaled_smooth_clamp(const at::Tensor& self, const at::Tensor& scale, double limit = 1.0) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::scaled_smooth_clamp", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
-  return op.call(self, scale, limit);
-}
-
-}  // namespace exops::ops
+#include <exops/core/scaled_add.h>
+#include <exops/core/weighted_mse.h>
+#include <exops/core/soft_shrink.h>
+#include <exops/core/soft_shrink_.h>
+#include <exops/core/moments.h>
+#include <exops/core/weighted_sum.h>
+#include <exops/core/pad_end.h>
+#include <exops/core/select_above.h>
+#include <exops/core/gaussian_window.h>
+#include <exops/core/smooth_clamp.h>
+#include <exops/core/smooth_clamp_backward.h>
+#include <exops/core/scaled_smooth_clamp.h>

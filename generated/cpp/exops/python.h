@@ -2,62 +2,13 @@
 
 // C++ kernels and typed calls for the ops of schemas/python.yaml (namespace exops).
 //
-// Define each kernel below with exactly this signature: kernel sources are compiled with
-// -Werror=missing-declarations, so any other signature fails to compile, naming the kernel.
-// Helper functions in kernel sources need internal linkage (static or an anonymous namespace).
+// Includes the header of each op name of the file. A kernel source that includes only the headers
+// of the ops it defines (`#include <exops/python/signbit_mask.h>`) is recompiled only when one of those
+// ops changes.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string_view>
-#include <tuple>
-#include <vector>
-
-// Calls through the dispatcher: exops::ops::<op>(...) runs the op as Python's torch.ops would.
-namespace exops::ops {
-
-// exops::signbit_mask(Tensor x) -> Tensor
-inline at::Tensor signbit_mask(const at::Tensor& x) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::signbit_mask", "")
-      .typed<at::Tensor(const at::Tensor&)>();
-  return op.call(x);
-}
-
-// exops::row_normalize(Tensor x, float eps=1e-06) -> Tensor
-inline at::Tensor row_normalize(const at::Tensor& x, double eps = 1e-06) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::row_normalize", "")
-      .typed<at::Tensor(const at::Tensor&, double)>();
-  return op.call(x, eps);
-}
-
-// exops::row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor
-inline at::Tensor row_normalize_backward(const at::Tensor& grad, const at::Tensor& x, double eps) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::row_normalize_backward", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
-  return op.call(grad, x, eps);
-}
-
-// exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
-inline at::Tensor segment_sum(const at::Tensor& values, const at::Tensor& segment_ids, c10::SymInt num_segments) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::segment_sum", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>();
-  return op.call(values, segment_ids, num_segments);
-}
-
-// exops::gated_residual(Tensor x, Tensor gate) -> Tensor
-inline at::Tensor gated_residual(const at::Tensor& x, const at::Tensor& gate) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("exops::gated_residual", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  return op.call(x, gate);
-}
-
-}  // namespace exops::ops
+#include <exops/python/signbit_mask.h>
+#include <exops/python/row_normalize.h>
+#include <exops/python/row_normalize_backward.h>
+#include <exops/python/segment_sum.h>
+#include <exops/python/gated_residual.h>

@@ -1,7 +1,12 @@
 // Pointwise CPU kernels of exops: scaled_add, soft_shrink (functional, in-place, out=),
 // smooth_clamp and its backward. Each builds an at::TensorIterator (broadcasting, dtype
 // promotion, output allocation, threading) and supplies the per-element function.
-#include <exops/core.h>
+// The headers of the ops defined here only: editing another op recompiles nothing here.
+#include <exops/core/scaled_add.h>
+#include <exops/core/soft_shrink.h>
+#include <exops/core/soft_shrink_.h>
+#include <exops/core/smooth_clamp.h>
+#include <exops/core/smooth_clamp_backward.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>

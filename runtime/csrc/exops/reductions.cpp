@@ -1,6 +1,9 @@
 // Reducing and selecting CPU kernels of exops: weighted_mse, moments (one-pass Welford),
 // weighted_sum and select_above (data-dependent output length).
-#include <exops/core.h>
+#include <exops/core/weighted_mse.h>
+#include <exops/core/moments.h>
+#include <exops/core/weighted_sum.h>
+#include <exops/core/select_above.h>
 
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>

@@ -1,7 +1,10 @@
 // Shape-building kernels of exops: pad_end (SymInt[] sizes), gaussian_window (a factory taking
 // dtype/layout/device/pin_memory), and scaled_smooth_clamp, a CompositeImplicitAutograd kernel
 // built from other ops, so autograd differentiates it through them.
-#include <exops/core.h>
+#include <exops/core/gaussian_window.h>
+#include <exops/core/pad_end.h>
+#include <exops/core/scaled_smooth_clamp.h>
+#include <exops/core/smooth_clamp.h>  // ops::smooth_clamp
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>

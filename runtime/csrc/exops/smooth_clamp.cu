@@ -1,7 +1,8 @@
 // CUDA kernels of exops::smooth_clamp and exops::smooth_clamp_backward. Compiled only when torch
 // has CUDA (generated/build.ninja's `cu` rule); otherwise the build skips this file and the
 // registration leaves out the CUDA block.
-#include <exops/core.h>
+#include <exops/core/smooth_clamp.h>
+#include <exops/core/smooth_clamp_backward.h>
 
 #include <ATen/AccumulateType.h>
 #include <ATen/Dispatch.h>

@@ -39,10 +39,18 @@ TORCH_LIBRARY(shapetest, m) {
   m.def("split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)");
   m.def("loss(Tensor input, Tensor target, str reduction=\"mean\") -> Tensor");
   m.def("maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor");
-  m.def("normalize_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("normalize_(Tensor(a!) self) -> Tensor(a!)",
+        {at::Tag::inplace});
   m.def("normalize(Tensor self) -> Tensor");
-  m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)",
+        {at::Tag::out});
   m.def("accumulate(Tensor(a!) acc, Tensor x) -> ()");
+  m.def("matched_add(Tensor self, Tensor other) -> Tensor");
+  m.def("every_other(Tensor self) -> Tensor");
+  m.def("chunks(Tensor self, int n) -> Tensor[]");
+  m.def("doubled(Tensor[] tensors) -> Tensor[]");
+  m.def("positives(Tensor self, int rows) -> Tensor[]",
+        {at::Tag::dynamic_output_shape});
 }
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
@@ -134,6 +142,18 @@ std::vector<c10::SymInt> meta_slice(c10::SymIntArrayRef s, std::optional<int64_t
                : std::vector<c10::SymInt>();
 }
 
+// `a == b` of shapes inside check(...): asserted as a SymBool, so no size is specialized.
+c10::SymBool meta_same(c10::SymIntArrayRef a, c10::SymIntArrayRef b) {
+  if (a.size() != b.size()) {
+    return c10::SymBool(false);
+  }
+  c10::SymBool out(true);
+  for (size_t i = 0; i < a.size(); ++i) {
+    out = out.sym_and(a[i].sym_eq(b[i]));
+  }
+  return out;
+}
+
 // shapetest::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 // fake: broadcast(self, other)
 at::Tensor meta_add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& /*alpha*/) {
@@ -205,6 +225,14 @@ at::Tensor meta_maybe_cast(const at::Tensor& self, std::optional<at::ScalarType>
 at::Tensor meta_normalize(const at::Tensor& self) {
   return meta_like(self, std::nullopt);
 }
+
+// shapetest::matched_add(Tensor self, Tensor other) -> Tensor
+// fake: check(self.shape == other.shape, "self and other need one shape"); check(self.dim() >= 1); like(self, dtype=promote_types(self.dtype, other.dtype, float32))
+at::Tensor meta_matched_add(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_SYM_CHECK(meta_same(c10::SymIntArrayRef(self.sym_sizes()), c10::SymIntArrayRef(other.sym_sizes())), "shapetest::matched_add: self and other need one shape");
+  TORCH_SYM_CHECK(c10::SymInt(self.dim()).sym_ge(c10::SymInt(1)), "shapetest::matched_add: expected self.dim() >= 1");
+  return meta_like(self, c10::promoteTypes(c10::promoteTypes(self.scalar_type(), other.scalar_type()), at::ScalarType::Float));
+}
 }  // namespace
 }  // namespace opgen
 
@@ -221,4 +249,5 @@ TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
   m.impl("loss", TORCH_FN(opgen::meta_loss));
   m.impl("maybe_cast", TORCH_FN(opgen::meta_maybe_cast));
   m.impl("normalize", TORCH_FN(opgen::meta_normalize));
+  m.impl("matched_add", TORCH_FN(opgen::meta_matched_add));
 }

@@ -13,6 +13,7 @@ import torch
 
 from tests.test_formulas import (
     cube,
+    doubled_up,
     expand_to,
     frozen,
     halves,
@@ -21,9 +22,12 @@ from tests.test_formulas import (
     minmax,
     mul_add,
     product,
+    scale_all,
     scaled,
+    soft_limit,
     square,
     square_backward,
+    times_x_backward,
     weighted,
 )
 from tests.test_torch_func import combine
@@ -888,3 +892,196 @@ _lib.impl("combine", combine, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::combine", "Meta"):
     torch.library.register_fake("gradtest::combine", _combine_fake, lib=_lib)
 _lib.impl("combine", _combine_autograd, "Autograd")
+
+
+# gradtest::soft_limit(Tensor x, float limit) -> Tensor
+
+
+def _soft_limit_fake(x, limit):
+    """fake: like(x)"""
+    return x.new_empty(x.shape)
+
+
+class _SoftLimitFunction(torch.autograd.Function):
+    """gradtest::soft_limit under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, limit):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.soft_limit.default(x, limit)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.limit = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: t = torch.tanh(x / limit); grad * (1 - t * t)"""
+        x, = ctx.saved_tensors
+        limit = ctx.limit
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            t = torch.tanh(x / limit)
+            x_grad = grad * (1 - t * t)
+        return x_grad, None
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::soft_limit has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+
+
+def _soft_limit_autograd(x, limit):
+    """Autograd kernel: _SoftLimitFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_SoftLimitFunction, x, limit)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.soft_limit.default(x, limit)
+
+
+_lib.impl("soft_limit", soft_limit, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::soft_limit", "Meta"):
+    torch.library.register_fake("gradtest::soft_limit", _soft_limit_fake, lib=_lib)
+_lib.impl("soft_limit", _soft_limit_autograd, "Autograd")
+
+
+# gradtest::doubled_up(Tensor x) -> Tensor
+
+
+def _doubled_up_fake(x):
+    """fake: empty([x.size(0) * 2], dtype=x.dtype)"""
+    return x.new_empty([x.size(0) * 2], dtype=x.dtype)
+
+
+class _DoubledUpFunction(torch.autograd.Function):
+    """gradtest::doubled_up under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.doubled_up.default(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: grad[::2] + grad[1::2]"""
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = grad[::2] + grad[1::2]
+        return x_grad,
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::doubled_up has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+
+
+def _doubled_up_autograd(x):
+    """Autograd kernel: _DoubledUpFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_DoubledUpFunction, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.doubled_up.default(x)
+
+
+_lib.impl("doubled_up", doubled_up, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::doubled_up", "Meta"):
+    torch.library.register_fake("gradtest::doubled_up", _doubled_up_fake, lib=_lib)
+_lib.impl("doubled_up", _doubled_up_autograd, "Autograd")
+
+
+# gradtest::scale_all(Tensor[] xs, Tensor w) -> Tensor[]
+
+
+def _scale_all_fake(xs, w):
+    """fake: [like(x) for x in xs]"""
+    return [x.new_empty(x.shape) for x in xs]
+
+
+def _scale_all_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1], *inputs[0])
+
+
+def _scale_all_backward(ctx, grad):
+    """xs: [g * w for g in grad]
+    w: sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
+    """
+    saved = ctx.saved_tensors
+    w = saved[0]
+    xs = list(saved[1:])
+    needs = ctx.needs_input_grad
+    xs_grad = [None] * len(needs[0])
+    w_grad = None
+    if any(needs[0]):
+        xs_grad = [g * w for g in grad]
+    if needs[1]:
+        w_grad = sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
+    return xs_grad, w_grad
+
+
+_lib.impl("scale_all", scale_all, "CPU")
+torch.library.register_fake("gradtest::scale_all", _scale_all_fake, lib=_lib)
+torch.library.register_autograd(
+    "gradtest::scale_all",
+    _scale_all_backward,
+    setup_context=_scale_all_setup_context,
+    lib=_lib,
+)
+
+
+# gradtest::times_x_backward(Tensor grad, Tensor x) -> Tensor
+
+
+def _times_x_backward_fake(grad, x):
+    """fake: broadcast(grad, x)"""
+    return _broadcast(grad, x)
+
+
+class _TimesXBackwardFunction(torch.autograd.Function):
+    """gradtest::times_x_backward under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(grad, x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.times_x_backward.default(grad, x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad_):
+        """grad: grads[0] * x
+        x: grads[0] * grad
+        """
+        grad, x = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        grad_grad = None
+        x_grad = None
+        if needs[0]:
+            grad_grad = grad_ * x
+        if needs[1]:
+            x_grad = grad_ * grad
+        return grad_grad, x_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::times_x_backward has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+
+
+def _times_x_backward_autograd(grad, x):
+    """Autograd kernel: _TimesXBackwardFunction when differentiating."""
+    if _differentiating(grad, x):
+        return _apply(_TimesXBackwardFunction, grad, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.times_x_backward.default(grad, x)
+
+
+_lib.impl("times_x_backward", times_x_backward, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::times_x_backward", "Meta"):
+    torch.library.register_fake("gradtest::times_x_backward", _times_x_backward_fake, lib=_lib)
+_lib.impl("times_x_backward", _times_x_backward_autograd, "Autograd")

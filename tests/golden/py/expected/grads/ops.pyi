@@ -22,6 +22,13 @@ def cube(x: Tensor) -> Tensor:
     """gradtest::cube(Tensor x) -> Tensor"""
 
 
+def doubled_up(x: Tensor) -> Tensor:
+    """Each element twice in a row; its gradient adds the two halves, by step slices.
+
+    gradtest::doubled_up(Tensor x) -> Tensor
+    """
+
+
 def expand_to(x: Tensor, like: Tensor) -> Tensor:
     """x broadcast to the shape of `like`, whose values are never read.
 
@@ -57,8 +64,22 @@ def product(a: Tensor, b: Tensor) -> Tensor:
     """gradtest::product(Tensor a, Tensor b) -> Tensor"""
 
 
+def scale_all(xs: Sequence[Tensor], w: Tensor) -> list[Tensor]:
+    """Each tensor times w; `grad` is a list (a Tensor[] return), and a comprehension filters.
+
+    gradtest::scale_all(Tensor[] xs, Tensor w) -> Tensor[]
+    """
+
+
 def scaled(x: Tensor, s: float) -> Tensor:
     """gradtest::scaled(Tensor x, float s) -> Tensor"""
+
+
+def soft_limit(x: Tensor, limit: float) -> Tensor:
+    """A binding computed once and used twice.
+
+    gradtest::soft_limit(Tensor x, float limit) -> Tensor
+    """
 
 
 def square(x: Tensor) -> Tensor:
@@ -67,6 +88,13 @@ def square(x: Tensor) -> Tensor:
 
 def square_backward(grad: Tensor, x: Tensor) -> Tensor:
     """gradtest::square_backward(Tensor grad, Tensor x) -> Tensor"""
+
+
+def times_x_backward(grad: Tensor, x: Tensor) -> Tensor:
+    """A backward op with an input named grad, differentiable itself; its output's gradient is grads[0].
+
+    gradtest::times_x_backward(Tensor grad, Tensor x) -> Tensor
+    """
 
 
 def weighted(x: Tensor, w: Tensor | None = None) -> Tensor:

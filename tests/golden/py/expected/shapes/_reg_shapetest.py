@@ -16,10 +16,14 @@ from tests.test_shape import (
     amax,
     astype,
     biased,
+    chunks,
     concat,
+    doubled,
+    every_other,
     filled,
     grow,
     loss,
+    matched_add,
     maybe_cast,
     mul_scalar,
     nonzero_values,
@@ -27,6 +31,7 @@ from tests.test_shape import (
     normalize_,
     normalize_out,
     pad_last,
+    positives,
     split_rows,
     sum_dims,
     tile_rows,
@@ -416,3 +421,67 @@ def _accumulate_fake(acc, x):
 
 _lib.impl("accumulate", accumulate, "CPU")
 torch.library.register_fake("shapetest::accumulate", _accumulate_fake, lib=_lib)
+
+
+# shapetest::matched_add(Tensor self, Tensor other) -> Tensor
+
+
+def _matched_add_fake(self, other):
+    """fake: check(self.shape == other.shape, "self and other need one shape"); check(self.dim() >= 1); like(self, dtype=promote_types(self.dtype, other.dtype, float32))"""
+    torch._check(self.shape == other.shape, lambda: "shapetest::matched_add: self and other need one shape")
+    torch._check(self.dim() >= 1, lambda: "shapetest::matched_add: expected self.dim() >= 1")
+    return self.new_empty(self.shape, dtype=torch.promote_types(self.dtype, torch.promote_types(other.dtype, torch.float32)))
+
+
+_lib.impl("matched_add", matched_add, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::matched_add", "Meta"):
+    torch.library.register_fake("shapetest::matched_add", _matched_add_fake, lib=_lib)
+
+
+# shapetest::every_other(Tensor self) -> Tensor
+
+
+def _every_other_fake(self):
+    """fake: empty(self.shape[::2])"""
+    return self.new_empty(self.shape[::2])
+
+
+_lib.impl("every_other", every_other, "CPU")
+torch.library.register_fake("shapetest::every_other", _every_other_fake, lib=_lib)
+
+
+# shapetest::chunks(Tensor self, int n) -> Tensor[]
+
+
+def _chunks_fake(self, n):
+    """fake: check(self.size(0) % n == 0); [empty([self.size(0) // n, *self.shape[1:]]) for i in range(n)]"""
+    torch._check(self.size(0) % n == 0, lambda: "shapetest::chunks: expected self.size(0) % n == 0")
+    return [self.new_empty([self.size(0) // n, *self.shape[1:]]) for i in range(n)]
+
+
+_lib.impl("chunks", chunks, "CPU")
+torch.library.register_fake("shapetest::chunks", _chunks_fake, lib=_lib)
+
+
+# shapetest::doubled(Tensor[] tensors) -> Tensor[]
+
+
+def _doubled_fake(tensors):
+    """fake: [like(t, dtype=promote_types(t.dtype, float32)) for t in tensors]"""
+    return [t.new_empty(t.shape, dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors]
+
+
+_lib.impl("doubled", doubled, "CPU")
+torch.library.register_fake("shapetest::doubled", _doubled_fake, lib=_lib)
+
+
+# shapetest::positives(Tensor self, int rows) -> Tensor[]
+
+
+def _positives_fake(self, rows):
+    """fake: [empty([dynamic()], dtype=self.dtype) for i in range(rows)]"""
+    return [self.new_empty([torch.library.get_ctx().new_dynamic_size()], dtype=self.dtype) for i in range(rows)]
+
+
+_lib.impl("positives", positives, "CPU")
+torch.library.register_fake("shapetest::positives", _positives_fake, lib=_lib)

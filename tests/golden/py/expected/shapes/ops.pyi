@@ -35,8 +35,20 @@ def biased(self: Tensor, bias: Tensor | None = None) -> Tensor:
     """shapetest::biased(Tensor self, Tensor? bias=None) -> Tensor"""
 
 
+def chunks(self: Tensor, n: int) -> list[Tensor]:
+    """shapetest::chunks(Tensor self, int n) -> Tensor[]"""
+
+
 def concat(tensors: Sequence[Tensor]) -> Tensor:
     """shapetest::concat(Tensor[] tensors) -> Tensor"""
+
+
+def doubled(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """shapetest::doubled(Tensor[] tensors) -> Tensor[]"""
+
+
+def every_other(self: Tensor) -> Tensor:
+    """shapetest::every_other(Tensor self) -> Tensor"""
 
 
 def filled(
@@ -55,6 +67,10 @@ def grow(self: Tensor, n: int | torch.SymInt) -> Tensor:
 
 def loss(input: Tensor, target: Tensor, reduction: str = 'mean') -> Tensor:
     """shapetest::loss(Tensor input, Tensor target, str reduction="mean") -> Tensor"""
+
+
+def matched_add(self: Tensor, other: Tensor) -> Tensor:
+    """shapetest::matched_add(Tensor self, Tensor other) -> Tensor"""
 
 
 def maybe_cast(self: Tensor, dtype: torch.dtype | None = None) -> Tensor:
@@ -83,6 +99,10 @@ def normalize_out(self: Tensor, *, out: Tensor) -> Tensor:
 
 def pad_last(self: Tensor, pad: Sequence[int | torch.SymInt]) -> Tensor:
     """shapetest::pad_last(Tensor self, SymInt[] pad) -> Tensor"""
+
+
+def positives(self: Tensor, rows: int) -> list[Tensor]:
+    """shapetest::positives(Tensor self, int rows) -> Tensor[]"""
 
 
 def split_rows(self: Tensor) -> tuple[Tensor, Tensor, int | torch.SymInt]:

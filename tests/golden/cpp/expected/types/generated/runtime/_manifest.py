@@ -7,16 +7,25 @@ exist when `python_required` (the op file gives ops fake rules, formulas, vmap o
 or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
 fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both
 against what this process has registered before loading (a clash aborts the process in dlopen).
+
+Paths are relative to this file's directory: the built libraries are in LIBRARY_DIR, and messages
+show paths relative to PROJECT_ROOT (PYTHON_DIR is this directory, relative to it).
 """
+
+LIBRARY_DIR = "../../build"
+PROJECT_ROOT = "../.."
+PYTHON_DIR = "generated/runtime"
+BUILD_COMMAND = "make build"
+CODEGEN_COMMAND = "make codegen"
 
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "4cf44f017024d333",
+        "schema_hash": "36cce4e2f9ce6e23",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 20,
+        "ops": 28,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -39,6 +48,14 @@ NAMESPACES = {
             "shared_a",
             "shared_b",
             "declared_only",
+            "nested",
+            "tuples",
+            "optional_returns",
+            "step_",
+            "scale_into",
+            "enum_numbers",
+            "myadd_out",
+            "bang",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },

@@ -13,25 +13,33 @@ import torch as _torch
 
 # name -> (namespace, op, overload)
 _OPS = {
+    "bang": ("cty", "bang", "default"),  # cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
     "bools": ("cty", "bools", "default"),  # cty::bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool
     "composite": ("cty", "composite", "default"),  # cty::composite(Tensor self, int dim) -> Tensor
     "declared_only": ("cty", "declared_only", "default"),  # cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor
     "defaults": ("cty", "defaults", "default"),  # cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
+    "enum_numbers": ("cty", "enum_numbers", "default"),  # cty::enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str
     "enums": ("cty", "enums", "default"),  # cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
     "fill": ("cty", "fill", "default"),  # cty::fill(Tensor self, Scalar value) -> Tensor
     "fill_": ("cty", "fill_", "default"),  # cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
     "floats": ("cty", "floats", "default"),  # cty::floats(Tensor t, float a, float? b, float[] c, float[]? d, Scalar e, Scalar? f, Scalar[] g) -> float
     "ints": ("cty", "ints", "default"),  # cty::ints(Tensor t, int a, SymInt b, int[] c, SymInt[] d, int[2] e, int? f, int[]? g, SymInt[]? h, SymInt? i) -> int
+    "myadd_out": ("cty", "myadd_out", "default"),  # cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
+    "nested": ("cty", "nested", "default"),  # cty::nested(Tensor t, int[][] a, SymInt[][] b, float[][] c, bool[][] d, str[][] e, Tensor[][] f, int[][]? g, int?[] h, str?[] i) -> int[][]
     "objects": ("cty", "objects", "default"),  # cty::objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str
+    "optional_returns": ("cty", "optional_returns", "default"),  # cty::optional_returns(Tensor t, bool present) -> (Tensor[]? a, int? b, str? c, int[]? d, Tensor?[] e)
     "pick_Tensor": ("cty", "pick", "Tensor"),  # cty::pick.Tensor(Tensor self, Tensor index) -> Tensor
     "pick_int": ("cty", "pick", "int"),  # cty::pick.int(Tensor self, int index) -> Tensor
     "returns": ("cty", "returns", "default"),  # cty::returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)
+    "scale_into": ("cty", "scale_into", "default"),  # cty::scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)
     "shared_a": ("cty", "shared_a", "default"),  # cty::shared_a(Tensor self) -> Tensor
     "shared_b": ("cty", "shared_b", "default"),  # cty::shared_b(Tensor self) -> Tensor
     "split": ("cty", "split", "default"),  # cty::split(Tensor self) -> (Tensor lo, Tensor hi)
     "split_out": ("cty", "split", "out"),  # cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
+    "step_": ("cty", "step_", "default"),  # cty::step_(Tensor(a!) self) -> (Tensor(a!), Tensor)
     "strings": ("cty", "strings", "default"),  # cty::strings(Tensor t, str a, str? b, str[] c, str d="q\"x") -> str
     "tensors": ("cty", "tensors", "default"),  # cty::tensors(Tensor a, Tensor(a!) b, Tensor? c, Tensor[] d, Tensor?[] e, Tensor(b!)[] f) -> Tensor
+    "tuples": ("cty", "tuples", "default"),  # cty::tuples(Tensor t, (str, str, str)[] edge_types, (Tensor, Tensor, Tensor)? mappings=None, (int, int)? group_shape=None) -> ((int, str) summary)
     "zero_all_": ("cty", "zero_all_", "default"),  # cty::zero_all_(Tensor(a!)[] self) -> ()
 }
 

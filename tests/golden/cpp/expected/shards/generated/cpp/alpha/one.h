@@ -2,50 +2,10 @@
 
 // C++ kernels and typed calls for the ops of tests/golden/cpp/inputs/shards/one.yaml (namespace alpha).
 //
-// Define each kernel below with exactly this signature: kernel sources are compiled with
-// -Werror=missing-declarations, so any other signature fails to compile, naming the kernel.
-// Helper functions in kernel sources need internal linkage (static or an anonymous namespace).
+// Includes the header of each op name of the file. A kernel source that includes only the headers
+// of the ops it defines (`#include <alpha/one/add.h>`) is recompiled only when one of those
+// ops changes.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string_view>
-#include <tuple>
-#include <vector>
-
-namespace alpha {
-
-// CPU kernel of alpha::add (tests/golden/cpp/inputs/shards/one.yaml:6)
-//   alpha::add(Tensor self, Tensor other) -> Tensor
-at::Tensor add_cpu(const at::Tensor& self, const at::Tensor& other);
-
-// CPU kernel of alpha::scale.out (tests/golden/cpp/inputs/shards/one.yaml:9)
-//   alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
-at::Tensor& scale_out(const at::Tensor& self, double factor, at::Tensor& out);
-
-}  // namespace alpha
-
-// Calls through the dispatcher: alpha::ops::<op>(...) runs the op as Python's torch.ops would.
-namespace alpha::ops {
-
-// alpha::add(Tensor self, Tensor other) -> Tensor
-inline at::Tensor add(const at::Tensor& self, const at::Tensor& other) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("alpha::add", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  return op.call(self, other);
-}
-
-// alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
-inline at::Tensor& scale_out(const at::Tensor& self, double factor, at::Tensor& out) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("alpha::scale", "out")
-      .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
-  return op.call(self, factor, out);
-}
-
-}  // namespace alpha::ops
+#include <alpha/one/add.h>
+#include <alpha/one/scale.h>

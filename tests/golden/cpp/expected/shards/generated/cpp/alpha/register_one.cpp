@@ -20,7 +20,8 @@ TORCH_LIBRARY(alpha, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_alpha");
   m.def("add(Tensor self, Tensor other) -> Tensor");
-  m.def("scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)",
+        {at::Tag::out});
 }
 
 namespace opgen {

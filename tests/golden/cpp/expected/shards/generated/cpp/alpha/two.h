@@ -2,50 +2,10 @@
 
 // C++ kernels and typed calls for the ops of tests/golden/cpp/inputs/shards/two.yaml (namespace alpha).
 //
-// Define each kernel below with exactly this signature: kernel sources are compiled with
-// -Werror=missing-declarations, so any other signature fails to compile, naming the kernel.
-// Helper functions in kernel sources need internal linkage (static or an anonymous namespace).
+// Includes the header of each op name of the file. A kernel source that includes only the headers
+// of the ops it defines (`#include <alpha/two/scale.h>`) is recompiled only when one of those
+// ops changes.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string_view>
-#include <tuple>
-#include <vector>
-
-namespace alpha {
-
-// CPU kernel of alpha::scale (tests/golden/cpp/inputs/shards/two.yaml:4)
-//   alpha::scale(Tensor self, float factor) -> Tensor
-at::Tensor scale_cpu(const at::Tensor& self, double factor);
-
-// CUDA kernel of alpha::scale (tests/golden/cpp/inputs/shards/two.yaml:4)
-//   alpha::scale(Tensor self, float factor) -> Tensor
-at::Tensor scale_cuda(const at::Tensor& self, double factor);
-
-}  // namespace alpha
-
-// Calls through the dispatcher: alpha::ops::<op>(...) runs the op as Python's torch.ops would.
-namespace alpha::ops {
-
-// alpha::scale(Tensor self, float factor) -> Tensor
-inline at::Tensor scale(const at::Tensor& self, double factor) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("alpha::scale", "")
-      .typed<at::Tensor(const at::Tensor&, double)>();
-  return op.call(self, factor);
-}
-
-// alpha::identity(Tensor self) -> Tensor
-inline at::Tensor identity(const at::Tensor& self) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("alpha::identity", "")
-      .typed<at::Tensor(const at::Tensor&)>();
-  return op.call(self);
-}
-
-}  // namespace alpha::ops
+#include <alpha/two/scale.h>
+#include <alpha/two/identity.h>

@@ -2,38 +2,9 @@
 
 // C++ kernels and typed calls for the ops of tests/golden/cpp/inputs/shards/one.yaml (namespace beta).
 //
-// Define each kernel below with exactly this signature: kernel sources are compiled with
-// -Werror=missing-declarations, so any other signature fails to compile, naming the kernel.
-// Helper functions in kernel sources need internal linkage (static or an anonymous namespace).
+// Includes the header of each op name of the file. A kernel source that includes only the headers
+// of the ops it defines (`#include <beta/one/add.h>`) is recompiled only when one of those
+// ops changes.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string_view>
-#include <tuple>
-#include <vector>
-
-namespace beta {
-
-// CompositeImplicitAutograd kernel of beta::add (tests/golden/cpp/inputs/shards/one.yaml:11)
-//   beta::add(Tensor self, Tensor other) -> Tensor
-at::Tensor add_composite(const at::Tensor& self, const at::Tensor& other);
-
-}  // namespace beta
-
-// Calls through the dispatcher: beta::ops::<op>(...) runs the op as Python's torch.ops would.
-namespace beta::ops {
-
-// beta::add(Tensor self, Tensor other) -> Tensor
-inline at::Tensor add(const at::Tensor& self, const at::Tensor& other) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("beta::add", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  return op.call(self, other);
-}
-
-}  // namespace beta::ops
+#include <beta/one/add.h>

@@ -19,9 +19,11 @@ TORCH_LIBRARY(cty, m) {
   m.def("objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str");
   m.def("returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)");
   m.def("fill(Tensor self, Scalar value) -> Tensor");
-  m.def("fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)");
+  m.def("fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)",
+        {at::Tag::inplace});
   m.def("split(Tensor self) -> (Tensor lo, Tensor hi)");
-  m.def("split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)");
+  m.def("split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)",
+        {at::Tag::out});
   m.def("zero_all_(Tensor(a!)[] self) -> ()");
   m.def("defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d=\"mean\", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor");
   m.def("pick.int(Tensor self, int index) -> Tensor");
@@ -31,6 +33,14 @@ TORCH_LIBRARY(cty, m) {
   m.def("shared_b(Tensor self) -> Tensor");
   m.def("declared_only(Tensor self, *, Scalar alpha=1) -> Tensor",
         {at::Tag::pointwise, at::Tag::pt2_compliant_tag});
+  m.def("nested(Tensor t, int[][] a, SymInt[][] b, float[][] c, bool[][] d, str[][] e, Tensor[][] f, int[][]? g, int?[] h, str?[] i) -> int[][]");
+  m.def("tuples(Tensor t, (str, str, str)[] edge_types, (Tensor, Tensor, Tensor)? mappings=None, (int, int)? group_shape=None) -> ((int, str) summary)");
+  m.def("optional_returns(Tensor t, bool present) -> (Tensor[]? a, int? b, str? c, int[]? d, Tensor?[] e)");
+  m.def("step_(Tensor(a!) self) -> (Tensor(a!), Tensor)");
+  m.def("scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)");
+  m.def("enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str");
+  m.def("myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
+  m.def("bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()");
 }
 
 namespace opgen {
@@ -68,6 +78,22 @@ constexpr at::Tensor (*pick_Tensor_CPU)(const at::Tensor&, const at::Tensor&) = 
 constexpr at::Tensor (*shared_a_CPU)(const at::Tensor&) = &cty::shared_kernel;
 // cty::shared_b(Tensor self) -> Tensor
 constexpr at::Tensor (*shared_b_CPU)(const at::Tensor&) = &cty::shared_kernel;
+// cty::nested(Tensor t, int[][] a, SymInt[][] b, float[][] c, bool[][] d, str[][] e, Tensor[][] f, int[][]? g, int?[] h, str?[] i) -> int[][]
+constexpr std::vector<std::vector<int64_t>> (*nested_CPU)(const at::Tensor&, const std::vector<std::vector<int64_t>>&, const std::vector<std::vector<c10::SymInt>>&, const std::vector<std::vector<double>>&, const std::vector<std::vector<bool>>&, const std::vector<c10::List<std::string>>&, const std::vector<std::vector<at::Tensor>>&, const std::optional<std::vector<std::vector<int64_t>>>&, const std::vector<std::optional<int64_t>>&, const std::vector<std::optional<std::string>>&) = &cty::nested_cpu;
+// cty::tuples(Tensor t, (str, str, str)[] edge_types, (Tensor, Tensor, Tensor)? mappings=None, (int, int)? group_shape=None) -> ((int, str) summary)
+constexpr std::tuple<std::tuple<int64_t, std::string>> (*tuples_CPU)(const at::Tensor&, const std::vector<std::tuple<std::string, std::string, std::string>>&, const std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>>&, const std::optional<std::tuple<int64_t, int64_t>>&) = &cty::tuples_cpu;
+// cty::optional_returns(Tensor t, bool present) -> (Tensor[]? a, int? b, str? c, int[]? d, Tensor?[] e)
+constexpr std::tuple<std::optional<std::vector<at::Tensor>>, std::optional<int64_t>, std::optional<std::string>, std::optional<std::vector<int64_t>>, std::vector<std::optional<at::Tensor>>> (*optional_returns_CPU)(const at::Tensor&, bool) = &cty::optional_returns_cpu;
+// cty::step_(Tensor(a!) self) -> (Tensor(a!), Tensor)
+constexpr std::tuple<at::Tensor, at::Tensor> (*step__CPU)(at::Tensor&) = &cty::step_cpu_;
+// cty::scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)
+constexpr at::Tensor& (*scale_into_CPU)(const at::Tensor&, at::Tensor&) = &cty::scale_into_cpu;
+// cty::enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str
+constexpr std::string (*enum_numbers_CPU)(const at::Tensor&, at::ScalarType, at::Layout, at::MemoryFormat, at::ScalarType) = &cty::enum_numbers_cpu;
+// cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
+constexpr void (*myadd_out_CPU)(const at::Tensor&, const at::Tensor&, at::Tensor&) = &cty::myadd_out_cpu;
+// cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+constexpr void (*bang_CPU)(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&) = &cty::bang_cpu;
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CPU, m) {
@@ -88,6 +114,14 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
   m.impl("pick.Tensor", TORCH_FN(opgen::pick_Tensor_CPU));
   m.impl("shared_a", TORCH_FN(opgen::shared_a_CPU));
   m.impl("shared_b", TORCH_FN(opgen::shared_b_CPU));
+  m.impl("nested", TORCH_FN(opgen::nested_CPU));
+  m.impl("tuples", TORCH_FN(opgen::tuples_CPU));
+  m.impl("optional_returns", TORCH_FN(opgen::optional_returns_CPU));
+  m.impl("step_", TORCH_FN(opgen::step__CPU));
+  m.impl("scale_into", TORCH_FN(opgen::scale_into_CPU));
+  m.impl("enum_numbers", TORCH_FN(opgen::enum_numbers_CPU));
+  m.impl("myadd_out", TORCH_FN(opgen::myadd_out_CPU));
+  m.impl("bang", TORCH_FN(opgen::bang_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_cty[] =
-    "@opgen-stamp ns=cty schemas=4cf44f017024d333 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=cty schemas=36cce4e2f9ce6e23 torch=" OPGEN_TORCH_VERSION ";";

@@ -2,271 +2,34 @@
 
 // C++ kernels and typed calls for the ops of tests/golden/cpp/inputs/types.yaml (namespace cty).
 //
-// Define each kernel below with exactly this signature: kernel sources are compiled with
-// -Werror=missing-declarations, so any other signature fails to compile, naming the kernel.
-// Helper functions in kernel sources need internal linkage (static or an anonymous namespace).
+// Includes the header of each op name of the file. A kernel source that includes only the headers
+// of the ops it defines (`#include <cty/types/tensors.h>`) is recompiled only when one of those
+// ops changes.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-
-#include <array>
-#include <cstdint>
-#include <optional>
-#include <string_view>
-#include <tuple>
-#include <vector>
-
-namespace cty {
-
-// CPU kernel of cty::tensors (tests/golden/cpp/inputs/types.yaml:6)
-//   cty::tensors(Tensor a, Tensor(a!) b, Tensor? c, Tensor[] d, Tensor?[] e, Tensor(b!)[] f) -> Tensor
-at::Tensor tensors_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c, at::TensorList d, const c10::List<std::optional<at::Tensor>>& e, at::TensorList f);
-
-// CPU kernel of cty::ints (tests/golden/cpp/inputs/types.yaml:8)
-//   cty::ints(Tensor t, int a, SymInt b, int[] c, SymInt[] d, int[2] e, int? f, int[]? g, SymInt[]? h, SymInt? i) -> int
-int64_t ints_cpu(const at::Tensor& t, int64_t a, c10::SymInt b, at::IntArrayRef c, c10::SymIntArrayRef d, at::IntArrayRef e, std::optional<int64_t> f, at::OptionalIntArrayRef g, at::OptionalSymIntArrayRef h, std::optional<c10::SymInt> i);
-
-// CPU kernel of cty::floats (tests/golden/cpp/inputs/types.yaml:10)
-//   cty::floats(Tensor t, float a, float? b, float[] c, float[]? d, Scalar e, Scalar? f, Scalar[] g) -> float
-double floats_cpu(const at::Tensor& t, double a, std::optional<double> b, at::ArrayRef<double> c, std::optional<at::ArrayRef<double>> d, const at::Scalar& e, const std::optional<at::Scalar>& f, at::ArrayRef<at::Scalar> g);
-
-// CPU kernel of cty::bools (tests/golden/cpp/inputs/types.yaml:12)
-//   cty::bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool
-bool bools_cpu(const at::Tensor& t, bool a, std::optional<bool> b, std::array<bool, 3> c, const c10::List<bool>& d, c10::SymBool e);
-
-// CPU kernel of cty::strings (tests/golden/cpp/inputs/types.yaml:14)
-//   cty::strings(Tensor t, str a, str? b, str[] c, str d="q\"x") -> str
-std::string strings_cpu(const at::Tensor& t, c10::string_view a, std::optional<c10::string_view> b, at::ArrayRef<c10::string_view> c, c10::string_view d);
-
-// CPU kernel of cty::enums (tests/golden/cpp/inputs/types.yaml:16)
-//   cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
-std::tuple<at::ScalarType, std::string> enums_cpu(const at::Tensor& t, at::ScalarType a, std::optional<at::ScalarType> b, at::Layout c, std::optional<at::Layout> d, at::Device e, std::optional<at::Device> f, at::MemoryFormat g, std::optional<at::MemoryFormat> h, at::DeviceIndex i);
-
-// CPU kernel of cty::objects (tests/golden/cpp/inputs/types.yaml:18)
-//   cty::objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str
-std::string objects_cpu(const at::Tensor& t, std::optional<at::Generator> g, std::optional<at::Generator> h, at::Stream s, at::Storage st);
-
-// CPU kernel of cty::returns (tests/golden/cpp/inputs/types.yaml:20)
-//   cty::returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)
-std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t, double, bool, at::Scalar, c10::SymInt, std::vector<int64_t>, std::string> returns_cpu(const at::Tensor& self);
-
-// CPU kernel of cty::fill (tests/golden/cpp/inputs/types.yaml:22)
-//   cty::fill(Tensor self, Scalar value) -> Tensor
-at::Tensor fill_cpu(const at::Tensor& self, const at::Scalar& value);
-
-// CPU kernel of cty::fill_ (tests/golden/cpp/inputs/types.yaml:24)
-//   cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
-at::Tensor& fill_cpu_(at::Tensor& self, const at::Scalar& value);
-
-// CPU kernel of cty::split (tests/golden/cpp/inputs/types.yaml:26)
-//   cty::split(Tensor self) -> (Tensor lo, Tensor hi)
-std::tuple<at::Tensor, at::Tensor> split_cpu(const at::Tensor& self);
-
-// CPU kernel of cty::split.out (tests/golden/cpp/inputs/types.yaml:28)
-//   cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
-std::tuple<at::Tensor&, at::Tensor&> split_out_cpu(const at::Tensor& self, at::Tensor& lo, at::Tensor& hi);
-
-// CPU kernel of cty::zero_all_ (tests/golden/cpp/inputs/types.yaml:31)
-//   cty::zero_all_(Tensor(a!)[] self) -> ()
-void zero_all_cpu_(at::TensorList self);
-
-// CompositeExplicitAutograd kernel of cty::defaults (tests/golden/cpp/inputs/types.yaml:33)
-//   cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
-at::Tensor defaults_kernel(const at::Tensor& self, int64_t a, double b, bool c, c10::string_view d, std::optional<at::ScalarType> e, at::IntArrayRef f, at::Layout h, at::MemoryFormat m, at::ScalarType s, const at::Scalar& t, double u, at::IntArrayRef v);
-
-// CPU kernel of cty::pick.int (tests/golden/cpp/inputs/types.yaml:35)
-//   cty::pick.int(Tensor self, int index) -> Tensor
-at::Tensor pick_int(const at::Tensor& self, int64_t index);
-
-// CUDA kernel of cty::pick.int (tests/golden/cpp/inputs/types.yaml:35)
-//   cty::pick.int(Tensor self, int index) -> Tensor
-at::Tensor pick_int_cuda(const at::Tensor& self, int64_t index);
-
-// CPU kernel of cty::pick.Tensor (tests/golden/cpp/inputs/types.yaml:37)
-//   cty::pick.Tensor(Tensor self, Tensor index) -> Tensor
-at::Tensor pick_tensor(const at::Tensor& self, const at::Tensor& index);
-
-// CompositeImplicitAutograd kernel of cty::composite (tests/golden/cpp/inputs/types.yaml:39)
-//   cty::composite(Tensor self, int dim) -> Tensor
-at::Tensor composite_kernel(const at::Tensor& self, int64_t dim);
-
-// CPU kernel of cty::shared_a (tests/golden/cpp/inputs/types.yaml:41)
-// CPU kernel of cty::shared_b (tests/golden/cpp/inputs/types.yaml:43)
-//   cty::shared_a(Tensor self) -> Tensor
-at::Tensor shared_kernel(const at::Tensor& self);
-
-}  // namespace cty
-
-namespace other {
-
-// Meta kernel of cty::fill_ (tests/golden/cpp/inputs/types.yaml:24)
-//   cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
-at::Tensor& fill_meta_(at::Tensor& self, const at::Scalar& value);
-
-}  // namespace other
-
-// Calls through the dispatcher: cty::ops::<op>(...) runs the op as Python's torch.ops would.
-namespace cty::ops {
-
-// cty::tensors(Tensor a, Tensor(a!) b, Tensor? c, Tensor[] d, Tensor?[] e, Tensor(b!)[] f) -> Tensor
-inline at::Tensor tensors(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor>& c, at::TensorList d, const c10::List<std::optional<at::Tensor>>& e, at::TensorList f) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::tensors", "")
-      .typed<at::Tensor(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, const c10::List<std::optional<at::Tensor>>&, at::TensorList)>();
-  return op.call(a, b, c, d, e, f);
-}
-
-// cty::ints(Tensor t, int a, SymInt b, int[] c, SymInt[] d, int[2] e, int? f, int[]? g, SymInt[]? h, SymInt? i) -> int
-inline int64_t ints(const at::Tensor& t, int64_t a, c10::SymInt b, at::IntArrayRef c, c10::SymIntArrayRef d, at::IntArrayRef e, std::optional<int64_t> f, at::OptionalIntArrayRef g, at::OptionalSymIntArrayRef h, std::optional<c10::SymInt> i) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::ints", "")
-      .typed<int64_t(const at::Tensor&, int64_t, c10::SymInt, at::IntArrayRef, c10::SymIntArrayRef, at::IntArrayRef, std::optional<int64_t>, at::OptionalIntArrayRef, at::OptionalSymIntArrayRef, std::optional<c10::SymInt>)>();
-  return op.call(t, a, b, c, d, e, f, g, h, i);
-}
-
-// cty::floats(Tensor t, float a, float? b, float[] c, float[]? d, Scalar e, Scalar? f, Scalar[] g) -> float
-inline double floats(const at::Tensor& t, double a, std::optional<double> b, at::ArrayRef<double> c, std::optional<at::ArrayRef<double>> d, const at::Scalar& e, const std::optional<at::Scalar>& f, at::ArrayRef<at::Scalar> g) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::floats", "")
-      .typed<double(const at::Tensor&, double, std::optional<double>, at::ArrayRef<double>, std::optional<at::ArrayRef<double>>, const at::Scalar&, const std::optional<at::Scalar>&, at::ArrayRef<at::Scalar>)>();
-  return op.call(t, a, b, c, d, e, f, g);
-}
-
-// cty::bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool
-inline bool bools(const at::Tensor& t, bool a, std::optional<bool> b, std::array<bool, 3> c, const c10::List<bool>& d, c10::SymBool e) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::bools", "")
-      .typed<bool(const at::Tensor&, bool, std::optional<bool>, std::array<bool, 3>, const c10::List<bool>&, c10::SymBool)>();
-  return op.call(t, a, b, c, d, e);
-}
-
-// cty::strings(Tensor t, str a, str? b, str[] c, str d="q\"x") -> str
-inline std::string strings(const at::Tensor& t, c10::string_view a, std::optional<c10::string_view> b, at::ArrayRef<c10::string_view> c, c10::string_view d = "q\"x") {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::strings", "")
-      .typed<std::string(const at::Tensor&, c10::string_view, std::optional<c10::string_view>, at::ArrayRef<c10::string_view>, c10::string_view)>();
-  return op.call(t, a, b, c, d);
-}
-
-// cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
-inline std::tuple<at::ScalarType, std::string> enums(const at::Tensor& t, at::ScalarType a, std::optional<at::ScalarType> b, at::Layout c, std::optional<at::Layout> d, at::Device e, std::optional<at::Device> f, at::MemoryFormat g, std::optional<at::MemoryFormat> h, at::DeviceIndex i) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::enums", "")
-      .typed<std::tuple<at::ScalarType, std::string>(const at::Tensor&, at::ScalarType, std::optional<at::ScalarType>, at::Layout, std::optional<at::Layout>, at::Device, std::optional<at::Device>, at::MemoryFormat, std::optional<at::MemoryFormat>, at::DeviceIndex)>();
-  return op.call(t, a, b, c, d, e, f, g, h, i);
-}
-
-// cty::objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str
-inline std::string objects(const at::Tensor& t, std::optional<at::Generator> g, std::optional<at::Generator> h, at::Stream s, at::Storage st) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::objects", "")
-      .typed<std::string(const at::Tensor&, std::optional<at::Generator>, std::optional<at::Generator>, at::Stream, at::Storage)>();
-  return op.call(t, g, h, s, st);
-}
-
-// cty::returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)
-inline std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t, double, bool, at::Scalar, c10::SymInt, std::vector<int64_t>, std::string> returns(const at::Tensor& self) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::returns", "")
-      .typed<std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t, double, bool, at::Scalar, c10::SymInt, std::vector<int64_t>, std::string>(const at::Tensor&)>();
-  return op.call(self);
-}
-
-// cty::fill(Tensor self, Scalar value) -> Tensor
-inline at::Tensor fill(const at::Tensor& self, const at::Scalar& value) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::fill", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Scalar&)>();
-  return op.call(self, value);
-}
-
-// cty::fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)
-inline at::Tensor& fill_(at::Tensor& self, const at::Scalar& value) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::fill_", "")
-      .typed<at::Tensor&(at::Tensor&, const at::Scalar&)>();
-  return op.call(self, value);
-}
-
-// cty::split(Tensor self) -> (Tensor lo, Tensor hi)
-inline std::tuple<at::Tensor, at::Tensor> split(const at::Tensor& self) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::split", "")
-      .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&)>();
-  return op.call(self);
-}
-
-// cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
-inline std::tuple<at::Tensor&, at::Tensor&> split_out(const at::Tensor& self, at::Tensor& lo, at::Tensor& hi) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::split", "out")
-      .typed<std::tuple<at::Tensor&, at::Tensor&>(const at::Tensor&, at::Tensor&, at::Tensor&)>();
-  return op.call(self, lo, hi);
-}
-
-// cty::zero_all_(Tensor(a!)[] self) -> ()
-inline void zero_all_(at::TensorList self) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::zero_all_", "")
-      .typed<void(at::TensorList)>();
-  return op.call(self);
-}
-
-// cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
-inline at::Tensor defaults(const at::Tensor& self, int64_t a = 1, double b = 2.5, bool c = true, c10::string_view d = "mean", std::optional<at::ScalarType> e = std::nullopt, at::IntArrayRef f = {}, at::Layout h = at::kStrided, at::MemoryFormat m = at::MemoryFormat::Contiguous, at::ScalarType s = at::kLong, const at::Scalar& t = 1, double u = -1e-12, at::IntArrayRef v = {1, 2}) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::defaults", "")
-      .typed<at::Tensor(const at::Tensor&, int64_t, double, bool, c10::string_view, std::optional<at::ScalarType>, at::IntArrayRef, at::Layout, at::MemoryFormat, at::ScalarType, const at::Scalar&, double, at::IntArrayRef)>();
-  return op.call(self, a, b, c, d, e, f, h, m, s, t, u, v);
-}
-
-// cty::pick.int(Tensor self, int index) -> Tensor
-inline at::Tensor pick_int(const at::Tensor& self, int64_t index) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::pick", "int")
-      .typed<at::Tensor(const at::Tensor&, int64_t)>();
-  return op.call(self, index);
-}
-
-// cty::pick.Tensor(Tensor self, Tensor index) -> Tensor
-inline at::Tensor pick_Tensor(const at::Tensor& self, const at::Tensor& index) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::pick", "Tensor")
-      .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
-  return op.call(self, index);
-}
-
-// cty::composite(Tensor self, int dim) -> Tensor
-inline at::Tensor composite(const at::Tensor& self, int64_t dim) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::composite", "")
-      .typed<at::Tensor(const at::Tensor&, int64_t)>();
-  return op.call(self, dim);
-}
-
-// cty::shared_a(Tensor self) -> Tensor
-inline at::Tensor shared_a(const at::Tensor& self) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::shared_a", "")
-      .typed<at::Tensor(const at::Tensor&)>();
-  return op.call(self);
-}
-
-// cty::shared_b(Tensor self) -> Tensor
-inline at::Tensor shared_b(const at::Tensor& self) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::shared_b", "")
-      .typed<at::Tensor(const at::Tensor&)>();
-  return op.call(self);
-}
-
-// cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor
-inline at::Tensor declared_only(const at::Tensor& self, const at::Scalar& alpha = 1) {
-  static const auto op = ::c10::Dispatcher::singleton()
-      .findSchemaOrThrow("cty::declared_only", "")
-      .typed<at::Tensor(const at::Tensor&, const at::Scalar&)>();
-  return op.call(self, alpha);
-}
-
-}  // namespace cty::ops
+#include <cty/types/tensors.h>
+#include <cty/types/ints.h>
+#include <cty/types/floats.h>
+#include <cty/types/bools.h>
+#include <cty/types/strings.h>
+#include <cty/types/enums.h>
+#include <cty/types/objects.h>
+#include <cty/types/returns.h>
+#include <cty/types/fill.h>
+#include <cty/types/fill_.h>
+#include <cty/types/split.h>
+#include <cty/types/zero_all_.h>
+#include <cty/types/defaults.h>
+#include <cty/types/pick.h>
+#include <cty/types/composite.h>
+#include <cty/types/shared_a.h>
+#include <cty/types/shared_b.h>
+#include <cty/types/declared_only.h>
+#include <cty/types/nested.h>
+#include <cty/types/tuples.h>
+#include <cty/types/optional_returns.h>
+#include <cty/types/step_.h>
+#include <cty/types/scale_into.h>
+#include <cty/types/enum_numbers.h>
+#include <cty/types/myadd_out.h>
+#include <cty/types/bang.h>

@@ -1,0 +1,417 @@
+"""Project configuration: `[tool.opgen]` in a project's `pyproject.toml` -> `Project`.
+
+    [tool.opgen]
+    package = "myops"                 # the Python package that holds the ops (required)
+    schemas = ["ops"]                 # op files or directories
+    kernels = ["csrc"]                # kernel source directories (.cpp, .cc, .cu, recursively)
+
+Every path is relative to the project root (the directory of the pyproject.toml) and must stay
+inside it, so generated files name project-relative paths only. The keys and their defaults are
+documented in docs/CONFIG.md; KEYS below is the list. Errors are located diagnostics
+(`pyproject.toml:LINE:COL: error: ...`): tomllib gives values without positions, so a key's
+position is found again in the text (`_Locator`).
+
+Commands find their project through `--project DIR` or the nearest pyproject.toml with a
+`[tool.opgen]` table upward from the working directory. Without one, the layout of opgen's own
+example (`DEFAULT`: package `runtime`, `schemas/`, `runtime/csrc/`, `generated/`, `build/`) at the
+working directory is used, so an op file directory alone still works.
+
+Generators read the active project through `current()`; the CLI activates one with `use()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import keyword
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+
+from codegen.diagnostics import Diagnostics, Loc, did_you_mean
+
+PYPROJECT = "pyproject.toml"
+KERNEL_SUFFIXES = (".cpp", ".cc", ".cu")
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project's layout; every path is project-relative, in POSIX form."""
+
+    root: Path                              # absolute; never written into a generated file
+    package: str                            # import name, e.g. `myops` or `acme.ops`
+    package_dir: str                        # the package's directory, e.g. `src/myops`
+    schemas: tuple[str, ...] = ("schemas",)
+    # Kernel source directories, searched recursively. A source in `<dir>/<ns>/...` belongs to
+    # namespace `<ns>`; any other source to the library's only namespace (codegen.dest.ninja).
+    kernels: tuple[str, ...] = ()
+    python_roots: tuple[str, ...] = (".",)  # where `module:function` references are looked up
+    generated: str = "generated"            # generated sources, build.ninja, SHA256SUMS
+    build: str = "build"                    # objects, the toolchain, depfiles
+    libraries: str = "build"                # the linked lib<ns>_ops.so
+    build_command: str = "opgen build"      # what error messages tell the user to run
+    codegen_command: str = "opgen generate"
+    config_path: str | None = None          # the pyproject.toml it came from (project-relative)
+
+    # ---- derived
+
+    @property
+    def python_out(self) -> str:
+        """Where the generated Python modules go: the generated directory itself when it lies
+        inside the package (it is then the subpackage `<package>.<...>`), else
+        `<generated>/<last name of the package>`, which the package appends to its `__path__`
+        (opgen's own example: `generated/runtime`)."""
+        if self.generated_in_package:
+            return self.generated
+        return f"{self.generated}/{self.package.rpartition('.')[2]}"
+
+    @property
+    def generated_in_package(self) -> bool:
+        return _is_below(self.generated, self.package_dir)
+
+    @property
+    def module_prefix(self) -> str:
+        """The package the generated modules are in: `<prefix>.ops`, `<prefix>._reg_<ns>`."""
+        if not self.generated_in_package:
+            return self.package
+        rel = PurePosixPath(self.generated).relative_to(self.package_dir)
+        return ".".join((self.package, *rel.parts))
+
+    @property
+    def stamp(self) -> str:
+        return f"{self.generated}/SHA256SUMS"
+
+    @property
+    def ninja_file(self) -> str:
+        return f"{self.generated}/build.ninja"
+
+    @property
+    def toolchain(self) -> str:
+        return f"{self.build}/toolchain.ninja"
+
+    def relative(self, path: Path | str) -> str:
+        """`path` (absolute, or relative to the working directory) relative to the root when it
+        lies below it, else absolute."""
+        p = Path(path).resolve()
+        try:
+            return p.relative_to(self.root).as_posix() or "."
+        except ValueError:
+            return p.as_posix()
+
+
+def _is_below(path: str, directory: str) -> bool:
+    if directory in ("", "."):
+        return True
+    return PurePosixPath(path).parts[:len(PurePosixPath(directory).parts)] == \
+        PurePosixPath(directory).parts
+
+
+def default_project(root: Path) -> Project:
+    """The layout of opgen's own example library (used where no [tool.opgen] is found)."""
+    return Project(root=root.resolve(), package="runtime", package_dir="runtime",
+                   schemas=("schemas",), kernels=("runtime/csrc",), python_roots=(".",),
+                   generated="generated", build="build", libraries="build",
+                   build_command="make build", codegen_command="make codegen")
+
+
+_current: contextvars.ContextVar[Project | None] = contextvars.ContextVar("opgen_project",
+                                                                         default=None)
+
+
+def current() -> Project:
+    """The active project; the example layout at the working directory when none is active."""
+    p = _current.get()
+    return p if p is not None else default_project(Path.cwd())
+
+
+@contextlib.contextmanager
+def use(project: Project):
+    """Make `project` the active one, with its root as the working directory (op file paths,
+    kernel sources and messages are all project-relative)."""
+    import os
+
+    token = _current.set(project)
+    prev = Path.cwd()
+    os.chdir(project.root)
+    try:
+        yield project
+    finally:
+        os.chdir(prev)
+        _current.reset(token)
+
+
+# --------------------------------------------------------------------------------------------------
+# Finding and reading pyproject.toml
+
+
+def find_config(start: Path) -> Path | None:
+    """The nearest pyproject.toml with a [tool.opgen] table, from `start` upward."""
+    for d in [start.resolve(), *start.resolve().parents]:
+        p = d / PYPROJECT
+        if p.is_file() and _declares_opgen(p):
+            return p
+    return None
+
+
+def _declares_opgen(path: Path) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(r"^\s*\[\s*tool\s*\.\s*opgen\s*[\].]", text, re.M) is not None
+
+
+def resolve(project_dir: str | None, diags: Diagnostics) -> Project:
+    """The project for a command: `--project DIR` (its pyproject.toml must have [tool.opgen],
+    or else DIR gets the example layout), or the nearest one upward from the working
+    directory, or the example layout at the working directory."""
+    if project_dir is not None:
+        d = Path(project_dir)
+        if not d.is_dir():
+            diags.error(Loc(project_dir, 1, 1), "no such project directory",
+                        "--project names the directory holding pyproject.toml")
+            diags.raise_if_errors()
+        p = d / PYPROJECT
+        if p.is_file() and _declares_opgen(p):
+            return load(p, diags)
+        return default_project(d)
+    found = find_config(Path.cwd())
+    if found is None:
+        return default_project(Path.cwd())
+    return load(found, diags)
+
+
+@dataclass
+class _Locator:
+    """Positions of keys and values of [tool.opgen] in the text of pyproject.toml."""
+
+    path: str
+    lines: list[str]
+    table_line: int = 1                   # 1-based line of `[tool.opgen]`
+    spans: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # key -> line, col, len
+
+    @classmethod
+    def of(cls, path: str, text: str) -> _Locator:
+        loc = cls(path, text.splitlines())
+        table = None
+        header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
+        for i, line in enumerate(loc.lines, 1):
+            m = header.match(line)
+            if m and not line.lstrip().startswith("[["):
+                table = re.sub(r"\s+", "", m[1]).replace('"', "")
+                if table == "tool.opgen":
+                    loc.table_line = i
+                continue
+            if table is None or not (table == "tool.opgen" or table.startswith("tool.opgen.")):
+                continue
+            k = re.match(r'^\s*("?)([A-Za-z0-9_.-]+)\1\s*=', line)
+            if k:
+                key = k[2] if table == "tool.opgen" else f"{table[len('tool.opgen.'):]}.{k[2]}"
+                loc.spans.setdefault(key, (i, k.start(2) + 1 - len(k[1]), len(k[2]) + 2 * len(k[1])))
+        return loc
+
+    def key(self, key: str) -> Loc:
+        line, col, length = self.spans.get(key, (self.table_line, 1, 1))
+        return Loc(self.path, line, col, length)
+
+    def value(self, key: str, item: str | None = None) -> Loc:
+        """The value of `key`, or the string `item` inside it (a list element)."""
+        line, col, _ = self.spans.get(key, (self.table_line, 1, 1))
+        text = self.lines[line - 1] if line <= len(self.lines) else ""
+        eq = text.find("=", col - 1)
+        if eq < 0:
+            return Loc(self.path, line, col)
+        if item is not None:
+            # Look for the quoted item from the `=` on, over the lines a multi-line list spans.
+            for j in range(line, min(line + 200, len(self.lines)) + 1):
+                s = self.lines[j - 1]
+                start = eq + 1 if j == line else 0
+                for quote in ('"', "'"):
+                    at = s.find(quote + item + quote, start)
+                    if at >= 0:
+                        return Loc(self.path, j, at + 1, len(item) + 2)
+                if j > line and "=" in s and not s.lstrip().startswith(('"', "'")):
+                    break
+        start = eq + 1
+        while start < len(text) and text[start] in " \t":
+            start += 1
+        return Loc(self.path, line, start + 1, max(1, len(text.rstrip()) - start))
+
+
+# key -> what it holds (for the unknown-key hint and docs/CONFIG.md)
+KEYS = {
+    "package": "the Python package that holds the ops (required)",
+    "package-dir": "the package's directory (default: src/<package> or <package>)",
+    "schemas": "op files or directories (default: schemas)",
+    "kernels": "kernel source directories, searched recursively (default: csrc)",
+    "python-roots": "where Python kernel modules are found (default: the package's parent)",
+    "generated": "generated sources (default: <package-dir>/_generated)",
+    "build": "objects and the toolchain (default: build)",
+    "libraries": "where the built libraries go (default: <package-dir>)",
+    "build-command": "the build command error messages name (default: opgen build)",
+    "codegen-command": "the code generation command error messages name (default: opgen generate)",
+}
+
+
+def load(path: Path, diags: Diagnostics) -> Project:
+    """Read [tool.opgen] from `path`; every problem is a located error (UserError)."""
+    root = path.parent.resolve()
+    shown = _shown_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        diags.error(Loc(shown, 1, 1), f"cannot read {PYPROJECT}: {e}")
+        diags.raise_if_errors()
+        raise AssertionError("unreachable")
+    diags.add_source(shown, text)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        line, col = (int(m[1]), int(m[2])) if m else (1, 1)
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e)) or "invalid TOML"
+        diags.error(Loc(shown, line, col), f"{PYPROJECT} is not valid TOML: {message}")
+        diags.raise_if_errors()
+    table = data.get("tool", {}).get("opgen")
+    at = _Locator.of(shown, text)
+    if not isinstance(table, dict):
+        diags.error(Loc(shown, at.table_line, 1), "[tool.opgen] must be a table")
+        diags.raise_if_errors()
+    reader = _Reader(root, at, diags)
+    project = reader.read(table)
+    diags.raise_if_errors()
+    assert project is not None
+    return replace(project, config_path=PurePosixPath(path.name).as_posix())
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass
+class _Reader:
+    root: Path
+    at: _Locator
+    diags: Diagnostics
+
+    def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
+        self.diags.error(loc, message, hint)
+
+    def read(self, table: dict) -> Project | None:
+        for key in table:
+            if key not in KEYS:
+                self.error(self.at.key(key), f"unknown key '{key}' in [tool.opgen]",
+                           did_you_mean(key, KEYS) or "known keys: " + ", ".join(KEYS))
+        package = table.get("package")
+        if package is None:
+            self.error(Loc(self.at.path, self.at.table_line, 1),
+                       "[tool.opgen] needs 'package', the Python package that holds the ops",
+                       'add `package = "<your package>"`')
+            return None
+        if not isinstance(package, str) or not package or not all(
+                _IDENT.match(p) and not keyword.iskeyword(p) for p in package.split(".")):
+            self.error(self.at.value("package"), f"'package' must be a Python package name "
+                       f"(dotted identifiers), not {_repr(package)}")
+            return None
+        pkg_path = package.replace(".", "/")
+        default_dir = f"src/{pkg_path}" if (self.root / "src" / pkg_path).is_dir() else pkg_path
+        package_dir = self.path("package-dir", table.get("package-dir", default_dir),
+                                must="dir", explicit="package-dir" in table)
+        package_dir = package_dir or default_dir
+        parent = str(PurePosixPath(package_dir).parent)
+        schemas = self.paths("schemas", table.get("schemas", ["schemas"]), must="exists",
+                             explicit="schemas" in table)
+        kernels = self.kernels(table)
+        roots = self.paths("python-roots", table.get("python-roots", [parent]), must="dir",
+                           explicit="python-roots" in table)
+        generated = self.path("generated", table.get("generated", f"{package_dir}/_generated"))
+        build = self.path("build", table.get("build", "build"))
+        libraries = self.path("libraries", table.get("libraries", package_dir))
+        if generated is not None and self.diags is not None and \
+                _is_below(generated, package_dir) and generated != package_dir:
+            rel = PurePosixPath(generated).relative_to(package_dir)
+            if not all(_IDENT.match(p) and not keyword.iskeyword(p) for p in rel.parts):
+                self.error(self.at.value("generated"), f"'generated' lies inside the package, so "
+                           f"it is a subpackage, but '{rel}' is not a Python module name",
+                           "name it like a module, e.g. '_generated'")
+        if generated == package_dir:
+            self.error(self.at.value("generated"), "'generated' cannot be the package directory "
+                       "itself (code generation removes every file there that it did not write)",
+                       f"use a subdirectory, e.g. '{package_dir}/_generated'")
+        commands = {}
+        for key in ("build-command", "codegen-command"):
+            value = table.get(key)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                self.error(self.at.value(key), f"'{key}' must be a non-empty string")
+            elif value is not None:
+                commands[key.replace("-command", "_command")] = value
+        if self.diags.has_errors:
+            return None
+        assert generated and build and libraries and schemas is not None and roots is not None
+        return Project(root=self.root, package=package, package_dir=package_dir,
+                       schemas=tuple(schemas), kernels=tuple(kernels or ()),
+                       python_roots=tuple(roots), generated=generated, build=build,
+                       libraries=libraries, **commands)
+
+    def path(self, key: str, value: object, *, must: str | None = None, explicit: bool = True,
+             item: bool = False) -> str | None:
+        loc = self.at.value(key, value if item and isinstance(value, str) else None)
+        if not isinstance(value, str) or not value.strip():
+            self.error(loc, f"'{key}' must be {'paths' if item else 'a path'} (a non-empty "
+                       f"string{'s' if item else ''}), not {_repr(value)}")
+            return None
+        p = PurePosixPath(value.replace("\\", "/"))
+        if p.is_absolute() or ".." in p.parts:
+            self.error(loc, f"'{key}': {value} is not inside the project",
+                       "paths in [tool.opgen] are relative to the directory of pyproject.toml "
+                       "and stay below it")
+            return None
+        rel = p.as_posix()
+        if must and explicit:
+            target = self.root / rel
+            ok = target.is_dir() if must == "dir" else target.exists()
+            if not ok:
+                self.error(loc, f"'{key}': {rel} does not exist"
+                           + (" or is not a directory" if must == "dir" and target.exists()
+                              else ""))
+                return None
+        return rel
+
+    def paths(self, key: str, value: object, *, must: str | None = None,
+              explicit: bool = True) -> list[str] | None:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            self.error(self.at.value(key), f"'{key}' must be a list of paths, not {_repr(value)}")
+            return None
+        out = []
+        for v in value:
+            p = self.path(key, v, must=must, explicit=explicit, item=True)
+            if p is not None:
+                out.append(p)
+        return out
+
+    def kernels(self, table: dict) -> list[str] | None:
+        value = table.get("kernels")
+        if value is None:
+            return ["csrc"] if (self.root / "csrc").is_dir() else []
+        return self.paths("kernels", value, must="dir")
+
+
+def _repr(value: object) -> str:
+    if isinstance(value, (dict,)):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return f"{type(value).__name__} {value!r}"

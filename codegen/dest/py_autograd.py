@@ -1,0 +1,615 @@
+"""Autograd from derivative formulas (`codegen.formulas`): a `torch.autograd.Function` per op
+(forward below autograd, setup_context saving only what the formulas read, backward from the
+formulas) and an `Autograd` kernel applying it (Note [Generated autograd]); ops whose Tensor
+lists cannot pass through it flat use `torch.library.register_autograd`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from codegen import formulas as F
+from codegen import reserved
+from codegen.api import python as P
+from codegen.dest.py_common import (_P_COMPARE, _P_COND, _P_NOT, _P_ATOM, _P_POSTFIX, _P_UNARY,
+                                    Class, Function, Section, _paren, camel, op_attr, op_name, q,
+                                    qualname)
+from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like,
+                           strip_optional)
+
+if TYPE_CHECKING:
+    from codegen.dest.py_reg import _Module
+
+
+_F_PREC = {
+    F.BinOpKind.or_: 2, F.BinOpKind.and_: 3,
+    F.BinOpKind.eq: 5, F.BinOpKind.ne: 5, F.BinOpKind.lt: 5, F.BinOpKind.le: 5,
+    F.BinOpKind.gt: 5, F.BinOpKind.ge: 5, F.BinOpKind.is_: 5, F.BinOpKind.is_not: 5,
+    F.BinOpKind.add: 9, F.BinOpKind.sub: 9,
+    F.BinOpKind.mul: 10, F.BinOpKind.div: 10, F.BinOpKind.floordiv: 10, F.BinOpKind.mod: 10,
+    F.BinOpKind.matmul: 10, F.BinOpKind.pow: 12,
+}
+
+
+@dataclass
+class Names:
+    """How backward spells each thing a formula reads."""
+    inputs: dict[str, str]                  # input -> local name (whole value)
+    meta: set[str]                          # inputs whose metadata only is on ctx
+    grads: list[str]                        # per output
+    results: list[str]                      # per output (locals; unused ones unset)
+    ops: dict[F.OpRef, Op]                  # library references -> ops
+    locals: dict[str, str] = field(default_factory=dict)    # binding -> local name
+
+
+class FormulaEmitter:
+    def __init__(self, op: Op, names: Names, helpers: set[str]):
+        self.op = op
+        self.names = names
+        self.helpers = helpers
+
+    def expr(self, e: F.Expr, need: int = 0) -> str:
+        text, prec = self._expr(e)
+        return _paren(text, prec, need)
+
+    def _meta(self, name: str, what: str) -> str:
+        return f"ctx.{name}_{what}"
+
+    def _expr(self, e: F.Expr) -> tuple[str, int]:
+        n = self.names
+        match e:
+            case F.Const(value=v):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    return repr(v), _P_UNARY    # `(1).sum()`: `1.sum()` does not parse
+                return (q(v) if isinstance(v, str) else repr(v)), _P_ATOM
+            case F.EllipsisLit():
+                return "...", _P_ATOM
+            case F.InputRef(name=name):
+                assert name not in n.meta, "metadata-only inputs are read through their metadata"
+                return n.inputs[name], _P_ATOM
+            case F.GradRef(index=i):
+                return n.grads[i], _P_ATOM
+            case F.GradsRef():
+                return "(" + ", ".join(n.grads) + ("," if len(n.grads) == 1 else "") + ")", _P_ATOM
+            case F.ResultRef(index=i):
+                return n.results[i], _P_ATOM
+            case F.ResultsRef():
+                return ("(" + ", ".join(n.results) + ("," if len(n.results) == 1 else "") + ")",
+                        _P_ATOM)
+            case F.TorchRef(path=path):
+                return ".".join(("torch",) + path), _P_POSTFIX
+            case F.BuiltinRef(name=name):
+                raise AssertionError(f"builtin {name} outside a call")
+            case F.PyBuiltinRef(name=name) | F.LoopVar(name=name):
+                return name, _P_ATOM
+            case F.LocalRef(name=name):
+                return n.locals[name], _P_ATOM
+            case F.ListComp(elem=elem, names=names, iterable=it, cond=cond):
+                test = f" if {self.expr(cond, _P_COND + 1)}" if cond is not None else ""
+                return (f"[{self.expr(elem)} for {', '.join(names)} in "
+                        f"{self.expr(it, _P_COND + 1)}{test}]", _P_ATOM)
+            case F.OpRef():
+                return f"_ops.{op_attr(n.ops[e])}", _P_POSTFIX
+            case F.Attr(obj=F.InputRef(name=name), name=attr) if name in n.meta:
+                if attr == "ndim":
+                    return f"len({self._meta(name, 'shape')})", _P_POSTFIX
+                return self._meta(name, F.META_ATTRS[attr]), _P_POSTFIX
+            case F.Attr(obj=obj, name=attr):
+                return f"{self.expr(obj, _P_POSTFIX)}.{attr}", _P_POSTFIX
+            case F.Star(value=v):
+                return f"*{self.expr(v, _P_POSTFIX)}", _P_ATOM
+            case F.Call():
+                return self._call(e), _P_POSTFIX
+            case F.Slice(lo=lo, hi=hi, step=step):
+                lo_t = self.expr(lo) if lo is not None else ""
+                hi_t = self.expr(hi) if hi is not None else ""
+                step_t = f":{self.expr(step)}" if step is not None else ""
+                return f"{lo_t}:{hi_t}{step_t}", _P_ATOM
+            case F.Subscript(obj=obj, items=items):
+                return (f"{self.expr(obj, _P_POSTFIX)}[{', '.join(self.expr(i) for i in items)}]",
+                        _P_POSTFIX)
+            case F.TupleLit(items=items):
+                inner = ", ".join(self.expr(i) for i in items)
+                return f"({inner}{',' if len(items) == 1 else ''})", _P_ATOM
+            case F.ListLit(items=items):
+                return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+            case F.BinOp(op=op, left=a, right=b):
+                prec = _F_PREC[op]
+                if op is F.BinOpKind.pow:   # right-associative, binds tighter than unary on its left
+                    return f"{self.expr(a, prec + 1)} ** {self.expr(b, _P_UNARY)}", prec
+                if prec == _P_COMPARE:      # never chain comparisons
+                    return f"{self.expr(a, prec + 1)} {op.value} {self.expr(b, prec + 1)}", prec
+                return f"{self.expr(a, prec)} {op.value} {self.expr(b, prec + 1)}", prec
+            case F.UnaryOp(op=op, operand=o):
+                if op is F.UnaryKind.not_:
+                    return f"not {self.expr(o, _P_NOT)}", _P_NOT
+                return f"{op.value}{self.expr(o, _P_UNARY)}", _P_UNARY
+            case F.IfExp(cond=c, then=t, orelse=o):
+                return (f"{self.expr(t, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
+                        f"{self.expr(o, _P_COND)}", _P_COND)
+        raise TypeError(f"not a formula node: {e!r}")
+
+    def formula(self, f: F.Formula, targets: list[str]) -> list[str]:
+        """The statements computing `f` into `targets`: its bindings, then the assignment."""
+        lines = [f"{self.names.locals[name]} = {self.expr(value)}" for name, value in f.bindings]
+        lines.append(f"{', '.join(targets)} = {self.expr(f.expr)}")
+        return lines
+
+    def _call(self, e: F.Call) -> str:
+        n = self.names
+        func = e.func
+        if isinstance(func, F.BuiltinRef):
+            if func.name == "unbroadcast":
+                grad, like = e.args
+                if isinstance(like, F.InputRef) and like.name in n.meta:
+                    shape = self._meta(like.name, "shape")
+                else:
+                    shape = f"{self.expr(like, _P_POSTFIX)}.shape"
+                return f"{self.expr(grad, _P_POSTFIX)}.sum_to_size({shape})"
+            if func.name == "not_implemented":
+                self.helpers.add("not_implemented")
+                return f"_not_implemented({q(qualname(self.op))}, {self.expr(e.args[0])})"
+            raise AssertionError(func.name)
+        if isinstance(func, F.Attr) and isinstance(func.obj, F.InputRef) and \
+                func.obj.name in n.meta and func.name in F.META_METHODS:
+            shape = self._meta(func.obj.name, "shape")
+            if func.name == "dim":
+                return f"len({shape})"
+            if not e.args and not e.kwargs:
+                return shape
+            index = self.expr(e.args[0]) if e.args else self.expr(e.kwargs[0][1])
+            return f"{shape}[{index}]"
+        args = [self.expr(a) for a in e.args] + [f"{k}={self.expr(v)}" for k, v in e.kwargs]
+        return f"{self.expr(func, _P_POSTFIX)}({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------------------------------
+# The autograd.Function and its registration
+
+
+def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
+    """An Autograd kernel and the `torch.autograd.Function` it applies, from the formulas.
+
+    Note [Generated autograd]
+    `torch.library.register_autograd` applies an autograd.Function from the op's Autograd
+    kernel; under torch.func that Function goes to functorch's custom_function_call, which
+    has no kernel at the Autograd key the dispatcher is already at (pytorch#168393), and
+    every call pays for a metadata object and signature binding. The generated Function has
+    `forward(*inputs)` calling the op below autograd with grad mode on (as C++ autograd
+    kernels do, so that torch.func's lower levels record the call), `setup_context(ctx,
+    inputs, output)` saving only what the formulas read, and `backward` from the formulas.
+    The op's Autograd kernel calls the op below autograd at once when no gradient can be
+    asked for, and otherwise applies the Function plainly (`_apply`), as a C++ autograd
+    kernel records an op on the current torch.func level's tensors: grad, vjp and jacrev
+    work, and vmap reaches the op's batching rule through the dispatcher below (the Function
+    itself is never vmapped). Formulas are reverse-mode only: the Function's jvp raises.
+    Tensor[] inputs are passed flat (autograd tracks Tensor arguments only), after one count
+    per list.
+    """
+    d = op.derivatives
+    if not isinstance(d, F.Derivatives):
+        return
+    refs: dict[F.OpRef, Op] = {}
+    for ref in F.library_calls(d):
+        target = F.resolve(m.lib, ref)
+        if target is None:
+            return  # reported by formulas.check_library
+        refs[ref] = target
+    schema = op.schema
+    plan = F.saved(d, schema)
+    args = list(schema.arguments)
+
+    def is_list(a: Argument) -> bool:
+        return is_tensor_like(a.type) and isinstance(strip_optional(a.type), ListType)
+
+    list_returns = [i for i, r in enumerate(schema.returns)
+                    if is_tensor_like(r.type) and isinstance(strip_optional(r.type), ListType)]
+    if len(list_returns) > 1 or \
+            any(is_list(a) and a.type != strip_optional(a.type) for a in args):
+        # Several Tensor[] outputs, or an optional Tensor[] input, do not pass through an
+        # autograd.Function as flat Tensors: torch.library wraps it (no torch.func then).
+        if len(list_returns) > 1:
+            m.diags.warning(d.loc or op.loc, f"torch.func transforms (grad, vjp, jacrev) "
+                            f"cannot differentiate {op.name}: it returns several Tensor[]; "
+                            "autograd works",
+                            "return one Tensor[] (and Tensors) for torch.func support",
+                            name="no-torch-func", suppress=op.suppress)
+        register_autograd(m, op, api, sec, d, refs, plan)
+        return
+    # One Tensor[] output: the Function returns every output Tensor flat, and the Autograd
+    # kernel puts the list back together; the list's length is what the other returns leave.
+    at = list_returns[0] if list_returns else None
+    n_returns = len(schema.returns)
+    tail = n_returns - 1 - at if at is not None else 0
+
+    # The Function's inputs: one slot per argument (a count for a Tensor[]), then the
+    # elements of the Tensor[] arguments.
+    lists = [a for a in args if is_list(a)]
+    slot_names = [f"{a.name}_len" if is_list(a) else a.name for a in args]
+    slot = {a.name: i for i, a in enumerate(args)}
+    n_slots = len(args)
+    flat = lists[0].name if len(lists) == 1 else "flat"
+
+    grads = _grad_names(schema)
+    results = _result_names(schema)
+    taken = {"ctx", "needs", "saved", *grads, *results,
+             *(("flat_grads", "outputs") if at is not None else ()),
+             *(f"{a.name}_grad" for a in args), *(f"{a.name}_len" for a in lists)}
+    if len(lists) > 1:
+        taken.add(flat)
+    clash = [a.name for a in args if a.name in taken]
+    if clash:
+        m.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
+                         "generated backward", "rename it")
+        return
+
+    def list_slice(seq: str, k: int, count: Callable[[str], str], base: int) -> str:
+        """The elements of the k-th Tensor[] argument in `seq`, which holds the elements of
+        them all from index `base` on; `count(name)` spells a list's length."""
+        parts = ([str(base)] if base else []) + [count(a.name) for a in lists[:k]]
+        start = " + ".join(parts)
+        if k == len(lists) - 1:
+            return f"{seq}[{start}:]" if start else seq
+        return f"{seq}[{start}:{' + '.join(parts + [count(lists[k].name)])}]"
+
+    def input_count(name: str) -> str:
+        return f"inputs[{slot[name]}]"
+
+    def source(a_name: str) -> str:
+        arg = schema.argument(a_name)
+        assert arg is not None
+        if is_list(arg):
+            return list_slice("inputs", lists.index(arg), input_count, n_slots)
+        return f"inputs[{slot[a_name]}]"
+
+    def flat_output(seq: str, i: int) -> str:
+        """Return `i` in the flat outputs `seq` (a slice for the Tensor[] one)."""
+        if at is None:
+            return seq if n_returns == 1 else f"{seq}[{i}]"
+        if i == at:
+            return f"{seq}[{at}:len({seq}) - {tail}]" if tail else f"{seq}[{at}:]"
+        return f"{seq}[{i}]" if i < at else f"{seq}[-{n_returns - i}]"
+
+    def output(i: int) -> str:
+        return flat_output("output", i)
+
+    # forward: the op below autograd.
+    forward: list[str] = []
+    if len(lists) > 1:
+        for k, a in enumerate(lists):
+            forward.append(f"{a.name} = list({list_slice('flat', k, lambda n: f'{n}_len', 0)})")
+    elif lists:
+        forward.append(f"{flat} = list({flat})")
+    call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
+    # Grad mode on, as in a C++ autograd kernel (apply turns it off): under torch.func the
+    # op then records at the transform levels below this one.
+    forward.append("with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():")
+    if at is None:
+        forward.append(f"    return {call}")
+    elif n_returns == 1:
+        forward.append(f"    return tuple({call})")
+    else:
+        forward.append(f"    outputs = {call}")
+        forward.append(f"    return (*outputs[:{at}], *outputs[{at}], *outputs[{at + 1}:])")
+    forward_params = ", ".join(slot_names + ([f"*{flat}"] if lists else []))
+
+    # setup_context
+    singles = [(n, source(n)) for n in plan.tensors] + \
+        [(results[i], output(i)) for i in plan.results if i != at]
+    saved_lists = [(n, source(n)) for n in plan.tensor_lists] + \
+        [(results[i], output(i)) for i in plan.results if i == at]
+    setup = _save_tensors(singles, saved_lists)
+    for a in lists[:-1]:
+        setup.append(f"ctx.{a.name}_len = {input_count(a.name)}")
+    setup += _save_context(plan, d, schema, source,
+                           lambda i: f"*{output(i)}" if i == at else output(i))
+    setup = setup or ["pass"]
+
+    # backward
+    body = _restore_saved(singles, saved_lists, plan)
+    if at is not None:
+        # The gradients of the flat outputs, regrouped: the Tensor[] return's is a list.
+        for i, g in enumerate(grads):
+            value = flat_output("flat_grads", i)
+            body.append(f"{g} = " + (f"list({value})" if i == at else value))
+    if lists:
+        # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
+        for a in lists[:-1]:
+            body.append(f"{a.name}_len = ctx.{a.name}_len")
+        rest = " - ".join([f"len(needs) - {n_slots}"] + [f"{a.name}_len" for a in lists[:-1]])
+        body.append(f"{lists[-1].name}_len = {rest}")
+
+    meta_only = {a for a, _ in plan.meta}
+    emit_names = Names(inputs={a.name: a.name for a in args}, meta=meta_only,
+                       grads=grads, results=results, ops=refs)
+    emitter = FormulaEmitter(op, emit_names, m.helpers)
+
+    def needs(a_name: str) -> str:
+        arg = schema.argument(a_name)
+        assert arg is not None
+        if is_list(arg):
+            elements = list_slice("needs", lists.index(arg), lambda n: f"{n}_len", n_slots)
+            return f"any({elements})"
+        return f"needs[{slot[a_name]}]"
+
+    grad_vars = {a.name: f"{a.name}_grad" for a in args if is_tensor_like(a.type)}
+    for a in args:
+        if a.name in grad_vars:
+            # A Tensor[] input's gradient is a list of the same length.
+            body.append(f"{grad_vars[a.name]} = "
+                        + (f"[None] * {a.name}_len" if is_list(a) else "None"))
+    emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
+        a.name for a in schema.arguments})
+    for f in d.formulas:
+        targets = [grad_vars[n] for n in f.inputs]
+        cond = " or ".join(needs(n) for n in f.inputs)
+        body.append(f"if {cond}:")
+        body.extend(f"    {line}" for line in emitter.formula(f, targets))
+    returns = [grad_vars[a.name] if a.name in grad_vars and not is_list(a) else "None"
+               for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
+    ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
+    body.append(f"return {ret}")
+
+    why_no_jvp = (f"{qualname(op)} has no forward-mode derivative: its derivative formulas "
+                  "are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+    backward_decorators = ["staticmethod"]
+    why = first_order_reason(m, op)
+    if why:
+        backward_decorators.append(f"_first_order({q(why)})")
+    cls = Class(
+        m.define(f"_{camel(api)}Function"), "torch.autograd.Function",
+        f"{qualname(op)} under autograd, from its derivative formulas.",
+        [Function("forward", forward_params, forward, decorators=["staticmethod"]),
+         Function("setup_context", "ctx, inputs, output", setup, decorators=["staticmethod"]),
+         Function("backward", "ctx, " + (", ".join(grads) if at is None else "*flat_grads"),
+                  body, _formulas_doc(d), decorators=backward_decorators),
+         Function("jvp", "ctx, *tangents",
+                  [f"raise NotImplementedError({q(why_no_jvp)})"],
+                  decorators=["staticmethod"])])
+    sec.functions.append(cls)
+
+    # The Autograd kernel: the Function only when a gradient may be asked for.
+    m.helpers.add("apply")
+    tensors = [a.name for a in args if is_tensor_like(a.type)]
+    applied = [f"len({a.name})" if is_list(a) else a.name for a in args] + \
+        [f"*{a.name}" for a in lists]
+    applying = f"_apply({cls.name}, {', '.join(applied)})"
+    if at is None:
+        differentiating = [f"    return {applying}"]
+    elif n_returns == 1:
+        differentiating = [f"    return list({applying})"]
+    else:
+        differentiating = [f"    outputs = {applying}",
+                           f"    return (*outputs[:{at}], list({flat_output('outputs', at)}), "
+                           + (f"*outputs[len(outputs) - {tail}:])" if tail else ")")]
+    kernel = [
+        f"if _differentiating({', '.join(tensors)}):",
+        *differentiating,
+        "with torch._C._AutoDispatchBelowAutograd():",
+        f"    return {call}",
+    ]
+    name = m.define(f"_{api}_autograd")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), kernel,
+                                  f"Autograd kernel: {cls.name} when differentiating."))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+
+
+def first_order_reason(m: _Module, op: Op) -> str | None:
+    """Why `op`'s backward cannot be differentiated again, or None when it can."""
+    once = F.first_order_only(m.lib, op)
+    if not once:
+        return None
+    m.helpers.add("first_order")
+    return (f"{qualname(op)}'s backward calls " + ", ".join(qualname(o) for o in once)
+            + ", which has no derivatives; give it `derivatives:` in the op file to "
+            "differentiate twice")
+
+
+def register_autograd(m: _Module, op: Op, api: str, sec: Section, d: F.Derivatives,
+                       refs: dict[F.OpRef, Op], plan: F.Saved) -> None:
+    """torch.library.register_autograd, for ops whose Tensor lists cannot be passed flat."""
+    schema = op.schema
+    positional = schema.positional
+    kw_only = bool(schema.kwarg_only)
+    has_lists = any(isinstance(strip_optional(t), ListType) and is_tensor_like(t)
+                    for t in [a.type for a in schema.arguments]
+                    + [r.type for r in schema.returns])
+
+    def source(a_name: str) -> str:
+        arg = schema.argument(a_name)
+        assert arg is not None
+        if arg.kwarg_only:
+            return f"keyword_only_inputs[{q(a_name)}]"
+        return f"inputs[{positional.index(arg)}]"
+
+    def output(i: int) -> str:
+        return "output" if len(schema.returns) == 1 else f"output[{i}]"
+
+    # Locals of backward.
+    grads = _grad_names(schema)
+    results = _result_names(schema)
+
+    # setup_context
+    singles = [(n, source(n)) for n in plan.tensors] + \
+        [(results[i], output(i)) for i in plan.results
+         if not isinstance(strip_optional(schema.returns[i].type), ListType)]
+    lists = [(n, source(n)) for n in plan.tensor_lists] + \
+        [(results[i], output(i)) for i in plan.results
+         if isinstance(strip_optional(schema.returns[i].type), ListType)]
+    setup = (_save_tensors(singles, lists) + _save_context(plan, d, schema, source, output)
+             or ["pass"])
+    setup_params = "ctx, inputs, keyword_only_inputs, output" if kw_only \
+        else "ctx, inputs, output"
+
+    # backward
+    body = _restore_saved(singles, lists, plan)
+
+    taken = {"ctx", "needs", "saved", *grads, *results, *(f"{a.name}_grad" for a in positional)}
+    clash = [a.name for a in schema.arguments if a.name in taken]
+    if clash:
+        m.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
+                         "generated backward", "rename it")
+        return
+    meta_only = {a for a, _ in plan.meta}
+    emit_names = Names(inputs={a.name: a.name for a in schema.arguments}, meta=meta_only,
+                       grads=grads, results=results, ops=refs)
+    emitter = FormulaEmitter(op, emit_names, m.helpers)
+
+    def needs(a_name: str) -> str:
+        arg = schema.argument(a_name)
+        assert arg is not None
+        i = positional.index(arg)
+        is_list = isinstance(strip_optional(arg.type), ListType)
+        test = f"any(needs[{i}])" if is_list else f"needs[{i}]"
+        # The dispatcher leaves trailing arguments equal to their defaults out of the call.
+        return f"len(needs) > {i} and {test}" if arg.default is not None else test
+
+    grad_vars = {a.name: f"{a.name}_grad" for a in positional if is_tensor_like(a.type)}
+    for a in positional:
+        if a.name in grad_vars:
+            if isinstance(strip_optional(a.type), ListType):
+                # A Tensor[] input's gradient is a list of the same length.
+                i = positional.index(a)
+                value = f"[None] * len(needs[{i}])"
+                if a.default is not None:
+                    value += f" if len(needs) > {i} else None"
+                body.append(f"{grad_vars[a.name]} = {value}")
+            else:
+                body.append(f"{grad_vars[a.name]} = None")
+    emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
+        a.name for a in schema.arguments})
+    for f in d.formulas:
+        targets = [grad_vars[n] for n in f.inputs]
+        cond = " or ".join(needs(n) for n in f.inputs)
+        body.append(f"if {cond}:")
+        body.extend(f"    {line}" for line in emitter.formula(f, targets))
+    returns = [grad_vars.get(a.name, "None") for a in positional]
+    ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
+    if has_lists and any(a.default is not None for a in positional):
+        body.append(f"return ({ret})[:len(needs)]")
+    else:
+        body.append(f"return {ret}")
+
+    setup_name = m.define(f"_{api}_setup_context")
+    backward_name = m.define(f"_{api}_backward")
+    sec.functions.append(Function(setup_name, setup_params, setup))
+    sec.functions.append(Function(backward_name, "ctx, " + ", ".join(grads), body,
+                                  _formulas_doc(d)))
+    backward = backward_name
+    why = first_order_reason(m, op)
+    if why:
+        backward = f"_first_order({q(why)})({backward_name})"
+    sec.registrations.append(f"torch.library.register_autograd({q(qualname(op))}, "
+                             f"{backward}, setup_context={setup_name}, lib=_lib)")
+
+
+def _result_names(schema: FunctionSchema) -> list[str]:
+    """Locals of backward naming the op's outputs."""
+    if len(schema.returns) == 1:
+        return ["result"]
+    return [f"result_{r.name}" if r.name else f"result{i}" for i, r in enumerate(schema.returns)]
+
+
+def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]]) -> list[str]:
+    """setup_context lines saving Tensors (local, source) and Tensor lists; every list but the
+    last records its length, so backward can split them again (`_restore_saved`)."""
+    lines = []
+    saved_args = [src for _, src in singles] + [f"*{src}" for _, src in lists]
+    if saved_args:
+        lines.append(f"ctx.save_for_backward({', '.join(saved_args)})")
+    for local, src in lists[:-1]:
+        lines.append(f"ctx.{local}_count = len({src})")
+    return lines
+
+
+def _save_context(plan: F.Saved, d: F.Derivatives, schema: FunctionSchema,
+                  source: Callable[[str], str], output: Callable[[int], str]) -> list[str]:
+    """The rest of setup_context: metadata and non-Tensor values the formulas read, and the
+    outputs marked non-differentiable."""
+    lines = []
+    for a_name, what in plan.meta:
+        src = source(a_name)
+        arg = schema.argument(a_name)
+        assert arg is not None
+        value = f"{src}.{what}"
+        if arg.type != strip_optional(arg.type):
+            value = f"None if {src} is None else {value}"
+        lines.append(f"ctx.{a_name}_{what} = {value}")
+    for a_name in plan.values:
+        lines.append(f"ctx.{a_name} = {source(a_name)}")
+    non_diff = [i for i, flag in enumerate(d.output_differentiability)
+                if not flag and is_tensor_like(schema.returns[i].type)]
+    if non_diff:
+        lines.append("ctx.mark_non_differentiable("
+                     + ", ".join(output(i) for i in non_diff) + ")")
+    return lines
+
+
+def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
+                   plan: F.Saved) -> list[str]:
+    """The opening lines of backward: what `_save_tensors` and `_save_context` stored, back in
+    locals, and `needs` (ctx.needs_input_grad)."""
+    body = []
+    if singles or lists:
+        targets = [local for local, _ in singles]
+        if not lists:
+            body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
+                        "= ctx.saved_tensors")
+        elif not targets and len(lists) == 1:
+            body.append(f"{lists[0][0]} = list(ctx.saved_tensors)")
+        else:
+            body.append("saved = ctx.saved_tensors")
+            for i, local in enumerate(targets):
+                body.append(f"{local} = saved[{i}]")
+            offset = str(len(targets))
+            for local, _ in lists[:-1]:
+                end = f"{offset} + ctx.{local}_count"
+                body.append(f"{local} = list(saved[{offset}:{end}])")
+                offset = end
+            body.append(f"{lists[-1][0]} = list(saved[{offset}:])")
+    for a_name in plan.values:
+        body.append(f"{a_name} = ctx.{a_name}")
+    body.append("needs = ctx.needs_input_grad")
+    return body
+
+
+def _grad_names(schema: FunctionSchema) -> list[str]:
+    """Parameters of backward: one per output gradient, clear of the op's inputs (a backward
+    op's own `grad` input keeps its name in the formulas, which say `grads[0]` for the output's
+    gradient)."""
+    inputs = {a.name for a in schema.arguments}
+    if len(schema.returns) == 1:
+        return [reserved.fresh("grad", inputs)]
+    return [reserved.fresh(f"grad_{r.name}" if r.name else f"grad{i}", inputs)
+            for i, r in enumerate(schema.returns)]
+
+
+def _binding_locals(d: F.Derivatives, taken: set[str]) -> dict[str, str]:
+    """The local each formula binding is written as: its own name unless backward already has
+    that local, or it is a keyword or a name generated code reads (a local `any` would hide the
+    builtin from the whole function); the checker keeps bindings clear of every name the formula
+    language defines."""
+    taken = taken | reserved.PY_BUILTINS | reserved.PY_KEYWORDS | reserved.reg_module_names()
+    out: dict[str, str] = {}
+    for f in d.formulas:
+        for name, _ in f.bindings:
+            if name not in out:
+                out[name] = reserved.fresh(name, taken)
+    return out
+
+
+def body_locals(body: list[str]) -> list[str]:
+    """Names assigned by the lines of a generated body so far (`a, b = ...`)."""
+    out: list[str] = []
+    for line in body:
+        head, sep, _ = line.strip().partition(" = ")
+        if sep:
+            out.extend(t.strip() for t in head.split(","))
+    return out
+
+
+def _formulas_doc(d: F.Derivatives) -> str:
+    lines = [f"{', '.join(f.inputs)}: {f.text}" for f in d.formulas]
+    lines += [f"{n}: non_differentiable" for n in d.non_differentiable]
+    return "\n".join(lines)

@@ -1,0 +1,220 @@
+"""Fake kernels: from shape rules (`codegen.shape`), from the schema alone (in-place, out=,
+`-> ()`), or Python functions, registered with `torch.library.register_fake`. Rules that
+`codegen.dest.cpp_meta` translates are C++ Meta kernels instead, with no Python fake.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen import shape as S
+from codegen.api import python as P
+from codegen.dest import cpp_meta
+from codegen.dest.py_common import (_ARITH_PREC, _P_ADD, _P_ATOM, _P_COMPARE, _P_COND, _P_NOT,
+                                    _P_POSTFIX, _P_UNARY, Function, Section, _paren, q, qualname)
+from codegen.dest.py_sources import check_signature
+from codegen.model import DispatchKey, FunctionSchema, Op, PyRef
+
+if TYPE_CHECKING:
+    from codegen.dest.py_reg import _Module
+
+
+def needs_fake(op: Op) -> bool:
+    """Whether torch.compile/export need a fake kernel from us: the op has a kernel, and none that
+    runs on fake tensors already (Meta, or a composite kernel, which decomposes or runs on Meta)."""
+    keys = {k for k, _ in op.dispatch}
+    if not keys:
+        return False
+    return not keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd,
+                       DispatchKey.CompositeExplicitAutograd}
+
+
+def fake_of(op: Op) -> S.FakeRule | PyRef | None:
+    """The op's fake kernel: its rule or Python function, else what follows from its schema."""
+    if isinstance(op.fake, (S.FakeRule, PyRef)):
+        return op.fake
+    keys = {k for k, _ in op.dispatch}
+    if keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd} or not keys:
+        return None
+    return S.schema_fake(op.schema)
+
+
+# --------------------------------------------------------------------------------------------------
+# Python expressions from the fake-rule IR
+
+
+class FakeEmitter:
+    """Renders one fake rule as Python statements over the op's parameters."""
+
+    def __init__(self, helpers: set[str]):
+        self.helpers = helpers
+
+    def expr(self, e: S.Expr, need: int = 0) -> str:
+        text, prec = self._expr(e)
+        return _paren(text, prec, need)
+
+    def _expr(self, e: S.Expr) -> tuple[str, int]:
+        match e:
+            case S.Arg(name=n) | S.Local(name=n) | S.LoopVar(name=n):
+                return n, _P_ATOM
+            case S.IntLit(value=v):
+                return str(v), _P_ATOM
+            case S.FloatLit(value=v):
+                return repr(v), _P_ATOM
+            case S.StrLit(value=v):
+                return q(v), _P_ATOM
+            case S.BoolLit(value=v):
+                return ("True" if v else "False"), _P_ATOM
+            case S.NoneLit():
+                return "None", _P_ATOM
+            case S.DtypeLit(name=n):
+                return f"torch.{n}", _P_POSTFIX
+            case S.TensorProp(tensor=t, prop=p):
+                obj = self.expr(t, _P_POSTFIX)
+                if p in (S.Prop.ndim, S.Prop.numel):
+                    return f"{obj}.{p.value}()", _P_POSTFIX
+                return f"{obj}.{p.value}", _P_POSTFIX
+            case S.TensorSize(tensor=t, dim=d):
+                return f"{self.expr(t, _P_POSTFIX)}.size({self.expr(d)})", _P_POSTFIX
+            case S.Item(seq=s, index=i):
+                return f"{self.expr(s, _P_POSTFIX)}[{self.expr(i)}]", _P_POSTFIX
+            case S.SliceOf(seq=s, lo=lo, hi=hi, step=st):
+                lo_t = self.expr(lo) if lo is not None else ""
+                hi_t = self.expr(hi) if hi is not None else ""
+                st_t = f":{self.expr(st)}" if st is not None else ""
+                return f"{self.expr(s, _P_POSTFIX)}[{lo_t}:{hi_t}{st_t}]", _P_POSTFIX
+            case S.Len(seq=s):
+                return f"len({self.expr(s)})", _P_POSTFIX
+            case S.Spread(seq=s):
+                return f"*{self.expr(s, _P_POSTFIX)}", _P_ATOM
+            case S.ListLit(items=items) | S.OutList(items=items):
+                return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+            case S.Range(count=c):
+                return f"range({self.expr(c)})", _P_POSTFIX
+            case S.PromoteTypes(items=items):
+                text = self.expr(items[-1])
+                for item in reversed(items[:-1]):
+                    text = f"torch.promote_types({self.expr(item)}, {text})"
+                return text, _P_POSTFIX
+            case S.ListComp(elem=elem, names=names, seqs=seqs):
+                seq = (self.expr(seqs[0]) if len(seqs) == 1
+                       else f"zip({', '.join(self.expr(x) for x in seqs)})")
+                return f"[{self.expr(elem)} for {', '.join(names)} in {seq}]", _P_ATOM
+            case S.Sum(seq=seq):
+                return f"sum({self.expr(seq)})", _P_POSTFIX
+            case S.Compare(op=op, left=a, right=b):
+                return f"{self.expr(a, _P_COMPARE + 1)} {op.value} {self.expr(b, _P_COMPARE + 1)}", \
+                    _P_COMPARE
+            case S.Not(operand=o):
+                return f"not {self.expr(o, _P_NOT)}", _P_NOT
+            case S.Cond(cond=c, then=a, orelse=b):
+                return (f"{self.expr(a, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
+                        f"{self.expr(b, _P_COND)}", _P_COND)
+            case S.Concat(left=a, right=b):
+                return f"[*{self.expr(a, _P_POSTFIX)}, *{self.expr(b, _P_POSTFIX)}]", _P_ATOM
+            case S.Arith(op=op, left=a, right=b):
+                prec = _ARITH_PREC[op]
+                return f"{self.expr(a, prec)} {op.value} {self.expr(b, prec + 1)}", prec
+            case S.Neg(operand=o):
+                return f"-{self.expr(o, _P_UNARY)}", _P_UNARY
+            case S.MinMax(fn=fn, items=items):
+                # torch.sym_max/sym_min keep sizes symbolic; Python's max() would specialize.
+                text = self.expr(items[-1])
+                for item in reversed(items[:-1]):
+                    text = f"torch.sym_{fn}({self.expr(item)}, {text})"
+                return text, _P_POSTFIX
+            case S.Dynamic(min=lo, max=hi):
+                kwargs = []
+                if lo is not None:
+                    kwargs.append(f"min={self.expr(lo)}")
+                if hi is not None:
+                    kwargs.append(f"max={self.expr(hi)}")
+                return (f"torch.library.get_ctx().new_dynamic_size({', '.join(kwargs)})",
+                        _P_POSTFIX)
+            case S.Fallback(value=v, default=d):
+                value = self.expr(v, _P_ADD)
+                return f"{value} if {value} is not None else {self.expr(d, _P_ADD)}", _P_COND
+            case S.Like(tensor=t, dtype=dt, device=dv):
+                obj = self.expr(t, _P_POSTFIX)
+                return (f"{obj}.new_empty({obj}.shape{self._options(dt, dv)})", _P_POSTFIX)
+            case S.Broadcast(operands=ops, dtype=dt):
+                self.helpers.add("broadcast")
+                args = ", ".join(self.expr(o) for o in ops)
+                return f"_broadcast({args}{self._options(dt, None)})", _P_POSTFIX
+            case S.Reduce(tensor=t, dims=dims, keepdim=k, dtype=dt):
+                self.helpers.add("reduce")
+                return (f"_reduce({self.expr(t)}, {self.expr(dims)}, {self.expr(k)}"
+                        f"{self._options(dt, None)})", _P_POSTFIX)
+            case S.Empty(shape=shape, dtype=dt, device=dv, like=like):
+                # `x.new_empty` takes dtype/device from `x` when they are None; `torch.empty`
+                # takes torch's defaults: exactly the rule's defaults.
+                func = f"{like}.new_empty" if like is not None else "torch.empty"
+                return f"{func}({self.expr(shape)}{self._options(dt, dv)})", _P_POSTFIX
+        raise TypeError(f"not a fake-rule node: {e!r}")
+
+    def _options(self, dtype: S.Expr | None, device: S.Expr | None) -> str:
+        out = ""
+        if dtype is not None:
+            out += f", dtype={self.expr(dtype)}"
+        if device is not None:
+            out += f", device={self.expr(device)}"
+        return out
+
+    def check(self, c: S.Check) -> str:
+        # The message is built only when the check fails.
+        return f"torch._check({self.expr(c.cond)}, lambda: {q(c.message)})"
+
+    def body(self, rule: S.FakeRule, schema: FunctionSchema) -> list[str]:
+        lines = []
+        for i, b in enumerate(rule.bindings):
+            lines += [self.check(c) for c in rule.checks if c.after == i]
+            lines.append(f"{b.name} = {self.expr(b.value)}")
+        lines += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
+        for o in rule.outputs:
+            if isinstance(o, S.ReturnArg) and o.resize is not None:
+                # As an out= kernel resizes its out argument (a no-op when the shape matches).
+                lines.append(f"{o.name}.resize_({self.expr(o.resize, _P_POSTFIX)}.shape)")
+        outs = [o.name if isinstance(o, S.ReturnArg) else self.expr(o) for o in rule.outputs]
+        if not schema.returns:
+            lines.append("return None")
+        elif len(schema.returns) == 1:
+            lines.append(f"return {outs[0]}")
+        else:
+            lines.append(f"return {', '.join(outs)}")
+        return lines
+
+
+def fake(m: _Module, op: Op, api: str, sec: Section) -> None:
+    fake = fake_of(op)
+    if fake is None:
+        if needs_fake(op) and op.fake is None:
+            m.diags.error(op.loc, f"{op.name} has no fake kernel, so torch.compile and "
+                             "torch.export cannot trace it",
+                             "add a shape rule such as `fake: like(self)` (see "
+                             "codegen/shape.py), or `fake: package.module:function`")
+        return
+    if isinstance(fake, PyRef):
+        check_signature(fake, op.schema, m.diags, "fake kernel",
+                        sources=m.sources)
+        sec.registrations.append(f"torch.library.register_fake({q(qualname(op))}, "
+                                 f"{m.ref_expr(fake)}, lib=_lib)")
+        return
+    name = m.define(f"_{api}_fake")
+    body = FakeEmitter(m.helpers).body(fake, op.schema)
+    doc = f"fake: {fake.text}" if fake.text else _schema_fake_doc(op.schema)
+    sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
+    register = f"torch.library.register_fake({q(qualname(op))}, {name}, lib=_lib)"
+    if cpp_meta.uses_cpp_meta(op):
+        # The built library has this rule as a C++ Meta kernel (codegen.dest.cpp_meta), which
+        # FakeTensor runs only when no Python fake exists: register this one only where the
+        # ops are defined without it (runtime.testing.load_python_library).
+        sec.registrations.append(f"if not torch._C._dispatch_has_kernel_for_dispatch_key("
+                                 f"{q(qualname(op))}, \"Meta\"):")
+        register = "    " + register
+    sec.registrations.append(register)
+
+
+def _schema_fake_doc(schema: FunctionSchema) -> str:
+    if not schema.returns:
+        return "Returns nothing (from the schema)."
+    return "Returns the mutated arguments (from the schema)."

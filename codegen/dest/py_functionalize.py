@@ -1,0 +1,137 @@
+"""`Functionalize` kernels for in-place and out= ops: their functional variant plus copies into
+the mutated arguments (Note [Functionalizing mutable ops]), so torch.compile and export take them;
+warnings for mutating ops torch cannot functionalize.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen import reserved
+from codegen import shape as S
+from codegen.api import python as P
+from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
+from codegen.model import Argument, DispatchKey, Op, OpLibrary, without_alias
+
+if TYPE_CHECKING:
+    from codegen.dest.py_reg import _Module
+
+
+def functionalize(m: _Module, op: Op, api: str, sec: Section) -> None:
+    """In-place and out= ops that return their mutated arguments: PyTorch cannot functionalize
+    such a custom op by itself (torch.compile, export), so it is registered as its functional
+    variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops].
+    Without one, an op tagged `inplace` or `out` (Note [Tags from the schema's shape]) is left
+    to torch's auto_functionalize; any other gets a `not-functionalizable` warning."""
+    schema = op.schema
+    if not schema.mutable_arguments:
+        return
+    if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
+        return  # decomposes, or has no kernel to trace
+    returns = S.mutated_returns(schema)
+    where = returns_loc(op)
+    if not any(isinstance(r, str) for r in returns):
+        # auto_functionalize takes ops that return nothing or new Tensors only.
+        other = [r for r in schema.returns if without_alias(r.type) != TENSOR]
+        if other:
+            m.diags.warning(
+                where, f"{op.name} mutates its inputs and returns '{other[0].type}', so "
+                "torch.compile and torch.export cannot functionalize it (torch "
+                "auto-functionalizes mutating ops that return nothing or new Tensors only)",
+                "return Tensors, or nothing and let the caller read the mutated inputs",
+                name="not-functionalizable", suppress=op.suppress)
+        return
+    functional = functional_variant(m.lib, op)
+    # The kernel copies each result into a mutated Tensor and returns only those.
+    copyable = all(isinstance(r, str) for r in returns) and all(
+        without_alias(a.type) == TENSOR for a in schema.mutable_arguments)
+    if functional is not None and copyable:
+        functionalize_as(m, op, api, sec, functional, returns)
+        return
+    if {"inplace", "out"} & set(op.tags):
+        return  # torch's auto_functionalize handles it
+    if not all(isinstance(r, str) for r in returns):
+        why = "it also returns new values, which no functionalization kernel can produce"
+        hint = "return only the new values; the caller keeps the mutated tensors"
+    elif functional is not None:
+        why = "it mutates a Tensor list or an optional Tensor"
+        hint = "return () and let the caller keep the mutated tensors"
+    else:
+        why = ("it is neither in-place (mutating and returning its first argument, tag "
+               "'inplace') nor out= (returning its mutable keyword-only arguments, tag "
+               "'out'), and the library declares no functional variant")
+        hint = (f"return () and let the caller keep the mutated tensors, or declare "
+                f"`{op.name.base}(...)` with the same inputs returning new tensors")
+    m.diags.warning(
+        where, f"{op.name} returns arguments it mutates, so torch.compile and torch.export "
+        f"cannot functionalize it: {why}", hint,
+        name="not-functionalizable", suppress=op.suppress)
+
+
+def functionalize_as(m: _Module, op: Op, api: str, sec: Section, functional: Op,
+                     returns: list) -> None:
+    """The Functionalize kernel: `functional`, then a copy into each mutated argument."""
+    schema = op.schema
+    mutated = [a.name for a in schema.mutable_arguments]
+    inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
+    call_args = [mine.name if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
+                 for mine, theirs in zip(inputs, functional.schema.arguments)]
+    call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
+    body: list[str] = []
+    taken = {a.name for a in schema.arguments}
+    results = [reserved.fresh("result", taken)] if len(mutated) == 1 else \
+        [reserved.fresh(f"result{i}", taken) for i in range(len(mutated))]
+    body.append(f"{', '.join(results)} = {call}")
+    for name, result in zip(mutated, results):
+        arg = schema.argument(name)
+        assert arg is not None
+        if arg.kwarg_only:
+            # An out= argument: functionalization cannot resize it (sizes may be symbolic).
+            body.append(f"if {name}.shape != {result}.shape:")
+            message = (f"{op.name}: under torch.compile and torch.export, '{name}' must "
+                       "have the result's shape ")
+            body.append(f"    raise RuntimeError({q(message)}")
+            body.append(f"                       f\"{{list({result}.shape)}}, got "
+                        f"{{list({name}.shape)}}\")")
+        body.append(f"{name}.copy_({result})")
+    outs = list(returns)  # every return is a mutated argument (the caller checked)
+    if len(outs) == 1:
+        body.append(f"return {outs[0]}")
+    elif outs:
+        body.append(f"return {', '.join(outs)}")
+    name = m.define(f"_{api}_functionalize")
+    doc = (f"Under functionalization (torch.compile, torch.export): {functional.name}, "
+           f"copied into {', '.join(mutated)}.")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Functionalize\")")
+
+
+def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
+    """The functional op that `op` (in-place or out=) mutates its arguments with: same namespace
+    and base name, the same argument types less the out= ones and less mutation annotations, and
+    one return per mutated argument.
+
+    Note [Functionalizing mutable ops]
+    PyTorch functionalizes a custom op that mutates its inputs only when it returns nothing new
+    that aliases them (auto_functionalize); `add_(Tensor(a!) self) -> Tensor(a!)` or an out= op is
+    refused with "Found a custom (non-ATen) operator whose output has alias annotations". torchgen
+    solves this for ATen by functionalizing `add_` as `add` followed by a copy into `self`; the
+    generated `Functionalize` kernel does the same for this library's ops.
+    """
+    schema = op.schema
+    wanted = tuple(_plain(a) for a in schema.arguments if not (a.kwarg_only and a.is_write))
+    for other in lib.named(op.namespace, op.name.base):
+        s = other.schema
+        if other is op:
+            continue
+        if s.mutable_arguments or len(s.returns) != len(schema.mutable_arguments):
+            continue
+        if tuple(_plain(a) for a in s.arguments) == wanted:
+            return other
+    return None
+
+
+def _plain(a: Argument) -> tuple:
+    """An argument's type without alias annotations, default and kind (names may differ: an
+    in-place op's first argument is always `self`)."""
+    return (without_alias(a.type), a.default, a.kwarg_only)

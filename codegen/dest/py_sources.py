@@ -1,0 +1,288 @@
+"""Python functions named in the op file (kernels, fakes, batching rules): found and read
+without importing anything, and checked against the schema (parameters and defaults).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import sys
+from pathlib import Path
+
+from codegen.api import python as P
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.model import Argument, FunctionSchema, PyRef
+
+
+def find_module_source(module: str, roots: list[Path] | None = None) -> Path | None:
+    """The source file of `module`, found on the import path without importing anything (an
+    import could run a package's `__init__`, such as runtime's, which loads the built library)."""
+    parts = module.split(".")
+    if roots is None:
+        from codegen import config
+
+        roots = [*map(Path, config.current().python_roots), Path.cwd(), *map(Path, sys.path)]
+    for root in roots:
+        base = root.joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+class PyModule:
+    """What the checks read of a Python module's source: its top-level functions (the last
+    definition of a name wins, as at import) and its constants, which a default may name."""
+
+    def __init__(self, path: Path, text: str, tree: ast.Module) -> None:
+        self.path = path
+        self.text = text
+        self.tree = tree
+        self.functions = {n.name: n for n in tree.body
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+    @functools.cached_property
+    def constants(self) -> dict[str, ast.expr]:
+        """Names bound exactly once in the whole module (any store, import, def, class or
+        global counts), by a top-level `NAME = value`. Walks the whole tree: computed only when
+        a default names something."""
+        stores: dict[str, int] = {}
+        for n in ast.walk(self.tree):
+            names: list[str] = []
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                names = [n.id]
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                names = [(a.asname or a.name).split(".")[0] for a in n.names]
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [n.name]
+            elif isinstance(n, (ast.Global, ast.Nonlocal)):
+                names = n.names * 2
+            for name in names:
+                stores[name] = stores.get(name, 0) + 1
+        constants = {}
+        for n in self.tree.body:
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if len(targets) == 1 and isinstance(targets[0], ast.Name) and \
+                        stores.get(targets[0].id) == 1:
+                    constants[targets[0].id] = n.value
+        return constants
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_module(path: str, text: str) -> PyModule:
+    """A module parsed once per path and content: a library names the same kernel module once
+    per op. Callers must not modify what it holds."""
+    return PyModule(Path(path), text, ast.parse(text, filename=path))
+
+
+class PySources:
+    """Python modules named in the op files, looked up and parsed once per run."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, Path | None] = {}
+
+    def find(self, module: str) -> Path | None:
+        if module not in self._found:
+            self._found[module] = find_module_source(module)
+        return self._found[module]
+
+    def parse(self, path: Path) -> PyModule:
+        """Raises SyntaxError, UnicodeDecodeError or OSError."""
+        return _parse_module(str(path), path.read_text(encoding="utf-8"))
+
+
+def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what: str, *,
+                    leading: int = 0, sources: PySources | None = None) -> None:
+    """Check that the function `ref` can be called the way the dispatcher calls it: the op's
+    positional arguments by position (those with defaults may be left out, so the function needs
+    defaults there too), keyword-only ones by name, and that its defaults are the schema's.
+    `leading` parameters come first (a batching rule's `info, in_dims`). Functions whose source
+    cannot be read (compiled modules) pass."""
+    sources = sources or PySources()
+    path = sources.find(ref.module)
+    if path is None:
+        diags.error(ref.loc, f"cannot find Python module '{ref.module}' of {what} {ref}",
+                    "it is looked up from the current directory and the import path "
+                    "(sys.path), as `import` would")
+        return
+    try:
+        module = sources.parse(path)
+    except (SyntaxError, UnicodeDecodeError, OSError) as e:
+        diags.error(ref.loc, f"cannot read {what} {ref}: {_shown(path)} does not parse ({e})")
+        return
+    if "." in ref.name:
+        return  # a method of a class: its binding happens at run time
+    fn = module.functions.get(ref.name)
+    if fn is None:
+        from codegen.diagnostics import did_you_mean
+        from codegen.pysource import module_level_names
+
+        names, star = module_level_names(module.tree.body)
+        if ref.name not in names and not star:
+            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
+                        did_you_mean(ref.name, sorted(names)))
+        return  # assigned or imported under that name: not checkable from source
+    problem = _signature_problem(fn.args, schema, leading)
+    if problem:
+        diags.error(ref.loc, f"{what} {ref} cannot take the arguments of {schema.name}: {problem}",
+                    f"expected a function like `def {ref.name}("
+                    + ", ".join(["info", "in_dims"][:leading] + P.parameters(schema)) + ")`")
+        return
+    _check_defaults(ref, fn, module, schema, diags, what, leading)
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the current directory when it lies below it (as messages show files)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int) -> str | None:
+    params = [*args.posonlyargs, *args.args]
+    defaults_from = len(params) - len(args.defaults)
+    positional = schema.positional
+    need = leading + len(positional)
+    if args.vararg is None and len(params) < need:
+        return (f"it takes {len(params)} positional parameter{'s' if len(params) != 1 else ''}, "
+                f"the op passes up to {need}")
+    droppable = P.python_defaults(schema)  # only trailing defaults can be left out
+    for i, a in enumerate(positional):
+        j = leading + i
+        if a.default is not None and droppable[i] and j < len(params) and j < defaults_from:
+            return (f"parameter '{params[j].arg}' needs a default: the dispatcher leaves out "
+                    f"'{a.name}' when it equals its default ({a.default})")
+    for p in params[need:defaults_from]:
+        return f"parameter '{p.arg}' has no default and no argument of the op fills it"
+    names = {p.arg for p in params[need:]} | {p.arg for p in args.kwonlyargs}
+    for a in schema.kwarg_only:
+        if a.name not in names and args.kwarg is None:
+            return f"it has no parameter '{a.name}' for the keyword-only argument"
+    kw_names = {a.name for a in schema.kwarg_only}
+    for p, d in zip(args.kwonlyargs, args.kw_defaults):
+        if d is None and p.arg not in kw_names:
+            return f"keyword-only parameter '{p.arg}' is not an argument of the op"
+    return None
+
+
+# The spellings of one torch dtype: `torch.long` is `torch.int64`.
+_DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
+                  "int": "int32", "short": "int16", "cfloat": "complex64",
+                  "cdouble": "complex128", "chalf": "complex32"}
+
+
+def _default_value(node: ast.expr, module: PyModule | None, depth: int = 0) -> tuple | None:
+    """A comparable form of a default written in Python, or None when it is not one this check
+    reads (a call, an expression): literals, tuples and lists of them (the same: the dispatcher
+    hands a list to a function whichever was the default), `torch.<dtype, layout or memory
+    format>`, `torch.device("...")` (a device default is its string), and module constants
+    naming one of these. Numbers keep their type: 1 is not 1.0 and True is not 1, because the
+    function computes with the value it gets, and `torch.full(size, 1)` is not
+    `torch.full(size, 1.0)`."""
+    if depth > 8:
+        return None
+    if isinstance(node, ast.Constant):
+        return ("value", type(node.value).__name__, repr(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and \
+            isinstance(node.operand, ast.Constant) and \
+            type(node.operand.value) in (int, float, complex):
+        number: int | float | complex = node.operand.value    # type: ignore[assignment]
+        number = -number if isinstance(node.op, ast.USub) else number
+        return ("value", type(number).__name__, repr(number))
+    if isinstance(node, (ast.Tuple, ast.List)):
+        items = [_default_value(e, module, depth + 1) for e in node.elts]
+        return None if any(i is None for i in items) else ("sequence", tuple(items))
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+            node.value.id == "torch":
+        return ("torch", _DTYPE_ALIASES.get(node.attr, node.attr))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and \
+            node.func.attr == "device" and len(node.args) == 1 and not node.keywords and \
+            isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return ("value", "str", repr(node.args[0].value))
+    if isinstance(node, ast.Name) and module is not None and node.id in module.constants:
+        return _default_value(module.constants[node.id], module, depth + 1)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _expected_value(expr: str) -> tuple | None:
+    """`_default_value` of a default as codegen.api.python writes it."""
+    return _default_value(ast.parse(expr, mode="eval").body, None)
+
+
+def _python_defaults(args: ast.arguments, schema: FunctionSchema,
+                     leading: int) -> list[tuple[Argument, ast.arg, ast.expr]]:
+    """(schema argument, the function's parameter for it, that parameter's default) for every
+    argument whose parameter has a default."""
+    params = [*args.posonlyargs, *args.args]
+    defaults_from = len(params) - len(args.defaults)
+
+    def default(j: int) -> ast.expr | None:
+        return args.defaults[j - defaults_from] if j >= defaults_from else None
+
+    out: list[tuple[Argument, ast.arg, ast.expr | None]] = []
+    positional = schema.positional
+    for i, a in enumerate(positional):
+        if leading + i < len(params):
+            out.append((a, params[leading + i], default(leading + i)))
+    by_name = {p.arg: (p, default(j)) for j, p in enumerate(params)
+               if j >= leading + len(positional)}
+    by_name.update({p.arg: (p, d) for p, d in zip(args.kwonlyargs, args.kw_defaults)})
+    for a in schema.kwarg_only:
+        if a.name in by_name:
+            out.append((a, *by_name[a.name]))
+    return [(a, p, d) for a, p, d in out if d is not None]
+
+
+def _check_defaults(ref: PyRef, fn: ast.FunctionDef | ast.AsyncFunctionDef, module: PyModule,
+                    schema: FunctionSchema, diags: Diagnostics, what: str, leading: int) -> None:
+    """Each default of the function must be the schema's: the dispatcher leaves out an argument
+    that equals its schema default, and the function then runs with its own."""
+    for arg, param, node in _python_defaults(fn.args, schema, leading):
+        if arg.default is None:
+            continue
+        try:
+            expected = P.default_expr(arg.default, arg.type)
+        except P.Unsupported:
+            continue
+        want = _expected_value(expected)
+        got = _default_value(node, module)
+        if got is None or want is None or got == want:
+            continue
+        written = ast.get_source_segment(module.text, node) or ast.unparse(node)
+        kinds = ""
+        numbers = {"int": "an int", "float": "a float", "bool": "a bool", "complex": "a complex"}
+        if got[0] == want[0] == "value" and got[1] != want[1] and \
+                got[1] in numbers and want[1] in numbers:
+            kinds = f" ({numbers[got[1]]}; the schema's is {numbers[want[1]]})"
+        shown = _shown(module.path)
+        diags.add_source(shown, "\n".join(_py_lines(module.text)).translate(_PY_NOT_BREAKS))
+        diags.error(_py_loc(shown, module.text, node),
+                    f"parameter '{param.arg}' of {what} {ref} defaults to {written}{kinds}, but "
+                    f"{schema.name} declares {arg.name}={arg.default}",
+                    f"a call that leaves out '{arg.name}' runs the function with its own default; "
+                    f"write `{param.arg}={expected}` (the op file names this {what} at {ref.loc})")
+
+
+# Python ends lines at \r\n, \r and \n only; str.splitlines, which draws the source lines of
+# diagnostics, also at these, so they are shown as U+FFFD (columns do not move).
+_PY_NOT_BREAKS = {c: "\ufffd" for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
+
+
+def _py_lines(text: str) -> list[str]:
+    return re.split(r"\r\n|\r|\n", text)
+
+
+def _py_loc(path: str, text: str, node: ast.expr) -> Loc:
+    """Where `node` is in Python source `text` (ast columns count UTF-8 bytes; ours characters)."""
+    lines = _py_lines(text)
+    line = lines[node.lineno - 1].encode("utf-8") if node.lineno <= len(lines) else b""
+    col = len(line[:node.col_offset].decode("utf-8", "replace"))
+    length = 1
+    if node.end_lineno == node.lineno and node.end_col_offset is not None:
+        length = len(line[node.col_offset:node.end_col_offset].decode("utf-8", "replace"))
+    return Loc(path, node.lineno, col + 1, max(1, length))

@@ -1,0 +1,77 @@
+"""The enum types of the schema language as torch numbers them: `ScalarType`, `Layout`,
+`MemoryFormat`.
+
+torch stores an enum default as its number (`torch._C.parse_schema("f(ScalarType t=float32) -> ()")`
+prints `t=6`), and op libraries write it that way too (`ScalarType dst_type=39`). These tables turn
+a number back into what the generated code spells: the C++ enumerator and the Python object.
+tests/test_enums.py checks them against the installed torch (its headers and its Python module).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class EnumValue(NamedTuple):
+    cpp: str        # C++ expression: `at::ScalarType::Int3`
+    python: str     # Python expression: `torch.int3`
+
+
+def _scalar_types() -> tuple[EnumValue, ...]:
+    # (C++ enumerator, torch dtype name), in c10's order:
+    # AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS in torch/headeronly/core/ScalarType.h
+    pairs = [("Byte", "uint8"), ("Char", "int8"), ("Short", "int16"), ("Int", "int32"),
+             ("Long", "int64"), ("Half", "float16"), ("Float", "float32"), ("Double", "float64"),
+             ("ComplexHalf", "complex32"), ("ComplexFloat", "complex64"),
+             ("ComplexDouble", "complex128"), ("Bool", "bool"), ("QInt8", "qint8"),
+             ("QUInt8", "quint8"), ("QInt32", "qint32"), ("BFloat16", "bfloat16"),
+             ("QUInt4x2", "quint4x2"), ("QUInt2x4", "quint2x4"), ("Bits1x8", "bits1x8"),
+             ("Bits2x4", "bits2x4"), ("Bits4x2", "bits4x2"), ("Bits8", "bits8"),
+             ("Bits16", "bits16"), ("Float8_e5m2", "float8_e5m2"),
+             ("Float8_e4m3fn", "float8_e4m3fn"), ("Float8_e5m2fnuz", "float8_e5m2fnuz"),
+             ("Float8_e4m3fnuz", "float8_e4m3fnuz"), ("UInt16", "uint16"), ("UInt32", "uint32"),
+             ("UInt64", "uint64")]
+    pairs += [(f"UInt{i}", f"uint{i}") for i in range(1, 8)]
+    pairs += [(f"Int{i}", f"int{i}") for i in range(1, 8)]
+    pairs += [("Float8_e8m0fnu", "float8_e8m0fnu"), ("Float4_e2m1fn_x2", "float4_e2m1fn_x2")]
+    return tuple(EnumValue(f"at::ScalarType::{c}", f"torch.{p}") for c, p in pairs)
+
+
+# Number -> value, per enum type (the index is the number).
+SCALAR_TYPES: tuple[EnumValue, ...] = _scalar_types()
+LAYOUTS: tuple[EnumValue, ...] = tuple(EnumValue(f"at::Layout::{c}", f"torch.{p}") for c, p in [
+    ("Strided", "strided"), ("Sparse", "sparse_coo"), ("SparseCsr", "sparse_csr"),
+    ("Mkldnn", "_mkldnn"), ("SparseCsc", "sparse_csc"), ("SparseBsr", "sparse_bsr"),
+    ("SparseBsc", "sparse_bsc"), ("Jagged", "jagged")])
+MEMORY_FORMATS: tuple[EnumValue, ...] = tuple(
+    EnumValue(f"at::MemoryFormat::{c}", f"torch.{p}") for c, p in [
+        ("Contiguous", "contiguous_format"), ("Preserve", "preserve_format"),
+        ("ChannelsLast", "channels_last"), ("ChannelsLast3d", "channels_last_3d")])
+
+# Schema base type name -> its table.
+BY_TYPE: dict[str, tuple[EnumValue, ...]] = {
+    "ScalarType": SCALAR_TYPES, "Layout": LAYOUTS, "MemoryFormat": MEMORY_FORMATS,
+}
+
+
+def by_number(type_name: str, number: int) -> EnumValue | None:
+    """The value numbered `number` of enum type `type_name`, or None when there is none."""
+    table = BY_TYPE.get(type_name)
+    if table is None or not 0 <= number < len(table):
+        return None
+    return table[number]
+
+
+# ScalarType names the schema language knows besides torch's canonical dtype names.
+_SCALAR_TYPE_ALIASES = {"half": 5, "float": 6, "double": 7, "long": 4, "int": 3, "short": 2,
+                        "chalf": 8, "cfloat": 9, "cdouble": 10}
+
+
+def scalar_type_number(name: str) -> int | None:
+    """The number of a ScalarType default written by name (`float32`, `long`), or None."""
+    if name in _SCALAR_TYPE_ALIASES:
+        return _SCALAR_TYPE_ALIASES[name]
+    for i, v in enumerate(SCALAR_TYPES):
+        if v.python == f"torch.{name}":
+            return i
+    return None

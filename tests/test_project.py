@@ -1,0 +1,204 @@
+"""An op library outside this repository adopts opgen: its own package, namespace and layout
+(`[tool.opgen]` in its pyproject.toml), commands from any directory, generated files with
+project-relative paths only, and (slow) a wheel that installs into an environment without opgen,
+imports from any directory and passes opcheck, two such packages in one process.
+
+Pinned diagnostics for the configuration (tests/diagnostics_config/*.toml) and for kernel sources
+(a hand-written TORCH_LIBRARY block) are here too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from codegen.__main__ import main as cli
+from tests import expect, scratch
+
+HERE = Path(__file__).resolve().parent
+CONFIG_CASES = sorted((HERE / "diagnostics_config").glob("*.toml"))
+
+
+def opgen(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=scratch.env(),
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_commands_from_any_directory(tmp_path: Path) -> None:
+    """`--project DIR` from elsewhere, and the nearest [tool.opgen] from a subdirectory, give the
+    same generated set; it names project-relative paths only."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    gen = opgen("--project", str(root), "generate", cwd=elsewhere)
+    assert gen.returncode == 0, gen.stderr
+    assert "wrote alphaops/_generated/build.ninja" in gen.stdout
+    assert opgen("check", cwd=root / "csrc" / "cpu").stdout == "3 ops in 1 file: ok\n"
+    assert opgen("list", cwd=root / "alphaops").stdout.splitlines()[0].startswith(
+        "alphans::add_scaled(")
+    again = opgen("generate", "--check", cwd=root / "csrc")
+    assert again.returncode == 0, again.stdout + again.stderr
+    generated = sorted(p.relative_to(root).as_posix()
+                       for p in (root / "alphaops" / "_generated").rglob("*") if p.is_file())
+    assert generated == [f"alphaops/_generated/{f}" for f in (
+        "SHA256SUMS", "__init__.py", "_loader.py", "_manifest.py", "_reg_alphans.py",
+        "build.ninja", "cpp/alphans/alphans.h", "cpp/alphans/register_alphans.cpp",
+        "cpp/alphans/stamp.cpp", "ops.py", "ops.pyi")]
+    for rel in generated:
+        text = (root / rel).read_text(encoding="utf-8")
+        assert str(tmp_path) not in text and str(scratch.REPO) not in text, rel
+    ninja = (root / "alphaops" / "_generated" / "build.ninja").read_text(encoding="utf-8")
+    # Kernels found recursively, each with its own object; the library goes into the package.
+    assert "build build/obj/alphans/cpu/add.o: cxx csrc/cpu/add.cpp" in ninja
+    assert "build build/obj/alphans/cpu/more/twice.cc.o: cxx csrc/cpu/more/twice.cc" in ninja
+    assert "default alphaops/libalphans_ops.so" in ninja
+    reg = (root / "alphaops" / "_generated" / "cpp" / "alphans" / "register_alphans.cpp")
+    assert 'set_python_module("alphaops._generated._reg_alphans")' in \
+        reg.read_text(encoding="utf-8").replace(" ", "")
+    manifest = (root / "alphaops" / "_generated" / "_manifest.py").read_text(encoding="utf-8")
+    assert 'LIBRARY_DIR = ".."' in manifest and '"alphaops._generated._reg_alphans"' in manifest
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
+def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
+    command with exactly <case>.expected."""
+    root = scratch.write_project(tmp_path, "alphaops", "alphans")
+    shutil.copy(case, root / "pyproject.toml")
+    monkeypatch.chdir(root)
+    assert cli(["check"]) == 1
+    err = capsys.readouterr().err
+    expect.check_file(case.with_suffix(".expected"), err)
+
+
+KERNEL_WITH_TORCH_LIBRARY = """\
+#include <{ns}/{ns}.h>
+
+// TORCH_LIBRARY({ns}, m) in a comment is fine, and so is TORCH_LIBRARY_IMPL below.
+TORCH_LIBRARY_IMPL({ns}, CPU, m) {{}}
+
+TORCH_LIBRARY({ns}, m) {{
+  m.def("leftover(Tensor x) -> Tensor");
+}}
+
+TORCH_LIBRARY(someone_else, m) {{}}
+"""
+
+
+def test_hand_written_torch_library_is_a_located_error(tmp_path: Path, capsys) -> None:
+    """A leftover TORCH_LIBRARY block for a namespace opgen generates: generate and the build
+    refuse it at the macro (it would build, then abort the process at import)."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "csrc" / "cpu" / "legacy").mkdir()
+    (root / "csrc" / "cpu" / "legacy" / "register.cpp").write_text(
+        KERNEL_WITH_TORCH_LIBRARY.format(ns="alphans"), encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.returncode == 1 and gen.stdout == ""
+    expect.check_file(HERE / "diagnostics_config" / "kernel_torch_library.expected", gen.stderr)
+    # The build checks too (a kernel source edited after code generation).
+    from codegen import build, config
+    from codegen.diagnostics import Diagnostics, UserError
+
+    (root / "csrc" / "cpu" / "legacy" / "register.cpp").unlink()
+    assert opgen("--project", str(root), "generate", cwd=tmp_path).returncode == 0
+    (root / "csrc" / "cpu" / "legacy" / "register.cpp").write_text(
+        KERNEL_WITH_TORCH_LIBRARY.format(ns="alphans"), encoding="utf-8")
+    with config.use(config.resolve(str(root), Diagnostics())):
+        assert build.check_generated(root, sys.stdout)
+        with pytest.raises(UserError) as info:
+            build.check_sources(root)
+    assert info.value.diags.render() + "\n" == gen.stderr
+
+
+def test_sources_of_no_namespace(tmp_path: Path) -> None:
+    """With several namespaces, a kernel source outside every `<ns>/` directory is refused."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "ops" / "second.yaml").write_text(
+        "namespace: secondns\nops:\n  - func: noop(Tensor x) -> Tensor\n"
+        "    dispatch: {CPU: noop_cpu}\n", encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.returncode == 1
+    assert gen.stderr.startswith(
+        "csrc/cpu/add.cpp:1:1: error: this kernel source belongs to no namespace: the op library "
+        "has several, and it is not in a directory named after one\n"), gen.stderr
+    assert "hint: move it to csrc/<namespace>/, one of: alphans, secondns" in gen.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Wheels (slow: two libraries compile)
+
+
+USE_BOTH = """
+import sys
+import torch
+import alphaops, betaops
+assert "codegen" not in sys.modules
+for pkg in (alphaops, betaops):
+    for name, args in {samples}.items():
+        op = getattr(pkg.ops, name)
+        torch.library.opcheck(op, args)
+print(alphaops._generated.NAMESPACES, betaops._generated.NAMESPACES,
+      alphaops.ops.cube(torch.tensor([2.0])).item(), betaops.ops.twice(torch.ones(1)).item(),
+      torch.ops.alphans.add_scaled(torch.ones(1), torch.ones(1), 3.0).item())
+"""
+
+
+def _pip_wheel(project: Path, out: Path) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                           "--no-deps", "--no-index", "-w", str(out), str(project)],
+                          env=scratch.env(), capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    wheels = list(out.glob(f"{project.name}-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
+    wheels = []
+    for package, ns in (("alphaops", "alphans"), ("betaops", "betans")):
+        root = scratch.write_project(tmp_path / package, package, ns)
+        wheel = _pip_wheel(root, tmp_path / "wheels")
+        assert re.search(r"-cp3\d+-cp3\d+-linux_\w+\.whl$", wheel.name), wheel.name
+        names = sorted(zipfile.ZipFile(wheel).namelist())
+        info = f"{package}-0.1.0.dist-info"
+        assert names == sorted([
+            f"{package}/__init__.py", f"{package}/kernels.py", f"{package}/lib{ns}_ops.so",
+            *(f"{package}/_generated/{f}" for f in (
+                "__init__.py", "_loader.py", "_manifest.py", f"_reg_{ns}.py", "ops.py",
+                "ops.pyi")),
+            *(f"{info}/{f}" for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD"))]), names
+        wheels.append(wheel)
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    no_opgen = subprocess.run([str(python), "-c", "import codegen"], cwd=elsewhere, env=clean,
+                              capture_output=True, text=True, timeout=300)
+    assert no_opgen.returncode == 1 and "No module named 'codegen'" in no_opgen.stderr
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                              "--no-deps", "--no-index", *map(str, wheels)], env=clean,
+                             capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    shutil.rmtree(tmp_path / "alphaops")       # nothing of the projects is left to find
+    shutil.rmtree(tmp_path / "betaops")
+    run = subprocess.run([str(python), "-c", USE_BOTH.format(samples=_samples())],
+                         cwd=elsewhere, env=clean, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == "['alphans'] ['betans'] 8.0 2.0 4.0\n", run.stdout
+
+
+def _samples() -> str:
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in scratch.PROJECT_SAMPLES.items()) + "}"
