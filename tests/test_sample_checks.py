@@ -319,7 +319,7 @@ def test_several_tensor_list_returns_warn_that_torch_func_cannot(tmp_path, capsy
           dispatch: {CPU: halves_cpu}
           fake: ex_fakes:halves
           derivatives:
-            x: torch.cat(grad_a + grad_b)
+            x: torch.cat(grad_a) + torch.cat(grad_b)
         """))
     (tmp_path / "ex_fakes.py").write_text("def halves(x):\n    return [x], [x]\n")
     assert cli(["check", "ops.yaml"]) == 0

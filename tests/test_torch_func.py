@@ -109,7 +109,10 @@ class Call:
                 args[i][j] = t
         out = self.overload(*args, **self.kwargs)
         outs = out if isinstance(out, tuple) else (out,)
-        return tuple(o for o in outs if o.is_floating_point())
+        # A Tensor[] output counts element by element; an empty one has no Jacobian rows (and
+        # torch.autograd.functional.jacobian, the reference, cannot stack zero of them).
+        flat = [t for o in outs for t in (o if isinstance(o, list) else [o])]
+        return tuple(o for o in flat if o.is_floating_point() and o.numel() > 0)
 
     def loss(self, *leaves: torch.Tensor) -> torch.Tensor:
         """A scalar that weighs every output element differently."""

@@ -268,7 +268,9 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
         if at is None:
             return seq if n_returns == 1 else f"{seq}[{i}]"
         if i == at:
-            return f"{seq}[{at}:len({seq}) - {tail}]" if tail else f"{seq}[{at}:]"
+            if not tail:
+                return f"{seq}[{at}:]" if at else seq
+            return f"{seq}[{at}:len({seq}) - {tail}]"
         return f"{seq}[{i}]" if i < at else f"{seq}[-{n_returns - i}]"
 
     def output(i: int) -> str:
