@@ -8,8 +8,8 @@ batching rule with a shared weight). Python kernels only: nothing is built.
 - Every check passes on every sample, with an empty failures file.
 - Each check fails when the op really is wrong (a wrong fake shape, a fake that fixes a size, a
   wrong formula, a kernel that ignores its generator, an in-place kernel that writes nothing, a
-  batching rule folding a shared weight, a float32-only kernel gradchecked in float64), so none
-  passes vacuously.
+  batching rule folding a shared weight, a float32-only kernel gradchecked in float64, a random op
+  without its tag, a kernel computing in float32 under autocast), so none passes vacuously.
 - Known failures: located errors in the failures file, and an entry that no longer fails is
   reported.
 """
@@ -76,7 +76,7 @@ def test_the_library_has_an_op_of_each_kind():
     assert testing.differentiable_inputs(ops["rms_norm"].op) == ["x", "weight"]
     assert testing.is_mutating(ops["bounded_"].op)
     every = {check for c in CASES for check in testing.CHECKS if testing.applies(c, check)}
-    assert every == set(testing.CHECKS) - {"autocast"}    # autocast: the example library's
+    assert every == set(testing.CHECKS)
 
 
 def test_named_sizes_move_together():
@@ -175,6 +175,13 @@ WRONG = {
           samples:
             - {self: {shape: [N=5, 2], low: -2.0, high: 2.0}, lo: -1.0, hi: 1.0}
         """, ["opcheck", "compile", "export"]),
+    "computes_in_float32_under_autocast": ("""\
+        - func: row_scale(Tensor x, Tensor weight) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale_in_float32}
+          fake: broadcast(x, weight)
+          autocast: {device_type: cpu, cast_inputs: bfloat16}
+          samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
+        """, ["autocast"]),
     "folds_a_shared_weight": ("""\
         - func: row_scale(Tensor x, Tensor weight) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale}
