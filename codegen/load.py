@@ -974,8 +974,14 @@ class _FileLoader:
         values: dict[str, SampleValue] = {}
         ok = True
         self.dims, self.dim_uses = {}, []
+        gradcheck = None
         for arg_name, (key, value) in fields.items():
             arg = schema.argument(arg_name)
+            if arg is None and arg_name == "gradcheck":
+                # The sample's own gradcheck options (an argument of that name would win).
+                gradcheck = self.gradcheck(value)
+                ok = ok and gradcheck is not None
+                continue
             if arg is None:
                 self.error(key, f"sample names '{_short(arg_name)}', which is not an argument of "
                            f"{schema.name}", verify.suggest(arg_name, names)
@@ -1004,7 +1010,7 @@ class _FileLoader:
             return None
         args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
         dims = tuple((d, v) for d, (v, _) in self.dims.items())
-        return Sample(args, self.loc(node), name, dims)
+        return Sample(args, self.loc(node), name, dims, gradcheck)
 
     def size_name(self, node: _Scalar, what: str):
         """`N` or `N=6` where a sample gives a size -> SymDim, or _BAD (error reported)."""

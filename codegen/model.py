@@ -694,6 +694,19 @@ Kernel = Union[CppKernel, PyRef]
 
 
 @dataclass(frozen=True)
+class GradcheckSpec:
+    """`gradcheck:` of an op or a sample: the dtype gradients are checked in (float64 unless the
+    kernels take only another one) and tolerances (torch.autograd.gradcheck's, where None). A
+    sample's given fields override the op's."""
+
+    dtype: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    eps: float | None = None
+    loc: Loc | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
 class SymDim:
     """A named size of a sample (`N`, or `N=6` where its value is given): the same size wherever
     the sample names it, and symbolic (varied, marked dynamic) in the compile check."""
@@ -722,18 +735,7 @@ class Sample:
     loc: Loc = field(compare=False, hash=False)
     name: str | None = None
     dims: tuple[tuple[str, int], ...] = ()      # each named size -> its value in this sample
-
-
-@dataclass(frozen=True)
-class GradcheckSpec:
-    """`gradcheck:` of an op: the dtype its gradients are checked in (float64 unless the kernels
-    take only another one) and tolerances (torch.autograd.gradcheck's, where None)."""
-
-    dtype: str = "float64"
-    atol: float | None = None
-    rtol: float | None = None
-    eps: float | None = None
-    loc: Loc | None = field(default=None, compare=False, hash=False)
+    gradcheck: GradcheckSpec | None = None      # this sample's, over the op's
 
 
 @dataclass(frozen=True)

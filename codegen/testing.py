@@ -64,7 +64,8 @@ from codegen.model import (
 __all__ = [
     "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "Case", "Failures", "PythonLibrary",
     "applies", "check", "check_autocast", "check_compile", "check_export", "check_gradients",
-    "check_opcheck", "check_seeded", "check_vmap", "differentiable_inputs", "has_dynamic_output",
+    "check_opcheck", "check_seeded", "check_vmap", "differentiable_inputs", "gradcheck_spec",
+    "has_dynamic_output",
     "has_gradients", "is_mutating", "load_cases", "load_failures", "load_python_library",
     "make_inputs", "make_tensor", "make_value", "run_check", "symbolic_dims",
 ]
@@ -524,8 +525,9 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
     outputs = differentiable_outputs(op)
     if not diff or not any(outputs):
         return False
-    spec = op.gradcheck or GradcheckSpec()
-    named = make_named(op, case.sample, seed=case.seed, dtype=getattr(torch, spec.dtype))
+    spec = gradcheck_spec(case)
+    named = make_named(op, case.sample, seed=case.seed, dtype=getattr(torch, spec.dtype or
+                                                                      "float64"))
     named = _require_grad(op, named, diff, only=True)
     leaves = [t for t in _flat_tensors(list(named.values())) if t.requires_grad]
     if not leaves:
@@ -568,6 +570,16 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
             if not any(n in str(e) for n in not_implemented):
                 raise
     return True
+
+
+def gradcheck_spec(case: Case) -> GradcheckSpec:
+    """The gradient check's dtype and tolerances: the sample's `gradcheck:` over the op's."""
+    merged = {}
+    for spec in (case.op.gradcheck, case.sample.gradcheck):
+        if spec is not None:
+            merged.update({k: getattr(spec, k) for k in ("dtype", "atol", "rtol", "eps")
+                           if getattr(spec, k) is not None})
+    return GradcheckSpec(**merged)
 
 
 def _second_order_callees(op: Op) -> tuple[list[str], list[str]]:

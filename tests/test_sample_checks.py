@@ -24,7 +24,7 @@ import torch
 
 from codegen import testing
 from codegen.diagnostics import UserError
-from codegen.model import SymDim
+from codegen.model import GradcheckSpec, SymDim
 from tests import expect, scratch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +73,8 @@ def test_the_library_has_an_op_of_each_kind():
     assert testing.generator_arguments(ops["noisy"].op) == ["generator"]
     assert str(ops["chunk_rows"].op.schema.returns[0].type) == "Tensor[]"
     assert ops["tanh32"].op.gradcheck.dtype == "float32"
+    wide = next(c for c in CASES if c.id == "smp::tanh32[1]")
+    assert testing.gradcheck_spec(wide) == GradcheckSpec("float32", 0.05, 0.01, 0.001)
     assert testing.differentiable_inputs(ops["rms_norm"].op) == ["x", "weight"]
     assert testing.is_mutating(ops["bounded_"].op)
     every = {check for c in CASES for check in testing.CHECKS if testing.applies(c, check)}
