@@ -15,7 +15,7 @@ import dataclasses
 import math
 import os
 import re
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 from yaml import events as ev
@@ -73,8 +73,8 @@ FAILURES_FILE = "sample_failures.yaml"
 AUTOCAST_DEVICES = ("cuda", "cpu")
 VMAP_KINDS = ("pointwise", "leading")
 # `leading(x, residual)`: the Tensor inputs whose dim 0 holds the rows.
-_LEADING_ROWS = re.compile(r"leading\s*\(\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)"
-                           r"\s*\)\Z")
+_LEADING_ROWS = re.compile(r"leading\s*\(\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\)\Z",
+                           re.ASCII)
 
 # torch dtype names a sample or autocast spec may use (tests/test_load.py checks each is a
 # torch.dtype): the canonical names plus the common aliases.
@@ -1318,7 +1318,7 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLi
 
 
 def read_failures(files: list[str], cases: dict | None, checks: tuple[str, ...], make,
-                  applies: Callable[[object, str], bool] | None = None):
+                  applies: Callable[[Any, str], bool] | None = None):
     """Known failures files (`sample_failures.yaml`: `<op>[<sample>]: {<check>: <reason>}`) ->
     `make(entries, where)`; raises UserError with every problem. `cases`, when given, maps case
     ids to cases: an entry must name one, and a check that `applies` to it."""

@@ -3,7 +3,7 @@
 Each op's samples become real calls, and each call goes through the checks a PyTorch op must
 pass to work everywhere:
 
-    from codegen import testing         # or `from runtime import testing`: loads the built libraries
+    from codegen import testing         # `from runtime import testing` loads the built libraries
     for case in testing.load_cases(["schemas"]):
         testing.check_opcheck(case)     # torch.library.opcheck, all four utilities
         testing.check_gradients(case)   # gradcheck (+ gradgradcheck), ops with gradients
@@ -42,7 +42,7 @@ import types
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
@@ -62,7 +62,8 @@ from codegen.model import (
 )
 
 __all__ = [
-    "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "Case", "Failures", "PythonLibrary",
+    "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "Case", "Failures", "NoLongerFails",
+    "PythonLibrary", "differentiable_outputs", "generator_arguments", "make_named", "split_call",
     "applies", "check", "check_autocast", "check_compile", "check_export", "check_gradients",
     "check_opcheck", "check_seeded", "check_vmap", "differentiable_inputs", "gradcheck_spec",
     "has_dynamic_output",
@@ -671,7 +672,8 @@ def check_seeded(case: Case) -> int:
             torch.manual_seed(global_seed)
             return _detach(overload(*a, **k))
 
-    _assert_same(run(1, None), run(1, None), f"{case.id} run twice after the same torch.manual_seed")
+    _assert_same(run(1, None), run(1, None),
+                 f"{case.id} run twice after the same torch.manual_seed")
     if not gens:
         return 1
     first = run(1, 7)
@@ -793,7 +795,8 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
     dynamic_output = has_dynamic_output(op)
     config = {"capture_dynamic_output_shape_ops": dynamic_output,
               "capture_scalar_outputs": dynamic_output, "error_on_recompile": True}
-    with torch._dynamo.config.patch(config), fx_config.patch(use_duck_shape=False):
+    with torch._dynamo.config.patch(config), \
+            fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
         for scale in scales:
             sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}
             named = make_named(op, case.sample, seed=case.seed, sizes=sizes)
@@ -885,9 +888,9 @@ def _is_tensor_arg(v: Any) -> bool:
         isinstance(v, list) and bool(v) and all(isinstance(t, torch.Tensor) for t in v))
 
 
-_RUN = {"opcheck": check_opcheck, "gradients": check_gradients, "compile": check_compile,
-        "export": check_export, "seeded": check_seeded, "vmap": check_vmap,
-        "autocast": check_autocast}
+_RUN: dict[str, Callable[..., Any]] = {
+    "opcheck": check_opcheck, "gradients": check_gradients, "compile": check_compile,
+    "export": check_export, "seeded": check_seeded, "vmap": check_vmap, "autocast": check_autocast}
 
 
 def check(case: Case, name: str, **options: Any) -> Any:

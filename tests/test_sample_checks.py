@@ -130,7 +130,8 @@ WRONG = {
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:segment_max}
           fake: empty([4, *values.shape[1:]])
           samples:
-            - {values: {shape: [N=7, 3]}, ids: {shape: [N], dtype: int64, high: S}, num_segments: S=4}
+            - {values: {shape: [N=7, 3]}, ids: {shape: [N], dtype: int64, high: S},
+               num_segments: S=4}
         """, ["compile"]),
     "formula": ("""\
         - func: tanh32(Tensor x) -> Tensor
