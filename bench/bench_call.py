@@ -10,6 +10,8 @@ is registered from Python, so even a call without grad passes a Python autograd 
 custom_op twin gets the same register_autograd for a like-for-like comparison).
 
 Targets: runtime.ops <= 1.1x the raw op; custom_op >= 3x slower than runtime.ops.
+Last, the stable ABI's boxing cost: a stable-ABI op against a full-API op of the same schema shape
+(stable_vs_full), as a ratio in the same run.
 Run: `python bench/bench_call.py` (after `make build`).
 """
 
@@ -88,6 +90,24 @@ def main() -> None:
         a, b, c = min(t_ours), min(t_raw), min(t_custom)
         print(f"{name:<14} {a:>11.2f} {b:>10.2f} {c:>10.2f}   {a / b:>10.2f}x {c / a:>16.2f}x")
     print("\ntargets: runtime/raw <= 1.10x, custom_op/runtime >= 3x")
+    stable_vs_full(y)
+
+
+def stable_vs_full(y: Tensor) -> None:
+    """The stable ABI's boxing (IValue -> StableIValue -> TORCH_BOX unboxing, and back) against
+    the full API's unboxed call: two in-place ops of the same schema shape `(Tensor(a!) self,
+    float) -> Tensor(a!)` on 4 elements, so the per-element work is negligible beside the call:
+    exstable::scale_ (abi: stable) and exops::soft_shrink_ (full API), both through torch.ops."""
+    stable = torch.ops.exstable.scale_.default
+    full = raw.soft_shrink_.default
+    t_stable, t_full = [], []
+    for _ in range(3):
+        t_stable.append(per_call_us(lambda: stable(y, 1.0)))
+        t_full.append(per_call_us(lambda: full(y, 0.0)))
+    a, b = min(t_stable), min(t_full)
+    print(f"\nstable ABI vs full API, in-place (Tensor(a!), float) op, us per call:\n"
+          f"  exstable::scale_ (stable) {a:.2f}   exops::soft_shrink_ (full) {b:.2f}   "
+          f"stable/full {a / b:.2f}x")
 
 
 if __name__ == "__main__":

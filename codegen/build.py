@@ -127,6 +127,14 @@ def make_toolchain(key: str) -> Toolchain:
                + [f"-Wl,-rpath,{d}" for d in lib_dirs]
                + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
 
+    # Note [Stable include root]: stable-ABI namespaces see only torch's stable headers, no
+    # Python headers, no OpenMP, and link libtorch_cpu (which holds the C shim) for its C
+    # symbols alone; the C++ standard library ABI does not cross the stable boundary.
+    stable_cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden",
+                      "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
+                     + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
+    stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
+                      + [f"-Wl,-rpath,{d}" for d in lib_dirs] + ["-Wl,--no-undefined"])
     lines = [
         f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
@@ -138,6 +146,8 @@ def make_toolchain(key: str) -> Toolchain:
         "kernel_cflags = -Werror=missing-declarations",
         f"stamp_cflags = {_q(['-fPIC', version_def])}",
         f"ldflags = {_q(ldflags)}",
+        f"stable_cflags = {_q(stable_cflags)}",
+        f"stable_ldflags = {_q(stable_ldflags)}",
         "",
     ]
     if with_cuda:
@@ -152,7 +162,12 @@ def make_toolchain(key: str) -> Toolchain:
                       + [f for inc in includes for f in ("-isystem", inc)]
                       + ["-I", f"{config.current().generated}/cpp"]
                       + shlex.split(os.environ.get("OPGEN_NVCC_FLAGS", "")))
+        stable_cuda = (list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}"]
+                       + ["--compiler-options", "-fPIC", "-Xcompiler",
+                          "-Werror=missing-declarations", "-isystem", stable_include(),
+                          "-I", f"{config.current().generated}/cpp"])
         lines += [
+            f"stable_cuda_cflags = {_q(stable_cuda)}",
             f"nvcc = {_q(launcher + [nvcc])}",
             f"cuda_cflags = {_q(cuda_flags)}",
             f"ldflags = $ldflags {_q(['-L' + str(Path(cpp_extension.CUDA_HOME) / 'lib64'), '-lcudart'])}",
@@ -172,6 +187,33 @@ def make_toolchain(key: str) -> Toolchain:
             "  description = SKIP $in (torch $torch_version has no CUDA)",
         ]
     return Toolchain(torch_version, with_cuda, "\n".join(lines) + "\n")
+
+
+# Note [Stable include root]
+# A stable-ABI namespace is compiled with `-isystem <build>/stable-include` and none of torch's
+# other include directories. The directory links exactly the headers torch's stable ABI is made
+# of, so `#include <ATen/...>` (or c10, torch/extension.h, Python.h) in a kernel source of such a
+# namespace fails with "No such file or directory", and run_ninja explains why.
+def stable_include() -> str:
+    return f"{config.current().build}/stable-include"
+STABLE_HEADERS = ("torch/csrc/stable", "torch/headeronly", "torch/csrc/inductor/aoti_torch/c",
+                  "torch/csrc/inductor/aoti_torch/generated/c_shim_aten.h")
+
+
+def write_stable_include(root: Path) -> None:
+    """Link build/stable-include/<header> to torch's for each of STABLE_HEADERS (idempotent)."""
+    torch_include = _torch_dir() / "include"
+    for rel in STABLE_HEADERS:
+        link = root / stable_include() / rel
+        target = torch_include / rel
+        if link.is_symlink() and os.readlink(link) == str(target):
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(link.name + ".tmp")
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(target)
+        tmp.replace(link)
 
 
 def _codegen_command() -> str:
@@ -224,13 +266,17 @@ _DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
 
 
 _SOURCE = re.compile(r"^// C\+\+ kernels and typed calls for (\S+) of (.+)\.$")
+# A stable-ABI library declares a file's kernels in one header (codegen.dest.cpp_stable).
+_STABLE_SOURCE = re.compile(r"^// C\+\+ kernels of the ops of (\S+) \(namespace \w+\)")
 
 
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
     """Kernel name -> its declarations, read back from the generated headers (each op name's
-    header below `generated/cpp/<ns>/<file>/`)."""
+    header below `generated/cpp/<ns>/<file>/`; a stable library's one header per op file,
+    `generated/cpp/<ns>/<file>.h`)."""
     out: dict[str, list[KernelInfo]] = {}
-    for header in sorted((root / config.current().generated / "cpp").glob("*/*/*.h")):
+    cpp = root / config.current().generated / "cpp"
+    for header in sorted([*cpp.glob("*/*/*.h"), *cpp.glob("*/*.h")]):
         ns = ""
         uses: list[str] = []
         schema = ""
@@ -238,6 +284,8 @@ def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
         for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
             if m := _SOURCE.match(line):
                 source = m.group(2)
+            elif m := _STABLE_SOURCE.match(line):
+                source = m.group(1)
             elif m := _NAMESPACE_OPEN.match(line):
                 ns = m.group(1)
             elif line.startswith("}  // namespace"):
@@ -296,6 +344,39 @@ _SOURCE_EXCERPT = re.compile(r"^\s*\d*\s*\|")   # gcc's `  5 | code` and `    | 
 def _qualified_name(decl: str) -> str | None:
     m = _QNAME.search(decl)
     return m.group(1).lstrip(":") if m else None
+
+
+_MISSING_HEADER = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): fatal error: (?P<header>\S+): "
+                             r"No such file or directory")
+_STABLE_NS = re.compile(r"^# namespace (\w+) \(abi: stable, torch >= ([\d.]+)\)$", re.M)
+
+
+def stable_namespaces(root: Path) -> dict[str, str]:
+    """namespace -> min_torch of the stable-ABI namespaces, as generated/build.ninja marks them."""
+    try:
+        text = (root / ninja_file()).read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return dict(_STABLE_NS.findall(text))
+
+
+def stable_header_note(line: str, stable: dict[str, str]) -> str | None:
+    """The note after a missing-header error in a source of a stable-ABI namespace."""
+    m = _MISSING_HEADER.search(line)
+    if m is None:
+        return None
+    parts = Path(m["file"]).parts
+    ns = next((parts[i + 1] for i in range(len(parts) - 1)
+               if parts[i] in ("csrc", "cpp") and parts[i + 1] in stable), None)
+    if ns is None:
+        return None
+    header = m["header"].strip("<>\"'‘’")
+    return (f"{m['where']}: note: <{header}> is not part of torch's stable ABI; namespace '{ns}' "
+            f"is built with 'abi: stable' (torch >= {stable[ns]}), so its sources see only "
+            "torch/csrc/stable/* and torch/headeronly/* (no ATen, c10, torch/extension.h or "
+            "Python.h)\nhint: use the stable API (torch::stable::Tensor, torch/csrc/stable/ops.h, "
+            "torch/headeronly/...), or build the namespace on the full API (remove 'abi: stable' "
+            "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
 
 
 def _kernel_dirs() -> str:
@@ -389,6 +470,7 @@ def check_sources(root: Path) -> None:
 def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     out = out or sys.stdout
     index: dict[str, list[KernelInfo]] | None = None
+    stable: dict[str, str] = {}
     proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(), *extra], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
@@ -402,7 +484,9 @@ def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
         if "error" in line or "undefined reference" in line:
             if index is None:
                 index = kernel_index(root)
-            note = kernel_note(line.rstrip("\n"), index)
+                stable = stable_namespaces(root)
+            note = kernel_note(line.rstrip("\n"), index) or \
+                stable_header_note(line.rstrip("\n"), stable)
             if note:
                 if pending is not None:
                     out.write(pending + "\n")
@@ -447,6 +531,8 @@ def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
         out.write(e.diags.render() + "\n")
         return 1
     _written, text = write_toolchain(root)
+    if stable_namespaces(root):
+        write_stable_include(root)
     if toolchain_var(text, "nvcc") is None:
         skipped = cuda_sources(root)
         if skipped:

@@ -86,11 +86,12 @@ def template_environment(**filters: Callable) -> jinja2.Environment:
 def generators() -> list[tuple[str, Generator]]:
     """(name, generator) pairs, in output order. Imported lazily: `check` needs none of them."""
     gens: list[tuple[str, Generator]] = []
-    from codegen.dest import cpp_kernels, cpp_library, cpp_register, ninja, py_ops
+    from codegen.dest import cpp_kernels, cpp_library, cpp_register, cpp_stable, ninja, py_ops
 
     gens += [
         ("cpp-kernels", cpp_kernels.generate),
         ("cpp-register", cpp_register.generate),
+        ("cpp-stable", cpp_stable.generate),
         ("cpp-stamp", cpp_library.generate_stamps),
         ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
@@ -120,11 +121,15 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
 
 def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
     """Checks on the whole library that stand between `check` and a generate or an import that
-    would fail: namespaces torch defines, names too long for a file."""
+    would fail: namespaces torch defines, names too long for a file, what the stable ABI cannot
+    register at a namespace's min_torch."""
     from codegen.torch_namespaces import check_namespaces
 
     check_namespaces(lib, diags)
     check_file_names(lib, diags)
+    from codegen.dest import cpp_stable
+
+    cpp_stable.check(lib, diags)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from typing import Any, Callable
 import yaml
 from yaml import events as ev
 
+from codegen import abi as abi_mod
 from codegen import verify
+from codegen.abi import Abi
 from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, scalar_locator
 from codegen.escape import first_unprintable
 from codegen.model import (
@@ -63,7 +65,7 @@ MAX_ERRORS_PER_FILE = 50
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
            "autocast", "vmap", "suppress")
-FILE_KEYS = ("namespace", "ops", "suppress", "conventions")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
 CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
@@ -544,6 +546,7 @@ class _FileLoader:
         waiting: list[tuple[_Node, bool]] = []   # entries read before the file's namespace
         ops: list[Op] = []
         root: _Node | None = None
+        abi: Abi | None = None
         for item in self.compose(text):
             if item[0] == "entry":
                 _, node, clean, in_ops = item
@@ -581,6 +584,7 @@ class _FileLoader:
                 suppress = self.suppress(top["suppress"][1])
             if "conventions" in top:
                 conventions = self.conventions_key(top["conventions"][1])
+            abi = self.abi(root, top)
         elif type(root) is not _Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
@@ -588,8 +592,59 @@ class _FileLoader:
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
         warnings = self.settle_warnings(ops, suppress, conventions)
+        if abi is not None:
+            ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc,
-                      suppress, conventions, warnings)
+                      suppress, conventions, warnings, abi=abi)
+
+    def abi(self, root: _Node, top: dict) -> Abi | None:
+        """The file's `abi:` and `min_torch:` (Note [ABI choice] in codegen/abi.py)."""
+        kind = abi_mod.FULL
+        if "abi" in top:
+            node = top["abi"][1]
+            kind = self.string(node, "'abi'") or ""
+            if kind and kind not in abi_mod.KINDS:
+                self.error(node, f"unknown ABI '{_short(kind)}'; 'abi' is one of: "
+                           + ", ".join(abi_mod.KINDS),
+                           verify.suggest(kind, abi_mod.KINDS)
+                           or "'stable' builds on torch's stable ABI, 'full' (the default) on "
+                           "the whole libtorch C++ API")
+                return None
+        if kind != abi_mod.STABLE:
+            if kind and "min_torch" in top:
+                key = top["min_torch"][0]
+                self.error(key, "'min_torch' applies to 'abi: stable' only: a library on the "
+                           "full libtorch API loads on exactly the torch it was built with",
+                           "add 'abi: stable', or remove 'min_torch'")
+            return None
+        first = abi_mod.version_text(abi_mod.FIRST_STABLE)
+        node = top["abi"][1]
+        if "min_torch" not in top:
+            self.error(node, "'abi: stable' needs 'min_torch': the oldest torch the library "
+                       "must load on", f'add \'min_torch: "{first}"\' (or newer) beside it')
+            return None
+        vnode = top["min_torch"][1]
+        if type(vnode) is _Scalar and vnode.tag in ("int", "float"):
+            written = self.text[vnode.start.index:vnode.end.index]
+            self.error(vnode, f"min_torch {written} is a number to YAML (2.10 reads as 2.1); "
+                       "write the version as a string", f'quote it: min_torch: "{written}"')
+            return None
+        text = self.string(vnode, "'min_torch'")
+        if text is None:
+            return None
+        version = abi_mod.parse_version(text)
+        if version is None:
+            self.error(vnode, f"min_torch '{_short(text)}' is not a torch version of the form "
+                       "MAJOR.MINOR", f'write e.g. "{first}"')
+            return None
+        if version < abi_mod.FIRST_STABLE:
+            self.error(vnode, f"min_torch {text} is older than torch {first}, the first release "
+                       "whose stable ABI the generator targets",
+                       f'use "{first}" or newer, or build on the full API (remove \'abi: '
+                       "stable')")
+            return None
+        return Abi(version, self.loc(node))
+
 
     def settle_warnings(self, ops: list[Op], suppress: frozenset[str],
                         conventions: str | None) -> tuple:
@@ -1312,6 +1367,7 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLi
             files.append(f)
     lib = OpLibrary(tuple(files))
     verify.verify_across(lib, diags, rules)
+    abi_mod.check_namespaces(lib, diags)
     if diags.has_errors:
         raise UserError(diags)
     return lib

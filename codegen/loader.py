@@ -111,14 +111,37 @@ def check_library(at: Where, ns: str, info: dict, torch_version: str) -> Path:
         raise LibraryError(f"{where} is stale: it was built from other schemas than {sources} "
                            f"declare now (schema hash {stamp.schema_hash}, expected "
                            f"{info['schema_hash']}); {hint}")
-    if stamp.torch_version != torch_version:
-        raise LibraryError(f"{where} was built for torch {stamp.torch_version}, but this is torch "
-                           f"{torch_version}; rebuild it: {hint}")
+    problem = torch_mismatch(stamp.torch_version, torch_version)
+    if problem is not None:
+        raise LibraryError(f"{where} {problem}: {hint}")
     problem = elf_problem(path)
     if problem is not None:
         raise LibraryError(f"{where} is damaged: {problem} (a link or a copy was cut short, or the "
                            f"disk was full); {hint}")
     return path
+
+
+# Note [ABI choice] in codegen/abi.py: a library built on torch's stable ABI is stamped
+# `torch=>=<min_torch>` instead of the exact version it was compiled with.
+_STABLE_PREFIX = ">="
+_RELEASE = re.compile(r"(\d+)\.(\d+)")
+
+
+def torch_mismatch(stamped: str, torch_version: str) -> str | None:
+    """Why a library stamped `stamped` cannot load on `torch_version`, or None. A stable-ABI
+    library loads on any torch at or above its minimum; any other only on its own torch."""
+    if not stamped.startswith(_STABLE_PREFIX):
+        if stamped == torch_version:
+            return None
+        return f"was built for torch {stamped}, but this is torch {torch_version}; rebuild it"
+    need, have = _RELEASE.match(stamped[len(_STABLE_PREFIX):]), _RELEASE.match(torch_version)
+    if need is None:
+        return f"carries a malformed torch requirement '{stamped}'; rebuild it"
+    if have is not None and (int(have[1]), int(have[2])) >= (int(need[1]), int(need[2])):
+        return None
+    return (f"is built on torch's stable ABI for torch {need[0]} or newer, but this is torch "
+            f"{torch_version}; upgrade torch to {need[0]} or newer, or lower the op files' "
+            "'min_torch' and rebuild")
 
 
 # ELF header fields after e_ident, and the program / section header fields we need, per class.

@@ -782,6 +782,7 @@ class Op:
     gradcheck: GradcheckSpec | None = None
     # Warning names silenced for this op: its own `suppress:` and its file's.
     suppress: frozenset[str] = frozenset()
+    abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
 
     @property
     def name(self) -> OperatorName:
@@ -817,6 +818,7 @@ class OpFile:
     conventions: str | None = None
     # Warnings found while loading it, for `diagnostics()` to report with the later ones.
     warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
+    abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
 
 
 @dataclass(frozen=True)

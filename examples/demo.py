@@ -1,5 +1,5 @@
-"""Calls the ops of the example library `exops` (schemas/*.yaml): eagerly, under autograd,
-under `torch.compile` and through `torch.export`.
+"""Calls the ops of the example libraries `exops` and `exstable` (schemas/*.yaml): eagerly,
+under autograd, under `torch.compile` and through `torch.export`.
 
 Run with `make demo` (generates, builds, then runs this). Each op is reachable two ways:
 `runtime.ops.<name>` and `torch.ops.exops.<op>`; both are the same OpOverload.
@@ -104,3 +104,19 @@ calls = sorted({str(n.target) for n in exported.graph.nodes if n.op == "call_fun
 show("torch.export graph calls", calls)
 a, b = torch.randn(4, 5), torch.randn(5)
 torch.testing.assert_close(exported.module()(a, b), model(a, b))
+
+
+# The stable-ABI namespace exstable (schemas/stable.yaml, docs/STABLE_ABI.md): one binary for
+# every torch >= 2.10; eagerly, under autograd and torch.compile with its C++ Meta kernels.
+x = torch.randn(3, 4, requires_grad=True)
+y = ops.scale(x, 2.5)
+y.sum().backward()
+torch.testing.assert_close(y, x * 2.5)
+torch.testing.assert_close(x.grad, torch.full_like(x, 2.5))
+show("exstable::scale (stable ABI) and its gradient", True)
+stable_model = torch.compile(lambda t: ops.masked_sum(ops.scale(t, 3.0), [1]), fullgraph=True,
+                             dynamic=True)
+for n in (4, 7):
+    t = torch.randn(n, 5)
+    torch.testing.assert_close(stable_model(t), (t * 3.0).sum(1))
+show("exstable ops under torch.compile(dynamic=True) at sizes 4 and 7", True)

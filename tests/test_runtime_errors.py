@@ -49,6 +49,10 @@ def make_root(tmp_path: Path, library: Path | None) -> Path:
     if library is not None:
         (tmp_path / "build").mkdir()
         shutil.copy2(library, tmp_path / "build" / library.name)
+        # The example's other namespaces (exstable), intact: the cases are about `library`.
+        for other in (scratch.REPO / "build").glob("lib*_ops.so"):
+            if other.name != library.name:
+                shutil.copy2(other, tmp_path / "build" / other.name)
     return tmp_path
 
 

@@ -26,6 +26,7 @@ from codegen.dest.py_ops import api_names
 from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
+from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.model import Op
 
@@ -87,6 +88,8 @@ def call_entries(ops: list[Op], names: dict[str, str], diags: Diagnostics) -> li
 def generate(lib, diags: Diagnostics) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
+        if namespace_abi(lib, ns) is not None:
+            continue    # stable ABI: codegen.dest.cpp_stable
         names = api_names([op for s in shs for op in s.ops], diags,
                           reserved=reserved.cpp_unusable())
         for shard in shs:

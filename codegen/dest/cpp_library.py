@@ -216,6 +216,12 @@ def schema_hash(lib: OpLibrary, ns: str) -> str:
             meta, _ = cpp_meta.translate(op)
             if meta is not None:
                 kernels += f"\tMeta={meta.rule}"
+            if op.abi is not None:
+                # The ABI is what the library is built on (the full API's hashes stay as before).
+                from codegen.dest import cpp_stable
+                smeta = cpp_stable.translate_meta(op)
+                kernels += f"\tabi=stable>={op.abi.min_text}" + (
+                    f"\tMeta={smeta.rule}" if smeta is not None else "")
             h.update(f"{def_schema(op)}\t{','.join(op.tags)}\t{kernels}\n".encode())
     return h.hexdigest()[:16]
 
@@ -310,5 +316,6 @@ def generate_stamps(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             library=library_file(ns),
             prefix=stamp_prefix(ns),
             schema_hash=schema_hash(lib, ns),
+            min_torch=getattr(shs[0].ops[0].abi, "min_text", None),
         )
     return out

@@ -89,6 +89,8 @@ def translate(op: Op) -> tuple[MetaKernel | None, frozenset[str]]:
 
 def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
     rule = op.fake
+    if op.abi is not None:
+        return None, set()      # stable ABI: codegen.dest.cpp_stable.translate_meta
     if not isinstance(rule, S.FakeRule) or _has_own_fake(op):
         return None, set()
     sig = L.cached_signature(op.schema)
@@ -102,6 +104,10 @@ def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
 
 def uses_cpp_meta(op: Op) -> bool:
     """Whether the op's fake kernel is a generated C++ Meta kernel (then Python registers none)."""
+    if op.abi is not None:
+        from codegen.dest import cpp_stable
+
+        return cpp_stable.translate_meta(op) is not None
     return translate(op)[0] is not None
 
 

@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
+from codegen.abi import namespace_abi
 from codegen.dest import cpp_library as L
 from codegen.dest import cpp_meta
 from codegen import reserved
@@ -23,9 +26,16 @@ from codegen.torch_namespaces import is_torch_namespace
 
 
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
+    return group_impls(L.bound_kernels(shard, diags))
+
+
+def group_impls(bound: Iterable) -> list[dict]:
+    """The TORCH_LIBRARY_IMPL blocks of a shard's bound kernels (full or stable ABI: each has
+    `op`, `key`, `sig`, `cpp_namespace`, `fn`), one per dispatch key, each kernel behind a
+    function-pointer variable of its own."""
     by_key: dict[DispatchKey, list[dict]] = {}
     used: set[str] = set()
-    for b in L.bound_kernels(shard, diags):
+    for b in bound:
         # In namespace opgen (reserved.CPP_NAMESPACE), apart from every user name.
         pointer = base = reserved.cpp_identifier(
             f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}")
@@ -57,6 +67,8 @@ def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
 def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
+        if namespace_abi(lib, ns) is not None:
+            continue    # stable ABI: codegen.dest.cpp_stable
         for shard in shs:
             out[shard.registration] = L.render(
                 "cpp_register.cpp.j2",

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from ninja import ninja_syntax
 
 from codegen import config
+from codegen.abi import namespace_abi
 from codegen.config import KERNEL_SUFFIXES
 from codegen.dest import cpp_library as L
 from codegen.diagnostics import Diagnostics, Loc
@@ -53,6 +54,8 @@ def codegen_depfile() -> str:
 # disk, never leaves a truncated library under the name `import runtime` loads.
 LINK_TEMP_SUFFIX = ".tmp"
 DEPFILE_SUFFIX = ".d"       # the compiler's depfile beside each object
+# How the build file marks a stable-ABI namespace (codegen.build reads it back for its notes).
+STABLE_MARK = "abi: stable, torch >="
 
 
 @dataclass(frozen=True)
@@ -135,24 +138,33 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     libraries = []
     for ns, shs in all_shards.items():
         headers = [s.header for s in shs]
-        w.comment(f"namespace {ns}")
+        a = namespace_abi(lib, ns)
+        # Note [ABI choice] in codegen/abi.py: a stable namespace sees only the stable headers
+        # (build/stable-include), targets its min_torch, and links no libtorch C++ symbol.
+        cflags = {} if a is None else {
+            "cflags": f"$stable_cflags -DTORCH_TARGET_VERSION={a.target_version}"}
+        cuda = {} if a is None else {
+            "cuda_cflags": f"$stable_cuda_cflags -DTORCH_TARGET_VERSION={a.target_version}"}
+        w.comment(f"namespace {ns}" + ("" if a is None else
+                                       f" ({STABLE_MARK} {a.min_text})"))
         objects = []
         for src, rel in inputs.kernel_sources.get(ns, ()):
             o = obj(ns, src, rel)
             if src.endswith(".cu"):
-                w.build(o, "cu", src, order_only=headers)
+                w.build(o, "cu", src, order_only=headers, variables=cuda or None)
             else:
                 w.build(o, "cxx", src, order_only=headers,
-                        variables={"extra_cflags": "$kernel_cflags"})
+                        variables={"extra_cflags": "$kernel_cflags", **cflags})
             objects.append(o)
         for s in shs:
             o = gen_obj(ns, s.registration)
-            w.build(o, "cxx", s.registration, order_only=headers)
+            w.build(o, "cxx", s.registration, order_only=headers, variables=cflags or None)
             objects.append(o)
         stamp = gen_obj(ns, L.stamp_path(ns))
         w.build(stamp, "stamp", L.stamp_path(ns))
         objects.append(stamp)
-        w.build(library_path(ns), "link", objects)
+        w.build(library_path(ns), "link", objects,
+                variables=None if a is None else {"ldflags": "$stable_ldflags"})
         libraries.append(library_path(ns))
         w.newline()
     w.default(libraries)

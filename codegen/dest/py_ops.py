@@ -96,6 +96,9 @@ def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     return {f"{python_dir()}/ops.py": text}
 
 
+from codegen.abi import namespace_abi as abi_namespace  # noqa: E402
+
+
 def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     namespaces = []
     for ns, shs in L.shards(lib).items():
@@ -111,6 +114,8 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             "op_names": [L.impl_name(op) for op in ops],
             "sources": sorted({s.file.path for s in shs}),
             "stamp_prefix": L.stamp_prefix(ns),
+            # Note [ABI choice] in codegen/abi.py: a stable library loads on torch >= min_torch.
+            "min_torch": (a.min_text if (a := abi_namespace(lib, ns)) is not None else None),
         })
     project = config.current()
     here = python_dir()

@@ -7,6 +7,8 @@ exist when `python_required` (the op file gives ops fake rules, formulas, vmap o
 or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
 fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both
 against what this process has registered before loading (a clash aborts the process in dlopen).
+`abi: "stable"`: the library is built on torch's stable ABI and loads on any torch >= `min_torch`
+(Note [ABI choice] in codegen/abi.py); the others load only on the torch they were built with.
 
 Paths are relative to this file's directory: the built libraries are in LIBRARY_DIR, and messages
 show paths relative to PROJECT_ROOT (PYTHON_DIR is this directory, relative to it).

@@ -1,0 +1,179 @@
+"""The stable-ABI target (Note [ABI choice] in codegen/abi.py): the promise checked on the built
+binary (no libtorch C++ symbol, no libpython), the build's per-op note for a wrong kernel
+signature and its note for a non-stable include, and the loader's version logic. The stable
+example's PT2 checks run in tests/test_samples.py (namespace exstable); the check-time
+diagnostics are pinned in tests/diagnostics{,_py}/stable_* and abi_*.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from codegen.build import stable_header_note
+from codegen.diagnostics import UserError
+from codegen.load import load_library
+from codegen.loader import LibraryError, Where, check_library, torch_mismatch
+from tests import scratch
+
+ROOT = Path(__file__).resolve().parent.parent
+STABLE_LIB = ROOT / "build" / "libexstable_ops.so"
+FORBIDDEN = ("c10::", "at::", "torch::", "caffe2::")
+
+
+@pytest.fixture(scope="module")
+def stable_library(testing) -> Path:   # `testing` builds the example libraries
+    assert STABLE_LIB.is_file()
+    return STABLE_LIB
+
+
+@pytest.mark.e2e
+def test_stable_library_needs_only_the_stable_c_shim(stable_library: Path) -> None:
+    out = subprocess.run(["nm", "-D", "--undefined-only", "-C", str(stable_library)],
+                         capture_output=True, text=True, check=True).stdout
+    names = [line.split(None, 1)[1] for line in out.splitlines() if line.strip()]
+    assert not [n for n in names if any(n.startswith(p) or f" {p}" in n or f"<{p}" in n
+                                        for p in FORBIDDEN)]
+    shim = [n for n in names if n.startswith(("aoti_torch_", "torch_"))]
+    assert "torch_library_impl" in shim and "aoti_torch_library_init_def" in shim
+    # Beyond the shim: only the C and C++ runtimes (std::, __cxa_*, glibc), nothing of torch's.
+    others = [n for n in names if n not in shim]
+    assert all(not n.startswith(("aoti", "torch")) for n in others), others
+
+
+@pytest.mark.e2e
+def test_stable_library_links_no_libpython(stable_library: Path) -> None:
+    dyn = subprocess.run(["readelf", "-d", str(stable_library)], capture_output=True, text=True,
+                         check=True).stdout
+    needed = [line.split("[")[1].rstrip("]") for line in dyn.splitlines() if "(NEEDED)" in line]
+    assert needed and not [n for n in needed if "python" in n.lower()]
+    assert not [n for n in needed if n.startswith(("libc10", "libtorch.", "libtorch_python"))]
+
+
+# --------------------------------------------------------------------------------------------------
+# The loader
+
+
+def test_torch_mismatch_for_stable_and_full_stamps() -> None:
+    assert torch_mismatch(">=2.10", "2.13.0+cpu") is None
+    assert torch_mismatch(">=2.10", "2.10.0") is None
+    assert torch_mismatch(">=2.10", "3.0.0") is None
+    refused = torch_mismatch(">=2.14", "2.13.0+cpu")
+    assert refused is not None and "stable ABI for torch 2.14 or newer" in refused
+    assert "this is torch 2.13.0+cpu" in refused
+    assert torch_mismatch("2.13.0+cpu", "2.13.0+cpu") is None
+    assert "was built for torch 2.12.0" in torch_mismatch("2.12.0", "2.13.0")
+
+
+@pytest.mark.e2e
+def test_older_torch_refuses_the_stable_library(stable_library: Path, tmp_path: Path) -> None:
+    """The stamp in a copy of the built library is edited to demand torch 9.99 (same length)."""
+    from runtime import _manifest
+
+    info = _manifest.NAMESPACES["exstable"]
+    build = tmp_path / "build"
+    build.mkdir()
+    data = stable_library.read_bytes()
+    stamp = b"torch=>=2.10;"
+    assert data.count(stamp) == 1
+    (build / info["library"]).write_bytes(data.replace(stamp, b"torch=>=9.99;"))
+    at = Where(tmp_path, build, "generated/runtime", "make build", "make codegen")
+    with pytest.raises(LibraryError, match=r"built on torch's stable ABI for torch 9\.99 or "
+                       r"newer, but this is torch 2\.\d+"):
+        check_library(at, "exstable", info, "2.13.0")
+    # The same copy with the stamp intact loads on this and any newer torch.
+    (build / info["library"]).write_bytes(data)
+    assert check_library(at, "exstable", info, "2.13.0")
+    assert check_library(at, "exstable", info, "2.20.1")
+    # A stale schema is still refused first.
+    stale = dict(info, schema_hash="0" * 16)
+    with pytest.raises(LibraryError, match="is stale"):
+        check_library(at, "exstable", stale, "2.13.0")
+
+
+# --------------------------------------------------------------------------------------------------
+# The build's notes
+
+STABLE_OP_FILE = """\
+namespace: sbad
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: twice(Tensor self, float factor=2.0) -> Tensor
+    dispatch:
+      CPU: twice_cpu
+    fake: like(self)
+"""
+
+WRONG_SIGNATURE = """\
+#include <sbad/sbad.h>
+
+namespace sbad {
+
+torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, int64_t factor) {
+  (void)factor;
+  return self;
+}
+
+}  // namespace sbad
+"""
+
+ATEN_INCLUDE = """\
+#include <sbad/sbad.h>
+#include <ATen/Tensor.h>
+"""
+
+
+@pytest.mark.e2e
+def test_wrong_stable_kernel_signature_names_the_op(tmp_path: Path) -> None:
+    scratch.make_root(tmp_path, {"sbad.yaml": STABLE_OP_FILE},
+                      {"sbad/kernels.cpp": WRONG_SIGNATURE})
+    gen = scratch.generate(tmp_path)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    proc = scratch.build(tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "runtime/csrc/sbad/kernels.cpp:5:23: error: no previous declaration for" in out
+    assert ("runtime/csrc/sbad/kernels.cpp:5:23: note: 'sbad::twice_cpu' is the CPU kernel of "
+            "sbad::twice (schemas/sbad.yaml:7); for the schema\n"
+            "    sbad::twice(Tensor self, float factor=2.0) -> Tensor\n"
+            "  the dispatcher calls it as (generated/cpp/sbad/sbad.h:") in out
+    assert ("    torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, "
+            "double factor);\n") in out
+
+
+@pytest.mark.e2e
+def test_aten_include_in_a_stable_kernel_is_refused_with_a_note(tmp_path: Path) -> None:
+    scratch.make_root(tmp_path, {"sbad.yaml": STABLE_OP_FILE}, {"sbad/kernels.cpp": ATEN_INCLUDE})
+    assert scratch.generate(tmp_path).returncode == 0
+    proc = scratch.build(tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "runtime/csrc/sbad/kernels.cpp:2:10: fatal error: ATen/Tensor.h: No such file" in out
+    assert ("runtime/csrc/sbad/kernels.cpp:2:10: note: <ATen/Tensor.h> is not part of torch's "
+            "stable ABI; namespace 'sbad' is built with 'abi: stable' (torch >= 2.10)") in out
+
+
+def test_header_note_only_for_stable_namespaces() -> None:
+    line = "runtime/csrc/ns/k.cpp:3:10: fatal error: c10/core/Scalar.h: No such file or directory"
+    assert "namespace 'ns'" in stable_header_note(line, {"ns": "2.10"})
+    assert stable_header_note(line, {"other": "2.10"}) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# One library, one ABI
+
+
+def test_files_of_a_namespace_must_agree_on_the_abi(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("a.yaml").write_text('namespace: mix\nabi: stable\nmin_torch: "2.10"\nops:\n'
+                              "  - func: f(Tensor self) -> Tensor\n")
+    Path("b.yaml").write_text("namespace: mix\nops:\n  - func: g(Tensor self) -> Tensor\n")
+    with pytest.raises(UserError) as e:
+        load_library(["a.yaml", "b.yaml"])
+    text = e.value.diags.render()
+    assert text.startswith("b.yaml:1:12: error: namespace 'mix' is built on the full libtorch "
+                           "API here, but on the stable ABI for torch >= 2.10 by a.yaml")
+
