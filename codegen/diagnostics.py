@@ -151,6 +151,7 @@ WARNINGS: dict[str, str] = {
     "torch-namespace": "the namespace is one torch defines; the ops are added to it",
     "not-functionalizable": "torch.compile and torch.export cannot functionalize the op",
     "none-return": "'-> None' is registered as '-> ()'",
+    "no-torch-func": "torch.func transforms cannot differentiate the op (autograd can)",
     "list-after-default": "a list argument without a default follows one with a default",
     "alias-on-non-tensor": "an alias annotation on a type that is not a Tensor has no effect",
 }

@@ -15,7 +15,7 @@ import dataclasses
 import math
 import os
 import re
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 from yaml import events as ev
@@ -33,6 +33,7 @@ from codegen.model import (
     DerivativesSpec,
     DispatchKey,
     FunctionSchema,
+    GradcheckSpec,
     Kernel,
     ListType,
     Located,
@@ -44,6 +45,7 @@ from codegen.model import (
     PyRef,
     Sample,
     SampleValue,
+    SymDim,
     TensorSample,
     Type,
     TypeVar,
@@ -61,14 +63,20 @@ MAX_DEPTH = 32
 # at all would otherwise produce one error per node.
 MAX_ERRORS_PER_FILE = 50
 
-OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "autocast", "vmap",
-           "suppress")
+OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
+           "autocast", "vmap", "suppress")
 FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
 CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
+GRADCHECK_KEYS = ("dtype", "atol", "rtol", "eps")
+# The per-library failures file beside the op files (codegen.testing reads it): not an op file.
+FAILURES_FILE = "sample_failures.yaml"
 AUTOCAST_DEVICES = ("cuda", "cpu")
 VMAP_KINDS = ("pointwise", "leading")
+# `leading(x, residual)`: the Tensor inputs whose dim 0 holds the rows.
+_LEADING_ROWS = re.compile(r"leading\s*\(\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\)\Z",
+                           re.ASCII)
 
 # torch dtype names a sample or autocast spec may use (tests/test_load.py checks each is a
 # torch.dtype): the canonical names plus the common aliases.
@@ -79,8 +87,15 @@ DTYPES = frozenset({
     "half", "float", "double", "short", "int", "long", "cfloat", "cdouble", "chalf",
 })
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
+COMPLEX_DTYPES = frozenset({"complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf"})
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "short": "int16",
+                  "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128",
+                  "chalf": "complex32"}
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# A named size in a sample: `N` (its value given elsewhere in the sample) or `N=6`.
+_DIM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\s*=\s*(-?[0-9]+))?\Z")
+DIM_HINT = "a size is an integer, or a named size: N (symbolic), N=6 (with its value)"
 _CPP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _PY_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)"
                      r":([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\Z")
@@ -216,6 +231,9 @@ class _FileLoader:
         self.ok = True
         self.bad_namespace = False
         self.first_error = len(diags.items)
+        # The sample being read: named size -> (value, where given), and the uses of each.
+        self.dims: dict[str, tuple[int, _Node]] = {}
+        self.dim_uses: list[tuple[str, _Node]] = []
         # torchgen conventions the file's ops break (Note [Aten conventions] in codegen.verify).
         self.conventions: list[verify.Convention] = []
 
@@ -731,6 +749,8 @@ class _FileLoader:
             changes["dispatch"] = self.dispatch(fields["dispatch"][1])
         if "samples" in fields:
             changes["samples"] = self.samples(fields["samples"][1], schema)
+        if "gradcheck" in fields:
+            changes["gradcheck"] = self.gradcheck(fields["gradcheck"][1])
         if "autocast" in fields:
             changes["autocast"] = self.autocast(fields["autocast"][1])
         if "vmap" in fields:
@@ -919,17 +939,48 @@ class _FileLoader:
             return None
         return AutocastSpec(device, dtype, self.loc(node))
 
+    def gradcheck(self, node: _Node) -> GradcheckSpec | None:
+        fields = self.mapping(node, "'gradcheck'", GRADCHECK_KEYS)
+        if fields is None:
+            return None
+        values: dict[str, object] = {}
+        if "dtype" in fields:
+            dtype = self.dtype(fields["dtype"][1], "'dtype'")
+            if dtype is None:
+                return None
+            if dtype not in FLOAT_DTYPES and dtype not in COMPLEX_DTYPES:
+                self.error(fields["dtype"][1], f"gradients are checked in a floating or complex "
+                           f"dtype, not '{dtype}'", "for example float64 (the default) or float32")
+                return None
+            values["dtype"] = _DTYPE_ALIASES.get(dtype, dtype)
+        for key in ("atol", "rtol", "eps"):
+            if key in fields:
+                v = self.number(fields[key][1], f"'{key}'")
+                if v is None:
+                    return None
+                if v <= 0 and key == "eps" or v < 0:
+                    self.error(fields[key][1], f"'{key}' must be "
+                               + ("positive" if key == "eps" else "at least 0"))
+                    return None
+                values[key] = float(v)
+        return GradcheckSpec(loc=self.loc(node), **values)  # type: ignore[arg-type]
+
     def vmap(self, node: _Node):
         text = self.string(node, "'vmap'")
         if text is None:
             return None
         if text in VMAP_KINDS:
             return VmapSpec(text, self.loc(node))
+        m = _LEADING_ROWS.match(text)
+        if m:
+            rows = tuple(n.strip() for n in m.group(1).split(","))
+            return VmapSpec("leading", self.loc(node), rows)
         m = _PY_REF.match(text)
         if m:
             return VmapSpec(PyRef(m.group(1), m.group(2), self.loc(node)), self.loc(node))
         self.error(node, f"unknown vmap rule '{_short(text)}'",
-                   "expected pointwise, leading, or a Python batching rule package.module:function")
+                   "expected pointwise, leading, leading(x, ...) naming the inputs with rows, or a "
+                   "Python batching rule package.module:function")
         return None
 
     def dtype(self, node: _Node, what: str) -> str | None:
@@ -977,8 +1028,15 @@ class _FileLoader:
         names = [a.name for a in schema.arguments]
         values: dict[str, SampleValue] = {}
         ok = True
+        self.dims, self.dim_uses = {}, []
+        gradcheck = None
         for arg_name, (key, value) in fields.items():
             arg = schema.argument(arg_name)
+            if arg is None and arg_name == "gradcheck":
+                # The sample's own gradcheck options (an argument of that name would win).
+                gradcheck = self.gradcheck(value)
+                ok = ok and gradcheck is not None
+                continue
             if arg is None:
                 self.error(key, f"sample names '{_short(arg_name)}', which is not an argument of "
                            f"{schema.name}", verify.suggest(arg_name, names)
@@ -997,10 +1055,42 @@ class _FileLoader:
                        "sample gives no value for " + ", ".join(f"'{m}'" for m in missing)
                        + (" (no default)" if len(missing) == 1 else " (no defaults)"))
             ok = False
+        for dim, use in self.dim_uses:
+            if dim not in self.dims:
+                self.error(use, f"named size '{dim}' has no value in this sample",
+                           f"give it once, where it is used first: {dim}=<size>")
+                ok = False
+                break
         if not ok:
             return None
         args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
-        return Sample(args, self.loc(node), name)
+        dims = tuple((d, v) for d, (v, _) in self.dims.items())
+        return Sample(args, self.loc(node), name, dims, gradcheck)
+
+    def size_name(self, node: _Scalar, what: str):
+        """`N` or `N=6` where a sample gives a size -> SymDim, or _BAD (error reported)."""
+        m = _DIM.match(node.value.strip())
+        if m is None:
+            self.error(node, f"expected a size for {what}, got '{_short(node.value)}'", DIM_HINT)
+            return _BAD
+        dim = m.group(1)
+        if m.group(2) is not None:
+            value = int(m.group(2))
+            if dim in self.dims:
+                first = self.dims[dim][1]
+                self.error(node, f"named size '{dim}' is given a value twice in this sample",
+                           f"its value is given at line {first.start.line + 1}; write just "
+                           f"'{dim}' here")
+                return _BAD
+            if not 2 <= value < 2**31:
+                self.error(node, f"named size '{dim}' is {value}; a named size is between 2 and "
+                           "2**31 - 1",
+                           "torch.compile specializes sizes 0 and 1 (they cannot vary): write a "
+                           "fixed size instead" if 0 <= value < 2 else None)
+                return _BAD
+            self.dims[dim] = (value, node)
+        self.dim_uses.append((dim, node))
+        return SymDim(dim)
 
     def sample_value(self, node: _Node, t: Type, what: str):
         """A YAML value for an argument of type `t` -> SampleValue, or _BAD (error reported)."""
@@ -1034,6 +1124,8 @@ class _FileLoader:
         value = node.value if type(node) is _Scalar else None  # type: ignore[attr-defined]
         if ty is BaseTy.Tensor:
             return self.tensor_sample(node, what)
+        if ty in (BaseTy.int, BaseTy.SymInt) and tag == "str":
+            return self.size_name(node, what)  # type: ignore[arg-type]
         if ty in (BaseTy.int, BaseTy.SymInt, BaseTy.DeviceIndex):
             if tag == "int":
                 if not -(2**63) <= value < 2**63:
@@ -1095,10 +1187,14 @@ class _FileLoader:
             items = self.sequence(fields["shape"][1], "'shape'")
             if items is None:
                 return _BAD
-            dims = []
+            dims: list = []
             for item in items:
                 if type(item) is _Scalar and item.tag == "int" and 0 <= item.value < 2**31:
                     dims.append(item.value)
+                elif type(item) is _Scalar and item.tag == "str":
+                    dim = self.size_name(item, "'shape'")
+                    ok = ok and dim is not _BAD
+                    dims.append(dim)
                 else:
                     self.error(item, f"a shape holds sizes (integers >= 0), got {item.kind}"
                                if not (type(item) is _Scalar and item.tag == "int")
@@ -1126,16 +1222,23 @@ class _FileLoader:
                 ok = False
             else:
                 requires_grad = rg
-        bounds: list[float | None] = []
+        bounds: list = []
         for key in ("low", "high"):
             if key in fields:
-                v = self.number(fields[key][1], f"'{key}'")
+                bound = fields[key][1]
+                if type(bound) is _Scalar and bound.tag == "str":
+                    # A named size: index tensors whose values range over a size.
+                    sym = self.size_name(bound, f"'{key}'")  # type: ignore[arg-type]
+                    ok = ok and sym is not _BAD
+                    bounds.append(sym)
+                    continue
+                v = self.number(bound, f"'{key}'")
                 ok = ok and v is not None
                 bounds.append(None if v is None else float(v))
             else:
                 bounds.append(None)
         low, high = bounds
-        if low is not None and high is not None and low >= high:
+        if isinstance(low, float) and isinstance(high, float) and low >= high:
             self.error(fields["low"][1], f"'low' ({low}) must be less than 'high' ({high})")
             ok = False
         if not ok:
@@ -1213,7 +1316,8 @@ def op_files(paths: list[str], diags: Diagnostics) -> list[str]:
     for p in paths:
         if os.path.isdir(p):
             found = sorted(os.path.join(p, n) for n in os.listdir(p)
-                           if n.endswith(".yaml") and os.path.isfile(os.path.join(p, n)))
+                           if n.endswith(".yaml") and n != FAILURES_FILE
+                           and os.path.isfile(os.path.join(p, n)))
             if not found:
                 diags.error(Loc(p, 1, 1), "directory holds no op files (*.yaml)")
         elif os.path.exists(p):
@@ -1267,3 +1371,51 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLi
     if diags.has_errors:
         raise UserError(diags)
     return lib
+
+
+def read_failures(files: list[str], cases: dict | None, checks: tuple[str, ...], make,
+                  applies: Callable[[Any, str], bool] | None = None):
+    """Known failures files (`sample_failures.yaml`: `<op>[<sample>]: {<check>: <reason>}`) ->
+    `make(entries, where)`; raises UserError with every problem. `cases`, when given, maps case
+    ids to cases: an entry must name one, and a check that `applies` to it."""
+    diags = Diagnostics()
+    entries: dict[str, dict[str, str]] = {}
+    where: dict[tuple[str, str], str] = {}
+    for path in files:
+        loader = _FileLoader(path, diags, None)
+        text = loader.read()
+        if text is None:
+            continue
+        root = None
+        for item in loader.compose(text):
+            if item[0] == "root":
+                root = item[1]
+        if root is None or (type(root) is _Scalar and root.tag == "null"):
+            continue                # an empty file lists nothing; YAML errors were reported
+        top = loader.mapping(root, "the failures file (<op>[<sample>]: {<check>: <reason>})",
+                             None)
+        for case_id, (key, value) in (top or {}).items():
+            if cases is not None and case_id not in cases:
+                loader.error(key, f"no sample '{_short(case_id)}' in the op files",
+                             verify.suggest(case_id, list(cases))
+                             or "keys are sample ids: <ns>::<op>[<index or name>]")
+                continue
+            fields = loader.mapping(value, f"the known failures of {case_id}", checks)
+            for check, (check_key, reason_node) in (fields or {}).items():
+                reason = loader.string(reason_node, f"the reason {case_id} fails {check}")
+                if reason is None:
+                    continue
+                if not reason.strip():
+                    loader.error(reason_node, "a known failure needs a reason",
+                                 "say why it fails, and what would fix it")
+                    continue
+                if cases is not None and applies is not None and \
+                        not applies(cases[case_id], check):
+                    loader.error(check_key, f"{case_id} has no {check} check, so it cannot fail",
+                                 "remove the entry")
+                    continue
+                entries.setdefault(case_id, {})[check] = reason
+                loc = loader.loc(check_key)
+                where[(case_id, check)] = f"{loc.path}:{loc.line}:{loc.col}"
+    diags.raise_if_errors()
+    return make(entries, where)

@@ -696,16 +696,37 @@ Kernel = Union[CppKernel, PyRef]
 
 
 @dataclass(frozen=True)
+class GradcheckSpec:
+    """`gradcheck:` of an op or a sample: the dtype gradients are checked in (float64 unless the
+    kernels take only another one) and tolerances (torch.autograd.gradcheck's, where None). A
+    sample's given fields override the op's."""
+
+    dtype: str | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    eps: float | None = None
+    loc: Loc | None = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class SymDim:
+    """A named size of a sample (`N`, or `N=6` where its value is given): the same size wherever
+    the sample names it, and symbolic (varied, marked dynamic) in the compile check."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class TensorSample:
-    shape: tuple[int, ...]
+    shape: tuple[int | SymDim, ...]
     dtype: str = "float32"          # a torch dtype name: float32, float64, int64, bool, ...
     requires_grad: bool = False
-    low: float | None = None        # value range for random contents
-    high: float | None = None
+    low: float | SymDim | None = None   # value range for random contents
+    high: float | SymDim | None = None
     values: tuple | None = None     # explicit nested-list contents instead of random ones
 
 
-SampleValue = Union[TensorSample, tuple, int, float, bool, str, None]
+SampleValue = Union[TensorSample, SymDim, tuple, int, float, bool, str, None]
 
 
 @dataclass(frozen=True)
@@ -715,6 +736,8 @@ class Sample:
     args: tuple[tuple[str, SampleValue], ...]
     loc: Loc = field(compare=False, hash=False)
     name: str | None = None
+    dims: tuple[tuple[str, int], ...] = ()      # each named size -> its value in this sample
+    gradcheck: GradcheckSpec | None = None      # this sample's, over the op's
 
 
 @dataclass(frozen=True)
@@ -726,11 +749,13 @@ class AutocastSpec:
 
 @dataclass(frozen=True)
 class VmapSpec:
-    """`pointwise` (broadcasting elementwise op), `leading` (loops over a leading batch dim of
-    every tensor input) or a Python batching rule."""
+    """`pointwise` (broadcasting elementwise op), `leading` (rows at dim 0 of the first Tensor
+    input, or of the `rows` named by `leading(x, y)`, and of every output; other Tensor inputs
+    are shared by all rows) or a Python batching rule."""
 
     kind: str | PyRef
     loc: Loc = field(compare=False, hash=False)
+    rows: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -756,6 +781,7 @@ class Op:
     samples: tuple[Sample, ...] = ()
     autocast: AutocastSpec | None = None
     vmap: VmapSpec | None = None
+    gradcheck: GradcheckSpec | None = None
     # Warning names silenced for this op: its own `suppress:` and its file's.
     suppress: frozenset[str] = frozenset()
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API

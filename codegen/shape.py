@@ -1483,7 +1483,26 @@ class _Checker:
             if e is not None and (constant(e) or 0) < 0:
                 raise self.error(named[key].span, f"the {key} of a size is never negative, got "
                                  f"{constant(e)}")
+            if e is not None and not self.plain_int(e):
+                raise self.error(named[key].span, f"the {key} of dynamic() must be known when the "
+                                 "op is traced: a literal, an `int` argument, len() or dim()",
+                                 "torch.compile passes tensor sizes and SymInt arguments as "
+                                 "symbols, and new_dynamic_size() takes plain ints; leave it out")
         return Dynamic(lo, hi)
+
+    def plain_int(self, e: Expr) -> bool:
+        """Whether `e` is a plain int when the op is traced (never a symbol)."""
+        match e:
+            case IntLit() | Len():
+                return True
+            case TensorProp(prop=prop):
+                return prop is Prop.ndim
+            case Arg(name=name):
+                arg = self.schema.argument(name)
+                return arg is not None and strip_optional(arg.type) == BaseType(BaseTy.int)
+            case Arith() | Neg() | MinMax():
+                return all(self.plain_int(c) for c in children(e))
+        return False
 
     def fn_promote_types(self, node: _Call) -> Expr:
         pos, _ = self.bind(node, "promote_types", ("dtypes",), 2, variadic=True)

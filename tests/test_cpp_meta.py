@@ -102,7 +102,7 @@ CHECK = textwrap.dedent("""
             testing.check_compile(case, backend="aot_eager")
             report["checked"].append(case.id)
             # FakeTensor with symbolic sizes: the C++ Meta kernel's output matches the real one.
-            args, kwargs = case.inputs(scale=2)
+            args, kwargs = case.inputs(sizes={n: v * 2 for n, v in case.sample.dims})
             real = case.overload(*args, **kwargs)
             mode = FakeTensorMode(shape_env=ShapeEnv())
             def fake(x):

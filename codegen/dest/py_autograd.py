@@ -203,13 +203,25 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
     def is_list(a: Argument) -> bool:
         return is_tensor_like(a.type) and isinstance(strip_optional(a.type), ListType)
 
-    if any(is_tensor_like(r.type) and isinstance(strip_optional(r.type), ListType)
-           for r in schema.returns) or \
+    list_returns = [i for i, r in enumerate(schema.returns)
+                    if is_tensor_like(r.type) and isinstance(strip_optional(r.type), ListType)]
+    if len(list_returns) > 1 or \
             any(is_list(a) and a.type != strip_optional(a.type) for a in args):
-        # A Tensor[] output, or an optional Tensor[] input, does not pass through an
+        # Several Tensor[] outputs, or an optional Tensor[] input, do not pass through an
         # autograd.Function as flat Tensors: torch.library wraps it (no torch.func then).
+        if len(list_returns) > 1:
+            m.diags.warning(d.loc or op.loc, f"torch.func transforms (grad, vjp, jacrev) "
+                            f"cannot differentiate {op.name}: it returns several Tensor[]; "
+                            "autograd works",
+                            "return one Tensor[] (and Tensors) for torch.func support",
+                            name="no-torch-func", suppress=op.suppress)
         register_autograd(m, op, api, sec, d, refs, plan)
         return
+    # One Tensor[] output: the Function returns every output Tensor flat, and the Autograd
+    # kernel puts the list back together; the list's length is what the other returns leave.
+    at = list_returns[0] if list_returns else None
+    n_returns = len(schema.returns)
+    tail = n_returns - 1 - at if at is not None else 0
 
     # The Function's inputs: one slot per argument (a count for a Tensor[]), then the
     # elements of the Tensor[] arguments.
@@ -222,6 +234,7 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
     grads = _grad_names(schema)
     results = _result_names(schema)
     taken = {"ctx", "needs", "saved", *grads, *results,
+             *(("flat_grads", "outputs") if at is not None else ()),
              *(f"{a.name}_grad" for a in args), *(f"{a.name}_len" for a in lists)}
     if len(lists) > 1:
         taken.add(flat)
@@ -250,8 +263,18 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
             return list_slice("inputs", lists.index(arg), input_count, n_slots)
         return f"inputs[{slot[a_name]}]"
 
+    def flat_output(seq: str, i: int) -> str:
+        """Return `i` in the flat outputs `seq` (a slice for the Tensor[] one)."""
+        if at is None:
+            return seq if n_returns == 1 else f"{seq}[{i}]"
+        if i == at:
+            if not tail:
+                return f"{seq}[{at}:]" if at else seq
+            return f"{seq}[{at}:len({seq}) - {tail}]"
+        return f"{seq}[{i}]" if i < at else f"{seq}[-{n_returns - i}]"
+
     def output(i: int) -> str:
-        return "output" if len(schema.returns) == 1 else f"output[{i}]"
+        return flat_output("output", i)
 
     # forward: the op below autograd.
     forward: list[str] = []
@@ -264,21 +287,34 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
     # Grad mode on, as in a C++ autograd kernel (apply turns it off): under torch.func the
     # op then records at the transform levels below this one.
     forward.append("with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():")
-    forward.append(f"    return {call}")
+    if at is None:
+        forward.append(f"    return {call}")
+    elif n_returns == 1:
+        forward.append(f"    return tuple({call})")
+    else:
+        forward.append(f"    outputs = {call}")
+        forward.append(f"    return (*outputs[:{at}], *outputs[{at}], *outputs[{at + 1}:])")
     forward_params = ", ".join(slot_names + ([f"*{flat}"] if lists else []))
 
     # setup_context
     singles = [(n, source(n)) for n in plan.tensors] + \
-        [(results[i], output(i)) for i in plan.results]
-    saved_lists = [(n, source(n)) for n in plan.tensor_lists]
+        [(results[i], output(i)) for i in plan.results if i != at]
+    saved_lists = [(n, source(n)) for n in plan.tensor_lists] + \
+        [(results[i], output(i)) for i in plan.results if i == at]
     setup = _save_tensors(singles, saved_lists)
     for a in lists[:-1]:
         setup.append(f"ctx.{a.name}_len = {input_count(a.name)}")
-    setup += _save_context(plan, d, schema, source, output)
+    setup += _save_context(plan, d, schema, source,
+                           lambda i: f"*{output(i)}" if i == at else output(i))
     setup = setup or ["pass"]
 
     # backward
     body = _restore_saved(singles, saved_lists, plan)
+    if at is not None:
+        # The gradients of the flat outputs, regrouped: the Tensor[] return's is a list.
+        for i, g in enumerate(grads):
+            value = flat_output("flat_grads", i)
+            body.append(f"{g} = " + (f"list({value})" if i == at else value))
     if lists:
         # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
         for a in lists[:-1]:
@@ -328,8 +364,8 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
         f"{qualname(op)} under autograd, from its derivative formulas.",
         [Function("forward", forward_params, forward, decorators=["staticmethod"]),
          Function("setup_context", "ctx, inputs, output", setup, decorators=["staticmethod"]),
-         Function("backward", "ctx, " + ", ".join(grads), body, _formulas_doc(d),
-                  decorators=backward_decorators),
+         Function("backward", "ctx, " + (", ".join(grads) if at is None else "*flat_grads"),
+                  body, _formulas_doc(d), decorators=backward_decorators),
          Function("jvp", "ctx, *tangents",
                   [f"raise NotImplementedError({q(why_no_jvp)})"],
                   decorators=["staticmethod"])])
@@ -340,9 +376,18 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
     tensors = [a.name for a in args if is_tensor_like(a.type)]
     applied = [f"len({a.name})" if is_list(a) else a.name for a in args] + \
         [f"*{a.name}" for a in lists]
+    applying = f"_apply({cls.name}, {', '.join(applied)})"
+    if at is None:
+        differentiating = [f"    return {applying}"]
+    elif n_returns == 1:
+        differentiating = [f"    return list({applying})"]
+    else:
+        differentiating = [f"    outputs = {applying}",
+                           f"    return (*outputs[:{at}], list({flat_output('outputs', at)}), "
+                           + (f"*outputs[len(outputs) - {tail}:])" if tail else ")")]
     kernel = [
         f"if _differentiating({', '.join(tensors)}):",
-        f"    return _apply({cls.name}, {', '.join(applied)})",
+        *differentiating,
         "with torch._C._AutoDispatchBelowAutograd():",
         f"    return {call}",
     ]

@@ -61,6 +61,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "reduce": (),
     "pointwise_batch": (),
     "fold_leading": (),
+    "loop_batch": (),
     "not_implemented": (),
     "first_order": (),
     "apply": (),

@@ -62,9 +62,27 @@ def vmap(m: _Module, op: Op, api: str, sec: Section) -> None:
         body.append(f"{lhs} = _pointwise_batch({info}.batch_size, {pairs})")
         body.append(f"return {call}, {out_dims}")
     elif spec.kind == "leading":
+        # Rows at dim 0 of the first Tensor (or of the named ones); others are shared by every
+        # row, so a batched shared operand (a weight per batch element) cannot be folded: the op
+        # then runs once per batch element.
+        rows = list(spec.rows) or names[:1]
+        bad = [r for r in rows if r not in names]
+        if bad:
+            m.diags.error(spec.loc, f"leading({', '.join(spec.rows)}) names '{bad[0]}', which is "
+                          f"not a Tensor input of {op.name}", "Tensor inputs: " + ", ".join(names))
+            return
         m.helpers.add("fold_leading")
+        shared = [(n, d) for n, d in zip(names, dims) if n not in rows]
+        if shared:
+            m.helpers.add("loop_batch")
+            pairs = ", ".join(f"({n}, {d})" for n, d in zip(names, dims))
+            body.append("if " + " or ".join(f"({n} is not None and {d} is not None)"
+                                             for n, d in shared) + ":")
+            body.append(f"    return _loop_batch(lambda {', '.join(names)}: {call}, "
+                        f"{info}.batch_size, {pairs}), {out_dims}")
         for n, d in zip(names, dims):
-            body.append(f"{n} = _fold_leading({n}, {d}, {info}.batch_size)")
+            if n in rows:
+                body.append(f"{n} = _fold_leading({n}, {d}, {info}.batch_size)")
         if n_out == 1:
             body.append(f"return {call}.unflatten(0, ({info}.batch_size, -1)), 0")
         else:

@@ -1002,35 +1002,54 @@ def _scale_all_fake(xs, w):
     return [x.new_empty(x.shape) for x in xs]
 
 
-def _scale_all_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1], *inputs[0])
+class _ScaleAllFunction(torch.autograd.Function):
+    """gradtest::scale_all under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(xs_len, w, *xs):
+        xs = list(xs)
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return tuple(_ops.scale_all.default(xs, w))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[1], *inputs[2:])
+
+    @staticmethod
+    def backward(ctx, *flat_grads):
+        """xs: [g * w for g in grad]
+        w: sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
+        """
+        saved = ctx.saved_tensors
+        w = saved[0]
+        xs = list(saved[1:])
+        needs = ctx.needs_input_grad
+        grad = list(flat_grads)
+        xs_len = len(needs) - 2
+        xs_grad = [None] * xs_len
+        w_grad = None
+        if any(needs[2:]):
+            xs_grad = [g * w for g in grad]
+        if needs[1]:
+            w_grad = sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
+        return None, w_grad, *xs_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::scale_all has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
 
 
-def _scale_all_backward(ctx, grad):
-    """xs: [g * w for g in grad]
-    w: sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
-    """
-    saved = ctx.saved_tensors
-    w = saved[0]
-    xs = list(saved[1:])
-    needs = ctx.needs_input_grad
-    xs_grad = [None] * len(needs[0])
-    w_grad = None
-    if any(needs[0]):
-        xs_grad = [g * w for g in grad]
-    if needs[1]:
-        w_grad = sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
-    return xs_grad, w_grad
+def _scale_all_autograd(xs, w):
+    """Autograd kernel: _ScaleAllFunction when differentiating."""
+    if _differentiating(xs, w):
+        return list(_apply(_ScaleAllFunction, len(xs), w, *xs))
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.scale_all.default(xs, w)
 
 
 _lib.impl("scale_all", scale_all, "CPU")
 torch.library.register_fake("gradtest::scale_all", _scale_all_fake, lib=_lib)
-torch.library.register_autograd(
-    "gradtest::scale_all",
-    _scale_all_backward,
-    setup_context=_scale_all_setup_context,
-    lib=_lib,
-)
+_lib.impl("scale_all", _scale_all_autograd, "Autograd")
 
 
 # gradtest::times_x_backward(Tensor grad, Tensor x) -> Tensor

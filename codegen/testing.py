@@ -1,0 +1,958 @@
+"""Checks of an op library driven by the `samples:` of its op files.
+
+Each op's samples become real calls, and each call goes through the checks a PyTorch op must
+pass to work everywhere:
+
+    from codegen import testing         # `from runtime import testing` loads the built libraries
+    for case in testing.load_cases(["schemas"]):
+        testing.check_opcheck(case)     # torch.library.opcheck, all four utilities
+        testing.check_gradients(case)   # gradcheck (+ gradgradcheck), ops with gradients
+        testing.check_compile(case)     # torch.compile(fullgraph=True), named sizes varied
+        testing.check_export(case)      # torch.export, save, load, run
+        testing.check_seeded(case)      # random ops: the seed, or the Generator, decides
+        testing.check_vmap(case)        # ops with a batching rule: vmap == a loop
+        testing.check_autocast(case)    # ops with an autocast policy: inputs cast
+
+Every check reads what the op file declares: derivative formulas that are `not_implemented` and
+`output_differentiability: false` outputs are not differentiated, `nondeterministic_seeded` ops are
+reseeded before each run they are compared across, `gradcheck:` sets the dtype and tolerances of
+the gradient check (floating `ScalarType` arguments follow that dtype), CompositeImplicitAutograd
+ops are gradchecked through their decomposition, and mutated arguments are compared after compile
+and export as well as the results. `applies(case, check)` says which checks a case has.
+
+Every check raises AssertionError (or the error PyTorch raised) on failure and returns what it ran
+on success, so the same functions serve a pytest suite (tests/test_samples.py parametrizes them
+over every sample of the example library) or a user's own script over their library.
+`run_check` runs one through a library's known failures (`load_failures`, the
+`sample_failures.yaml` beside its op files): a listed check must still fail, and one that passes
+is reported so that its entry gets removed.
+
+This module imports no op library: `load_python_library` defines the ops of op files whose kernels
+are all Python in this process, with nothing built (other namespaces included).
+
+Sample inputs are deterministic: random contents come from a generator seeded with the case's id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import types
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import torch
+
+from codegen.model import (
+    BaseTy,
+    BaseType,
+    DispatchKey,
+    GradcheckSpec,
+    ListType,
+    Op,
+    Sample,
+    SymDim,
+    TensorSample,
+    Type,
+    is_tensor_like,
+    strip_optional,
+)
+
+__all__ = [
+    "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "Case", "Failures", "NoLongerFails",
+    "PythonLibrary", "differentiable_outputs", "generator_arguments", "make_named", "split_call",
+    "applies", "check", "check_autocast", "check_compile", "check_export", "check_gradients",
+    "check_opcheck", "check_seeded", "check_vmap", "differentiable_inputs", "gradcheck_spec",
+    "has_dynamic_output",
+    "has_gradients", "is_mutating", "load_cases", "load_failures", "load_python_library",
+    "make_inputs", "make_tensor", "make_value", "run_check", "symbolic_dims",
+]
+
+ALL_OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
+                     "test_aot_dispatch_dynamic")
+
+CHECKS = ("opcheck", "gradients", "compile", "export", "seeded", "vmap", "autocast")
+
+# The compile check runs each sample at these multiples of its named sizes (`N=4` -> 4, 8, 12);
+# sizes a sample does not name stay as written.
+COMPILE_SCALES = (1, 2, 3)
+
+_ENUMS = {
+    "strided": torch.strided, "sparse_coo": torch.sparse_coo, "jagged": torch.jagged,
+    "contiguous_format": torch.contiguous_format, "preserve_format": torch.preserve_format,
+    "channels_last": torch.channels_last, "channels_last_3d": torch.channels_last_3d,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One sample of one op."""
+
+    op: Op
+    sample: Sample
+    index: int
+
+    @property
+    def id(self) -> str:
+        label = self.sample.name if self.sample.name is not None else str(self.index)
+        return f"{self.op.name}[{label}]"
+
+    @property
+    def overload(self) -> torch._ops.OpOverload:
+        n = self.op.name
+        return getattr(getattr(getattr(torch.ops, self.op.namespace), n.name),
+                       n.overload_or_default)
+
+    @property
+    def seed(self) -> int:
+        return _seed(self.id)
+
+    def inputs(self, **options: Any) -> tuple[tuple, dict]:
+        """Fresh (args, kwargs) for this sample; see `make_inputs` for the options."""
+        return make_inputs(self.op, self.sample, seed=self.seed, **options)
+
+
+def load_cases(paths: Iterable[str]) -> list[Case]:
+    """Every sample of every op in the op files (or directories) `paths`."""
+    from codegen.load import load_library
+
+    lib = load_library(list(paths))
+    note_library(lib.ops)
+    return [Case(op, s, i) for op in lib.ops for i, s in enumerate(op.samples)]
+
+
+@dataclass
+class PythonLibrary:
+    """An op library loaded without building anything (see `load_python_library`)."""
+
+    ops: list[Op]
+    modules: dict[str, types.ModuleType]           # namespace -> its registrations module
+    libraries: list[torch.library.Library] = field(default_factory=list)
+
+    def cases(self) -> list[Case]:
+        return [Case(op, s, i) for op in self.ops for i, s in enumerate(op.samples)]
+
+    def close(self) -> None:
+        """Remove every definition and registration (the namespaces can be loaded again)."""
+        for m in self.modules.values():
+            m._lib._destroy()
+        for lib in self.libraries:
+            lib._destroy()
+        self.libraries.clear()
+
+
+def load_python_library(paths: Iterable[str]) -> PythonLibrary:
+    """Define the ops of op files whose kernels are all Python, in this process, and run their
+    generated registrations from memory: a library to try or test before any C++ exists.
+
+    Each namespace is defined with `torch.library.Library(ns, "DEF")` (so it must not be loaded
+    already; a namespace torch defines gets a "FRAGMENT") and gets the module `runtime._reg_<ns>`
+    would be, from the same generator. Nothing else is loaded: other namespaces need not be built.
+    """
+    from codegen.dest.py_reg import generate_registrations, module_name
+    from codegen.load import load_library
+    from codegen.model import OperatorName
+    from codegen.torch_namespaces import is_torch_namespace
+
+    lib = load_library(list(paths))
+    diags = lib.diagnostics()
+    texts = generate_registrations(lib, diags)
+    diags.raise_if_errors()
+    note_library(lib.ops)
+    out = PythonLibrary(list(lib.ops), {})
+    try:
+        for ns in lib.namespaces:
+            defs = torch.library.Library(ns, "FRAGMENT" if is_torch_namespace(ns) else "DEF")
+            out.libraries.append(defs)
+            for op in lib.ops:
+                if op.namespace == ns:
+                    n = op.name
+                    schema = op.schema.with_name(OperatorName(None, n.name, n.overload))
+                    defs.define(str(schema), tags=tuple(getattr(torch.Tag, t) for t in op.tags))
+            text = texts[f"generated/runtime/_reg_{ns}.py"]
+            module = types.ModuleType(module_name(ns))
+            exec(compile(text, f"<generated {module_name(ns)}>", "exec"), module.__dict__)
+            out.modules[ns] = module
+    except BaseException:
+        out.close()
+        raise
+    return out
+
+
+def _seed(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+# --------------------------------------------------------------------------------------------------
+# Samples -> values
+
+
+def _size(v: int | SymDim, sizes: Mapping[str, int]) -> int:
+    return sizes[v.name] if isinstance(v, SymDim) else v
+
+
+def _bound(v: float | SymDim | None, sizes: Mapping[str, int]) -> float | None:
+    return float(sizes[v.name]) if isinstance(v, SymDim) else v
+
+
+def make_tensor(t: TensorSample, *, generator: torch.Generator, dtype: torch.dtype | None = None,
+                sizes: Mapping[str, int] | None = None, device: str | torch.device = "cpu",
+                requires_grad: bool | None = None) -> torch.Tensor:
+    """A tensor for a sample: given values, or random ones in [low, high).
+
+    `dtype` overrides a floating sample's dtype (the gradient check's dtype); `sizes` gives the
+    named sizes (`N` in a shape) their values (default: the sample's).
+    """
+    sizes = sizes or {}
+    target = getattr(torch, t.dtype)
+    if dtype is not None and target.is_floating_point:
+        target = dtype
+    if t.values is not None:
+        x = torch.tensor(t.values, dtype=target)
+    else:
+        shape = [_size(d, sizes) for d in t.shape]
+        low, high = _bound(t.low, sizes), _bound(t.high, sizes)
+        if target == torch.bool:
+            x = torch.randint(0, 2, shape, generator=generator).bool()
+        elif target.is_floating_point or target.is_complex:
+            low = -1.0 if low is None else low
+            high = 1.0 if high is None else high
+            x = torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
+            x = x.to(target)
+        else:
+            lo = 0 if low is None else int(low)
+            hi = 10 if high is None else int(high)
+            x = torch.randint(lo, hi, shape, generator=generator, dtype=target)
+    x = x.to(device)
+    grad = t.requires_grad if requires_grad is None else requires_grad
+    if grad and (x.is_floating_point() or x.is_complex()):
+        x.requires_grad_(True)
+    return x
+
+
+def make_value(value: Any, t: Type, *, generator: torch.Generator, dtype: torch.dtype | None,
+               sizes: Mapping[str, int], device: str | torch.device,
+               requires_grad: bool | None) -> Any:
+    """A sample value of an argument of schema type `t` -> what the op is called with."""
+    if value is None:
+        return None
+    base = strip_optional(t)
+    if isinstance(base, ListType):
+        return [make_value(v, base.elem, generator=generator, dtype=dtype, sizes=sizes,
+                           device=device, requires_grad=requires_grad) for v in value]
+    if isinstance(value, TensorSample):
+        return make_tensor(value, generator=generator, dtype=dtype, sizes=sizes, device=device,
+                           requires_grad=requires_grad)
+    if isinstance(value, SymDim):
+        return sizes[value.name]
+    if isinstance(base, BaseType):
+        name = base.name
+        if name is BaseTy.ScalarType:
+            chosen = getattr(torch, value)
+            # The gradient check's dtype reaches dtype arguments too (`out_dtype=float32` with
+            # float64 inputs would cut the Jacobian's precision).
+            if dtype is not None and chosen.is_floating_point:
+                return dtype
+            return chosen
+        if name is BaseTy.Device:
+            return torch.device(value)
+        if name in (BaseTy.Layout, BaseTy.MemoryFormat):
+            return _ENUMS[value]
+    return value
+
+
+def make_named(op: Op, sample: Sample, *, seed: int = 0, dtype: torch.dtype | None = None,
+               sizes: Mapping[str, int] | None = None, device: str | torch.device = "cpu",
+               requires_grad: bool | None = None) -> dict[str, Any]:
+    """Argument name -> value for every argument `sample` gives, in schema order."""
+    gen = torch.Generator().manual_seed(seed)
+    values = dict(sample.dims)
+    values.update(sizes or {})
+    given = dict(sample.args)
+    return {a.name: make_value(given[a.name], a.type, generator=gen, dtype=dtype, sizes=values,
+                               device=device, requires_grad=requires_grad)
+            for a in op.schema.arguments if a.name in given}
+
+
+def split_call(op: Op, named: Mapping[str, Any]) -> tuple[tuple, dict]:
+    """(args, kwargs) calling `op`: positional arguments in order up to the first one `named`
+    leaves out; the rest, and keyword-only ones, by name."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    positional = True
+    for a in op.schema.arguments:
+        if a.name not in named:
+            positional = False
+            continue
+        if positional and not a.kwarg_only:
+            args.append(named[a.name])
+        else:
+            kwargs[a.name] = named[a.name]
+    return tuple(args), kwargs
+
+
+def make_inputs(op: Op, sample: Sample, **options: Any) -> tuple[tuple, dict]:
+    """(args, kwargs) calling `op` on `sample` (`make_named`'s options: seed, dtype, sizes,
+    device, requires_grad)."""
+    return split_call(op, make_named(op, sample, **options))
+
+
+def _clone(x: Any) -> Any:
+    """A deep copy of call inputs (tensors keep their requires_grad, as leaves)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+def _detach(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_detach(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _detach(v) for k, v in x.items()}
+    return x
+
+
+def _assert_same(actual: Any, expected: Any, what: str) -> None:
+    try:
+        torch.testing.assert_close(_detach(actual), _detach(expected), equal_nan=True)
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
+
+
+def _mutated(op: Op, named: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments `op` writes to (`Tensor(a!)`), by name."""
+    return {a.name: named[a.name] for a in op.schema.mutable_arguments if a.name in named}
+
+
+@contextlib.contextmanager
+def _reseeded(op: Op, seed: int) -> Iterator[None]:
+    """Reseed torch's generator for a run of a `nondeterministic_seeded` op, so that runs
+    compared with each other draw the same numbers; other ops run as they are."""
+    if "nondeterministic_seeded" in op.tags:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    else:
+        yield
+
+
+# --------------------------------------------------------------------------------------------------
+# What an op declares
+
+
+def _is_not_implemented(e: Any) -> bool:
+    from codegen import formulas as F
+
+    return isinstance(e, F.Call) and isinstance(e.func, F.BuiltinRef) and \
+        e.func.name == "not_implemented"
+
+
+def _implemented(formula: Any) -> list[str]:
+    """The inputs a formula really gives gradients for: not `not_implemented(...)` (nor `None`
+    in a tuple formula)."""
+    from codegen import formulas as F
+
+    e = formula.expr
+    if len(formula.inputs) > 1 and isinstance(e, F.TupleLit) and \
+            len(e.items) == len(formula.inputs):
+        return [n for n, item in zip(formula.inputs, e.items)
+                if not _is_not_implemented(item) and item != F.Const(None)]
+    return [] if _is_not_implemented(e) else list(formula.inputs)
+
+
+def _composite_implicit(op: Op) -> bool:
+    return op.kernel(DispatchKey.CompositeImplicitAutograd) is not None
+
+
+def differentiable_inputs(op: Op) -> list[str]:
+    """Inputs with gradients: a derivative formula that is not `not_implemented(...)`, or, for a
+    CompositeImplicitAutograd op (differentiated through its decomposition), every Tensor
+    input."""
+    from codegen.formulas import Derivatives
+
+    d = op.derivatives
+    if isinstance(d, Derivatives):
+        return [n for f in d.formulas for n in _implemented(f)]
+    if _composite_implicit(op):
+        return [a.name for a in op.schema.arguments if is_tensor_like(a.type)]
+    return []
+
+
+def differentiable_outputs(op: Op) -> list[bool]:
+    """One flag per return: `output_differentiability`, else whether it is a Tensor."""
+    from codegen.formulas import Derivatives
+
+    d = op.derivatives
+    if isinstance(d, Derivatives):
+        return list(d.output_differentiability)
+    return [is_tensor_like(r.type) for r in op.schema.returns]
+
+
+def _floating_sample(v: Any) -> bool:
+    if isinstance(v, TensorSample):
+        dt = getattr(torch, v.dtype)
+        return dt.is_floating_point or dt.is_complex
+    return isinstance(v, tuple) and any(_floating_sample(x) for x in v)
+
+
+def has_gradients(case: Case) -> bool:
+    """Whether `check_gradients` has something to check: a floating (or complex) tensor given
+    for a differentiable input, and a differentiable output."""
+    diff = set(differentiable_inputs(case.op))
+    return any(differentiable_outputs(case.op)) and \
+        any(name in diff and _floating_sample(v) for name, v in case.sample.args)
+
+
+def is_mutating(op: Op) -> bool:
+    return bool(op.schema.mutable_arguments)
+
+
+def has_dynamic_output(op: Op) -> bool:
+    """Whether an output's size depends on data (a `dynamic()` in its fake rule, or a tag)."""
+    from codegen.shape import FakeRule
+
+    if "dynamic_output_shape" in op.tags or "data_dependent_output" in op.tags:
+        return True
+    return isinstance(op.fake, FakeRule) and op.fake.uses_dynamic
+
+
+def generator_arguments(op: Op) -> list[str]:
+    return [a.name for a in op.schema.arguments
+            if isinstance(strip_optional(a.type), BaseType)
+            and strip_optional(a.type).name is BaseTy.Generator]  # type: ignore[union-attr]
+
+
+def _dim_names(v: Any) -> set[str]:
+    if isinstance(v, SymDim):
+        return {v.name}
+    if isinstance(v, TensorSample):
+        return {d.name for d in (*v.shape, v.low, v.high) if isinstance(d, SymDim)}
+    if isinstance(v, tuple):
+        return {n for x in v for n in _dim_names(x)}
+    return set()
+
+
+def symbolic_dims(case: Case) -> list[str]:
+    """The named sizes of the sample that the compile check varies and marks dynamic: all but
+    those given to a plain `int` argument (torch.compile specializes ints; `SymInt` varies)."""
+    static: set[str] = set()
+    for a in case.op.schema.arguments:
+        base = strip_optional(a.type)
+        if isinstance(base, ListType):
+            base = strip_optional(base.elem)
+        if isinstance(base, BaseType) and base.name is BaseTy.int:
+            static |= _dim_names(dict(case.sample.args).get(a.name))
+    return [n for n, _ in case.sample.dims if n not in static]
+
+
+def applies(case: Case, check: str) -> bool:
+    """Whether `check` has something to check on `case`."""
+    op = case.op
+    if check == "gradients":
+        return has_gradients(case)
+    if check == "seeded":
+        return "nondeterministic_seeded" in op.tags or bool(generator_arguments(op))
+    if check == "vmap":
+        return op.vmap is not None
+    if check == "autocast":
+        return op.autocast is not None
+    if check in ("opcheck", "compile", "export"):
+        return True
+    raise ValueError(f"unknown check {check!r}; checks: {', '.join(CHECKS)}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The checks
+
+
+def check_opcheck(case: Case, test_utils: Iterable[str] = ALL_OPCHECK_UTILS) -> dict[str, str]:
+    """`torch.library.opcheck` on the sample. Differentiable inputs require grad (so the
+    autograd registration is exercised); others as the sample says, except inputs whose
+    gradient is `not_implemented`, which never do."""
+    diff = set(differentiable_inputs(case.op))
+    named = make_named(case.op, case.sample, seed=case.seed)
+    named = _require_grad(case.op, named, diff, only=True)
+    args, kwargs = split_call(case.op, named)
+    return torch.library.opcheck(case.overload, args, kwargs, test_utils=tuple(test_utils))
+
+
+def _require_grad(op: Op, named: dict[str, Any], names: set[str], *,
+                  only: bool = False) -> dict[str, Any]:
+    """Floating tensors of `names` require grad; with `only`, no other tensor does."""
+    def mark(x: Any, on: bool) -> Any:
+        if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            return x.detach().requires_grad_(on) if on or x.requires_grad else x
+        if isinstance(x, list):
+            return [mark(v, on) for v in x]
+        return x
+
+    return {k: (mark(v, True) if k in names else mark(v, False) if only else v)
+            for k, v in named.items()}
+
+
+def _flat_tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _flat_tensors(v)]
+    return []
+
+
+def _returns(op: Op, out: Any) -> list[Any]:
+    """The op's output as one value per return."""
+    return [out] if len(op.schema.returns) == 1 else list(out)
+
+
+def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
+    """gradcheck of the op's gradients on the sample, in the op's `gradcheck:` dtype (float64 by
+    default) with its tolerances, through the differentiable outputs only; then, when the
+    backward is differentiable (`second_order`, by default: every library op it calls has
+    gradients), gradgradcheck, and otherwise that a second backward raises an error naming the
+    op. A second derivative that runs into a `not_implemented` formula of an op the backward
+    calls must raise that formula's NotImplementedError, naming the op.
+
+    Returns False when the sample has no floating input with gradients (nothing to check)."""
+    op = case.op
+    diff = set(differentiable_inputs(op))
+    outputs = differentiable_outputs(op)
+    if not diff or not any(outputs):
+        return False
+    spec = gradcheck_spec(case)
+    named = make_named(op, case.sample, seed=case.seed, dtype=getattr(torch, spec.dtype or
+                                                                      "float64"))
+    named = _require_grad(op, named, diff, only=True)
+    leaves = [t for t in _flat_tensors(list(named.values())) if t.requires_grad]
+    if not leaves:
+        return False
+    overload = case.overload
+
+    def rebuild(flat: tuple[torch.Tensor, ...]) -> dict[str, Any]:
+        it = iter(flat)
+
+        def put(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.requires_grad:
+                return next(it)
+            if isinstance(x, list):
+                return [put(v) for v in x]
+            return x
+        return {k: put(v) for k, v in named.items()}
+
+    def fn(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, k = split_call(op, rebuild(flat))
+        out = _returns(op, overload(*a, **k))
+        return tuple(t for r, keep in zip(out, outputs) if keep
+                     for t in _flat_tensors(r) if t.is_floating_point() or t.is_complex())
+
+    tolerances = {k: getattr(spec, k) for k in ("atol", "rtol", "eps")
+                  if getattr(spec, k) is not None}
+    with warnings.catch_warnings():
+        # gradcheck warns about inputs that are not float64; `gradcheck: {dtype: ...}` chose them.
+        warnings.filterwarnings("ignore", "Input #", UserWarning)
+        torch.autograd.gradcheck(fn, tuple(leaves), **tolerances)
+        missing, not_implemented = _second_order_callees(op)
+        if second_order is None:
+            second_order = not missing
+        if not second_order:
+            _check_second_order_error(fn, leaves, op, missing)
+            return True
+        try:
+            torch.autograd.gradgradcheck(fn, tuple(leaves), **tolerances)
+        except NotImplementedError as e:
+            # A second derivative the op file declares `not_implemented` says so clearly.
+            if not any(n in str(e) for n in not_implemented):
+                raise
+    return True
+
+
+def gradcheck_spec(case: Case) -> GradcheckSpec:
+    """The gradient check's dtype and tolerances: the sample's `gradcheck:` over the op's."""
+    merged = {}
+    for spec in (case.op.gradcheck, case.sample.gradcheck):
+        if spec is not None:
+            merged.update({k: getattr(spec, k) for k in ("dtype", "atol", "rtol", "eps")
+                           if getattr(spec, k) is not None})
+    return GradcheckSpec(**merged)
+
+
+def _second_order_callees(op: Op) -> tuple[list[str], list[str]]:
+    """The library ops the formulas call that have no gradients at all (the op can then be
+    differentiated once only), and those with `not_implemented` ones (a second derivative may
+    raise their error)."""
+    from codegen.formulas import Derivatives, library_calls
+
+    d = op.derivatives
+    if not isinstance(d, Derivatives):
+        return [], []
+    missing, partial = [], []
+    for ref in library_calls(d):
+        overload = _overload(ref)
+        name = f"{ref.namespace}::{ref.name}"
+        if not _op_differentiable(overload):
+            missing.append(name)
+        elif _has_not_implemented(overload):
+            partial.append(name)
+    return missing, partial
+
+
+def _overload(ref: Any) -> torch._ops.OpOverload:
+    packet = getattr(getattr(torch.ops, ref.namespace), ref.name)
+    return getattr(packet, ref.overload or "default")
+
+
+def _op_differentiable(overload: torch._ops.OpOverload) -> bool:
+    """Whether a library op a formula calls has autograd (derivatives or a composite kernel)."""
+    return overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.Autograd) or \
+        overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+# Ops of the libraries this process loaded whose derivative formulas hold `not_implemented`:
+# filled by `note_library` (load_cases, load_python_library, Failures).
+_NOT_IMPLEMENTED: set[str] = set()
+
+
+def _has_not_implemented(overload: torch._ops.OpOverload) -> bool:
+    return overload.name() in _NOT_IMPLEMENTED or \
+        overload.name().removesuffix(".default") in _NOT_IMPLEMENTED
+
+
+def note_library(ops: Iterable[Op]) -> None:
+    """Record which ops have `not_implemented` gradients (the second-order expectation of the ops
+    whose formulas call them)."""
+    from codegen.formulas import Derivatives
+
+    for op in ops:
+        d = op.derivatives
+        if isinstance(d, Derivatives) and any(set(f.inputs) - set(_implemented(f))
+                                              for f in d.formulas):
+            _NOT_IMPLEMENTED.add(str(op.name))
+
+
+def _check_second_order_error(fn: Any, leaves: list[torch.Tensor], op: Op,
+                              callees: list[str]) -> None:
+    outs = [t for t in fn(*leaves) if t.requires_grad]
+    grads = torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs],
+                                create_graph=True, allow_unused=True)
+    total = torch.stack([g.sum() for g in grads if g is not None]).sum()
+    try:
+        torch.autograd.grad(total, leaves, allow_unused=True)
+    except RuntimeError as e:
+        if not any(n in str(e) for n in [str(op.name), *callees]):
+            raise AssertionError(f"second backward of {op.name} failed without naming the op: "
+                                 f"{e}") from e
+        return
+    raise AssertionError(f"{op.name}: a second backward through formulas calling ops without "
+                         "gradients should raise, but it ran")
+
+
+def check_seeded(case: Case) -> int:
+    """A random op draws from the generator it is given, and only from it: with the same seed
+    the same outputs, whatever torch's global generator holds; another seed gives other outputs.
+    Without a `Generator?` argument (a `nondeterministic_seeded` op), reseeding torch's
+    generator gives the same outputs. Returns the number of comparisons made."""
+    op = case.op
+    gens = generator_arguments(op)
+    overload = case.overload
+
+    def run(global_seed: int, seed: int | None) -> Any:
+        named = make_named(op, case.sample, seed=case.seed)
+        if seed is not None:
+            for g in gens:
+                named[g] = torch.Generator().manual_seed(seed)
+        a, k = split_call(op, named)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(global_seed)
+            return _detach(overload(*a, **k))
+
+    _assert_same(run(1, None), run(1, None),
+                 f"{case.id} run twice after the same torch.manual_seed")
+    if not gens:
+        return 1
+    first = run(1, 7)
+    _assert_same(run(2, 7), first, f"{case.id} with a Generator seeded alike, but another "
+                 "global seed (does the kernel use the global generator?)")
+    other = run(1, 8)
+    same = [torch.equal(x, y) for x, y in zip(_flat_tensors(first), _flat_tensors(other))]
+    assert not all(same), (f"{case.id}: Generators seeded differently gave the same outputs (does "
+                           "the kernel ignore its generator, or draw nothing on this sample?)")
+    return 3
+
+
+def check_vmap(case: Case, *, batch: int = 3) -> int:
+    """`torch.vmap` of the op (its batching rule) equals calling it on each batch element:
+    every Tensor argument batched at dim 0, then only the first one batched at its last dim.
+    Returns the number of configurations checked."""
+    op = case.op
+    overload = case.overload
+    samples = [make_inputs(op, case.sample, seed=case.seed + i) for i in range(batch)]
+    args0, kwargs = samples[0]
+    tensor_at = [i for i, a in enumerate(args0) if isinstance(a, torch.Tensor)]
+    assert tensor_at, f"{case.id}: the sample passes no positional Tensor to batch"
+    configs = [{i: 0 for i in tensor_at}, {tensor_at[0]: -1}]
+    for dims in configs:
+        def element(b: int) -> list:
+            return [samples[b][0][i] if i in dims else args0[i] for i in range(len(args0))]
+        batched = [torch.stack([element(b)[i] for b in range(batch)], dim=dims[i])
+                   if i in dims else args0[i] for i in range(len(args0))]
+        in_dims = tuple(dims.get(i) for i in range(len(args0)))
+        actual = torch.vmap(lambda *a: overload(*a, **kwargs), in_dims=in_dims)(*batched)
+        each = [overload(*element(b), **kwargs) for b in range(batch)]
+        expected: Any = (tuple(torch.stack([e[k] for e in each]) for k in range(len(each[0])))
+                         if isinstance(each[0], tuple) else torch.stack(each))
+        _assert_same(actual, expected, f"{case.id} under vmap, in_dims={in_dims}")
+    return len(configs)
+
+
+def check_autocast(case: Case) -> torch.dtype:
+    """Under `torch.autocast` of the op's device type, floating Tensor inputs are cast to the
+    policy's dtype before the op runs: its floating outputs have that dtype. Returns it."""
+    spec = case.op.autocast
+    assert spec is not None, f"{case.id}: the op declares no autocast policy"
+    target = getattr(torch, spec.cast_inputs)
+    # Inputs of another floating dtype than the policy's, so that the cast shows.
+    given = torch.float32 if target != torch.float32 else torch.bfloat16
+    args, kwargs = case.inputs(dtype=given, device=spec.device_type)
+    with torch.autocast(spec.device_type, dtype=torch.bfloat16):
+        out = case.overload(*_detach(args), **_detach(kwargs))
+    floating = [t for t in _flat_tensors(out) if t.is_floating_point()]
+    assert floating, f"{case.id}: no floating output to check the cast on"
+    assert all(t.dtype == target for t in floating), \
+        f"{case.id}: under autocast, outputs are {[t.dtype for t in floating]}, expected {target}"
+    return target
+
+
+def _mark_dynamic(case: Case, named: Mapping[str, Any], symbolic: set[str]) -> None:
+    """Mark dynamic exactly the tensor dims the sample names with a symbolic size."""
+    from torch._dynamo import mark_dynamic
+
+    def visit(raw: Any, value: Any) -> None:
+        if isinstance(raw, TensorSample) and isinstance(value, torch.Tensor):
+            for i, d in enumerate(raw.shape):
+                if isinstance(d, SymDim) and d.name in symbolic:
+                    mark_dynamic(value, i)
+        elif isinstance(raw, tuple) and isinstance(value, list):
+            for r, v in zip(raw, value):
+                visit(r, v)
+
+    given = dict(case.sample.args)
+    for name, value in named.items():
+        visit(given.get(name), value)
+
+
+def _size_slots(raw: Any, value: Any, symbolic: set[str], sizes: Mapping[str, Any]) -> Any:
+    """`value` with each int the sample gives as a symbolic named size replaced by `sizes[name]`."""
+    if isinstance(raw, SymDim) and raw.name in symbolic:
+        return sizes[raw.name]
+    if isinstance(raw, tuple) and isinstance(value, list):
+        return [_size_slots(r, v, symbolic, sizes) for r, v in zip(raw, value)]
+    return value
+
+
+def check_compile(case: Case, *, backend: str = "aot_eager",
+                  scales: Iterable[int] = COMPILE_SCALES) -> int:
+    """`torch.compile(fullgraph=True)` of a call of the op: no graph break, one compilation for
+    every size the sample lets vary, results and mutated arguments equal to eager's.
+
+    Exactly the sample's symbolic named sizes (`symbolic_dims`) are dynamic: their tensor dims are
+    marked dynamic, and `SymInt` arguments given such a size receive it as a SymInt. Each is
+    multiplied by each of `scales` (all together, so sizes that move together stay together);
+    everything else stays as written, and sizes are not duck-typed (two sizes equal by chance
+    are not assumed equal). Returns the number of sizes run (1 when nothing varies)."""
+    import torch._dynamo
+    import torch.fx.experimental._config as fx_config
+    from torch._dynamo.utils import counters
+
+    op = case.op
+    overload = case.overload
+    symbolic = set(symbolic_dims(case))
+    names = sorted(symbolic)
+    given = dict(case.sample.args)
+    base = dict(case.sample.dims)
+    scales = tuple(scales) if symbolic else (1,)
+
+    def call(carriers: list[torch.Tensor], named: dict[str, Any]) -> Any:
+        # SymInt arguments tied to a symbolic size read it off a carrier tensor's dynamic dim.
+        sizes = {n: c.size(0) for n, c in zip(names, carriers)}
+        filled = {k: _size_slots(given.get(k), v, symbolic, sizes) for k, v in named.items()}
+        a, k = split_call(op, filled)
+        out = overload(*a, **k)
+        # The outputs' sizes as the graph knows them (from the fake kernel), to compare with the
+        # real ones: the results alone would pass a wrong fake, as nothing here reads its sizes.
+        return out, [t.size() for t in _flat_tensors(out)]
+
+    torch._dynamo.reset()
+    graphs_before = counters["stats"]["unique_graphs"]
+    compiled = torch.compile(call, backend=backend, fullgraph=True)
+    n = 0
+    dynamic_output = has_dynamic_output(op)
+    config = {"capture_dynamic_output_shape_ops": dynamic_output,
+              "capture_scalar_outputs": dynamic_output, "error_on_recompile": True}
+    with torch._dynamo.config.patch(config), \
+            fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
+        for scale in scales:
+            sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}
+            named = make_named(op, case.sample, seed=case.seed, sizes=sizes)
+            eager_named = _clone(named)
+            with _reseeded(op, case.seed):
+                a, k = split_call(op, eager_named)
+                expected = overload(*a, **k)
+            _mark_dynamic(case, named, symbolic)
+            carriers = [torch.empty(sizes[name]) for name in names]
+            for c in carriers:
+                torch._dynamo.mark_dynamic(c, 0)
+            # The sizes reach the graph through the carriers only: the same constant here.
+            slots = {k: _size_slots(given.get(k), v, symbolic, dict.fromkeys(names, 0))
+                     for k, v in named.items()}
+            with _reseeded(op, case.seed):
+                actual, traced = compiled(carriers, slots)
+            what = f"{case.id} compiled at sizes {sizes}" if sizes else f"{case.id} compiled"
+            real = [tuple(t.shape) for t in _flat_tensors(actual)]
+            assert [tuple(int(d) for d in s) for s in traced] == real, (
+                f"{what}: the fake kernel gives output sizes {[tuple(s) for s in traced]}, the "
+                f"kernel {real}")
+            _assert_same(actual, expected, what)
+            _assert_same(_mutated(op, slots), _mutated(op, eager_named),
+                         f"{what}: mutated arguments")
+            n += 1
+    graphs = counters["stats"]["unique_graphs"] - graphs_before
+    assert graphs == 1, f"{case.id}: compiled {graphs} graphs for {n} sizes"
+    return n
+
+
+def check_export(case: Case) -> None:
+    """`torch.export.export` of a module calling the op (decomposed to the functional IR when the
+    op mutates), saved and loaded back, gives eager's results (with the fake kernel's sizes) and
+    mutates the arguments as eager does. Tensors (and Tensor lists) are the
+    program's inputs; other arguments are constants."""
+    op = case.op
+    overload = case.overload
+    named = make_named(op, case.sample, seed=case.seed)
+    tensor_keys = [k for k, v in named.items() if _is_tensor_arg(v)]
+
+    class Call(torch.nn.Module):
+        def forward(self, *tensors: Any) -> Any:
+            values = dict(named)
+            values.update(zip(tensor_keys, tensors))
+            a, k = split_call(op, values)
+            return overload(*a, **k)
+
+    def tensors_of(values: Mapping[str, Any]) -> tuple:
+        return tuple(_detach(values[k]) for k in tensor_keys)
+
+    with _reseeded(op, case.seed):
+        program = torch.export.export(Call(), _clone(tensors_of(named)))
+        if is_mutating(op):
+            # Export keeps a mutating op as it is; the functional IR that deployment
+            # (AOTInductor) runs has it through its functionalization, which is what can differ.
+            program = program.run_decompositions()
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    loaded = torch.export.load(buffer)
+    fresh = _detach(make_named(op, case.sample, seed=case.seed))
+    eager = _clone(fresh)
+    with _reseeded(op, case.seed):
+        a, k = split_call(op, eager)
+        expected = overload(*a, **k)
+    with _reseeded(op, case.seed):
+        actual = loaded.module()(*tensors_of(fresh))
+    _assert_same(actual, expected, f"{case.id} after export, save and load")
+    output = next(n for n in loaded.graph.nodes if n.op == "output")
+    traced = [tuple(n.meta["val"].shape) for n in torch.utils._pytree.tree_leaves(output.args)
+              if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)]
+    # The user outputs come last (after mutated inputs written back).
+    real = [tuple(t.shape) for t in _flat_tensors(actual)]
+    assert not real or _sizes_agree(traced[-len(real):], real), (
+        f"{case.id} exported: the fake kernel gives output sizes {traced}, the kernel {real}")
+    _assert_same(_mutated(op, fresh), _mutated(op, eager),
+                 f"{case.id} after export, save and load: mutated arguments")
+
+
+def _sizes_agree(traced: list[tuple], real: list[tuple]) -> bool:
+    """Traced output sizes equal the real ones; a data-dependent size (a SymInt) equals any."""
+    return len(traced) == len(real) and all(
+        len(t) == len(r) and all(not isinstance(a, int) or a == b for a, b in zip(t, r))
+        for t, r in zip(traced, real))
+
+
+def _is_tensor_arg(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) or (
+        isinstance(v, list) and bool(v) and all(isinstance(t, torch.Tensor) for t in v))
+
+
+_RUN: dict[str, Callable[..., Any]] = {
+    "opcheck": check_opcheck, "gradients": check_gradients, "compile": check_compile,
+    "export": check_export, "seeded": check_seeded, "vmap": check_vmap, "autocast": check_autocast}
+
+
+def check(case: Case, name: str, **options: Any) -> Any:
+    """Run the check called `name` (one of CHECKS) on `case`."""
+    if name not in _RUN:
+        raise ValueError(f"unknown check {name!r}; checks: {', '.join(CHECKS)}")
+    return _RUN[name](case, **options)
+
+
+# --------------------------------------------------------------------------------------------------
+# Known failures
+
+
+@dataclass
+class Failures:
+    """A library's known failures: `<op>[<sample>]: {<check>: <reason>}`, read from the
+    `sample_failures.yaml` beside its op files (`load_failures`)."""
+
+    entries: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Where each entry is (path:line:col), for the "no longer fails" report.
+    where: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def reason(self, case_id: str, check: str) -> str | None:
+        return self.entries.get(case_id, {}).get(check)
+
+
+class NoLongerFails(AssertionError):
+    """A check listed as a known failure passed: its entry is to be removed."""
+
+
+def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> Failures:
+    """The known failures of the library whose op files are `paths`: every `sample_failures.yaml`
+    in their directories (a directory's own, a file's directory's). Entries must name a sample of
+    `cases` (when given) and one of CHECKS, with a reason; raises UserError with every problem."""
+    from codegen.load import FAILURES_FILE, read_failures
+
+    dirs: list[str] = []
+    for p in paths:
+        d = p if os.path.isdir(p) else os.path.dirname(p) or "."
+        if d not in dirs:
+            dirs.append(d)
+    files = [f for f in (os.path.join(d, FAILURES_FILE) for d in dirs) if os.path.isfile(f)]
+    cases = list(cases) if cases is not None else None
+    if cases is not None:
+        note_library({c.op for c in cases})
+    return read_failures(files, None if cases is None else {c.id: c for c in cases}, CHECKS,
+                         Failures, applies)
+
+
+def run_check(case: Case, name: str, failures: Failures | None = None,
+              **options: Any) -> str | None:
+    """`check(case, name)` through the known failures: None when it passed; the reason when it
+    failed as the failures file says it does. A check that fails unlisted raises its error; a
+    listed one that passes raises NoLongerFails, saying which entry to remove."""
+    reason = failures.reason(case.id, name) if failures is not None else None
+    if reason is None:
+        check(case, name, **options)
+        return None
+    try:
+        check(case, name, **options)
+    except Exception:
+        return reason
+    where = failures.where.get((case.id, name), "") if failures is not None else ""
+    raise NoLongerFails(f"{where + ': ' if where else ''}{case.id} passes its {name} check now, "
+                        f"but it is listed as a known failure ({reason}); remove the entry")

@@ -1,0 +1,94 @@
+"""Python kernels of the sample-check test library (tests/samplelib/ops.yaml, namespace `smp`),
+and deliberately wrong variants that tests/test_sample_checks.py swaps in to see each check fail.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def rms_norm(x, weight, eps=1e-06):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rotary(x, cos, sin, head_size):
+    if x.size(-1) != head_size:
+        raise RuntimeError(f"rotary: x's last dim is {x.size(-1)}, head_size is {head_size}")
+    half = head_size // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], -1)
+    return x * cos.unsqueeze(1) + rotated * sin.unsqueeze(1)
+
+
+def segment_max(values, ids, num_segments):
+    out = values.new_full((num_segments, *values.shape[1:]), float("-inf"))
+    index = ids.view(-1, *([1] * (values.dim() - 1))).expand_as(values)
+    return out.scatter_reduce(0, index, values, "amax", include_self=True)
+
+
+def nonzero_rows(x):
+    return (x != 0).flatten(1).any(1).nonzero().flatten()
+
+
+def threshold(x, limit):
+    mask = x > limit
+    return x * mask, mask
+
+
+def cube(x):
+    return x * x * x
+
+
+def cube_backward(grad_out, x):
+    return 3 * x * x * grad_out
+
+
+def noisy(x, p, generator=None):
+    keep = torch.rand(x.shape, generator=generator, dtype=x.dtype) >= p
+    return x * keep / (1 - p)
+
+
+def chunk_rows(x, chunks):
+    return [c.clone() for c in x.chunk(chunks, 0)]
+
+
+def chunk_rows_fake(x, chunks):
+    rows = x.size(0) // chunks
+    return [x.new_empty((rows, *x.shape[1:])) for _ in range(chunks)]
+
+
+def tanh32(x):
+    if x.dtype != torch.float32:
+        raise RuntimeError(f"tanh32 takes float32 only, got {x.dtype}")
+    return torch.tanh(x)
+
+
+def scale_to(x, scale, out_dtype):
+    return (x * scale).to(out_dtype)
+
+
+def bounded(x, lo, hi):
+    return x.clamp(lo, hi)
+
+
+def bounded_(x, lo, hi):
+    return x.clamp_(lo, hi)
+
+
+def row_scale(x, weight):
+    return x * weight
+
+
+# -- wrong on purpose -----------------------------------------------------------------------------
+
+
+def noisy_ignores_generator(x, p, generator=None):
+    keep = torch.rand(x.shape, dtype=x.dtype) >= p
+    return x * keep / (1 - p)
+
+
+def chunk_rows_wrong_fake(x, chunks):
+    return [x.new_empty((x.size(0), *x.shape[1:])) for _ in range(chunks)]
+
+
+def row_scale_in_float32(x, weight):
+    return (x * weight).float()

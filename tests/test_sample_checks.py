@@ -1,0 +1,336 @@
+"""The sample checks (codegen/testing.py) on a library written to exercise them:
+tests/samplelib/ops.yaml, one op per kind of behaviour the checks must read from an op file
+(structural sizes tied to int arguments, index tensors over a SymInt, data-dependent output, bool
+and index outputs, a `not_implemented` second derivative, a `Generator?`, a `Tensor[]` return, a
+float32-only kernel, dtype arguments, a CompositeImplicitAutograd op, a mutating op, a `leading`
+batching rule with a shared weight). Python kernels only: nothing is built.
+
+- Every check passes on every sample, with an empty failures file.
+- Each check fails when the op really is wrong (a wrong fake shape, a fake that fixes a size, a
+  wrong formula, a kernel that ignores its generator, an in-place kernel that writes nothing, a
+  batching rule folding a shared weight, a float32-only kernel gradchecked in float64, a random op
+  without its tag, a kernel computing in float32 under autocast), so none passes vacuously.
+- Known failures: located errors in the failures file, and an entry that no longer fails is
+  reported.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from codegen import testing
+from codegen.diagnostics import UserError
+from codegen.model import GradcheckSpec, SymDim
+from tests import expect, scratch
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = "tests/samplelib"
+PINNED = ROOT / "tests" / "samplelib" / "diagnostics"
+
+with scratch.in_repo():
+    CASES = testing.load_cases([LIBRARY])
+
+
+@pytest.fixture(scope="module")
+def library():
+    with scratch.in_repo():
+        lib = testing.load_python_library([LIBRARY])
+    yield lib
+    lib.close()
+
+
+@pytest.fixture(scope="module")
+def failures():
+    with scratch.in_repo():
+        return testing.load_failures([LIBRARY], CASES)
+
+
+def _params():
+    return [pytest.param(case, check, id=f"{case.id}-{check}")
+            for case in CASES for check in testing.CHECKS if testing.applies(case, check)]
+
+
+@pytest.mark.parametrize("case,check", _params())
+def test_every_check_passes(library, failures, case, check):
+    assert testing.run_check(case, check, failures) is None
+
+
+def test_the_failures_file_is_empty(failures):
+    assert failures.entries == {}, "the sample-check library must pass every check"
+
+
+def test_the_library_has_an_op_of_each_kind():
+    ops = {str(c.op.name.name): c for c in CASES}
+    assert testing.symbolic_dims(ops["rotary"]) == ["T"]          # D goes to an int argument
+    assert testing.symbolic_dims(ops["segment_max"]) == ["N", "S"]  # S is a SymInt, and ids' bound
+    assert testing.has_dynamic_output(ops["nonzero_rows"].op)
+    assert testing.differentiable_inputs(ops["cube_backward"].op) == ["grad_out"]
+    assert testing.differentiable_outputs(ops["threshold"].op) == [True, False]
+    assert testing.generator_arguments(ops["noisy"].op) == ["generator"]
+    assert str(ops["chunk_rows"].op.schema.returns[0].type) == "Tensor[]"
+    assert ops["tanh32"].op.gradcheck.dtype == "float32"
+    wide = next(c for c in CASES if c.id == "smp::tanh32[1]")
+    assert testing.gradcheck_spec(wide) == GradcheckSpec("float32", 0.05, 0.01, 0.001)
+    assert testing.differentiable_inputs(ops["rms_norm"].op) == ["x", "weight"]
+    assert testing.is_mutating(ops["bounded_"].op)
+    every = {check for c in CASES for check in testing.CHECKS if testing.applies(c, check)}
+    assert every == set(testing.CHECKS)
+
+
+def test_named_sizes_move_together():
+    case = next(c for c in CASES if c.op.name.name == "segment_max")
+    assert dict(case.sample.dims) == {"N": 7, "S": 4}
+    values, ids, n = case.inputs(sizes={"N": 14, "S": 8})[0]
+    assert values.shape == (14, 3) and ids.shape == (14,) and n == 8
+    assert int(ids.max()) < 8 and int(ids.max()) >= 4   # `high: S` ranges over the size
+    ids_sample = dict(case.sample.args)["ids"]
+    assert ids_sample.shape == (SymDim("N"),) and ids_sample.high == SymDim("S")
+
+
+def test_torch_func_on_a_tensor_list_return(library):
+    op = torch.ops.smp.chunk_rows
+    x = torch.randn(6, 4, dtype=torch.float64)
+
+    def f(x):
+        return sum((o * o).sum() * (i + 1) for i, o in enumerate(op(x, 3)))
+
+    leaf = x.clone().requires_grad_()
+    expected = torch.autograd.grad(f(leaf), leaf)[0]
+    torch.testing.assert_close(torch.func.grad(f)(x), expected)
+    jac = torch.func.jacrev(lambda x: torch.stack(op(x, 3)))(x)
+    torch.testing.assert_close(jac.reshape(24, 24), torch.eye(24, dtype=torch.float64))
+    assert isinstance(op(leaf, 3), list) and all(o.requires_grad for o in op(leaf, 3))
+
+
+# --------------------------------------------------------------------------------------------------
+# Wrong ops fail their checks
+
+
+WRONG = {
+    "fake_shape": ("""\
+        - func: chunk_rows(Tensor x, int chunks) -> Tensor[]
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:chunk_rows}
+          fake: tests.samplelib.kernels:chunk_rows_wrong_fake
+          samples: [{x: {shape: [6, D=4]}, chunks: 3}]
+        """, ["opcheck", "compile", "export"]),
+    "fake_rule_shape": ("""\
+        - func: rotary(Tensor x, Tensor cos, Tensor sin, int head_size) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:rotary}
+          fake: empty([x.size(0), x.size(1)])
+          samples:
+            - {x: {shape: [T=5, 3, D=8]}, cos: {shape: [T, D]}, sin: {shape: [T, D]}, head_size: D}
+        """, ["opcheck", "compile", "export"]),
+    # Right at the sample's sizes: only varying the named size shows the fake fixes it.
+    "fake_fixes_a_size": ("""\
+        - func: segment_max(Tensor values, Tensor ids, SymInt num_segments) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:segment_max}
+          fake: empty([4, *values.shape[1:]])
+          samples:
+            - {values: {shape: [N=7, 3]}, ids: {shape: [N], dtype: int64, high: S},
+               num_segments: S=4}
+        """, ["compile"]),
+    "formula": ("""\
+        - func: tanh32(Tensor x) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:tanh32}
+          fake: like(x)
+          derivatives: {x: grad * (1 + result * result)}
+          gradcheck: {dtype: float32, eps: 0.001, atol: 0.01, rtol: 0.01}
+          samples: [{x: {shape: [N=4, 3]}}]
+        """, ["gradients"]),
+    "formula_of_a_list_return": ("""\
+        - func: chunk_rows(Tensor x, int chunks) -> Tensor[]
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:chunk_rows}
+          fake: tests.samplelib.kernels:chunk_rows_fake
+          derivatives: {x: 'torch.cat([grad[0], grad[0], grad[2]], 0)'}
+          samples: [{x: {shape: [6, D=4]}, chunks: 3}]
+        """, ["gradients"]),
+    "float32_kernel_in_float64": ("""\
+        - func: tanh32(Tensor x) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:tanh32}
+          fake: like(x)
+          derivatives: {x: grad * (1 - result * result)}
+          samples: [{x: {shape: [N=4, 3]}}]
+        """, ["gradients"]),
+    "ignores_generator": ("""\
+        - func: noisy(Tensor x, float p, Generator? generator=None) -> Tensor
+          tags: [nondeterministic_seeded]
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:noisy_ignores_generator}
+          fake: like(x)
+          samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
+        """, ["seeded"]),
+    # Random without saying so: only the checks that reseed for a declared tag can compare runs.
+    "random_without_the_tag": ("""\
+        - func: noisy(Tensor x, float p, Generator? generator=None) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:noisy}
+          fake: like(x)
+          samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
+        """, ["compile", "export"]),
+    "writes_nothing": ("""\
+        - func: bounded(Tensor self, float lo, float hi) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
+          fake: like(self)
+        - func: bounded_(Tensor(a!) self, float lo, float hi) -> Tensor(a!)
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
+          samples:
+            - {self: {shape: [N=5, 2], low: -2.0, high: 2.0}, lo: -1.0, hi: 1.0}
+        """, ["opcheck", "compile", "export"]),
+    "computes_in_float32_under_autocast": ("""\
+        - func: row_scale(Tensor x, Tensor weight) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale_in_float32}
+          fake: broadcast(x, weight)
+          autocast: {device_type: cpu, cast_inputs: bfloat16}
+          samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
+        """, ["autocast"]),
+    "folds_a_shared_weight": ("""\
+        - func: row_scale(Tensor x, Tensor weight) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale}
+          fake: broadcast(x, weight)
+          vmap: leading(x, weight)
+          samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
+        """, ["vmap"]),
+}
+
+
+def _wrong_library(tmp_path: Path, name: str) -> tuple[testing.PythonLibrary, list]:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("namespace: smpbad\nops:\n" + textwrap.indent(
+        textwrap.dedent(WRONG[name][0]), "  "))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    return lib, [c for c in lib.cases()]
+
+
+@pytest.mark.parametrize("name", list(WRONG))
+def test_each_check_fails_on_a_wrong_op(tmp_path, name):
+    lib, cases = _wrong_library(tmp_path, name)
+    try:
+        (case,) = cases
+        failing = WRONG[name][1]
+        for check in testing.CHECKS:
+            if not testing.applies(case, check):
+                assert check not in failing
+                continue
+            if check in failing:
+                with pytest.raises(Exception):  # noqa: B017  (AssertionError or torch's error)
+                    testing.check(case, check)
+            else:
+                testing.check(case, check)      # the op is right otherwise
+    finally:
+        lib.close()
+
+
+def test_wrong_ops_fail_for_the_stated_reason(tmp_path):
+    lib, (case,) = _wrong_library(tmp_path, "ignores_generator")
+    try:
+        with pytest.raises(AssertionError, match="global generator"):
+            testing.check_seeded(case)
+    finally:
+        lib.close()
+    lib, (case,) = _wrong_library(tmp_path, "writes_nothing")
+    try:
+        with pytest.raises(AssertionError, match="mutated arguments"):
+            testing.check_compile(case)
+    finally:
+        lib.close()
+    lib, (case,) = _wrong_library(tmp_path, "fake_fixes_a_size")
+    try:
+        testing.check_opcheck(case)                 # at the sample's own sizes, all is well
+        with pytest.raises(Exception, match="size|shape"):
+            testing.check_compile(case)
+    finally:
+        lib.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Known failures
+
+
+def test_a_known_failure_is_reported_once_it_passes(tmp_path, library):
+    (tmp_path / "sample_failures.yaml").write_text(
+        "smp::cube[0]:\n  compile: 'made up, to see it reported'\n")
+    case = next(c for c in CASES if c.id == "smp::cube[0]")
+    known = testing.load_failures([str(tmp_path)], CASES)
+    assert known.reason("smp::cube[0]", "compile") == "made up, to see it reported"
+    with pytest.raises(testing.NoLongerFails,
+                       match=r"sample_failures.yaml:2:3: smp::cube\[0\] passes its compile check"):
+        testing.run_check(case, "compile", known)
+    assert testing.run_check(case, "export", known) is None
+
+
+def test_a_known_failure_that_fails_gives_its_reason(tmp_path):
+    lib, (case,) = _wrong_library(tmp_path, "ignores_generator")
+    try:
+        (tmp_path / "sample_failures.yaml").write_text(
+            "smpbad::noisy[0]: {seeded: the kernel draws from the global generator}\n")
+        known = testing.load_failures([str(tmp_path)], [case])
+        assert testing.run_check(case, "seeded", known) == \
+            "the kernel draws from the global generator"
+    finally:
+        lib.close()
+
+
+def test_failures_file_errors_are_located(tmp_path):
+    folder = tmp_path / "lib"
+    folder.mkdir()
+    (folder / "sample_failures.yaml").write_text(textwrap.dedent("""\
+        smp::cube[0]: {compile: ''}
+        smp::cub[0]: {compile: typo in the op name}
+        smp::cube_backward[0]: {compiled: typo in the check, vmap: cube_backward has no vmap}
+        smp::noisy[0]: {seeded: 3}
+        """))
+    with pytest.raises(UserError) as e:
+        testing.load_failures([str(folder)], CASES)
+    text = e.value.diags.render().replace(str(tmp_path), "<tmp>") + "\n"
+    expect.check_file(PINNED / "failures_file.expected", text)
+
+
+def test_the_failures_file_is_not_an_op_file(tmp_path):
+    from codegen.load import load_library
+
+    (tmp_path / "ops.yaml").write_text("- func: ex::f(Tensor x) -> Tensor\n")
+    (tmp_path / "sample_failures.yaml").write_text("{}\n")
+    assert [str(op.name) for op in load_library([str(tmp_path)]).ops] == ["ex::f"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Python-only op files without anything built; check-time messages
+
+
+def test_python_only_op_files_need_nothing_built(tmp_path):
+    """No built library under OPGEN_ROOT: `import runtime` refuses, codegen.testing works."""
+    code = textwrap.dedent(f"""\
+        import os
+        os.chdir({str(ROOT)!r})
+        from codegen import testing
+        lib = testing.load_python_library([{LIBRARY!r}])
+        case = next(c for c in lib.cases() if c.id == "smp::cube[0]")
+        assert testing.check_gradients(case)
+        testing.check_opcheck(case)
+        try:
+            import runtime
+        except Exception as e:
+            print("runtime:", type(e).__name__)
+        """)
+    result = scratch.python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    assert "runtime: LibraryError" in result.stdout
+
+
+def test_several_tensor_list_returns_warn_that_torch_func_cannot(tmp_path, capsys, monkeypatch):
+    from codegen.__main__ import main as cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        - func: ex::halves(Tensor x) -> (Tensor[] a, Tensor[] b)
+          dispatch: {CPU: halves_cpu}
+          fake: ex_fakes:halves
+          derivatives:
+            x: torch.cat(grad_a) + torch.cat(grad_b)
+        """))
+    (tmp_path / "ex_fakes.py").write_text("def halves(x):\n    return [x], [x]\n")
+    assert cli(["check", "ops.yaml"]) == 0
+    expect.check_file(PINNED / "several_list_returns.expected", capsys.readouterr().err)
