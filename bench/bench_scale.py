@@ -38,7 +38,12 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = sorted((ROOT / "schemas").glob("*.yaml"))
+# The full-API example library's op files: the stable-ABI example (`abi:`) is left out, so a
+# checkout from before it existed (`--codegen-root`) reads the same inputs, and so is the known
+# sample failures file.
+SCHEMAS = [p for p in sorted((ROOT / "schemas").glob("*.yaml"))
+           if p.name != "sample_failures.yaml"
+           and "abi" not in (yaml.safe_load(p.read_text(encoding="utf-8")) or {})]
 KERNEL_MODULE = "runtime.kernels.exops"
 KERNEL_FILE = ROOT / "runtime" / "kernels" / "exops.py"
 IDENT = re.compile(r"[A-Za-z_]\w*")

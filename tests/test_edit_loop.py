@@ -41,11 +41,11 @@ def edited(old: str, new: str) -> str:
 INVISIBLE = {
     "doc": ("broadcasting and promoting dtypes like torch.add.\n",
             "broadcasting and promoting dtypes like torch.add.\n      A second line.\n"),
-    "sample": ("      - {self: {shape: [3, 4]}, other: {shape: [4]}, alpha: 2.5}\n",
-               "      - {self: {shape: [3, 4]}, other: {shape: [4]}, alpha: 2.5}\n"
+    "sample": ("      - {self: {shape: [N=3, M=4]}, other: {shape: [M]}, alpha: 2.5}\n",
+               "      - {self: {shape: [N=3, M=4]}, other: {shape: [M]}, alpha: 2.5}\n"
                "      - {self: {shape: [7]}, other: {shape: [7]}}\n"),
     "formula": ("other: unbroadcast(grad * alpha, other)", "other: unbroadcast(alpha * grad, other)"),
-    "python_fake_rule": ("fake: empty([dynamic()])", "fake: empty([dynamic(max=self.numel())])"),
+    "python_fake_rule": ("fake: empty([dynamic()])", "fake: empty([dynamic(max=64)])"),
 }
 
 
