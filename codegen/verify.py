@@ -40,6 +40,7 @@ from codegen.model import (
     EnumDefault,
     FloatDefault,
     FunctionSchema,
+    Generic,
     GenericType,
     IntDefault,
     ListDefault,
@@ -384,7 +385,7 @@ class _OpVerifier:
                            "cannot take or return it")
                 return
             # Tuples are checked by the C++ binding (codegen.api.cpp), which binds most.
-            if isinstance(sub, GenericType):
+            if isinstance(sub, GenericType) and sub.kind is not Generic.Dict:
                 self.error(sub.span or span,
                            f"type '{sub}' ({what}) is TorchScript-only; custom ops cannot take "
                            "or return it")

@@ -77,6 +77,8 @@ out["bang"] = [ops.bang(torch.ones(2), bb, bc, bd, [torch.ones(2)], torch.ones(2
                bb.tolist(), bc.tolist(), bd[0].tolist()]
 bi = torch.zeros(2)
 out["bang_int"] = [ops.bang_int(bi, 4), bi.tolist(), ops.bang_int(bi, None), bi.tolist()]
+out["dicts"] = sorted((k, v.tolist()) for k, v in ops.dicts(
+    torch.ones(2), {"a": torch.zeros(2)}, {"b": [1, 2, 3]}).items())
 out["defaults"] = ops.defaults(torch.ones(2)).tolist()
 out["pick"] = [ops.pick_int(torch.arange(6.).view(3, 2), 1).tolist(),
                ops.pick_Tensor(torch.arange(3.), torch.tensor([2, 0])).tolist()]
@@ -130,6 +132,7 @@ def test_every_binding_round_trips(cty_root: Path) -> None:
     assert out["zero_all"] == [None, [[0.0, 0.0], [0.0]]]
     assert out["bang"] == [None, [3.0, 3.0], [2.0, 2.0], [1.0]]
     assert out["bang_int"] == [None, [4.0, 4.0], None, [-1.0, -1.0]]
+    assert out["dicts"] == [["a", [1.0, 1.0]], ["b_n", [3.0]]]
     assert out["defaults"] == [2.5, 2.5]
     assert out["pick"] == [[2.0, 3.0], [2.0, 0.0]]
     assert out["composite"] == [3.0, 3.0]

@@ -31,6 +31,7 @@ from codegen.model import (
     EnumDefault,
     FloatDefault,
     FunctionSchema,
+    Generic,
     GenericType,
     IntDefault,
     ListDefault,
@@ -124,7 +125,35 @@ class TupleC:
         return "std::tuple<" + ", ".join(e.cpp() for e in self.elems) + ">"
 
 
-CType = Union[BaseC, ConstRefC, MutRefC, OptionalC, ArrayRefC, ListC, VectorC, ArrayC, TupleC]
+@dataclass(frozen=True)
+class DictC:
+    """`c10::Dict<K, V>`: what c10 binds `Dict(K, V)` to (pyg-lib's `Dict(str, Tensor)`)."""
+
+    key: CType
+    value: CType
+
+    def cpp(self) -> str:
+        return f"c10::Dict<{self.key.cpp()}, {self.value.cpp()}>"
+
+
+CType = Union[BaseC, ConstRefC, MutRefC, OptionalC, ArrayRefC, ListC, VectorC, ArrayC, TupleC,
+              DictC]
+
+# c10::Dict keys: what c10's IValue can hash.
+_DICT_KEYS = frozenset({BaseTy.str, BaseTy.int, BaseTy.float, BaseTy.bool, BaseTy.complex,
+                        BaseTy.Tensor})
+
+
+def is_dict(t: Type) -> bool:
+    return isinstance(t, GenericType) and t.kind is Generic.Dict
+
+
+def dict_type(t: GenericType) -> DictC:
+    key, value = t.args
+    if not (isinstance(key, BaseType) and key.name in _DICT_KEYS and key.alias is None):
+        raise Unsupported(t, f"'{key}' cannot be a Dict key",
+                          "keys are str, int, float, bool, complex or Tensor")
+    return DictC(owned_type(key), owned_type(value))
 
 tensorT = BaseC("at::Tensor")
 scalarT = BaseC("at::Scalar")
@@ -251,6 +280,8 @@ def owned_type(t: Type, *, optional: bool = False) -> CType:
         return VectorC(owned_type(t.elem))
     if isinstance(t, TupleType):
         return TupleC(tuple(owned_type(e) for e in t.elems))
+    if is_dict(t):
+        return dict_type(t)  # type: ignore[arg-type]
     _refuse_other(t)
     raise AssertionError("unreachable")
 
@@ -274,7 +305,7 @@ def valuetype_type(t: Type, *, optional: bool = False) -> CType | None:
         if is_plain(t.elem, BaseTy.bool) and t.size is not None:
             return ArrayC(BaseC("bool"), t.size)
         return None
-    if isinstance(t, TupleType):
+    if isinstance(t, TupleType) or is_dict(t):
         return None
     _refuse_other(t)
     raise AssertionError("unreachable")
@@ -332,7 +363,7 @@ def argumenttype_type(t: Type, *, mutable: bool) -> CType:
             return ConstRefC(VectorC(owned_type(e)))
         elem = argumenttype_type(e, mutable=False)
         return ArrayRefC(elem)
-    if isinstance(t, TupleType):
+    if isinstance(t, TupleType) or is_dict(t):
         return ConstRefC(owned_type(t))
     _refuse_other(t)
     raise AssertionError("unreachable")
@@ -382,6 +413,8 @@ def returntype_type(t: Type, *, mutable: bool) -> CType:
         return VectorC(returntype_type(t.elem, mutable=False))
     if isinstance(t, TupleType):
         return TupleC(tuple(returntype_type(e, mutable=False) for e in t.elems))
+    if is_dict(t):
+        return owned_type(t)
     _refuse_other(t)
     raise AssertionError("unreachable")
 

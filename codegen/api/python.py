@@ -25,6 +25,7 @@ from codegen.model import (
     EnumDefault,
     FloatDefault,
     FunctionSchema,
+    Generic,
     GenericType,
     IntDefault,
     ListDefault,
@@ -88,7 +89,7 @@ _RET_BASE: dict[BaseTy, str] = _ARG_BASE | {
 # Every annotation the stubs can hold is made of these (codegen.reserved keeps op names off the
 # names they use).
 ANNOTATIONS = (*_ARG_BASE.values(), *_RET_BASE.values(), "Sequence[int]", "list[int]",
-               "tuple[int]", "torch.ScriptObject")
+               "tuple[int]", "dict[str, int]", "torch.ScriptObject")
 
 
 def _base(t: BaseType, table: dict[BaseTy, str]) -> str:
@@ -123,6 +124,8 @@ def argument_annotation(t: Type) -> str:
         return _base(t, _ARG_BASE)
     if isinstance(t, TupleType):
         return "tuple[" + ", ".join(argument_annotation(e) for e in t.elems) + "]"
+    if isinstance(t, GenericType) and t.kind is Generic.Dict:
+        return "dict[" + ", ".join(argument_annotation(e) for e in t.args) + "]"
     return _refuse(t)
 
 
@@ -135,6 +138,8 @@ def return_annotation(t: Type) -> str:
         return _base(t, _RET_BASE)
     if isinstance(t, TupleType):
         return "tuple[" + ", ".join(return_annotation(e) for e in t.elems) + "]"
+    if isinstance(t, GenericType) and t.kind is Generic.Dict:
+        return "dict[" + ", ".join(return_annotation(e) for e in t.args) + "]"
     return _refuse(t)
 
 

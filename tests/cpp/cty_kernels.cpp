@@ -247,4 +247,15 @@ void bang_cpu(const at::Tensor& a, at::Tensor& b, const std::optional<at::Tensor
 
 void bang_int_cpu(at::Tensor& out, std::optional<int64_t> n) { out.fill_(n.value_or(-1)); }
 
+c10::Dict<std::string, at::Tensor> dicts_cpu(
+    const at::Tensor& t, const c10::Dict<std::string, at::Tensor>& tensors,
+    const c10::Dict<std::string, std::vector<int64_t>>& sizes) {
+  c10::Dict<std::string, at::Tensor> out;
+  for (const auto& e : tensors) out.insert(e.key(), e.value().add(t));
+  for (const auto& e : sizes) {
+    out.insert(e.key() + "_n", t.new_full({1}, static_cast<double>(e.value().size())));
+  }
+  return out;
+}
+
 }  // namespace cty

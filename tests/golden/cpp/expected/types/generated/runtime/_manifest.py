@@ -23,11 +23,11 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "d8bd3a2dc4293e0c",
+        "schema_hash": "dbe1572114a2eb45",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": False,
-        "ops": 29,
+        "ops": 30,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -59,6 +59,7 @@ NAMESPACES = {
             "myadd_out",
             "bang",
             "bang_int",
+            "dicts",
         ],
         "sources": ["tests/golden/cpp/inputs/types.yaml"],
     },

@@ -19,6 +19,7 @@ _OPS = {
     "composite": ("cty", "composite", "default"),  # cty::composite(Tensor self, int dim) -> Tensor
     "declared_only": ("cty", "declared_only", "default"),  # cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor
     "defaults": ("cty", "defaults", "default"),  # cty::defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d="mean", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor
+    "dicts": ("cty", "dicts", "default"),  # cty::dicts(Tensor t, Dict(str, Tensor) tensors, Dict(str, int[]) sizes) -> Dict(str, Tensor)
     "enum_numbers": ("cty", "enum_numbers", "default"),  # cty::enum_numbers(Tensor t, ScalarType a=39, Layout b=0, MemoryFormat c=2, ScalarType d=float8_e4m3fn) -> str
     "enums": ("cty", "enums", "default"),  # cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
     "fill": ("cty", "fill", "default"),  # cty::fill(Tensor self, Scalar value) -> Tensor

@@ -42,6 +42,7 @@ TORCH_LIBRARY(cty, m) {
   m.def("myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
   m.def("bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()");
   m.def("bang_int(Tensor! out, int!? n) -> ()");
+  m.def("dicts(Tensor t, Dict(str, Tensor) tensors, Dict(str, int[]) sizes) -> Dict(str, Tensor)");
 }
 
 namespace opgen {
@@ -97,6 +98,8 @@ constexpr void (*myadd_out_CPU)(const at::Tensor&, const at::Tensor&, at::Tensor
 constexpr void (*bang_CPU)(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, at::TensorList, at::TensorList, const std::optional<at::Tensor>&) = &cty::bang_cpu;
 // cty::bang_int(Tensor! out, int!? n) -> ()
 constexpr void (*bang_int_CPU)(at::Tensor&, std::optional<int64_t>) = &cty::bang_int_cpu;
+// cty::dicts(Tensor t, Dict(str, Tensor) tensors, Dict(str, int[]) sizes) -> Dict(str, Tensor)
+constexpr c10::Dict<std::string, at::Tensor> (*dicts_CPU)(const at::Tensor&, const c10::Dict<std::string, at::Tensor>&, const c10::Dict<std::string, std::vector<int64_t>>&) = &cty::dicts_cpu;
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CPU, m) {
@@ -126,6 +129,7 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
   m.impl("myadd_out", TORCH_FN(opgen::myadd_out_CPU));
   m.impl("bang", TORCH_FN(opgen::bang_CPU));
   m.impl("bang_int", TORCH_FN(opgen::bang_int_CPU));
+  m.impl("dicts", TORCH_FN(opgen::dicts_CPU));
 }
 
 #ifdef OPGEN_WITH_CUDA

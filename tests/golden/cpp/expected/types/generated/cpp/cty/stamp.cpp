@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_cty[] =
-    "@opgen-stamp ns=cty schemas=d8bd3a2dc4293e0c torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=cty schemas=dbe1572114a2eb45 torch=" OPGEN_TORCH_VERSION ";";

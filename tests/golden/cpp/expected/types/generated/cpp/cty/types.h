@@ -34,3 +34,4 @@
 #include <cty/types/myadd_out.h>
 #include <cty/types/bang.h>
 #include <cty/types/bang_int.h>
+#include <cty/types/dicts.h>
