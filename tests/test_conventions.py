@@ -203,7 +203,7 @@ def test_user_tags_are_kept(tmp_path):
 def test_shape_tags_make_ops_compile(tmp_path, monkeypatch):
     """With the tag added from its shape, torch.compile functionalizes an op that returns what it
     mutates, though the library has no functional variant."""
-    from runtime import testing
+    from codegen import testing
 
     (tmp_path / "conv_kernels.py").write_text(textwrap.dedent("""\
         def fill(x, value):
@@ -249,7 +249,7 @@ def test_list_without_default_after_a_default_works(tmp_path, monkeypatch):
     pytorch/executorch backends/arm/ao_ext/ops/mxfp_conv2d_op.py: `conv2d(Tensor input, ...,
     Tensor? bias=None, int[] stride, ...)`); Python cannot, so the generated functions drop the
     defaults before it, and a Python kernel need not have them."""
-    from runtime import testing
+    from codegen import testing
 
     (tmp_path / "lad_kernels.py").write_text(textwrap.dedent("""\
         def conv(input, weight, bias, stride, groups=1):
