@@ -21,7 +21,7 @@ from codegen.load import load_library
 UNBINDABLE = [
     ("Any", "TorchScript-only"),
     ("t", "type variable 't' is TorchScript-only"),
-    ("Dict(str, Tensor)", "'Dict(...)' is a TorchScript-only type"),
+    ("Dict(Tensor?, int)", "'Tensor?' cannot be a Dict key"),
     ("(Generator, int)", "can only bind an optional generator"),
     ("Future(Tensor)", "'Future(...)' is a TorchScript-only type"),
     ("number", "'number' is a TorchScript-only type"),
