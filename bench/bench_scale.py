@@ -15,6 +15,7 @@ stay flat and the 4000/500 ratio is about 8 (a little less: start-up is a fixed 
 Target: 2,000 ops generated in under 2 s.
 
     python bench/bench_scale.py [--sizes 500 2000 4000] [--rounds N] [--codegen-root PATH]
+                                [--inputs CHECKOUT]
                                 [--torchgen]
 
 `--codegen-root` times another checkout's codegen (a "before" figure) on the same inputs.
@@ -38,14 +39,24 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-# The full-API example library's op files: the stable-ABI example (`abi:`) is left out, so a
-# checkout from before it existed (`--codegen-root`) reads the same inputs, and so is the known
-# sample failures file.
-SCHEMAS = [p for p in sorted((ROOT / "schemas").glob("*.yaml"))
-           if p.name != "sample_failures.yaml"
-           and "abi" not in (yaml.safe_load(p.read_text(encoding="utf-8")) or {})]
 KERNEL_MODULE = "runtime.kernels.exops"
+
+
+def use_inputs(checkout: Path) -> None:
+    """Replicate the example library of `checkout` (this one by default): its full-API op files
+    (the stable-ABI example, `abi:`, and the known sample failures file are left out) and Python
+    kernels. `--inputs` a checkout from before a format change times old and new codegen on the
+    same text."""
+    global SCHEMAS, KERNEL_FILE
+    SCHEMAS = [p for p in sorted((checkout / "schemas").glob("*.yaml"))
+               if p.name != "sample_failures.yaml"
+               and "abi" not in (yaml.safe_load(p.read_text(encoding="utf-8")) or {})]
+    KERNEL_FILE = checkout / "runtime" / "kernels" / "exops.py"
+
+
+SCHEMAS: list[Path] = []
 KERNEL_FILE = ROOT / "runtime" / "kernels" / "exops.py"
+use_inputs(ROOT)
 IDENT = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -139,12 +150,15 @@ def time_torchgen() -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[500, 2000, 4000])
+    p.add_argument("--inputs", type=Path, default=ROOT,
+                   help="the checkout whose example library is replicated (default: this one)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--codegen-root", type=Path, default=ROOT,
                    help="checkout whose codegen package is timed (default: this one)")
     p.add_argument("--torchgen", action="store_true",
                    help="also time `python -m torchgen.gen` on native_functions.yaml")
     args = p.parse_args()
+    use_inputs(args.inputs.resolve())
 
     rows = []
     for size in args.sizes:
