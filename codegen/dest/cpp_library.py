@@ -275,15 +275,16 @@ class BoundKernel:
     fn: str
 
 
-def bound_kernels(shard: Shard, diags: Diagnostics) -> list[BoundKernel]:
+def bound_kernels(shard: Shard, diags: Diagnostics, signature_of=None) -> list[BoundKernel]:
     """Every C++ kernel of the shard's ops, in op order; ops C++ cannot bind and malformed kernel
-    names are reported to `diags` and left out."""
+    names are reported to `diags` and left out. `signature_of(op, diags)` binds an op's schema
+    (the full API's `signature` by default; the stable ABI passes its own)."""
     out = []
     for op in shard.ops:
         kernels = cpp_kernels(op)
         if not kernels:
             continue
-        sig = signature(op, diags)
+        sig = (signature_of or signature)(op, diags)
         if sig is None:
             continue
         for key, kernel in kernels:

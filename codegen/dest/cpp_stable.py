@@ -71,19 +71,7 @@ def signature(op: Op, diags: Diagnostics) -> cpp.CppSignature | None:
 
 
 def bound_kernels(shard: L.Shard, diags: Diagnostics) -> list[L.BoundKernel]:
-    out = []
-    for op in shard.ops:
-        kernels = L.cpp_kernels(op)
-        if not kernels:
-            continue
-        sig = signature(op, diags)
-        if sig is None:
-            continue
-        for key, kernel in kernels:
-            if L.check_kernel_name(op, kernel, diags):
-                cpp_ns, _, fn = kernel.qualified(shard.namespace).rpartition("::")
-                out.append(L.BoundKernel(op, sig, key, kernel, cpp_ns, fn))
-    return out
+    return L.bound_kernels(shard, diags, signature)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -341,13 +341,7 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
             # A Tensor[] input's gradient is a list of the same length.
             body.append(f"{grad_vars[a.name]} = "
                         + (f"[None] * {a.name}_len" if is_list(a) else "None"))
-    emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
-        a.name for a in schema.arguments})
-    for f in d.formulas:
-        targets = [grad_vars[n] for n in f.inputs]
-        cond = " or ".join(needs(n) for n in f.inputs)
-        body.append(f"if {cond}:")
-        body.extend(f"    {line}" for line in emitter.formula(f, targets))
+    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, taken)
     returns = [grad_vars[a.name] if a.name in grad_vars and not is_list(a) else "None"
                for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
     ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
@@ -479,13 +473,7 @@ def register_autograd(m: _Module, op: Op, api: str, sec: Section, d: F.Derivativ
                 body.append(f"{grad_vars[a.name]} = {value}")
             else:
                 body.append(f"{grad_vars[a.name]} = None")
-    emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
-        a.name for a in schema.arguments})
-    for f in d.formulas:
-        targets = [grad_vars[n] for n in f.inputs]
-        cond = " or ".join(needs(n) for n in f.inputs)
-        body.append(f"if {cond}:")
-        body.extend(f"    {line}" for line in emitter.formula(f, targets))
+    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, taken)
     returns = [grad_vars.get(a.name, "None") for a in positional]
     ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
     if has_lists and any(a.default is not None for a in positional):
@@ -585,6 +573,19 @@ def _grad_names(schema: FunctionSchema) -> list[str]:
         return [reserved.fresh("grad", inputs)]
     return [reserved.fresh(f"grad_{r.name}" if r.name else f"grad{i}", inputs)
             for i, r in enumerate(schema.returns)]
+
+
+def _emit_formulas(body: list[str], d, schema, emitter, emit_names, grad_vars: dict[str, str],
+                   needs, taken: set[str]) -> None:
+    """Each formula under `if <its inputs need a gradient>:`, its bindings' locals chosen apart
+    from everything the backward already holds."""
+    emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
+        a.name for a in schema.arguments})
+    for f in d.formulas:
+        targets = [grad_vars[n] for n in f.inputs]
+        cond = " or ".join(needs(n) for n in f.inputs)
+        body.append(f"if {cond}:")
+        body.extend(f"    {line}" for line in emitter.formula(f, targets))
 
 
 def _binding_locals(d: F.Derivatives, taken: set[str]) -> dict[str, str]:
