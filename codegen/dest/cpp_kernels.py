@@ -27,7 +27,6 @@ from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.abi import namespace_abi
-from codegen.api import cpp
 from codegen.model import Op
 
 
