@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from codegen import config, reserved
+from codegen.abi import namespace_abi
 from codegen.dest import cpp_library as L
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner, python_dir
@@ -96,9 +97,6 @@ def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     return {f"{python_dir()}/ops.py": text}
 
 
-from codegen.abi import namespace_abi as abi_namespace  # noqa: E402
-
-
 def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     namespaces = []
     for ns, shs in L.shards(lib).items():
@@ -115,7 +113,7 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             "sources": sorted({s.file.path for s in shs}),
             "stamp_prefix": L.stamp_prefix(ns),
             # Note [ABI choice] in codegen/abi.py: a stable library loads on torch >= min_torch.
-            "min_torch": (a.min_text if (a := abi_namespace(lib, ns)) is not None else None),
+            "min_torch": (a.min_text if (a := namespace_abi(lib, ns)) is not None else None),
         })
     project = config.current()
     here = python_dir()
