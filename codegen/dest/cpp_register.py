@@ -64,6 +64,13 @@ def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     return out
 
 
+def shard_context(shard: L.Shard) -> dict:
+    """What a registration unit's template needs of its shard, on either ABI."""
+    return dict(banner=banner("//", [shard.file.path]), ns=shard.namespace,
+                cpp_ns=reserved.CPP_NAMESPACE, source=shard.file.path, include=shard.include,
+                is_library=shard.is_library, torch_namespace=is_torch_namespace(shard.namespace))
+
+
 def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
@@ -72,13 +79,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         for shard in shs:
             out[shard.registration] = L.render(
                 "cpp_register.cpp.j2",
-                banner=banner("//", [shard.file.path]),
-                ns=ns,
-                cpp_ns=reserved.CPP_NAMESPACE,
-                source=shard.file.path,
-                include=shard.include,
-                is_library=shard.is_library,
-                torch_namespace=is_torch_namespace(ns),
+                **shard_context(shard),
                 python_module=L.python_module(ns),
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),

@@ -38,7 +38,6 @@ from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.tags import shape_tag
 from codegen.model import BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType
-from codegen.torch_namespaces import is_torch_namespace
 
 
 def is_stable(op: Op) -> bool:
@@ -296,14 +295,8 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             )
             out[shard.registration] = L.render(
                 "cpp_stable_register.cpp.j2",
-                banner=banner("//", [shard.file.path]),
-                ns=ns,
-                cpp_ns=reserved.CPP_NAMESPACE,
-                source=shard.file.path,
-                include=shard.include,
+                **cpp_register.shard_context(shard),
                 min_torch=a.min_text,
-                is_library=shard.is_library,
-                torch_namespace=is_torch_namespace(ns),
                 python_module=L.python_module(ns) if a.has("set_python_module") else None,
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),
