@@ -22,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(os.environ.get("OPGEN_ROOT") or Path(__file__).resolve().parent.parent).resolve()
 GENERATED = ROOT / "generated" / "runtime"
-BUILD = ROOT / "build"
 
 __path__.append(str(GENERATED))  # noqa: F821  (a package's __path__)
 
