@@ -167,9 +167,8 @@ class _Module:
                 what = f"the builtin '{a.name}'"
             else:
                 continue
-            span = a.name_span or a.span
-            loc = op.func.at(span.start, span.end - span.start) if span and op.func else op.loc
-            self.diags.error(loc, f"argument '{a.name}' of {op.name} would hide {what} in the "
+            self.diags.error(cpp_library.locate(op, a.name_span or a.span),
+                             f"argument '{a.name}' of {op.name} would hide {what} in the "
                              "generated Python registrations", "rename it")
             return False
         return True
