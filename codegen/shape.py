@@ -134,6 +134,7 @@ nonzero literal, a count that could be symbolic, a `Tensor[]` return given one t
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -1663,6 +1664,10 @@ class _Checker:
                          "`[like(a), like(b)]`")
 
 
+_ARITH = {ArithOp.add: operator.add, ArithOp.sub: operator.sub, ArithOp.mul: operator.mul,
+          ArithOp.floordiv: operator.floordiv, ArithOp.mod: operator.mod}
+
+
 def constant(e: Expr) -> int | None:
     """The value of an int expression made of literals only (Python's arithmetic), else None."""
     match e:
@@ -1675,8 +1680,7 @@ def constant(e: Expr) -> int | None:
             x, y = constant(a), constant(b)
             if x is None or y is None or (op in (ArithOp.floordiv, ArithOp.mod) and y == 0):
                 return None
-            return {ArithOp.add: x + y, ArithOp.sub: x - y, ArithOp.mul: x * y,
-                    ArithOp.floordiv: x // y if y else 0, ArithOp.mod: x % y if y else 0}[op]
+            return _ARITH[op](x, y)
         case MinMax(fn=fn, items=items):
             values = [constant(i) for i in items]
             if any(v is None for v in values):
