@@ -392,8 +392,7 @@ def walk(e: Expr) -> Iterator[Expr]:
 
 def walk_all(d: Derivatives) -> Iterator[Expr]:
     for f in d.formulas:
-        for e in f.exprs():
-            yield from walk(e)
+        yield from walk_all_of(f)
 
 
 # --------------------------------------------------------------------------------------------------
