@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from codegen import enums, reserved
-from codegen.diagnostics import Diagnostics, Loc, did_you_mean
+from codegen.diagnostics import Diagnostic, Diagnostics, Loc, did_you_mean
 from codegen.model import (
     BASE_TYPES,
     SCRIPT_ONLY_BASE,
@@ -221,13 +221,8 @@ class Convention:
     hint: str | None = None
 
     def report(self, diags: Diagnostics) -> None:
-        diags.items.append(_convention_error(self))
-
-
-def _convention_error(c: Convention):
-    from codegen.diagnostics import Diagnostic
-
-    return Diagnostic(c.loc, c.message, c.hint, "error", None, CONVENTIONS_FLAG)
+        diags.items.append(Diagnostic(self.loc, self.message, self.hint, "error", None,
+                                      CONVENTIONS_FLAG))
 
 
 # --------------------------------------------------------------------------------------------------
