@@ -62,6 +62,7 @@ def _record() -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in json.loads(text).items()}
 
 
+@lru_cache(maxsize=1)
 def object_macros() -> frozenset[str]:
     """Object-like macros: any use of the name expands."""
     return _record()["cpp_object_macros"] | frozenset(COMMAND_LINE_MACROS)
