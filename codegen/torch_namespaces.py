@@ -74,11 +74,13 @@ def namespace_loc(lib: OpLibrary, ns: str) -> Loc:
     raise AssertionError(f"no op in namespace {ns}")
 
 
-def _qualified_name_loc(op: Op, length: int) -> Loc:
+def _qualified_name_loc(op: Op, length: int | None = None) -> Loc:
+    """The op's qualified name in its `func:`, its first `length` characters (all by default)."""
     span = op.schema.name.span
     if span is None or op.func is None:
         return op.loc
-    return op.func.at(span.start, max(1, min(length, span.end - span.start)))
+    whole = span.end - span.start
+    return op.func.at(span.start, max(1, whole if length is None else min(length, whole)))
 
 
 def check_namespaces(lib: OpLibrary, diags: Diagnostics) -> None:
@@ -106,10 +108,7 @@ def check_namespaces(lib: OpLibrary, diags: Diagnostics) -> None:
             name = op.schema.name
             key = f"{name.name}.{name.overload}" if name.overload else name.name
             if key in existing:
-                span = name.span
-                loc = (op.func.at(span.start, max(1, span.end - span.start))
-                       if span is not None and op.func is not None else op.loc)
-                diags.error(loc, f"op '{ns}::{key}' already exists in torch",
+                diags.error(_qualified_name_loc(op), f"op '{ns}::{key}' already exists in torch",
                             "defining it again aborts the process at load time; give the op "
                             "another name, or another overload name")
 
