@@ -53,7 +53,7 @@ class Abi:
 
     @property
     def min_text(self) -> str:
-        return f"{self.min_torch[0]}.{self.min_torch[1]}"
+        return version_text(self.min_torch)
 
     @property
     def target_version(self) -> str:
@@ -86,15 +86,15 @@ def namespace_abi(lib, ns: str) -> Abi | None:
 
 def check_namespaces(lib, diags: Diagnostics) -> None:
     """Every op file of a namespace makes the same ABI choice: they build one shared library."""
-    first: dict[str, tuple[object, Loc | None, str]] = {}
+    first: dict[str, tuple[object, str]] = {}   # namespace -> (choice, first file making it)
     for f in lib.files:
         for ns in dict.fromkeys(op.namespace for op in f.ops):
             choice = (STABLE, f.abi.min_torch) if f.abi is not None else (FULL, None)
             here = f.abi.loc if f.abi is not None else f.namespace_loc
             if ns not in first:
-                first[ns] = (choice, here, f.path)
+                first[ns] = (choice, f.path)
                 continue
-            prev, _prev_loc, prev_path = first[ns]
+            prev, prev_path = first[ns]
             if prev != choice:
                 diags.error(here or Loc(f.path, 1, 1),
                             f"namespace '{ns}' is built {_describe(choice)} here, but "
