@@ -36,7 +36,7 @@ def int_literal(text: str, what: str = "integer") -> int:
                            f"write {digits} (octal literals are not supported)")
     # Compare lengths before converting: int() refuses more than 4,300 digits with a ValueError.
     if len(digits) > len(str(INT64_MAX)) or int(digits or "0") > INT64_MAX:
-        raise LiteralError(f"{what} '{_short(text)}' is out of range: integers are 64-bit",
+        raise LiteralError(f"{what} '{shorten(text)}' is out of range: integers are 64-bit",
                            0, len(text), f"the largest is {INT64_MAX}")
     return int(digits or "0")
 
@@ -46,10 +46,10 @@ def float_literal(text: str, *, underflow: bool = True) -> float:
     refuses a nonzero literal that reads as 0 or a subnormal number (c10's stod does)."""
     value = float(text)
     if value in (float("inf"), float("-inf")):
-        raise LiteralError(f"number '{_short(text)}' is out of range for a double", 0, len(text),
+        raise LiteralError(f"number '{shorten(text)}' is out of range for a double", 0, len(text),
                            "the largest double is about 1.8e308")
     if not underflow and abs(value) < DOUBLE_MIN_NORMAL and _nonzero(text):
-        raise LiteralError(f"number '{_short(text)}' is too small for a double", 0, len(text),
+        raise LiteralError(f"number '{shorten(text)}' is too small for a double", 0, len(text),
                            f"write 0.0, or a magnitude of at least {DOUBLE_MIN_NORMAL!r}")
     return value
 
@@ -59,7 +59,8 @@ def _nonzero(text: str) -> bool:
     return any(c in "123456789" for c in mantissa)
 
 
-def _short(text: str) -> str:
+def shorten(text: str) -> str:
+    """A long literal as messages quote it: its start and its end."""
     return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
 
 

@@ -20,7 +20,7 @@ from typing import NoReturn
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal
+from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal, shorten
 from codegen.model import (
     BASE_TYPES,
     CUSTOM_CLASS_PREFIX,
@@ -271,8 +271,8 @@ def _int64(num: str, text: str, start: int) -> int:
     # Compare lengths before int(): it refuses more than 4,300 digits with a ValueError.
     value = int(num) if len(digits) <= len(str(INT64_MAX)) else None
     if value is None or not INT64_MIN <= value <= INT64_MAX:
-        shown = text if len(text) <= 40 else text[:20] + "..." + text[-8:]
-        _fail(f"integer '{shown}' is out of range: schema integers are 64-bit", start, len(text),
+        _fail(f"integer '{shorten(text)}' is out of range: schema integers are 64-bit", start,
+              len(text),
               f"they go from {INT64_MIN} to {INT64_MAX}; a large float default is written with an "
               "exponent (1e+23)")
     return value
