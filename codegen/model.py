@@ -570,7 +570,7 @@ def _number_fresh(t: Type, n: list[int]) -> Type:
         inner = _number_fresh_parts(t, n)
         alias = Annotation((f"{FRESH}{n[0]}",), True, (), alias.span)
         n[0] += 1
-        return _with_annotation(inner, alias)
+        return with_annotation(inner, alias)
     return _number_fresh_parts(t, n)
 
 
@@ -584,7 +584,8 @@ def _number_fresh_parts(t: Type, n: list[int]) -> Type:
     return t
 
 
-def _with_annotation(t: Type, alias: Annotation) -> Type:
+def with_annotation(t: Type, alias: Annotation) -> Type:
+    """`t` (not Optional) carrying alias annotation `alias` in place of its own."""
     if isinstance(t, BaseType):
         return BaseType(t.name, alias, t.span)
     if isinstance(t, ClassType):

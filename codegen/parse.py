@@ -52,6 +52,7 @@ from codegen.model import (
     Type,
     TypeVar,
     number_fresh_sets,
+    with_annotation,
 )
 
 
@@ -117,17 +118,7 @@ def _with_alias(t: Type, ann: Annotation, offset: int, length: int) -> Type:
         what = "a tuple type" if isinstance(t, TupleType) else f"type '{t}'"
         _fail(f"{what} cannot carry an alias annotation", offset, length,
               f"torch reads annotations on a list of them: {t}[]{ann}")
-    if isinstance(t, BaseType):
-        return BaseType(t.name, ann)
-    if isinstance(t, ClassType):
-        return ClassType(t.qualname, ann)
-    if isinstance(t, TypeVar):
-        return TypeVar(t.name, ann)
-    if isinstance(t, ListType):
-        return ListType(t.elem, t.size, ann)
-    if isinstance(t, TupleType):
-        return TupleType(t.elems, ann)
-    return GenericType(t.kind, t.args, ann)
+    return with_annotation(t, ann)
 
 
 # Types nest at most this deep (`int[][]` is 2): everything after parsing walks types recursively,
