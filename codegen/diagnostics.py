@@ -113,10 +113,6 @@ class Diagnostics:
                               if d.severity != "warning" or keep(d)]
 
     @property
-    def warnings(self) -> list[Diagnostic]:
-        return [d for d in self.sorted() if d.severity == "warning"]
-
-    @property
     def has_errors(self) -> bool:
         return any(d.severity == "error" for d in self.items)
 
