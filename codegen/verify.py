@@ -56,7 +56,6 @@ from codegen.model import (
     Type,
     TypeVar,
     iter_types,
-    without_alias,
     strip_optional,
 )
 from codegen.schema_errors import foreign_type_hint
@@ -420,28 +419,28 @@ class _OpVerifier:
                 self.default(a)
                 if not a.kwarg_only:
                     seen_default = a
-            elif (not a.kwarg_only and seen_default is not None
-                  and isinstance(without_alias(a.type), ListType)):
-                # torch registers it, but its Python tooling builds an inspect.Signature from
-                # the schema and fails: torch.fx normalization (inductor, SchemaCheckMode).
-                self.warning(a.name_span or a.span, "list-after-default",
-                             f"list argument '{a.name}' has no default but follows "
-                             f"'{seen_default.name}', which has one: torch registers the op, but "
-                             "torch.compile's inductor and opcheck's test_schema fail on it "
-                             "(torch 2.13 turns the schema into a Python signature)",
-                             f"give '{a.name}' a default, or move it after '*' (keyword-only)")
-                seen_default = None
-            elif (not a.kwarg_only and seen_default is not None
-                  and not isinstance(without_alias(a.type), ListType)):
-                # torch refuses it too: FunctionSchema asserts "Non-default positional argument
-                # follows default argument" (parse_schema and Library.define), except for list
-                # types, which it lets through for old serialized schemas (executorch's mxfp
-                # conv2d has `Tensor? bias=None, int[] stride`).
-                self.error(a.name_span or a.span,
-                           f"argument '{a.name}' has no default but follows "
-                           f"'{seen_default.name}', which has one",
-                           "give it a default, or move it after '*' (keyword-only); torch "
-                           "refuses this order as well (only list types may follow a default)")
+            elif not a.kwarg_only and seen_default is not None:
+                if isinstance(a.type, ListType):
+                    # torch registers it, but its Python tooling builds an inspect.Signature from
+                    # the schema and fails: torch.fx normalization (inductor, SchemaCheckMode).
+                    self.warning(a.name_span or a.span, "list-after-default",
+                                 f"list argument '{a.name}' has no default but follows "
+                                 f"'{seen_default.name}', which has one: torch registers the op, "
+                                 "but torch.compile's inductor and opcheck's test_schema fail on "
+                                 "it (torch 2.13 turns the schema into a Python signature)",
+                                 f"give '{a.name}' a default, or move it after '*' "
+                                 "(keyword-only)")
+                else:
+                    # torch refuses it too: FunctionSchema asserts "Non-default positional
+                    # argument follows default argument" (parse_schema and Library.define), except
+                    # for list types, which it lets through for old serialized schemas
+                    # (executorch's mxfp conv2d has `Tensor? bias=None, int[] stride`).
+                    self.error(a.name_span or a.span,
+                               f"argument '{a.name}' has no default but follows "
+                               f"'{seen_default.name}', which has one",
+                               "give it a default, or move it after '*' (keyword-only); torch "
+                               "refuses this order as well (only list types may follow a "
+                               "default)")
                 seen_default = None
 
     def default(self, a: Argument) -> None:
