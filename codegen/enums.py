@@ -75,3 +75,10 @@ def scalar_type_number(name: str) -> int | None:
         if v.python == f"torch.{name}":
             return i
     return None
+
+
+# torch's other names of dtypes (`torch.long` is `torch.int64`), as op files and Python defaults
+# may spell them.
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "short": "int16",
+                 "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128",
+                 "chalf": "complex32"}

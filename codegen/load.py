@@ -21,7 +21,7 @@ import yaml
 from yaml import events as ev
 
 from codegen import abi as abi_mod
-from codegen import verify
+from codegen import enums, verify
 from codegen.abi import Abi
 from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, scalar_locator
 from codegen.escape import first_unprintable
@@ -88,9 +88,6 @@ DTYPES = frozenset({
 })
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
 COMPLEX_DTYPES = frozenset({"complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf"})
-_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "short": "int16",
-                  "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128",
-                  "chalf": "complex32"}
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # A named size in a sample: `N` (its value given elsewhere in the sample) or `N=6`.
@@ -952,7 +949,7 @@ class _FileLoader:
                 self.error(fields["dtype"][1], f"gradients are checked in a floating or complex "
                            f"dtype, not '{dtype}'", "for example float64 (the default) or float32")
                 return None
-            values["dtype"] = _DTYPE_ALIASES.get(dtype, dtype)
+            values["dtype"] = enums.DTYPE_ALIASES.get(dtype, dtype)
         for key in ("atol", "rtol", "eps"):
             if key in fields:
                 v = self.number(fields[key][1], f"'{key}'")

@@ -23,7 +23,7 @@ signature record are codegen.api.cpp's.
 
 from __future__ import annotations
 
-from codegen.abi import Abi, version_text
+from codegen.abi import STABLE_FEATURES, Abi, version_text
 from codegen.api import cpp
 from codegen.api.cpp import (BaseC, ConstRefC, CppSignature, CType, MutRefC, OptionalC, TupleC,
                              Unsupported, VectorC, is_plain)
@@ -73,7 +73,7 @@ def _base(t: BaseType, abi: Abi) -> BaseC:
         msg, hint = _NOT_BOXED[t.name]
         raise Unsupported(t, msg, hint)
     if t.name is BaseTy.Generator and not abi.has("Generator"):
-        need = version_text((2, 13))
+        need = version_text(STABLE_FEATURES["Generator"])
         raise Unsupported(t, f"'Generator' can be boxed by torch's stable ABI from torch {need} "
                              f"on, but this namespace's min_torch is {abi.min_text}",
                           f'set min_torch: "{need}", {_FULL_API}')

@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+from codegen import enums
 from codegen.api import python as P
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import Argument, FunctionSchema, PyRef
@@ -168,12 +169,6 @@ def _signature_problem(args: ast.arguments, schema: FunctionSchema, leading: int
     return None
 
 
-# The spellings of one torch dtype: `torch.long` is `torch.int64`.
-_DTYPE_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64",
-                  "int": "int32", "short": "int16", "cfloat": "complex64",
-                  "cdouble": "complex128", "chalf": "complex32"}
-
-
 def _default_value(node: ast.expr, module: PyModule | None, depth: int = 0) -> tuple | None:
     """A comparable form of a default written in Python, or None when it is not one this check
     reads (a call, an expression): literals, tuples and lists of them (the same: the dispatcher
@@ -197,7 +192,7 @@ def _default_value(node: ast.expr, module: PyModule | None, depth: int = 0) -> t
         return None if any(i is None for i in items) else ("sequence", tuple(items))
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
             node.value.id == "torch":
-        return ("torch", _DTYPE_ALIASES.get(node.attr, node.attr))
+        return ("torch", enums.DTYPE_ALIASES.get(node.attr, node.attr))
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
             isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and \
             node.func.attr == "device" and len(node.args) == 1 and not node.keywords and \
