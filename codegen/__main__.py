@@ -125,7 +125,9 @@ def debug_option(parser: argparse.ArgumentParser, default) -> None:
 def main(argv: list[str] | None = None) -> int:
     from codegen import build
 
-    parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__.splitlines()[0])
+    # Usage names the command as it was run: the `opgen` console script or `python -m codegen`.
+    prog = "opgen" if Path(sys.argv[0]).name == "opgen" else "python -m codegen"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     debug_option(parser, False)
     build.project_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
