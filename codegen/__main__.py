@@ -15,20 +15,18 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import traceback
 from pathlib import Path
 
-from codegen import config
-from codegen.diagnostics import Diagnostics, UserError
-from codegen.files import WriteError
+from codegen import build, cli, config, files, load
+from codegen.dest import ninja
+from codegen.gen import check_library, render
+from codegen.rendering import output_dir
+from codegen.diagnostics import Diagnostics
 
 
 def _load(paths: list[str]):
-    from codegen.load import load_library
-
-    return load_library(paths or list(config.current().schemas))
+    return load.load_library(paths or list(config.current().schemas))
 
 
 def _check_python_side(lib, werror: bool = False) -> Diagnostics:
@@ -37,8 +35,6 @@ def _check_python_side(lib, werror: bool = False) -> Diagnostics:
     then every generator renders in memory (C++ bindings of every type, formulas calling library
     ops, missing fake kernels, Python function signatures, batching/autocast rules) and nothing
     is written. Returns the warnings (errors, with `werror`)."""
-    from codegen.gen import check_library, render
-
     diags = lib.diagnostics()
     check_library(lib, diags)
     if not diags.has_errors:
@@ -70,9 +66,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from codegen import files
-    from codegen.gen import check_library, output_dir, render
-
     lib = _load(args.paths)
     diags = lib.diagnostics()
     check_library(lib, diags)
@@ -90,9 +83,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return 1 if changed else 0
     written = files.write(root, fileset, prune_dir=output_dir())
     if args.depfile:
-        from codegen.dest.ninja import write_depfile
-
-        write_depfile(Path(args.depfile), lib)
+        ninja.write_depfile(Path(args.depfile), lib)
     for rel in written:
         print(f"wrote {rel}")
     if not written:
@@ -100,36 +91,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-INTERNAL_ERROR = 3
-
-
-def internal_error(e: BaseException, debug: bool) -> int:
-    """An exception no user input should raise: one line that cannot pass for a result, and the
-    traceback only when asked for."""
-    if debug:
-        traceback.print_exc()
-    detail = " ".join(str(e).split())
-    if len(detail) > 300:
-        detail = detail[:297] + "..."
-    print(f"error: internal error, please report: {type(e).__name__}"
-          f"{': ' + detail if detail else ''}"
-          f"{'' if debug else ' (rerun with --debug for the traceback)'}", file=sys.stderr)
-    return INTERNAL_ERROR
-
-
-def debug_option(parser: argparse.ArgumentParser, default) -> None:
-    parser.add_argument("--debug", action="store_true", default=default,
-                        help="show the traceback of an internal error")
-
-
 def main(argv: list[str] | None = None) -> int:
-    from codegen import build
-
     # Usage names the command as it was run: the `opgen` console script or `python -m codegen`.
     prog = "opgen" if Path(sys.argv[0]).name == "opgen" else "python -m codegen"
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    debug_option(parser, False)
-    build.project_option(parser)
+    cli.debug_option(parser, False)
+    cli.project_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, help_ in [
         ("check", cmd_check, "parse and validate op files"),
@@ -138,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         ("build", None, "compile the op libraries with ninja (python -m codegen.build)"),
     ]:
         p = sub.add_parser(name, help=help_)
-        debug_option(p, argparse.SUPPRESS)     # `--debug` before or after the command
-        build.project_option(p, argparse.SUPPRESS)
+        cli.debug_option(p, argparse.SUPPRESS)     # `--debug` before or after the command
+        cli.project_option(p, argparse.SUPPRESS)
         if name == "build":
             build.add_arguments(p)
             p.set_defaults(fn=None)
@@ -158,27 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fn is None:
         return build.run(args)
-    try:
-        project = config.resolve(args.project, Diagnostics())
+
+    def command(project: config.Project) -> int:
         args.paths = [project.relative(p) for p in args.paths]
-        with config.use(project):
-            return args.fn(args)
-    except UserError as e:
-        print(e.diags.render(), file=sys.stderr)
-        return 1
-    except WriteError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
-        # `python -m codegen list | head`: the reader left; exit quietly, as other tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001  (the one place that catches everything; see above)
-        return internal_error(e, args.debug)
+        return args.fn(args)
+
+    return cli.run_in_project(args, command)
 
 
 if __name__ == "__main__":

@@ -39,11 +39,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen import config
+from codegen import cli, config
 from codegen.dest.ninja import ninja_file, toolchain_file
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import WriteError, verify_stamp, write_atomic
-from codegen.gen import set_stamp
+from codegen.rendering import set_stamp
 
 KEY_PREFIX = "# key: "
 _ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
@@ -546,18 +546,11 @@ def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen.build",
                                      description=__doc__.splitlines()[0])
-    project_option(parser)
+    cli.project_option(parser)
     add_arguments(parser)
-    parser.add_argument("--debug", action="store_true",
-                        help="show the traceback of an internal error")
+    cli.debug_option(parser, False)
     args = parser.parse_args(argv)
     return run(args)
-
-
-def project_option(parser: argparse.ArgumentParser, default=None) -> None:
-    parser.add_argument("--project", "--root", dest="project", metavar="DIR", default=default,
-                        help="the project's directory (default: the nearest pyproject.toml with "
-                        "[tool.opgen] upward from here; `--root` is the old name)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -569,24 +562,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     extra = (["-j", str(args.jobs)] if args.jobs else []) + (["-v"] if args.verbose else [])
-    try:
-        project = config.resolve(args.project, Diagnostics())
-        with config.use(project):
-            return build(project.root, extra + args.targets)
-    except UserError as e:
-        print(e.diags.render(), file=sys.stderr)
-        return 1
-    except (WriteError, OSError) as e:
-        # The disk, not the code: a build directory that cannot be written, a missing compiler.
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001  (the one place that catches everything)
-        from codegen.__main__ import internal_error
-
-        return internal_error(e, args.debug)
+    # OSError: the disk, not the code (a build directory that cannot be written, no compiler).
+    return cli.run_in_project(args, lambda project: build(project.root, extra + args.targets),
+                              environment_errors=(OSError,))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,9 @@ The generators keep them apart by construction:
   from user names (call-API functions, parameters) that would hit a keyword or a macro get a
   trailing underscore (`cpp_identifier`); generated locals are chosen fresh (`fresh`).
 - Python: generated module-level names of `runtime._reg_<ns>` are allocated against everything
-  the module defines or calls (`reg_module_names`, builtins, every argument name); user functions
+  the module defines or calls (`codegen.dest.py_common.reg_module_names`, builtins, every argument name); user functions
   imported under a taken name are imported under a mangled one; `runtime.ops` names that would
-  hit a name the module or its stub owns (`ops_module_names`) get a trailing underscore.
+  hit a name the module or its stub owns (`codegen.dest.py_ops.ops_module_names`) get a trailing underscore.
 
 What cannot be made safe is refused by `codegen.verify`, naming the clash:
 - C and C++ macros (`EOF`, `NULL`, `INT_MAX`, `errno`, `TORCH_CHECK`) as namespaces or kernel
@@ -92,16 +92,21 @@ def op_packet_attributes() -> frozenset[str]:
 # C++
 
 
-def cpp_keywords() -> frozenset[str]:
-    from codegen.api.cpp import CPP_KEYWORDS
-
-    return CPP_KEYWORDS
+CPP_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+co_return co_yield decltype default delete do double dynamic_cast else enum explicit export extern
+false float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
+operator or or_eq private protected public register reinterpret_cast requires return short signed
+sizeof static static_assert static_cast struct switch template this thread_local throw true try
+typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
+""".split())
 
 
 @lru_cache(maxsize=1)
 def cpp_unusable() -> frozenset[str]:
     """Names a generated C++ identifier must not be: keywords and every macro."""
-    return cpp_keywords() | object_macros() | function_macros()
+    return CPP_KEYWORDS | object_macros() | function_macros()
 
 
 def cpp_identifier(name: str) -> str:
@@ -144,36 +149,6 @@ def bound_names(source: str) -> frozenset[str]:
             for t in targets:
                 out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
     return frozenset(out)
-
-
-@lru_cache(maxsize=1)
-def reg_module_names() -> frozenset[str]:
-    """Module-level names of every `runtime._reg_<ns>` module before its ops' sections: imports,
-    `_lib`, `_ops`, and every helper (rendered with all of them)."""
-    from codegen.dest import py_reg
-
-    text = py_reg.environment().get_template("py_reg.py.j2").render(
-        banner="#", ns="ns", module="runtime._reg_ns", imports=[],
-        helpers=list(py_reg.HELPERS), sections=[])
-    return bound_names(text)
-
-
-@lru_cache(maxsize=1)
-def ops_module_names() -> frozenset[str]:
-    """Names an op cannot have in `runtime.ops` and `ops.pyi`: what ops.py binds for itself, the
-    attributes every module has, and what the stub imports or names in its annotations."""
-    import types
-
-    from codegen.api import python as P
-    from codegen.dest import cpp_library as L
-
-    ops_py = bound_names(L.render("py_ops.py.j2", banner="#", entries=[], module="ops"))
-    stub_imports = bound_names("\n".join(P.STUB_IMPORTS))
-    annotations = {n.id for text in P.ANNOTATIONS for n in ast.walk(ast.parse(text))
-                   if isinstance(n, ast.Name)}
-    module_attrs = set(dir(types.ModuleType("m"))) | {"__file__", "__cached__", "__builtins__",
-                                                      "__path__", "__annotations__"}
-    return frozenset(ops_py | stub_imports | annotations | module_attrs | {"__all__"})
 
 
 # --------------------------------------------------------------------------------------------------

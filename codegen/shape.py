@@ -149,10 +149,13 @@ from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal, 
 from codegen.model import (
     BaseTy,
     BaseType,
+    DispatchKey,
     FunctionSchema,
     ListType,
     Located,
+    Op,
     OptionalType,
+    PyRef,
     Return,
     Span,
     Type,
@@ -1774,3 +1777,13 @@ def parse_fake_rule(text: Located, schema: FunctionSchema, diags: Diagnostics) -
         return None
     checker = _Checker(text, schema, diags)
     return checker.rule(syn, mutated_returns(schema))
+
+
+def fake_of(op: Op) -> FakeRule | PyRef | None:
+    """The op's fake kernel: its rule or Python function, else what follows from its schema."""
+    if isinstance(op.fake, (FakeRule, PyRef)):
+        return op.fake
+    keys = {k for k, _ in op.dispatch}
+    if keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd} or not keys:
+        return None
+    return schema_fake(op.schema)

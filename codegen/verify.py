@@ -92,15 +92,6 @@ IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PLAIN_NAME = IDENT.match
 
 PY_KEYWORDS = frozenset(keyword.kwlist)
-CPP_KEYWORDS = frozenset("""
-alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
-char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
-co_return co_yield decltype default delete do double dynamic_cast else enum explicit export extern
-false float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
-operator or or_eq private protected public register reinterpret_cast requires return short signed
-sizeof static static_assert static_cast struct switch template this thread_local throw true try
-typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
-""".split())
 
 # The default values torch's schema parser accepts for enum-like types (tests/test_verify.py checks
 # each against torch._C.parse_schema): `int reduction=Mean` is at::Reduction::Mean.
@@ -292,7 +283,7 @@ class _OpVerifier:
         seen: set[str] = set()
         for a in self.schema.arguments:
             n = a.name
-            if n not in seen and _PLAIN_NAME(n) and n not in PY_KEYWORDS and n not in CPP_KEYWORDS:
+            if n not in seen and _PLAIN_NAME(n) and n not in PY_KEYWORDS and n not in reserved.CPP_KEYWORDS:
                 seen.add(n)  # the common case, checked without building messages or spans
                 continue
             where = a.name_span or a.span
@@ -346,7 +337,7 @@ class _OpVerifier:
             self.error(span, f"{what} '{name}' is a Python keyword",
                        f"rename it, for example '{name}_'")
             return False
-        if cpp and name in CPP_KEYWORDS:
+        if cpp and name in reserved.CPP_KEYWORDS:
             self.error(span, f"{what} '{name}' is a C++ keyword",
                        f"rename it, for example '{name}_'")
             return False
@@ -629,7 +620,7 @@ class _OpVerifier:
                               "torch.library.register_fake refuses it")
         for _, kernel in op.dispatch:
             if isinstance(kernel, CppKernel):
-                parts, keywords, lang = kernel.name.split("::"), CPP_KEYWORDS, "C++"
+                parts, keywords, lang = kernel.name.split("::"), reserved.CPP_KEYWORDS, "C++"
             elif isinstance(kernel, PyRef):
                 parts = kernel.module.split(".") + kernel.name.split(".")
                 keywords, lang = PY_KEYWORDS, "Python"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from codegen import files
-from codegen.gen import set_stamp
+from codegen.rendering import set_stamp
 from tests import scratch
 from tests.test_files import killed_generate
 

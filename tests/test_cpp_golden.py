@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_kernels, cpp_library, cpp_register, ninja, py_ops
+from codegen.dest import cpp_kernels, cpp_register, cpp_stamp, ninja, py_ops
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 from tests import expect
@@ -34,7 +34,7 @@ def render(paths: list[str]) -> dict[str, str]:
     lib = load_library(paths)
     diags = Diagnostics()
     out: dict[str, str] = {}
-    for gen in (cpp_kernels.generate, cpp_register.generate, cpp_library.generate_stamps,
+    for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps,
                 py_ops.generate_ops, py_ops.generate_manifest):
         out.update(gen(lib, diags))
     # build.ninja from fixed inputs: the golden file must not depend on this checkout's files.

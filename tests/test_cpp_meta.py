@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_meta, cpp_register
+from codegen.dest import cpp_meta, cpp_register, py_fake
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 from tests import expect, scratch
@@ -54,7 +54,7 @@ def _lib(monkeypatch):
 def test_which_rules_become_cpp(monkeypatch):
     lib = _lib(monkeypatch)
     with_rule = {str(op.name) for op in lib.ops if hasattr(op.fake, "outputs")}
-    cpp = {str(op.name) for op in lib.ops if cpp_meta.uses_cpp_meta(op)}
+    cpp = {str(op.name) for op in lib.ops if py_fake.uses_cpp_meta(op)}
     assert with_rule - cpp == set(PYTHON_FAKES)
     assert cpp == with_rule - set(PYTHON_FAKES)
     assert len(cpp) >= 10
@@ -65,7 +65,7 @@ def test_no_rule_no_meta_kernel(monkeypatch):
     lib = _lib(monkeypatch)
     for op in lib.ops:
         if not hasattr(op.fake, "outputs"):
-            assert not cpp_meta.uses_cpp_meta(op), op.name
+            assert not py_fake.uses_cpp_meta(op), op.name
 
 
 def test_golden_registration_shard(monkeypatch):
@@ -128,7 +128,7 @@ CHECK = textwrap.dedent("""
 @pytest.mark.e2e
 def test_meta_kernels_built_and_run(tmp_path, monkeypatch):
     lib = _lib(monkeypatch)
-    cpp = sorted(str(op.name) for op in lib.ops if cpp_meta.uses_cpp_meta(op))
+    cpp = sorted(str(op.name) for op in lib.ops if py_fake.uses_cpp_meta(op))
     root = tmp_path / "root"
     scratch.make_root(root, {"shapes.yaml": (ROOT / SHAPES).read_text(encoding="utf-8")}, {})
     gen = scratch.generate(root)
@@ -152,7 +152,7 @@ def test_meta_kernels_built_and_run(tmp_path, monkeypatch):
 def test_schema_hash_covers_compiled_rules(tmp_path):
     """A rule compiled into the library changes its schema hash (a stale build is refused); a
     rule that stays Python does not (no rebuild needed)."""
-    from codegen.dest.cpp_library import schema_hash
+    from codegen.dest.cpp_stamp import schema_hash
 
     def hash_of(rule_a: str, rule_b: str) -> str:
         p = tmp_path / "h.yaml"

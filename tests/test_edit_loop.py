@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_kernels, cpp_library, cpp_register, ninja
+from codegen.dest import cpp_kernels, cpp_register, cpp_stamp, ninja
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 
@@ -23,7 +23,7 @@ def cpp_outputs(tmp_path: Path, text: str) -> dict[str, str]:
     lib = load_library([str(path)])
     diags = Diagnostics()
     out: dict[str, str] = {}
-    for gen in (cpp_kernels.generate, cpp_register.generate, cpp_library.generate_stamps):
+    for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps):
         out.update(gen(lib, diags))
     inputs = ninja.BuildInputs({"exops": (("runtime/csrc/exops/k.cpp", "k.cpp"),)},
                                ("runtime/csrc/exops",), (str(path),))

@@ -16,7 +16,7 @@ import pytest
 
 from codegen import files
 from codegen.build import check_generated
-from codegen.gen import set_stamp
+from codegen.rendering import set_stamp
 from tests import scratch
 
 SET_STAMP = set_stamp()     # the example layout's completion stamp (generated/SHA256SUMS)

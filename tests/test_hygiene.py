@@ -33,6 +33,7 @@ import torch
 from codegen import escape, reserved
 from codegen.__main__ import main as cli
 from codegen.gen import render
+from codegen.dest.py_common import reg_module_names
 from codegen.load import load_library
 from tests import expect
 
@@ -301,7 +302,7 @@ def test_every_builtin_the_generated_functions_call_is_reserved(monkeypatch):
                 continue
             for node in ast.parse(text).body:
                 if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or \
-                        node.name in reserved.reg_module_names():
+                        node.name in reg_module_names():
                     continue
                 # Function bodies only: decorators and defaults are read at module level.
                 functions = [node] if isinstance(node, ast.FunctionDef) else \

@@ -14,8 +14,8 @@ import pytest
 
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.load import load_library
+from codegen.reserved import CPP_KEYWORDS
 from codegen.verify import (
-    CPP_KEYWORDS,
     DEFAULT_RULES,
     INT_ENUM_DEFAULTS,
     LAYOUT_DEFAULTS,

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
-from codegen import enums, escape
+from codegen import enums, escape, reserved
 from codegen.model import (
     SCRIPT_ONLY_BASE,
     Argument,
@@ -441,22 +441,9 @@ def returns_type(rs: tuple[Return, ...]) -> CType:
 # --------------------------------------------------------------------------------------------------
 # Signatures
 
-CPP_KEYWORDS = frozenset("""
-alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
-char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
-co_return co_yield decltype default delete do double dynamic_cast else enum explicit export extern
-false float for friend goto if inline int long mutable namespace new noexcept not not_eq nullptr
-operator or or_eq private protected public register reinterpret_cast requires return short signed
-sizeof static static_assert static_cast struct switch template this thread_local throw true try
-typedef typeid typename union unsigned using virtual void volatile wchar_t while xor xor_eq
-""".split())
-
-
 def name(identifier: str) -> str:
     """A schema name as a C++ identifier: keywords and macros get a trailing underscore
     (codegen.reserved.cpp_identifier)."""
-    from codegen import reserved   # it reads CPP_KEYWORDS from here
-
     return reserved.cpp_identifier(identifier)
 
 
@@ -617,4 +604,4 @@ def default_expr(d: Default, t: Type) -> str | None:
 def is_valid_cpp_name(qualified: str) -> bool:
     """`f`, `ns::f`, `::f`: what a kernel name in `dispatch:` may be."""
     parts = qualified[2:].split("::") if qualified.startswith("::") else qualified.split("::")
-    return all(_CPP_IDENT.fullmatch(p) and p not in CPP_KEYWORDS for p in parts)
+    return all(_CPP_IDENT.fullmatch(p) and p not in reserved.CPP_KEYWORDS for p in parts)

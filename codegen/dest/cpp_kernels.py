@@ -1,6 +1,6 @@
 """Op library IR -> C++ headers per op name, `generated/cpp/<ns>/<shard>/<name>.h`, and one per
 schema file and namespace, `generated/cpp/<ns>/<shard>.h`, that includes those of its ops (see
-Note [Shards] in cpp_library). An op name's header holds, for its overloads:
+Note [Shards] in codegen/layout.py). An op name's header holds, for its overloads:
 
 - a declaration of every C++ kernel named in the file's `dispatch:` entries, with the exact types
   the dispatcher binds for the op's schema (codegen.api.cpp). Kernel sources include the header and
@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.dest import cpp_library as L
-from codegen.dest.py_ops import api_names
+from codegen import layout as L
 from codegen import reserved
 from codegen.diagnostics import Diagnostics
-from codegen.gen import banner
+from codegen.rendering import banner, render
 from codegen.abi import namespace_abi
 from codegen.model import Op
 
@@ -89,13 +88,13 @@ def generate(lib, diags: Diagnostics) -> dict[str, str]:
     for ns, shs in L.shards(lib).items():
         if namespace_abi(lib, ns) is not None:
             continue    # stable ABI: codegen.dest.cpp_stable
-        names = api_names([op for s in shs for op in s.ops], diags,
+        names = L.api_names([op for s in shs for op in s.ops], diags,
                           reserved=reserved.cpp_unusable())
         for shard in shs:
             bound = L.bound_kernels(shard, diags)
             by_name = L.ops_by_name(shard)
             for name, ops in by_name.items():
-                out[shard.op_header(name)] = L.render(
+                out[shard.op_header(name)] = render(
                     "cpp_kernels.h.j2",
                     banner=banner("//", [shard.file.path]),
                     ns=ns,
@@ -105,7 +104,7 @@ def generate(lib, diags: Diagnostics) -> dict[str, str]:
                     groups=group_by_namespace(kernel_decls([b for b in bound if b.op in ops])),
                     calls=call_entries(ops, names, diags),
                 )
-            out[shard.header] = L.render(
+            out[shard.header] = render(
                 "cpp_kernels.h.j2",
                 banner=banner("//", [shard.file.path]),
                 ns=ns,

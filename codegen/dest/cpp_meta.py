@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from codegen import shape as S
 from codegen.api import cpp
-from codegen.dest import cpp_library as L
+from codegen import layout as L
 from codegen import reserved
 from codegen.diagnostics import Diagnostics
 from codegen.model import BaseTy, BaseType, DispatchKey, Op, OptionalType, strip_optional
@@ -100,15 +100,6 @@ def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
         return _Emitter(op, sig).kernel(rule)
     except NoCpp:
         return None, set()
-
-
-def uses_cpp_meta(op: Op) -> bool:
-    """Whether the op's fake kernel is a generated C++ Meta kernel (then Python registers none)."""
-    if op.abi is not None:
-        from codegen.dest import cpp_stable
-
-        return cpp_stable.translate_meta(op) is not None
-    return translate(op)[0] is not None
 
 
 class _Emitter:

@@ -1,5 +1,5 @@
 """Op library IR -> one registration unit per schema file and namespace,
-`generated/cpp/<ns>/register_<shard>.cpp` (see Note [Shards] in cpp_library):
+`generated/cpp/<ns>/register_<shard>.cpp` (see Note [Shards] in codegen/layout.py):
 
 - `TORCH_LIBRARY` (first shard of the namespace, unless torch defines it) or
   `TORCH_LIBRARY_FRAGMENT`, naming the Python module that holds the namespace's fake kernels
@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Iterable
 
 from codegen.abi import namespace_abi
-from codegen.dest import cpp_library as L
+from codegen import layout as L
 from codegen.dest import cpp_meta
 from codegen import reserved
 from codegen.diagnostics import Diagnostics
-from codegen.gen import banner
+from codegen.rendering import banner, render
 from codegen.model import DispatchKey, OpLibrary
 from codegen.torch_namespaces import is_torch_namespace
 
@@ -77,7 +77,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         if namespace_abi(lib, ns) is not None:
             continue    # stable ABI: codegen.dest.cpp_stable
         for shard in shs:
-            out[shard.registration] = L.render(
+            out[shard.registration] = render(
                 "cpp_register.cpp.j2",
                 **shard_context(shard),
                 python_module=L.python_module(ns),

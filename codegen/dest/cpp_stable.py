@@ -1,5 +1,5 @@
 """Op library IR -> the C++ of a namespace built on torch's stable ABI (Note [ABI choice] in
-codegen/abi.py), in the same files as the full API's (Note [Shards] in cpp_library):
+codegen/abi.py), in the same files as the full API's (Note [Shards] in codegen/layout.py):
 
 - `generated/cpp/<ns>/<shard>.h`: every C++ kernel declared with the types `TORCH_BOX` unboxes
   (codegen.api.cpp_stable), including only torch/csrc/stable and torch/headeronly headers.
@@ -31,11 +31,11 @@ from codegen import reserved
 from codegen import shape as S
 from codegen.abi import Abi
 from codegen.api import cpp, cpp_stable
-from codegen.dest import cpp_library as L
+from codegen import layout as L
 from codegen.dest import cpp_register
 from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
-from codegen.gen import banner
+from codegen.rendering import banner, render
 from codegen.tags import shape_tag
 from codegen.model import BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType
 
@@ -80,8 +80,6 @@ def bound_kernels(shard: L.Shard, diags: Diagnostics) -> list[L.BoundKernel]:
 def check(lib: OpLibrary, diags: Diagnostics) -> None:
     """Located errors for every op of a stable namespace that its min_torch cannot register:
     arguments and returns TORCH_BOX cannot box, tags before 2.12, Python fakes before 2.13."""
-    from codegen.dest.py_reg import fake_of
-
     for op in lib.ops:
         if not is_stable(op):
             continue
@@ -94,7 +92,7 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             diags.error(op.loc, f"{op.name} has tags, which torch's stable ABI registers from "
                         f"torch {need} on, but this namespace's min_torch is {a.min_text}",
                         f'set min_torch: "{need}", or remove the tags')
-        if not a.has("set_python_module") and fake_of(op) is not None \
+        if not a.has("set_python_module") and S.fake_of(op) is not None \
                 and not isinstance(cached_signature(op), cpp.Unsupported) \
                 and translate_meta(op) is None:
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["set_python_module"])
@@ -284,7 +282,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             sigs = [s for op in shard.ops
                     if not isinstance(s := cached_signature(op), cpp.Unsupported)]
             text = " ".join(s.pointer_type() for s in sigs)
-            out[shard.header] = L.render(
+            out[shard.header] = render(
                 "cpp_stable_kernels.h.j2",
                 banner=banner("//", [shard.file.path]),
                 ns=ns,
@@ -293,7 +291,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                 generator="torch::stable::Generator" in text,
                 groups=group_by_namespace(kernel_decls(shard, diags)),
             )
-            out[shard.registration] = L.render(
+            out[shard.registration] = render(
                 "cpp_stable_register.cpp.j2",
                 **cpp_register.shard_context(shard),
                 min_torch=a.min_text,

@@ -29,9 +29,9 @@ from ninja import ninja_syntax
 from codegen import config
 from codegen.abi import namespace_abi
 from codegen.config import KERNEL_SUFFIXES
-from codegen.dest import cpp_library as L
+from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import banner, set_stamp
+from codegen.rendering import banner, set_stamp
 from codegen.model import OpLibrary
 
 

@@ -9,10 +9,10 @@ from codegen.dest.py_common import Section, q, qualname
 from codegen.model import Op
 
 if TYPE_CHECKING:
-    from codegen.dest.py_reg import _Module
+    from codegen.dest.py_common import ModuleScope
 
 
-def autocast(m: _Module, op: Op, sec: Section) -> None:
+def autocast(m: ModuleScope, op: Op, sec: Section) -> None:
     spec = op.autocast
     if spec is None:
         return

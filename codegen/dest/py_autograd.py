@@ -14,12 +14,12 @@ from codegen import reserved
 from codegen.api import python as P
 from codegen.dest.py_common import (_P_COMPARE, _P_COND, _P_NOT, _P_ATOM, _P_POSTFIX, _P_UNARY,
                                     Class, Function, Section, _paren, camel, op_attr, op_name, q,
-                                    qualname)
+                                    qualname, reg_module_names)
 from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like,
                            strip_optional)
 
 if TYPE_CHECKING:
-    from codegen.dest.py_reg import _Module
+    from codegen.dest.py_common import ModuleScope
 
 
 _F_PREC = {
@@ -168,7 +168,7 @@ class FormulaEmitter:
 # The autograd.Function and its registration
 
 
-def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
+def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """An Autograd kernel and the `torch.autograd.Function` it applies, from the formulas.
 
     Note [Generated autograd]
@@ -391,7 +391,7 @@ def autograd(m: _Module, op: Op, api: str, sec: Section) -> None:
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
 
 
-def first_order_reason(m: _Module, op: Op) -> str | None:
+def first_order_reason(m: ModuleScope, op: Op) -> str | None:
     """Why `op`'s backward cannot be differentiated again, or None when it can."""
     once = F.first_order_only(m.lib, op)
     if not once:
@@ -402,7 +402,7 @@ def first_order_reason(m: _Module, op: Op) -> str | None:
             "differentiate twice")
 
 
-def register_autograd(m: _Module, op: Op, api: str, sec: Section, d: F.Derivatives,
+def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Derivatives,
                        refs: dict[F.OpRef, Op], plan: F.Saved) -> None:
     """torch.library.register_autograd, for ops whose Tensor lists cannot be passed flat."""
     schema = op.schema
@@ -593,7 +593,7 @@ def _binding_locals(d: F.Derivatives, taken: set[str]) -> dict[str, str]:
     that local, or it is a keyword or a name generated code reads (a local `any` would hide the
     builtin from the whole function); the checker keeps bindings clear of every name the formula
     language defines."""
-    taken = taken | reserved.PY_BUILTINS | reserved.PY_KEYWORDS | reserved.reg_module_names()
+    taken = taken | reserved.PY_BUILTINS | reserved.PY_KEYWORDS | reg_module_names()
     out: dict[str, str] = {}
     for f in d.formulas:
         for name, _ in f.bindings:

@@ -5,13 +5,16 @@ emitted expressions."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar
 
-from codegen import escape
+from codegen import escape, reserved
 from codegen import shape as S
-from codegen.dest.cpp_library import locate as locate_in_func
-from codegen.diagnostics import Loc
-from codegen.model import BaseTy, BaseType, Op, Span
+from codegen.layout import locate as locate_in_func
+from codegen.dest.py_sources import PySources
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.model import BaseTy, BaseType, Op, OpLibrary, PyRef, Span
+from codegen.rendering import render
 
 TENSOR = BaseType(BaseTy.Tensor)
 
@@ -56,7 +59,7 @@ def wrap_call(line: str, width: int = 100) -> str:
 
 def module_name(ns: str) -> str:
     """`<package>._reg_<ns>`, the module `m.set_python_module` names."""
-    from codegen.dest.cpp_library import python_module
+    from codegen.layout import python_module
 
     return python_module(ns)
 
@@ -119,3 +122,77 @@ _ARITH_PREC = {S.ArithOp.add: _P_ADD, S.ArithOp.sub: _P_ADD, S.ArithOp.mul: _P_M
 
 def _paren(text: str, prec: int, need: int) -> str:
     return f"({text})" if prec < need else text
+
+
+# --------------------------------------------------------------------------------------------------
+# The module's scope
+
+# Helper functions a generated module may need, and the helpers each one calls.
+HELPERS: dict[str, tuple[str, ...]] = {
+    "broadcast": ("result_type", "common_device"),
+    "result_type": (),
+    "common_device": (),
+    "reduce": (),
+    "pointwise_batch": (),
+    "fold_leading": (),
+    "loop_batch": (),
+    "not_implemented": (),
+    "first_order": (),
+    "apply": (),
+}
+
+
+@lru_cache(maxsize=1)
+def reg_module_names() -> frozenset[str]:
+    """Module-level names of every `runtime._reg_<ns>` module before its ops' sections: imports,
+    `_lib`, `_ops`, and every helper (rendered with all of them)."""
+    text = render("py_reg.py.j2", banner="#", ns="ns", module="runtime._reg_ns", imports=[],
+                  helpers=list(HELPERS), sections=[])
+    return reserved.bound_names(text)
+
+
+class ModuleScope:
+    """The module-level scope of one namespace's `_reg_<ns>.py` that the concern generators
+    (py_kernels, py_fake, ...) render into: names given out, imports, helpers, sections."""
+
+    def __init__(self, lib: OpLibrary, ns: str, names: dict[str, str], diags: Diagnostics,
+                 sources: PySources | None = None):
+        self.lib = lib
+        self.sources = sources or PySources()
+        self.ns = ns
+        self.names = names
+        self.diags = diags
+        self.helpers: set[str] = set()
+        self.imports: dict[tuple[str, str], str] = {}       # (module, name) -> local name
+        self.sections: list[Section] = []
+        # Module-level names given out so far, and those never to give: what the module defines
+        # and calls before its sections, every builtin and keyword, and every argument name of
+        # the namespace's ops (so no parameter of a generated function can hide one).
+        self.taken: set[str] = set(reg_module_names() | reserved.PY_BUILTINS
+                                   | reserved.PY_KEYWORDS)
+        self.taken.update(a.name for op in lib.ops if op.namespace == ns
+                          for a in op.schema.arguments)
+
+    def define(self, name: str) -> str:
+        """A new module-level name: `name`, or `name_`, ... when that is taken."""
+        name = reserved.fresh(name, self.taken)
+        self.taken.add(name)
+        return name
+
+    def local_name(self, ref: PyRef) -> str:
+        """The module-level name a user function is imported as: its own, unless the module
+        owns it (`len`, `functools`, `_ops`, a generated function's name), which gets the
+        module's path as prefix (`_pkg_mod_len`)."""
+        key = (ref.module, ref.name)
+        if key not in self.imports:
+            local = ref.name.split(".")[0]
+            if local in self.taken or local.startswith("_"):
+                local = "_" + ref.module.replace(".", "_") + "_" + local
+            self.imports[key] = self.define(local)
+        return self.imports[key]
+
+    def ref_expr(self, ref: PyRef) -> str:
+        """An expression for `ref` (`pkg.mod:Class.method` names an attribute of an import)."""
+        local = self.local_name(ref)
+        rest = ref.name.split(".")[1:]
+        return ".".join([local] + rest)

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 
 from codegen import shape as S
 from codegen.api import python as P
-from codegen.dest import cpp_meta
+from codegen.dest import cpp_meta, cpp_stable
 from codegen.dest.py_common import (_ARITH_PREC, _P_ADD, _P_ATOM, _P_COMPARE, _P_COND, _P_NOT,
                                     _P_POSTFIX, _P_UNARY, Function, Section, _paren, q, qualname)
 from codegen.dest.py_sources import check_signature
 from codegen.model import DispatchKey, FunctionSchema, Op, PyRef
 
 if TYPE_CHECKING:
-    from codegen.dest.py_reg import _Module
+    from codegen.dest.py_common import ModuleScope
 
 
 def needs_fake(op: Op) -> bool:
@@ -29,14 +29,11 @@ def needs_fake(op: Op) -> bool:
                        DispatchKey.CompositeExplicitAutograd}
 
 
-def fake_of(op: Op) -> S.FakeRule | PyRef | None:
-    """The op's fake kernel: its rule or Python function, else what follows from its schema."""
-    if isinstance(op.fake, (S.FakeRule, PyRef)):
-        return op.fake
-    keys = {k for k, _ in op.dispatch}
-    if keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd} or not keys:
-        return None
-    return S.schema_fake(op.schema)
+def uses_cpp_meta(op: Op) -> bool:
+    """Whether the op's fake kernel is a generated C++ Meta kernel (then Python registers none)."""
+    if op.abi is not None:
+        return cpp_stable.translate_meta(op) is not None
+    return cpp_meta.translate(op)[0] is not None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -184,8 +181,8 @@ class FakeEmitter:
         return lines
 
 
-def fake(m: _Module, op: Op, api: str, sec: Section) -> None:
-    fake = fake_of(op)
+def fake(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    fake = S.fake_of(op)
     if fake is None:
         if needs_fake(op) and op.fake is None:
             m.diags.error(op.loc, f"{op.name} has no fake kernel, so torch.compile and "
@@ -204,7 +201,7 @@ def fake(m: _Module, op: Op, api: str, sec: Section) -> None:
     doc = f"fake: {fake.text}" if fake.text else _schema_fake_doc(op.schema)
     sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
     register = f"torch.library.register_fake({q(qualname(op))}, {name}, lib=_lib)"
-    if cpp_meta.uses_cpp_meta(op):
+    if uses_cpp_meta(op):
         # The built library has this rule as a C++ Meta kernel (codegen.dest.cpp_meta), which
         # FakeTensor runs only when no Python fake exists: register this one only where the
         # ops are defined without it (runtime.testing.load_python_library).

@@ -14,10 +14,10 @@ from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, 
 from codegen.model import Argument, DispatchKey, Op, OpLibrary, without_alias
 
 if TYPE_CHECKING:
-    from codegen.dest.py_reg import _Module
+    from codegen.dest.py_common import ModuleScope
 
 
-def functionalize(m: _Module, op: Op, api: str, sec: Section) -> None:
+def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """In-place and out= ops that return their mutated arguments: PyTorch cannot functionalize
     such a custom op by itself (torch.compile, export), so it is registered as its functional
     variant plus copies into the mutated arguments. See Note [Functionalizing mutable ops].
@@ -68,7 +68,7 @@ def functionalize(m: _Module, op: Op, api: str, sec: Section) -> None:
         name="not-functionalizable", suppress=op.suppress)
 
 
-def functionalize_as(m: _Module, op: Op, api: str, sec: Section, functional: Op,
+def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
                      returns: list) -> None:
     """The Functionalize kernel: `functional`, then a copy into each mutated argument."""
     schema = op.schema

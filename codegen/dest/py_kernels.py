@@ -20,10 +20,10 @@ PY_KERNEL_KEYS = {
 }
 
 if TYPE_CHECKING:
-    from codegen.dest.py_reg import _Module
+    from codegen.dest.py_common import ModuleScope
 
 
-def kernels(m: _Module, op: Op, sec: Section) -> None:
+def kernels(m: ModuleScope, op: Op, sec: Section) -> None:
     for key, kernel in op.dispatch:
         if isinstance(kernel, PyRef):
             check_signature(kernel, op.schema, m.diags, "kernel", sources=m.sources)

@@ -22,60 +22,44 @@ Every op gets one name in the Python API (and, within its namespace, in the C++ 
 
 from __future__ import annotations
 
+import ast
 import posixpath
+import types
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from codegen import config, reserved
 from codegen.abi import namespace_abi
-from codegen.dest import cpp_library as L
+from codegen.api import python as P
+from codegen import layout as L
+from codegen.dest import cpp_stamp
 from codegen.diagnostics import Diagnostics
-from codegen.gen import banner, python_dir
+from codegen.rendering import banner, python_dir, render
 from codegen.model import Op, OpLibrary, PyRef
 
-def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
-    """str(op.name) -> API name. See Note [API names]."""
-    ops = list(ops)
-    reserved = frozenset(reserved)
-    by_base: dict[str, list[Op]] = {}
-    for op in ops:
-        by_base.setdefault(op.name.name, []).append(op)
-    first: dict[str, str] = {}
-    for op in ops:
-        shared = len(by_base[op.name.name]) > 1
-        first[str(op.name)] = (f"{op.name.name}_{op.name.overload}"
-                               if shared and op.name.overload else op.name.name)
-    count: dict[str, int] = {}
-    for n in first.values():
-        count[n] = count.get(n, 0) + 1
-    names: dict[str, str] = {}
-    for op in ops:
-        n = first[str(op.name)]
-        if count[n] > 1:
-            n = f"{op.namespace}_{n}"
-        while n in reserved:
-            n += "_"
-        names[str(op.name)] = n
-    owner: dict[str, Op] = {}
-    for op in ops:
-        n = names[str(op.name)]
-        if n in owner:
-            diags.error(op.loc, f"op {op.name} and op {owner[n].name} would both be called "
-                                f"'{n}' in the generated API",
-                        "rename one of them")
-        else:
-            owner[n] = op
-    return names
+
+@lru_cache(maxsize=1)
+def ops_module_names() -> frozenset[str]:
+    """Names an op cannot have in `runtime.ops` and `ops.pyi`: what ops.py binds for itself, the
+    attributes every module has, and what the stub imports or names in its annotations."""
+    ops_py = reserved.bound_names(render("py_ops.py.j2", banner="#", entries=[], module="ops"))
+    stub_imports = reserved.bound_names("\n".join(P.STUB_IMPORTS))
+    annotations = {n.id for text in P.ANNOTATIONS for n in ast.walk(ast.parse(text))
+                   if isinstance(n, ast.Name)}
+    module_attrs = set(dir(types.ModuleType("m"))) | {"__file__", "__cached__", "__builtins__",
+                                                      "__path__", "__annotations__"}
+    return frozenset(ops_py | stub_imports | annotations | module_attrs | {"__all__"})
 
 
 def python_reserved() -> frozenset[str]:
     """Names no op can have in runtime.ops: keywords, and what ops.py and ops.pyi own."""
-    return reserved.PY_KEYWORDS | reserved.ops_module_names()
+    return reserved.PY_KEYWORDS | ops_module_names()
 
 
 def python_names(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     """str(op.name) -> its attribute name in `runtime.ops` (for ops.py and its stubs)."""
-    return api_names(lib.ops, diags, reserved=python_reserved())
+    return L.api_names(lib.ops, diags, reserved=python_reserved())
 
 
 def has_python_side(op: Op) -> bool:
@@ -92,7 +76,7 @@ def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         for op in lib.ops
     ]
     entries.sort(key=lambda e: e["name"])
-    text = L.render("py_ops.py.j2", banner=banner("#", [f.path for f in lib.files]),
+    text = render("py_ops.py.j2", banner=banner("#", [f.path for f in lib.files]),
                     entries=entries, module=f"{config.current().module_prefix}.ops")
     return {f"{python_dir()}/ops.py": text}
 
@@ -104,7 +88,7 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         namespaces.append({
             "ns": ns,
             "library": L.library_file(ns),
-            "schema_hash": L.schema_hash(lib, ns),
+            "schema_hash": cpp_stamp.schema_hash(lib, ns),
             "python_module": L.python_module(ns),
             "python_required": any(has_python_side(op) for op in ops),
             "ops": len(ops),
@@ -117,7 +101,7 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         })
     project = config.current()
     here = python_dir()
-    text = L.render("py_manifest.py.j2", banner=banner("#", [f.path for f in lib.files]),
+    text = render("py_manifest.py.j2", banner=banner("#", [f.path for f in lib.files]),
                     namespaces=namespaces, package=project.package,
                     library_dir=_relpath(project.libraries, here),
                     project_root=_relpath(".", here), python_dir=here,
@@ -150,6 +134,6 @@ def generate_init(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     project = config.current()
     if not project.generated_in_package:
         return {}
-    text = L.render("py_init.py.j2", banner=banner("#", [f.path for f in lib.files]),
+    text = render("py_init.py.j2", banner=banner("#", [f.path for f in lib.files]),
                     package=project.package, prefix=project.module_prefix)
     return {f"{python_dir()}/__init__.py": text}

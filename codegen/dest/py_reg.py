@@ -16,121 +16,43 @@ helpers the generated code calls (`HELPERS`, written into the module, so it depe
 alone), and renders the one module. `py_common` holds what the concerns share, `py_sources` the
 checks of Python functions named in op files.
 
-Note [Generators take what they render with]
-The generators under codegen/dest render with the banner and jinja2 environment of
-`codegen.gen`, which imports them; they do not import `codegen.gen` back. `gen.generators()`
-hands over its `banner` and `template_environment`; a caller outside codegen.gen (tests,
-`runtime.testing.load_python_library`) that passes none gets codegen.gen's, looked up then.
 """
 
 from __future__ import annotations
-
-from typing import Callable
-
-import jinja2
 
 from codegen import config
 from codegen import formulas as F
 from codegen import reserved
 from codegen.api import python as P
-from codegen.dest import (cpp_library, py_autocast, py_autograd, py_fake, py_functionalize,
+from codegen import layout
+from codegen.dest import (py_autocast, py_autograd, py_fake, py_functionalize,
                           py_kernels, py_vmap)
-from codegen.dest.py_common import (Class, Function, Section, module_name, op_attr, qualname,
-                                    wrap_call)
+from codegen.dest.py_common import (HELPERS, Class, Function, ModuleScope, Section, module_name,
+                                    op_attr, qualname, reg_module_names, wrap_call)
 from codegen.dest.py_sources import PySources, check_signature, find_module_source
 from codegen.diagnostics import Diagnostics
+from codegen.dest.py_ops import python_names
 from codegen.model import Op, OpLibrary, PyRef
+from codegen.rendering import banner, render
 
 # What other modules have always imported from here.
 from codegen.dest.py_autograd import FormulaEmitter, Names  # noqa: E402,F401
-from codegen.dest.py_fake import FakeEmitter, fake_of, needs_fake  # noqa: E402,F401
+from codegen.dest.py_fake import FakeEmitter, needs_fake  # noqa: E402,F401
 from codegen.dest.py_functionalize import functional_variant  # noqa: E402,F401
 from codegen.dest.py_sources import _parse_module  # noqa: E402,F401
 
 __all__ = ["Class", "Function", "Section", "module_name", "op_attr", "qualname", "wrap_call",
            "PySources", "check_signature", "find_module_source", "FormulaEmitter", "Names",
-           "FakeEmitter", "fake_of", "needs_fake", "functional_variant", "HELPERS",
-           "environment", "generate_registrations"]
-
-
-# Helper functions a generated module may need, and the helpers each one calls.
-HELPERS: dict[str, tuple[str, ...]] = {
-    "broadcast": ("result_type", "common_device"),
-    "result_type": (),
-    "common_device": (),
-    "reduce": (),
-    "pointwise_batch": (),
-    "fold_leading": (),
-    "loop_batch": (),
-    "not_implemented": (),
-    "first_order": (),
-    "apply": (),
-}
-
-
-def _rendering(banner, template_environment):
-    """`banner` and `template_environment` as given, else codegen.gen's (Note [Generators take
-    what they render with])."""
-    if banner is None or template_environment is None:
-        from codegen import gen
-
-        banner = banner or gen.banner
-        template_environment = template_environment or gen.template_environment
-    return banner, template_environment
-
-
-def environment() -> jinja2.Environment:
-    return _rendering(None, None)[1]()
+           "FakeEmitter", "needs_fake", "functional_variant", "HELPERS",
+           "generate_registrations"]
 
 
 # --------------------------------------------------------------------------------------------------
 # One namespace's module
 
 
-class _Module:
-    """Builds the sections of one namespace's module."""
-
-    def __init__(self, lib: OpLibrary, ns: str, names: dict[str, str], diags: Diagnostics,
-                 sources: PySources | None = None):
-        self.lib = lib
-        self.sources = sources or PySources()
-        self.ns = ns
-        self.names = names
-        self.diags = diags
-        self.helpers: set[str] = set()
-        self.imports: dict[tuple[str, str], str] = {}       # (module, name) -> local name
-        self.sections: list[Section] = []
-        # Module-level names given out so far, and those never to give: what the module defines
-        # and calls before its sections, every builtin and keyword, and every argument name of
-        # the namespace's ops (so no parameter of a generated function can hide one).
-        self.taken: set[str] = set(reserved.reg_module_names() | reserved.PY_BUILTINS
-                                   | reserved.PY_KEYWORDS)
-        self.taken.update(a.name for op in lib.ops if op.namespace == ns
-                          for a in op.schema.arguments)
-
-    def define(self, name: str) -> str:
-        """A new module-level name: `name`, or `name_`, ... when that is taken."""
-        name = reserved.fresh(name, self.taken)
-        self.taken.add(name)
-        return name
-
-    def local_name(self, ref: PyRef) -> str:
-        """The module-level name a user function is imported as: its own, unless the module
-        owns it (`len`, `functools`, `_ops`, a generated function's name), which gets the
-        module's path as prefix (`_pkg_mod_len`)."""
-        key = (ref.module, ref.name)
-        if key not in self.imports:
-            local = ref.name.split(".")[0]
-            if local in self.taken or local.startswith("_"):
-                local = "_" + ref.module.replace(".", "_") + "_" + local
-            self.imports[key] = self.define(local)
-        return self.imports[key]
-
-    def ref_expr(self, ref: PyRef) -> str:
-        """An expression for `ref` (`pkg.mod:Class.method` names an attribute of an import)."""
-        local = self.local_name(ref)
-        rest = ref.name.split(".")[1:]
-        return ".".join([local] + rest)
+class _Module(ModuleScope):
+    """Builds the sections of one namespace's module, one concern at a time."""
 
     def op(self, op: Op) -> Section | None:
         api = self.names.get(str(op.name), op.name.name)
@@ -157,7 +79,7 @@ class _Module:
         """Arguments become parameters of the generated functions: they must not hide a name
         those call (the module's own, such as `torch` and `_ops`, or a builtin such as `len`).
         Per-op function names avoid every argument name (`define`), so only these can clash."""
-        own = reserved.reg_module_names()
+        own = reg_module_names()
         for a in op.schema.arguments:
             if a.name == "torch":
                 what = "the torch module"
@@ -167,7 +89,7 @@ class _Module:
                 what = f"the builtin '{a.name}'"
             else:
                 continue
-            self.diags.error(cpp_library.locate(op, a.name_span or a.span),
+            self.diags.error(layout.locate(op, a.name_span or a.span),
                              f"argument '{a.name}' of {op.name} would hide {what} in the "
                              "generated Python registrations", "rename it")
             return False
@@ -185,19 +107,10 @@ def _closure(names: set[str]) -> list[str]:
     return [h for h in HELPERS if h in out]
 
 
-def generate_registrations(lib: OpLibrary, diags: Diagnostics, *,
-                           banner: Callable[[str, list[str]], str] | None = None,
-                           template_environment: Callable[[], jinja2.Environment] | None = None
-                           ) -> dict[str, str]:
-    """`_reg_<ns>.py` of every namespace. `banner` and `template_environment` come from the
-    module that imports this one (codegen.gen passes its own; Note [Generators take what they
-    render with])."""
-    from codegen.dest.py_ops import python_names
-
-    banner, template_environment = _rendering(banner, template_environment)
+def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    """`_reg_<ns>.py` of every namespace."""
     F.check_library(lib, diags)
     names = python_names(lib, diags)
-    env = template_environment()
     py_sources = PySources()
     out: dict[str, str] = {}
     for ns in lib.namespaces:
@@ -208,12 +121,12 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics, *,
             if sec is not None:
                 sec.registrations = [wrap_call(r) for r in sec.registrations]
                 module.sections.append(sec)
-        sources = sorted({s.file.path for s in cpp_library.shards(lib)[ns]})
+        sources = sorted({s.file.path for s in layout.shards(lib)[ns]})
         by_module: dict[str, list[str]] = {}
         for (m, n), local in sorted(module.imports.items()):
             head = n.split(".")[0]
             by_module.setdefault(m, []).append(head if local == head else f"{head} as {local}")
-        text = env.get_template("py_reg.py.j2").render(
+        text = render("py_reg.py.j2",
             banner=banner("#", sources), ns=ns, module=module_name(ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)

@@ -10,15 +10,14 @@ return type, and the op's doc with its schema as the docstring. Names are exactl
 from __future__ import annotations
 
 from codegen.api import python as P
-from codegen.dest.py_reg import environment
+from codegen.dest.py_ops import python_names
 from codegen.diagnostics import Diagnostics
 from codegen import config
-from codegen.gen import banner, python_dir
+from codegen.rendering import banner, python_dir, render
 from codegen.model import OpLibrary
 
 
 def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
-    from codegen.dest.py_ops import python_names
 
     names = python_names(lib, diags)
     entries = []
@@ -38,7 +37,7 @@ def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             f"def {name}(\n" + "".join(f"    {p},\n" for p in params) + f") -> {returns}:")
         entries.append({"name": name, "signature": signature, "doc": doc})
     entries.sort(key=lambda e: e["name"])
-    text = environment().get_template("py_stubs.pyi.j2").render(
+    text = render("py_stubs.pyi.j2",
         banner=banner("#", [f.path for f in lib.files]), imports=P.STUB_IMPORTS,
         entries=entries, module=f"{config.current().module_prefix}.ops")
     return {f"{python_dir()}/ops.pyi": text}

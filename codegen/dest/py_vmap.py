@@ -13,10 +13,10 @@ from codegen.dest.py_sources import check_signature
 from codegen.model import ListType, Op, PyRef, is_tensor_like, strip_optional
 
 if TYPE_CHECKING:
-    from codegen.dest.py_reg import _Module
+    from codegen.dest.py_common import ModuleScope
 
 
-def vmap(m: _Module, op: Op, api: str, sec: Section) -> None:
+def vmap(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     spec = op.vmap
     if spec is None:
         return

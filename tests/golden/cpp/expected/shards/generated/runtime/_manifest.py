@@ -2,7 +2,7 @@
 
 """What `import runtime` loads, namespace by namespace: the built C++ library (checked against
 `schema_hash` through the stamp compiled into it, see Note [Schema hash] in
-codegen/dest/cpp_library.py), then the Python-side registrations `python_module`, which must
+codegen/dest/cpp_stamp.py), then the Python-side registrations `python_module`, which must
 exist when `python_required` (the op file gives ops fake rules, formulas, vmap or autocast rules,
 or Python kernels). `claims_namespace`: the library holds the namespace's TORCH_LIBRARY (else only
 fragments, in a namespace torch defines); `op_names`: the ops it defines. The loader checks both

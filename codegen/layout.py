@@ -1,6 +1,5 @@
-"""Op library IR -> what every C++ output shares: per-namespace grouping, shard names, kernel
-signatures, the schema hash, the build stamp (`generated/cpp/<ns>/stamp.cpp`), and the jinja2
-environment the C++ templates render in.
+"""What the generators share about the library's layout: per-namespace grouping into shards, the
+paths and names of generated files and built libraries, and kernel signatures.
 
 Note [Shards]
 The C++ side of a namespace is split by schema file: `schemas/a.yaml` gets its own kernel header
@@ -13,30 +12,20 @@ change only with C++] in cpp_kernels). The first file of a namespace holds `TORC
 claiming the namespace (a second package defining the same namespace is refused at load time, see
 runtime.loader); the others use `TORCH_LIBRARY_FRAGMENT`. A namespace torch already defines gets
 fragments only (Note [Torch namespaces] in codegen/torch_namespaces.py).
-
-Note [Schema hash]
-`schema_hash(lib, ns)` digests exactly what the compiled library registers: every op's schema and
-tags and its C++ kernels. It is compiled into the library (the stamp) and written to the runtime
-manifest; `import runtime` compares the two before loading, so a library built from other schemas
-is refused instead of half-registering. It includes the fake rules compiled into Meta kernels
-(codegen.dest.cpp_meta); edits that do not change the library (docs, samples, formulas, rules
-that stay Python) leave the hash, and so the build, alone.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-
-import jinja2
+from typing import Iterable
 
 from codegen import config
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics, Loc
-from codegen.gen import banner, output_dir, template_environment
+from codegen.rendering import output_dir
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
                            OpLibrary, Span)
 from codegen.torch_namespaces import is_torch_namespace
@@ -67,15 +56,6 @@ def per_object(fn):
         return memo[attr]
 
     return wrapper
-
-
-@functools.lru_cache(maxsize=None)
-def environment() -> jinja2.Environment:
-    return template_environment()
-
-
-def render(template: str, **context: object) -> str:
-    return environment().get_template(template).render(**context)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,26 +186,6 @@ def cpp_kernels(op: Op) -> list[tuple[DispatchKey, CppKernel]]:
     return [(k, v) for k, v in op.dispatch if isinstance(v, CppKernel)]
 
 
-def schema_hash(lib: OpLibrary, ns: str) -> str:
-    """See Note [Schema hash]."""
-    from codegen.dest import cpp_meta   # it builds on this module
-    h = hashlib.sha256()
-    for shard in shards(lib).get(ns, []):
-        for op in shard.ops:
-            kernels = ",".join(f"{k.value}={v.qualified(ns)}" for k, v in cpp_kernels(op))
-            meta, _ = cpp_meta.translate(op)
-            if meta is not None:
-                kernels += f"\tMeta={meta.rule}"
-            if op.abi is not None:
-                # The ABI is what the library is built on (the full API's hashes stay as before).
-                from codegen.dest import cpp_stable
-                smeta = cpp_stable.translate_meta(op)
-                kernels += f"\tabi=stable>={op.abi.min_text}" + (
-                    f"\tMeta={smeta.rule}" if smeta is not None else "")
-            h.update(f"{def_schema(op)}\t{','.join(op.tags)}\t{kernels}\n".encode())
-    return h.hexdigest()[:16]
-
-
 # --------------------------------------------------------------------------------------------------
 # Signatures, with refusals turned into located diagnostics
 
@@ -295,7 +255,46 @@ def bound_kernels(shard: Shard, diags: Diagnostics, signature_of=None) -> list[B
 
 
 # --------------------------------------------------------------------------------------------------
-# The build stamp
+# API names (the Python API's and the C++ call API's)
+
+
+def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
+    """str(op.name) -> API name. See Note [API names] in codegen/dest/py_ops.py."""
+    ops = list(ops)
+    reserved = frozenset(reserved)
+    by_base: dict[str, list[Op]] = {}
+    for op in ops:
+        by_base.setdefault(op.name.name, []).append(op)
+    first: dict[str, str] = {}
+    for op in ops:
+        shared = len(by_base[op.name.name]) > 1
+        first[str(op.name)] = (f"{op.name.name}_{op.name.overload}"
+                               if shared and op.name.overload else op.name.name)
+    count: dict[str, int] = {}
+    for n in first.values():
+        count[n] = count.get(n, 0) + 1
+    names: dict[str, str] = {}
+    for op in ops:
+        n = first[str(op.name)]
+        if count[n] > 1:
+            n = f"{op.namespace}_{n}"
+        while n in reserved:
+            n += "_"
+        names[str(op.name)] = n
+    owner: dict[str, Op] = {}
+    for op in ops:
+        n = names[str(op.name)]
+        if n in owner:
+            diags.error(op.loc, f"op {op.name} and op {owner[n].name} would both be called "
+                                f"'{n}' in the generated API",
+                        "rename one of them")
+        else:
+            owner[n] = op
+    return names
+
+
+# --------------------------------------------------------------------------------------------------
+# The build stamp's path (codegen.dest.cpp_stamp writes it)
 
 
 def stamp_path(ns: str) -> str:
@@ -305,18 +304,3 @@ def stamp_path(ns: str) -> str:
 def stamp_prefix(ns: str) -> str:
     """What the runtime searches the built library for; see runtime.loader.read_stamp."""
     return f"@opgen-stamp ns={ns} "
-
-
-def generate_stamps(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
-    out = {}
-    for ns, shs in shards(lib).items():
-        out[stamp_path(ns)] = render(
-            "cpp_stamp.cpp.j2",
-            banner=banner("//", [s.file.path for s in shs]),
-            ns=ns,
-            library=library_file(ns),
-            prefix=stamp_prefix(ns),
-            schema_hash=schema_hash(lib, ns),
-            min_torch=getattr(shs[0].ops[0].abi, "min_text", None),
-        )
-    return out

@@ -1,0 +1,74 @@
+"""What both command lines (`python -m codegen`, `python -m codegen.build`; `opgen`) share: the
+common options and the one place that turns every failure into a message and an exit status.
+
+Exit status: 0 on success, 1 for errors in the user's input or environment (located diagnostics,
+an output that cannot be written, a missing compiler), 2 on bad usage (argparse), 3 on an internal
+error (a bug: one line, the traceback only with --debug), 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Callable
+
+from codegen import config
+from codegen.diagnostics import Diagnostics, UserError
+from codegen.files import WriteError
+
+INTERNAL_ERROR = 3
+
+
+def internal_error(e: BaseException, debug: bool) -> int:
+    """An exception no user input should raise: one line that cannot pass for a result, and the
+    traceback only when asked for."""
+    if debug:
+        traceback.print_exc()
+    detail = " ".join(str(e).split())
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    print(f"error: internal error, please report: {type(e).__name__}"
+          f"{': ' + detail if detail else ''}"
+          f"{'' if debug else ' (rerun with --debug for the traceback)'}", file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def debug_option(parser: argparse.ArgumentParser, default) -> None:
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the traceback of an internal error")
+
+
+def project_option(parser: argparse.ArgumentParser, default=None) -> None:
+    parser.add_argument("--project", "--root", dest="project", metavar="DIR", default=default,
+                        help="the project's directory (default: the nearest pyproject.toml with "
+                        "[tool.opgen] upward from here; `--root` is the old name)")
+
+
+def run_in_project(args: argparse.Namespace, body: Callable[[config.Project], int], *,
+                   environment_errors: tuple[type[BaseException], ...] = ()) -> int:
+    """`body(project)` inside the project `args.project` names (or the nearest one), with every
+    failure turned into a message on stderr and an exit status. `environment_errors` are failures
+    of the machine rather than of opgen (a build directory that cannot be written, a missing
+    compiler): one line, exit 1."""
+    try:
+        project = config.resolve(args.project, Diagnostics())
+        with config.use(project):
+            return body(project)
+    except UserError as e:
+        print(e.diags.render(), file=sys.stderr)
+        return 1
+    except (WriteError, *environment_errors) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `opgen list | head`: the reader left; exit quietly, as other tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001  (the one place that catches everything)
+        return internal_error(e, args.debug)
