@@ -15,6 +15,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -25,8 +26,16 @@ from codegen.rendering import output_dir
 from codegen.diagnostics import Diagnostics
 
 
+def _cache_dir() -> str | None:
+    """Where loaded op files are kept between runs (Note [Incremental loading] in codegen.load):
+    under the project's build directory; `OPGEN_NO_CACHE=1` turns it off."""
+    if os.environ.get("OPGEN_NO_CACHE"):
+        return None
+    return os.path.join(config.current().build, "opgen-cache")
+
+
 def _load(paths: list[str]):
-    return load.load_library(paths or list(config.current().schemas))
+    return load.load_library(paths or list(config.current().schemas), cache=_cache_dir())
 
 
 def _check_python_side(lib, werror: bool = False) -> Diagnostics:
@@ -125,12 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fn is None:
         return build.run(args)
-
-    def command(project: config.Project) -> int:
-        args.paths = [project.relative(p) for p in args.paths]
-        return args.fn(args)
-
-    return cli.run_in_project(args, command)
+    return cli.run_in_project(args, lambda project: args.fn(args))
 
 
 if __name__ == "__main__":

@@ -51,9 +51,12 @@ def run_in_project(args: argparse.Namespace, body: Callable[[config.Project], in
     """`body(project)` inside the project `args.project` names (or the nearest one), with every
     failure turned into a message on stderr and an exit status. `environment_errors` are failures
     of the machine rather than of opgen (a build directory that cannot be written, a missing
-    compiler): one line, exit 1."""
+    compiler): one line, exit 1. Op file paths in `args.paths`, given relative to the working
+    directory, are made relative to the project root, where the body runs."""
     try:
         project = config.resolve(args.project, Diagnostics())
+        if getattr(args, "paths", None):
+            args.paths = [project.relative(p) for p in args.paths]
         with config.use(project):
             return body(project)
     except UserError as e:

@@ -86,6 +86,11 @@ class Diagnostics:
     def add_source(self, path: str, text: str) -> None:
         self._lines[path] = text.splitlines()
 
+    def source(self, path: str) -> str | None:
+        """The text shown for `path`'s source lines, if it was added."""
+        lines = self._lines.get(path)
+        return None if lines is None else "\n".join(lines)
+
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.items.append(Diagnostic(loc, message, hint))
 

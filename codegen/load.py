@@ -11,10 +11,16 @@ Every error of every file is collected; `load_library` raises one `UserError` ca
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import hashlib
 import math
 import os
+import pickle
 import re
+import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
@@ -219,6 +225,28 @@ def _resolve(value: str) -> str:
 # One file
 
 
+class _ScalarLocator:
+    """offset, length in a scalar's value -> Loc in its file; the mapping is built on first use
+    and is not pickled (the incremental cache stores what the locator is made from)."""
+
+    __slots__ = ("args", "_locate")
+
+    def __init__(self, *args: Any):
+        self.args = args
+        self._locate: Callable[[int, int], Loc] | None = None
+
+    def __call__(self, offset: int, length: int = 1) -> Loc:
+        if self._locate is None:
+            self._locate = scalar_locator(*self.args)
+        return self._locate(offset, length)
+
+    def __getstate__(self):
+        return self.args
+
+    def __setstate__(self, args) -> None:
+        self.args, self._locate = args, None
+
+
 class _FileLoader:
     def __init__(self, path: str, diags: Diagnostics, rules) -> None:
         self.path = path
@@ -256,17 +284,8 @@ class _FileLoader:
 
     def locator(self, node: _Scalar) -> Callable[[int, int], Loc]:
         """offset, length in the scalar's value -> Loc in the file (built on first use)."""
-        cache: list[Callable[[int, int], Loc]] = []
-        path, text, value = self.path, self.text, node.value
-        start, end = node.start, node.end
-
-        def locate(offset: int, length: int = 1) -> Loc:
-            if not cache:
-                cache.append(scalar_locator(path, text, start.index, end.index, value,
-                                            start.line, start.column))
-            return cache[0](offset, length)
-
-        return locate
+        return _ScalarLocator(self.path, self.text, node.start.index, node.end.index, node.value,
+                              node.start.line, node.start.column)
 
     def located(self, node: _Scalar) -> Located:
         return Located(node.value, self.loc(node), self.locator(node))
@@ -1352,14 +1371,18 @@ def _is_sample(node: _Node, schema: FunctionSchema) -> bool:
         for k, _ in node.pairs)
 
 
-def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLibrary:
-    """Read, parse and verify op files; raise `UserError` with every error found."""
+def load_library(paths: list[str], *, rules: verify.Rules | None = None,
+                 cache: str | os.PathLike | None = None) -> OpLibrary:
+    """Read, parse and verify op files; raise `UserError` with every error found. With `cache`
+    (a directory), each file's result is kept there and reused while the file, the rules and
+    opgen are unchanged (Note [Incremental loading])."""
     rules = rules or verify.DEFAULT_RULES
     diags = Diagnostics()
     files = []
+    store = _LoadCache(cache, rules) if cache is not None else None
     for path in op_files(paths, diags):
         check_path(path, diags)
-        f = _FileLoader(path, diags, rules).load()
+        f = store.load(path, diags) if store else _FileLoader(path, diags, rules).load()
         if f is not None:
             files.append(f)
     lib = OpLibrary(tuple(files))
@@ -1368,6 +1391,75 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None) -> OpLi
     if diags.has_errors:
         raise UserError(diags)
     return lib
+
+
+# Note [Incremental loading]
+# Loading one op file (YAML, the schema grammar, fake rules, formulas, the per-op checks) depends on
+# the file's bytes, its path, the rules and opgen itself, nothing else: checks across files run
+# after (verify_across, the ABI checks). So a file's result, its OpFile and its diagnostics, is
+# stored under a digest of those, and a library where one file changed parses only that file. The
+# store is a cache: anything wrong with it (unreadable, truncated, from another Python) only means
+# the file is loaded again.
+
+
+@functools.lru_cache(maxsize=1)
+def _opgen_digest() -> str:
+    """What opgen's own loading depends on: its sources, grammars and records, and the versions
+    of the parsers it uses."""
+    import lark
+
+    h = hashlib.sha256(f"{sys.version}\0{yaml.__version__}\0{lark.__version__}".encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".lark", ".json") and "__pycache__" not in path.parts:
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+class _LoadCache:
+    def __init__(self, directory: str | os.PathLike, rules: verify.Rules):
+        self.dir = Path(directory)
+        self.rules = rules
+        self.salt = f"{_opgen_digest()}\0{rules!r}".encode()
+
+    def load(self, path: str, diags: Diagnostics) -> OpFile | None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        except OSError:
+            data = None
+        if data is None or len(data) > MAX_FILE_BYTES:
+            return self._fresh(path, diags, None)       # the loader reports why
+        key = hashlib.sha256(self.salt + b"\0" + os.fsencode(path) + b"\0" + data).hexdigest()
+        entry = self.dir / key[:2] / key
+        try:
+            with open(entry, "rb") as f:
+                text, result, items = pickle.load(f)
+        except Exception:   # noqa: BLE001  (a missing or unusable entry: load the file)
+            return self._fresh(path, diags, entry)
+        if text:
+            diags.add_source(path, text)
+        diags.items.extend(items)
+        return result
+
+    def _fresh(self, path: str, diags: Diagnostics, entry: Path | None) -> OpFile | None:
+        loader = _FileLoader(path, diags, self.rules)
+        start = len(diags.items)
+        result = loader.load()
+        if entry is not None:
+            try:
+                entry.parent.mkdir(parents=True, exist_ok=True)
+                tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
+                with open(tmp, "wb") as f:
+                    pickle.dump((diags.source(path), result, diags.items[start:]), f,
+                                protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, entry)
+            except (OSError, pickle.PicklingError, TypeError, AttributeError):
+                # A read-only or full disk, or an IR object pickle cannot take: no cache entry,
+                # same result.
+                with contextlib.suppress(OSError, UnboundLocalError):
+                    os.unlink(tmp)
+        return result
 
 
 def read_failures(files: list[str], cases: dict | None, checks: tuple[str, ...], make,
