@@ -4,6 +4,7 @@ writes."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,8 +91,17 @@ def test_bad_usage_exits_2(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_check_and_list_write_nothing(files, capsys):
+def test_check_and_list_write_nothing(files, capsys, monkeypatch):
+    # Nothing but the incremental cache of loaded op files (Note [Incremental loading]).
     before = sorted(p for p in files.rglob("*"))
+    run(["check", "schemas", "bad.yaml"], capsys)
+    run(["list"], capsys)
+    cache = files / "build" / "opgen-cache"
+    assert cache.is_dir()
+    assert sorted(p for p in files.rglob("*") if cache not in p.parents) == sorted(
+        before + [files / "build", cache])
+    shutil.rmtree(files / "build")
+    monkeypatch.setenv("OPGEN_NO_CACHE", "1")
     run(["check", "schemas", "bad.yaml"], capsys)
     run(["list"], capsys)
     assert sorted(p for p in files.rglob("*")) == before
