@@ -42,7 +42,7 @@ from pathlib import Path
 from codegen import cli, config
 from codegen.dest.ninja import ninja_file, toolchain_file
 from codegen.diagnostics import Diagnostics, UserError
-from codegen.files import WriteError, verify_stamp, write_atomic
+from codegen.files import verify_stamp, write_atomic
 from codegen.rendering import set_stamp
 
 KEY_PREFIX = "# key: "

@@ -404,24 +404,6 @@ def _ret_from(text: str, start: int) -> Return:
 _RET_NAME_RE = re.compile(r"(?:(?<=[?!\])])\s*|\s+)([A-Za-z_]\w*)\Z")
 
 
-class _Kw:
-    """Marker for a bare `*` in the argument list."""
-
-    __slots__ = ("pos",)
-
-    def __init__(self, pos: int) -> None:
-        self.pos = pos
-
-
-class _Var:
-    """Marker for `...` in an argument or return list."""
-
-    __slots__ = ("pos",)
-
-    def __init__(self, pos: int) -> None:
-        self.pos = pos
-
-
 class _ToIR(Transformer):
     # Callbacks receive the reduced children: Tokens of named terminals and the results of inner
     # callbacks. Single-token alternatives (`?rule: TOKEN`) arrive as the token itself.

@@ -152,7 +152,8 @@ def load_python_library(paths: Iterable[str]) -> PythonLibrary:
     already; a namespace torch defines gets a "FRAGMENT") and gets the module `runtime._reg_<ns>`
     would be, from the same generator. Nothing else is loaded: other namespaces need not be built.
     """
-    from codegen.dest.py_reg import generate_registrations, module_name
+    from codegen.dest.py_common import module_name
+    from codegen.dest.py_reg import generate_registrations
     from codegen.load import load_library
     from codegen.model import OperatorName
     from codegen.torch_namespaces import is_torch_namespace

@@ -401,7 +401,7 @@ def check_kernel_defaults(lib) -> None:
     """A Python kernel or fake function runs with its own default when the caller leaves the
     argument out of a Python call; it must equal the schema's."""
     __tracebackhide__ = True
-    from codegen.dest.py_reg import find_module_source
+    from codegen.dest.py_sources import find_module_source
     from codegen.model import PyRef
 
     for op in lib.ops:

@@ -17,7 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from codegen import formulas as F
-from codegen.dest.py_reg import FormulaEmitter, Names
+from codegen.dest.py_autograd import FormulaEmitter, Names
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import DerivativesSpec, Located, Op
 from codegen.parse import parse_schema

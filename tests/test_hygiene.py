@@ -105,9 +105,9 @@ def test_docstring_is_the_value(text):
 
 
 def test_long_registration_lines_split_outside_string_literals():
-    """codegen.dest.py_reg.wrap_call splits a long call at its commas, never inside a string
+    """codegen.dest.py_common.wrap_call splits a long call at its commas, never inside a string
     literal, escaped quotes included."""
-    from codegen.dest.py_reg import wrap_call
+    from codegen.dest.py_common import wrap_call
 
     args = [escape.py_string(t) for t in HOSTILE] + ["lib=_lib"]
     line = f"torch.library.register_fake({', '.join(args)})"

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from codegen import parse_schema
-from codegen.dest.py_reg import PySources, check_signature
+from codegen.dest.py_sources import PySources, check_signature
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import PyRef
 
@@ -119,17 +119,17 @@ def test_location_counts_characters_not_bytes(tmp_path, monkeypatch):
 
 def test_module_parsed_once_per_content(tmp_path, monkeypatch):
     """The same module named by many ops is parsed once; an edit is seen."""
-    from codegen.dest import py_reg
+    from codegen.dest import py_sources
 
     (tmp_path / "once.py").write_text("def f(x, bound=0.5):\n    return x\n")
     monkeypatch.chdir(tmp_path)
     schema = parse_schema("ex::f(Tensor x, float bound=0.5) -> Tensor")
     ref = PyRef("once", "f", Loc("ops.yaml", 1, 1))
-    py_reg._parse_module.cache_clear()
+    py_sources._parse_module.cache_clear()
     sources = PySources()
     for _ in range(5):
         check_signature(ref, schema, Diagnostics(), "kernel", sources=sources)
-    assert py_reg._parse_module.cache_info().misses == 1
+    assert py_sources._parse_module.cache_info().misses == 1
     (tmp_path / "once.py").write_text("def f(x, bound=0.25):\n    return x\n")
     diags = Diagnostics()
     check_signature(ref, schema, diags, "kernel", sources=sources)
@@ -138,7 +138,7 @@ def test_module_parsed_once_per_content(tmp_path, monkeypatch):
 
 def test_prelude_constants(tmp_path):
     """Only names bound once, at top level, to a value count as constants."""
-    from codegen.dest.py_reg import _parse_module
+    from codegen.dest.py_sources import _parse_module
 
     text = PRELUDE + textwrap.dedent("""
         import os as OS

@@ -27,7 +27,6 @@ import posixpath
 import types
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
 from codegen import config, reserved
 from codegen.abi import namespace_abi

@@ -20,32 +20,17 @@ checks of Python functions named in op files.
 
 from __future__ import annotations
 
-from codegen import config
+from codegen import layout, reserved
 from codegen import formulas as F
-from codegen import reserved
 from codegen.api import python as P
-from codegen import layout
-from codegen.dest import (py_autocast, py_autograd, py_fake, py_functionalize,
-                          py_kernels, py_vmap)
-from codegen.dest.py_common import (HELPERS, Class, Function, ModuleScope, Section, module_name,
-                                    op_attr, qualname, reg_module_names, wrap_call)
-from codegen.dest.py_sources import PySources, check_signature, find_module_source
-from codegen.diagnostics import Diagnostics
+from codegen.dest import py_autocast, py_autograd, py_fake, py_functionalize, py_kernels, py_vmap
+from codegen.dest.py_common import (HELPERS, ModuleScope, Section, module_name, reg_module_names,
+                                    wrap_call)
 from codegen.dest.py_ops import python_names
-from codegen.model import Op, OpLibrary, PyRef
-from codegen.rendering import banner, render
-
-# What other modules have always imported from here.
-from codegen.dest.py_autograd import FormulaEmitter, Names  # noqa: E402,F401
-from codegen.dest.py_fake import FakeEmitter, needs_fake  # noqa: E402,F401
-from codegen.dest.py_functionalize import functional_variant  # noqa: E402,F401
-from codegen.dest.py_sources import _parse_module  # noqa: E402,F401
-
-__all__ = ["Class", "Function", "Section", "module_name", "op_attr", "qualname", "wrap_call",
-           "PySources", "check_signature", "find_module_source", "FormulaEmitter", "Names",
-           "FakeEmitter", "needs_fake", "functional_variant", "HELPERS",
-           "generate_registrations"]
-
+from codegen.dest.py_sources import PySources
+from codegen.diagnostics import Diagnostics
+from codegen.model import Op, OpLibrary
+from codegen.rendering import banner, python_dir, render
 
 # --------------------------------------------------------------------------------------------------
 # One namespace's module
@@ -130,5 +115,5 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
             banner=banner("#", sources), ns=ns, module=module_name(ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)
-        out[f"{config.current().python_out}/_reg_{ns}.py"] = text
+        out[f"{python_dir()}/_reg_{ns}.py"] = text
     return out
