@@ -100,6 +100,38 @@ def test_generators_do_not_import_the_orchestrator():
     assert up == []
 
 
+# docs/DESIGN.md, "Module map": a module imports its own floor or those below. Every module of
+# codegen/dest is on the generators' floor.
+FLOORS: dict[int, tuple[str, ...]] = {
+    6: ("codegen", "__main__", "build", "setuptools", "testing"),
+    5: ("cli",),
+    4: ("gen",),
+    2: ("layout", "rendering"),
+    1: ("load", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
+        "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource"),
+    0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
+        "reserved"),
+}
+GENERATORS_FLOOR = 3
+
+
+def floor_of(module: str) -> int | None:
+    if module.startswith("codegen.dest"):
+        return GENERATORS_FLOOR
+    for floor, names in FLOORS.items():
+        if module in {n if n == "codegen" else f"codegen.{n}" for n in names}:
+            return floor
+    return None
+
+
+def test_imports_run_downward():
+    graph = import_graph()
+    assert [m for m in graph if floor_of(m) is None] == [], "add new modules to FLOORS"
+    upward = [f"{m} -> {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
+              if floor_of(d) > floor_of(m)]  # type: ignore[operator]
+    assert upward == []
+
+
 def test_leaves_import_no_generator():
     graph = import_graph()
     for leaf in ("codegen.rendering", "codegen.reserved", "codegen.layout", "codegen.model",
