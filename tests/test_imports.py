@@ -44,7 +44,9 @@ def import_graph(root: Path = CODEGEN) -> dict[str, set[str]]:
                 if node.level:
                     up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(up + ([node.module] if node.module else []))
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
+                subs = [f"{base}.{a.name}" for a in node.names]
+                # `from pkg import mod` imports the module; `from pkg import name`, the package.
+                names = subs if any(n in paths for n in subs) else [base]
             else:
                 continue
             graph[mod].update(n for n in names if n in paths and n != mod)
