@@ -16,7 +16,10 @@ Target: 2,000 ops generated in under 2 s.
 
     python bench/bench_scale.py [--sizes 500 2000 4000] [--rounds N] [--codegen-root PATH]
                                 [--inputs CHECKOUT]
-                                [--torchgen]
+                                [--torchgen] [--edit]
+
+`--edit` times the edit loop: `generate` after one op file changed (the load cache of the run
+before in place) against a `generate` from scratch, as a ratio.
 
 `--codegen-root` times another checkout's codegen (a "before" figure) on the same inputs.
 `--torchgen` also times torchgen's whole `python -m torchgen.gen` on native_functions.yaml, once.
@@ -138,6 +141,35 @@ def time_size(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
         return n, best
 
 
+def time_edit(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[str, tuple]]:
+    """The edit loop on a library of `n_ops`: `generate` from scratch (no load cache, empty output
+    root), then again after editing one op file (an op's doc), with the load cache of the run
+    before (Note [Incremental loading]). (ops, {run: (best wall s, best CPU s)})."""
+    with tempfile.TemporaryDirectory(prefix="bench_edit_") as tmp:
+        folder = Path(tmp)
+        n = make_library(folder, n_ops)
+        out = folder / "out"
+        args = ["-m", "codegen", "generate", "--root", str(out), "schemas"]
+        edited = sorted((folder / "schemas").glob("*.yaml"))[0]
+        best = {"full": (math.inf, math.inf), "one file edited": (math.inf, math.inf)}
+        for i in range(rounds):
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            os.environ["OPGEN_NO_CACHE"] = "1"
+            try:
+                wall, cpu = run(args, folder, codegen_root)
+            finally:
+                del os.environ["OPGEN_NO_CACHE"]
+            best["full"] = (min(best["full"][0], wall), min(best["full"][1], cpu))
+            run(args, folder, codegen_root)          # fills the cache
+            text = edited.read_text()
+            edited.write_text(text.replace("doc: ", f"doc: (edit {i}) ", 1))
+            wall, cpu = run(args, folder, codegen_root)
+            k = "one file edited"
+            best[k] = (min(best[k][0], wall), min(best[k][1], cpu))
+        return n, best
+
+
 def time_torchgen() -> tuple[float, float]:
     """Wall-clock and CPU seconds of torchgen's whole code generation for ATen."""
     import torchgen
@@ -155,10 +187,20 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--codegen-root", type=Path, default=ROOT,
                    help="checkout whose codegen package is timed (default: this one)")
+    p.add_argument("--edit", action="store_true",
+                   help="time the edit loop instead: one op file edited against a full run")
     p.add_argument("--torchgen", action="store_true",
                    help="also time `python -m torchgen.gen` on native_functions.yaml")
     args = p.parse_args()
     use_inputs(args.inputs.resolve())
+    if args.edit:
+        for size in args.sizes:
+            n, best = time_edit(size, args.rounds, args.codegen_root.resolve())
+            (fw, fc), (ew, ec) = best["full"], best["one file edited"]
+            print(f"  {n} ops: generate from scratch {fw:.2f} s (CPU {fc:.2f}), one op file "
+                  f"edited {ew:.2f} s (CPU {ec:.2f}): ratio {ew / fw:.2f} (CPU {ec / fc:.2f})",
+                  flush=True)
+        return
 
     rows = []
     for size in args.sizes:
