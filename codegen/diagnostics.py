@@ -218,3 +218,8 @@ def scalar_locator(path: str, source: str, start_index: int, end_index: int, val
         return Loc(path, line, col, max(1, length))
 
     return locate
+
+
+def suggest(word: str, choices) -> str | None:
+    """did_you_mean, skipped for long words (difflib is quadratic; no name is that long)."""
+    return did_you_mean(word, choices) if len(word) <= 64 else None

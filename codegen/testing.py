@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
+from codegen.diagnostics import Diagnostics, suggest
 from codegen.model import (
     BaseTy,
     BaseType,
@@ -60,6 +61,7 @@ from codegen.model import (
     is_tensor_like,
     strip_optional,
 )
+from codegen.yaml_source import Scalar, YamlFile, short
 
 __all__ = [
     "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "Case", "Failures", "NoLongerFails",
@@ -922,11 +924,59 @@ class NoLongerFails(AssertionError):
     """A check listed as a known failure passed: its entry is to be removed."""
 
 
+def _read_failures(files: list[str], cases: dict | None, checks: tuple[str, ...], make,
+                  applies: Callable[[Any, str], bool] | None = None):
+    """Known failures files (`sample_failures.yaml`: `<op>[<sample>]: {<check>: <reason>}`) ->
+    `make(entries, where)`; raises UserError with every problem. `cases`, when given, maps case
+    ids to cases: an entry must name one, and a check that `applies` to it."""
+    diags = Diagnostics()
+    entries: dict[str, dict[str, str]] = {}
+    where: dict[tuple[str, str], str] = {}
+    for path in files:
+        loader = YamlFile(path, diags)
+        text = loader.read()
+        if text is None:
+            continue
+        root = None
+        for item in loader.compose(text):
+            if item[0] == "root":
+                root = item[1]
+        if root is None or (type(root) is Scalar and root.tag == "null"):
+            continue                # an empty file lists nothing; YAML errors were reported
+        top = loader.mapping(root, "the failures file (<op>[<sample>]: {<check>: <reason>})",
+                             None)
+        for case_id, (key, value) in (top or {}).items():
+            if cases is not None and case_id not in cases:
+                loader.error(key, f"no sample '{short(case_id)}' in the op files",
+                             suggest(case_id, list(cases))
+                             or "keys are sample ids: <ns>::<op>[<index or name>]")
+                continue
+            fields = loader.mapping(value, f"the known failures of {case_id}", checks)
+            for check, (check_key, reason_node) in (fields or {}).items():
+                reason = loader.string(reason_node, f"the reason {case_id} fails {check}")
+                if reason is None:
+                    continue
+                if not reason.strip():
+                    loader.error(reason_node, "a known failure needs a reason",
+                                 "say why it fails, and what would fix it")
+                    continue
+                if cases is not None and applies is not None and \
+                        not applies(cases[case_id], check):
+                    loader.error(check_key, f"{case_id} has no {check} check, so it cannot fail",
+                                 "remove the entry")
+                    continue
+                entries.setdefault(case_id, {})[check] = reason
+                loc = loader.loc(check_key)
+                where[(case_id, check)] = f"{loc.path}:{loc.line}:{loc.col}"
+    diags.raise_if_errors()
+    return make(entries, where)
+
+
 def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> Failures:
     """The known failures of the library whose op files are `paths`: every `sample_failures.yaml`
     in their directories (a directory's own, a file's directory's). Entries must name a sample of
     `cases` (when given) and one of CHECKS, with a reason; raises UserError with every problem."""
-    from codegen.load import FAILURES_FILE, read_failures
+    from codegen.load import FAILURES_FILE
 
     dirs: list[str] = []
     for p in paths:
@@ -937,7 +987,7 @@ def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> 
     cases = list(cases) if cases is not None else None
     if cases is not None:
         note_library({c.op for c in cases})
-    return read_failures(files, None if cases is None else {c.id: c for c in cases}, CHECKS,
+    return _read_failures(files, None if cases is None else {c.id: c for c in cases}, CHECKS,
                          Failures, applies)
 
 

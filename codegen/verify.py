@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from codegen import enums, reserved
-from codegen.diagnostics import Diagnostic, Diagnostics, Loc, did_you_mean
+from codegen.diagnostics import Diagnostic, Diagnostics, Loc, did_you_mean, suggest
 from codegen.model import (
     BASE_TYPES,
     SCRIPT_ONLY_BASE,
@@ -790,8 +790,3 @@ def _is_tensor_like(t: Type) -> bool:
 
 
 __all__ = ["Rules", "DEFAULT_RULES", "verify_op", "verify_across", "verify_library", "suggest"]
-
-
-def suggest(word: str, choices) -> str | None:
-    """did_you_mean, skipped for long words (difflib is quadratic; no name is that long)."""
-    return did_you_mean(word, choices) if len(word) <= 64 else None

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codegen.diagnostics import UserError
-from codegen.load import OP_KEYS, TENSOR_SAMPLE_KEYS, load_library
+from codegen.load import OP_KEYS, load_library
+from codegen.load_samples import TENSOR_SAMPLE_KEYS
 
 # `make fuzz` (HYPOTHESIS_PROFILE=fuzz): the profile's example count, fresh randomness.
 FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
@@ -57,7 +58,7 @@ def check_file(path: Path) -> None:
         load_library([str(path)])
     except UserError as e:
         text = path.read_bytes().decode("utf-8", "replace").lstrip("\ufeff")
-        # YAML's line breaks (codegen/load.py, Note [Line breaks])
+        # YAML's line breaks (codegen/yaml_source.py, Note [Line breaks])
         lines = re.split("\r\n|[\r\n\x85\u2028\u2029]", text)
         assert e.diags.items
         for d in e.diags.items:

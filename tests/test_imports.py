@@ -109,7 +109,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     5: ("cli",),
     4: ("gen",),
     2: ("layout", "rendering"),
-    1: ("load", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
+    1: ("load", "load_samples", "yaml_source", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
         "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource"),
     0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
         "reserved"),

@@ -15,8 +15,9 @@ import pytest
 
 from codegen.diagnostics import Loc, UserError
 from codegen.diagnostics import WARNINGS
-from codegen.load import CONVENTIONS, DTYPES, FILE_KEYS, FLOAT_DTYPES, MAX_FILE_BYTES, OP_KEYS, \
-    TENSOR_SAMPLE_KEYS, load_library
+from codegen.load import CONVENTIONS, FILE_KEYS, OP_KEYS, load_library
+from codegen.load_samples import DTYPES, FLOAT_DTYPES, TENSOR_SAMPLE_KEYS
+from codegen.yaml_source import MAX_FILE_BYTES
 from codegen.model import (
     AutocastSpec,
     CppKernel,
@@ -127,14 +128,14 @@ def test_missing_path_and_empty_directory(tmp_path):
 
 
 def test_unreadable_file(tmp_path, monkeypatch):
-    import codegen.load
+    import codegen.yaml_source
 
     p = write(tmp_path, "- func: ex::a() -> ()\n")
 
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(codegen.load, "open", refuse, raising=False)
+    monkeypatch.setattr(codegen.yaml_source, "open", refuse, raising=False)
     with pytest.raises(UserError) as e:
         load_library([p])
     assert [d.message for d in e.value.diags.items] == [

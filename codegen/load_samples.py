@@ -1,0 +1,347 @@
+"""Samples of op files (docs/FORMAT.md, "Samples") -> `Sample` records: tensors with named sizes,
+scalars, lists and enums, each checked against its argument's type, every problem located.
+
+The stage of loading after YAML with locations (codegen.yaml_source), below the op-entry decoder
+(codegen.load), which reads an op's `samples:` with it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from codegen.diagnostics import Diagnostics, Loc
+from codegen.model import (BaseTy, BaseType, FunctionSchema, ListType, OptionalType, Sample,
+                           SampleValue, SymDim, TensorSample, Type)
+from codegen.yaml_source import Map, Node, Scalar, Seq, YamlFile, short, suggest
+
+TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
+
+# torch dtype names a sample or autocast spec may use (tests/test_load.py checks each is a
+# torch.dtype): the canonical names plus the common aliases.
+DTYPES = frozenset({
+    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+    "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "bool",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "half", "float", "double", "short", "int", "long", "cfloat", "cdouble", "chalf",
+})
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
+COMPLEX_DTYPES = frozenset({"complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf"})
+
+# A named size in a sample: `N` (its value given elsewhere in the sample) or `N=6`.
+_DIM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\s*=\s*(-?[0-9]+))?\Z")
+DIM_HINT = "a size is an integer, or a named size: N (symbolic), N=6 (with its value)"
+
+_BAD = object()
+
+
+_ENUM_SAMPLES = {
+    BaseTy.Layout: frozenset({"strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
+                              "sparse_bsc", "jagged"}),
+    BaseTy.MemoryFormat: frozenset({"contiguous_format", "preserve_format", "channels_last",
+                                    "channels_last_3d"}),
+}
+
+
+class SampleReader(YamlFile):
+    """Decodes samples; `dims`/`dim_uses` hold the named sizes of the sample being read."""
+
+    def __init__(self, path: str, diags: Diagnostics) -> None:
+        super().__init__(path, diags)
+        # The sample being read: named size -> (value, where given), and the uses of each.
+        self.dims: dict[str, tuple[int, Node]] = {}
+        self.dim_uses: list[tuple[str, Node]] = []
+
+    def dtype(self, node: Node, what: str) -> str | None:
+        text = self.string(node, what)
+        if text is None:
+            return None
+        name = text[len("torch."):] if text.startswith("torch.") else text
+        if name not in DTYPES:
+            self.error(node, f"unknown dtype '{short(text)}'",
+                       suggest(name, DTYPES) or "for example float32, int64 or bool")
+            return None
+        return name
+
+    # -- samples -----------------------------------------------------------------------------------
+
+    def samples(self, node: Node, schema: FunctionSchema) -> tuple[Sample, ...]:
+        named: list[tuple[str | None, Node]] = []
+        if type(node) is Map:
+            fields = self.mapping(node, "'samples'", None) or {}
+            # A key naming an argument is one sample left out of its list, unless its value is
+            # itself a sample (a mapping of argument names): then it is a sample's name.
+            args = [n for n, (_key, value) in fields.items()
+                    if schema.argument(n) is not None and not is_sample(value, schema)]
+            if args:
+                self.error(fields[args[0]][0], f"'samples' is a list of samples (or a mapping "
+                           f"name -> sample), but '{args[0]}' is an argument of {schema.name}",
+                           "for a single sample, write samples: [{" + args[0] + ": ...}]")
+                return ()
+            for name, (_key, value) in fields.items():
+                named.append((name, value))
+        else:
+            items = self.sequence(node, "'samples' (a list, or a mapping name -> sample)")
+            named = [(None, item) for item in items or ()]
+        out = []
+        for name, item in named:
+            sample = self.sample(item, schema, name)
+            if sample is not None:
+                out.append(sample)
+        return tuple(out)
+
+    def sample(self, node: Node, schema: FunctionSchema, name: str | None) -> Sample | None:
+        fields = self.mapping(node, "a sample", None)
+        if fields is None:
+            return None
+        names = [a.name for a in schema.arguments]
+        values: dict[str, SampleValue] = {}
+        ok = True
+        self.dims, self.dim_uses = {}, []
+        gradcheck = None
+        for arg_name, (key, value) in fields.items():
+            arg = schema.argument(arg_name)
+            if arg is None and arg_name == "gradcheck":
+                # The sample's own gradcheck options (an argument of that name would win).
+                gradcheck = self.gradcheck(value)
+                ok = ok and gradcheck is not None
+                continue
+            if arg is None:
+                self.error(key, f"sample names '{short(arg_name)}', which is not an argument of "
+                           f"{schema.name}", suggest(arg_name, names)
+                           or ("arguments: " + ", ".join(names) if names else "it takes none"))
+                ok = False
+                continue
+            v = self.sample_value(value, arg.type, f"'{arg_name}'")
+            if v is _BAD:
+                ok = False
+            else:
+                values[arg_name] = v
+        missing = [a.name for a in schema.arguments
+                   if a.default is None and a.name not in fields]
+        if missing:
+            self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
+                       "sample gives no value for " + ", ".join(f"'{m}'" for m in missing)
+                       + (" (no default)" if len(missing) == 1 else " (no defaults)"))
+            ok = False
+        for dim, use in self.dim_uses:
+            if dim not in self.dims:
+                self.error(use, f"named size '{dim}' has no value in this sample",
+                           f"give it once, where it is used first: {dim}=<size>")
+                ok = False
+                break
+        if not ok:
+            return None
+        args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
+        dims = tuple((d, v) for d, (v, _) in self.dims.items())
+        return Sample(args, self.loc(node), name, dims, gradcheck)
+
+    def size_name(self, node: Scalar, what: str):
+        """`N` or `N=6` where a sample gives a size -> SymDim, or _BAD (error reported)."""
+        m = _DIM.match(node.value.strip())
+        if m is None:
+            self.error(node, f"expected a size for {what}, got '{short(node.value)}'", DIM_HINT)
+            return _BAD
+        dim = m.group(1)
+        if m.group(2) is not None:
+            value = int(m.group(2))
+            if dim in self.dims:
+                first = self.dims[dim][1]
+                self.error(node, f"named size '{dim}' is given a value twice in this sample",
+                           f"its value is given at line {first.start.line + 1}; write just "
+                           f"'{dim}' here")
+                return _BAD
+            if not 2 <= value < 2**31:
+                self.error(node, f"named size '{dim}' is {value}; a named size is between 2 and "
+                           "2**31 - 1",
+                           "torch.compile specializes sizes 0 and 1 (they cannot vary): write a "
+                           "fixed size instead" if 0 <= value < 2 else None)
+                return _BAD
+            self.dims[dim] = (value, node)
+        self.dim_uses.append((dim, node))
+        return SymDim(dim)
+
+    def sample_value(self, node: Node, t: Type, what: str):
+        """A YAML value for an argument of type `t` -> SampleValue, or _BAD (error reported)."""
+        if isinstance(t, OptionalType):
+            if type(node) is Scalar and node.tag == "null":
+                return None
+            return self.sample_value(node, t.elem, what)
+        if isinstance(t, ListType):
+            if type(node) is not Seq:
+                if t.size is not None and type(node) is Scalar and node.tag != "null":
+                    # `int[2] x` takes a single int for both elements, as in the schema language.
+                    v = self.sample_value(node, t.elem, what)
+                    return _BAD if v is _BAD else (v,) * t.size
+                self.error(node, f"expected a list for {what} ({t}), got {node.kind}")
+                return _BAD
+            items = [self.sample_value(i, t.elem, f"an element of {what}")
+                     for i in node.items]  # type: ignore[attr-defined]
+            if any(i is _BAD for i in items):
+                return _BAD
+            if t.size is not None and len(items) != t.size:
+                self.error(node, f"{what} ({t}) takes {t.size} elements, got {len(items)}")
+                return _BAD
+            return tuple(items)
+        if isinstance(t, BaseType):
+            return self.base_sample(node, t.name, what)
+        self.error(node, f"samples cannot give a value of type '{t}' ({what})")
+        return _BAD
+
+    def base_sample(self, node: Node, ty: BaseTy, what: str):
+        tag = node.tag if type(node) is Scalar else None  # type: ignore[attr-defined]
+        value = node.value if type(node) is Scalar else None  # type: ignore[attr-defined]
+        if ty is BaseTy.Tensor:
+            return self.tensor_sample(node, what)
+        if ty in (BaseTy.int, BaseTy.SymInt) and tag == "str":
+            return self.size_name(node, what)  # type: ignore[arg-type]
+        if ty in (BaseTy.int, BaseTy.SymInt, BaseTy.DeviceIndex):
+            if tag == "int":
+                if not -(2**63) <= value < 2**63:
+                    self.error(node, f"{what} does not fit in a 64-bit int")
+                    return _BAD
+                return value
+            return self._sample_type_error(node, "an integer", what)
+        if ty is BaseTy.float:
+            if tag in ("int", "float"):
+                return float(value)
+            return self._sample_type_error(node, "a number", what)
+        if ty in (BaseTy.bool, BaseTy.SymBool):
+            if tag == "bool":
+                return value
+            return self._sample_type_error(node, "true or false", what)
+        if ty is BaseTy.Scalar:
+            if tag in ("int", "float", "bool"):
+                return value
+            return self._sample_type_error(node, "a number or boolean", what)
+        if ty is BaseTy.str:
+            if tag == "str":
+                return value
+            return self._sample_type_error(node, "a string", what)
+        if ty is BaseTy.ScalarType:
+            name = self.dtype(node, what)
+            return _BAD if name is None else name
+        if ty is BaseTy.Device:
+            if tag == "str" and re.match(r"[a-z_]+(:[0-9]+)?\Z", value):
+                return value
+            return self._sample_type_error(node, "a device string such as cpu or cuda:0", what)
+        if ty in (BaseTy.Layout, BaseTy.MemoryFormat):
+            choices = _ENUM_SAMPLES[ty]
+            if tag == "str" and value in choices:
+                return value
+            self.error(node, f"expected a {ty.value} name for {what}",
+                       "expected one of: " + ", ".join(sorted(choices)))
+            return _BAD
+        self.error(node, f"samples cannot give a value of type '{ty.value}' ({what})",
+                   "omit the argument if it has a default")
+        return _BAD
+
+    def _sample_type_error(self, node: Node, expected: str, what: str):
+        self.error(node, f"expected {expected} for {what}, got {node.kind}")
+        return _BAD
+
+    def tensor_sample(self, node: Node, what: str):
+        fields = self.mapping(node, f"a tensor sample for {what}", TENSOR_SAMPLE_KEYS)
+        if fields is None:
+            return _BAD
+        ok = True
+        if ("shape" in fields) == ("values" in fields):
+            self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
+                       f"a tensor sample gives exactly one of 'shape:' or 'values:' ({what})",
+                       "{shape: [2, 3]} for random contents, {values: [[1, 2]]} for given ones")
+            return _BAD
+        shape: tuple[int, ...] = ()
+        values = None
+        if "shape" in fields:
+            items = self.sequence(fields["shape"][1], "'shape'")
+            if items is None:
+                return _BAD
+            dims: list = []
+            for item in items:
+                if type(item) is Scalar and item.tag == "int" and 0 <= item.value < 2**31:
+                    dims.append(item.value)
+                elif type(item) is Scalar and item.tag == "str":
+                    dim = self.size_name(item, "'shape'")
+                    ok = ok and dim is not _BAD
+                    dims.append(dim)
+                else:
+                    self.error(item, f"a shape holds sizes (integers >= 0), got {item.kind}"
+                               if not (type(item) is Scalar and item.tag == "int")
+                               else "a size must be between 0 and 2**31 - 1")
+                    ok = False
+            shape = tuple(dims)
+        else:
+            parsed = self.nested_values(fields["values"][1])
+            if parsed is _BAD:
+                return _BAD
+            values, shape = parsed
+        dtype = "float32"
+        if "dtype" in fields:
+            d = self.dtype(fields["dtype"][1], "'dtype'")
+            if d is None:
+                ok = False
+            else:
+                dtype = d
+        elif values is not None and _all_ints(values):
+            dtype = "int64"
+        requires_grad = False
+        if "requires_grad" in fields:
+            rg = self.boolean(fields["requires_grad"][1], "'requires_grad'")
+            if rg is None:
+                ok = False
+            else:
+                requires_grad = rg
+        bounds: list = []
+        for key in ("low", "high"):
+            if key in fields:
+                bound = fields[key][1]
+                if type(bound) is Scalar and bound.tag == "str":
+                    # A named size: index tensors whose values range over a size.
+                    sym = self.size_name(bound, f"'{key}'")  # type: ignore[arg-type]
+                    ok = ok and sym is not _BAD
+                    bounds.append(sym)
+                    continue
+                v = self.number(bound, f"'{key}'")
+                ok = ok and v is not None
+                bounds.append(None if v is None else float(v))
+            else:
+                bounds.append(None)
+        low, high = bounds
+        if isinstance(low, float) and isinstance(high, float) and low >= high:
+            self.error(fields["low"][1], f"'low' ({low}) must be less than 'high' ({high})")
+            ok = False
+        if not ok:
+            return _BAD
+        return TensorSample(shape, dtype, requires_grad, low, high, values)
+
+    def nested_values(self, node: Node):
+        """`values:` -> (nested tuples, shape), checking the nesting is rectangular."""
+        if type(node) is Scalar:
+            if node.tag in ("int", "float", "bool"):
+                return node.value, ()  # type: ignore[attr-defined]
+            self.error(node, f"tensor values are numbers or booleans, got {node.kind}")
+            return _BAD
+        if type(node) is not Seq:
+            self.error(node, f"tensor values are numbers or nested lists, got {node.kind}")
+            return _BAD
+        parts = [self.nested_values(i) for i in node.items]  # type: ignore[attr-defined]
+        if any(p is _BAD for p in parts):
+            return _BAD
+        shapes = {p[1] for p in parts}
+        if len(shapes) > 1:
+            self.error(node, "tensor values are not rectangular: rows differ in shape")
+            return _BAD
+        inner = shapes.pop() if shapes else ()
+        return tuple(p[0] for p in parts), (len(parts),) + inner
+
+
+def _all_ints(values) -> bool:
+    if isinstance(values, tuple):
+        return all(_all_ints(v) for v in values)
+    return isinstance(values, int) and not isinstance(values, bool)
+
+
+def is_sample(node: Node, schema: FunctionSchema) -> bool:
+    """Whether `node` reads as a sample: a non-empty mapping whose keys all name arguments."""
+    return type(node) is Map and bool(node.pairs) and all(
+        type(k) is Scalar and isinstance(k.value, str) and schema.argument(k.value) is not None
+        for k, _ in node.pairs)
