@@ -17,7 +17,7 @@ class EnumValue(NamedTuple):
     python: str     # Python expression: `torch.int3`
 
 
-def _scalar_types() -> tuple[EnumValue, ...]:
+def _scalar_type_pairs() -> list[tuple[str, str]]:
     # (C++ enumerator, torch dtype name), in c10's order:
     # AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS in torch/headeronly/core/ScalarType.h
     pairs = [("Byte", "uint8"), ("Char", "int8"), ("Short", "int16"), ("Int", "int32"),
@@ -34,11 +34,15 @@ def _scalar_types() -> tuple[EnumValue, ...]:
     pairs += [(f"UInt{i}", f"uint{i}") for i in range(1, 8)]
     pairs += [(f"Int{i}", f"int{i}") for i in range(1, 8)]
     pairs += [("Float8_e8m0fnu", "float8_e8m0fnu"), ("Float4_e2m1fn_x2", "float4_e2m1fn_x2")]
-    return tuple(EnumValue(f"at::ScalarType::{c}", f"torch.{p}") for c, p in pairs)
+    return pairs
 
+
+# torch dtype name -> c10 ScalarType enumerator (`int32` -> `Int`).
+C10_SCALAR_TYPES: dict[str, str] = {p: c for c, p in _scalar_type_pairs()}
 
 # Number -> value, per enum type (the index is the number).
-SCALAR_TYPES: tuple[EnumValue, ...] = _scalar_types()
+SCALAR_TYPES: tuple[EnumValue, ...] = tuple(
+    EnumValue(f"at::ScalarType::{c}", f"torch.{p}") for c, p in _scalar_type_pairs())
 LAYOUTS: tuple[EnumValue, ...] = tuple(EnumValue(f"at::Layout::{c}", f"torch.{p}") for c, p in [
     ("Strided", "strided"), ("Sparse", "sparse_coo"), ("SparseCsr", "sparse_csr"),
     ("Mkldnn", "_mkldnn"), ("SparseCsc", "sparse_csc"), ("SparseBsr", "sparse_bsr"),
@@ -64,7 +68,11 @@ def by_number(type_name: str, number: int) -> EnumValue | None:
 
 # ScalarType names the schema language knows besides torch's canonical dtype names.
 _SCALAR_TYPE_ALIASES = {"half": 5, "float": 6, "double": 7, "long": 4, "int": 3, "short": 2,
-                        "chalf": 8, "cfloat": 9, "cdouble": 10}
+                        "chalf": 8, "cfloat": 9, "cdouble": 10, "bit": 30}
+
+# Every name a ScalarType default may be written with (torch's schema parser reads each).
+SCALAR_TYPE_NAMES: frozenset[str] = frozenset(
+    v.python.removeprefix("torch.") for v in SCALAR_TYPES) | frozenset(_SCALAR_TYPE_ALIASES)
 
 
 def scalar_type_number(name: str) -> int | None:
@@ -82,3 +90,19 @@ def scalar_type_number(name: str) -> int | None:
 DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "short": "int16",
                  "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128",
                  "chalf": "complex32"}
+
+# The dtypes of tensors that op files name (samples, autocast, fake rules, formulas): torch's
+# ordinary ones, without the quantized, bit and sub-byte types.
+TENSOR_DTYPES: tuple[str, ...] = (
+    "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+)
+# Every name op files may give those dtypes -> torch's canonical name (`long` -> `int64`).
+DTYPE_NAMES: dict[str, str] = {n: n for n in TENSOR_DTYPES} | {
+    a: c for a, c in DTYPE_ALIASES.items() if c in TENSOR_DTYPES}
+
+
+def names_of(*canonical: str) -> frozenset[str]:
+    """Every name of the given dtypes, aliases included (`float32` -> float32, float)."""
+    return frozenset(n for n, c in DTYPE_NAMES.items() if c in canonical)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from codegen import enums
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import (BaseTy, BaseType, FunctionSchema, ListType, OptionalType, Sample,
                            SampleValue, SymDim, TensorSample, Type)
@@ -16,16 +17,11 @@ from codegen.yaml_source import Map, Node, Scalar, Seq, YamlFile, short, suggest
 
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 
-# torch dtype names a sample or autocast spec may use (tests/test_load.py checks each is a
-# torch.dtype): the canonical names plus the common aliases.
-DTYPES = frozenset({
-    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-    "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "bool",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    "half", "float", "double", "short", "int", "long", "cfloat", "cdouble", "chalf",
-})
-FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64", "half", "float", "double"})
-COMPLEX_DTYPES = frozenset({"complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf"})
+# torch dtype names a sample or autocast spec may use (codegen.enums.DTYPE_NAMES; tests/test_load.py
+# checks each is a torch.dtype).
+DTYPES = frozenset(enums.DTYPE_NAMES)
+FLOAT_DTYPES = enums.names_of("float16", "bfloat16", "float32", "float64")
+COMPLEX_DTYPES = enums.names_of("complex32", "complex64", "complex128")
 
 # A named size in a sample: `N` (its value given elsewhere in the sample) or `N=6`.
 _DIM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\s*=\s*(-?[0-9]+))?\Z")

@@ -143,6 +143,7 @@ from typing import Union
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from codegen import enums
 from codegen.diagnostics import Diagnostics, did_you_mean
 from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal, int_literal, \
     string_literal
@@ -227,14 +228,7 @@ OUT_LIST = Ty(T.OUT_LIST)
 DTYPE = Ty(T.DTYPE)
 
 # torch dtype names the language knows (`torch.<name>`), with the usual aliases.
-DTYPES: dict[str, str] = {
-    n: n for n in (
-        "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
-        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-    )
-} | {"half": "float16", "float": "float32", "double": "float64", "short": "int16",
-     "int": "int32", "long": "int64", "cfloat": "complex64", "cdouble": "complex128"}
+DTYPES: dict[str, str] = enums.DTYPE_NAMES
 
 
 # --------------------------------------------------------------------------------------------------

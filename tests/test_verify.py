@@ -207,3 +207,15 @@ def test_canonical_schema_is_what_list_prints(tmp_path):
         """))
     (op,) = load_library([str(p)]).ops
     assert str(op.schema) == "ex::f(Tensor self, int n=1, *, float eps=1e-05) -> Tensor"
+
+
+def test_every_scalar_type_default_has_torchs_number():
+    # One table (codegen.enums) for ScalarType names: what check accepts, the generators can spell,
+    # with the number torch's parser gives it (`bit` was accepted and then had no spelling).
+    import torch
+
+    from codegen import enums
+
+    for name in sorted(SCALAR_TYPE_DEFAULTS):
+        schema = torch._C.parse_schema(f"f(ScalarType t={name}) -> ()")
+        assert enums.scalar_type_number(name) == schema.arguments[0].default_value, name

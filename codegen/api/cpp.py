@@ -518,15 +518,15 @@ def signature(schema: FunctionSchema) -> CppSignature:
 # --------------------------------------------------------------------------------------------------
 # Default values -> C++ expressions (for the typed call API in ops.h)
 
+# The dtypes the typed call API spells as c10's `at::k<Name>` constants; other ScalarType defaults
+# are `at::ScalarType::<Name>` (codegen.enums.SCALAR_TYPES).
+_K_CONSTANT_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+                      "uint8", "bool", "complex64", "complex128")
+
 _ENUM_DEFAULTS: dict[str, str] = {
-    # ScalarType names as torch's schema language spells them
-    "float": "at::kFloat", "float32": "at::kFloat", "double": "at::kDouble",
-    "float64": "at::kDouble", "half": "at::kHalf", "float16": "at::kHalf",
-    "bfloat16": "at::kBFloat16", "long": "at::kLong", "int64": "at::kLong", "int": "at::kInt",
-    "int32": "at::kInt", "short": "at::kShort", "int16": "at::kShort", "int8": "at::kChar",
-    "uint8": "at::kByte", "bool": "at::kBool", "cfloat": "at::kComplexFloat",
-    "cdouble": "at::kComplexDouble", "complex64": "at::kComplexFloat",
-    "complex128": "at::kComplexDouble",
+    # ScalarType names as torch's schema language spells them (aliases included)
+    **{name: f"at::k{enums.C10_SCALAR_TYPES[dtype]}" for name, dtype in enums.DTYPE_NAMES.items()
+       if dtype in _K_CONSTANT_DTYPES},
     # Layout, MemoryFormat, Reduction
     "strided": "at::kStrided", "sparse_coo": "at::kSparse", "jagged": "at::kJagged",
     "contiguous_format": "at::MemoryFormat::Contiguous",

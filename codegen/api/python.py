@@ -155,16 +155,9 @@ def returns_annotation(schema: FunctionSchema) -> str:
 # --------------------------------------------------------------------------------------------------
 # Defaults
 
-# Enum-valued defaults as the schema language spells them -> Python expressions.
+# Enum-valued defaults as the schema language spells them -> Python expressions (ScalarType names
+# come from codegen.enums).
 _ENUM_DEFAULTS: dict[str, str] = {
-    # ScalarType
-    "float": "torch.float32", "float32": "torch.float32", "double": "torch.float64",
-    "float64": "torch.float64", "half": "torch.float16", "float16": "torch.float16",
-    "bfloat16": "torch.bfloat16", "long": "torch.int64", "int64": "torch.int64",
-    "int": "torch.int32", "int32": "torch.int32", "short": "torch.int16", "int16": "torch.int16",
-    "int8": "torch.int8", "uint8": "torch.uint8", "bool": "torch.bool",
-    "cfloat": "torch.complex64", "cdouble": "torch.complex128", "complex64": "torch.complex64",
-    "complex128": "torch.complex128",
     # Layout
     "strided": "torch.strided", "sparse_coo": "torch.sparse_coo", "jagged": "torch.jagged",
     # MemoryFormat

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from codegen import enums
 from codegen import shape as S
 from codegen.api import cpp
 from codegen import layout as L
@@ -44,14 +45,7 @@ from codegen.diagnostics import Diagnostics
 from codegen.model import BaseTy, BaseType, DispatchKey, Op, OptionalType, strip_optional
 
 # torch dtype names (codegen.shape.DTYPES values) -> c10 ScalarType enumerators.
-SCALAR_TYPES: dict[str, str] = {
-    "bool": "Bool", "uint8": "Byte", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64",
-    "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long", "float16": "Half",
-    "bfloat16": "BFloat16", "float32": "Float", "float64": "Double", "complex32": "ComplexHalf",
-    "complex64": "ComplexFloat", "complex128": "ComplexDouble", "float8_e4m3fn": "Float8_e4m3fn",
-    "float8_e5m2": "Float8_e5m2", "float8_e4m3fnuz": "Float8_e4m3fnuz",
-    "float8_e5m2fnuz": "Float8_e5m2fnuz",
-}
+SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENSOR_DTYPES}
 
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
