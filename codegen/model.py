@@ -451,6 +451,11 @@ class Return:
         return str(self.type) if self.name is None else f"{self.type} {self.name}"
 
 
+# The `__i<name>__` dunders that are in-place (PEP 203's augmented assignments, as torchgen's).
+AUGMENTED_ASSIGNMENT_NAMES = frozenset(
+    ("add", "sub", "mul", "div", "mod", "pow", "lshift", "rshift", "and", "xor", "or"))
+
+
 @dataclass(frozen=True)
 class OperatorName:
     namespace: str | None
@@ -464,9 +469,10 @@ class OperatorName:
 
     @property
     def inplace(self) -> bool:
-        """`add_` is in-place; `__iadd__` is the dunder spelling of the same idea."""
+        """`add_` is in-place; `__iadd__` is the dunder spelling of the same idea (an augmented
+        assignment, as torchgen reads it: `__init__` and `__invert__` are not in-place)."""
         if self.is_dunder:
-            return self.name.startswith("__i")
+            return self.name.startswith("__i") and self.name[3:-2] in AUGMENTED_ASSIGNMENT_NAMES
         return self.name.endswith("_") and not self.name.endswith("__")
 
     @property
