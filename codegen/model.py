@@ -337,14 +337,18 @@ _STR_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t",
 
 
 def quote_string(value: str) -> str:
+    """A string default as the canonical text spells it, which c10 reads back as `value`:
+    printable characters as they are, the others (control characters, NEL, U+2028, format
+    characters) as c10's escapes, octal ones spelling their UTF-8 bytes, so the text stays one
+    printable line wherever it is shown."""
     out = []
     for ch in value:
         if ch in _STR_ESCAPES:
             out.append(_STR_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\{ord(ch):03o}")
-        else:
+        elif ch.isprintable():
             out.append(ch)
+        else:
+            out.extend(f"\\{b:03o}" for b in ch.encode("utf-8"))
     return '"' + "".join(out) + '"'
 
 
