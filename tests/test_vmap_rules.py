@@ -256,3 +256,22 @@ def test_rules_are_generated_exactly_where_torch_refuses(tmp_path: Path, name):
     refused = _refused_by_torch(name, schema, body)
     assert py_vmap.fallback_refuses(op) == refused
     assert (py_vmap.generated_rule(op) is not None) == refused
+
+
+def test_an_argument_named_like_a_builtin_gets_no_rule_and_no_error(tmp_path: Path, capsys):
+    """Generated functions refuse arguments that hide what they call: an op that needs nothing
+    generated but its batching rule stays accepted by `check`, without one."""
+    from codegen.__main__ import main as cli
+
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        - func: vmapgen::total(Tensor[] list) -> Tensor
+          dispatch: {CPU: total_cpu, Meta: total_meta}
+        - func: vmapgen::parts(Tensor x, int[] sum) -> Tensor[]
+          dispatch: {CompositeImplicitAutograd: parts}
+        """))
+    with scratch.in_repo():
+        ops = load_library([str(path)]).ops
+        assert cli(["check", str(path)]) == 0, capsys.readouterr().err
+    for op in ops:
+        assert py_vmap.fallback_refuses(op) and py_vmap.generated_rule(op) is None

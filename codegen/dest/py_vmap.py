@@ -8,8 +8,8 @@ functorch runs an op without a batching rule through its C++ loop fallback, whic
 `Tensor[]` or `Tensor?[]` argument, or any return that is not a plain `Tensor` (`Tensor[]`,
 `Tensor?`, `int`, ...), or no return at all. So that `vmap`, `vmap(grad(...))` and `jacrev` work
 on such an op, it gets a rule here when it is functional (no alias annotation: a per-sample copy
-would lose a view's aliasing or a write's target) and takes a Tensor (else vmap never reaches
-it):
+would lose a view's aliasing or a write's target), takes a Tensor (else vmap never reaches it)
+and names no argument like what generated functions call (`list`, `torch`, `_ops`):
 - a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
   decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
   them with their own rules, as functorch's decompositions do;
@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 
 from codegen import reserved
 from codegen.api import python as P
-from codegen.dest.py_common import (Function, Section, op_attr, op_name, q, qualname,
-                                    wrap_call)
+from codegen.dest.py_common import Function, Section, op_attr, op_name, q, qualname
 from codegen.dest.py_sources import check_signature
 from codegen.model import (BaseTy, DispatchKey, ListType, Op, PyRef, is_base, is_tensor_like,
                            strip_optional)
@@ -58,6 +57,11 @@ def generated_rule(op: Op) -> str | None:
             r.annotation is not None for r in schema.returns):
         return None
     if not any(is_tensor_like(a.type) for a in schema.arguments):
+        return None
+    # An argument named like what generated functions call is an error for ops that need them
+    # (py_reg's _check_names); this rule is no reason to refuse an op torch accepts.
+    hidden = reserved.reg_module_names() | reserved.PY_BODY_BUILTINS | {"torch"}
+    if any(a.name in hidden for a in schema.arguments):
         return None
     if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
         return "decompose"
