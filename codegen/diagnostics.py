@@ -155,6 +155,7 @@ WARNINGS: dict[str, str] = {
     "no-torch-func": "torch.func transforms cannot differentiate the op (autograd can)",
     "list-after-default": "a list argument without a default follows one with a default",
     "alias-on-non-tensor": "an alias annotation on a type that is not a Tensor has no effect",
+    "inplace-without-mutation": "an op named like an in-place op mutates none of its arguments",
 }
 
 

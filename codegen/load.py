@@ -218,7 +218,10 @@ class _FileLoader(SampleReader):
             for c in self.conventions:
                 c.report(self.diags)
                 self.ok = False
-        self.diags.drop_warnings(lambda d: d.name not in suppress, self.first_error)
+        # A convention error says what its warning would: `conventions: aten` keeps the error.
+        covered = verify.CONVENTION_WARNINGS if conventions == "aten" else frozenset()
+        self.diags.drop_warnings(lambda d: d.name not in suppress and d.name not in covered,
+                                 self.first_error)
         if suppress:
             ops[:] = [dataclasses.replace(op, suppress=op.suppress | suppress) for op in ops]
         return tuple(d for d in self.diags.items[self.first_error:] if d.severity == "warning")

@@ -337,14 +337,18 @@ _STR_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t",
 
 
 def quote_string(value: str) -> str:
+    """A string default as the canonical text spells it, which c10 reads back as `value`:
+    printable characters as they are, the others (control characters, NEL, U+2028, format
+    characters) as c10's escapes, octal ones spelling their UTF-8 bytes, so the text stays one
+    printable line wherever it is shown."""
     out = []
     for ch in value:
         if ch in _STR_ESCAPES:
             out.append(_STR_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\{ord(ch):03o}")
-        else:
+        elif ch.isprintable():
             out.append(ch)
+        else:
+            out.extend(f"\\{b:03o}" for b in ch.encode("utf-8"))
     return '"' + "".join(out) + '"'
 
 
@@ -451,6 +455,11 @@ class Return:
         return str(self.type) if self.name is None else f"{self.type} {self.name}"
 
 
+# The `__i<name>__` dunders that are in-place (PEP 203's augmented assignments, as torchgen's).
+AUGMENTED_ASSIGNMENT_NAMES = frozenset(
+    ("add", "sub", "mul", "div", "mod", "pow", "lshift", "rshift", "and", "xor", "or"))
+
+
 @dataclass(frozen=True)
 class OperatorName:
     namespace: str | None
@@ -464,9 +473,10 @@ class OperatorName:
 
     @property
     def inplace(self) -> bool:
-        """`add_` is in-place; `__iadd__` is the dunder spelling of the same idea."""
+        """`add_` is in-place; `__iadd__` is the dunder spelling of the same idea (an augmented
+        assignment, as torchgen reads it: `__init__` and `__invert__` are not in-place)."""
         if self.is_dunder:
-            return self.name.startswith("__i")
+            return self.name.startswith("__i") and self.name[3:-2] in AUGMENTED_ASSIGNMENT_NAMES
         return self.name.endswith("_") and not self.name.endswith("__")
 
     @property

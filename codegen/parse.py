@@ -208,40 +208,63 @@ def _decode_arg(text: str):
     return t, len(type_text), name, m.start(2), default, m.start(4) if dtext else -1
 
 
-# Exactly c10's escapes: no \r, no \x, octal always three digits.
+# Exactly c10's escapes: no \r, no \x, octal always three digits. c10 reads a string default as
+# bytes (an octal escape is one byte, a raw character its UTF-8 bytes), and torch hands the value
+# to Python decoded as UTF-8.
 _ESCAPES = {"n": "\n", "t": "\t", "a": "\a", "b": "\b", "f": "\f", "v": "\v",
             "\\": "\\", "'": "'", '"': '"'}
 _ESCAPE_RE = re.compile(r"\\([0-7]{3}|.)", re.S)
+_NUL_HINT = "the generated C++ passes strings as C strings, which end at NUL"
 
 
 def _unquote(text: str, start: int) -> str:
+    """A string default's value, as c10 reads it. Raw characters are kept, whatever they are
+    (c10 reads a tab, NEL or U+2028 as it is; the canonical text escapes them, see
+    `model.quote_string`), except NUL, which a C string cannot hold, and lone surrogates, which
+    have no UTF-8 form. (A raw line feed ends the token before this.)"""
     body = text[1:-1]
-    if not body.isprintable():
-        # c10 reads raw control characters, but generated C++ takes strings as C strings (a NUL
-        # ends them) and a lone surrogate has no UTF-8 form: refuse them all, as the formula and
-        # rule languages do.
-        i = next(i for i, c in enumerate(body) if not c.isprintable())
-        _fail(f"character U+{ord(body[i]):04X} in a string default", start + 1 + i, 1,
-              f"write it as an octal escape: \\{ord(body[i]):03o}" if 0 < ord(body[i]) < 0x80
-              else None)
+    for i, c in enumerate(body):
+        if c == "\0":
+            _fail("a string default cannot hold NUL (U+0000)", start + 1 + i, 1, _NUL_HINT)
+        if "\ud800" <= c <= "\udfff":
+            _fail(f"character U+{ord(c):04X} in a string default is a lone surrogate, which has "
+                  "no UTF-8 form", start + 1 + i, 1)
     if "\\" not in body:
         return body
-
-    def one(m: re.Match) -> str:
+    out = bytearray()
+    escapes: list[tuple[int, int, int]] = []     # (byte index, offset in body, length)
+    last = 0
+    for m in _ESCAPE_RE.finditer(body):
+        out += body[last:m.start()].encode("utf-8")
         e = m.group(1)
+        at, length = start + 1 + m.start(), m.end() - m.start()
         if len(e) == 3:
-            return chr(int(e, 8))
-        if e in _ESCAPES:
-            return _ESCAPES[e]
-        _fail(f"unsupported escape sequence '\\{e}' in string", start + 1 + m.start(), 2,
-              "supported escapes: \\n \\t \\a \\b \\f \\v \\\\ \\' \\\" and octal \\ooo "
-              "(three digits)")
-
-    value = _ESCAPE_RE.sub(one, body)
-    if "\0" in value:
-        _fail("a string default cannot hold NUL (\\000)", start, len(text),
-              "the generated C++ passes strings as C strings, which end at NUL")
-    return value
+            byte = int(e, 8)
+            if byte > 0o377:
+                _fail(f"octal escape '\\{e}' is beyond a byte: c10 reads \\000 to \\377",
+                      at, length, "an octal escape is one byte of the string's UTF-8 form")
+            if byte == 0:
+                _fail("a string default cannot hold NUL (\\000)", at, length, _NUL_HINT)
+            escapes.append((len(out), m.start(), length))
+            out.append(byte)
+        elif e in _ESCAPES:
+            out += _ESCAPES[e].encode()
+        else:
+            _fail(f"unsupported escape sequence '\\{e}' in string", at, 2,
+                  "supported escapes: \\n \\t \\a \\b \\f \\v \\\\ \\' \\\" and octal "
+                  "\\ooo (three digits)")
+        last = m.end()
+    out += body[last:].encode("utf-8")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as err:
+        # Only octal escapes make bytes that are not UTF-8: point at the one where decoding
+        # failed (a lead byte, or a continuation byte without one).
+        _, offset, length = max(e for e in escapes if e[0] <= err.start)
+        _fail("octal escapes in a string default spell bytes of its UTF-8 form, and these "
+              "are not UTF-8: torch could not read the default back in Python",
+              start + 1 + offset, length,
+              "write the character itself, or every byte of its UTF-8 form (é is \\303\\251)")
 
 
 _NUMBER_RE = re.compile(r"-?\s*(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?j?\Z")

@@ -55,6 +55,7 @@ from codegen.model import (
     StrDefault,
     Type,
     TypeVar,
+    is_tensor_like,
     iter_types,
     strip_optional,
 )
@@ -192,6 +193,10 @@ def _join(spans: list[Span | None]) -> Span | None:
 
 # The message every convention error ends with.
 CONVENTIONS_FLAG = "conventions: aten"
+
+# Warnings that a convention error of the same op says again (an in-place name without a
+# mutation): a file with `conventions: aten` gets the error alone.
+CONVENTION_WARNINGS = frozenset({"inplace-without-mutation"})
 
 
 @dataclass(frozen=True)
@@ -450,6 +455,14 @@ class _OpVerifier:
         rets = s.returns
         arg_anns = [a.annotation for a in args]
         ret_anns = [r.annotation for r in rets]
+        if s.name.inplace and not any(a.is_write and is_tensor_like(a.type) for a in args):
+            self.warning(s.name.span, "inplace-without-mutation",
+                         f"'{s.name}' is named like an in-place op, but its schema marks no "
+                         "argument as written: if its kernel writes one (as in-place ops do), "
+                         "torch.compile and torch.export do not know, and may reorder or drop "
+                         "the write",
+                         "mark what the kernel writes (`Tensor(a!) self -> Tensor(a!)`); if it "
+                         "returns a new Tensor instead, drop the trailing '_' from its name")
         if not s.name.inplace and not any(arg_anns) and not any(ret_anns):
             return  # no aliasing, no mutation: the common case, nothing below applies
         outs = [a for a, ann in zip(args, arg_anns) if a.kwarg_only and ann and ann.is_write]

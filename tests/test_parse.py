@@ -335,14 +335,48 @@ def test_numbers_at_the_limits_are_read_by_torch_too():
 
 
 @pytest.mark.parametrize("text,message,offset", [
-    ('f(str x="a\rb") -> ()', "character U+000D in a string default", 10),
-    ('f(str x="a\0b") -> ()', "character U+0000 in a string default", 10),
-    ("f(str x='\u2028') -> ()", "character U+2028 in a string default", 9),
+    ('f(str x="a\0b") -> ()', "a string default cannot hold NUL (U+0000)", 10),
     ("f(int x=" + "9" * 5000 + ") -> ()", "integer '99999999999999999999...99999999' is out of "
      "range: schema integers are 64-bit", 8),
 ])
 def test_what_generated_code_cannot_carry_is_refused(text, message, offset):
-    """Raw control characters and huge numbers (no pinned rendering: they do not print)."""
+    """A raw NUL and huge numbers (no pinned rendering: they do not print)."""
     with pytest.raises(SchemaSyntaxError) as e:
         parse_schema(text)
     assert (e.value.message, e.value.offset) == (message, offset)
+
+
+# Raw characters torch reads in a string default (tab, CR, VT, DEL, C1 controls, NEL, the line and
+# paragraph separators, format characters), and octal escapes that spell UTF-8 bytes.
+RAW_STRING_DEFAULTS = ["a\tb", "a\rb", "\x0b\x0c\x1b\x7f", "a\x85b", "a\u2028b\u2029c",
+                       "\u202e\ufeff\u200b", "caf\u00e9 \U0001f600", "x\x9fy"]
+
+
+@pytest.mark.parametrize("value", RAW_STRING_DEFAULTS)
+def test_raw_characters_torch_reads_in_string_defaults_are_accepted(value):
+    """The value is torch's reading of the same text, and torch reads the canonical text (one
+    printable line) back to it."""
+    import torch
+
+    text = f'ns::f(Tensor x, str s="{value}") -> Tensor'
+    schema = parse_schema(text)
+    (canonical,) = str(schema).splitlines()
+    assert canonical.isprintable()
+    assert schema.arguments[1].default.value == value
+    assert torch._C.parse_schema(text).arguments[1].default_value == value
+    assert torch._C.parse_schema(canonical).arguments[1].default_value == value
+
+
+@pytest.mark.parametrize("text,value", [
+    (r'"\303\251"', "\u00e9"),                 # octal escapes are bytes of the UTF-8 form
+    (r'"\342\200\250"', "\u2028"),
+    (r'"a\011\tb"', "a\t\tb"),
+    (r'"\177"', "\x7f"),
+])
+def test_octal_escapes_are_utf8_bytes_as_c10_reads_them(text, value):
+    import torch
+
+    schema = parse_schema(f"ns::f(str s={text}) -> ()")
+    assert schema.arguments[0].default.value == value
+    assert torch._C.parse_schema(f"ns::f(str s={text}) -> ()").arguments[0].default_value == value
+    assert torch._C.parse_schema(str(schema)).arguments[0].default_value == value

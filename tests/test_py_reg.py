@@ -57,6 +57,18 @@ def stretch_vmap(info, in_dims, x, times):
     return stretch(x.movedim(in_dims[0], 0), times), 0
 
 
+def split_by_sizes(x, sizes):
+    return [t.clone() for t in x.split(list(sizes))]
+
+
+def split_by_sizes_fake(x, sizes):
+    return [x.new_empty((s, *x.shape[1:])) for s in sizes]
+
+
+def halves(x):
+    return list(x.chunk(2, -1))
+
+
 def clip(x, bound):
     return x.clamp(-bound, bound)
 

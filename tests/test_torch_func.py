@@ -16,22 +16,17 @@ from torch.func import grad, jacrev, vmap
 
 from codegen.formulas import Derivatives
 from codegen.load import load_library
-from codegen.model import ListType, Op, TensorSample, is_tensor_like, strip_optional
+from codegen.model import Op, TensorSample
 from tests import scratch
 
 pytestmark = pytest.mark.e2e
 GRADS_FILE = "tests/golden/py/inputs/grads.yaml"
 
 
-def _has_list_input(op: Op) -> bool:
-    return any(is_tensor_like(a.type) and isinstance(strip_optional(a.type), ListType)
-               for a in op.schema.arguments)
-
-
-def _differentiable_cases(path: str, *, vmappable: bool = False) -> list[str]:
+def _differentiable_cases(path: str) -> list[str]:
     """Samples with a floating tensor for an input with a formula, of ops whose formulas are
-    all implemented; with `vmappable`, of ops whose forward vmap can run: through the op's
-    batching rule, or PyTorch's loop fallback, which cannot take Tensor[] arguments."""
+    all implemented. vmap runs the forward of each: through the op's batching rule, PyTorch's
+    loop fallback, or the rule generated where that refuses the op (Tensor[] arguments)."""
     with scratch.in_repo():
         lib = load_library([path])
 
@@ -45,8 +40,6 @@ def _differentiable_cases(path: str, *, vmappable: bool = False) -> list[str]:
         d = op.derivatives
         if not isinstance(d, Derivatives) or any("not_implemented(" in f.text for f in d.formulas):
             continue
-        if vmappable and op.vmap is None and _has_list_input(op):
-            continue
         diff = {n for f in d.formulas for n in f.inputs}
         out += [f"{op.name}[{i}]" for i, s in enumerate(op.samples)
                 if any(n in diff and floating(v) for n, v in s.args)]
@@ -55,8 +48,6 @@ def _differentiable_cases(path: str, *, vmappable: bool = False) -> list[str]:
 
 EXAMPLE_CASES = _differentiable_cases("schemas")
 GRADS_CASES = _differentiable_cases(GRADS_FILE)
-VMAP_CASES = (_differentiable_cases("schemas", vmappable=True)
-              + _differentiable_cases(GRADS_FILE, vmappable=True))
 
 
 def combine(xs, a, ys, s):
@@ -145,7 +136,7 @@ def test_jacrev_matches_eager_jacobian(cases, testing, case_id):
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("case_id", VMAP_CASES)
+@pytest.mark.parametrize("case_id", EXAMPLE_CASES + GRADS_CASES)
 def test_vmap_of_grad_matches_a_loop(cases, testing, case_id):
     case = cases[case_id]
     calls = [Call(testing, case, seed=s) for s in range(3)]

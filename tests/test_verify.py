@@ -219,3 +219,19 @@ def test_every_scalar_type_default_has_torchs_number():
     for name in sorted(SCALAR_TYPE_DEFAULTS):
         schema = torch._C.parse_schema(f"f(ScalarType t={name}) -> ()")
         assert enums.scalar_type_number(name) == schema.arguments[0].default_value, name
+
+
+def test_only_augmented_assignment_dunders_are_in_place(tmp_path):
+    """torchgen reads `__i<op>__` as in-place only for PEP 203's augmented assignments: under
+    `conventions: aten`, `__invert__` and `__index__` are plain ops, `__ior__` is in-place."""
+    p = tmp_path / "ops.yaml"
+    p.write_text(textwrap.dedent("""\
+        conventions: aten
+        ops:
+          - func: ex::__invert__(Tensor self) -> Tensor
+          - func: ex::__index__(Tensor self) -> Tensor
+          - func: ex::__ior__(Tensor(a!) self, Tensor other) -> Tensor(a!)
+        """))
+    lib = load_library([str(p)])
+    assert [op.name.inplace for op in lib.ops] == [False, False, True]
+    assert not lib.diagnostics().items

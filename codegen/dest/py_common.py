@@ -136,6 +136,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "pointwise_batch": (),
     "fold_leading": (),
     "loop_batch": (),
+    "loop_samples": (),
     "not_implemented": (),
     "first_order": (),
     "apply": (),

@@ -9,7 +9,8 @@ one generator module per concern renders for each op, in this order:
 - `py_fake`: fake kernels from shape rules, the schema or Python functions
   (`torch.library.register_fake`), unless `codegen.dest.cpp_meta` made the rule a C++ Meta kernel;
 - `py_autograd`: autograd from derivative formulas (Note [Generated autograd]);
-- `py_vmap`: batching rules (`pointwise`, `leading`, Python functions);
+- `py_vmap`: batching rules (`pointwise`, `leading`, Python functions, and generated ones where
+  torch's loop fallback refuses the op);
 - `py_autocast`: autocast policies.
 This module composes them: it gives out module-level names, imports of user functions and the
 helpers the generated code calls (`HELPERS`, written into the module, so it depends on torch

@@ -1,5 +1,22 @@
 """Batching rules: `pointwise`, `leading`, or Python functions, registered with
-`torch.library.register_vmap`.
+`torch.library.register_vmap`; and, for an op without `vmap:` whose schema torch's own loop
+fallback refuses (Note [Generated batching rules]), a generated one.
+
+Note [Generated batching rules]
+functorch runs an op without a batching rule through its C++ loop fallback, which refuses
+(`Batching rule not implemented for ns::op. We could not generate a fallback.`) an op with a
+`Tensor[]` or `Tensor?[]` argument, or any return that is not a plain `Tensor` (`Tensor[]`,
+`Tensor?`, `int`, ...), or no return at all. So that `vmap`, `vmap(grad(...))` and `jacrev` work
+on such an op, it gets a rule here when it is functional (no alias annotation: a per-sample copy
+would lose a view's aliasing or a write's target), takes a Tensor (else vmap never reaches it)
+and names no argument like what generated functions call (`list`, `torch`, `_ops`):
+- a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
+  decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
+  them with their own rules, as functorch's decompositions do;
+- any other op (without keyword-only Tensors) runs once per batch element, its outputs stacked
+  at dim 0, as torch's fallback does; the elements' outputs must then agree in what cannot be
+  batched (a list's length, a non-Tensor value, a Tensor's shape, dtype and device), else the
+  rule raises.
 """
 
 from __future__ import annotations
@@ -8,17 +25,88 @@ from typing import TYPE_CHECKING
 
 from codegen import reserved
 from codegen.api import python as P
-from codegen.dest.py_common import Function, Section, op_attr, q, qualname
+from codegen.dest.py_common import Function, Section, op_attr, op_name, q, qualname, reg_module_names
 from codegen.dest.py_sources import check_signature
-from codegen.model import ListType, Op, PyRef, is_tensor_like, strip_optional
+from codegen.model import (BaseTy, DispatchKey, ListType, Op, PyRef, is_base, is_tensor_like,
+                           strip_optional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
 
 
+def _is_tensor_list(t) -> bool:
+    return is_tensor_like(t) and isinstance(strip_optional(t), ListType)
+
+
+def fallback_refuses(op: Op) -> bool:
+    """Whether functorch's loop fallback refuses the op's schema (Note [Generated batching
+    rules])."""
+    schema = op.schema
+    return (not schema.returns
+            or not all(is_base(r.type, BaseTy.Tensor) for r in schema.returns)
+            or any(_is_tensor_list(a.type) for a in schema.arguments))
+
+
+def generated_rule(op: Op) -> str | None:
+    """The batching rule generated for an op without `vmap:`: `decompose`, `loop`, or None
+    (Note [Generated batching rules])."""
+    schema = op.schema
+    if op.vmap is not None or schema.is_vararg or schema.is_varret or not fallback_refuses(op):
+        return None
+    if any(a.annotation is not None for a in schema.arguments) or any(
+            r.annotation is not None for r in schema.returns):
+        return None
+    if not any(is_tensor_like(a.type) for a in schema.arguments):
+        return None
+    # An argument named like what generated functions call is an error for ops that need them
+    # (py_reg's _check_names); this rule is no reason to refuse an op torch accepts.
+    hidden = reg_module_names() | reserved.PY_BODY_BUILTINS | {"torch"}
+    if any(a.name in hidden for a in schema.arguments):
+        return None
+    if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
+        return "decompose"
+    if any(a.kwarg_only and is_tensor_like(a.type) for a in schema.arguments):
+        return None
+    return "loop"
+
+
+def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> None:
+    schema = op.schema
+    params = ", ".join(P.parameters(schema))
+    arguments = ", ".join(P.call_arguments(schema))
+    name = m.define(f"_{api}_vmap")
+    if kind == "decompose":
+        # A kernel at vmap's own key, as functorch's decompositions are: the decomposition gets
+        # the batched Tensors, so the ops it calls batch them with their rules.
+        sec.functions.append(Function(
+            name, params, [f"return _ops.{op_attr(op)}.decompose({arguments})"],
+            "vmap: the decomposition, batched by the ops it calls (generated: no `vmap:`)"))
+        sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"FuncTorchBatched\")")
+        return
+    taken = {a.name for a in schema.arguments}
+    info, in_dims = (reserved.fresh(n, taken) for n in ("info", "in_dims"))
+    m.helpers.add("loop_samples")
+    positional = [a.name for a in schema.positional]
+    operands = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
+    kwargs = "{" + ", ".join(f"{q(a.name)}: {a.name}" for a in schema.kwarg_only) + "}"
+    random = "nondeterministic_seeded" in op.tags or any(
+        is_base(strip_optional(a.type), BaseTy.Generator) for a in schema.arguments)
+    call = (f"_ops.{op_attr(op)}, {info}, {in_dims}, {operands}, {kwargs}, "
+            f"random={random})")
+    line = f"return _loop_samples({call}"
+    body = [line] if len(line) <= 96 else ["return _loop_samples(", f"    {call}"]
+    sec.functions.append(Function(name, f"{info}, {in_dims}, {params}", body,
+                                  "vmap: a loop over the batch (generated: no `vmap:`)"))
+    sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "
+                             "lib=_lib)")
+
+
 def vmap(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     spec = op.vmap
     if spec is None:
+        kind = generated_rule(op)
+        if kind is not None:
+            _generated(m, op, api, sec, kind)
         return
     if isinstance(spec.kind, PyRef):
         check_signature(spec.kind, op.schema, m.diags, "batching rule", leading=2,

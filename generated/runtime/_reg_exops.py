@@ -136,6 +136,67 @@ def _fold_leading(x, bdim, batch_size):
     return x.flatten(0, 1)
 
 
+def _loop_samples(op, info, in_dims, args, kwargs, random):
+    """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
+    out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
+    lists, returns other than Tensors). What cannot be batched must agree across the batch."""
+    name = op.name()
+    if random and info.randomness != "different":
+        raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
+                           f"separately for each batch element: call vmap with "
+                           f"randomness='different' (got {info.randomness!r}), or give the op "
+                           f"a `vmap:` rule")
+
+    def element(x, d, b):
+        if d is None or x is None:
+            return x
+        if isinstance(x, torch.Tensor):
+            return x.select(d, b)
+        if isinstance(x, dict):
+            return {k: element(v, d[k], b) for k, v in x.items()}
+        return type(x)(element(v, e, b) for v, e in zip(x, d))
+
+    def stack(outputs, where):
+        first = outputs[0]
+        if isinstance(first, torch.Tensor):
+            for o in outputs:
+                if not isinstance(o, torch.Tensor) or (o.shape, o.dtype, o.device) != (
+                        first.shape, first.dtype, first.device):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: they cannot be stacked "
+                        f"into one batched Tensor")
+            return torch.stack(outputs)
+        if isinstance(first, (list, tuple)):
+            for o in outputs:
+                if type(o) is not type(first) or len(o) != len(first):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: vmap batches a list "
+                        f"element by element, so every batch element needs the same length")
+            return type(first)(stack(list(os), f"{where} at [{i}]")
+                               for i, os in enumerate(zip(*outputs)))
+        for o in outputs:
+            if type(o) is not type(first) or o != first:
+                raise RuntimeError(
+                    f"vmap: {name} returned {_sample_output(first)} for one batch element and "
+                    f"{_sample_output(o)} for another{where}: a value that is not a Tensor "
+                    f"cannot be batched, so it must be the same for every batch element")
+        return first
+
+    outputs = [op(*(element(x, d, b) for x, d in zip(args, in_dims)), **kwargs)
+               for b in range(info.batch_size)]
+    return stack(outputs, ""), 0
+
+
+def _sample_output(value):
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} Tensor of shape {list(value.shape)} on {value.device}"
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)} outputs"
+    return repr(value)
+
+
 class _SecondOrderError(torch.autograd.Function):
     """Passes gradients through; differentiating them again raises `message`."""
 
@@ -447,9 +508,16 @@ def _weighted_sum_autograd(tensors, weights):
         return _ops.weighted_sum.default(tensors, weights)
 
 
+def _weighted_sum_vmap(info, in_dims, tensors, weights):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(
+        _ops.weighted_sum.default, info, in_dims, (tensors, weights), {}, random=False)
+
+
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::weighted_sum", "Meta"):
     torch.library.register_fake("exops::weighted_sum", _weighted_sum_fake, lib=_lib)
 _lib.impl("weighted_sum", _weighted_sum_autograd, "Autograd")
+torch.library.register_vmap("exops::weighted_sum", _weighted_sum_vmap, lib=_lib)
 
 
 # exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor

@@ -118,6 +118,67 @@ def _reduce(x, dims, keepdim, dtype=None):
     return x.new_empty(shape, dtype=dtype)
 
 
+def _loop_samples(op, info, in_dims, args, kwargs, random):
+    """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
+    out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
+    lists, returns other than Tensors). What cannot be batched must agree across the batch."""
+    name = op.name()
+    if random and info.randomness != "different":
+        raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
+                           f"separately for each batch element: call vmap with "
+                           f"randomness='different' (got {info.randomness!r}), or give the op "
+                           f"a `vmap:` rule")
+
+    def element(x, d, b):
+        if d is None or x is None:
+            return x
+        if isinstance(x, torch.Tensor):
+            return x.select(d, b)
+        if isinstance(x, dict):
+            return {k: element(v, d[k], b) for k, v in x.items()}
+        return type(x)(element(v, e, b) for v, e in zip(x, d))
+
+    def stack(outputs, where):
+        first = outputs[0]
+        if isinstance(first, torch.Tensor):
+            for o in outputs:
+                if not isinstance(o, torch.Tensor) or (o.shape, o.dtype, o.device) != (
+                        first.shape, first.dtype, first.device):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: they cannot be stacked "
+                        f"into one batched Tensor")
+            return torch.stack(outputs)
+        if isinstance(first, (list, tuple)):
+            for o in outputs:
+                if type(o) is not type(first) or len(o) != len(first):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: vmap batches a list "
+                        f"element by element, so every batch element needs the same length")
+            return type(first)(stack(list(os), f"{where} at [{i}]")
+                               for i, os in enumerate(zip(*outputs)))
+        for o in outputs:
+            if type(o) is not type(first) or o != first:
+                raise RuntimeError(
+                    f"vmap: {name} returned {_sample_output(first)} for one batch element and "
+                    f"{_sample_output(o)} for another{where}: a value that is not a Tensor "
+                    f"cannot be batched, so it must be the same for every batch element")
+        return first
+
+    outputs = [op(*(element(x, d, b) for x, d in zip(args, in_dims)), **kwargs)
+               for b in range(info.batch_size)]
+    return stack(outputs, ""), 0
+
+
+def _sample_output(value):
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} Tensor of shape {list(value.shape)} on {value.device}"
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)} outputs"
+    return repr(value)
+
+
 def _not_implemented(op, why):
     raise NotImplementedError(f"the derivative of {op} is not implemented: {why}")
 
@@ -506,10 +567,16 @@ def _lincomb_autograd(xs, ws):
         return _ops.lincomb.default(xs, ws)
 
 
+def _lincomb_vmap(info, in_dims, xs, ws):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.lincomb.default, info, in_dims, (xs, ws), {}, random=False)
+
+
 _lib.impl("lincomb", lincomb, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::lincomb", "Meta"):
     torch.library.register_fake("gradtest::lincomb", _lincomb_fake, lib=_lib)
 _lib.impl("lincomb", _lincomb_autograd, "Autograd")
+torch.library.register_vmap("gradtest::lincomb", _lincomb_vmap, lib=_lib)
 
 
 # gradtest::cube(Tensor x) -> Tensor
@@ -888,10 +955,16 @@ def _combine_autograd(xs, a, ys, s):
         return _ops.combine.default(xs, a, ys, s)
 
 
+def _combine_vmap(info, in_dims, xs, a, ys, s):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.combine.default, info, in_dims, (xs, a, ys, s), {}, random=False)
+
+
 _lib.impl("combine", combine, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::combine", "Meta"):
     torch.library.register_fake("gradtest::combine", _combine_fake, lib=_lib)
 _lib.impl("combine", _combine_autograd, "Autograd")
+torch.library.register_vmap("gradtest::combine", _combine_vmap, lib=_lib)
 
 
 # gradtest::soft_limit(Tensor x, float limit) -> Tensor
@@ -1047,9 +1120,15 @@ def _scale_all_autograd(xs, w):
         return _ops.scale_all.default(xs, w)
 
 
+def _scale_all_vmap(info, in_dims, xs, w):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.scale_all.default, info, in_dims, (xs, w), {}, random=False)
+
+
 _lib.impl("scale_all", scale_all, "CPU")
 torch.library.register_fake("gradtest::scale_all", _scale_all_fake, lib=_lib)
 _lib.impl("scale_all", _scale_all_autograd, "Autograd")
+torch.library.register_vmap("gradtest::scale_all", _scale_all_vmap, lib=_lib)
 
 
 # gradtest::times_x_backward(Tensor grad, Tensor x) -> Tensor

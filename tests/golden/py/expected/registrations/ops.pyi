@@ -30,6 +30,13 @@ def clip_out(x: Tensor, bound: float, *, out: Tensor) -> Tensor:
     """regtest::clip.out(Tensor x, float bound, *, Tensor(a!) out) -> Tensor(a!)"""
 
 
+def halves(x: Tensor) -> list[Tensor]:
+    """x split into two halves along its last dim, a decomposition batched by the ops it calls.
+
+    regtest::halves(Tensor x) -> Tensor[]
+    """
+
+
 def row_sums(x: Tensor) -> Tensor:
     """The sum of each row of a 2-D tensor.
 
@@ -41,6 +48,13 @@ def shift(x: Tensor, y: Tensor) -> Tensor:
     """x + y, broadcasting.
 
     regtest::shift(Tensor x, Tensor y) -> Tensor
+    """
+
+
+def split_by_sizes(x: Tensor, sizes: Sequence[int | torch.SymInt]) -> list[Tensor]:
+    """x split along dim 0 into pieces of the given sizes; no `vmap:`, so a generated loop.
+
+    regtest::split_by_sizes(Tensor x, SymInt[] sizes) -> Tensor[]
     """
 
 

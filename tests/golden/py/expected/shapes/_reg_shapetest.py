@@ -125,6 +125,67 @@ def _reduce(x, dims, keepdim, dtype=None):
     return x.new_empty(shape, dtype=dtype)
 
 
+def _loop_samples(op, info, in_dims, args, kwargs, random):
+    """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
+    out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
+    lists, returns other than Tensors). What cannot be batched must agree across the batch."""
+    name = op.name()
+    if random and info.randomness != "different":
+        raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
+                           f"separately for each batch element: call vmap with "
+                           f"randomness='different' (got {info.randomness!r}), or give the op "
+                           f"a `vmap:` rule")
+
+    def element(x, d, b):
+        if d is None or x is None:
+            return x
+        if isinstance(x, torch.Tensor):
+            return x.select(d, b)
+        if isinstance(x, dict):
+            return {k: element(v, d[k], b) for k, v in x.items()}
+        return type(x)(element(v, e, b) for v, e in zip(x, d))
+
+    def stack(outputs, where):
+        first = outputs[0]
+        if isinstance(first, torch.Tensor):
+            for o in outputs:
+                if not isinstance(o, torch.Tensor) or (o.shape, o.dtype, o.device) != (
+                        first.shape, first.dtype, first.device):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: they cannot be stacked "
+                        f"into one batched Tensor")
+            return torch.stack(outputs)
+        if isinstance(first, (list, tuple)):
+            for o in outputs:
+                if type(o) is not type(first) or len(o) != len(first):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: vmap batches a list "
+                        f"element by element, so every batch element needs the same length")
+            return type(first)(stack(list(os), f"{where} at [{i}]")
+                               for i, os in enumerate(zip(*outputs)))
+        for o in outputs:
+            if type(o) is not type(first) or o != first:
+                raise RuntimeError(
+                    f"vmap: {name} returned {_sample_output(first)} for one batch element and "
+                    f"{_sample_output(o)} for another{where}: a value that is not a Tensor "
+                    f"cannot be batched, so it must be the same for every batch element")
+        return first
+
+    outputs = [op(*(element(x, d, b) for x, d in zip(args, in_dims)), **kwargs)
+               for b in range(info.batch_size)]
+    return stack(outputs, ""), 0
+
+
+def _sample_output(value):
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} Tensor of shape {list(value.shape)} on {value.device}"
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)} outputs"
+    return repr(value)
+
+
 # shapetest::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 
 
@@ -261,8 +322,14 @@ def _concat_fake(tensors):
     return torch.empty([sum([t.size(0) for t in tensors]), *tensors[0].shape[1:]], dtype=tensors[0].dtype, device=tensors[0].device)
 
 
+def _concat_vmap(info, in_dims, tensors):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.concat.default, info, in_dims, (tensors,), {}, random=False)
+
+
 _lib.impl("concat", concat, "CPU")
 torch.library.register_fake("shapetest::concat", _concat_fake, lib=_lib)
+torch.library.register_vmap("shapetest::concat", _concat_vmap, lib=_lib)
 
 
 # shapetest::filled(SymInt[] size, Scalar fill, *, ScalarType? dtype=None, Device? device=None) -> Tensor
@@ -324,8 +391,14 @@ def _split_rows_fake(self):
     return self.new_empty([h, *self.shape[1:]]), self.new_empty([self.size(0) - h, *self.shape[1:]]), h
 
 
+def _split_rows_vmap(info, in_dims, self):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.split_rows.default, info, in_dims, (self,), {}, random=False)
+
+
 _lib.impl("split_rows", split_rows, "CPU")
 torch.library.register_fake("shapetest::split_rows", _split_rows_fake, lib=_lib)
+torch.library.register_vmap("shapetest::split_rows", _split_rows_vmap, lib=_lib)
 
 
 # shapetest::loss(Tensor input, Tensor target, str reduction="mean") -> Tensor
@@ -459,8 +532,14 @@ def _chunks_fake(self, n):
     return [self.new_empty([self.size(0) // n, *self.shape[1:]]) for i in range(n)]
 
 
+def _chunks_vmap(info, in_dims, self, n):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.chunks.default, info, in_dims, (self, n), {}, random=False)
+
+
 _lib.impl("chunks", chunks, "CPU")
 torch.library.register_fake("shapetest::chunks", _chunks_fake, lib=_lib)
+torch.library.register_vmap("shapetest::chunks", _chunks_vmap, lib=_lib)
 
 
 # shapetest::doubled(Tensor[] tensors) -> Tensor[]
@@ -471,8 +550,14 @@ def _doubled_fake(tensors):
     return [t.new_empty(t.shape, dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors]
 
 
+def _doubled_vmap(info, in_dims, tensors):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.doubled.default, info, in_dims, (tensors,), {}, random=False)
+
+
 _lib.impl("doubled", doubled, "CPU")
 torch.library.register_fake("shapetest::doubled", _doubled_fake, lib=_lib)
+torch.library.register_vmap("shapetest::doubled", _doubled_vmap, lib=_lib)
 
 
 # shapetest::positives(Tensor self, int rows) -> Tensor[]
@@ -483,5 +568,11 @@ def _positives_fake(self, rows):
     return [self.new_empty([torch.library.get_ctx().new_dynamic_size()], dtype=self.dtype) for i in range(rows)]
 
 
+def _positives_vmap(info, in_dims, self, rows):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.positives.default, info, in_dims, (self, rows), {}, random=False)
+
+
 _lib.impl("positives", positives, "CPU")
 torch.library.register_fake("shapetest::positives", _positives_fake, lib=_lib)
+torch.library.register_vmap("shapetest::positives", _positives_vmap, lib=_lib)

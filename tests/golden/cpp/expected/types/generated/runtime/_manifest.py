@@ -26,7 +26,7 @@ NAMESPACES = {
         "schema_hash": "dbe1572114a2eb45",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
-        "python_required": False,
+        "python_required": True,
         "ops": 30,
         "claims_namespace": True,
         "op_names": [

@@ -1,0 +1,277 @@
+"""Batching rules generated for ops without `vmap:` whose schema torch's own loop fallback
+refuses (codegen/dest/py_vmap.py, Note [Generated batching rules]): `vmap`, `grad`, `jacrev` and
+`vmap(grad(...))` over a temporary library of Python kernels (below), loaded without C++; and
+torch itself as the oracle of which schemas its fallback refuses.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch.func import grad, jacrev, vmap
+
+from codegen import testing
+from codegen.dest import py_vmap
+from codegen.load import load_library
+from tests import scratch
+
+OPS = """\
+namespace: vmaprules
+ops:
+  - func: split_by_sizes(Tensor x, SymInt[] sizes) -> Tensor[]
+    dispatch: {CPU: "tests.test_vmap_rules:split_by_sizes"}
+    fake: "tests.test_vmap_rules:split_by_sizes_fake"
+    derivatives:
+      x: torch.cat(grad, 0)
+  - func: weighted(Tensor[] xs, float[] ws, *, float scale=1.0) -> Tensor
+    dispatch: {CPU: "tests.test_vmap_rules:weighted"}
+    fake: broadcast(*xs)
+    derivatives:
+      xs: '[grad * w * scale for w in ws]'
+  - func: numel_of(Tensor x) -> int
+    dispatch: {CPU: "tests.test_vmap_rules:numel_of"}
+    fake: "tests.test_vmap_rules:numel_of"
+  - func: positives(Tensor x) -> Tensor?
+    dispatch: {CPU: "tests.test_vmap_rules:positives"}
+    fake: like(x)
+  - func: pieces(Tensor x) -> Tensor[]
+    dispatch: {CPU: "tests.test_vmap_rules:pieces"}
+    fake: "tests.test_vmap_rules:pieces_fake"
+  - func: halves(Tensor x) -> Tensor[]
+    dispatch: {CompositeImplicitAutograd: "tests.test_vmap_rules:halves"}
+  - func: noisy(Tensor x, Generator? generator=None) -> Tensor[]
+    tags: [nondeterministic_seeded]
+    dispatch: {CPU: "tests.test_vmap_rules:noisy"}
+    fake: '[like(x)]'
+"""
+
+CALLS: list[str] = []
+
+
+def split_by_sizes(x, sizes):
+    CALLS.append("split_by_sizes")
+    return [t.clone() for t in x.split(list(sizes))]
+
+
+def split_by_sizes_fake(x, sizes):
+    return [x.new_empty((s, *x.shape[1:])) for s in sizes]
+
+
+def weighted(xs, ws, *, scale=1.0):
+    return sum(x * w for x, w in zip(xs, ws)) * scale
+
+
+def numel_of(x):
+    return x.numel()
+
+
+def positives(x):
+    """x where every element is positive, else None: a value per batch element."""
+    return x.clone() if bool((x > 0).all()) else None
+
+
+def pieces(x):
+    """One piece per positive element of the first row: the list's length depends on the data."""
+    return [x.clone() for _ in range(int((x.reshape(-1)[:2] > 0).sum()))]
+
+
+def pieces_fake(x):
+    return [x.new_empty(x.shape)]
+
+
+def halves(x):
+    CALLS.append("halves")
+    return list(x.chunk(2, -1))
+
+
+def noisy(x, generator=None):
+    return [x + torch.rand(x.shape, generator=generator)]
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vmaprules") / "ops.yaml"
+    path.write_text(OPS)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    yield lib
+    lib.close()
+
+
+def _loss(outputs):
+    weights = [torch.linspace(-1.0, 2.0, o.numel(), dtype=o.dtype).view(o.shape) for o in outputs]
+    return sum((o * w).sum() for o, w in zip(outputs, weights))
+
+
+def test_every_op_without_a_rule_that_the_fallback_refuses_gets_one(library):
+    kinds = {op.name.name: py_vmap.generated_rule(op) for op in library.ops}
+    assert kinds == {"split_by_sizes": "loop", "weighted": "loop", "numel_of": "loop",
+                     "positives": "loop", "pieces": "loop", "halves": "decompose",
+                     "noisy": "loop"}
+
+
+@pytest.mark.parametrize("in_dim", [0, 1, -1])
+def test_vmap_of_a_tensor_list_return(library, in_dim):
+    op = torch.ops.vmaprules.split_by_sizes
+    x = torch.randn(4, 5, 3).movedim(0, in_dim)
+    got = vmap(lambda t: op(t, [2, 3]), in_dims=in_dim)(x)
+    expected = [op(t, [2, 3]) for t in x.unbind(in_dim)]
+    assert len(got) == 2
+    for k in range(2):
+        torch.testing.assert_close(got[k], torch.stack([e[k] for e in expected]))
+
+
+def test_grad_jacrev_and_vmap_of_grad_through_a_tensor_list_return(library):
+    op = torch.ops.vmaprules.split_by_sizes
+
+    def loss(t):
+        return _loss(op(t, [1, 3]))
+
+    x = torch.randn(4, 2, dtype=torch.float64)
+    leaf = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad(loss(leaf), leaf)
+    torch.testing.assert_close(grad(loss)(x), expected)
+    jac = jacrev(lambda t: tuple(op(t, [1, 3])))(x)
+    torch.testing.assert_close(jac, torch.autograd.functional.jacobian(
+        lambda t: tuple(op(t, [1, 3])), x))
+    batch = torch.randn(3, 4, 2, dtype=torch.float64)
+    got = vmap(grad(loss))(batch)
+    each = []
+    for t in batch:
+        leaf = t.clone().requires_grad_()
+        each.append(torch.autograd.grad(loss(leaf), leaf)[0])
+    torch.testing.assert_close(got, torch.stack(each))
+
+
+def test_a_tensor_list_argument_batched_in_part_with_a_keyword(library):
+    op = torch.ops.vmaprules.weighted
+    xs = torch.randn(3, 4)
+    shared = torch.randn(4)
+    got = vmap(lambda t: op([t, shared], [2.0, -1.0], scale=0.5))(xs)
+    torch.testing.assert_close(got, torch.stack([op([t, shared], [2.0, -1.0], scale=0.5)
+                                                 for t in xs]))
+    g = vmap(grad(lambda t: op([t, shared], [2.0, -1.0], scale=0.5).sum()))(xs)
+    torch.testing.assert_close(g, torch.full((3, 4), 1.0))
+
+
+def test_a_non_tensor_return_is_the_same_for_every_batch_element(library):
+    assert vmap(torch.ops.vmaprules.numel_of, out_dims=None)(torch.randn(3, 4, 5)) == 20
+    x = torch.rand(3, 4) + 0.5
+    torch.testing.assert_close(vmap(torch.ops.vmaprules.positives)(x), x)
+    x[1, 2] = -1.0
+    with pytest.raises(RuntimeError, match=r"vmap: vmaprules::positives returned a torch.float32 "
+                       r"Tensor of shape \[4\] on cpu for one batch element and None for another: "
+                       "they cannot be stacked into one batched Tensor"):
+        vmap(torch.ops.vmaprules.positives)(x)
+
+
+def test_lists_of_different_lengths_cannot_be_batched(library):
+    x = torch.tensor([[1.0, 1.0], [1.0, -1.0]])
+    with pytest.raises(RuntimeError, match=r"vmap: vmaprules::pieces returned 2 outputs for one "
+                       r"batch element and 1 outputs for another: vmap batches a list element "
+                       "by element, so every batch element needs the same length"):
+        vmap(torch.ops.vmaprules.pieces)(x)
+
+
+def test_a_composite_runs_its_decomposition_once_on_the_whole_batch(library):
+    CALLS.clear()
+    x = torch.randn(5, 3, 4)
+    got = vmap(torch.ops.vmaprules.halves, in_dims=1)(x)
+    assert CALLS == ["halves"]          # not once per batch element
+    for k, half in enumerate(x.chunk(2, -1)):
+        torch.testing.assert_close(got[k], half.movedim(1, 0))
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("vmaprules::halves",
+                                                           "FuncTorchBatched")
+
+
+def test_the_loop_calls_the_kernel_once_per_batch_element(library):
+    CALLS.clear()
+    vmap(lambda t: torch.ops.vmaprules.split_by_sizes(t, [1, 1]))(torch.randn(3, 2))
+    assert CALLS == ["split_by_sizes"] * 3
+
+
+def test_a_random_op_needs_randomness_different(library):
+    x = torch.zeros(3, 2)
+    with pytest.raises(RuntimeError, match="vmap: vmaprules::noisy is random, and its generated "
+                       "batching rule draws separately for each batch element: call vmap with "
+                       "randomness='different' \\(got 'error'\\)"):
+        vmap(torch.ops.vmaprules.noisy)(x)
+    (out,) = vmap(torch.ops.vmaprules.noisy, randomness="different")(x)
+    assert out.shape == (3, 2) and not torch.equal(out[0], out[1])
+
+
+# --------------------------------------------------------------------------------------------------
+# torch as the oracle: the schemas its fallback refuses are exactly those that get a rule
+
+SCHEMAS = {
+    "tensor": ("(Tensor x) -> Tensor", "x * 2"),
+    "pair": ("(Tensor x) -> (Tensor, Tensor)", "(x * 2, x + 1)"),
+    "optional_in": ("(Tensor x, Tensor? y) -> Tensor", "x * 2"),
+    "ints_in": ("(Tensor x, int[] n) -> Tensor", "x * 2"),
+    "list_out": ("(Tensor x) -> Tensor[]", "[x * 2]"),
+    "optional_out": ("(Tensor x) -> Tensor?", "x * 2"),
+    "int_out": ("(Tensor x) -> int", "3"),
+    "mixed_out": ("(Tensor x) -> (Tensor, int)", "(x * 2, 3)"),
+    "no_out": ("(Tensor x) -> ()", "None"),
+    "list_in": ("(Tensor x, Tensor[] xs) -> Tensor", "x * 2"),
+    "optional_list_in": ("(Tensor x, Tensor?[] xs) -> Tensor", "x * 2"),
+}
+
+
+def _refused_by_torch(name: str, schema: str, body: str) -> bool:
+    lib = torch.library.Library("vmaporacle", "FRAGMENT")
+    try:
+        lib.define(name + schema)
+        args = "x, *rest"
+        lib.impl(name, eval(f"lambda {args}: {body}"), "CPU")  # noqa: S307  (test-owned text)
+        op = getattr(torch.ops.vmaporacle, name).default
+        extra = [[torch.ones(2)]] if "[] xs" in schema else []
+        extra += [None] if "Tensor? y" in schema else []
+        extra += [[1]] if "int[] n" in schema else []
+        try:
+            vmap(lambda t: op(t, *extra))(torch.randn(3, 2))
+        except RuntimeError as e:
+            if "Batching rule not implemented" in str(e):
+                return True
+            raise
+        return False
+    finally:
+        lib._destroy()
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop")
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_rules_are_generated_exactly_where_torch_refuses(tmp_path: Path, name):
+    schema, body = SCHEMAS[name]
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        - func: vmapgen::{name}{schema}
+          dispatch: {{CPU: {name}_cpu}}
+        """))
+    with scratch.in_repo():
+        (op,) = load_library([str(path)]).ops
+    refused = _refused_by_torch(name, schema, body)
+    assert py_vmap.fallback_refuses(op) == refused
+    assert (py_vmap.generated_rule(op) is not None) == refused
+
+
+def test_an_argument_named_like_a_builtin_gets_no_rule_and_no_error(tmp_path: Path, capsys):
+    """Generated functions refuse arguments that hide what they call: an op that needs nothing
+    generated but its batching rule stays accepted by `check`, without one."""
+    from codegen.__main__ import main as cli
+
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        - func: vmapgen::total(Tensor[] list) -> Tensor
+          dispatch: {CPU: total_cpu, Meta: total_meta}
+        - func: vmapgen::parts(Tensor x, int[] sum) -> Tensor[]
+          dispatch: {CompositeImplicitAutograd: parts}
+        """))
+    with scratch.in_repo():
+        ops = load_library([str(path)]).ops
+        assert cli(["check", str(path)]) == 0, capsys.readouterr().err
+    for op in ops:
+        assert py_vmap.fallback_refuses(op) and py_vmap.generated_rule(op) is None
