@@ -124,8 +124,7 @@ def make_toolchain(key: str) -> Toolchain:
               + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
-               + [f"-Wl,-rpath,{d}" for d in lib_dirs]
-               + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
+               + rpath_link(lib_dirs) + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
 
     # Note [Stable include root]: stable-ABI namespaces see only torch's stable headers, no
     # Python headers, no OpenMP, and link libtorch_cpu (which holds the C shim) for its C
@@ -134,7 +133,7 @@ def make_toolchain(key: str) -> Toolchain:
                       "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
                      + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
-                      + [f"-Wl,-rpath,{d}" for d in lib_dirs] + ["-Wl,--no-undefined"])
+                      + rpath_link(lib_dirs) + ["-Wl,--no-undefined"])
     lines = [
         f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
@@ -187,6 +186,14 @@ def make_toolchain(key: str) -> Toolchain:
             "  description = SKIP $in (torch $torch_version has no CUDA)",
         ]
     return Toolchain(torch_version, with_cuda, "\n".join(lines) + "\n")
+
+
+def rpath_link(lib_dirs: list[str]) -> list[str]:
+    """Where the linker finds torch's libraries' own dependencies, without a RUNPATH: a library
+    is loaded after `import torch` (the generated loader imports it first), so its DT_NEEDED
+    torch libraries are already in the process; a RUNPATH would only write this machine's
+    paths into every wheel."""
+    return [f"-Wl,-rpath-link,{d}" for d in lib_dirs]
 
 
 # Note [Stable include root]
