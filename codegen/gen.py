@@ -108,6 +108,14 @@ def generators() -> list[tuple[str, Generator]]:
                                      template_environment=template_environment)),
         ("py-stubs", py_stubs.generate_stubs),
     ]
+    if config.current().cmake:
+        from codegen.build import STABLE_HEADERS
+        from codegen.dest import cmake
+
+        gens.append(("cmake", functools.partial(
+            cmake.generate, banner=banner, shards=cpp_library.shards,
+            stamp_path=cpp_library.stamp_path, library_file=cpp_library.library_file,
+            kernel_sources=ninja.kernel_sources, stable_headers=STABLE_HEADERS)))
     return gens
 
 

@@ -238,15 +238,17 @@ def test_full_and_stable_wheels_are_honest(tmp_path: Path) -> None:
 def _other_python() -> str | None:
     """A CPython other than this one (pyenv keeps several on the development machine)."""
     mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     for version in ("3.12", "3.13", "3.10"):
         if version == mine:
             continue
-        exe = shutil.which(f"python{version}")
-        if exe is None:
-            continue
-        ok = subprocess.run([exe, "-c", "import venv"], capture_output=True, timeout=60)
-        if ok.returncode == 0:
-            return exe
+        candidates = [shutil.which(f"python{version}"),
+                      *map(str, sorted(pyenv.glob(f"{version}.*/bin/python{version}")))]
+        for exe in filter(None, candidates):
+            ok = subprocess.run([exe, "-c", "import venv"], capture_output=True, timeout=60,
+                                env=clean_env())
+            if ok.returncode == 0:
+                return exe
     return None
 
 
