@@ -20,16 +20,22 @@ from pathlib import Path
 
 import pytest
 
-from tests import scratch
+from tests import expect, scratch
 from tests.test_wheels import (CALL_STABLE, check_no_build_path, clean_env, fresh_venv,
                                requires_dist, write_stable_project)
 
+GOLDEN = Path(__file__).resolve().parent / "golden" / "cmake"
 SKBUILD_PYTHON = os.environ.get("OPGEN_SKBUILD_PYTHON", "/work/venvs/i17-ship/bin/python")
 
 CMAKELISTS = """\
 cmake_minimum_required(VERSION 3.19)
 project({package} LANGUAGES CXX)
-# opgen's generated file: one target per op namespace, installed into the package.
+# Generate (a fresh checkout has no generated files), then include opgen's CMake file: one
+# target per op namespace, installed into the package.
+find_package(Python REQUIRED COMPONENTS Interpreter)
+execute_process(COMMAND "${{Python_EXECUTABLE}}" -m codegen --project "${{CMAKE_CURRENT_SOURCE_DIR}}"
+                generate COMMAND_ERROR_IS_FATAL ANY)
+set(OPGEN_GENERATED TRUE)
 include(${{CMAKE_CURRENT_SOURCE_DIR}}/{package}/_generated/opgen.cmake)
 """
 
@@ -74,6 +80,7 @@ def test_cmake_file_is_generated_when_configured(tmp_path: Path) -> None:
     text = (root / "alphaops" / "_generated" / "opgen.cmake").read_text(encoding="utf-8")
     assert text.startswith("# @generated")
     assert str(tmp_path) not in text
+    expect.check_file(GOLDEN / "full.cmake", text)
     # Sources per namespace, the library name the loader expects, installed into the package.
     assert 'add_library(opgen_alphans MODULE\n  "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"\n' \
@@ -101,6 +108,7 @@ def test_stable_namespace_links_no_python(tmp_path: Path) -> None:
                          env=scratch.env(), capture_output=True, text=True, timeout=300)
     assert gen.returncode == 0, gen.stderr
     text = (root / "stabops" / "_generated" / "opgen.cmake").read_text(encoding="utf-8")
+    expect.check_file(GOLDEN / "stable.cmake", text)
     block = text[text.index("# namespace stabns"):]
     assert "TORCH_LIBRARIES" not in block and "python" not in block.lower()
     assert 'target_link_libraries(opgen_stabns PRIVATE "${OPGEN_TORCH_CPU_LIBRARY}")' in block
