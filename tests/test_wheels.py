@@ -34,6 +34,16 @@ def test_full_abi_pins_the_release_without_its_local_label() -> None:
     assert merge_torch_requirement([], p)[0] == ["torch==2.13.0"]
 
 
+def test_loader_accepts_every_build_of_the_release() -> None:
+    """What `torch==2.13.0` lets pip install, the loader loads: the local label does not count."""
+    from codegen.loader import torch_mismatch
+
+    assert torch_mismatch("2.13.0+cpu", "2.13.0+cu130") is None
+    assert torch_mismatch("2.13.0", "2.13.0+cpu") is None
+    assert torch_mismatch("2.13.0+cpu", "2.13.1+cpu") == (
+        "was built for torch 2.13.0+cpu, but this is torch 2.13.1+cpu; rebuild it")
+
+
 def test_stable_abi_requires_the_highest_minimum() -> None:
     p = torch_promise({"a": (2, 10), "b": (2, 12)}, "2.13.0+cpu")
     assert p is not None and p.specifier == ">=2.12" and p.stable_only
