@@ -321,3 +321,15 @@ def test_opgen_wheel_holds_the_tool_only(tmp_path: Path) -> None:
                    "codegen/grammar/schema.lark", "codegen/opfile.schema.json"):
         assert needed in names, needed
     assert any(n.startswith("codegen/templates/") and n.endswith(".j2") for n in names)
+
+
+def test_toolchain_writes_no_runpath() -> None:
+    """`opgen build` links with -rpath-link (found at link time) and no -rpath: a RUNPATH would
+    write this machine's torch directory into every library and wheel."""
+    from codegen import build, config
+
+    with config.use(config.default_project(scratch.REPO)):
+        text = build.make_toolchain("key").text
+    ldflags = [line for line in text.splitlines() if "ldflags = " in line]
+    assert ldflags and all("-rpath-link," in line for line in ldflags), ldflags
+    assert not re.search(r"-rpath,", text)
