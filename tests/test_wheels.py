@@ -309,8 +309,17 @@ def test_stable_wheel_installs_on_another_python(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_opgen_wheel_holds_the_tool_only(tmp_path: Path) -> None:
+    # Build from a copy of the tracked files: setuptools writes build/ and *.egg-info in the
+    # source tree, and build/ is the example's build directory.
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=scratch.REPO, capture_output=True,
+                           check=True, timeout=60).stdout.decode().split("\0")
+    src = tmp_path / "src"
+    for rel in filter(None, files):
+        if (scratch.REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(scratch.REPO / rel, src / rel)
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
-                           "--no-deps", "--no-index", "-w", str(tmp_path), str(scratch.REPO)],
+                           "--no-deps", "--no-index", "-w", str(tmp_path), str(src)],
                           env=clean_env(), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = tmp_path.glob("torch_opgen-*.whl")
