@@ -42,7 +42,7 @@ from codegen.diagnostics import Diagnostics, UserError
 try:    # setuptools >= 70.1 has its own; older ones use the `wheel` package's
     from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
 except ImportError:  # pragma: no cover
-    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel  # type: ignore[no-redef]
+    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel  # type: ignore[no-redef,import-not-found]
 
 
 # Note [Honest wheels]
