@@ -24,6 +24,7 @@ way, docs/MIGRATION.md), with torch and opgen installed.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -37,7 +38,7 @@ from setuptools.command.build_py import build_py as _build_py
 from setuptools.dist import Distribution
 
 from codegen import config
-from codegen.diagnostics import Diagnostics, UserError
+from codegen.diagnostics import Diagnostics, Loc, UserError
 
 try:    # setuptools >= 70.1 has its own; older ones use the `wheel` package's
     from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
@@ -160,12 +161,37 @@ class BinaryDistribution(Distribution):
             requires, warnings = merge_torch_requirement(
                 [str(r) for r in getattr(self, "install_requires", None) or []], promise)
         except ValueError as e:
-            raise SystemExit(f"{config.PYPROJECT}: error: {e}\nhint: loosen or remove the "
-                             "torch requirement in [project] dependencies") from None
-        for w in warnings:
-            print(f"{config.PYPROJECT}: warning: {w}", file=sys.stderr)
+            diags = Diagnostics()
+            diags.error(_torch_requirement_loc(diags), str(e),
+                        "loosen or remove the torch requirement in [project] dependencies")
+            print(diags.render(), file=sys.stderr)
+            raise SystemExit(1) from None
+        if warnings:
+            diags = Diagnostics()
+            for w in warnings:
+                diags.warning(_torch_requirement_loc(diags), w)
+            print(diags.render(), file=sys.stderr)
         self.install_requires = requires
         self._finalize_requires()
+
+
+_TORCH_STRING = re.compile(r"""(["'])\s*torch(?![\w.-])[^"']*\1""")
+
+
+def _torch_requirement_loc(diags: Diagnostics) -> Loc:
+    """Where pyproject.toml (of the working directory: the project root) requires torch."""
+    try:
+        text = Path(config.PYPROJECT).read_text(encoding="utf-8")
+    except OSError:
+        return Loc(config.PYPROJECT, 1, 1)
+    diags.add_source(config.PYPROJECT, text)
+    seen_dependencies = False
+    for i, line in enumerate(text.splitlines(), 1):
+        seen_dependencies = seen_dependencies or re.match(r"\s*dependencies\s*=", line) is not None
+        m = _TORCH_STRING.search(line) if seen_dependencies else None
+        if m:
+            return Loc(config.PYPROJECT, i, m.start() + 1, m.end() - m.start())
+    return Loc(config.PYPROJECT, 1, 1)
 
 
 class bdist_wheel(_bdist_wheel):
