@@ -4,8 +4,8 @@
 
 and `pip wheel .`, `python -m build` and `pip install -e .` then generate the code, build the op
 libraries with ninja (`opgen build`), and package them: a platform wheel (`cp311-cp311-linux_x86_64`,
-not `py3-none-any`) holding the package, its generated modules and its `lib<ns>_ops.so`, which
-needs torch alone at run time. Keyword arguments go to setuptools.setup unchanged.
+or `py3-none-linux_x86_64` when every library is on the stable ABI; never `py3-none-any`) holding
+the package, its generated modules and its `lib<ns>_ops.so`, which needs torch alone at run time. Keyword arguments go to setuptools.setup unchanged.
 
 What it does on top of setuptools (all through setuptools' own extension points):
 - generates first, so the generated subpackage exists when the packages are listed;
