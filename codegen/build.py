@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codegen import cli, config
+from codegen import layout as L
 from codegen.dest.ninja import ninja_file, toolchain_file
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp, write_atomic
@@ -124,8 +125,7 @@ def make_toolchain(key: str) -> Toolchain:
               + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
-               + [f"-Wl,-rpath,{d}" for d in lib_dirs]
-               + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
+               + rpath_link(lib_dirs) + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
 
     # Note [Stable include root]: stable-ABI namespaces see only torch's stable headers, no
     # Python headers, no OpenMP, and link libtorch_cpu (which holds the C shim) for its C
@@ -134,7 +134,7 @@ def make_toolchain(key: str) -> Toolchain:
                       "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
                      + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
     stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
-                      + [f"-Wl,-rpath,{d}" for d in lib_dirs] + ["-Wl,--no-undefined"])
+                      + rpath_link(lib_dirs) + ["-Wl,--no-undefined"])
     lines = [
         f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
@@ -189,6 +189,14 @@ def make_toolchain(key: str) -> Toolchain:
     return Toolchain(torch_version, with_cuda, "\n".join(lines) + "\n")
 
 
+def rpath_link(lib_dirs: list[str]) -> list[str]:
+    """Where the linker finds torch's libraries' own dependencies, without a RUNPATH: a library
+    is loaded after `import torch` (the generated loader imports it first), so its DT_NEEDED
+    torch libraries are already in the process; a RUNPATH would only write this machine's
+    paths into every wheel."""
+    return [f"-Wl,-rpath-link,{d}" for d in lib_dirs]
+
+
 # Note [Stable include root]
 # A stable-ABI namespace is compiled with `-isystem <build>/stable-include` and none of torch's
 # other include directories. The directory links exactly the headers torch's stable ABI is made
@@ -196,14 +204,12 @@ def make_toolchain(key: str) -> Toolchain:
 # namespace fails with "No such file or directory", and run_ninja explains why.
 def stable_include() -> str:
     return f"{config.current().build}/stable-include"
-STABLE_HEADERS = ("torch/csrc/stable", "torch/headeronly", "torch/csrc/inductor/aoti_torch/c",
-                  "torch/csrc/inductor/aoti_torch/generated/c_shim_aten.h")
 
 
 def write_stable_include(root: Path) -> None:
     """Link build/stable-include/<header> to torch's for each of STABLE_HEADERS (idempotent)."""
     torch_include = _torch_dir() / "include"
-    for rel in STABLE_HEADERS:
+    for rel in L.STABLE_HEADERS:
         link = root / stable_include() / rel
         target = torch_include / rel
         if link.is_symlink() and os.readlink(link) == str(target):

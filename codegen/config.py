@@ -52,6 +52,7 @@ class Project:
     libraries: str = "build"                # the linked lib<ns>_ops.so
     build_command: str = "opgen build"      # what error messages tell the user to run
     codegen_command: str = "opgen generate"
+    cmake: bool = False                     # also generate <generated>/opgen.cmake
     config_path: str | None = None          # the pyproject.toml it came from (project-relative)
 
     # ---- derived
@@ -251,6 +252,7 @@ KEYS = {
     "libraries": "where the built libraries go (default: <package-dir>)",
     "build-command": "the build command error messages name (default: opgen build)",
     "codegen-command": "the code generation command error messages name (default: opgen generate)",
+    "cmake": "also generate <generated>/opgen.cmake for a CMake build (default: false)",
 }
 
 
@@ -352,13 +354,16 @@ class _Reader:
                 self.error(self.at.value(key), f"'{key}' must be a non-empty string")
             elif value is not None:
                 commands[key.replace("-command", "_command")] = value
+        cmake = table.get("cmake", False)
+        if not isinstance(cmake, bool):
+            self.error(self.at.value("cmake"), f"'cmake' must be true or false, not {_repr(cmake)}")
         if self.diags.has_errors:
             return None
         assert generated and build and libraries and schemas is not None and roots is not None
         return Project(root=self.root, package=package, package_dir=package_dir,
                        schemas=tuple(schemas), kernels=tuple(kernels or ()),
                        python_roots=tuple(roots), generated=generated, build=build,
-                       libraries=libraries, **commands)
+                       libraries=libraries, cmake=cmake, **commands)
 
     def path(self, key: str, value: object, *, must: str | None = None, explicit: bool = True,
              item: bool = False) -> str | None:

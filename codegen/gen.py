@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from codegen import layout as L
-from codegen.dest import (cpp_kernels, cpp_register, cpp_stable, cpp_stamp, ninja, py_ops, py_reg,
-                          py_stubs)
+from codegen.dest import (cmake, cpp_kernels, cpp_register, cpp_stable, cpp_stamp, ninja, py_ops,
+                          py_reg, py_stubs)
 from codegen.rendering import banner, python_dir, set_stamp
 from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
@@ -41,6 +41,7 @@ def generators() -> list[tuple[str, Generator]]:
         ("py-init", py_ops.generate_init),
         ("py-reg", py_reg.generate_registrations),
         ("py-stubs", py_stubs.generate_stubs),
+        ("cmake", cmake.generate),    # only with `[tool.opgen] cmake = true`
     ]
 
 

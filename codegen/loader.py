@@ -129,9 +129,12 @@ _RELEASE = re.compile(r"(\d+)\.(\d+)")
 
 def torch_mismatch(stamped: str, torch_version: str) -> str | None:
     """Why a library stamped `stamped` cannot load on `torch_version`, or None. A stable-ABI
-    library loads on any torch at or above its minimum; any other only on its own torch."""
+    library loads on any torch at or above its minimum; any other only on its own torch
+    release, whatever the local label (+cpu, +cu130): builds of one release share the C++ ABI,
+    and a wheel's `torch==<release>` lets pip install either (Note [Honest wheels] in
+    codegen/setuptools.py)."""
     if not stamped.startswith(_STABLE_PREFIX):
-        if stamped == torch_version:
+        if stamped.partition("+")[0] == torch_version.partition("+")[0]:
             return None
         return f"was built for torch {stamped}, but this is torch {torch_version}; rebuild it"
     need, have = _RELEASE.match(stamped[len(_STABLE_PREFIX):]), _RELEASE.match(torch_version)

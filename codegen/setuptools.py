@@ -4,8 +4,8 @@
 
 and `pip wheel .`, `python -m build` and `pip install -e .` then generate the code, build the op
 libraries with ninja (`opgen build`), and package them: a platform wheel (`cp311-cp311-linux_x86_64`,
-not `py3-none-any`) holding the package, its generated modules and its `lib<ns>_ops.so`, which
-needs torch alone at run time. Keyword arguments go to setuptools.setup unchanged.
+or `py3-none-linux_x86_64` when every library is on the stable ABI; never `py3-none-any`) holding
+the package, its generated modules and its `lib<ns>_ops.so`, which needs torch alone at run time. Keyword arguments go to setuptools.setup unchanged.
 
 What it does on top of setuptools (all through setuptools' own extension points):
 - generates first, so the generated subpackage exists when the packages are listed;
@@ -13,7 +13,8 @@ What it does on top of setuptools (all through setuptools' own extension points)
 - `package_data` (added to what is given): the built libraries, the `.pyi` stubs, `py.typed`;
 - `build_py` compiles the libraries before copying the package (`pip install -e .` too: the
   libraries are built in place, inside the package, so the editable install finds them);
-- the distribution reports binary content, so the wheel gets the platform tag.
+- the distribution reports binary content, so the wheel gets the platform tag;
+- the wheel says which torch it runs on (Note [Honest wheels]).
 
 The libraries must be built inside the package (`libraries`, by default the package directory)
 to be packaged; docs/CONFIG.md has the keys. A build in an isolated environment would install
@@ -23,22 +24,185 @@ way, docs/MIGRATION.md), with torch and opgen installed.
 
 from __future__ import annotations
 
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import setuptools
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 from setuptools.command.build_py import build_py as _build_py
 from setuptools.dist import Distribution
 
 from codegen import config
-from codegen.diagnostics import Diagnostics, UserError
+from codegen.diagnostics import Diagnostics, Loc, UserError
+
+try:    # setuptools >= 70.1 has its own; older ones use the `wheel` package's
+    from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+except ImportError:  # pragma: no cover
+    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel  # type: ignore[no-redef,import-not-found]
+
+
+# Note [Honest wheels]
+# What a wheel promises must be what its op libraries can keep:
+# - a namespace on the full libtorch C++ API loads on the torch release it was compiled against
+#   only (the C++ ABI changes between releases, and the loader checks the release): the wheel
+#   requires `torch==<release>`, the public version without the local label. PEP 440 lets
+#   `torch==2.13.0` match 2.13.0+cpu and 2.13.0+cu130 alike, which is right: builds of one release
+#   share the C++ ABI, and PyPI's CUDA wheel carries no local label at all. What differs between
+#   them is whether CUDA libraries exist; a library linked against them fails to load on a CPU
+#   torch, and the loader says so (LibraryError) at import.
+# - a namespace on the stable ABI loads on every torch from its min_torch on and uses no CPython
+#   API: `torch>=<min_torch>`, and, when every namespace is stable, the tag `py3-none-<platform>`
+#   (one wheel for every CPython; the platform tag stays).
+# - a wheel with both says the stricter: `torch==<release>`, tagged for this CPython.
+# The project's own requirement on torch (in [project] dependencies) is merged: kept when the
+# wheel's requirement implies it, narrowed with a warning when it allows a torch the libraries
+# cannot load on, and an error when no torch satisfies both.
+
+
+@dataclass(frozen=True)
+class TorchPromise:
+    """What a wheel's op libraries need of torch."""
+
+    specifier: str          # `==2.13.0` or `>=2.10`
+    stable_only: bool       # every namespace is on the stable ABI: tag py3-none-<platform>
+    why: str                # for messages
+
+
+def torch_promise(abis: dict[str, tuple[int, int] | None], torch_version: str) -> TorchPromise | None:
+    """The requirement for namespaces -> their stable min_torch (None: full ABI), built with
+    `torch_version` (torch.__version__). None without any namespace."""
+    if not abis:
+        return None
+    full = sorted(ns for ns, v in abis.items() if v is None)
+    if full:
+        release = Version(torch_version).public
+        return TorchPromise(f"=={release}", False,
+                            f"namespace{'s' if len(full) > 1 else ''} {', '.join(full)} "
+                            f"{'are' if len(full) > 1 else 'is'} built on the full libtorch API "
+                            f"of torch {release}")
+    need = max(v for v in abis.values() if v is not None)
+    text = f"{need[0]}.{need[1]}"
+    return TorchPromise(f">={text}", True, f"the stable-ABI libraries need torch {text} or newer")
+
+
+def merge_torch_requirement(requires: list[str], promise: TorchPromise
+                            ) -> tuple[list[str], list[str]]:
+    """(the requirements with torch's made honest, warnings). ValueError when the project's
+    torch requirement and the promise exclude each other."""
+    ours = SpecifierSet(promise.specifier)
+    out: list[str] = []
+    warnings: list[str] = []
+    found = False
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            out.append(text)
+            continue
+        if canonicalize_name(req.name) != "torch":
+            out.append(text)
+            continue
+        found = True
+        merged = _merge(req.specifier, ours, promise, warnings)
+        req.specifier = merged
+        out.append(str(req))
+    if not found:
+        out.append(f"torch{promise.specifier}")
+    return out, warnings
+
+
+def _merge(theirs: SpecifierSet, ours: SpecifierSet, promise: TorchPromise,
+           warnings: list[str]) -> SpecifierSet:
+    if not str(theirs):
+        return ours
+    if promise.specifier.startswith("=="):
+        pinned = Version(promise.specifier[2:])
+        if not theirs.contains(pinned, prereleases=True):
+            raise ValueError(f"the project requires torch{theirs}, but {promise.why}, which "
+                             f"that excludes")
+        return ours
+    # Stable: keep the project's bounds, raise its lower bound to min_torch.
+    minimum = Version(promise.specifier[2:])
+    kept = [s for s in theirs if not (s.operator in (">=", ">") and Version(s.version) <= minimum)]
+    implied = any(s.operator in (">=", ">", "==", "~=") and not s.version.endswith("*")
+                  and Version(s.version) >= minimum for s in kept)
+    merged = SpecifierSet(",".join([str(s) for s in kept]
+                                   + ([] if implied else [promise.specifier])))
+    if len(kept) < len(list(theirs)):
+        warnings.append(f"the project requires torch{theirs}, but {promise.why}: the wheel "
+                        f"requires torch{merged}")
+    probes = [minimum, *(Version(s.version.removesuffix(".*")) for s in merged)]
+    if not any(merged.contains(v, prereleases=True) for v in probes):
+        raise ValueError(f"the project requires torch{theirs}, but {promise.why}: no torch "
+                         "satisfies both")
+    return merged
 
 
 class BinaryDistribution(Distribution):
-    """A distribution with compiled content: bdist_wheel gives it a platform tag."""
+    """A distribution with compiled content: bdist_wheel gives it a platform tag. Its torch
+    requirement is the one its op libraries can keep (Note [Honest wheels])."""
+
+    torch_promise: TorchPromise | None = None
 
     def has_ext_modules(self) -> bool:
         return True
+
+    def parse_config_files(self, *args, **kwargs) -> None:
+        super().parse_config_files(*args, **kwargs)
+        promise = type(self).torch_promise
+        if promise is None:
+            return
+        try:
+            requires, warnings = merge_torch_requirement(
+                [str(r) for r in getattr(self, "install_requires", None) or []], promise)
+        except ValueError as e:
+            diags = Diagnostics()
+            diags.error(_torch_requirement_loc(diags), str(e),
+                        "loosen or remove the torch requirement in [project] dependencies")
+            print(diags.render(), file=sys.stderr)
+            raise SystemExit(1) from None
+        if warnings:
+            diags = Diagnostics()
+            for w in warnings:
+                diags.warning(_torch_requirement_loc(diags), w)
+            print(diags.render(), file=sys.stderr)
+        self.install_requires = requires
+        self._finalize_requires()
+
+
+_TORCH_STRING = re.compile(r"""(["'])\s*torch(?![\w.-])[^"']*\1""")
+
+
+def _torch_requirement_loc(diags: Diagnostics) -> Loc:
+    """Where pyproject.toml (of the working directory: the project root) requires torch."""
+    try:
+        text = Path(config.PYPROJECT).read_text(encoding="utf-8")
+    except OSError:
+        return Loc(config.PYPROJECT, 1, 1)
+    diags.add_source(config.PYPROJECT, text)
+    seen_dependencies = False
+    for i, line in enumerate(text.splitlines(), 1):
+        seen_dependencies = seen_dependencies or re.match(r"\s*dependencies\s*=", line) is not None
+        m = _TORCH_STRING.search(line) if seen_dependencies else None
+        if m:
+            return Loc(config.PYPROJECT, i, m.start() + 1, m.end() - m.start())
+    return Loc(config.PYPROJECT, 1, 1)
+
+
+class bdist_wheel(_bdist_wheel):
+    """bdist_wheel, tagged `py3-none-<platform>` when every op library is on the stable ABI."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        impl, abi, plat = super().get_tag()
+        promise = getattr(self.distribution, "torch_promise", None)
+        if promise is not None and promise.stable_only:
+            return "py3", "none", plat
+        return impl, abi, plat
 
 
 def _project() -> config.Project:
@@ -97,10 +261,37 @@ def setup(**kwargs) -> None:
     kwargs["package_data"] = data
     cmdclass = dict(kwargs.get("cmdclass", {}))
     cmdclass.setdefault("build_py", build_py)
+    cmdclass.setdefault("bdist_wheel", bdist_wheel)
     kwargs["cmdclass"] = cmdclass
-    kwargs.setdefault("distclass", BinaryDistribution)
+    if "distclass" not in kwargs:
+        kwargs["distclass"] = type("BinaryDistribution", (BinaryDistribution,),
+                                   {"torch_promise": _promise(project)})
     kwargs.setdefault("zip_safe", False)
     setuptools.setup(**kwargs)
+
+
+def _promise(project: config.Project) -> TorchPromise | None:
+    """The wheel's torch requirement, from the op files' ABI choices and this torch."""
+    import torch
+
+    from codegen.abi import namespace_abi
+    from codegen.load import load_library
+
+    with config.use(project):
+        try:
+            lib = load_library(list(project.schemas))
+        except UserError as e:
+            print(e.diags.render(), file=sys.stderr)
+            raise SystemExit(1) from None
+        abis = {}
+        for ns in lib.namespaces:
+            a = namespace_abi(lib, ns)
+            abis[ns] = None if a is None else a.min_torch
+    try:
+        return torch_promise(abis, torch.__version__)
+    except InvalidVersion:
+        raise SystemExit(f"error: torch's version {torch.__version__!r} is not a PEP 440 "
+                         "version; cannot say which torch the wheel needs") from None
 
 
 def _below(path: str, directory: str) -> bool:
@@ -113,4 +304,5 @@ def _package_of(project: config.Project, directory: str) -> str:
     return ".".join((project.package, *rel.parts))
 
 
-__all__ = ["BinaryDistribution", "build_py", "setup"]
+__all__ = ["BinaryDistribution", "TorchPromise", "bdist_wheel", "build_py",
+           "merge_torch_requirement", "setup", "torch_promise"]

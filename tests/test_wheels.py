@@ -1,0 +1,353 @@
+"""Honest wheels (Note [Honest wheels] in codegen/setuptools.py): what a wheel says about torch
+(Requires-Dist), its tag, and its libraries' RUNPATH; opgen's own wheel holds the tool only.
+
+The requirement logic is tested directly (fast); wheels are built from temporary projects in
+fresh venvs (slow).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from codegen.setuptools import merge_torch_requirement, torch_promise
+from tests import scratch
+
+# --------------------------------------------------------------------------------------------------
+# The requirement (fast)
+
+
+def test_full_abi_pins_the_release_without_its_local_label() -> None:
+    """`torch==2.13.0` (PEP 440: matches 2.13.0+cpu and 2.13.0+cu130, builds of one release)."""
+    p = torch_promise({"a": None}, "2.13.0+cpu")
+    assert p is not None and p.specifier == "==2.13.0" and not p.stable_only
+    assert merge_torch_requirement(["numpy>=1", "torch"], p) == (["numpy>=1", "torch==2.13.0"], [])
+    assert merge_torch_requirement(["torch>=2.5; python_version >= '3.10'"], p)[0] == \
+        ['torch==2.13.0; python_version >= "3.10"']
+    assert merge_torch_requirement([], p)[0] == ["torch==2.13.0"]
+
+
+def test_loader_accepts_every_build_of_the_release() -> None:
+    """What `torch==2.13.0` lets pip install, the loader loads: the local label does not count."""
+    from codegen.loader import torch_mismatch
+
+    assert torch_mismatch("2.13.0+cpu", "2.13.0+cu130") is None
+    assert torch_mismatch("2.13.0", "2.13.0+cpu") is None
+    assert torch_mismatch("2.13.0+cpu", "2.13.1+cpu") == (
+        "was built for torch 2.13.0+cpu, but this is torch 2.13.1+cpu; rebuild it")
+
+
+def test_stable_abi_requires_the_highest_minimum() -> None:
+    p = torch_promise({"a": (2, 10), "b": (2, 12)}, "2.13.0+cpu")
+    assert p is not None and p.specifier == ">=2.12" and p.stable_only
+    assert merge_torch_requirement(["torch"], p) == (["torch>=2.12"], [])
+    # The project's stricter bounds are kept; a weaker lower bound is raised, with a warning.
+    assert merge_torch_requirement(["torch>=2.13"], p) == (["torch>=2.13"], [])
+    reqs, warnings = merge_torch_requirement(["torch>=2.5,<3"], p)
+    assert reqs == ["torch<3,>=2.12"]
+    assert warnings == ["the project requires torch<3,>=2.5, but the stable-ABI libraries need "
+                        "torch 2.12 or newer: the wheel requires torch<3,>=2.12"]
+
+
+def test_mixed_abis_say_the_stricter() -> None:
+    p = torch_promise({"full": None, "st": (2, 10)}, "2.14.1")
+    assert p is not None and p.specifier == "==2.14.1" and not p.stable_only
+
+
+@pytest.mark.parametrize("declared, promise, message", [
+    ("torch<2.12", ({"a": None}, "2.13.0+cpu"),
+     "the project requires torch<2.12, but namespace a is built on the full libtorch API of torch "
+     "2.13.0, which that excludes"),
+    ("torch<2.9", ({"a": (2, 10)}, "2.13.0"),
+     "the project requires torch<2.9, but the stable-ABI libraries need torch 2.10 or newer: no "
+     "torch satisfies both"),
+])
+def test_contradicting_requirements_are_errors(declared, promise, message) -> None:
+    with pytest.raises(ValueError) as info:
+        merge_torch_requirement([declared], torch_promise(*promise))
+    assert str(info.value) == message
+
+
+def test_contradiction_fails_the_build(tmp_path: Path) -> None:
+    """setup() stops with the message, before anything is built."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('dependencies = ["torch"]',
+                                                       'dependencies = ["torch<2"]'))
+    proc = subprocess.run([sys.executable, "setup.py", "--version"], cwd=root,
+                          env=scratch.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    import torch
+    from packaging.version import Version
+
+    release = Version(torch.__version__).public
+    assert proc.stderr == (
+        "pyproject.toml:8:17: error: the project requires torch<2, but namespace alphans is "
+        f"built on the full libtorch API of torch {release}, which that excludes\n"
+        '    dependencies = ["torch<2"]\n'
+        "                    ^~~~~~~~~\n"
+        "hint: loosen or remove the torch requirement in [project] dependencies\n"
+        "1 error generated.\n"), proc.stderr
+    assert not list(root.glob("alphaops/*.so"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Wheels (slow)
+
+STABLE_OPS = """\
+namespace: {ns}
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: scale(Tensor self, float alpha=1.0) -> Tensor
+    dispatch: {{CPU: scale_cpu}}
+    fake: like(self)
+"""
+
+STABLE_KERNEL = """\
+#include <{ns}/{ns}.h>
+
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <cstdint>
+
+namespace {ns} {{
+
+torch::stable::Tensor scale_cpu(const torch::stable::Tensor& self, double alpha) {{
+  STD_TORCH_CHECK(self.scalar_type() == torch::headeronly::ScalarType::Float,
+                  "scale: expected float32");
+  torch::stable::Tensor in = torch::stable::contiguous(self);
+  torch::stable::Tensor out = torch::stable::empty_like(in);
+  const float* src = static_cast<const float*>(in.const_data_ptr());
+  float* dst = static_cast<float*>(out.mutable_data_ptr());
+  for (int64_t i = 0; i < in.numel(); ++i) {{
+    dst[i] = src[i] * static_cast<float>(alpha);
+  }}
+  return out;
+}}
+
+}}  // namespace {ns}
+"""
+
+
+def write_stable_project(root: Path, package: str, ns: str) -> Path:
+    """A project whose only namespace is on the stable ABI."""
+    scratch.write_project(root, package, ns)
+    shutil.rmtree(root / "csrc")
+    (root / "ops" / f"{ns}.yaml").write_text(STABLE_OPS.format(ns=ns), encoding="utf-8")
+    (root / "csrc").mkdir()
+    (root / "csrc" / "scale.cpp").write_text(STABLE_KERNEL.format(ns=ns), encoding="utf-8")
+    return root
+
+
+def fresh_venv(path: Path, python: str = sys.executable) -> Path:
+    """A venv that sees the system's torch (not its opgen: PYTHONPATH is dropped when it runs)."""
+    subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
+                   check=True, timeout=300)
+    return path / "bin" / "python"
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
+
+
+def build_wheel(project: Path, out: Path) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                           "--no-deps", "--no-index", "-w", str(out), str(project)],
+                          env=scratch.env(), capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    wheels = list(out.glob(f"{project.name}-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        text = z.read(meta).decode()
+    return re.findall(r"^Requires-Dist: (.*)$", text, re.M)
+
+
+def dynamic_section(library: Path) -> str:
+    proc = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    return proc.stdout
+
+
+def check_no_build_path(wheel: Path, tmp: Path, build_paths: list[Path]) -> list[str]:
+    """Every library's RUNPATH/RPATH entries (none may name a build-machine directory)."""
+    unpacked = tmp / (wheel.stem + "-unpacked")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(unpacked)
+    entries = []
+    libraries = sorted(unpacked.rglob("*.so"))
+    assert libraries
+    for lib in libraries:
+        dyn = dynamic_section(lib)
+        for m in re.finditer(r"\((?:RUNPATH|RPATH)\)\s+Library (?:runpath|rpath): \[(.*)\]", dyn):
+            for entry in m[1].split(":"):
+                entries.append(entry)
+                assert entry.startswith("$ORIGIN"), (lib.name, entry)
+        for p in build_paths:
+            assert str(p) not in dyn, (lib.name, p)
+    return entries
+
+
+CALL_STABLE = """
+import sys
+import torch
+import {package}
+assert "codegen" not in sys.modules
+x = torch.randn(3, 4)
+torch.testing.assert_close({package}.ops.scale(x, 2.5), x * 2.5)
+torch.library.opcheck({package}.ops.scale, (x, 2.0))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_full_and_stable_wheels_are_honest(tmp_path: Path) -> None:
+    import torch
+    from packaging.version import Version
+
+    release = Version(torch.__version__).public
+    full = build_wheel(scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans"),
+                       tmp_path / "wheels")
+    stable = build_wheel(write_stable_project(tmp_path / "stabops", "stabops", "stabns"),
+                         tmp_path / "wheels")
+    # Tags: the full-ABI wheel for this CPython, the stable one for every CPython.
+    assert re.search(r"-cp3\d+-cp3\d+-linux_\w+\.whl$", full.name), full.name
+    assert re.search(r"-py3-none-linux_\w+\.whl$", stable.name), stable.name
+    assert requires_dist(full) == [f"torch=={release}"]
+    assert requires_dist(stable) == ["torch>=2.10"]
+    import sysconfig
+
+    build_paths = [Path(torch.__file__).parent, tmp_path,
+                   Path(sysconfig.get_paths()["purelib"])]
+    assert check_no_build_path(full, tmp_path, build_paths) == []
+    assert check_no_build_path(stable, tmp_path, build_paths) == []
+
+    # Both load and run in a fresh venv without opgen, the projects gone.
+    python = fresh_venv(tmp_path / "venv")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                              "--no-deps", "--no-index", str(full), str(stable)],
+                             env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    shutil.rmtree(tmp_path / "alphaops")
+    shutil.rmtree(tmp_path / "stabops")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run([str(python), "-c", CALL_STABLE.format(package="stabops")
+                          + "import alphaops; print(alphaops.ops.twice(torch.ones(2)).tolist())"],
+                         cwd=elsewhere, env=clean_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == "ok\n[2.0, 2.0]\n", run.stdout
+
+
+def _other_python() -> str | None:
+    """A CPython other than this one (pyenv keeps several on the development machine)."""
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    for version in ("3.12", "3.13", "3.10"):
+        if version == mine:
+            continue
+        candidates = [shutil.which(f"python{version}"),
+                      *map(str, sorted(pyenv.glob(f"{version}.*/bin/python{version}")))]
+        for exe in filter(None, candidates):
+            ok = subprocess.run([exe, "-c", "import venv"], capture_output=True, timeout=60,
+                                env=clean_env())
+            if ok.returncode == 0:
+                return exe
+    return None
+
+
+# Loads the stable library on another CPython with no torch for it: torch's C++ libraries are
+# Python-independent, so they are loaded directly; the op library's static initializers then
+# register its ops with the dispatcher. Proves the library needs no CPython of its own.
+LOAD_WITHOUT_PYTHON_TORCH = """
+import ctypes, pathlib, sys
+torch_lib = pathlib.Path(sys.argv[1])
+for name in ("libc10.so", "libtorch_cpu.so"):
+    ctypes.CDLL(str(torch_lib / name), mode=ctypes.RTLD_GLOBAL)
+import importlib.util
+lib = pathlib.Path(importlib.util.find_spec("stabops").origin).parent / "libstabns_ops.so"
+ctypes.CDLL(str(lib))
+print(sys.version_info[:2], "loaded", lib.name)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_stable_wheel_installs_on_another_python(tmp_path: Path) -> None:
+    """pip on a second CPython accepts the py3-none wheel, and the library loads there. torch
+    itself is not installed on that Python (it would be a download): the library is loaded with
+    torch's C++ libraries alone."""
+    other = _other_python()
+    if other is None:
+        pytest.skip("no second CPython on this machine")
+    import torch
+
+    stable = build_wheel(write_stable_project(tmp_path / "stabops", "stabops", "stabns"),
+                         tmp_path / "wheels")
+    venv = tmp_path / "venv-other"
+    subprocess.run([other, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                              "--no-deps", "--no-index", str(stable)],
+                             env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    shutil.rmtree(tmp_path / "stabops")
+    # Importing the package would import torch: load the library the wheel installed.
+    run = subprocess.run([str(python), "-c", LOAD_WITHOUT_PYTHON_TORCH, str(Path(torch.__file__).parent / "lib")],
+                         cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "loaded libstabns_ops.so" in run.stdout
+    assert not run.stdout.startswith(f"({sys.version_info[0]}, {sys.version_info[1]})")
+
+
+@pytest.mark.slow
+def test_opgen_wheel_holds_the_tool_only(tmp_path: Path) -> None:
+    # Build from a copy of the tracked files: setuptools writes build/ and *.egg-info in the
+    # source tree, and build/ is the example's build directory.
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=scratch.REPO, capture_output=True,
+                           check=True, timeout=60).stdout.decode().split("\0")
+    src = tmp_path / "src"
+    for rel in filter(None, files):
+        if (scratch.REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(scratch.REPO / rel, src / rel)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                           "--no-deps", "--no-index", "-w", str(tmp_path), str(src)],
+                          env=clean_env(), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (wheel,) = tmp_path.glob("torch_opgen-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert top == {"codegen", "torch_opgen-0.1.0.dist-info"}, top
+    for needed in ("codegen/__main__.py", "codegen/loader.py", "codegen/dest/cmake.py",
+                   "codegen/grammar/schema.lark", "codegen/opfile.schema.json"):
+        assert needed in names, needed
+    assert any(n.startswith("codegen/templates/") and n.endswith(".j2") for n in names)
+
+
+def test_toolchain_writes_no_runpath() -> None:
+    """`opgen build` links with -rpath-link (found at link time) and no -rpath: a RUNPATH would
+    write this machine's torch directory into every library and wheel."""
+    from codegen import build, config
+
+    with config.use(config.default_project(scratch.REPO)):
+        text = build.make_toolchain("key").text
+    ldflags = [line for line in text.splitlines() if "ldflags = " in line]
+    assert ldflags and all("-rpath-link," in line for line in ldflags), ldflags
+    assert not re.search(r"-rpath,", text)
