@@ -944,7 +944,7 @@ def _int_index(items: tuple[Expr, ...]) -> bool:
 
 
 # The torch a formula can name (Note [Formula vocabulary]), recorded from the pinned torch
-# (`python -m codegen.formulas --refresh-torch-names`): checking a formula against the record needs
+# (`python -m codegen.formulas --refresh`): checking a formula against the record needs
 # no `import torch` (seconds). A name the record lacks is looked up in the installed torch, under
 # the same rule, before it is an error, so a newer torch's additions still pass.
 #
@@ -1301,8 +1301,8 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    if sys.argv[1:] != ["--refresh-torch-names"]:
-        sys.exit("usage: python -m codegen.formulas --refresh-torch-names")
+    if sys.argv[1:] != ["--refresh"]:
+        sys.exit("usage: python -m codegen.formulas --refresh")
     target = Path(__file__).resolve().parent / TORCH_NAMES_FILE
     target.write_text(json.dumps(torch_names(), indent=0, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {target}")

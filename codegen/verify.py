@@ -669,7 +669,7 @@ class _OpVerifier:
         if op.vmap is None:
             return
         kw_tensors = [a.name for a in self.schema.arguments
-                      if a.kwarg_only and _is_tensor_like(a.type)]
+                      if a.kwarg_only and is_tensor_like(a.type)]
         if kw_tensors:
             self.error_at(op.vmap.loc, "vmap rules cannot cover keyword-only Tensor arguments "
                           f"('{kw_tensors[0]}')",
@@ -785,13 +785,6 @@ def _with_write(a: Argument | Return) -> str:
     text = str(a.type).replace(str(ann), str(Annotation(ann.alias_set, True,
                                                           ann.alias_set_after)), 1)
     return f"{text} {a.name}" if a.name else text
-
-
-def _is_tensor_like(t: Type) -> bool:
-    t = strip_optional(t)
-    if isinstance(t, ListType):
-        t = strip_optional(t.elem)
-    return isinstance(t, BaseType) and t.name is BaseTy.Tensor
 
 
 __all__ = ["Rules", "DEFAULT_RULES", "verify_op", "verify_across", "verify_library", "suggest"]

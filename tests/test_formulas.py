@@ -325,7 +325,7 @@ def _errors(text: str, schema: str = "ex::f(Tensor x, Tensor y, int n=1) -> Tens
 
 
 def test_the_recorded_vocabulary_is_the_installed_torchs():
-    """codegen/torch_names.json is what `--refresh-torch-names` writes for the pinned torch."""
+    """codegen/torch_names.json is what `--refresh` writes for the pinned torch."""
     import json
     from importlib import resources
 

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from codegen import escape, reserved
 from codegen import shape as S
+from codegen.layout import impl_name
 from codegen.layout import locate as locate_in_func
 from codegen.dest.py_sources import PySources
 from codegen.diagnostics import Diagnostics, Loc
@@ -105,8 +106,8 @@ class Section:
 
 
 def op_name(op: Op) -> str:
-    """The op's name inside its namespace, as `Library.impl` takes it."""
-    return op.name.name + (f".{op.name.overload}" if op.name.overload else "")
+    """The op's name inside its namespace, as `Library.impl` takes it (`m.impl` spells it alike)."""
+    return impl_name(op)
 
 
 def camel(name: str) -> str:
