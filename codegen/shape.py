@@ -1128,10 +1128,10 @@ class _Checker:
 
     # -- conditions
 
-    def condition(self, node: _Syn) -> Expr:
+    def condition(self, node: _Syn, in_check: bool = False) -> Expr:
         """A bool that is fixed when the op is traced: never a comparison of sizes."""
         if isinstance(node, _Not):
-            return Not(self.condition(node.operand))
+            return Not(self.condition(node.operand, in_check))
         if isinstance(node, _Compare):
             left = self.expr(node.left)
             right = self.expr(node.right)
@@ -1147,11 +1147,20 @@ class _Checker:
                                  "may do: an 'if' on sizes would specialize them",
                                  f"state a precondition with {_CHECK_USAGE}")
             for side, e in ((node.left, left), (node.right, right)):
-                if not self.static(e):
-                    hint = ("comparing sizes would specialize them under dynamic shapes"
+                # A device is fixed when the op is traced: fake tensors carry their real device.
+                if not (self.static(e) or e.ty == Ty(T.DEVICE)):
+                    if in_check:
+                        raise self.error(side.span, f"'{node.op}' in check() compares sizes, "
+                                         "shapes, dtypes, devices, and str, bool and int "
+                                         f"arguments with literals, got {describe(e)}")
+                    hint = ("sizes and shapes compare only in check(...): an 'if' on them "
+                            "would specialize them under dynamic shapes"
                             if e.ty.base in (T.INT, T.INT_LIST) else None)
-                    raise self.error(side.span, f"'{node.op}' compares str, bool, dtype and int "
-                                     f"arguments with literals, got {describe(e)}", hint)
+                    if e.ty == Ty(T.DEVICE, True):
+                        hint = "an optional device may be None; compare devices that are given"
+                    raise self.error(side.span, f"'{node.op}' in an 'if' compares str, bool, "
+                                     "int and dtype arguments with literals, and devices with "
+                                     f"devices, got {describe(e)}", hint)
             if left.ty.base is not right.ty.base:
                 raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
                                  f"{describe(right)}: they are never equal")
@@ -1192,7 +1201,7 @@ class _Checker:
                 raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
                                  f"{describe(right)}: check() compares sizes with sizes, shapes "
                                  "with shapes and dtypes with dtypes")
-        return self.condition(node)
+        return self.condition(node, in_check=True)
 
     def statement(self, node: _Syn, after: int) -> Check:
         """A `check(condition, "message")` statement before the outputs."""

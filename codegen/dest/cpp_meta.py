@@ -19,6 +19,8 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
   never specialized), `TORCH_CHECK` on conditions fixed at trace time.
 Everything else keeps its Python fake kernel, exactly as before:
 - `dynamic()` sizes (they need `torch.library.get_ctx()`), Python functions (`fake: pkg.mod:fn`);
+- device comparisons (`check(a.device == b.device)`): while a Meta kernel runs, FakeTensor shows
+  every tensor on `meta`, so only a Python fake sees the devices it compares;
 - `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
   `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
 - `//` and `%` (Python floors, c10::SymInt's concrete path truncates), list comprehensions,
@@ -283,6 +285,8 @@ class _Emitter:
             case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
                            right=S.NoneLit()):
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.arg(a)[0]}.has_value()"
+            case S.Compare(left=a) if a.ty.base is S.T.DEVICE:
+                raise NoCpp("a device comparison")
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
                     if a.ty.base is S.T.DTYPE and b.ty.base is S.T.DTYPE:
                 return f"({self.dtype(a)} {op.value} {self.dtype(b)})"
