@@ -135,7 +135,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Union
@@ -540,6 +540,7 @@ class Check:
     cond: Expr
     message: str                    # the op's name, then the rule's message or the condition
     after: int
+    text: str = field(default="", compare=False)    # the condition as written
 
 
 @dataclass(frozen=True)
@@ -1221,7 +1222,7 @@ class _Checker:
             if not (isinstance(m, _Lit) and m.kind == "string"):
                 raise self.error(m.span, "the message of check() is a string literal")
             message = self.literal(m).value     # type: ignore[union-attr]
-        return Check(cond, f"{self.schema.name}: {message}", after)
+        return Check(cond, f"{self.schema.name}: {message}", after, text)
 
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
