@@ -1584,9 +1584,10 @@ class _Checker:
             outs = [r for r in returns if isinstance(r, str)
                     and self.schema.argument(r).kwarg_only]  # type: ignore[union-attr]
             if not outs or len(outs) != len(returns):
-                self.error(syn.body.span, "this op returns only the arguments it mutates in "
-                           "place, so its fake kernel follows from the schema",
-                           "remove the `fake:` key")
+                what = ("returns nothing" if not returns else
+                        "returns only the arguments it mutates in place")
+                self.error(syn.body.span, f"this op {what}, so its fake kernel follows from the "
+                           "schema", "remove the `fake:` key")
                 return None
             # An out= op: the rule gives the shape each out argument is resized to.
             if len(items) != len(outs):

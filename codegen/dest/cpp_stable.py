@@ -110,9 +110,9 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
                 why = ("only like(), reduce(), in-place, out= and `-> ()` fakes become stable "
                        "C++ Meta kernels")
                 hint = f'set min_torch: "{need}", or write the rule with like() or reduce()'
-            diags.error(loc, f"the fake kernel of {op.name} stays in Python ({why}), and "
-                        f"torch's stable ABI can name its Python module only from torch {need} "
-                        f"on, but this namespace's min_torch is {a.min_text}", hint)
+            diags.error(loc, f"the fake kernel of {op.name} stays in Python: {why}; torch's "
+                        f"stable ABI can name a Python module only from torch {need} on, but "
+                        f"this namespace's min_torch is {a.min_text}", hint)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ class _MetaEmitter:
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.name(a.name)}.has_value()"
             case S.Compare(left=a) if a.ty.base is S.T.DEVICE:
                 # FakeTensor shows every tensor on `meta` while a Meta kernel runs.
-                raise _NoCpp("compares devices, which a Meta kernel sees as `meta` only")
+                raise _NoCpp("compares devices, which a Meta kernel sees only as `meta`")
             case S.Compare(left=a, right=b) if S.T.INT_LIST in (a.ty.base, b.ty.base):
                 raise _NoCpp(_SIZES)
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
@@ -327,8 +327,8 @@ class _MetaEmitter:
         raise _NoCpp(f"an int {type(e).__name__}")
 
 
-_SIZES = ("compares sizes, which the stable ABI gives a Meta kernel only as int64_t (a dynamic "
-          "shape would be specialized)")
+_SIZES = ("compares sizes, which a stable Meta kernel can read only as int64_t, specializing "
+          "dynamic shapes")
 
 
 def strip(t):
