@@ -87,7 +87,8 @@ Values
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
-  (`reduction == "none"`), or `x is None` / `x is not None` for an optional argument. Sizes are
+  (`reduction == "none"`), between devices (`t.device`, `Device` arguments: fake tensors carry
+  their real device), or `x is None` / `x is not None` for an optional argument. Sizes are
   never compared: that would specialize them.
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
   `[t.size(0) for t in tensors]`, and `sum(sizes)`.
@@ -104,10 +105,12 @@ Preconditions
 arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
 runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
 `<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
-`check(a.shape == b.shape)`, `check(w.dtype == float32)`); a check asserts and never branches, so
-sizes stay symbolic. It becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or
-`TORCH_CHECK` in a C++ Meta kernel, failing with "<ns>::<op>: message" (without a message, the
-condition as written).
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`), and of devices like an `if`
+(`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic. It
+becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or `TORCH_CHECK` in a C++
+Meta kernel (a thrown `std::runtime_error` on the stable ABI), failing with "<ns>::<op>: message"
+(without a message, the condition as written). A device check keeps the rule a Python fake: a
+Meta kernel sees every tensor on `meta`.
 
 What needs no rule
 ------------------

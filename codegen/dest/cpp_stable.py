@@ -14,12 +14,18 @@ codegen/abi.py), in the same files as the full API's (Note [Shards] in cpp_libra
 Note [Stable Meta kernels]
 A fake rule becomes a C++ Meta kernel when it is made of `like(t, dtype=)` (an `empty_like` of
 the contiguous `t`, then `to(dtype)`), `reduce(t, dims, keepdim, dtype=)` (torch::stable::sum on
-the fake tensor), or is the schema's own (every return a mutated argument: in-place and out=
-ops return the argument). These call back into torch's dispatcher, so FakeTensor keeps symbolic
-sizes symbolic. Rules that compute sizes (`empty`, `broadcast`, arithmetic on sizes) stay
-Python fakes: the stable Tensor gives sizes only as int64_t, which would specialize a dynamic
-shape. A Python fake on a C++ op needs `m.set_python_module`, which the stable ABI has from
-torch 2.13 on, so with an older `min_torch` every op's fake must be C++ (checked at `check`).
+the fake tensor), or is the schema's own (every return a mutated argument, or none: in-place
+and out= ops return the argument, `-> ()` ops nothing). These call back into torch's
+dispatcher, so FakeTensor keeps symbolic sizes symbolic. The rule's `check(...)`s come first,
+when their conditions are fixed at trace time without reading a size: dtypes (`scalar_type()`),
+`t.dim()`, `len(list)`, `bool`/`int`/`str`/`ScalarType` arguments and literals; each throws
+the `std::runtime_error` STD_TORCH_CHECK throws, with the message the full ABI's TORCH_CHECK and
+a Python fake's torch._check give. Rules that compute sizes (`empty`, `broadcast`, arithmetic
+on sizes) or check them stay Python fakes: the stable Tensor gives sizes only as int64_t, which
+would specialize a dynamic shape; so do device checks (FakeTensor shows every tensor on `meta`
+while a Meta kernel runs). A Python fake on a C++ op needs `m.set_python_module`, which the
+stable ABI has from torch 2.13 on, so with an older `min_torch` every op's fake must be C++
+(checked at `check`, naming the check that keeps a rule in Python).
 """
 
 from __future__ import annotations
