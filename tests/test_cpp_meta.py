@@ -120,8 +120,8 @@ CHECK = textwrap.dedent("""
             fkwargs = {k: fake(v) for k, v in kwargs.items()}
             with mode:
                 out = case.overload(*fargs, **fkwargs)
-            reals = real if isinstance(real, tuple) else (real,)
-            outs = out if isinstance(out, tuple) else (out,)
+            reals = real if isinstance(real, tuple) else (real,) if real is not None else ()
+            outs = out if isinstance(out, tuple) else (out,) if out is not None else ()
             for r, o in zip(reals, outs):
                 assert o.dtype == r.dtype, (case.id, o.dtype, r.dtype)
                 hints = [s.node.hint if isinstance(s, torch.SymInt) else s for s in o.shape]
