@@ -45,7 +45,8 @@ from codegen.api import cpp
 from codegen.dest import cpp_library as L
 from codegen import reserved
 from codegen.diagnostics import Diagnostics
-from codegen.model import BaseTy, BaseType, DispatchKey, Op, OptionalType, strip_optional
+from codegen.model import (BaseTy, BaseType, DispatchKey, Op, OptionalType, is_base,
+                           strip_optional)
 
 # torch dtype names (codegen.shape.DTYPES values) -> c10 ScalarType enumerators.
 SCALAR_TYPES: dict[str, str] = {
@@ -134,6 +135,8 @@ class _Emitter:
         resizes: list[str] = []
         outs: list[str] = []
         if all(isinstance(m, str) for m in mutated):
+            if any(not is_base(r.type, BaseTy.Tensor) for r in returns):
+                raise NoCpp("a mutated return that is not a Tensor")
             # In-place and out= ops return their arguments, `-> ()` nothing; an out= argument
             # with a rule item is resized to that item's shape first, as its kernel does.
             for o in rule.outputs:

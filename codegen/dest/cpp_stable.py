@@ -44,7 +44,8 @@ from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
 from codegen.gen import banner
 from codegen.tags import shape_tag
-from codegen.model import BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType
+from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
+                           is_base)
 
 
 def is_stable(op: Op) -> bool:
@@ -194,6 +195,8 @@ class _MetaEmitter:
                 raise _NoCpp(e.reason, c) from None
         mutated = S.mutated_returns(self.op.schema)
         if all(isinstance(m, str) for m in mutated):
+            if any(not is_base(r.type, BaseTy.Tensor) for r in self.op.schema.returns):
+                raise _NoCpp("a mutated return that is not a Tensor")
             # In-place and out= ops return the argument itself; `-> ()` returns nothing. An out=
             # argument keeps its shape: resizing it needs its new sizes as SymInts, which the
             # stable ABI does not have (aten::resize_as_ would read them as int64_t and
