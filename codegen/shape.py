@@ -87,7 +87,8 @@ Values
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
-  (`reduction == "none"`), or `x is None` / `x is not None` for an optional argument. Sizes are
+  (`reduction == "none"`), between devices (`t.device`, `Device` arguments: fake tensors carry
+  their real device), or `x is None` / `x is not None` for an optional argument. Sizes are
   never compared: that would specialize them.
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
   `[t.size(0) for t in tensors]`, and `sum(sizes)`.
@@ -104,10 +105,12 @@ Preconditions
 arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
 runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
 `<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
-`check(a.shape == b.shape)`, `check(w.dtype == float32)`); a check asserts and never branches, so
-sizes stay symbolic. It becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or
-`TORCH_CHECK` in a C++ Meta kernel, failing with "<ns>::<op>: message" (without a message, the
-condition as written).
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`), and of devices like an `if`
+(`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic. It
+becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or `TORCH_CHECK` in a C++
+Meta kernel (a thrown `std::runtime_error` on the stable ABI), failing with "<ns>::<op>: message"
+(without a message, the condition as written). A device check keeps the rule a Python fake: a
+Meta kernel sees every tensor on `meta`.
 
 What needs no rule
 ------------------
@@ -135,7 +138,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Union
@@ -537,6 +540,7 @@ class Check:
     cond: Expr
     message: str                    # the op's name, then the rule's message or the condition
     after: int
+    text: str = field(default="", compare=False)    # the condition as written
 
 
 @dataclass(frozen=True)
@@ -1125,10 +1129,10 @@ class _Checker:
 
     # -- conditions
 
-    def condition(self, node: _Syn) -> Expr:
+    def condition(self, node: _Syn, in_check: bool = False) -> Expr:
         """A bool that is fixed when the op is traced: never a comparison of sizes."""
         if isinstance(node, _Not):
-            return Not(self.condition(node.operand))
+            return Not(self.condition(node.operand, in_check))
         if isinstance(node, _Compare):
             left = self.expr(node.left)
             right = self.expr(node.right)
@@ -1144,11 +1148,20 @@ class _Checker:
                                  "may do: an 'if' on sizes would specialize them",
                                  f"state a precondition with {_CHECK_USAGE}")
             for side, e in ((node.left, left), (node.right, right)):
-                if not self.static(e):
-                    hint = ("comparing sizes would specialize them under dynamic shapes"
+                # A device is fixed when the op is traced: fake tensors carry their real device.
+                if not (self.static(e) or e.ty == Ty(T.DEVICE)):
+                    if in_check:
+                        raise self.error(side.span, f"'{node.op}' in check() compares sizes, "
+                                         "shapes, dtypes, devices, and str, bool and int "
+                                         f"arguments with literals, got {describe(e)}")
+                    hint = ("sizes and shapes compare only in check(...): an 'if' on them "
+                            "would specialize them under dynamic shapes"
                             if e.ty.base in (T.INT, T.INT_LIST) else None)
-                    raise self.error(side.span, f"'{node.op}' compares str, bool, dtype and int "
-                                     f"arguments with literals, got {describe(e)}", hint)
+                    if e.ty == Ty(T.DEVICE, True):
+                        hint = "an optional device may be None; compare devices that are given"
+                    raise self.error(side.span, f"'{node.op}' in an 'if' compares str, bool, "
+                                     "int and dtype arguments with literals, and devices with "
+                                     f"devices, got {describe(e)}", hint)
             if left.ty.base is not right.ty.base:
                 raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
                                  f"{describe(right)}: they are never equal")
@@ -1189,7 +1202,7 @@ class _Checker:
                 raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
                                  f"{describe(right)}: check() compares sizes with sizes, shapes "
                                  "with shapes and dtypes with dtypes")
-        return self.condition(node)
+        return self.condition(node, in_check=True)
 
     def statement(self, node: _Syn, after: int) -> Check:
         """A `check(condition, "message")` statement before the outputs."""
@@ -1209,7 +1222,7 @@ class _Checker:
             if not (isinstance(m, _Lit) and m.kind == "string"):
                 raise self.error(m.span, "the message of check() is a string literal")
             message = self.literal(m).value     # type: ignore[union-attr]
-        return Check(cond, f"{self.schema.name}: {message}", after)
+        return Check(cond, f"{self.schema.name}: {message}", after, text)
 
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
@@ -1571,9 +1584,10 @@ class _Checker:
             outs = [r for r in returns if isinstance(r, str)
                     and self.schema.argument(r).kwarg_only]  # type: ignore[union-attr]
             if not outs or len(outs) != len(returns):
-                self.error(syn.body.span, "this op returns only the arguments it mutates in "
-                           "place, so its fake kernel follows from the schema",
-                           "remove the `fake:` key")
+                what = ("returns nothing" if not returns else
+                        "returns only the arguments it mutates in place")
+                self.error(syn.body.span, f"this op {what}, so its fake kernel follows from the "
+                           "schema", "remove the `fake:` key")
                 return None
             # An out= op: the rule gives the shape each out argument is resized to.
             if len(items) != len(outs):

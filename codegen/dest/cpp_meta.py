@@ -15,16 +15,20 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
 - dtypes from literals, `ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)`
   (`c10::promoteTypes`);
+- no rule at all for an op that returns nothing or only the arguments it mutates (in-place,
+  out=): its Meta kernel returns them, an out= argument resized first to its rule item's shape;
 - `check(...)` preconditions: `TORCH_SYM_CHECK` on comparisons of sizes and shapes (asserted,
   never specialized), `TORCH_CHECK` on conditions fixed at trace time.
 Everything else keeps its Python fake kernel, exactly as before:
 - `dynamic()` sizes (they need `torch.library.get_ctx()`), Python functions (`fake: pkg.mod:fn`);
+- device comparisons (`check(a.device == b.device)`): while a Meta kernel runs, FakeTensor shows
+  every tensor on `meta`, so only a Python fake sees the devices it compares;
 - `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
   `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
 - `//` and `%` (Python floors, c10::SymInt's concrete path truncates), list comprehensions,
   slices with a step, `Tensor[]` returns,
-  `sum`, bindings, `tensors[i]`, int returns, mutated-argument returns (in-place, out=), ops with
-  a Meta or CompositeImplicitAutograd kernel of their own.
+  `sum`, bindings, `tensors[i]`, int returns, a mix of new and mutated-argument returns, ops
+  with a Meta or CompositeImplicitAutograd kernel of their own.
 
 Sizes are `c10::SymInt` throughout (`sym_sizes()`, `sym_size(d)`, `at::empty_symint`,
 `at::infer_size_symint`), so a Meta kernel never specializes a dynamic shape; dtypes follow
@@ -42,7 +46,8 @@ from codegen.api import cpp
 from codegen import layout as L
 from codegen import reserved
 from codegen.diagnostics import Diagnostics
-from codegen.model import BaseTy, BaseType, DispatchKey, Op, OptionalType, strip_optional
+from codegen.model import (BaseTy, BaseType, DispatchKey, Op, OptionalType, is_base,
+                           strip_optional)
 
 # torch dtype names (codegen.shape.DTYPES values) -> c10 ScalarType enumerators.
 SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENSOR_DTYPES}
@@ -82,10 +87,12 @@ def translate(op: Op) -> tuple[MetaKernel | None, frozenset[str]]:
 
 
 def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
-    rule = op.fake
     if op.abi is not None:
         return None, set()      # stable ABI: codegen.dest.cpp_stable.translate_meta
-    if not isinstance(rule, S.FakeRule) or _has_own_fake(op):
+    # An op returning nothing or only what it mutates has its fake from the schema.
+    rule = op.fake if isinstance(op.fake, S.FakeRule) else (
+        S.schema_fake(op.schema) if op.fake is None else None)
+    if rule is None or _has_own_fake(op):
         return None, set()
     sig = L.cached_signature(op.schema)
     if isinstance(sig, cpp.Unsupported):
@@ -108,27 +115,46 @@ class _Emitter:
         if rule.bindings or rule.uses_dynamic:
             raise NoCpp("bindings and dynamic sizes")
         returns = self.op.schema.returns
-        if not returns or len(rule.outputs) != len(returns):
-            raise NoCpp("returns")
-        for r in returns:
-            if r.type != BaseType(BaseTy.Tensor) or r.annotation is not None:
-                raise NoCpp("a return that is not a new Tensor")
+        mutated = S.mutated_returns(self.op.schema)
         checks = [self.check(c) for c in rule.checks]
-        outs = []
-        for o in rule.outputs:
-            if isinstance(o, S.ReturnArg):
-                raise NoCpp("mutated-argument return")
-            outs.append(self.tensor(o))
-        if len(outs) == 1:
-            body = (*checks, f"return {outs[0]};")
+        resizes: list[str] = []
+        outs: list[str] = []
+        if all(isinstance(m, str) for m in mutated):
+            if any(not is_base(r.type, BaseTy.Tensor) for r in returns):
+                raise NoCpp("a mutated return that is not a Tensor")
+            # In-place and out= ops return their arguments, `-> ()` nothing; an out= argument
+            # with a rule item is resized to that item's shape first, as its kernel does.
+            for o in rule.outputs:
+                assert isinstance(o, S.ReturnArg)
+                name = self.arg(S.Arg(o.name, S.TENSOR))[0]
+                if o.resize is not None:
+                    shape = f"{self.tensor(o.resize)}.sym_sizes()"
+                    resizes.append(f"{name}.resize__symint({shape});")
+            outs = [self.arg(S.Arg(m, S.TENSOR))[0] for m in mutated]  # type: ignore[arg-type]
+        else:
+            if len(rule.outputs) != len(returns):
+                raise NoCpp("returns")
+            for r in returns:
+                if r.type != BaseType(BaseTy.Tensor) or r.annotation is not None:
+                    raise NoCpp("a return that is not a new Tensor")
+            for o in rule.outputs:
+                if isinstance(o, S.ReturnArg):
+                    raise NoCpp("mutated-argument return")
+                outs.append(self.tensor(o))
+        if not outs:
+            body = (*checks, *resizes)
+        elif len(outs) == 1:
+            body = (*checks, *resizes, f"return {outs[0]};")
+        elif resizes or any(isinstance(m, str) for m in mutated):
+            body = (*checks, *resizes, f"return std::tie({', '.join(outs)});")
         else:
             body = (*checks, f"return {{{', '.join(outs)}}};")
         params = ", ".join(f"{b.type.cpp()} {b.name}" if b.argument.name in self.used
                            else f"{b.type.cpp()} /*{b.name}*/" for b in self.sig.arguments)
         fn = "meta_" + L.impl_name(self.op).replace(".", "_")
         decl = f"{self.sig.returns.cpp()} {fn}({params})"
-        return MetaKernel(L.impl_name(self.op), str(self.op.schema), rule.text, fn, decl,
-                          body), self.helpers
+        return MetaKernel(L.impl_name(self.op), str(self.op.schema), rule.text or "(schema)",
+                          fn, decl, body), self.helpers
 
     # -- values
 
@@ -268,6 +294,8 @@ class _Emitter:
             case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
                            right=S.NoneLit()):
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.arg(a)[0]}.has_value()"
+            case S.Compare(left=a) if a.ty.base is S.T.DEVICE:
+                raise NoCpp("a device comparison")
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
                     if a.ty.base is S.T.DTYPE and b.ty.base is S.T.DTYPE:
                 return f"({self.dtype(a)} {op.value} {self.dtype(b)})"

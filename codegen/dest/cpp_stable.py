@@ -14,16 +14,23 @@ codegen/abi.py), in the same files as the full API's (Note [Shards] in codegen/l
 Note [Stable Meta kernels]
 A fake rule becomes a C++ Meta kernel when it is made of `like(t, dtype=)` (an `empty_like` of
 the contiguous `t`, then `to(dtype)`), `reduce(t, dims, keepdim, dtype=)` (torch::stable::sum on
-the fake tensor), or is the schema's own (every return a mutated argument: in-place and out=
-ops return the argument). These call back into torch's dispatcher, so FakeTensor keeps symbolic
-sizes symbolic. Rules that compute sizes (`empty`, `broadcast`, arithmetic on sizes) stay
-Python fakes: the stable Tensor gives sizes only as int64_t, which would specialize a dynamic
-shape. A Python fake on a C++ op needs `m.set_python_module`, which the stable ABI has from
-torch 2.13 on, so with an older `min_torch` every op's fake must be C++ (checked at `check`).
+the fake tensor), or is the schema's own (every return a mutated argument, or none: in-place
+and out= ops return the argument, `-> ()` ops nothing). These call back into torch's
+dispatcher, so FakeTensor keeps symbolic sizes symbolic. The rule's `check(...)`s come first,
+when their conditions are fixed at trace time without reading a size: dtypes (`scalar_type()`),
+`t.dim()`, `len(list)`, `bool`/`int`/`str`/`ScalarType` arguments and literals; each throws
+the `std::runtime_error` STD_TORCH_CHECK throws, with the message the full ABI's TORCH_CHECK and
+a Python fake's torch._check give. Rules that compute sizes (`empty`, `broadcast`, arithmetic
+on sizes) or check them stay Python fakes: the stable Tensor gives sizes only as int64_t, which
+would specialize a dynamic shape; so do device checks (FakeTensor shows every tensor on `meta`
+while a Meta kernel runs). A Python fake on a C++ op needs `m.set_python_module`, which the
+stable ABI has from torch 2.13 on, so with an older `min_torch` every op's fake must be C++
+(checked at `check`, naming the check that keeps a rule in Python).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from codegen import abi as abi_mod
@@ -37,7 +44,8 @@ from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, render
 from codegen.tags import shape_tag
-from codegen.model import BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType
+from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
+                           is_base)
 
 
 def is_stable(op: Op) -> bool:
@@ -97,11 +105,19 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
                 and translate_meta(op) is None:
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["set_python_module"])
             loc = getattr(op.fake, "loc", None) or op.loc
-            diags.error(loc, f"the fake kernel of {op.name} stays in Python (only like(), "
-                        "reduce() and in-place/out= fakes become stable C++ Meta kernels), and "
-                        f"torch's stable ABI can name its Python module only from torch {need} "
-                        f"on, but this namespace's min_torch is {a.min_text}",
-                        f'set min_torch: "{need}", or write the rule with like() or reduce()')
+            refused = refused_check(op)
+            if refused is not None:
+                # The check stays: the whole fake stays Python rather than drop it.
+                why = f"its check({refused.check.text}) {refused.reason}"  # type: ignore[union-attr]
+                hint = (f'set min_torch: "{need}", or leave the check to the kernel (remove it '
+                        "from the rule)")
+            else:
+                why = ("only like(), reduce(), in-place, out= and `-> ()` fakes become stable "
+                       "C++ Meta kernels")
+                hint = f'set min_torch: "{need}", or write the rule with like() or reduce()'
+            diags.error(loc, f"the fake kernel of {op.name} stays in Python: {why}; torch's "
+                        f"stable ABI can name a Python module only from torch {need} on, but "
+                        f"this namespace's min_torch is {a.min_text}", hint)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -109,7 +125,13 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
 
 
 class _NoCpp(Exception):
-    pass
+    """The rule needs what a stable Meta kernel cannot do; `check` is the precondition that
+    needs it, when one does (check() names it)."""
+
+    def __init__(self, reason: str = "", check: S.Check | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.check = check
 
 
 @dataclass(frozen=True)
@@ -119,25 +141,37 @@ class StableMeta:
     rule: str
     function: str
     decl: str
-    body: str
+    body: tuple[str, ...]       # lines
+    helpers: frozenset[str] = frozenset()
 
 
 @L.per_object
-def translate_meta(op: Op) -> StableMeta | None:
+def _translate(op: Op) -> StableMeta | _NoCpp:
     keys = {k for k, _ in op.dispatch}
     if not keys or keys & {DispatchKey.Meta, DispatchKey.CompositeImplicitAutograd}:
-        return None
+        return _NoCpp("the op has a kernel that runs on fake tensors")
     sig = cached_signature(op)
     if isinstance(sig, cpp.Unsupported):
-        return None
+        return _NoCpp("the signature")
     rule = op.fake if isinstance(op.fake, S.FakeRule) else (
         S.schema_fake(op.schema) if op.fake is None else None)
     if rule is None:
-        return None
+        return _NoCpp("a Python fake function")
     try:
         return _MetaEmitter(op, sig).kernel(rule)
-    except _NoCpp:
-        return None
+    except _NoCpp as e:
+        return e.with_traceback(None)
+
+
+def translate_meta(op: Op) -> StableMeta | None:
+    k = _translate(op)
+    return None if isinstance(k, _NoCpp) else k
+
+
+def refused_check(op: Op) -> _NoCpp | None:
+    """Why the op's fake stays Python when a check(...) of its rule is the reason."""
+    k = _translate(op)
+    return k if isinstance(k, _NoCpp) and k.check is not None else None
 
 
 class _MetaEmitter:
@@ -146,31 +180,58 @@ class _MetaEmitter:
         self.sig = sig
         self.args = {b.argument.name: b for b in sig.arguments}
         self.used: set[str] = set()
+        self.helpers: set[str] = set()
 
     def kernel(self, rule: S.FakeRule) -> StableMeta:
-        if rule.bindings or rule.uses_dynamic or not self.op.schema.returns:
-            raise _NoCpp()
+        if rule.bindings or rule.uses_dynamic:
+            raise _NoCpp("bindings and dynamic sizes")
+        checks: list[str] = []
+        for c in rule.checks:
+            try:
+                checks += self.check(c)
+            except _NoCpp as e:
+                raise _NoCpp(e.reason, c) from None
         mutated = S.mutated_returns(self.op.schema)
         if all(isinstance(m, str) for m in mutated):
-            # In-place and out=: the fake result is the argument itself.
+            if any(not is_base(r.type, BaseTy.Tensor) for r in self.op.schema.returns):
+                raise _NoCpp("a mutated return that is not a Tensor")
+            # In-place and out= ops return the argument itself; `-> ()` returns nothing. An out=
+            # argument keeps its shape: resizing it needs its new sizes as SymInts, which the
+            # stable ABI does not have (aten::resize_as_ would read them as int64_t and
+            # specialize a dynamic shape).
             outs = [self.name(m) for m in mutated]  # type: ignore[arg-type]
         elif any(isinstance(m, str) for m in mutated) or len(rule.outputs) != len(mutated):
-            raise _NoCpp()
+            raise _NoCpp("new and mutated returns")
         else:
             for r in self.op.schema.returns:
                 if r.type != BaseType(BaseTy.Tensor):
-                    raise _NoCpp()
+                    raise _NoCpp("a return that is not a Tensor")
             outs = [self.tensor(o) for o in rule.outputs]
-        body = f"return {outs[0]};" if len(outs) == 1 else f"return {{{', '.join(outs)}}};"
+        if not outs:
+            ret: tuple[str, ...] = ()
+        elif len(outs) == 1:
+            ret = (f"return {outs[0]};",)
+        else:
+            ret = (f"return {{{', '.join(outs)}}};",)
         params = ", ".join(f"{b.type.cpp()} {b.name}" if b.argument.name in self.used
                            else f"{b.type.cpp()} /*{b.name}*/" for b in self.sig.arguments)
         fn = reserved.cpp_identifier("meta_" + L.impl_name(self.op).replace(".", "_"))
-        return StableMeta(L.impl_name(self.op), str(self.op.schema), rule.text or "(schema)", fn,
-                          f"{self.sig.returns.cpp()} {fn}({params})", body)
+        return StableMeta(L.impl_name(self.op), str(self.op.schema),
+                          rule.text or "(schema)", fn,
+                          f"{self.sig.returns.cpp()} {fn}({params})", (*checks, *ret),
+                          frozenset(self.helpers))
 
     def name(self, arg: str) -> str:
         self.used.add(arg)
         return self.args[arg].name
+
+    def check(self, c: S.Check) -> list[str]:
+        """`check(cond, msg)`: thrown as the std::runtime_error STD_TORCH_CHECK throws, without
+        the function, file and line STD_TORCH_CHECK puts before the message, so the error reads
+        as on the full ABI (TORCH_CHECK) and in a Python fake (torch._check)."""
+        return [f"if (!({self.cond(c.cond)})) {{",
+                f"  throw std::runtime_error({cpp.string_literal(c.message)});",
+                "}"]
 
     def tensor(self, e: S.Expr) -> str:
         match e:
@@ -182,7 +243,7 @@ class _MetaEmitter:
                 x = self.name(t.name)
                 dtype = f"{x}.scalar_type()" if dt is None else self.dtype(dt)
                 return f"torch::stable::sum({x}, {self.dims(dims)}, {self.cond(k)}, {dtype})"
-        raise _NoCpp()
+        raise _NoCpp(f"an output {type(e).__name__}")
 
     def dtype(self, e: S.Expr) -> str:
         match e:
@@ -193,7 +254,9 @@ class _MetaEmitter:
                 return f"torch::headeronly::ScalarType::{SCALAR_TYPES[n]}"
             case S.Arg(name=n) if strip(self.args[n].argument.type) == BaseType(BaseTy.ScalarType):
                 return self.name(n)
-        raise _NoCpp()
+            case S.TensorProp(tensor=S.Arg() as t, prop=S.Prop.dtype) if t.ty == S.TENSOR:
+                return f"{self.name(t.name)}.scalar_type()"
+        raise _NoCpp(f"a dtype {type(e).__name__}")
 
     def dims(self, e: S.Expr) -> str:
         match e:
@@ -209,15 +272,70 @@ class _MetaEmitter:
                     return f"std::vector<int64_t>{{{self.name(n)}}}"
                 if isinstance(strip(t), ListType) and strip(t).elem == BaseType(BaseTy.int):
                     return self.name(n)
-        raise _NoCpp()
+        raise _NoCpp(f"dims {type(e).__name__}")
 
     def cond(self, e: S.Expr) -> str:
+        """A bool fixed when the op is traced (the conditions of `if` and check())."""
         match e:
             case S.BoolLit(value=v):
                 return "true" if v else "false"
             case S.Arg(name=n) if self.args[n].argument.type == BaseType(BaseTy.bool):
                 return self.name(n)
-        raise _NoCpp()
+            case S.Not(operand=o):
+                return f"!({self.cond(o)})"
+            case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
+                           right=S.NoneLit()):
+                return ("!" if op is S.CompareOp.is_ else "") + f"{self.name(a.name)}.has_value()"
+            case S.Compare(left=a) if a.ty.base is S.T.DEVICE:
+                # FakeTensor shows every tensor on `meta` while a Meta kernel runs.
+                raise _NoCpp("compares devices, which a Meta kernel sees only as `meta`")
+            case S.Compare(left=a, right=b) if S.T.INT_LIST in (a.ty.base, b.ty.base):
+                raise _NoCpp(_SIZES)
+            case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
+                    if a.ty.base is S.T.DTYPE:
+                return f"{self.dtype(a)} {op.value} {self.dtype(b)}"
+            case S.Compare(op=op, left=a, right=b) if a.ty.base is S.T.INT:
+                return f"{self.static(a)} {op.value} {self.static(b)}"
+            case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b):
+                return f"{self.value(a)} {op.value} {self.value(b)}"
+        raise _NoCpp(f"a condition {type(e).__name__}")
+
+    def value(self, e: S.Expr) -> str:
+        """A side of `==` between str or bool arguments and literals."""
+        match e:
+            case S.StrLit(value=v):
+                return cpp.string_literal(v)
+            case S.BoolLit(value=v):
+                return "true" if v else "false"
+            case S.Arg(name=n) if strip(self.args[n].argument.type) in (
+                    BaseType(BaseTy.str), BaseType(BaseTy.bool)):
+                return self.name(n)
+        raise _NoCpp(f"a compared value {type(e).__name__}")
+
+    def static(self, e: S.Expr) -> str:
+        """An int64_t fixed when the op is traced: literals, int arguments, `t.dim()`,
+        `len(...)` and arithmetic on them. Sizes are not: the stable ABI reads them as int64_t,
+        which would specialize a dynamic shape."""
+        match e:
+            case S.IntLit(value=v):
+                return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
+            case S.Arg(name=n) if self.args[n].argument.type == BaseType(BaseTy.int):
+                return self.name(n)
+            case S.TensorProp(tensor=S.Arg() as t, prop=S.Prop.ndim) if t.ty == S.TENSOR:
+                return f"{self.name(t.name)}.dim()"
+            case S.Len(seq=S.Arg() as a) if not a.ty.optional:
+                return f"static_cast<int64_t>({self.name(a.name)}.size())"
+            case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
+                return f"({self.static(a)} {op.value} {self.static(b)})"
+            case S.Neg(operand=o):
+                return f"(-{self.static(o)})"
+            case S.TensorSize() | S.TensorProp(prop=S.Prop.numel | S.Prop.shape) | S.Item():
+                raise _NoCpp(_SIZES)
+        raise _NoCpp(f"an int {type(e).__name__}")
+
+
+_SIZES = ("compares sizes, which a stable Meta kernel can read only as int64_t, specializing "
+          "dynamic shapes")
 
 
 def strip(t):
@@ -256,8 +374,8 @@ def meta_kernels(shard: L.Shard) -> list[StableMeta]:
             fn, n = f"{k.function}_{n}", n + 1
         used.add(fn)
         if fn != k.function:
-            k = StableMeta(k.op, k.schema, k.rule, fn,
-                           k.decl.replace(f" {k.function}(", f" {fn}(", 1), k.body)
+            k = dataclasses.replace(k, function=fn,
+                                    decl=k.decl.replace(f" {k.function}(", f" {fn}(", 1))
         out.append(k)
     return out
 
@@ -298,6 +416,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                 python_module=L.python_module(ns) if a.has("set_python_module") else None,
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),
-                meta=meta_kernels(shard),
+                meta=(meta := meta_kernels(shard)),
+                meta_throws=any("throw " in line for k in meta for line in k.body),
             )
     return out

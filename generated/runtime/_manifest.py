@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "392104f8d5c8f0eb",
+        "schema_hash": "cdd35093583fb5a7",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,

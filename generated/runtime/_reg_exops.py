@@ -423,7 +423,8 @@ def _soft_shrink__fake(self, lambd=0.5):
 
 
 _lib.impl("soft_shrink_", _soft_shrink__functionalize, "Functionalize")
-torch.library.register_fake("exops::soft_shrink_", _soft_shrink__fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink_", "Meta"):
+    torch.library.register_fake("exops::soft_shrink_", _soft_shrink__fake, lib=_lib)
 
 
 # exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
@@ -446,7 +447,8 @@ def _soft_shrink_out_fake(self, lambd=0.5, *, out):
 
 
 _lib.impl("soft_shrink.out", _soft_shrink_out_functionalize, "Functionalize")
-torch.library.register_fake("exops::soft_shrink.out", _soft_shrink_out_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink.out", "Meta"):
+    torch.library.register_fake("exops::soft_shrink.out", _soft_shrink_out_fake, lib=_lib)
 
 
 # exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)

@@ -193,6 +193,19 @@ at::Tensor meta_soft_shrink(const at::Tensor& self, double /*lambd*/) {
   return meta_like(self, std::nullopt);
 }
 
+// exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
+// fake: (schema)
+at::Tensor& meta_soft_shrink_(at::Tensor& self, double /*lambd*/) {
+  return self;
+}
+
+// exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+// fake: like(self)
+at::Tensor& meta_soft_shrink_out(const at::Tensor& self, double /*lambd*/, at::Tensor& out) {
+  out.resize__symint(meta_like(self, std::nullopt).sym_sizes());
+  return out;
+}
+
 // exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
 // fake: (reduce(self, dim, keepdim), reduce(self, dim, keepdim))
 std::tuple<at::Tensor, at::Tensor> meta_moments(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, int64_t /*correction*/) {
@@ -223,6 +236,8 @@ TORCH_LIBRARY_IMPL(exops, Meta, m) {
   m.impl("scaled_add", TORCH_FN(opgen::meta_scaled_add));
   m.impl("weighted_mse", TORCH_FN(opgen::meta_weighted_mse));
   m.impl("soft_shrink", TORCH_FN(opgen::meta_soft_shrink));
+  m.impl("soft_shrink_", TORCH_FN(opgen::meta_soft_shrink_));
+  m.impl("soft_shrink.out", TORCH_FN(opgen::meta_soft_shrink_out));
   m.impl("moments", TORCH_FN(opgen::meta_moments));
   m.impl("weighted_sum", TORCH_FN(opgen::meta_weighted_sum));
   m.impl("smooth_clamp", TORCH_FN(opgen::meta_smooth_clamp));

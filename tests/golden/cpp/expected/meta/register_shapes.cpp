@@ -220,10 +220,28 @@ at::Tensor meta_maybe_cast(const at::Tensor& self, std::optional<at::ScalarType>
   return meta_like(self, dtype.value_or(at::ScalarType::Double));
 }
 
+// shapetest::normalize_(Tensor(a!) self) -> Tensor(a!)
+// fake: (schema)
+at::Tensor& meta_normalize_(at::Tensor& self) {
+  return self;
+}
+
 // shapetest::normalize(Tensor self) -> Tensor
 // fake: like(self)
 at::Tensor meta_normalize(const at::Tensor& self) {
   return meta_like(self, std::nullopt);
+}
+
+// shapetest::normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)
+// fake: like(self)
+at::Tensor& meta_normalize_out(const at::Tensor& self, at::Tensor& out) {
+  out.resize__symint(meta_like(self, std::nullopt).sym_sizes());
+  return out;
+}
+
+// shapetest::accumulate(Tensor(a!) acc, Tensor x) -> ()
+// fake: (schema)
+void meta_accumulate(at::Tensor& /*acc*/, const at::Tensor& /*x*/) {
 }
 
 // shapetest::matched_add(Tensor self, Tensor other) -> Tensor
@@ -248,6 +266,9 @@ TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
   m.impl("astype", TORCH_FN(opgen::meta_astype));
   m.impl("loss", TORCH_FN(opgen::meta_loss));
   m.impl("maybe_cast", TORCH_FN(opgen::meta_maybe_cast));
+  m.impl("normalize_", TORCH_FN(opgen::meta_normalize_));
   m.impl("normalize", TORCH_FN(opgen::meta_normalize));
+  m.impl("normalize.out", TORCH_FN(opgen::meta_normalize_out));
+  m.impl("accumulate", TORCH_FN(opgen::meta_accumulate));
   m.impl("matched_add", TORCH_FN(opgen::meta_matched_add));
 }

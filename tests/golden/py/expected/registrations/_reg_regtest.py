@@ -254,7 +254,8 @@ def _clip__fake(self, bound):
 
 _lib.impl("clip_", clip_, "CPU")
 _lib.impl("clip_", _clip__functionalize, "Functionalize")
-torch.library.register_fake("regtest::clip_", _clip__fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip_", "Meta"):
+    torch.library.register_fake("regtest::clip_", _clip__fake, lib=_lib)
 
 
 # regtest::clip.out(Tensor x, float bound, *, Tensor(a!) out) -> Tensor(a!)
@@ -278,7 +279,8 @@ def _clip_out_fake(x, bound, *, out):
 
 _lib.impl("clip.out", clip_out, "CPU")
 _lib.impl("clip.out", _clip_out_functionalize, "Functionalize")
-torch.library.register_fake("regtest::clip.out", _clip_out_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip.out", "Meta"):
+    torch.library.register_fake("regtest::clip.out", _clip_out_fake, lib=_lib)
 
 
 # regtest::accumulate(Tensor(a!) acc, Tensor x) -> ()
@@ -290,7 +292,8 @@ def _accumulate_fake(acc, x):
 
 
 _lib.impl("accumulate", accumulate, "CPU")
-torch.library.register_fake("regtest::accumulate", _accumulate_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::accumulate", "Meta"):
+    torch.library.register_fake("regtest::accumulate", _accumulate_fake, lib=_lib)
 
 
 # regtest::split_by_sizes(Tensor x, SymInt[] sizes) -> Tensor[]

@@ -444,7 +444,8 @@ def _normalize__fake(self):
 
 _lib.impl("normalize_", normalize_, "CPU")
 _lib.impl("normalize_", _normalize__functionalize, "Functionalize")
-torch.library.register_fake("shapetest::normalize_", _normalize__fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize_", "Meta"):
+    torch.library.register_fake("shapetest::normalize_", _normalize__fake, lib=_lib)
 
 
 # shapetest::normalize(Tensor self) -> Tensor
@@ -481,7 +482,8 @@ def _normalize_out_fake(self, *, out):
 
 _lib.impl("normalize.out", normalize_out, "CPU")
 _lib.impl("normalize.out", _normalize_out_functionalize, "Functionalize")
-torch.library.register_fake("shapetest::normalize.out", _normalize_out_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize.out", "Meta"):
+    torch.library.register_fake("shapetest::normalize.out", _normalize_out_fake, lib=_lib)
 
 
 # shapetest::accumulate(Tensor(a!) acc, Tensor x) -> ()
@@ -493,7 +495,8 @@ def _accumulate_fake(acc, x):
 
 
 _lib.impl("accumulate", accumulate, "CPU")
-torch.library.register_fake("shapetest::accumulate", _accumulate_fake, lib=_lib)
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::accumulate", "Meta"):
+    torch.library.register_fake("shapetest::accumulate", _accumulate_fake, lib=_lib)
 
 
 # shapetest::matched_add(Tensor self, Tensor other) -> Tensor

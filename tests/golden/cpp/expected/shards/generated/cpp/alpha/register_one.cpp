@@ -70,9 +70,16 @@ at::Tensor meta_broadcast(std::initializer_list<at::TensorList> groups,
 at::Tensor meta_add(const at::Tensor& self, const at::Tensor& other) {
   return meta_broadcast({at::TensorList(self), at::TensorList(other)}, {}, std::nullopt);
 }
+
+// alpha::scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)
+// fake: (schema)
+at::Tensor& meta_scale_out(const at::Tensor& /*self*/, double /*factor*/, at::Tensor& out) {
+  return out;
+}
 }  // namespace
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, Meta, m) {
   m.impl("add", TORCH_FN(opgen::meta_add));
+  m.impl("scale.out", TORCH_FN(opgen::meta_scale_out));
 }

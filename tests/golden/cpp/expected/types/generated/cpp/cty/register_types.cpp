@@ -3,6 +3,15 @@
 // Registers the ops of tests/golden/cpp/inputs/types.yaml in namespace cty.
 
 #include <torch/library.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/WrapDimMinimal.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 #include <cty/types.h>
 
@@ -168,4 +177,52 @@ constexpr at::Tensor (*defaults_CompositeExplicitAutograd)(const at::Tensor&, in
 
 TORCH_LIBRARY_IMPL(cty, CompositeExplicitAutograd, m) {
   m.impl("defaults", TORCH_FN(opgen::defaults_CompositeExplicitAutograd));
+}
+
+// Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
+// Sizes stay c10::SymInt so dynamic shapes are never specialized.
+namespace opgen {
+namespace {
+
+// cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
+// fake: (schema)
+std::tuple<at::Tensor&, at::Tensor&> meta_split_out(const at::Tensor& /*self*/, at::Tensor& lo, at::Tensor& hi) {
+  return std::tie(lo, hi);
+}
+
+// cty::zero_all_(Tensor(a!)[] self) -> ()
+// fake: (schema)
+void meta_zero_all_(at::TensorList /*self*/) {
+}
+
+// cty::scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)
+// fake: (schema)
+at::Tensor& meta_scale_into(const at::Tensor& /*a*/, at::Tensor& out) {
+  return out;
+}
+
+// cty::myadd_out(Tensor a, Tensor b, Tensor(a!) out) -> ()
+// fake: (schema)
+void meta_myadd_out(const at::Tensor& /*a*/, const at::Tensor& /*b*/, at::Tensor& /*out*/) {
+}
+
+// cty::bang(Tensor a, Tensor! b, Tensor!? c, Tensor![] d, Tensor[] e, Tensor? f=None) -> ()
+// fake: (schema)
+void meta_bang(const at::Tensor& /*a*/, at::Tensor& /*b*/, const std::optional<at::Tensor>& /*c*/, at::TensorList /*d*/, at::TensorList /*e*/, const std::optional<at::Tensor>& /*f*/) {
+}
+
+// cty::bang_int(Tensor! out, int!? n) -> ()
+// fake: (schema)
+void meta_bang_int(at::Tensor& /*out*/, std::optional<int64_t> /*n*/) {
+}
+}  // namespace
+}  // namespace opgen
+
+TORCH_LIBRARY_IMPL(cty, Meta, m) {
+  m.impl("split.out", TORCH_FN(opgen::meta_split_out));
+  m.impl("zero_all_", TORCH_FN(opgen::meta_zero_all_));
+  m.impl("scale_into", TORCH_FN(opgen::meta_scale_into));
+  m.impl("myadd_out", TORCH_FN(opgen::meta_myadd_out));
+  m.impl("bang", TORCH_FN(opgen::meta_bang));
+  m.impl("bang_int", TORCH_FN(opgen::meta_bang_int));
 }
