@@ -108,6 +108,10 @@ def generators() -> list[tuple[str, Generator]]:
                                      template_environment=template_environment)),
         ("py-stubs", py_stubs.generate_stubs),
     ]
+    from codegen.dest import cpp_autograd
+
+    gens.append(("cpp-autograd", functools.partial(
+        cpp_autograd.generate, banner=banner, template_environment=template_environment)))
     return gens
 
 
@@ -130,6 +134,9 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
     from codegen.dest import cpp_stable
 
     cpp_stable.check(lib, diags)
+    from codegen.dest import cpp_autograd
+
+    cpp_autograd.check(lib, diags)
 
 
 @dataclass(frozen=True)

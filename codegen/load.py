@@ -65,7 +65,9 @@ MAX_ERRORS_PER_FILE = 50
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
            "autocast", "vmap", "suppress")
-FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch", "autograd")
+# `autograd:` values: where the Autograd kernels of a file's ops live (codegen.dest.cpp_autograd).
+AUTOGRAD_KINDS = ("cpp", "python")
 CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
@@ -567,6 +569,7 @@ class _FileLoader:
             return OpFile(self.path, None, ())
         suppress: frozenset[str] = frozenset()
         conventions: str | None = None
+        autograd: str | None = None
         if type(root) is _Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -582,6 +585,8 @@ class _FileLoader:
             if "conventions" in top:
                 conventions = self.conventions_key(top["conventions"][1])
             abi = self.abi(root, top)
+            if "autograd" in top:
+                autograd = self.autograd_key(top["autograd"][1])
         elif type(root) is not _Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
@@ -592,7 +597,7 @@ class _FileLoader:
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc,
-                      suppress, conventions, warnings, abi=abi)
+                      suppress, conventions, warnings, abi=abi, autograd=autograd)
 
     def abi(self, root: _Node, top: dict) -> Abi | None:
         """The file's `abi:` and `min_torch:` (Note [ABI choice] in codegen/abi.py)."""
@@ -674,6 +679,16 @@ class _FileLoader:
             else:
                 out.add(name)
         return frozenset(out)
+
+    def autograd_key(self, node: _Node) -> str | None:
+        value = self.string(node, "'autograd'")
+        if value is not None and value not in AUTOGRAD_KINDS:
+            self.error(node, f"unknown autograd kind '{_short(value)}'; 'autograd' is one of: "
+                       + ", ".join(AUTOGRAD_KINDS),
+                       "'cpp' (the default) generates C++ Autograd kernels where the formulas "
+                       "allow, 'python' keeps them in the Python registration module")
+            return None
+        return value
 
     def conventions_key(self, node: _Node) -> str | None:
         value = self.string(node, "'conventions'")
