@@ -74,7 +74,7 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     "sum": ((), ("s",)), "mean": ((), ("s",)),
     "t": ((),), "contiguous": ((),), "clone": ((),), "detach": ((),),
     "unsqueeze": (("n",),), "squeeze": ((), ("n",)), "transpose": (("n", "n"),),
-    "index_select": (("n", "T"),), "clamp": (("n", "n"),),
+    "index_select": (("n", "T"),), "index_add": (("n", "T", "T"),), "clamp": (("n", "n"),),
     "expand": (("s",),), "reshape": (("s",),), "view": (("s",),), "sum_to_size": (("s",),),
     "to": (("dtype",),),
 }
@@ -173,7 +173,10 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
     try:
         return _Builder(lib, op, d, sig).build()
     except NotCpp as e:
-        return str(e)
+        why = str(e)
+        if why.startswith(("its ", "a return", "argument", "a formula")):
+            return why
+        return f"its formulas use {why}, which the C++ translation does not carry"
 
 
 def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
@@ -337,13 +340,13 @@ class _Builder:
         body = ["std::lock_guard<std::mutex> lock(mutex_);"]
         # Undefined output gradients are zeros, as autograd.Function materializes them.
         body.append("for (size_t i = 0; i < grads.size(); ++i) {")
-        body.append("  if (!grads[i].defined()) {")
+        body.append("  if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {")
         body.append("    grads[i] = input_metadata(i).zeros_like();")
         body.append("  }")
         body.append("}")
         for i, g in enumerate(grad_names):
             if i in diff:
-                body.append(f"const at::Tensor& {g} = grads[{diff.index(i)}];")
+                body.append(f"[[maybe_unused]] const at::Tensor& {g} = grads[{diff.index(i)}];")
         self.grad_locals = {i: g for i, g in enumerate(grad_names) if i in diff}
         self.result_locals = result_locals
         body += prologue

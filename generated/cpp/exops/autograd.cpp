@@ -78,11 +78,11 @@ struct ScaledAddBackward final : public torch::autograd::TraceableFunction {
 torch::autograd::variable_list ScaledAddBackward::apply(torch::autograd::variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
       grads[i] = input_metadata(i).zeros_like();
     }
   }
-  const at::Tensor& grad = grads[0];
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
   const auto& alpha = alpha_value_;
   torch::autograd::variable_list grad_inputs(2);
   if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
@@ -133,11 +133,11 @@ struct SoftShrinkBackward final : public torch::autograd::TraceableFunction {
 torch::autograd::variable_list SoftShrinkBackward::apply(torch::autograd::variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
       grads[i] = input_metadata(i).zeros_like();
     }
   }
-  const at::Tensor& grad = grads[0];
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
   auto self = self_saved_.unpack();
   const auto& lambd = lambd_value_;
   torch::autograd::variable_list grad_inputs(1);
@@ -188,11 +188,11 @@ struct WeightedSumBackward final : public torch::autograd::TraceableFunction {
 torch::autograd::variable_list WeightedSumBackward::apply(torch::autograd::variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
       grads[i] = input_metadata(i).zeros_like();
     }
   }
-  const at::Tensor& grad = grads[0];
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
   auto tensors = opgen_unpack_list(tensors_saved_);
   const auto& weights = weights_value_;
   torch::autograd::variable_list grad_inputs(tensors_count_);
@@ -256,11 +256,11 @@ struct SmoothClampBackward final : public torch::autograd::TraceableFunction {
 torch::autograd::variable_list SmoothClampBackward::apply(torch::autograd::variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
       grads[i] = input_metadata(i).zeros_like();
     }
   }
-  const at::Tensor& grad = grads[0];
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
   auto self = self_saved_.unpack();
   const auto& limit = limit_value_;
   torch::autograd::variable_list grad_inputs(1);
@@ -310,11 +310,11 @@ struct SmoothClampBackwardBackward final : public torch::autograd::TraceableFunc
 torch::autograd::variable_list SmoothClampBackwardBackward::apply(torch::autograd::variable_list&& grads) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
       grads[i] = input_metadata(i).zeros_like();
     }
   }
-  const at::Tensor& grad = grads[0];
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
   auto grad_output = grad_output_saved_.unpack();
   auto self = self_saved_.unpack();
   const auto& limit = limit_value_;
