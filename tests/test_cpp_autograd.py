@@ -77,17 +77,6 @@ def test_autograd_python_key(tmp_path: Path, monkeypatch) -> None:
     assert not [d for d in diags.items if d.severity == "note"]
 
 
-def test_unknown_autograd_kind(tmp_path: Path) -> None:
-    from codegen.diagnostics import UserError
-
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: agrad\nautograd: fortran\nops: []\n")
-    with pytest.raises(UserError) as e:
-        load_library([str(path)])
-    assert "error: unknown autograd kind 'fortran'; 'autograd' is one of: cpp, python" \
-        in e.value.diags.render()
-
-
 @pytest.mark.slow
 def test_golden_autograd_compiles(tmp_path: Path, monkeypatch) -> None:
     """The translator's output is valid C++ over ATen, free of warnings (-Werror)."""
