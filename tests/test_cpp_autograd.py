@@ -47,6 +47,9 @@ def test_python_path_is_a_located_note(monkeypatch) -> None:
         (f"{INPUT}:53:7", "agrad::gelu_like: its Autograd kernel stays in Python: its formulas "
                           "use a call with keyword arguments, which the C++ translation does not "
                           "carry"),
+        (f"{INPUT}:58:7", "agrad::exp_twice: its Autograd kernel stays in Python: argument 'at' "
+                          "is a name the generated C++ uses (a namespace or a local of the "
+                          "backward)"),
     ]
     assert not diags.has_errors
 

@@ -88,6 +88,12 @@ _COMPARE = {F.BinOpKind.eq: ("eq", "==", "eq"), F.BinOpKind.ne: ("ne", "!=", "ne
             F.BinOpKind.gt: ("gt", ">", "lt"), F.BinOpKind.ge: ("ge", ">=", "le")}
 
 
+# Names the generated backward declares or reads, and C++ namespaces its expressions name: no
+# argument or binding may take them (bindings are renamed; an argument keeps the Python path).
+_APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock"})
+_NAMESPACES = frozenset({"at", "c10", "std", "torch"})
+
+
 class NotCpp(Exception):
     """What keeps an op's autograd in Python."""
 
@@ -213,8 +219,7 @@ class _Builder:
                                                      (b for b in sig.arguments))}
         self.kinds: dict[str, str] = {}          # local -> kind
         self.meta_only: set[str] = set()
-        self.used_names: set[str] = set(cpp.CPP_KEYWORDS) | {"grads", "grad_inputs",
-                                                                    "lock", "op", "grad_fn"}
+        self.used_names: set[str] = set(cpp.CPP_KEYWORDS) | _APPLY_NAMES | _NAMESPACES
         self.locals: dict[str, str] = {}
         self.refs: dict[F.OpRef, Op] = {}
         self.lambdas = 0
@@ -260,7 +265,10 @@ class _Builder:
         releases: list[str] = []
         # Names of members: the argument's C++ name with a suffix no argument name makes.
         arg_names = set(self.cname.values())
-        for n in arg_names:
+        for n in sorted(arg_names):
+            if n in _APPLY_NAMES | _NAMESPACES or n.startswith("opgen_"):
+                raise NotCpp(f"argument '{n}' is a name the generated C++ uses (a namespace "
+                             "or a local of the backward)")
             self.used_names.add(n)
 
         def member(name: str, suffix: str) -> str:
@@ -369,6 +377,9 @@ class _Builder:
         for f in d.formulas:
             body += self._formula(f)
         body.append("return grad_inputs;")
+        names = [m.name for m in members]
+        if len(set(names)) != len(names):
+            raise NotCpp("two arguments give the generated node members of the same name")
         for m in members:
             if m.name in self.used_names:
                 raise NotCpp(f"a formula binding has the name '{m.name}' of a generated member")
@@ -820,7 +831,7 @@ def kernel_context(p: Plan) -> dict:
     for line in p.body:
         indent = line[: len(line) - len(line.lstrip())]
         body.extend((indent + part) if k else part for k, part in enumerate(line.split("\n")))
-    results = [f"std::get<{i}>(result)" if p.returns_tuple else "result"
+    results = [f"std::get<{i}>(opgen_result)" if p.returns_tuple else "opgen_result"
                for i in range(len(op.schema.returns))]
     return {
         "qualname": str(op.name) if op.name.namespace else f"{op.namespace}::{op.name}",

@@ -95,27 +95,27 @@ torch::autograd::variable_list ScaledAddBackward::apply(torch::autograd::variabl
 }
 
 at::Tensor scaled_add_autograd(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_add", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self) || torch::autograd::isFwGradDefined(other)),
       "exops::scaled_add has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<ScaledAddBackward> grad_fn;
+  c10::intrusive_ptr<ScaledAddBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self, other)) {
-    grad_fn = c10::make_intrusive<ScaledAddBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self, other));
-    grad_fn->self_sizes_ = self.sym_sizes().vec();
-    grad_fn->other_sizes_ = other.sym_sizes().vec();
-    grad_fn->alpha_value_ = alpha;
+    opgen_grad_fn = c10::make_intrusive<ScaledAddBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self, other));
+    opgen_grad_fn->self_sizes_ = self.sym_sizes().vec();
+    opgen_grad_fn->other_sizes_ = other.sym_sizes().vec();
+    opgen_grad_fn->alpha_value_ = alpha;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self, other, alpha);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, other, alpha);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
@@ -148,26 +148,26 @@ torch::autograd::variable_list SoftShrinkBackward::apply(torch::autograd::variab
 }
 
 at::Tensor soft_shrink_autograd(const at::Tensor& self, double lambd) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::soft_shrink", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
       "exops::soft_shrink has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<SoftShrinkBackward> grad_fn;
+  c10::intrusive_ptr<SoftShrinkBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self)) {
-    grad_fn = c10::make_intrusive<SoftShrinkBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
-    grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
-    grad_fn->lambd_value_ = lambd;
+    opgen_grad_fn = c10::make_intrusive<SoftShrinkBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->lambd_value_ = lambd;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self, lambd);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, lambd);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
@@ -218,27 +218,27 @@ torch::autograd::variable_list WeightedSumBackward::apply(torch::autograd::varia
 }
 
 at::Tensor weighted_sum_autograd(at::TensorList tensors, at::ArrayRef<double> weights) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::weighted_sum", "")
       .typed<at::Tensor(at::TensorList, at::ArrayRef<double>)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefinedTensorList(tensors)),
       "exops::weighted_sum has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<WeightedSumBackward> grad_fn;
+  c10::intrusive_ptr<WeightedSumBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(tensors)) {
-    grad_fn = c10::make_intrusive<WeightedSumBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(tensors));
-    grad_fn->tensors_saved_ = opgen_save_list(tensors);
-    grad_fn->weights_value_ = weights.vec();
-    grad_fn->tensors_count_ = tensors.size();
+    opgen_grad_fn = c10::make_intrusive<WeightedSumBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(tensors));
+    opgen_grad_fn->tensors_saved_ = opgen_save_list(tensors);
+    opgen_grad_fn->weights_value_ = weights.vec();
+    opgen_grad_fn->tensors_count_ = tensors.size();
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(tensors, weights);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(tensors, weights);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
@@ -271,26 +271,26 @@ torch::autograd::variable_list SmoothClampBackward::apply(torch::autograd::varia
 }
 
 at::Tensor smooth_clamp_autograd(const at::Tensor& self, double limit) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
       "exops::smooth_clamp has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<SmoothClampBackward> grad_fn;
+  c10::intrusive_ptr<SmoothClampBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self)) {
-    grad_fn = c10::make_intrusive<SmoothClampBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
-    grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
-    grad_fn->limit_value_ = limit;
+    opgen_grad_fn = c10::make_intrusive<SmoothClampBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->limit_value_ = limit;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self, limit);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, limit);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
@@ -329,27 +329,27 @@ torch::autograd::variable_list SmoothClampBackwardBackward::apply(torch::autogra
 }
 
 at::Tensor smooth_clamp_backward_autograd(const at::Tensor& grad_output, const at::Tensor& self, double limit) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(grad_output) || torch::autograd::isFwGradDefined(self)),
       "exops::smooth_clamp_backward has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<SmoothClampBackwardBackward> grad_fn;
+  c10::intrusive_ptr<SmoothClampBackwardBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(grad_output, self)) {
-    grad_fn = c10::make_intrusive<SmoothClampBackwardBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(grad_output, self));
-    grad_fn->grad_output_saved_ = torch::autograd::SavedVariable(grad_output, false);
-    grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
-    grad_fn->limit_value_ = limit;
+    opgen_grad_fn = c10::make_intrusive<SmoothClampBackwardBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(grad_output, self));
+    opgen_grad_fn->grad_output_saved_ = torch::autograd::SavedVariable(grad_output, false);
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->limit_value_ = limit;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(grad_output, self, limit);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(grad_output, self, limit);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 }  // namespace

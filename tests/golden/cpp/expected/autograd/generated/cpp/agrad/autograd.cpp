@@ -99,27 +99,27 @@ torch::autograd::variable_list MulAddBackward::apply(torch::autograd::variable_l
 }
 
 at::Tensor mul_add_autograd(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::mul_add", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self) || torch::autograd::isFwGradDefined(other)),
       "agrad::mul_add has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<MulAddBackward> grad_fn;
+  c10::intrusive_ptr<MulAddBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self, other)) {
-    grad_fn = c10::make_intrusive<MulAddBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self, other));
-    grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
-    grad_fn->other_saved_ = torch::autograd::SavedVariable(other, false);
-    grad_fn->alpha_value_ = alpha;
+    opgen_grad_fn = c10::make_intrusive<MulAddBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self, other));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->other_saved_ = torch::autograd::SavedVariable(other, false);
+    opgen_grad_fn->alpha_value_ = alpha;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self, other, alpha);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, other, alpha);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::shrink(Tensor self, float lambd=0.5) -> Tensor
@@ -153,26 +153,26 @@ torch::autograd::variable_list ShrinkBackward::apply(torch::autograd::variable_l
 }
 
 at::Tensor shrink_autograd(const at::Tensor& self, double lambd) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::shrink", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
       "agrad::shrink has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<ShrinkBackward> grad_fn;
+  c10::intrusive_ptr<ShrinkBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self)) {
-    grad_fn = c10::make_intrusive<ShrinkBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
-    grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
-    grad_fn->lambd_value_ = lambd;
+    opgen_grad_fn = c10::make_intrusive<ShrinkBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->lambd_value_ = lambd;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self, lambd);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, lambd);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::mix(Tensor[] tensors, float[] weights) -> Tensor
@@ -225,27 +225,27 @@ torch::autograd::variable_list MixBackward::apply(torch::autograd::variable_list
 }
 
 at::Tensor mix_autograd(at::TensorList tensors, at::ArrayRef<double> weights) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::mix", "")
       .typed<at::Tensor(at::TensorList, at::ArrayRef<double>)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefinedTensorList(tensors)),
       "agrad::mix has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<MixBackward> grad_fn;
+  c10::intrusive_ptr<MixBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(tensors)) {
-    grad_fn = c10::make_intrusive<MixBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(tensors));
-    grad_fn->tensors_saved_ = opgen_save_list(tensors);
-    grad_fn->weights_value_ = weights.vec();
-    grad_fn->tensors_count_ = tensors.size();
+    opgen_grad_fn = c10::make_intrusive<MixBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(tensors));
+    opgen_grad_fn->tensors_saved_ = opgen_save_list(tensors);
+    opgen_grad_fn->weights_value_ = weights.vec();
+    opgen_grad_fn->tensors_count_ = tensors.size();
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(tensors, weights);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(tensors, weights);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::squash(Tensor x, float limit=1.0) -> Tensor
@@ -278,26 +278,26 @@ torch::autograd::variable_list SquashBackward::apply(torch::autograd::variable_l
 }
 
 at::Tensor squash_autograd(const at::Tensor& x, double limit) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::squash", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(x)),
       "agrad::squash has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<SquashBackward> grad_fn;
+  c10::intrusive_ptr<SquashBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(x)) {
-    grad_fn = c10::make_intrusive<SquashBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(x));
-    grad_fn->x_saved_ = torch::autograd::SavedVariable(x, false);
-    grad_fn->limit_value_ = limit;
+    opgen_grad_fn = c10::make_intrusive<SquashBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(x));
+    opgen_grad_fn->x_saved_ = torch::autograd::SavedVariable(x, false);
+    opgen_grad_fn->limit_value_ = limit;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(x, limit);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(x, limit);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::squash_backward(Tensor grad_output, Tensor x, float limit) -> Tensor
@@ -336,27 +336,27 @@ torch::autograd::variable_list SquashBackwardBackward::apply(torch::autograd::va
 }
 
 at::Tensor squash_backward_autograd(const at::Tensor& grad_output, const at::Tensor& x, double limit) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::squash_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(grad_output) || torch::autograd::isFwGradDefined(x)),
       "agrad::squash_backward has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<SquashBackwardBackward> grad_fn;
+  c10::intrusive_ptr<SquashBackwardBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(grad_output, x)) {
-    grad_fn = c10::make_intrusive<SquashBackwardBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(grad_output, x));
-    grad_fn->grad_output_saved_ = torch::autograd::SavedVariable(grad_output, false);
-    grad_fn->x_saved_ = torch::autograd::SavedVariable(x, false);
-    grad_fn->limit_value_ = limit;
+    opgen_grad_fn = c10::make_intrusive<SquashBackwardBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(grad_output, x));
+    opgen_grad_fn->grad_output_saved_ = torch::autograd::SavedVariable(grad_output, false);
+    opgen_grad_fn->x_saved_ = torch::autograd::SavedVariable(x, false);
+    opgen_grad_fn->limit_value_ = limit;
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(grad_output, x, limit);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(grad_output, x, limit);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::minmax(Tensor self) -> (Tensor min, Tensor max, Tensor index)
@@ -394,28 +394,28 @@ torch::autograd::variable_list MinmaxBackward::apply(torch::autograd::variable_l
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> minmax_autograd(const at::Tensor& self) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::minmax", "")
       .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
       "agrad::minmax has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<MinmaxBackward> grad_fn;
+  c10::intrusive_ptr<MinmaxBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self)) {
-    grad_fn = c10::make_intrusive<MinmaxBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
-    grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn = c10::make_intrusive<MinmaxBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self);
   }();
-  if (grad_fn) {
-    opgen_set_history(std::get<0>(result), grad_fn);
-    opgen_set_history(std::get<1>(result), grad_fn);
-    grad_fn->result_min_saved_ = torch::autograd::SavedVariable(std::get<0>(result), true);
-    grad_fn->result_max_saved_ = torch::autograd::SavedVariable(std::get<1>(result), true);
+  if (opgen_grad_fn) {
+    opgen_set_history(std::get<0>(opgen_result), opgen_grad_fn);
+    opgen_set_history(std::get<1>(opgen_result), opgen_grad_fn);
+    opgen_grad_fn->result_min_saved_ = torch::autograd::SavedVariable(std::get<0>(opgen_result), true);
+    opgen_grad_fn->result_max_saved_ = torch::autograd::SavedVariable(std::get<1>(opgen_result), true);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::lookup(Tensor table, Tensor index, Tensor? bias=None) -> Tensor
@@ -457,27 +457,27 @@ torch::autograd::variable_list LookupBackward::apply(torch::autograd::variable_l
 }
 
 at::Tensor lookup_autograd(const at::Tensor& table, const at::Tensor& index, const std::optional<at::Tensor>& bias) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::lookup", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(table) || torch::autograd::isFwGradDefined(index) || torch::autograd::isFwGradDefined(bias)),
       "agrad::lookup has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<LookupBackward> grad_fn;
+  c10::intrusive_ptr<LookupBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(table, index, bias)) {
-    grad_fn = c10::make_intrusive<LookupBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(table, index, bias));
-    grad_fn->table_saved_ = torch::autograd::SavedVariable(table, false);
-    grad_fn->index_saved_ = torch::autograd::SavedVariable(index, false);
-    grad_fn->bias_saved_ = torch::autograd::SavedVariable(bias, false);
+    opgen_grad_fn = c10::make_intrusive<LookupBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(table, index, bias));
+    opgen_grad_fn->table_saved_ = torch::autograd::SavedVariable(table, false);
+    opgen_grad_fn->index_saved_ = torch::autograd::SavedVariable(index, false);
+    opgen_grad_fn->bias_saved_ = torch::autograd::SavedVariable(bias, false);
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(table, index, bias);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(table, index, bias);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
 }
 
 // agrad::frozen(Tensor self) -> Tensor
@@ -505,24 +505,74 @@ torch::autograd::variable_list FrozenBackward::apply(torch::autograd::variable_l
 }
 
 at::Tensor frozen_autograd(const at::Tensor& self) {
-  static const auto op = c10::Dispatcher::singleton()
+  static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::frozen", "")
       .typed<at::Tensor(const at::Tensor&)>();
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
       "agrad::frozen has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
-  c10::intrusive_ptr<FrozenBackward> grad_fn;
+  c10::intrusive_ptr<FrozenBackward> opgen_grad_fn;
   if (torch::autograd::compute_requires_grad(self)) {
-    grad_fn = c10::make_intrusive<FrozenBackward>();
-    grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn = c10::make_intrusive<FrozenBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
   }
-  auto result = [&] {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return op.call(self);
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self);
   }();
-  if (grad_fn) {
-    opgen_set_history(result, grad_fn);
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
   }
-  return result;
+  return opgen_result;
+}
+
+// agrad::bind(Tensor self) -> Tensor
+struct BindBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "BindBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    self_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable self_saved_;
+};
+
+torch::autograd::variable_list BindBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto self = self_saved_.unpack();
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    auto std_ = self.exp();
+    grad_inputs[0] = (grad * std_);
+  }
+  return grad_inputs;
+}
+
+at::Tensor bind_autograd(const at::Tensor& self) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::bind", "")
+      .typed<at::Tensor(const at::Tensor&)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::bind has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<BindBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<BindBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
 }
 
 }  // namespace
@@ -536,4 +586,5 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("minmax", TORCH_FN(minmax_autograd));
   m.impl("lookup", TORCH_FN(lookup_autograd));
   m.impl("frozen", TORCH_FN(frozen_autograd));
+  m.impl("bind", TORCH_FN(bind_autograd));
 }
