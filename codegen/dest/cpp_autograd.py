@@ -109,10 +109,12 @@ def autograd_path(ns: str) -> str:
 
 
 def file_setting(lib: OpLibrary, op: Op) -> str | None:
-    for f in lib.files:
-        if op in f.ops:
-            return f.autograd
-    return None
+    """The `autograd:` of the op file declaring `op` (looked up by identity, once per library)."""
+    settings = lib.__dict__.get("_cpp_autograd_files")
+    if settings is None:
+        settings = {id(o): f.autograd for f in lib.files for o in f.ops}
+        lib.__dict__["_cpp_autograd_files"] = settings
+    return settings.get(id(op))
 
 
 def _is_python(op: Op) -> bool:
