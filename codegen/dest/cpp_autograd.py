@@ -98,6 +98,10 @@ class NotCpp(Exception):
     """What keeps an op's autograd in Python."""
 
 
+class _Unresolved(Exception):
+    """A formula calls an op the library lacks: an error of formulas.check_library, no note."""
+
+
 def output_dir() -> str:
     from codegen import config
 
@@ -180,6 +184,8 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
         return "its schema has no C++ binding"
     try:
         return _Builder(lib, op, d, sig).build()
+    except _Unresolved:
+        return None
     except NotCpp as e:
         why = str(e)
         if why.startswith(("its ", "a return", "argument", "a formula")):
@@ -197,6 +203,8 @@ def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
 
 def check(lib: OpLibrary, diags: Diagnostics) -> None:
     """A note per differentiable op of a full-ABI namespace that keeps Python autograd."""
+    if diags.has_errors or not F.check_library(lib, Diagnostics()):
+        return  # the errors come first; which path an op takes is settled once they are fixed
     for op in lib.ops:
         if not isinstance(op.derivatives, F.Derivatives):
             continue
@@ -243,7 +251,7 @@ class _Builder:
         for ref in F.library_calls(d):
             target = F.resolve(self.lib, ref)
             if target is None:
-                raise NotCpp(f"its formulas call {ref.name}, which is not an op of the library")
+                raise _Unresolved()
             if _is_python(target):
                 raise NotCpp(f"its formulas call {target.name}, whose kernel is Python")
             if target in F.first_order_only(self.lib, op):
