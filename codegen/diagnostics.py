@@ -105,6 +105,10 @@ class Diagnostics:
         self.items.append(Diagnostic(loc, message, hint, "warning", name,
                                      f"-W{name}" if name else None))
 
+    def note(self, loc: Loc, message: str, hint: str | None = None) -> None:
+        """Information about what generation chose (never fails a run, not a warning)."""
+        self.items.append(Diagnostic(loc, message, hint, "note"))
+
     def werror(self) -> None:
         """`--werror`: every warning becomes an error, named `[-Werror=<name>]`."""
         self.items = [

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from codegen import layout as L
-from codegen.dest import (cmake, cpp_kernels, cpp_register, cpp_stable, cpp_stamp, ninja, py_ops,
-                          py_reg, py_stubs)
+from codegen.dest import (cmake, cpp_autograd, cpp_kernels, cpp_register, cpp_stable, cpp_stamp,
+                          ninja, py_ops, py_reg, py_stubs)
 from codegen.rendering import banner, python_dir, set_stamp
 from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
@@ -34,6 +34,7 @@ def generators() -> list[tuple[str, Generator]]:
         ("cpp-register", cpp_register.generate),
         ("cpp-stable", cpp_stable.generate),
         ("cpp-stamp", cpp_stamp.generate_stamps),
+        ("cpp-autograd", cpp_autograd.generate),
         ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
@@ -60,6 +61,7 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
     check_namespaces(lib, diags)
     check_file_names(lib, diags)
     cpp_stable.check(lib, diags)
+    cpp_autograd.check(lib, diags)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,9 @@ from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node,
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
            "autocast", "vmap", "suppress")
-FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch", "autograd")
+# `autograd:` values: where the Autograd kernels of a file's ops live (codegen.dest.cpp_autograd).
+AUTOGRAD_KINDS = ("cpp", "python")
 CONVENTIONS = ("aten",)
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
 GRADCHECK_KEYS = ("dtype", "atol", "rtol", "eps")
@@ -134,6 +136,7 @@ class _FileLoader(SampleReader):
             return OpFile(self.path, None, ())
         suppress: frozenset[str] = frozenset()
         conventions: str | None = None
+        autograd: str | None = None
         if type(root) is Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -149,6 +152,8 @@ class _FileLoader(SampleReader):
             if "conventions" in top:
                 conventions = self.conventions_key(top["conventions"][1])
             abi = self.abi(root, top)
+            if "autograd" in top:
+                autograd = self.autograd_key(top["autograd"][1])
         elif type(root) is not Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
@@ -159,7 +164,7 @@ class _FileLoader(SampleReader):
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), for_display(self.text), namespace_loc,
-                      suppress, conventions, warnings, abi=abi)
+                      suppress, conventions, warnings, abi=abi, autograd=autograd)
 
     def abi(self, root: Node, top: dict) -> Abi | None:
         """The file's `abi:` and `min_torch:` (Note [ABI choice] in codegen/abi.py)."""
@@ -244,6 +249,16 @@ class _FileLoader(SampleReader):
             else:
                 out.add(name)
         return frozenset(out)
+
+    def autograd_key(self, node: Node) -> str | None:
+        value = self.string(node, "'autograd'")
+        if value is not None and value not in AUTOGRAD_KINDS:
+            self.error(node, f"unknown autograd kind '{short(value)}'; 'autograd' is one of: "
+                       + ", ".join(AUTOGRAD_KINDS),
+                       "'cpp' (the default) generates C++ Autograd kernels where the formulas "
+                       "allow, 'python' keeps them in the Python registration module")
+            return None
+        return value
 
     def conventions_key(self, node: Node) -> str | None:
         value = self.string(node, "'conventions'")

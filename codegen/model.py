@@ -832,6 +832,7 @@ class OpFile:
     # Warnings found while loading it, for `diagnostics()` to report with the later ones.
     warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
+    autograd: str | None = None     # `autograd:` ("cpp", "python"); None: not given (cpp)
 
 
 @dataclass(frozen=True)

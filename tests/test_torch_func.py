@@ -205,7 +205,8 @@ def test_no_grad_call_records_nothing(cases, testing):
     z = torch.ops.exops.smooth_clamp(x.detach(), 2.0)
     assert z.grad_fn is None
     w = torch.ops.exops.smooth_clamp(x, 2.0)
-    assert type(w.grad_fn).__name__ == "_SmoothClampFunctionBackward"
+    # The generated C++ node (Note [C++ autograd] in codegen/dest/cpp_autograd.py).
+    assert w.grad_fn.name() == "SmoothClampBackward"
 
 
 def test_not_implemented_gradient_under_torch_func(cases, testing):

@@ -29,6 +29,7 @@ from ninja import ninja_syntax
 from codegen import config
 from codegen.abi import namespace_abi
 from codegen.config import KERNEL_SUFFIXES
+from codegen.dest import cpp_autograd
 from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
@@ -131,6 +132,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     for ns, shs in all_shards.items():
         generated += [s.header for s in shs] + [s.registration for s in shs] + [L.stamp_path(ns)]
         generated += [s.op_header(name) for s in shs for name in L.ops_by_name(s)]
+    generated += list(cpp_autograd.paths(lib).values())
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
     w.newline()
@@ -159,6 +161,11 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
         for s in shs:
             o = gen_obj(ns, s.registration)
             w.build(o, "cxx", s.registration, order_only=headers, variables=cflags or None)
+            objects.append(o)
+        autograd = cpp_autograd.paths(lib).get(ns)
+        if autograd is not None:
+            o = gen_obj(ns, autograd)
+            w.build(o, "cxx", autograd, order_only=headers)
             objects.append(o)
         stamp = gen_obj(ns, L.stamp_path(ns))
         w.build(stamp, "stamp", L.stamp_path(ns))

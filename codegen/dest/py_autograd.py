@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 from codegen import formulas as F
 from codegen import reserved
 from codegen.api import python as P
+from codegen.dest import cpp_autograd
 from codegen.dest.py_common import (_P_COMPARE, _P_COND, _P_NOT, _P_ATOM, _P_POSTFIX, _P_UNARY,
                                     Class, Function, Section, _paren, camel, op_attr, op_name, q,
                                     qualname, reg_module_names)
@@ -190,6 +191,8 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     d = op.derivatives
     if not isinstance(d, F.Derivatives):
         return
+    if cpp_autograd.uses_cpp(m.lib, op):
+        return  # its Autograd kernel is C++ (Note [C++ autograd] in codegen/dest/cpp_autograd.py)
     refs: dict[F.OpRef, Op] = {}
     for ref in F.library_calls(d):
         target = F.resolve(m.lib, ref)

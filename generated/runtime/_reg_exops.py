@@ -284,48 +284,6 @@ def _scaled_add_fake(self, other, *, alpha=1):
     return _broadcast(self, other)
 
 
-class _ScaledAddFunction(torch.autograd.Function):
-    """exops::scaled_add under autograd, from its derivative formulas."""
-
-    @staticmethod
-    def forward(self, other, alpha):
-        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-            return _ops.scaled_add.default(self, other, alpha=alpha)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.self_shape = inputs[0].shape
-        ctx.other_shape = inputs[1].shape
-        ctx.alpha = inputs[2]
-
-    @staticmethod
-    def backward(ctx, grad):
-        """self: unbroadcast(grad, self)
-        other: unbroadcast(grad * alpha, other)
-        """
-        alpha = ctx.alpha
-        needs = ctx.needs_input_grad
-        self_grad = None
-        other_grad = None
-        if needs[0]:
-            self_grad = grad.sum_to_size(ctx.self_shape)
-        if needs[1]:
-            other_grad = (grad * alpha).sum_to_size(ctx.other_shape)
-        return self_grad, other_grad, None
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError("exops::scaled_add has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
-
-
-def _scaled_add_autograd(self, other, *, alpha=1):
-    """Autograd kernel: _ScaledAddFunction when differentiating."""
-    if _differentiating(self, other):
-        return _apply(_ScaledAddFunction, self, other, alpha)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _ops.scaled_add.default(self, other, alpha=alpha)
-
-
 def _scaled_add_vmap(info, in_dims, self, other, *, alpha=1):
     """vmap: pointwise"""
     self, other = _pointwise_batch(info.batch_size, (self, in_dims[0]), (other, in_dims[1]))
@@ -334,7 +292,6 @@ def _scaled_add_vmap(info, in_dims, self, other, *, alpha=1):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::scaled_add", "Meta"):
     torch.library.register_fake("exops::scaled_add", _scaled_add_fake, lib=_lib)
-_lib.impl("scaled_add", _scaled_add_autograd, "Autograd")
 torch.library.register_vmap("exops::scaled_add", _scaled_add_vmap, lib=_lib)
 
 
@@ -358,43 +315,6 @@ def _soft_shrink_fake(self, lambd=0.5):
     return self.new_empty(self.shape)
 
 
-class _SoftShrinkFunction(torch.autograd.Function):
-    """exops::soft_shrink under autograd, from its derivative formulas."""
-
-    @staticmethod
-    def forward(self, lambd):
-        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-            return _ops.soft_shrink.default(self, lambd)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.lambd = inputs[1]
-
-    @staticmethod
-    def backward(ctx, grad):
-        """self: grad * (self.abs() > lambd)"""
-        self, = ctx.saved_tensors
-        lambd = ctx.lambd
-        needs = ctx.needs_input_grad
-        self_grad = None
-        if needs[0]:
-            self_grad = grad * (self.abs() > lambd)
-        return self_grad, None
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError("exops::soft_shrink has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
-
-
-def _soft_shrink_autograd(self, lambd=0.5):
-    """Autograd kernel: _SoftShrinkFunction when differentiating."""
-    if _differentiating(self):
-        return _apply(_SoftShrinkFunction, self, lambd)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _ops.soft_shrink.default(self, lambd)
-
-
 def _soft_shrink_vmap(info, in_dims, self, lambd=0.5):
     """vmap: pointwise"""
     self, = _pointwise_batch(info.batch_size, (self, in_dims[0]))
@@ -403,7 +323,6 @@ def _soft_shrink_vmap(info, in_dims, self, lambd=0.5):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink", "Meta"):
     torch.library.register_fake("exops::soft_shrink", _soft_shrink_fake, lib=_lib)
-_lib.impl("soft_shrink", _soft_shrink_autograd, "Autograd")
 torch.library.register_vmap("exops::soft_shrink", _soft_shrink_vmap, lib=_lib)
 
 
@@ -471,45 +390,6 @@ def _weighted_sum_fake(tensors, weights):
     return _broadcast(*tensors, 1.0)
 
 
-class _WeightedSumFunction(torch.autograd.Function):
-    """exops::weighted_sum under autograd, from its derivative formulas."""
-
-    @staticmethod
-    def forward(tensors_len, weights, *tensors):
-        tensors = list(tensors)
-        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-            return _ops.weighted_sum.default(tensors, weights)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[2:])
-        ctx.weights = inputs[1]
-
-    @staticmethod
-    def backward(ctx, grad):
-        """tensors: [unbroadcast(grad * w, t) for t, w in zip(tensors, weights)]"""
-        tensors = list(ctx.saved_tensors)
-        weights = ctx.weights
-        needs = ctx.needs_input_grad
-        tensors_len = len(needs) - 2
-        tensors_grad = [None] * tensors_len
-        if any(needs[2:]):
-            tensors_grad = [(grad * w).sum_to_size(t.shape) for t, w in zip(tensors, weights)]
-        return None, None, *tensors_grad
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError("exops::weighted_sum has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
-
-
-def _weighted_sum_autograd(tensors, weights):
-    """Autograd kernel: _WeightedSumFunction when differentiating."""
-    if _differentiating(tensors):
-        return _apply(_WeightedSumFunction, len(tensors), weights, *tensors)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _ops.weighted_sum.default(tensors, weights)
-
-
 def _weighted_sum_vmap(info, in_dims, tensors, weights):
     """vmap: a loop over the batch (generated: no `vmap:`)"""
     return _loop_samples(
@@ -518,7 +398,6 @@ def _weighted_sum_vmap(info, in_dims, tensors, weights):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::weighted_sum", "Meta"):
     torch.library.register_fake("exops::weighted_sum", _weighted_sum_fake, lib=_lib)
-_lib.impl("weighted_sum", _weighted_sum_autograd, "Autograd")
 torch.library.register_vmap("exops::weighted_sum", _weighted_sum_vmap, lib=_lib)
 
 
@@ -563,43 +442,6 @@ def _smooth_clamp_fake(self, limit=1.0):
     return self.new_empty(self.shape)
 
 
-class _SmoothClampFunction(torch.autograd.Function):
-    """exops::smooth_clamp under autograd, from its derivative formulas."""
-
-    @staticmethod
-    def forward(self, limit):
-        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-            return _ops.smooth_clamp.default(self, limit)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.limit = inputs[1]
-
-    @staticmethod
-    def backward(ctx, grad):
-        """self: smooth_clamp_backward(grad, self, limit)"""
-        self, = ctx.saved_tensors
-        limit = ctx.limit
-        needs = ctx.needs_input_grad
-        self_grad = None
-        if needs[0]:
-            self_grad = _ops.smooth_clamp_backward.default(grad, self, limit)
-        return self_grad, None
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError("exops::smooth_clamp has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
-
-
-def _smooth_clamp_autograd(self, limit=1.0):
-    """Autograd kernel: _SmoothClampFunction when differentiating."""
-    if _differentiating(self):
-        return _apply(_SmoothClampFunction, self, limit)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _ops.smooth_clamp.default(self, limit)
-
-
 def _smooth_clamp_vmap(info, in_dims, self, limit=1.0):
     """vmap: pointwise"""
     self, = _pointwise_batch(info.batch_size, (self, in_dims[0]))
@@ -608,7 +450,6 @@ def _smooth_clamp_vmap(info, in_dims, self, limit=1.0):
 
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp", "Meta"):
     torch.library.register_fake("exops::smooth_clamp", _smooth_clamp_fake, lib=_lib)
-_lib.impl("smooth_clamp", _smooth_clamp_autograd, "Autograd")
 torch.library.register_vmap("exops::smooth_clamp", _smooth_clamp_vmap, lib=_lib)
 torch.library.register_autocast("exops::smooth_clamp", "cpu", torch.bfloat16, lib=_lib)
 
@@ -619,48 +460,6 @@ torch.library.register_autocast("exops::smooth_clamp", "cpu", torch.bfloat16, li
 def _smooth_clamp_backward_fake(grad_output, self, limit):
     """fake: broadcast(grad_output, self)"""
     return _broadcast(grad_output, self)
-
-
-class _SmoothClampBackwardFunction(torch.autograd.Function):
-    """exops::smooth_clamp_backward under autograd, from its derivative formulas."""
-
-    @staticmethod
-    def forward(grad_output, self, limit):
-        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-            return _ops.smooth_clamp_backward.default(grad_output, self, limit)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0], inputs[1])
-        ctx.limit = inputs[2]
-
-    @staticmethod
-    def backward(ctx, grad):
-        """grad_output: unbroadcast(smooth_clamp_backward(grad, self, limit), grad_output)
-        self: unbroadcast(-2 / limit * grad * grad_output * torch.tanh(self / limit) * (1 - torch.tanh(self / limit) ** 2), self)
-        """
-        grad_output, self = ctx.saved_tensors
-        limit = ctx.limit
-        needs = ctx.needs_input_grad
-        grad_output_grad = None
-        self_grad = None
-        if needs[0]:
-            grad_output_grad = _ops.smooth_clamp_backward.default(grad, self, limit).sum_to_size(grad_output.shape)
-        if needs[1]:
-            self_grad = (-2 / limit * grad * grad_output * torch.tanh(self / limit) * (1 - torch.tanh(self / limit) ** 2)).sum_to_size(self.shape)
-        return grad_output_grad, self_grad, None
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        raise NotImplementedError("exops::smooth_clamp_backward has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
-
-
-def _smooth_clamp_backward_autograd(grad_output, self, limit):
-    """Autograd kernel: _SmoothClampBackwardFunction when differentiating."""
-    if _differentiating(grad_output, self):
-        return _apply(_SmoothClampBackwardFunction, grad_output, self, limit)
-    with torch._C._AutoDispatchBelowAutograd():
-        return _ops.smooth_clamp_backward.default(grad_output, self, limit)
 
 
 def _smooth_clamp_backward_vmap(info, in_dims, grad_output, self, limit):
@@ -675,7 +474,6 @@ if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp_backw
     _smooth_clamp_backward_fake,
     lib=_lib,
 )
-_lib.impl("smooth_clamp_backward", _smooth_clamp_backward_autograd, "Autograd")
 torch.library.register_vmap("exops::smooth_clamp_backward", _smooth_clamp_backward_vmap, lib=_lib)
 
 

@@ -1,0 +1,893 @@
+"""C++ Autograd kernels from derivative formulas (`codegen.formulas`), for full-ABI namespaces.
+
+Note [C++ autograd]
+Each differentiable op whose formulas C++ can express gets, in `<generated>/cpp/<ns>/autograd.cpp`
+(compiled into the namespace's library), what torchgen generates for aten from derivatives.yaml:
+
+- a `torch::autograd::Node` subclass `<Op>Backward` holding exactly what the formulas read (the
+  same plan as the Python path, `formulas.saved`: SavedVariables for tensors read whole, sizes,
+  dtype or device for tensors read for metadata only, owned copies of other arguments), whose
+  `apply` evaluates the formulas over ATen for the inputs that need a gradient;
+- an Autograd kernel that calls the op below autograd, and when grad mode is on and an input
+  requires grad, records the node with `collect_next_edges` / `set_history`;
+- `TORCH_LIBRARY_IMPL(<ns>, Autograd, m)` registering the kernels.
+
+The node's `apply` runs with grad mode on when the engine is asked for `create_graph`, so a
+backward built from differentiable ops is itself differentiable, as with the Python path. The
+formulas are reverse-mode only: a call with a forward-mode tangent raises, naming the op.
+Undefined output gradients are zeros (as autograd.Function materializes them).
+
+An op keeps the Python path (codegen.dest.py_autograd) when its file says `autograd: python`, its
+namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
+formula needs what this translator does not carry (a Python-only helper, a library op with a
+Python kernel or without derivatives, a torch function outside TORCH_FUNCTIONS, keyword
+arguments, ...): `reason` says why, and `check` prints it as a located note. Formulas are never
+translated approximately: anything not listed here is refused, and the op keeps the Python path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from codegen import formulas as F
+from codegen import reserved
+from codegen.abi import namespace_abi
+from codegen.api import cpp
+from codegen.diagnostics import Diagnostics
+from codegen.rendering import banner, output_dir, render
+from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
+                           is_tensor_like, strip_optional)
+
+# Value kinds of translated expressions.
+T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
+    "Tensor", "Tensor[]", "float", "int", "bool", "Scalar", "str", "sizes", "dtype", "device",
+    "None")
+NUMBER = (FLT, INT, BOOL, SCALAR)
+LISTS = {"float[]": FLT, "int[]": INT}
+
+# torch.<name>(...) -> at::<name>(...), and tensor methods, with the kinds of their positional
+# arguments after `self` (`n`: a number, `T`: a Tensor, `s`: sizes or int[], `T|n`: either).
+_UNARY = ("abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "sinh",
+          "cosh", "sigmoid", "sqrt", "rsqrt", "sign", "sgn", "reciprocal", "relu", "erf",
+          "square", "conj", "logical_not", "isnan", "floor", "ceil", "round", "trunc", "atan",
+          "asin", "acos", "exp2", "log2", "log10", "signbit", "isfinite", "zeros_like",
+          "ones_like")
+TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    **{name: (("T",),) for name in _UNARY},
+    **{name: (("T", "T|n"),) for name in ("mul", "add", "sub", "div", "pow", "maximum",
+                                          "minimum", "gt", "ge", "lt", "le", "eq", "ne",
+                                          "logical_and", "logical_or", "atan2", "fmod",
+                                          "remainder")},
+    "where": (("T", "T|n", "T|n"),),
+    "matmul": (("T", "T"),), "mm": (("T", "T"),), "bmm": (("T", "T"),),
+    "clamp": (("T", "n", "n"),),
+    "sum": (("T",),), "mean": (("T",),),
+}
+TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
+    **{name: ((),) for name in _UNARY if not name.endswith("_like")},
+    **{name: (("T|n",),) for name in ("mul", "add", "sub", "div", "pow", "maximum", "minimum",
+                                      "gt", "ge", "lt", "le", "eq", "ne", "logical_and",
+                                      "logical_or", "fmod", "remainder")},
+    "matmul": (("T",),), "mm": (("T",),), "bmm": (("T",),), "type_as": (("T",),),
+    "expand_as": (("T",),), "reshape_as": (("T",),), "view_as": (("T",),),
+    "sum": ((), ("s",)), "mean": ((), ("s",)),
+    "t": ((),), "contiguous": ((),), "clone": ((),), "detach": ((),),
+    "unsqueeze": (("n",),), "squeeze": ((), ("n",)), "transpose": (("n", "n"),),
+    "index_select": (("n", "T"),), "index_add": (("n", "T", "T"),), "clamp": (("n", "n"),),
+    "expand": (("s",),), "reshape": (("s",),), "view": (("s",),), "sum_to_size": (("s",),),
+    "to": (("dtype",),),
+}
+# Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
+_SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size"}
+
+_BINARY_CPP = {F.BinOpKind.add: "+", F.BinOpKind.sub: "-", F.BinOpKind.mul: "*",
+               F.BinOpKind.div: "/"}
+_COMPARE = {F.BinOpKind.eq: ("eq", "==", "eq"), F.BinOpKind.ne: ("ne", "!=", "ne"),
+            F.BinOpKind.lt: ("lt", "<", "gt"), F.BinOpKind.le: ("le", "<=", "ge"),
+            F.BinOpKind.gt: ("gt", ">", "lt"), F.BinOpKind.ge: ("ge", ">=", "le")}
+
+
+# Names the generated backward declares or reads, and C++ namespaces its expressions name: no
+# argument or binding may take them (bindings are renamed; an argument keeps the Python path).
+_APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock"})
+_NAMESPACES = frozenset({"at", "c10", "std", "torch"})
+
+
+class NotCpp(Exception):
+    """What keeps an op's autograd in Python."""
+
+
+class _Unresolved(Exception):
+    """A formula calls an op the library lacks: an error of formulas.check_library, no note."""
+
+
+def autograd_path(ns: str) -> str:
+    return f"{output_dir()}/cpp/{ns}/autograd.cpp"
+
+
+def file_setting(lib: OpLibrary, op: Op) -> str | None:
+    """The `autograd:` of the op file declaring `op` (looked up by identity, once per library)."""
+    settings = lib.__dict__.get("_cpp_autograd_files")
+    if settings is None:
+        settings = {id(o): f.autograd for f in lib.files for o in f.ops}
+        lib.__dict__["_cpp_autograd_files"] = settings
+    return settings.get(id(op))
+
+
+def _is_python(op: Op) -> bool:
+    return any(isinstance(k, PyRef) for _, k in op.dispatch)
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan of one op
+
+
+@dataclass
+class Member:
+    name: str       # member of the node
+    ctype: str
+    init: str       # expression (in the Autograd kernel) it is set from
+
+
+@dataclass
+class Plan:
+    op: Op
+    cls: str                                    # the Node subclass
+    kernel: str                                 # the Autograd kernel function
+    sig: cpp.CppSignature
+    members: list[Member]
+    saved_results: list[tuple[str, int]]        # (member, return index)
+    releases: list[str]                         # members to reset in release_variables
+    slots: list[tuple[str, bool]]               # tensor inputs in edge order: (arg, is list)
+    body: list[str]                             # apply's body
+    diff_returns: list[int]                     # returns that get history, in node-input order
+    returns_tuple: bool
+    calls: list[Op]                             # library ops the formulas call
+
+
+def reason(lib: OpLibrary, op: Op) -> str | None:
+    """Why `op` (which has derivatives) keeps Python autograd; None when it gets C++."""
+    r = _plan(lib, op)
+    return r if isinstance(r, str) else None
+
+
+def plan(lib: OpLibrary, op: Op) -> Plan | None:
+    r = _plan(lib, op)
+    return r if isinstance(r, Plan) else None
+
+
+def uses_cpp(lib: OpLibrary, op: Op) -> bool:
+    """Whether `op`'s Autograd kernel is the generated C++ one (the Python path skips it)."""
+    return plan(lib, op) is not None
+
+
+def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
+    d = op.derivatives
+    if not isinstance(d, F.Derivatives):
+        return None
+    if namespace_abi(lib, op.namespace) is not None:
+        return "its namespace is on the stable ABI, which has no autograd API"
+    if file_setting(lib, op) == "python":
+        return "its op file says 'autograd: python'"
+    if _is_python(op):
+        return "its kernels are Python functions"
+    try:
+        sig = cpp.signature(op.schema)
+    except cpp.Unsupported:
+        return "its schema has no C++ binding"
+    try:
+        return _Builder(lib, op, d, sig).build()
+    except _Unresolved:
+        return None
+    except NotCpp as e:
+        why = str(e)
+        if why.startswith(("its ", "a return", "argument", "a formula")):
+            return why
+        return f"its formulas use {why}, which the C++ translation does not carry"
+
+
+def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
+    # Once per op of a library (the library is frozen; py_reg, check and this module ask).
+    cache = lib.__dict__.setdefault("_cpp_autograd_plans", {})
+    if id(op) not in cache:
+        cache[id(op)] = (op, _plan_uncached(lib, op))
+    return cache[id(op)][1]
+
+
+def check(lib: OpLibrary, diags: Diagnostics) -> None:
+    """A note per differentiable op of a full-ABI namespace that keeps Python autograd."""
+    if diags.has_errors or not F.check_library(lib, Diagnostics()):
+        return  # the errors come first; which path an op takes is settled once they are fixed
+    for op in lib.ops:
+        if not isinstance(op.derivatives, F.Derivatives):
+            continue
+        if namespace_abi(lib, op.namespace) is not None or file_setting(lib, op) == "python":
+            continue
+        why = reason(lib, op)
+        if why is not None:
+            loc = op.derivatives.loc or op.loc
+            diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
+                       "a C++ program linking the library cannot differentiate this op")
+
+
+def _camel(name: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in re.split(r"_+", name) if p)
+
+
+class _Builder:
+    def __init__(self, lib: OpLibrary, op: Op, d: F.Derivatives, sig: cpp.CppSignature):
+        self.lib, self.op, self.d, self.sig = lib, op, d, sig
+        self.schema = op.schema
+        self.cname = {a.name: b.name for a, b in zip(self.schema.arguments,
+                                                     (b for b in sig.arguments))}
+        self.kinds: dict[str, str] = {}          # local -> kind
+        self.meta_only: set[str] = set()
+        self.used_names: set[str] = set(reserved.CPP_KEYWORDS) | _APPLY_NAMES | _NAMESPACES
+        self.locals: dict[str, str] = {}
+        self.refs: dict[F.OpRef, Op] = {}
+        self.lambdas = 0
+
+    # -- naming
+    def fresh(self, name: str) -> str:
+        name = reserved.fresh(name, self.used_names)
+        self.used_names.add(name)
+        return name
+
+    def build(self) -> Plan:
+        schema, d, op = self.schema, self.d, self.op
+        if any(isinstance(strip_optional(r.type), ListType) or not is_tensor_like(r.type)
+               for r in schema.returns):
+            raise NotCpp("a return is not a Tensor (Tensor[] and non-Tensor returns are carried "
+                         "by the Python path only)")
+        if not schema.returns:
+            raise NotCpp("it returns nothing")
+        for ref in F.library_calls(d):
+            target = F.resolve(self.lib, ref)
+            if target is None:
+                raise _Unresolved()
+            if _is_python(target):
+                raise NotCpp(f"its formulas call {target.name}, whose kernel is Python")
+            if target in F.first_order_only(self.lib, op):
+                raise NotCpp(f"its formulas call {target.name}, which has no derivatives "
+                             "(the Python path makes the op differentiable once, with an error "
+                             "naming it on a second backward)")
+            try:
+                cpp.signature(target.schema)
+            except cpp.Unsupported:
+                raise NotCpp(f"its formulas call {target.name}, whose schema has no C++ binding")
+            if len(target.schema.returns) != 1 or strip_optional(target.schema.returns[0].type) \
+                    != BaseType(BaseTy.Tensor):
+                raise NotCpp(f"its formulas call {target.name}, which does not return one Tensor")
+            self.refs[ref] = target
+        saved = F.saved(d, schema)
+        self.meta_only = {a for a, _ in saved.meta}
+        cls = f"{_camel(op.name.name)}{'_' + _camel(op.name.overload) if op.name.overload else ''}Backward"
+        # `__` before the overload: op `a_b` and op `a.b` get different names.
+        kernel = f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd"
+        members: list[Member] = []
+        releases: list[str] = []
+        # Names of members: the argument's C++ name with a suffix no argument name makes.
+        arg_names = set(self.cname.values())
+        for n in sorted(arg_names):
+            if n in _APPLY_NAMES | _NAMESPACES or n.startswith("opgen_"):
+                raise NotCpp(f"argument '{n}' is a name the generated C++ uses (a namespace "
+                             "or a local of the backward)")
+            self.used_names.add(n)
+
+        def member(name: str, suffix: str) -> str:
+            m = f"{self.cname[name]}_{suffix}_"
+            if m in arg_names:
+                raise NotCpp(f"argument '{m}' has the name of a member of the generated node")
+            return m
+
+        # apply's prologue: each value the formulas read, as a local named like the input.
+        prologue: list[str] = []
+        meta_locals: dict[tuple[str, str], str] = {}
+        for name in saved.tensors:
+            m = member(name, "saved")
+            arg = self.schema.argument(name)
+            members.append(Member(m, "torch::autograd::SavedVariable",
+                                  f"torch::autograd::SavedVariable({self.cname[name]}, false)"))
+            releases.append(m)
+            prologue.append(f"auto {self.cname[name]} = {m}.unpack();")
+            self.kinds[name] = T
+            assert arg is not None
+        for name in saved.tensor_lists:
+            m = member(name, "saved")
+            members.append(Member(m, "std::vector<torch::autograd::SavedVariable>",
+                                  f"opgen_save_list({self.cname[name]})"))
+            releases.append(m)
+            prologue.append(f"auto {self.cname[name]} = opgen_unpack_list({m});")
+            self.kinds[name] = TL
+        for name, what in saved.meta:
+            arg = self.schema.argument(name)
+            assert arg is not None
+            optional = isinstance(arg.type, OptionalType)
+            m = member(name, {"shape": "sizes", "dtype": "dtype", "device": "device"}[what])
+            ctype, init = {
+                "shape": ("std::vector<c10::SymInt>", "{c}.sym_sizes().vec()"),
+                "dtype": ("at::ScalarType", "{c}.scalar_type()"),
+                "device": ("at::Device", "{c}.device()"),
+            }[what]
+            if optional:
+                raise NotCpp(f"a formula reads the {what} of the optional Tensor '{name}'")
+            members.append(Member(m, ctype, init.format(c=self.cname[name])))
+            meta_locals[(name, what)] = m
+        for name in saved.values:
+            arg = self.schema.argument(name)
+            assert arg is not None
+            kind = self._value_kind(arg.type)
+            if kind is None:
+                raise NotCpp(f"a formula reads '{name}' ({arg.type}), which the C++ translation "
+                             "does not carry")
+            try:
+                ctype = cpp.owned_type(arg.type).cpp()
+            except cpp.Unsupported:
+                raise NotCpp(f"'{name}' ({arg.type}) has no owning C++ type")
+            m = member(name, "value")
+            init = self.cname[name]
+            if isinstance(strip_optional(arg.type), ListType):
+                init = f"{init}.vec()"
+            elif strip_optional(arg.type) == BaseType(BaseTy.str):
+                init = f"std::string({init})"
+            members.append(Member(m, ctype, init))
+            prologue.append(f"const auto& {self.cname[name]} = {m};")
+            self.kinds[name] = kind
+        self.meta_locals = meta_locals
+        saved_results: list[tuple[str, int]] = []
+        result_locals = self._result_names()
+        for i in saved.results:
+            m = f"{result_locals[i]}_saved_"
+            members.append(Member(m, "torch::autograd::SavedVariable", ""))
+            saved_results.append((m, i))
+            releases.append(m)
+            prologue.append(f"auto {result_locals[i]} = {m}.unpack(getptr());")
+        # Edges: every Tensor-like argument, in order (lists contribute one per element).
+        slots = [(a.name, isinstance(strip_optional(a.type), ListType))
+                 for a in self.schema.arguments if is_tensor_like(a.type)]
+        diff = [i for i in range(len(schema.returns))
+                if not d.output_differentiability or d.output_differentiability[i]]
+        grad_names = self._grad_names()
+        body = ["std::lock_guard<std::mutex> lock(mutex_);"]
+        # Undefined output gradients are zeros, as autograd.Function materializes them.
+        body.append("for (size_t i = 0; i < grads.size(); ++i) {")
+        body.append("  if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {")
+        body.append("    grads[i] = input_metadata(i).zeros_like();")
+        body.append("  }")
+        body.append("}")
+        for i, g in enumerate(grad_names):
+            if i in diff:
+                body.append(f"[[maybe_unused]] const at::Tensor& {g} = grads[{diff.index(i)}];")
+        self.grad_locals = {i: g for i, g in enumerate(grad_names) if i in diff}
+        self.result_locals = result_locals
+        body += prologue
+        # Edge offsets: Tensor[] inputs have a length known at the call only.
+        counts: list[str] = []
+        offsets: dict[str, str] = {}
+        for name, is_list in slots:
+            offsets[name] = " + ".join(counts) or "0"
+            if is_list:
+                m = member(name, "count")
+                members.append(Member(m, "size_t", f"{self.cname[name]}.size()"))
+                counts.append(m)
+            else:
+                counts.append("1")
+        total = " + ".join(counts)
+        body.append(f"torch::autograd::variable_list grad_inputs({_fold(total)});")
+        self.offsets = offsets
+        self.slots = dict(slots)
+        # formulas
+        for f in d.formulas:
+            body += self._formula(f)
+        body.append("return grad_inputs;")
+        names = [m.name for m in members]
+        if len(set(names)) != len(names):
+            raise NotCpp("two arguments give the generated node members of the same name")
+        for m in members:
+            if m.name in self.used_names:
+                raise NotCpp(f"a formula binding has the name '{m.name}' of a generated member")
+        return Plan(op, cls, kernel, self.sig, members, saved_results, releases, slots, body,
+                    diff, len(schema.returns) > 1, list(dict.fromkeys(self.refs.values())))
+
+    def _value_kind(self, t) -> str | None:
+        opt = isinstance(t, OptionalType)
+        base = strip_optional(t)
+        if opt:
+            return None
+        if isinstance(base, BaseType):
+            return {BaseTy.float: FLT, BaseTy.int: INT, BaseTy.bool: BOOL,
+                    BaseTy.Scalar: SCALAR, BaseTy.str: STR}.get(base.name)
+        if isinstance(base, ListType) and isinstance(base.elem, BaseType):
+            if base.elem.name is BaseTy.float:
+                return "float[]"
+            if base.elem.name is BaseTy.int:
+                return "int[]"
+        return None
+
+    def _result_names(self) -> list[str]:
+        rs = self.schema.returns
+        if len(rs) == 1:
+            return [self.fresh("result")]
+        return [self.fresh(f"result_{r.name}" if r.name else f"result{i}")
+                for i, r in enumerate(rs)]
+
+    def _grad_names(self) -> list[str]:
+        rs = self.schema.returns
+        if len(rs) == 1:
+            return [self.fresh("grad")]
+        return [self.fresh(f"grad_{r.name}" if r.name else f"grad{i}") for i, r in enumerate(rs)]
+
+    # -- formulas
+    def _needs(self, name: str) -> str:
+        off = _fold(self.offsets[name])
+        if self.slots[name]:
+            m = f"{self.cname[name]}_count_"
+            return f"torch::autograd::IndexRange{{{off}, {_fold(off + ' + ' + m)}}}"
+        return f"torch::autograd::IndexRange{{{off}, {_fold(off + ' + 1')}}}"
+
+    def _formula(self, f: F.Formula) -> list[str]:
+        cond = "task_should_compute_output({" + ", ".join(self._needs(n) for n in f.inputs) + "})"
+        lines = [f"if ({cond}) {{"]
+        inner: list[str] = []
+        saved_locals = dict(self.locals)
+        for name, value in f.bindings:
+            code, kind = self.expr(value)
+            local = self.fresh(name)
+            self.locals[name] = local
+            self.kinds["$" + name] = kind
+            inner.append(f"auto {local} = {code};")
+        if len(f.inputs) > 1:
+            if not isinstance(f.expr, F.TupleLit) or len(f.expr.items) != len(f.inputs):
+                raise NotCpp("a formula for several inputs is not a tuple literal")
+            values = list(zip(f.inputs, f.expr.items))
+        else:
+            values = [(f.inputs[0], f.expr)]
+        for name, e in values:
+            code, kind = self.expr(e)
+            is_list = self.slots[name]
+            off = _fold(self.offsets[name])
+            if kind == NONE:
+                continue
+            if is_list:
+                if kind != TL:
+                    raise NotCpp(f"the formula for Tensor[] '{name}' is not a list of tensors")
+                g = self.fresh(f"{name}_grad")
+                m = f"{self.cname[name]}_count_"
+                inner += [f"auto {g} = {code};",
+                          f"TORCH_CHECK({g}.size() == {m}, \"{self.op.name}: the formula for "
+                          f"'{name}' gives \", {g}.size(), \" gradients for \", {m}, \" tensors\");",
+                          f"for (size_t i = 0; i < {m}; ++i) {{",
+                          f"  grad_inputs[{_fold(off + ' + i')}] = {g}[i];",
+                          "}"]
+            else:
+                if kind != T:
+                    raise NotCpp(f"the formula for '{name}' is not a Tensor expression")
+                if len(values) > 1:
+                    inner.append(f"if (task_should_compute_output({off})) {{")
+                    inner.append(f"  grad_inputs[{off}] = {code};")
+                    inner.append("}")
+                else:
+                    inner.append(f"grad_inputs[{off}] = {code};")
+        self.locals = saved_locals
+        lines += ["  " + line for line in inner]
+        lines.append("}")
+        return lines
+
+    def expr(self, e: F.Expr) -> tuple[str, str]:
+        match e:
+            case F.Const(value=v):
+                if v is None:
+                    return "at::Tensor()", NONE
+                if isinstance(v, bool):
+                    return ("true" if v else "false"), BOOL
+                if isinstance(v, int):
+                    return (f"int64_t{{{v}}}" if abs(v) >= 2**31 else str(v)), INT
+                if isinstance(v, float):
+                    text = repr(v)
+                    if not any(c in text for c in ".eEn"):
+                        text += ".0"
+                    return text, FLT
+                if isinstance(v, str):
+                    return f"std::string_view({cpp.string_literal(v)})", STR
+                raise NotCpp(f"the literal {v!r}")
+            case F.InputRef(name=name):
+                if name in self.meta_only:
+                    raise NotCpp(f"'{name}' is read for metadata in a way C++ does not follow")
+                if name not in self.kinds:
+                    raise NotCpp(f"'{name}' is not carried")
+                return self.cname[name], self.kinds[name]
+            case F.GradRef(index=i):
+                if i not in self.grad_locals:
+                    raise NotCpp("a formula reads the gradient of a non-differentiable output")
+                return self.grad_locals[i], T
+            case F.ResultRef(index=i):
+                return self.result_locals[i], T
+            case F.LocalRef(name=name) | F.LoopVar(name=name):
+                if name not in self.locals:
+                    raise NotCpp(f"'{name}'")
+                return self.locals[name], self.kinds["$" + name]
+            case F.Attr(obj=F.InputRef(name=name), name=attr) if name in self.meta_only:
+                what = F.META_ATTRS.get(attr)
+                m = self.meta_locals.get((name, what)) if what else None
+                if m is None:
+                    raise NotCpp(f"{name}.{attr}")
+                if attr == "ndim":
+                    return f"static_cast<int64_t>({m}.size())", INT
+                return m, {"shape": SIZES, "dtype": DTYPE, "device": DEVICE}[what]
+            case F.Attr(obj=obj, name=attr):
+                code, kind = self.expr(obj)
+                if kind == T and attr == "shape":
+                    return f"{code}.sym_sizes()", SIZES
+                if kind == T and attr == "ndim":
+                    return f"{code}.dim()", INT
+                if kind == T and attr == "dtype":
+                    return f"{code}.scalar_type()", DTYPE
+                raise NotCpp(f"the attribute .{attr}")
+            case F.Call():
+                return self._call(e)
+            case F.BinOp(op=op, left=a, right=b):
+                return self._binop(op, a, b)
+            case F.UnaryOp(op=op, operand=o):
+                code, kind = self.expr(o)
+                if op is F.UnaryKind.neg and (kind == T or kind in (FLT, INT)):
+                    return f"(-{code})", kind
+                if op is F.UnaryKind.pos and (kind == T or kind in (FLT, INT)):
+                    return code, kind
+                if op is F.UnaryKind.not_ and kind == BOOL:
+                    return f"(!{code})", BOOL
+                if op is F.UnaryKind.invert and kind == T:
+                    return f"{code}.bitwise_not()", T
+                raise NotCpp(f"the operator {op.value.strip()} on a {kind}")
+            case F.IfExp(cond=c, then=t, orelse=o):
+                cc, ck = self.expr(c)
+                tc, tk = self.expr(t)
+                oc, ok = self.expr(o)
+                if ck != BOOL:
+                    raise NotCpp("a condition that is not a bool")
+                kinds = {tk, ok} - {NONE}
+                if len(kinds) != 1 or (NONE in (tk, ok) and kinds != {T}):
+                    raise NotCpp("a conditional whose branches have different types")
+                kind = kinds.pop()
+                if kind in (FLT, INT) and tk != ok:
+                    raise NotCpp("a conditional mixing int and float")
+                return f"({cc} ? {tc} : {oc})", kind
+            case F.Subscript(obj=obj, items=(F.Const(value=int() as i),)) \
+                    if not isinstance(i, bool):
+                code, kind = self.expr(obj)
+                if kind == TL:
+                    return f"{code}.at({i})" if i >= 0 else f"{code}.at({code}.size() - {-i})", T
+                raise NotCpp("indexing")
+            case F.ListLit(items=items):
+                parts = [self.expr(i) for i in items]
+                if all(k in (T, NONE) for _, k in parts):
+                    return ("std::vector<at::Tensor>{" + ", ".join(c for c, _ in parts) + "}",
+                            TL)
+                raise NotCpp("a list literal of non-tensors")
+            case F.ListComp():
+                return self._listcomp(e)
+        raise NotCpp(f"the expression {type(e).__name__}")
+
+    def _binop(self, op: F.BinOpKind, a: F.Expr, b: F.Expr) -> tuple[str, str]:
+        if op in (F.BinOpKind.is_, F.BinOpKind.is_not):
+            other = b if isinstance(a, F.Const) and a.value is None else a
+            if not (isinstance(b, F.Const) and b.value is None) and other is a:
+                raise NotCpp("'is' with something other than None")
+            code, kind = self.expr(other)
+            if kind != T:
+                raise NotCpp("'is None' on a non-Tensor")
+            return (f"(!{code}.defined())" if op is F.BinOpKind.is_ else f"{code}.defined()"), BOOL
+        ac, ak = self.expr(a)
+        bc, bk = self.expr(b)
+        tensors = ak == T or bk == T
+        if op in _COMPARE:
+            fn, sym, flipped = _COMPARE[op]
+            if ak == T and (bk == T or bk in NUMBER):
+                return f"at::{fn}({ac}, {bc})", T
+            if bk == T and ak in NUMBER:
+                return f"at::{flipped}({bc}, {ac})", T
+            if ak in (FLT, INT) and bk in (FLT, INT) or (ak == bk and ak in (BOOL, STR)):
+                return f"({ac} {sym} {bc})", BOOL
+            raise NotCpp(f"comparing a {ak} with a {bk}")
+        if op in (F.BinOpKind.and_, F.BinOpKind.or_):
+            if ak == BOOL and bk == BOOL:
+                return f"({ac} {'&&' if op is F.BinOpKind.and_ else '||'} {bc})", BOOL
+            raise NotCpp(f"'{op.value}' on non-bools")
+        if op is F.BinOpKind.matmul and ak == T and bk == T:
+            return f"at::matmul({ac}, {bc})", T
+        if op is F.BinOpKind.pow:
+            if ak == T and (bk == T or bk in NUMBER):
+                return f"{ac}.pow({bc})", T
+            if bk == T and ak in NUMBER:
+                return f"at::pow({ac}, {bc})", T
+            if ak in (FLT, INT) and bk in (FLT, INT):
+                if ak == INT and bk == INT:
+                    raise NotCpp("an integer power")
+                return f"std::pow({ac}, {bc})", FLT
+            raise NotCpp(f"** on a {ak} and a {bk}")
+        if op in _BINARY_CPP:
+            sym = _BINARY_CPP[op]
+            if tensors:
+                if not ({ak, bk} <= {T, *NUMBER}):
+                    raise NotCpp(f"{op.value} on a {ak} and a {bk}")
+                if ak != T and bk != T:
+                    raise AssertionError
+                # Python numbers meet tensors as Scalars.
+                if ak in (INT, FLT, BOOL):
+                    ac = f"at::Scalar({ac})"
+                if bk in (INT, FLT, BOOL):
+                    bc = f"at::Scalar({bc})"
+                return f"({ac} {sym} {bc})", T
+            if ak in (FLT, INT) and bk in (FLT, INT):
+                if op is F.BinOpKind.div:
+                    return f"(static_cast<double>({ac}) / {bc})", FLT
+                return f"({ac} {sym} {bc})", FLT if FLT in (ak, bk) else INT
+            raise NotCpp(f"{op.value} on a {ak} and a {bk}")
+        raise NotCpp(f"the operator {op.value}")
+
+    def _args(self, args: tuple[F.Expr, ...], specs: tuple[tuple[str, ...], ...],
+              what: str) -> list[str]:
+        parts = [self.expr(a) for a in args]
+        for spec in specs:
+            if len(spec) != len(parts):
+                continue
+            if all(_fits(k, s) for (_, k), s in zip(parts, spec)):
+                out = []
+                for (c, k), s in zip(parts, spec):
+                    if k == INT and "n" in s.split("|") and s != "n":
+                        c = f"at::Scalar({c})"
+                    elif k in (FLT, BOOL) and s == "T|n":
+                        c = f"at::Scalar({c})"
+                    elif k == "int[]" and s == "s":
+                        c = f"at::IntArrayRef({c})"
+                    out.append(c)
+                return out
+        raise NotCpp(f"{what} with arguments of kinds " + ", ".join(k for _, k in parts))
+
+    def _call(self, e: F.Call) -> tuple[str, str]:
+        func = e.func
+        if any(isinstance(a, F.Star) for a in e.args):
+            raise NotCpp("a call with *arguments")
+        if isinstance(func, F.BuiltinRef):
+            if func.name == "unbroadcast":
+                g, like = e.args
+                gc, gk = self.expr(g)
+                if gk != T:
+                    raise NotCpp("unbroadcast of a non-Tensor")
+                if isinstance(like, F.InputRef) and like.name in self.meta_only:
+                    sizes = self.meta_locals[(like.name, "shape")]
+                else:
+                    lc, lk = self.expr(like)
+                    if lk != T:
+                        raise NotCpp("unbroadcast to a non-Tensor")
+                    sizes = f"{lc}.sym_sizes()"
+                return f"{gc}.sum_to_size_symint({sizes})", T
+            if func.name == "not_implemented":
+                (why,) = e.args
+                if not isinstance(why, F.Const) or not isinstance(why.value, str):
+                    raise NotCpp("not_implemented with a computed message")
+                text = f"the derivative of {self.op.name} is not implemented: {why.value}"
+                return f"opgen_not_implemented({cpp.string_literal(text)})", T
+        if e.kwargs:
+            raise NotCpp("a call with keyword arguments")
+        if isinstance(func, F.OpRef):
+            target = self.refs[func]
+            tsig = cpp.signature(target.schema)
+            parts = [self.expr(a) for a in e.args]
+            if len(parts) > len(tsig.arguments):
+                raise NotCpp(f"a call of {target.name} with too many arguments")
+            args = []
+            for i, b in enumerate(tsig.arguments):
+                if i < len(parts):
+                    c, k = parts[i]
+                    want = _arg_kind(b.argument.type)
+                    if want is None or not _fits(k, want):
+                        raise NotCpp(f"argument '{b.argument.name}' of {target.name}")
+                    args.append(c)
+                elif b.default is not None:
+                    args.append(b.default)
+                else:
+                    raise NotCpp(f"a call of {target.name} without '{b.argument.name}'")
+            return f"{handle_name(target)}().call({', '.join(args)})", T
+        if isinstance(func, F.TorchRef) and len(func.path) == 1 and func.path[0] in TORCH_FUNCTIONS:
+            name = func.path[0]
+            args = self._args(e.args, TORCH_FUNCTIONS[name], f"torch.{name}")
+            return f"at::{name}({', '.join(args)})", T
+        if isinstance(func, F.Attr):
+            if isinstance(func.obj, F.InputRef) and func.obj.name in self.meta_only \
+                    and func.name in F.META_METHODS:
+                sizes = self.meta_locals[(func.obj.name, "shape")]
+                if func.name == "dim" and not e.args:
+                    return f"static_cast<int64_t>({sizes}.size())", INT
+                if func.name == "size" and not e.args:
+                    return sizes, SIZES
+                raise NotCpp(f".{func.name}(...) of a tensor saved for its sizes only")
+            oc, ok = self.expr(func.obj)
+            if ok != T:
+                raise NotCpp(f"the method .{func.name} of a {ok}")
+            if func.name == "dim" and not e.args:
+                return f"{oc}.dim()", INT
+            if func.name == "size" and not e.args:
+                return f"{oc}.sym_sizes()", SIZES
+            if func.name in TENSOR_METHODS:
+                args = self._args(e.args, TENSOR_METHODS[func.name], f".{func.name}")
+                method = func.name
+                if method in _SYMINT_METHODS and any(
+                        self.expr(a)[1] == SIZES for a in e.args):
+                    method += "_symint"
+                return f"{oc}.{method}({', '.join(args)})", T
+            raise NotCpp(f"the method .{func.name}")
+        if isinstance(func, F.TorchRef):
+            raise NotCpp(f"torch.{'.'.join(func.path)}, which has no C++ translation here")
+        raise NotCpp("a call the C++ translation does not carry")
+
+    def _listcomp(self, e: F.ListComp) -> tuple[str, str]:
+        it = e.iterable
+        if isinstance(it, F.Call) and isinstance(it.func, F.PyBuiltinRef) and \
+                it.func.name == "zip" and not it.kwargs:
+            seqs = [self.expr(a) for a in it.args]
+        else:
+            seqs = [self.expr(it)]
+        if len(seqs) != len(e.names):
+            raise NotCpp("a comprehension unpacking other than zip")
+        elem_kinds = []
+        for _, k in seqs:
+            if k == TL:
+                elem_kinds.append(T)
+            elif k in LISTS:
+                elem_kinds.append(LISTS[k])
+            else:
+                raise NotCpp(f"a comprehension over a {k}")
+        saved = dict(self.locals)
+        i = self.fresh("i")
+        seq_locals = [self.fresh("seq") for _ in seqs]
+        lines = []
+        for (code, _), local in zip(seqs, seq_locals):
+            lines.append(f"const auto& {local} = {code};")
+        n = ", ".join(f"{s}.size()" for s in seq_locals)
+        size = f"std::min({{{n}}})" if len(seqs) > 1 else f"{seq_locals[0]}.size()"
+        for name, local, kind in zip(e.names, seq_locals, elem_kinds):
+            var = self.fresh(name)
+            self.locals[name] = var
+            self.kinds["$" + name] = kind
+        body_decls = [f"const auto& {self.locals[name]} = {local}[{i}];"
+                      for name, local in zip(e.names, seq_locals)]
+        ec, ek = self.expr(e.elem)
+        if ek not in (T, NONE):
+            raise NotCpp("a comprehension of non-tensors")
+        cond = None
+        if e.cond is not None:
+            cond, ck = self.expr(e.cond)
+            if ck != BOOL:
+                raise NotCpp("a comprehension condition that is not a bool")
+        self.locals = saved
+        out = self.fresh("out")
+        inner = [*body_decls]
+        push = f"{out}.push_back({ec});"
+        inner += [f"if ({cond}) {{", f"  {push}", "}"] if cond else [push]
+        text = ("[&] {\n" + "\n".join("  " + x for x in lines)
+                + f"\n  std::vector<at::Tensor> {out};\n  {out}.reserve({size});\n"
+                + f"  for (size_t {i} = 0; {i} < {size}; ++{i}) {{\n"
+                + "\n".join("    " + x for x in inner) + f"\n  }}\n  return {out};\n}}()")
+        return text, TL
+
+
+def handle_name(op: Op) -> str:
+    """The function returning the typed dispatcher handle of a library op formulas call."""
+    return f"opgen_{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_op"
+
+
+def _arg_kind(t) -> str | None:
+    base = strip_optional(t)
+    if isinstance(t, OptionalType) and base != BaseType(BaseTy.Tensor):
+        return None
+    if isinstance(base, BaseType):
+        return {BaseTy.Tensor: "T", BaseTy.float: "f", BaseTy.int: "i", BaseTy.bool: "b",
+                BaseTy.Scalar: "n"}.get(base.name)
+    return None
+
+
+def _fits(kind: str, spec: str) -> bool:
+    for s in spec.split("|"):
+        if s == "T" and kind == T:
+            return True
+        if s == "n" and kind in NUMBER:
+            return True
+        if s == "f" and kind in (FLT, INT):
+            return True
+        if s in ("i",) and kind == INT:
+            return True
+        if s == "b" and kind == BOOL:
+            return True
+        if s == "s" and kind in (SIZES, "int[]"):
+            return True
+        if s == "dtype" and kind == DTYPE:
+            return True
+    return False
+
+
+def _fold(expr: str) -> str:
+    """`0 + 1 + x` -> `1 + x`: offsets read as a person would write them."""
+    parts = [p.strip() for p in expr.split(" + ")]
+    number = sum(int(p) for p in parts if p.isdigit())
+    rest = [p for p in parts if not p.isdigit()]
+    if number or not rest:
+        rest.append(str(number))
+    return " + ".join(rest)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rendering
+
+
+def kernel_context(p: Plan) -> dict:
+    op = p.op
+    sig = p.sig
+    params = ", ".join(b.decl() for b in sig.arguments)
+    args = ", ".join(b.name for b in sig.arguments)
+    cname = {b.argument.name: b.name for b in sig.arguments}
+    tensors = [cname[a.name] for a in op.schema.arguments if is_tensor_like(a.type)]
+    fw = " || ".join(
+        (f"torch::autograd::isFwGradDefinedTensorList({t})"
+         if isinstance(strip_optional(a.type), ListType) else f"torch::autograd::isFwGradDefined({t})")
+        for t, a in zip(tensors, [a for a in op.schema.arguments if is_tensor_like(a.type)]))
+    body: list[str] = []
+    for line in p.body:
+        indent = line[: len(line) - len(line.lstrip())]
+        body.extend((indent + part) if k else part for k, part in enumerate(line.split("\n")))
+    results = [f"std::get<{i}>(opgen_result)" if p.returns_tuple else "opgen_result"
+               for i in range(len(op.schema.returns))]
+    return {
+        "qualname": str(op.name) if op.name.namespace else f"{op.namespace}::{op.name}",
+        "schema": str(op.schema),
+        "cls": p.cls,
+        "kernel": p.kernel,
+        "members": p.members,
+        "releases": p.releases,
+        "body": body,
+        "returns": sig.returns.cpp(),
+        "function_type": sig.function_type(),
+        "params": params,
+        "args": args,
+        "tensors": ", ".join(tensors),
+        "fw": fw,
+        "name": op.name.name,
+        "overload": op.name.overload or "",
+        "history": [results[i] for i in p.diff_returns],
+        "no_history": [results[i] for i in range(len(results)) if i not in p.diff_returns],
+        "saved_results": [(m, results[i]) for m, i in p.saved_results],
+        "impl_name": str(op.name.name) + (f".{op.name.overload}" if op.name.overload
+                                          else ""),
+    }
+
+
+def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+    """`<generated>/cpp/<ns>/autograd.cpp` for each namespace with a C++ Autograd kernel."""
+    F.check_library(lib, diags)
+    if diags.has_errors:
+        return {}
+    out: dict[str, str] = {}
+    for ns in lib.namespaces:
+        plans = [p for p in (plan(lib, op) for op in lib.in_namespace(ns)) if p is not None]
+        if not plans:
+            continue
+        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        called: dict[str, Op] = {}
+        for p in plans:
+            for target in p.calls:
+                called.setdefault(handle_name(target), target)
+        handles = [{"name": name, "qualname": f"{t.namespace}::{t.name.name}",
+                    "overload": t.name.overload or "",
+                    "function_type": cpp.signature(t.schema).function_type()}
+                   for name, t in sorted(called.items())]
+        out[autograd_path(ns)] = render(
+            "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,
+            ops=[kernel_context(p) for p in plans])
+    return out
+
+
+def paths(lib: OpLibrary) -> dict[str, str]:
+    """namespace -> its generated autograd source, for the namespaces that have one."""
+    return {ns: autograd_path(ns) for ns in lib.namespaces
+            if any(plan(lib, op) is not None for op in lib.in_namespace(ns))}
+

@@ -1,0 +1,97 @@
+"""C++ autograd from formulas (codegen.dest.cpp_autograd, Note [C++ autograd]): golden output for
+an op file exercising the translator, its notes for the ops it leaves to Python, that the output
+compiles warning-free, and that the example library's differentiable ops run on it."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from codegen import gen
+from codegen.dest import cpp_autograd
+from codegen.diagnostics import Diagnostics
+from codegen.load import load_library
+from tests import expect
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+INPUT = "tests/golden/cpp/inputs/autograd.yaml"
+EXPECTED = HERE / "golden" / "cpp" / "expected" / "autograd"
+
+
+def _render(paths: list[str]) -> tuple[dict[str, str], Diagnostics]:
+    lib = load_library(paths)
+    diags = Diagnostics()
+    out = cpp_autograd.generate(lib, diags)
+    gen.check_library(lib, diags)
+    return out, diags
+
+
+def test_golden_autograd(monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    out, diags = _render([INPUT])
+    assert not diags.has_errors, diags.render()
+    expect.check_dir(EXPECTED, out)
+
+
+def test_python_path_is_a_located_note(monkeypatch) -> None:
+    """What C++ cannot carry keeps the Python path, and `check` says so where the formula is."""
+    monkeypatch.chdir(ROOT)
+    _, diags = _render([INPUT])
+    notes = [d for d in diags.items if d.severity == "note"]
+    assert [(str(d.loc), d.message) for d in notes] == [
+        (f"{INPUT}:53:7", "agrad::gelu_like: its Autograd kernel stays in Python: its formulas "
+                          "use a call with keyword arguments, which the C++ translation does not "
+                          "carry"),
+        (f"{INPUT}:58:7", "agrad::exp_twice: its Autograd kernel stays in Python: argument 'at' "
+                          "is a name the generated C++ uses (a namespace or a local of the "
+                          "backward)"),
+    ]
+    assert not diags.has_errors
+
+
+def test_example_library_split(monkeypatch) -> None:
+    """The example's C++-kernel ops get C++ autograd; its Python-kernel ops and the stable
+    namespace keep Python, and the Python module registers no Autograd kernel for the others."""
+    monkeypatch.chdir(ROOT)
+    lib = load_library(["schemas/core.yaml", "schemas/python.yaml", "schemas/stable.yaml"])
+    cpp_ops = sorted(str(op.name) for op in lib.ops if cpp_autograd.uses_cpp(lib, op))
+    assert cpp_ops == ["exops::scaled_add", "exops::smooth_clamp", "exops::smooth_clamp_backward",
+                       "exops::soft_shrink", "exops::weighted_sum"]
+    assert cpp_autograd.reason(lib, next(o for o in lib.ops if str(o.name) == "exstable::scale")) \
+        == "its namespace is on the stable ABI, which has no autograd API"
+    reg = (ROOT / "generated/runtime/_reg_exops.py").read_text()
+    assert '_lib.impl("scaled_add", _scaled_add_autograd' not in reg
+    assert "_RowNormalizeFunction" in reg
+
+
+def test_autograd_python_key(tmp_path: Path, monkeypatch) -> None:
+    """`autograd: python` keeps every op of the file on the Python path, without a note."""
+    text = (ROOT / INPUT).read_text().replace("namespace: agrad\n",
+                                              "namespace: agrad\nautograd: python\n")
+    path = tmp_path / "ops.yaml"
+    path.write_text(text)
+    out, diags = _render([str(path)])
+    assert out == {}
+    assert not [d for d in diags.items if d.severity == "note"]
+
+
+@pytest.mark.slow
+def test_golden_autograd_compiles(tmp_path: Path, monkeypatch) -> None:
+    """The translator's output is valid C++ over ATen, free of warnings (-Werror)."""
+    monkeypatch.chdir(ROOT)
+    from codegen import build
+
+    out, _ = _render([INPUT])
+    (source,) = out.values()
+    src = tmp_path / "autograd.cpp"
+    src.write_text(source)
+    toolchain = build.make_toolchain(build.toolchain_key()).text
+    cflags = shlex.split(build.toolchain_var(toolchain, "cflags") or "")
+    cxx = shlex.split(build.toolchain_var(toolchain, "cxx") or "c++")
+    proc = subprocess.run([*cxx, *cflags, "-Werror", "-fsyntax-only", str(src)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
