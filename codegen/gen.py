@@ -86,14 +86,13 @@ def template_environment(**filters: Callable) -> jinja2.Environment:
 def generators() -> list[tuple[str, Generator]]:
     """(name, generator) pairs, in output order. Imported lazily: `check` needs none of them."""
     gens: list[tuple[str, Generator]] = []
-    from codegen.dest import cpp_kernels, cpp_library, cpp_register, cpp_stable, ninja, py_ops
+    from codegen.dest import cpp_kernels, cpp_library, cpp_register, cpp_stable, py_ops
 
     gens += [
         ("cpp-kernels", cpp_kernels.generate),
         ("cpp-register", cpp_register.generate),
         ("cpp-stable", cpp_stable.generate),
         ("cpp-stamp", cpp_library.generate_stamps),
-        ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
         ("py-loader", py_ops.generate_loader),
@@ -112,9 +111,14 @@ def generators() -> list[tuple[str, Generator]]:
 
 
 def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
+    from codegen.dest import ninja
+
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
+    # The build file comes last: its codegen edge declares exactly the files of this set, so
+    # the two cannot drift apart (an output never written would rerun the edge on every build).
+    out.update(ninja.generate(lib, diags, tuple(out.files)))
     out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
     return out
 

@@ -67,6 +67,8 @@ class BuildInputs:
     kernel_sources: dict[str, tuple[tuple[str, str], ...]]
     kernel_dirs: tuple[str, ...]                 # every directory searched (their mtimes)
     codegen_args: tuple[str, ...]                # what `python -m codegen generate` is given
+    # every other file code generation writes (gen.render's set): the codegen edge's outputs
+    outputs: tuple[str, ...]
 
 
 def obj(ns: str, source: str, rel: str | None = None) -> str:
@@ -127,10 +129,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     all_shards = L.shards(lib)
     # The completion stamp is written last (Note [Set-atomic writes] in codegen/files.py): an
     # interrupted generate leaves it missing, so this edge reruns before anything compiles.
-    generated: list[str] = [ninja_file(), set_stamp()]
-    for ns, shs in all_shards.items():
-        generated += [s.header for s in shs] + [s.registration for s in shs] + [L.stamp_path(ns)]
-        generated += [s.op_header(name) for s in shs for name in L.ops_by_name(s)]
+    generated = [ninja_file(), set_stamp(), *sorted(inputs.outputs)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
     w.newline()
@@ -171,9 +170,10 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     return out.getvalue()
 
 
-def scan_inputs(lib: OpLibrary, root: Path = Path("."),
+def scan_inputs(lib: OpLibrary, outputs: tuple[str, ...], root: Path = Path("."),
                 diags: Diagnostics | None = None) -> BuildInputs:
     """Read the disk: kernel sources of each namespace, and the code generator's own files.
+    `outputs` are the files code generation writes besides the build file and its stamp.
 
     Paths are relative to `root` (the project root, where the CLI and ninja run), so the
     committed build file is machine-independent. With `diags`, kernel sources that belong to no
@@ -182,7 +182,7 @@ def scan_inputs(lib: OpLibrary, root: Path = Path("."),
     sources, dirs = kernel_sources(list(lib.namespaces), root, diags)
     if diags is not None:
         check_kernel_sources(sources, set(L.shards(lib)), root, diags)
-    return BuildInputs(sources, dirs, _codegen_args(lib, root))
+    return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
 def kernel_sources(namespaces: list[str], root: Path = Path("."),
@@ -312,5 +312,8 @@ def _rel(p: Path, root: Path) -> str:
         return p.as_posix()
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
-    return {ninja_file(): build_ninja(lib, scan_inputs(lib, diags=diags))}
+def generate(lib: OpLibrary, diags: Diagnostics, outputs: tuple[str, ...]) -> dict[str, str]:
+    """The build file, whose codegen edge declares `outputs` (every other file of the generated
+    set, codegen.gen.render) and nothing else: ninja reruns an edge one of whose declared outputs
+    is missing, so a declared file that generation never writes makes every build regenerate."""
+    return {ninja_file(): build_ninja(lib, scan_inputs(lib, outputs, diags=diags))}
