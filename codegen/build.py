@@ -497,17 +497,24 @@ def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     return proc.wait()
 
 
-def check_generated(root: Path, out) -> bool:
+def _generate_hint() -> str:
+    """How this project regenerates: its own command (`opgen generate` in a project)."""
+    return f"hint: run `{config.current().codegen_command}`"
+
+
+def check_generated(root: Path, out, err=None) -> bool:
     """Make ninja regenerate a generated set that is not the one its stamp records: without
     the stamp, an output of the `codegen` edge is missing, so that edge runs first. False when
-    that cannot work (a build file older than the stamp), with the error written."""
+    that cannot work (a build file older than the stamp), with the error written to `err`
+    (stderr by default)."""
+    err = err or sys.stderr
     stamp = set_stamp()
     problem = verify_stamp(root, stamp)
     if problem is None:
         return True
     if stamp not in (root / ninja_file()).read_text(encoding="utf-8", errors="replace"):
-        out.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
-                  "hint: run `make codegen` (python -m codegen generate)\n")
+        err.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
+                  f"{_generate_hint()}\n")
         return False
     out.write(f"note: {problem}; regenerating before the build\n")
     try:
@@ -517,18 +524,21 @@ def check_generated(root: Path, out) -> bool:
     return True
 
 
-def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
+def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> int:
+    """Build; ninja's output and notes go to `out` (stdout), errors that stop the build before
+    ninja runs to `err` (stderr)."""
     out = out or sys.stdout
+    err = err or sys.stderr
     if not (root / ninja_file()).is_file():
-        out.write(f"error: {ninja_file()} not found under {root}\n"
-                  "hint: run `make codegen` (python -m codegen generate) first\n")
+        err.write(f"error: {ninja_file()} not found under {root}: nothing is generated yet\n"
+                  f"{_generate_hint()} first\n")
         return 1
-    if not check_generated(root, out):
+    if not check_generated(root, out, err):
         return 1
     try:
         check_sources(root)
     except UserError as e:
-        out.write(e.diags.render() + "\n")
+        err.write(e.diags.render() + "\n")
         return 1
     _written, text = write_toolchain(root)
     if stable_namespaces(root):

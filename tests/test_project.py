@@ -67,6 +67,26 @@ def test_commands_from_any_directory(tmp_path: Path) -> None:
     assert 'LIBRARY_DIR = ".."' in manifest and '"alphaops._generated._reg_alphans"' in manifest
 
 
+def test_build_messages_name_the_projects_commands(tmp_path: Path) -> None:
+    """`opgen build` before `opgen generate`, and on a build file older than its generated set:
+    errors on stderr, hints naming the project's own command."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    early = opgen("build", cwd=root)
+    assert (early.returncode, early.stdout) == (1, "")
+    assert early.stderr == (f"error: alphaops/_generated/build.ninja not found under {root}: "
+                            "nothing is generated yet\nhint: run `opgen generate` first\n")
+    assert opgen("generate", cwd=root).returncode == 0
+    ninja = root / "alphaops" / "_generated" / "build.ninja"
+    ninja.write_text(ninja.read_text(encoding="utf-8").replace("SHA256SUMS", "OTHER"),
+                     encoding="utf-8")
+    stale = opgen("build", cwd=root)
+    assert (stale.returncode, stale.stdout) == (1, "")
+    assert stale.stderr == (
+        "error: alphaops/_generated/build.ninja differs from the set "
+        "alphaops/_generated/SHA256SUMS records, and alphaops/_generated/build.ninja is too old "
+        "to regenerate it\nhint: run `opgen generate`\n")
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every

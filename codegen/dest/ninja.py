@@ -93,9 +93,9 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     w = ninja_syntax.Writer(out, width=100)
     sources = sorted({f.path for f in lib.files})
     out.write(banner("#", sources))
-    w.comment("Build with `python -m codegen.build` (`make build`): it writes the machine's "
+    w.comment(f"Build with `{config.current().build_command}`: it writes the machine's "
               f"toolchain to {toolchain_file()}, then runs `ninja -f {ninja_file()}` in the "
-              "repository root.")
+              "project root.")
     w.newline()
     w.variable("ninja_required_version", "1.10")
     w.variable("builddir", build_dir())
