@@ -237,6 +237,11 @@ _TORCH_LIBRARY = re.compile(r"\bTORCH_LIBRARY\s*\(\s*([A-Za-z_]\w*)")
 _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
 
 
+def blank_comments_and_strings(text: str) -> str:
+    """C++ source text with its comments and string literals blanked out, every offset kept."""
+    return _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+
+
 def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
                          root: Path, diags: Diagnostics) -> None:
     """A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates
@@ -250,8 +255,7 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                 continue
             if "TORCH_LIBRARY" not in text:
                 continue
-            # Blank out comments and string literals, keeping every offset.
-            code = _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+            code = blank_comments_and_strings(text)
             for m in _TORCH_LIBRARY.finditer(code):
                 ns = m[1]
                 if ns not in generated:
