@@ -724,14 +724,20 @@ def cuda_sources(root: Path) -> list[str]:
 
 
 def check_sources(root: Path) -> None:
-    """UserError for kernel sources that would build and then abort at import (a hand-written
-    TORCH_LIBRARY block for a namespace opgen generates)."""
-    from codegen.dest.ninja import check_kernel_sources, kernel_sources
+    """UserError for kernel sources that would build and then go wrong at import (a hand-written
+    TORCH_LIBRARY block for a namespace opgen generates, a TORCH_LIBRARY_IMPL registration of a
+    kernel the generated registration units register too)."""
+    from codegen.dest.ninja import check_kernel_sources, generated_registrations, kernel_sources
 
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
     sources, _ = kernel_sources(namespaces, root)
-    check_kernel_sources(sources, set(namespaces), root, diags)
+    base = root / config.current().generated / "cpp"
+    units = {}
+    for ns in namespaces:
+        for unit in sorted((base / ns).glob("register_*.cpp")):
+            units[str(unit)] = unit.read_text(encoding="utf-8", errors="replace")
+    check_kernel_sources(sources, set(namespaces), root, diags, generated_registrations(units))
     diags.raise_if_errors()
 
 

@@ -118,7 +118,7 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
         out.update(gen(lib, diags))
     # The build file comes last: its codegen edge declares exactly the files of this set, so
     # the two cannot drift apart (an output never written would rerun the edge on every build).
-    out.update(ninja.generate(lib, diags, tuple(out.files)))
+    out.update(ninja.generate(lib, diags, dict(out.files)))
     out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
     return out
 

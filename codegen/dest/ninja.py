@@ -170,10 +170,11 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     return out.getvalue()
 
 
-def scan_inputs(lib: OpLibrary, outputs: tuple[str, ...], root: Path = Path("."),
+def scan_inputs(lib: OpLibrary, outputs: dict[str, str], root: Path = Path("."),
                 diags: Diagnostics | None = None) -> BuildInputs:
     """Read the disk: kernel sources of each namespace, and the code generator's own files.
-    `outputs` are the files code generation writes besides the build file and its stamp.
+    `outputs` ({path: text}) are the files code generation writes besides the build file and
+    its stamp.
 
     Paths are relative to `root` (the project root, where the CLI and ninja run), so the
     committed build file is machine-independent. With `diags`, kernel sources that belong to no
@@ -181,7 +182,9 @@ def scan_inputs(lib: OpLibrary, outputs: tuple[str, ...], root: Path = Path(".")
     """
     sources, dirs = kernel_sources(list(lib.namespaces), root, diags)
     if diags is not None:
-        check_kernel_sources(sources, set(L.shards(lib)), root, diags)
+        units = {s.registration for shs in L.shards(lib).values() for s in shs}
+        check_kernel_sources(sources, set(L.shards(lib)), root, diags, generated_registrations(
+            {path: text for path, text in outputs.items() if path in units}))
     return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
@@ -242,11 +245,72 @@ def blank_comments_and_strings(text: str) -> str:
     return _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
 
 
+# A `TORCH_LIBRARY_IMPL(ns, key, m) {` block (or the stable ABI's), and the `m.impl(` calls in it.
+_IMPL_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY_IMPL\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
+                         r"([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*\)\s*\{")
+_NAME_ARGUMENT = re.compile(r'\s*(?:TORCH_SELECTIVE_NAME\s*\(\s*)?"((?:\\.|[^"\\\n])*)"')
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One `m.impl("<name>", ...)` of a TORCH_LIBRARY_IMPL block whose op name is a literal."""
+
+    namespace: str
+    key: str                  # the block's dispatch key: CPU, CUDA, Meta, ...
+    name: str                 # `op` or `op.overload`
+    offset: int               # of the string literal in the source text
+    length: int
+
+
+def impl_registrations(text: str) -> list[Registration]:
+    """The kernels the TORCH_LIBRARY_IMPL blocks of C++ source `text` register by name (the
+    generated registration units and hand-written kernel sources are read the same way)."""
+    if "TORCH_LIBRARY_IMPL" not in text:
+        return []
+    code = blank_comments_and_strings(text)
+    out = []
+    for block in _IMPL_BLOCK.finditer(code):
+        ns, key, var = block.groups()
+        depth, end = 1, block.end()
+        while end < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[end], 0)
+            end += 1
+        call = re.compile(rf"\b{re.escape(var)}\s*\.\s*impl\s*\(")
+        for c in call.finditer(code, block.end(), end):
+            # The name, read from the text (the code has its string literals blanked).
+            literal = _NAME_ARGUMENT.match(text, c.end())
+            if literal is None:
+                continue      # a name computed at run time: nothing to compare
+            name = literal[1]
+            if "::" in name:
+                qualifier, _, name = name.partition("::")
+                if qualifier != ns:
+                    continue
+            out.append(Registration(ns, key, name, literal.start(1) - 1,
+                                    literal.end() - literal.start(1) + 1))
+    return out
+
+
+def generated_registrations(texts: dict[str, str]) -> set[tuple[str, str, str]]:
+    """(namespace, op name, key) of every kernel the generated registration units `texts`
+    ({path: text}) register."""
+    return {(r.namespace, r.name, r.key) for text in texts.values()
+            for r in impl_registrations(text)}
+
+
 def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
-                         root: Path, diags: Diagnostics) -> None:
-    """A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates
-    builds fine and aborts the process at import ("Only a single TORCH_LIBRARY can be used to
-    register the namespace"): an error here, at the macro."""
+                         root: Path, diags: Diagnostics,
+                         registered: set[tuple[str, str, str]] = frozenset()) -> None:
+    """Registrations in kernel sources that build fine and go wrong at import: an error here,
+    located.
+
+    - A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates aborts
+      the process ("Only a single TORCH_LIBRARY can be used to register the namespace").
+    - An `m.impl("<op>", ...)` in a `TORCH_LIBRARY_IMPL(<ns>, <key>, m)` block for a kernel that
+      opgen registers too (`registered`: (namespace, op name, key), from the generated
+      registration units) replaces opgen's, with only a warning ("Overriding a previously
+      registered kernel"), and which one runs depends on the order the code loads in.
+    """
     for ns_sources in sources.values():
         for source, _ in ns_sources:
             try:
@@ -260,16 +324,33 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                 ns = m[1]
                 if ns not in generated:
                     continue
-                line = code.count("\n", 0, m.start()) + 1
-                col = m.start() - (code.rfind("\n", 0, m.start()) + 1) + 1
                 diags.add_source(source, text)
-                diags.error(Loc(source, line, col, m.end() - m.start()),
+                diags.error(_loc(source, code, m.start(), m.end() - m.start()),
                             f"TORCH_LIBRARY({ns}, ...) in a kernel source: opgen generates the "
                             f"TORCH_LIBRARY block of namespace '{ns}' from the op files, and a "
                             "second one aborts the process when the library is loaded",
-                            f"delete the block: declare its ops in the op files; kernels it "
-                            f"registers by hand may stay in a TORCH_LIBRARY_IMPL({ns}, <key>, m) "
-                            "block")
+                            "delete the block: declare its ops in the op files, and name their "
+                            "kernels in each op's `dispatch:`")
+            for r in impl_registrations(text):
+                if (r.namespace, r.name, r.key) not in registered:
+                    continue
+                what = ("`dispatch:` or its `fake:` rule" if r.key == "Meta" else "`dispatch:`")
+                diags.add_source(source, text)
+                diags.error(_loc(source, code, r.offset, r.length),
+                            f"a second {r.key} kernel for {r.namespace}::{r.name}: the op's "
+                            f"{what} in the op file gives it a {r.key} kernel, which opgen "
+                            "registers, and this one "
+                            "replaces it when the library loads (torch only warns: \"Overriding "
+                            "a previously registered kernel\")",
+                            f"delete this m.impl (and the TORCH_LIBRARY_IMPL({r.namespace}, "
+                            f"{r.key}, m) block once it is empty); the op file's kernel is the "
+                            "one registered")
+
+
+def _loc(source: str, code: str, offset: int, length: int) -> Loc:
+    line = code.count("\n", 0, offset) + 1
+    col = offset - (code.rfind("\n", 0, offset) + 1) + 1
+    return Loc(source, line, col, length)
 
 
 def _codegen_args(lib: OpLibrary, root: Path) -> tuple[str, ...]:
@@ -316,8 +397,9 @@ def _rel(p: Path, root: Path) -> str:
         return p.as_posix()
 
 
-def generate(lib: OpLibrary, diags: Diagnostics, outputs: tuple[str, ...]) -> dict[str, str]:
-    """The build file, whose codegen edge declares `outputs` (every other file of the generated
-    set, codegen.gen.render) and nothing else: ninja reruns an edge one of whose declared outputs
-    is missing, so a declared file that generation never writes makes every build regenerate."""
+def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dict[str, str]:
+    """The build file, whose codegen edge declares the paths of `outputs` (every other file of
+    the generated set, {path: text}, codegen.gen.render) and nothing else: ninja reruns an edge
+    one of whose declared outputs is missing, so a declared file that generation never writes
+    makes every build regenerate."""
     return {ninja_file(): build_ninja(lib, scan_inputs(lib, outputs, diags=diags))}
