@@ -521,7 +521,9 @@ def _include_note(prefix: str, qname: str, decl: str, infos: list[KernelInfo],
                          f"  the dispatcher calls it as\n    {info.decl}")
     headers = sorted({include_path(info.header) for info in infos})
     fix = " and ".join(f"#include <{h}>" for h in headers)
-    return "\n".join(parts) + f"\nhint: add `{fix}` to {source}, above the definition"
+    then = ("" if all(same_declaration(decl, info) for info in infos) else
+            "; then change the definition to match, or the schema in the op file")
+    return "\n".join(parts) + f"\nhint: add `{fix}` to {source}, above the definition{then}"
 
 
 # Kernel sources are compiled without Python's headers (Note [Toolchain]): the tutorials'

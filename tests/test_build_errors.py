@@ -163,3 +163,32 @@ def test_python_headers_and_module_init_get_a_note(tmp_path: Path) -> None:
             "code registers the ops, and importing the package loads the library; include "
             "<torch/all.h> or the ATen headers the kernels use instead; see docs/MIGRATION.md\n"
             ) in out
+
+
+def test_include_note_without_a_compiler(tmp_path: Path, monkeypatch) -> None:
+    """The include note on its own: a definition that also differs from its declaration is told
+    to include the header and then to fix the signature."""
+    from codegen.build import kernel_index, kernel_note
+
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_INCLUDE})
+    assert scratch.generate(tmp_path).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    index = kernel_index(tmp_path)
+    line = ("runtime/csrc/bad/kernels.cpp:6:12: error: no previous declaration for ‘at::Tensor "
+            "bad::twice_cpu(const at::Tensor&, int64_t)’ [-Werror=missing-declarations]")
+    note = kernel_note(line, index, tmp_path)
+    assert note.startswith("runtime/csrc/bad/kernels.cpp:6:12: note: 'bad::twice_cpu' is the CPU "
+                           "kernel of bad::twice (schemas/bad.yaml:5), declared in "
+                           "generated/cpp/bad/bad/twice.h:"), note
+    assert note.endswith(
+        ", which runtime/csrc/bad/kernels.cpp does not include; for the schema\n"
+        "    bad::twice(Tensor self, float factor=2.0) -> Tensor\n"
+        "  the dispatcher calls it as\n"
+        "    at::Tensor twice_cpu(const at::Tensor& self, double factor);\n"
+        "hint: add `#include <bad/bad/twice.h>` to runtime/csrc/bad/kernels.cpp, above the "
+        "definition; then change the definition to match, or the schema in the op file"), note
+    # Including the file's header (which includes the op's) is enough: the signature note.
+    source = tmp_path / "runtime" / "csrc" / "bad" / "kernels.cpp"
+    source.write_text("#include <bad/bad.h>\n" + NO_INCLUDE, encoding="utf-8")
+    assert kernel_note(line, index, tmp_path).endswith(
+        "hint: change the definition to match, or the schema in the op file")
