@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -262,6 +263,9 @@ class Registration:
     length: int
 
 
+Registered = AbstractSet[tuple[str, str, str]]     # (namespace, op name, dispatch key)
+
+
 def impl_registrations(text: str) -> list[Registration]:
     """The kernels the TORCH_LIBRARY_IMPL blocks of C++ source `text` register by name (the
     generated registration units and hand-written kernel sources are read the same way)."""
@@ -291,7 +295,7 @@ def impl_registrations(text: str) -> list[Registration]:
     return out
 
 
-def generated_registrations(texts: dict[str, str]) -> set[tuple[str, str, str]]:
+def generated_registrations(texts: dict[str, str]) -> Registered:
     """(namespace, op name, key) of every kernel the generated registration units `texts`
     ({path: text}) register."""
     return {(r.namespace, r.name, r.key) for text in texts.values()
@@ -300,7 +304,7 @@ def generated_registrations(texts: dict[str, str]) -> set[tuple[str, str, str]]:
 
 def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
                          root: Path, diags: Diagnostics,
-                         registered: set[tuple[str, str, str]] = frozenset()) -> None:
+                         registered: Registered = frozenset()) -> None:
     """Registrations in kernel sources that build fine and go wrong at import: an error here,
     located.
 
