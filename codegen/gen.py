@@ -34,7 +34,6 @@ def generators() -> list[tuple[str, Generator]]:
         ("cpp-register", cpp_register.generate),
         ("cpp-stable", cpp_stable.generate),
         ("cpp-stamp", cpp_stamp.generate_stamps),
-        ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
         ("py-loader", py_ops.generate_loader),
@@ -49,6 +48,9 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
+    # The build file comes last: its codegen edge declares exactly the files of this set, so
+    # the two cannot drift apart (an output never written would rerun the edge on every build).
+    out.update(ninja.generate(lib, diags, dict(out.files)))
     out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
     return out
 

@@ -42,7 +42,7 @@ def render(paths: list[str]) -> dict[str, str]:
                     (f"runtime/csrc/{ns}/kernels.cu", "kernels.cu"))
                for ns in lib.namespaces}
     inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
-                               tuple(paths))
+                               tuple(paths), tuple(out))
     out[ninja.ninja_file()] = ninja.build_ninja(lib, inputs)
     assert not diags.has_errors, diags.render()
     return out
