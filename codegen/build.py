@@ -30,6 +30,7 @@ import argparse
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -265,49 +266,28 @@ class KernelInfo:
     line: int
 
 
-_NAMESPACE_OPEN = re.compile(r"^namespace ([\w:]+) \{$")
-_USE = re.compile(r"^// (\w+ kernel of .+)$")
-_SCHEMA = re.compile(r"^//   (.+)$")
-_DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
-
-
-_SOURCE = re.compile(r"^// C\+\+ kernels and typed calls for (\S+) of (.+)\.$")
-# A stable-ABI library declares a file's kernels in one header (codegen.dest.cpp_stable).
-_STABLE_SOURCE = re.compile(r"^// C\+\+ kernels of the ops of (\S+) \(namespace \w+\)")
+def namespace_indexes(root: Path) -> list[dict]:
+    """What generation wrote for the build about each namespace (`generated/cpp/<ns>/index.json`,
+    codegen.dest.cpp_kernel_index)."""
+    out = []
+    for path in sorted((root / config.current().generated / "cpp").glob("*/index.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue    # a set generation left broken is regenerated before anything compiles
+        if isinstance(doc, dict) and isinstance(doc.get("kernels"), list):
+            out.append(doc)
+    return out
 
 
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
-    """Kernel name -> its declarations, read back from the generated headers (each op name's
-    header below `generated/cpp/<ns>/<file>/`; a stable library's one header per op file,
-    `generated/cpp/<ns>/<file>.h`)."""
+    """Kernel name -> its declarations (from namespace_indexes)."""
     out: dict[str, list[KernelInfo]] = {}
-    cpp = root / config.current().generated / "cpp"
-    for header in sorted([*cpp.glob("*/*/*.h"), *cpp.glob("*/*.h")]):
-        ns = ""
-        uses: list[str] = []
-        schema = ""
-        source = ""
-        for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
-            if m := _SOURCE.match(line):
-                source = m.group(2)
-            elif m := _STABLE_SOURCE.match(line):
-                source = m.group(1)
-            elif m := _NAMESPACE_OPEN.match(line):
-                ns = m.group(1)
-            elif line.startswith("}  // namespace"):
-                ns = ""
-            elif m := _USE.match(line):
-                uses.append(m.group(1))
-            elif uses and (m := _SCHEMA.match(line)):
-                schema = m.group(1)
-            elif uses and (m := _DECL.match(line)):
-                q = f"{ns}::{m.group(2)}" if ns else m.group(2)
-                info = KernelInfo(q, tuple(_located(root, source, u) for u in uses), schema,
-                                  line, header.relative_to(root).as_posix(), i)
-                out.setdefault(q, []).append(info)
-                uses = []
-            elif not line.startswith("//"):
-                uses = []
+    for doc in namespace_indexes(root):
+        for r in doc["kernels"]:
+            info = KernelInfo(r["kernel"], tuple(_located(root, r["source"], u) for u in r["uses"]),
+                              r["schema"], r["decl"], r["header"], r["line"])
+            out.setdefault(info.qualified, []).append(info)
     return out
 
 
@@ -354,16 +334,9 @@ def _qualified_name(decl: str) -> str | None:
 
 _MISSING_HEADER = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): fatal error: (?P<header>\S+): "
                              r"No such file or directory")
-_STABLE_NS = re.compile(r"^# namespace (\w+) \(abi: stable, torch >= ([\d.]+)\)$", re.M)
-
-
 def stable_namespaces(root: Path) -> dict[str, str]:
-    """namespace -> min_torch of the stable-ABI namespaces, as generated/build.ninja marks them."""
-    try:
-        text = (root / ninja_file()).read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    return dict(_STABLE_NS.findall(text))
+    """namespace -> min_torch of the stable-ABI namespaces."""
+    return {d["namespace"]: d["min_torch"] for d in namespace_indexes(root) if d["abi"] == "stable"}
 
 
 def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None) -> str | None:
@@ -444,6 +417,10 @@ def _split_params(params: str) -> list[str]:
     if params.strip():
         out.append(params[start:])
     return out
+
+
+# A declaration as the index gives it: `at::Tensor k(const at::Tensor& self, double factor);`.
+_DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
 
 
 def same_declaration(compiler_decl: str, info: KernelInfo) -> bool:
@@ -624,26 +601,19 @@ def min_torch_note(line: str, ns: str | None, stable: dict[str, str], root: Path
 
 
 def min_torch_locations(root: Path, ns: str) -> list[str]:
-    """`file:line` of each `min_torch:` of the op files of stable namespace `ns` (named by its
-    generated headers)."""
+    """`file:line` of each `min_torch:` of the op files of stable namespace `ns`."""
     out = []
-    for header in sorted((root / config.current().generated / "cpp" / ns).glob("*.h")):
-        try:
-            first = header.read_text(encoding="utf-8").splitlines()[:4]
-        except OSError:
+    for doc in namespace_indexes(root):
+        if doc["namespace"] != ns:
             continue
-        for text in first:
-            m = _STABLE_SOURCE.match(text)
-            if m is None:
-                continue
+        for source in doc["op_files"]:
             try:
-                lines = (root / m[1]).read_text(encoding="utf-8").splitlines()
+                lines = (root / source).read_text(encoding="utf-8").splitlines()
             except OSError:
-                out.append(m[1])
-                break
+                out.append(source)
+                continue
             at = next((i for i, t in enumerate(lines, 1) if t.startswith("min_torch:")), None)
-            out.append(f"{m[1]}:{at}" if at else m[1])
-            break
+            out.append(f"{source}:{at}" if at else source)
     return out
 
 

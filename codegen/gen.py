@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from codegen import layout as L
-from codegen.dest import (cmake, cpp_kernels, cpp_register, cpp_stable, cpp_stamp, ninja, py_ops,
-                          py_reg, py_stubs)
+from codegen.dest import (cmake, cpp_kernel_index, cpp_kernels, cpp_register, cpp_stable,
+                          cpp_stamp, ninja, py_ops, py_reg, py_stubs)
 from codegen.rendering import banner, python_dir, set_stamp
 from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
@@ -48,6 +48,8 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
+    # The kernel index describes the headers rendered above (codegen.dest.cpp_kernel_index).
+    out.update(cpp_kernel_index.generate(lib, diags, dict(out.files)))
     # The build file comes last: its codegen edge declares exactly the files of this set, so
     # the two cannot drift apart (an output never written would rerun the edge on every build).
     out.update(ninja.generate(lib, diags, dict(out.files)))

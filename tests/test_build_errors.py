@@ -192,3 +192,26 @@ def test_include_note_without_a_compiler(tmp_path: Path, monkeypatch) -> None:
     source.write_text("#include <bad/bad.h>\n" + NO_INCLUDE, encoding="utf-8")
     assert kernel_note(line, index, tmp_path).endswith(
         "hint: change the definition to match, or the schema in the op file")
+
+
+def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:
+    """The build learns about kernels and stable namespaces from generated/cpp/<ns>/index.json,
+    not from the prose of generated headers or the build file: with every comment stripped from
+    them, it knows the same."""
+    from codegen.build import kernel_index, min_torch_locations, stable_namespaces
+
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_INCLUDE})
+    assert scratch.generate(tmp_path).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    before = kernel_index(tmp_path)
+    assert before["bad::twice_cpu"][0].uses[0].startswith("CPU kernel of bad::twice")
+    generated = tmp_path / "generated"
+    for path in [*generated.rglob("*.h"), generated / "build.ninja"]:
+        text = path.read_text(encoding="utf-8")
+        path.write_text("\n".join("" if line.lstrip().startswith(("//", "#")) and not
+                                  line.lstrip().startswith(("#include", "#pragma", "#if", "#endif",
+                                                            "#define", "#else"))
+                                  else line for line in text.splitlines()), encoding="utf-8")
+    assert kernel_index(tmp_path) == before
+    assert stable_namespaces(tmp_path) == {}
+    assert min_torch_locations(tmp_path, "bad") == ["schemas/bad.yaml"]
