@@ -30,6 +30,7 @@ import argparse
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -265,49 +266,28 @@ class KernelInfo:
     line: int
 
 
-_NAMESPACE_OPEN = re.compile(r"^namespace ([\w:]+) \{$")
-_USE = re.compile(r"^// (\w+ kernel of .+)$")
-_SCHEMA = re.compile(r"^//   (.+)$")
-_DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
-
-
-_SOURCE = re.compile(r"^// C\+\+ kernels and typed calls for (\S+) of (.+)\.$")
-# A stable-ABI library declares a file's kernels in one header (codegen.dest.cpp_stable).
-_STABLE_SOURCE = re.compile(r"^// C\+\+ kernels of the ops of (\S+) \(namespace \w+\)")
+def namespace_indexes(root: Path) -> list[dict]:
+    """What generation wrote for the build about each namespace (`generated/cpp/<ns>/index.json`,
+    codegen.dest.cpp_kernel_index)."""
+    out = []
+    for path in sorted((root / config.current().generated / "cpp").glob("*/index.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue    # a set generation left broken is regenerated before anything compiles
+        if isinstance(doc, dict) and isinstance(doc.get("kernels"), list):
+            out.append(doc)
+    return out
 
 
 def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
-    """Kernel name -> its declarations, read back from the generated headers (each op name's
-    header below `generated/cpp/<ns>/<file>/`; a stable library's one header per op file,
-    `generated/cpp/<ns>/<file>.h`)."""
+    """Kernel name -> its declarations (from namespace_indexes)."""
     out: dict[str, list[KernelInfo]] = {}
-    cpp = root / config.current().generated / "cpp"
-    for header in sorted([*cpp.glob("*/*/*.h"), *cpp.glob("*/*.h")]):
-        ns = ""
-        uses: list[str] = []
-        schema = ""
-        source = ""
-        for i, line in enumerate(header.read_text(encoding="utf-8").splitlines(), 1):
-            if m := _SOURCE.match(line):
-                source = m.group(2)
-            elif m := _STABLE_SOURCE.match(line):
-                source = m.group(1)
-            elif m := _NAMESPACE_OPEN.match(line):
-                ns = m.group(1)
-            elif line.startswith("}  // namespace"):
-                ns = ""
-            elif m := _USE.match(line):
-                uses.append(m.group(1))
-            elif uses and (m := _SCHEMA.match(line)):
-                schema = m.group(1)
-            elif uses and (m := _DECL.match(line)):
-                q = f"{ns}::{m.group(2)}" if ns else m.group(2)
-                info = KernelInfo(q, tuple(_located(root, source, u) for u in uses), schema,
-                                  line, header.relative_to(root).as_posix(), i)
-                out.setdefault(q, []).append(info)
-                uses = []
-            elif not line.startswith("//"):
-                uses = []
+    for doc in namespace_indexes(root):
+        for r in doc["kernels"]:
+            info = KernelInfo(r["kernel"], tuple(_located(root, r["source"], u) for u in r["uses"]),
+                              r["schema"], r["decl"], r["header"], r["line"])
+            out.setdefault(info.qualified, []).append(info)
     return out
 
 
@@ -354,27 +334,22 @@ def _qualified_name(decl: str) -> str | None:
 
 _MISSING_HEADER = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): fatal error: (?P<header>\S+): "
                              r"No such file or directory")
-_STABLE_NS = re.compile(r"^# namespace (\w+) \(abi: stable, torch >= ([\d.]+)\)$", re.M)
-
-
 def stable_namespaces(root: Path) -> dict[str, str]:
-    """namespace -> min_torch of the stable-ABI namespaces, as generated/build.ninja marks them."""
-    try:
-        text = (root / ninja_file()).read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    return dict(_STABLE_NS.findall(text))
+    """namespace -> min_torch of the stable-ABI namespaces."""
+    return {d["namespace"]: d["min_torch"] for d in namespace_indexes(root) if d["abi"] == "stable"}
 
 
-def stable_header_note(line: str, stable: dict[str, str]) -> str | None:
-    """The note after a missing-header error in a source of a stable-ABI namespace."""
+def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None) -> str | None:
+    """The note after a missing-header error in a source of a stable-ABI namespace (`ns`, the
+    namespace of the source; else guessed from a `csrc/<ns>/` or `cpp/<ns>/` in its path)."""
     m = _MISSING_HEADER.search(line)
     if m is None:
         return None
-    parts = Path(m["file"]).parts
-    ns = next((parts[i + 1] for i in range(len(parts) - 1)
-               if parts[i] in ("csrc", "cpp") and parts[i + 1] in stable), None)
     if ns is None:
+        parts = Path(m["file"]).parts
+        ns = next((parts[i + 1] for i in range(len(parts) - 1)
+                   if parts[i] in ("csrc", "cpp") and parts[i + 1] in stable), None)
+    if ns is None or ns not in stable:
         return None
     header = m["header"].strip("<>\"'‘’")
     return (f"{m['where']}: note: <{header}> is not part of torch's stable ABI; namespace '{ns}' "
@@ -390,7 +365,83 @@ def _kernel_dirs() -> str:
     return ", ".join(dirs) if dirs else "a kernel directory ([tool.opgen] kernels names none)"
 
 
-def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def includes(source: Path, header: Path, root: Path) -> bool | None:
+    """Whether `source` includes `header`, directly or through the project's own headers (a
+    `"..."` include beside the including file, or one under the generated include root); None
+    when `source` cannot be read. Conditional compilation is not looked at."""
+    generated = (root / config.current().generated / "cpp").resolve()
+    target = header.resolve()
+    seen: set[Path] = set()
+    stack = [source]
+    while stack:
+        f = stack.pop()
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            if f is source:
+                return None
+            continue
+        for m in _INCLUDE.finditer(text):
+            bases = (f.parent, generated) if m[1] == '"' else (generated,)
+            for base in bases:
+                candidate = (base / m[2]).resolve()
+                if candidate.is_file():
+                    if candidate == target:
+                        return True
+                    if candidate not in seen:
+                        seen.add(candidate)
+                        stack.append(candidate)
+                    break
+    return False
+
+
+def _tight(text: str) -> str:
+    """C++ declaration text with only the spaces that separate two words."""
+    text = " ".join(text.split())
+    return re.sub(r" ?([^\w ]) ?", r"\1", text)
+
+
+def _split_params(params: str) -> list[str]:
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(params):
+        if c in "<([":
+            depth += 1
+        elif c in ">)]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(params[start:i])
+            start = i + 1
+    if params.strip():
+        out.append(params[start:])
+    return out
+
+
+# A declaration as the index gives it: `at::Tensor k(const at::Tensor& self, double factor);`.
+_DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
+
+
+def same_declaration(compiler_decl: str, info: KernelInfo) -> bool:
+    """Whether the declaration the compiler shows (`at::Tensor ns::k(const at::Tensor&, double)`)
+    is the header's (`at::Tensor k(const at::Tensor& self, double factor);` in namespace ns),
+    spelled the same way, parameter names aside."""
+    m = _DECL.match(info.decl.strip())
+    if m is None:
+        return False
+    types = [re.sub(r"\s*\b\w+\s*$", "", p) for p in _split_params(m.group(3))]
+    expected = f"{m.group(1).strip()} {info.qualified}({', '.join(types)})"
+    return _tight(expected) == _tight(compiler_decl)
+
+
+def include_path(header: str) -> str:
+    """How a kernel source includes generated header `header` (`-I <generated>/cpp`)."""
+    return str(Path(header).relative_to(f"{config.current().generated}/cpp").as_posix())
+
+
+def kernel_note(line: str, index: dict[str, list[KernelInfo]],
+                root: Path | None = None) -> str | None:
     """The note to print after a compiler/linker error line about a kernel, if it is one."""
     for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
                           (_UNDEFINED, "undefined")):
@@ -413,6 +464,12 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
                else "make it 'static' or move it into an anonymous namespace")
         return (f"{prefix}'{qname}' is not a kernel named in the op files; functions in kernel "
                 f"sources other than kernels need internal linkage\nhint: {fix}")
+    source = where.split(":")[0] if where else None
+    if kind == "signature" and source and root is not None:
+        missing = [info for info in infos
+                   if includes(root / source, root / info.header, root) is False]
+        if missing:
+            return _include_note(prefix, qname, m.group("decl"), missing, source)
     parts = []
     for info in infos:
         what = "; ".join(info.uses)
@@ -427,6 +484,189 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]]) -> str | None:
                          f"    {info.decl}")
     parts.append("hint: change the definition to match, or the schema in the op file")
     return "\n".join(parts)
+
+
+def _include_note(prefix: str, qname: str, decl: str, infos: list[KernelInfo],
+                  source: str) -> str:
+    """A kernel defined in a file that does not include the header declaring it: the header to
+    include, and whether the definition already matches."""
+    parts = []
+    for info in infos:
+        what = "; ".join(info.uses)
+        if same_declaration(decl, info):
+            parts.append(f"{prefix}'{qname}' is the {what}; the definition matches its "
+                         f"declaration in {info.header}:{info.line}, but {source} does not "
+                         "include that header")
+        else:
+            parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:"
+                         f"{info.line}, which {source} does not include; for the schema\n"
+                         f"    {info.schema}\n"
+                         f"  the dispatcher calls it as\n    {info.decl}")
+    headers = sorted({include_path(info.header) for info in infos})
+    fix = " and ".join(f"#include <{h}>" for h in headers)
+    then = ("" if all(same_declaration(decl, info) for info in infos) else
+            "; then change the definition to match, or the schema in the op file")
+    return "\n".join(parts) + f"\nhint: add `{fix}` to {source}, above the definition{then}"
+
+
+# Kernel sources are compiled without Python's headers (Note [Toolchain]): the tutorials'
+# `#include <torch/extension.h>` / `<Python.h>` and module-init blocks have no place in them.
+_PYTHON_BLOCK = re.compile(r"\bPYBIND11_MODULE\s*\(|\bPyMODINIT_FUNC\b|\bPyInit_\w+")
+_INCLUDED_FROM = re.compile(r"^(?:In file included from|\s+from) (\S+?):(\d+)[,:]$")
+
+
+def _include_column(root: Path, source: str, line: int) -> int:
+    """The column of the header name in `#include <...>` on `line` of `source` (as gcc shows)."""
+    try:
+        text = (root / source).read_text(encoding="utf-8", errors="replace").splitlines()[line - 1]
+    except (OSError, IndexError):
+        return 1
+    m = re.search(r"[<\"]", text)
+    return m.start() + 1 if m else 1
+
+
+def _included_header(root: Path, source: str, line: int) -> str | None:
+    try:
+        text = (root / source).read_text(encoding="utf-8", errors="replace").splitlines()[line - 1]
+    except (OSError, IndexError):
+        return None
+    m = _INCLUDE.match(text)
+    return m[2] if m else None
+
+
+def python_header_note(line: str, chain: list[tuple[str, int]], root: Path,
+                       stable: bool = False) -> str | None:
+    """The note after `fatal error: Python.h: No such file or directory`, located at the kernel
+    source's include (itself, or the torch header that pulls it in, as `chain` shows)."""
+    m = _MISSING_HEADER.search(line)
+    if m is None or m["header"].strip("<>\"'‘’") != "Python.h":
+        return None
+    if chain:
+        source, lineno = chain[-1]
+        where = f"{source}:{lineno}:{_include_column(root, source, lineno)}"
+        header = _included_header(root, source, lineno) or "Python.h"
+    else:
+        where, source, header = m["where"], m["file"], "Python.h"
+    via = "" if header == "Python.h" else f" (<{header}> includes <Python.h>)"
+    try:
+        text = (root / source).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    code = _blank_comments(text)
+    blocks = [f"{b[0].rstrip('( ')} at {source}:{code.count(chr(10), 0, b.start()) + 1}"
+              for b in _PYTHON_BLOCK.finditer(code)]
+    block = (f"the module-init block ({', '.join(blocks)})" if blocks
+             else "any PYBIND11_MODULE or PyInit_* block")
+    instead = ("" if header == "Python.h" or stable else
+               "; include <torch/all.h> or the ATen headers the kernels use instead")
+    return (f"{where}: note: op libraries built by opgen do not link Python, so kernel sources "
+            f"are compiled without Python's headers{via}\n"
+            f"hint: remove the #include <{header}> and {block}: the generated TORCH_LIBRARY code "
+            f"registers the ops, and importing the package loads the library{instead}; see "
+            "docs/MIGRATION.md")
+
+
+def _blank_comments(text: str) -> str:
+    from codegen.dest.ninja import blank_comments_and_strings
+
+    return blank_comments_and_strings(text)
+
+
+# What a call to an API the stable headers leave out (newer than the target version) looks like.
+# Either the name is missing, or an older overload is the only candidate and the arguments do
+# not fit it.
+_UNDECLARED = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): error: (?:no matching function "
+                         r"for call to|.* is not a member of|.* was not declared in this scope|"
+                         r".* has no member named|no member named|.* no type named|invalid "
+                         r"(?:user-defined )?conversion|cannot convert|too (?:many|few) "
+                         r"arguments to function)")
+
+
+def min_torch_note(line: str, ns: str | None, stable: dict[str, str], root: Path,
+                   noted: set[str]) -> str | None:
+    """After an unknown-name or overload error in a source of a stable-ABI namespace (once per
+    file): the namespace's min_torch hides what later torch versions added."""
+    m = _UNDECLARED.search(line)
+    if m is None or ns is None or ns not in stable or m["file"] in noted:
+        return None
+    noted.add(m["file"])
+    minimum = stable[ns]
+    where = ", ".join(min_torch_locations(root, ns)) or f"the op files of namespace '{ns}'"
+    return (f"{m['where']}: note: namespace '{ns}' targets torch >= {minimum} (min_torch, "
+            f"{where}): torch's stable headers leave out what later versions added, and a "
+            "call to such an API fails like this\n"
+            f"hint: if the API is newer than torch {minimum}, raise min_torch to the release "
+            "that added it (the library then loads only on that torch and newer); otherwise "
+            "fix the call")
+
+
+def min_torch_locations(root: Path, ns: str) -> list[str]:
+    """`file:line` of each `min_torch:` of the op files of stable namespace `ns`."""
+    out = []
+    for doc in namespace_indexes(root):
+        if doc["namespace"] != ns:
+            continue
+        for source in doc["op_files"]:
+            try:
+                lines = (root / source).read_text(encoding="utf-8").splitlines()
+            except OSError:
+                out.append(source)
+                continue
+            at = next((i for i, t in enumerate(lines, 1) if t.startswith("min_torch:")), None)
+            out.append(f"{source}:{at}" if at else source)
+    return out
+
+
+class Notes:
+    """Reads the build's output line by line and says what to add after a line: the notes of
+    this module (kernels, stable headers, Python headers, min_torch). The generated set and the
+    kernel sources are read only once an error shows up."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.index: dict[str, list[KernelInfo]] | None = None
+        self.stable: dict[str, str] = {}
+        self.owner: dict[str, str] = {}       # kernel source -> its namespace
+        self.chain: list[tuple[str, int]] = []
+        self.noted: set[str] = set()
+
+    def _load(self) -> None:
+        from codegen.dest.ninja import kernel_sources
+
+        self.index = kernel_index(self.root)
+        self.stable = stable_namespaces(self.root)
+        sources, _ = kernel_sources(generated_namespaces(self.root), self.root)
+        self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
+
+    def namespace(self, path: str) -> str | None:
+        if path in self.owner:
+            return self.owner[path]
+        parts = Path(path).parts
+        gen = Path(config.current().generated, "cpp").parts
+        if parts[:len(gen)] == gen and len(parts) > len(gen) + 1:
+            return parts[len(gen)]
+        return None
+
+    def after(self, line: str) -> str | None:
+        line = line.rstrip("\n")
+        m = _INCLUDED_FROM.match(line)
+        if m:
+            if line.startswith("In file"):
+                self.chain = []
+            self.chain.append((m[1], int(m[2])))
+            return None
+        chain, self.chain = self.chain, []
+        if "error" not in line and "undefined reference" not in line:
+            return None
+        if self.index is None:
+            self._load()
+        assert self.index is not None
+        source = chain[-1][0] if chain else line.split(":", 1)[0]
+        ns = self.namespace(source)
+        return (kernel_note(line, self.index, self.root)
+                or python_header_note(line, chain, self.root, ns in self.stable)
+                or stable_header_note(line, self.stable, ns)
+                or min_torch_note(line, ns, self.stable, self.root, self.noted))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -462,21 +702,26 @@ def cuda_sources(root: Path) -> list[str]:
 
 
 def check_sources(root: Path) -> None:
-    """UserError for kernel sources that would build and then abort at import (a hand-written
-    TORCH_LIBRARY block for a namespace opgen generates)."""
-    from codegen.dest.ninja import check_kernel_sources, kernel_sources
+    """UserError for kernel sources that would build and then go wrong at import (a hand-written
+    TORCH_LIBRARY block for a namespace opgen generates, a TORCH_LIBRARY_IMPL registration of a
+    kernel the generated registration units register too)."""
+    from codegen.dest.ninja import check_kernel_sources, generated_registrations, kernel_sources
 
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
     sources, _ = kernel_sources(namespaces, root)
-    check_kernel_sources(sources, set(namespaces), root, diags)
+    base = root / config.current().generated / "cpp"
+    units = {}
+    for ns in namespaces:
+        for unit in sorted((base / ns).glob("register_*.cpp")):
+            units[str(unit)] = unit.read_text(encoding="utf-8", errors="replace")
+    check_kernel_sources(sources, set(namespaces), root, diags, generated_registrations(units))
     diags.raise_if_errors()
 
 
 def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     out = out or sys.stdout
-    index: dict[str, list[KernelInfo]] | None = None
-    stable: dict[str, str] = {}
+    notes = Notes(root)
     proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(), *extra], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
@@ -487,33 +732,35 @@ def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
             out.write(pending + "\n")
             pending = None
         out.write(line)
-        if "error" in line or "undefined reference" in line:
-            if index is None:
-                index = kernel_index(root)
-                stable = stable_namespaces(root)
-            note = kernel_note(line.rstrip("\n"), index) or \
-                stable_header_note(line.rstrip("\n"), stable)
-            if note:
-                if pending is not None:
-                    out.write(pending + "\n")
-                pending = note
+        note = notes.after(line)
+        if note:
+            if pending is not None:
+                out.write(pending + "\n")
+            pending = note
         out.flush()
     if pending is not None:
         out.write(pending + "\n")
     return proc.wait()
 
 
-def check_generated(root: Path, out) -> bool:
+def _generate_hint() -> str:
+    """How this project regenerates: its own command (`opgen generate` in a project)."""
+    return f"hint: run `{config.current().codegen_command}`"
+
+
+def check_generated(root: Path, out, err=None) -> bool:
     """Make ninja regenerate a generated set that is not the one its stamp records: without
     the stamp, an output of the `codegen` edge is missing, so that edge runs first. False when
-    that cannot work (a build file older than the stamp), with the error written."""
+    that cannot work (a build file older than the stamp), with the error written to `err`
+    (stderr by default)."""
+    err = err or sys.stderr
     stamp = set_stamp()
     problem = verify_stamp(root, stamp)
     if problem is None:
         return True
     if stamp not in (root / ninja_file()).read_text(encoding="utf-8", errors="replace"):
-        out.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
-                  "hint: run `make codegen` (python -m codegen generate)\n")
+        err.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
+                  f"{_generate_hint()}\n")
         return False
     out.write(f"note: {problem}; regenerating before the build\n")
     try:
@@ -523,18 +770,21 @@ def check_generated(root: Path, out) -> bool:
     return True
 
 
-def build(root: Path, extra: list[str] | None = None, *, out=None) -> int:
+def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> int:
+    """Build; ninja's output and notes go to `out` (stdout), errors that stop the build before
+    ninja runs to `err` (stderr)."""
     out = out or sys.stdout
+    err = err or sys.stderr
     if not (root / ninja_file()).is_file():
-        out.write(f"error: {ninja_file()} not found under {root}\n"
-                  "hint: run `make codegen` (python -m codegen generate) first\n")
+        err.write(f"error: {ninja_file()} not found under {root}: nothing is generated yet\n"
+                  f"{_generate_hint()} first\n")
         return 1
-    if not check_generated(root, out):
+    if not check_generated(root, out, err):
         return 1
     try:
         check_sources(root)
     except UserError as e:
-        out.write(e.diags.render() + "\n")
+        err.write(e.diags.render() + "\n")
         return 1
     _written, text = write_toolchain(root)
     if stable_namespaces(root):

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from codegen import layout as L
-from codegen.dest import (cmake, cpp_autograd, cpp_kernels, cpp_register, cpp_stable, cpp_stamp,
-                          ninja, py_ops, py_reg, py_stubs)
+from codegen.dest import (cmake, cpp_autograd, cpp_kernel_index, cpp_kernels, cpp_register,
+                          cpp_stable, cpp_stamp, ninja, py_ops, py_reg, py_stubs)
 from codegen.rendering import banner, python_dir, set_stamp
 from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
@@ -35,7 +35,6 @@ def generators() -> list[tuple[str, Generator]]:
         ("cpp-stable", cpp_stable.generate),
         ("cpp-stamp", cpp_stamp.generate_stamps),
         ("cpp-autograd", cpp_autograd.generate),
-        ("build-ninja", ninja.generate),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
         ("py-loader", py_ops.generate_loader),
@@ -50,6 +49,11 @@ def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
     out = FileSet()
     for _name, gen in generators():
         out.update(gen(lib, diags))
+    # The kernel index describes the headers rendered above (codegen.dest.cpp_kernel_index).
+    out.update(cpp_kernel_index.generate(lib, diags, dict(out.files)))
+    # The build file comes last: its codegen edge declares exactly the files of this set, so
+    # the two cannot drift apart (an output never written would rerun the edge on every build).
+    out.update(ninja.generate(lib, diags, dict(out.files)))
     out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
     return out
 

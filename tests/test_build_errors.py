@@ -89,3 +89,129 @@ def test_undefined_kernel_names_the_op(tmp_path: Path) -> None:
             "declared in generated/cpp/bad/bad/twice.h:") in out
     assert "but defined by no kernel source; define it as\n" \
            "    at::Tensor twice_cpu(const at::Tensor& self, double factor);" in out
+
+
+NO_INCLUDE = """\
+// The kernels are right, but the generated header that declares them is not included.
+#include <ATen/core/Tensor.h>
+
+namespace bad {
+
+at::Tensor twice_cpu(const at::Tensor& self, double factor) { return self.mul(factor); }
+
+at::Tensor& twice_cpu_(at::Tensor& self, double factor) { return self.mul_(factor); }
+
+}  // namespace bad
+"""
+
+
+def test_a_kernel_without_its_header_is_told_which_to_include(tmp_path: Path) -> None:
+    """The definition matches the declaration: the fix is the include, not the signature."""
+    proc = build_scratch(tmp_path, NO_INCLUDE)
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "runtime/csrc/bad/kernels.cpp:6:12: error: no previous declaration for" in out
+    assert ("runtime/csrc/bad/kernels.cpp:6:12: note: 'bad::twice_cpu' is the CPU kernel of "
+            "bad::twice (schemas/bad.yaml:5); the definition matches its declaration in "
+            "generated/cpp/bad/bad/twice.h:") in out
+    assert (", but runtime/csrc/bad/kernels.cpp does not include that header\n"
+            "hint: add `#include <bad/bad/twice.h>` to runtime/csrc/bad/kernels.cpp, above the "
+            "definition\n") in out
+    assert "hint: add `#include <bad/bad/twice_.h>` to runtime/csrc/bad/kernels.cpp" in out
+    assert "change the definition to match" not in out
+
+
+def test_a_header_included_through_a_local_header_counts(tmp_path: Path) -> None:
+    """A wrong signature in a file that includes the generated header through its own header
+    keeps the signature note (and no include hint)."""
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE},
+                      {"bad/common.h": "#pragma once\n#include <bad/bad.h>\n",
+                       "bad/kernels.cpp": WRONG_SIGNATURE.replace("<bad/bad.h>", '"common.h"')})
+    assert scratch.generate(tmp_path).returncode == 0
+    out = scratch.build(tmp_path).stdout
+    assert "hint: change the definition to match, or the schema in the op file" in out
+    assert "does not include" not in out
+
+
+PYTHON_MODULE = """\
+#include <torch/extension.h>
+
+#include <bad/bad.h>
+
+namespace bad {
+
+at::Tensor twice_cpu(const at::Tensor& self, double factor) { return self.mul(factor); }
+
+}  // namespace bad
+
+// PYBIND11_MODULE in a comment is not a block.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}
+"""
+
+
+def test_python_headers_and_module_init_get_a_note(tmp_path: Path) -> None:
+    """A cpp_extension tutorial's kernel file: torch/extension.h pulls in Python.h."""
+    proc = build_scratch(tmp_path, PYTHON_MODULE)
+    assert proc.returncode != 0
+    out = proc.stdout
+    assert "fatal error: Python.h: No such file or directory" in out
+    assert ("runtime/csrc/bad/kernels.cpp:1:10: note: op libraries built by opgen do not link "
+            "Python, so kernel sources are compiled without Python's headers "
+            "(<torch/extension.h> includes <Python.h>)\n"
+            "hint: remove the #include <torch/extension.h> and the module-init block "
+            "(PYBIND11_MODULE at runtime/csrc/bad/kernels.cpp:12): the generated TORCH_LIBRARY "
+            "code registers the ops, and importing the package loads the library; include "
+            "<torch/all.h> or the ATen headers the kernels use instead; see docs/MIGRATION.md\n"
+            ) in out
+
+
+def test_include_note_without_a_compiler(tmp_path: Path, monkeypatch) -> None:
+    """The include note on its own: a definition that also differs from its declaration is told
+    to include the header and then to fix the signature."""
+    from codegen.build import kernel_index, kernel_note
+
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_INCLUDE})
+    assert scratch.generate(tmp_path).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    index = kernel_index(tmp_path)
+    line = ("runtime/csrc/bad/kernels.cpp:6:12: error: no previous declaration for ‘at::Tensor "
+            "bad::twice_cpu(const at::Tensor&, int64_t)’ [-Werror=missing-declarations]")
+    note = kernel_note(line, index, tmp_path)
+    assert note.startswith("runtime/csrc/bad/kernels.cpp:6:12: note: 'bad::twice_cpu' is the CPU "
+                           "kernel of bad::twice (schemas/bad.yaml:5), declared in "
+                           "generated/cpp/bad/bad/twice.h:"), note
+    assert note.endswith(
+        ", which runtime/csrc/bad/kernels.cpp does not include; for the schema\n"
+        "    bad::twice(Tensor self, float factor=2.0) -> Tensor\n"
+        "  the dispatcher calls it as\n"
+        "    at::Tensor twice_cpu(const at::Tensor& self, double factor);\n"
+        "hint: add `#include <bad/bad/twice.h>` to runtime/csrc/bad/kernels.cpp, above the "
+        "definition; then change the definition to match, or the schema in the op file"), note
+    # Including the file's header (which includes the op's) is enough: the signature note.
+    source = tmp_path / "runtime" / "csrc" / "bad" / "kernels.cpp"
+    source.write_text("#include <bad/bad.h>\n" + NO_INCLUDE, encoding="utf-8")
+    assert kernel_note(line, index, tmp_path).endswith(
+        "hint: change the definition to match, or the schema in the op file")
+
+
+def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:
+    """The build learns about kernels and stable namespaces from generated/cpp/<ns>/index.json,
+    not from the prose of generated headers or the build file: with every comment stripped from
+    them, it knows the same."""
+    from codegen.build import kernel_index, min_torch_locations, stable_namespaces
+
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_INCLUDE})
+    assert scratch.generate(tmp_path).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    before = kernel_index(tmp_path)
+    assert before["bad::twice_cpu"][0].uses[0].startswith("CPU kernel of bad::twice")
+    generated = tmp_path / "generated"
+    for path in [*generated.rglob("*.h"), generated / "build.ninja"]:
+        text = path.read_text(encoding="utf-8")
+        path.write_text("\n".join("" if line.lstrip().startswith(("//", "#")) and not
+                                  line.lstrip().startswith(("#include", "#pragma", "#if", "#endif",
+                                                            "#define", "#else"))
+                                  else line for line in text.splitlines()), encoding="utf-8")
+    assert kernel_index(tmp_path) == before
+    assert stable_namespaces(tmp_path) == {}
+    assert min_torch_locations(tmp_path, "bad") == ["schemas/bad.yaml"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_kernels, cpp_register, cpp_stamp, ninja, py_ops
+from codegen.dest import cpp_kernel_index, cpp_kernels, cpp_register, cpp_stamp, ninja, py_ops
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 from tests import expect
@@ -37,12 +37,13 @@ def render(paths: list[str]) -> dict[str, str]:
     for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps,
                 py_ops.generate_ops, py_ops.generate_manifest):
         out.update(gen(lib, diags))
+    out.update(cpp_kernel_index.generate(lib, diags, out))
     # build.ninja from fixed inputs: the golden file must not depend on this checkout's files.
     sources = {ns: ((f"runtime/csrc/{ns}/kernels.cpp", "kernels.cpp"),
                     (f"runtime/csrc/{ns}/kernels.cu", "kernels.cu"))
                for ns in lib.namespaces}
     inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
-                               tuple(paths))
+                               tuple(paths), tuple(out))
     out[ninja.ninja_file()] = ninja.build_ninja(lib, inputs)
     assert not diags.has_errors, diags.render()
     return out

@@ -67,6 +67,26 @@ def test_commands_from_any_directory(tmp_path: Path) -> None:
     assert 'LIBRARY_DIR = ".."' in manifest and '"alphaops._generated._reg_alphans"' in manifest
 
 
+def test_build_messages_name_the_projects_commands(tmp_path: Path) -> None:
+    """`opgen build` before `opgen generate`, and on a build file older than its generated set:
+    errors on stderr, hints naming the project's own command."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    early = opgen("build", cwd=root)
+    assert (early.returncode, early.stdout) == (1, "")
+    assert early.stderr == (f"error: alphaops/_generated/build.ninja not found under {root}: "
+                            "nothing is generated yet\nhint: run `opgen generate` first\n")
+    assert opgen("generate", cwd=root).returncode == 0
+    ninja = root / "alphaops" / "_generated" / "build.ninja"
+    ninja.write_text(ninja.read_text(encoding="utf-8").replace("SHA256SUMS", "OTHER"),
+                     encoding="utf-8")
+    stale = opgen("build", cwd=root)
+    assert (stale.returncode, stale.stdout) == (1, "")
+    assert stale.stderr == (
+        "error: alphaops/_generated/build.ninja differs from the set "
+        "alphaops/_generated/SHA256SUMS records, and alphaops/_generated/build.ninja is too old "
+        "to regenerate it\nhint: run `opgen generate`\n")
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
@@ -116,6 +136,54 @@ def test_hand_written_torch_library_is_a_located_error(tmp_path: Path, capsys) -
         with pytest.raises(UserError) as info:
             build.check_sources(root)
     assert info.value.diags.render() + "\n" == gen.stderr
+
+
+KERNEL_WITH_TORCH_LIBRARY_IMPL = """\
+#include <{ns}/{ns}.h>
+
+// m.impl("twice", ...) in a comment registers nothing.
+TORCH_LIBRARY_IMPL({ns}, CPU, m) {{
+  m.impl("add_scaled", &{ns}::add_scaled_cpu);
+  m.impl(TORCH_SELECTIVE_NAME("{ns}::twice"), &{ns}::twice_cpu);
+  m.impl("cube", &{ns}::twice_cpu);  // the op file gives cube no CPU kernel: fine
+}}
+
+TORCH_LIBRARY_IMPL({ns}, Meta, m) {{
+  m.impl("twice", &{ns}::twice_cpu);
+}}
+
+TORCH_LIBRARY_IMPL({ns}, CUDA, m) {{
+  m.impl("twice", &{ns}::twice_cpu);
+}}
+"""
+
+
+def test_hand_written_impl_of_a_generated_kernel_is_a_located_error(tmp_path: Path) -> None:
+    """A TORCH_LIBRARY_IMPL registration left beside the op file's `dispatch:` (or `fake:`,
+    compiled to a Meta kernel) would replace opgen's kernel at import with only a warning:
+    generate and the build refuse it, naming the op and the key."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    legacy = root / "csrc" / "cpu" / "legacy" / "register.cpp"
+    legacy.parent.mkdir()
+    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_IMPL.format(ns="alphans"), encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.returncode == 1 and gen.stdout == ""
+    expect.check_file(HERE / "diagnostics_config" / "kernel_torch_library_impl.expected",
+                      gen.stderr)
+    from codegen import build, config
+    from codegen.diagnostics import Diagnostics, UserError
+
+    legacy.unlink()
+    assert opgen("--project", str(root), "generate", cwd=tmp_path).returncode == 0
+    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_IMPL.format(ns="alphans"), encoding="utf-8")
+    with config.use(config.resolve(str(root), Diagnostics())):
+        assert build.check_generated(root, sys.stdout)
+        with pytest.raises(UserError) as info:
+            build.check_sources(root)
+    assert info.value.diags.render() + "\n" == gen.stderr
+    # Through the command, the build stops before compiling, on stderr.
+    proc = opgen("build", cwd=root)
+    assert (proc.returncode, proc.stdout) == (1, "") and proc.stderr == gen.stderr
 
 
 def test_sources_of_no_namespace(tmp_path: Path) -> None:

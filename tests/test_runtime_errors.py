@@ -75,7 +75,27 @@ def test_copied_root_loads(tmp_path: Path, example_library: Path) -> None:
 def test_missing_library(tmp_path: Path) -> None:
     message = probe(make_root(tmp_path, None))
     assert "the C++ op library of namespace 'exops' is not built: build/libexops_ops.so does " \
-           "not exist; run `make build`" in message
+           f"not exist; run `make build` in the project runtime was generated in ({tmp_path} " \
+           "has no pyproject.toml)" in message
+
+
+def test_an_installed_package_is_told_how_to_reinstall(tmp_path: Path) -> None:
+    """A package pip installed (here PyYAML's `yaml`, standing in for an op library's wheel) has
+    no project to run the build in: the hint names the distribution and the pip command."""
+    from codegen.loader import LibraryError, Where, check_library
+
+    at = Where(tmp_path, tmp_path, "yaml/_generated", "opgen build", "opgen generate", "yaml")
+    with pytest.raises(LibraryError) as e:
+        check_library(at, "ns", {"library": "libns_ops.so"}, torch.__version__)
+    assert str(e.value) == (
+        "the C++ op library of namespace 'ns' is not built: libns_ops.so does not exist; PyYAML "
+        "is installed, not a project built in place: reinstall it built from source against "
+        "this torch, `pip install --force-reinstall --no-deps --no-build-isolation --no-binary "
+        "PyYAML PyYAML` (or, in its source tree, `pip install --force-reinstall --no-deps "
+        "--no-build-isolation .`)")
+    with_project = Where(scratch.REPO, tmp_path, "generated/runtime", "make build", "make codegen",
+                         "runtime")
+    assert with_project.build_hint == f"run `make build` in {scratch.REPO}"
 
 
 def test_stale_library(tmp_path: Path, example_library: Path) -> None:

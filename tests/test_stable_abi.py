@@ -156,6 +156,70 @@ def test_aten_include_in_a_stable_kernel_is_refused_with_a_note(tmp_path: Path) 
             "stable ABI; namespace 'sbad' is built with 'abi: stable' (torch >= 2.10)") in out
 
 
+NEWER_API = """\
+#include <sbad/sbad.h>
+
+#include <torch/csrc/stable/ops.h>
+
+namespace sbad {
+
+torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor) {
+  (void)factor;
+  // from_blob with a deleter came with torch 2.11: hidden below min_torch 2.10.
+  return torch::stable::from_blob(nullptr, {0}, {1}, self.device(), self.scalar_type(),
+                                  [](void*) {});
+}
+
+}  // namespace sbad
+"""
+
+NO_INCLUDE = """\
+#include <torch/csrc/stable/tensor.h>
+
+namespace sbad {
+
+torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor) {
+  (void)factor;
+  return self;
+}
+
+}  // namespace sbad
+"""
+
+
+@pytest.mark.e2e
+def test_an_api_newer_than_min_torch_gets_a_note(tmp_path: Path) -> None:
+    scratch.make_root(tmp_path, {"sbad.yaml": STABLE_OP_FILE}, {"sbad/kernels.cpp": NEWER_API})
+    assert scratch.generate(tmp_path).returncode == 0
+    proc = scratch.build(tmp_path)
+    assert proc.returncode != 0
+    out = proc.stdout
+    # torch 2.13's headers, built for 2.10, offer only the older overload: the deleter meets
+    # its storage_offset parameter.
+    assert "runtime/csrc/sbad/kernels.cpp:11:35: error: invalid user-defined conversion" in out
+    assert ("runtime/csrc/sbad/kernels.cpp:11:35: note: namespace 'sbad' targets torch >= 2.10 "
+            "(min_torch, schemas/sbad.yaml:3): torch's stable headers leave out what later "
+            "versions added, and a call to such an API fails like this\n"
+            "hint: if the API is newer than torch 2.10, raise min_torch to the release that "
+            "added it (the library then loads only on that torch and newer); otherwise fix the "
+            "call\n") in out
+    assert out.count("note: namespace 'sbad' targets") == 1     # once per file
+
+
+@pytest.mark.e2e
+def test_a_stable_kernel_without_its_header_is_told_which_to_include(tmp_path: Path) -> None:
+    scratch.make_root(tmp_path, {"sbad.yaml": STABLE_OP_FILE}, {"sbad/kernels.cpp": NO_INCLUDE})
+    assert scratch.generate(tmp_path).returncode == 0
+    proc = scratch.build(tmp_path)
+    assert proc.returncode != 0
+    assert ("runtime/csrc/sbad/kernels.cpp:5:23: note: 'sbad::twice_cpu' is the CPU kernel of "
+            "sbad::twice (schemas/sbad.yaml:7); the definition matches its declaration in "
+            "generated/cpp/sbad/sbad.h:") in proc.stdout
+    assert (", but runtime/csrc/sbad/kernels.cpp does not include that header\n"
+            "hint: add `#include <sbad/sbad.h>` to runtime/csrc/sbad/kernels.cpp, above the "
+            "definition\n") in proc.stdout
+
+
 def test_header_note_only_for_stable_namespaces() -> None:
     line = "runtime/csrc/ns/k.cpp:3:10: fatal error: c10/core/Scalar.h: No such file or directory"
     assert "namespace 'ns'" in stable_header_note(line, {"ns": "2.10"})

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import re
 import sys
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -68,6 +69,8 @@ class BuildInputs:
     kernel_sources: dict[str, tuple[tuple[str, str], ...]]
     kernel_dirs: tuple[str, ...]                 # every directory searched (their mtimes)
     codegen_args: tuple[str, ...]                # what `python -m codegen generate` is given
+    # every other file code generation writes (gen.render's set): the codegen edge's outputs
+    outputs: tuple[str, ...]
 
 
 def obj(ns: str, source: str, rel: str | None = None) -> str:
@@ -92,9 +95,9 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     w = ninja_syntax.Writer(out, width=100)
     sources = sorted({f.path for f in lib.files})
     out.write(banner("#", sources))
-    w.comment("Build with `python -m codegen.build` (`make build`): it writes the machine's "
+    w.comment(f"Build with `{config.current().build_command}`: it writes the machine's "
               f"toolchain to {toolchain_file()}, then runs `ninja -f {ninja_file()}` in the "
-              "repository root.")
+              "project root.")
     w.newline()
     w.variable("ninja_required_version", "1.10")
     w.variable("builddir", build_dir())
@@ -128,11 +131,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     all_shards = L.shards(lib)
     # The completion stamp is written last (Note [Set-atomic writes] in codegen/files.py): an
     # interrupted generate leaves it missing, so this edge reruns before anything compiles.
-    generated: list[str] = [ninja_file(), set_stamp()]
-    for ns, shs in all_shards.items():
-        generated += [s.header for s in shs] + [s.registration for s in shs] + [L.stamp_path(ns)]
-        generated += [s.op_header(name) for s in shs for name in L.ops_by_name(s)]
-    generated += list(cpp_autograd.paths(lib).values())
+    generated = [ninja_file(), set_stamp(), *sorted(inputs.outputs)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
     w.newline()
@@ -178,9 +177,11 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     return out.getvalue()
 
 
-def scan_inputs(lib: OpLibrary, root: Path = Path("."),
+def scan_inputs(lib: OpLibrary, outputs: dict[str, str], root: Path = Path("."),
                 diags: Diagnostics | None = None) -> BuildInputs:
     """Read the disk: kernel sources of each namespace, and the code generator's own files.
+    `outputs` ({path: text}) are the files code generation writes besides the build file and
+    its stamp.
 
     Paths are relative to `root` (the project root, where the CLI and ninja run), so the
     committed build file is machine-independent. With `diags`, kernel sources that belong to no
@@ -188,8 +189,10 @@ def scan_inputs(lib: OpLibrary, root: Path = Path("."),
     """
     sources, dirs = kernel_sources(list(lib.namespaces), root, diags)
     if diags is not None:
-        check_kernel_sources(sources, set(L.shards(lib)), root, diags)
-    return BuildInputs(sources, dirs, _codegen_args(lib, root))
+        units = {s.registration for shs in L.shards(lib).values() for s in shs}
+        check_kernel_sources(sources, set(L.shards(lib)), root, diags, generated_registrations(
+            {path: text for path, text in outputs.items() if path in units}))
+    return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
 def kernel_sources(namespaces: list[str], root: Path = Path("."),
@@ -244,11 +247,80 @@ _TORCH_LIBRARY = re.compile(r"\bTORCH_LIBRARY\s*\(\s*([A-Za-z_]\w*)")
 _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
 
 
+def blank_comments_and_strings(text: str) -> str:
+    """C++ source text with its comments and string literals blanked out, every offset kept."""
+    return _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+
+
+# A `TORCH_LIBRARY_IMPL(ns, key, m) {` block (or the stable ABI's), and the `m.impl(` calls in it.
+_IMPL_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY_IMPL\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
+                         r"([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*\)\s*\{")
+_NAME_ARGUMENT = re.compile(r'\s*(?:TORCH_SELECTIVE_NAME\s*\(\s*)?"((?:\\.|[^"\\\n])*)"')
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One `m.impl("<name>", ...)` of a TORCH_LIBRARY_IMPL block whose op name is a literal."""
+
+    namespace: str
+    key: str                  # the block's dispatch key: CPU, CUDA, Meta, ...
+    name: str                 # `op` or `op.overload`
+    offset: int               # of the string literal in the source text
+    length: int
+
+
+Registered = AbstractSet[tuple[str, str, str]]     # (namespace, op name, dispatch key)
+
+
+def impl_registrations(text: str) -> list[Registration]:
+    """The kernels the TORCH_LIBRARY_IMPL blocks of C++ source `text` register by name (the
+    generated registration units and hand-written kernel sources are read the same way)."""
+    if "TORCH_LIBRARY_IMPL" not in text:
+        return []
+    code = blank_comments_and_strings(text)
+    out = []
+    for block in _IMPL_BLOCK.finditer(code):
+        ns, key, var = block.groups()
+        depth, end = 1, block.end()
+        while end < len(code) and depth:
+            depth += {"{": 1, "}": -1}.get(code[end], 0)
+            end += 1
+        call = re.compile(rf"\b{re.escape(var)}\s*\.\s*impl\s*\(")
+        for c in call.finditer(code, block.end(), end):
+            # The name, read from the text (the code has its string literals blanked).
+            literal = _NAME_ARGUMENT.match(text, c.end())
+            if literal is None:
+                continue      # a name computed at run time: nothing to compare
+            name = literal[1]
+            if "::" in name:
+                qualifier, _, name = name.partition("::")
+                if qualifier != ns:
+                    continue
+            out.append(Registration(ns, key, name, literal.start(1) - 1,
+                                    literal.end() - literal.start(1) + 1))
+    return out
+
+
+def generated_registrations(texts: dict[str, str]) -> Registered:
+    """(namespace, op name, key) of every kernel the generated registration units `texts`
+    ({path: text}) register."""
+    return {(r.namespace, r.name, r.key) for text in texts.values()
+            for r in impl_registrations(text)}
+
+
 def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
-                         root: Path, diags: Diagnostics) -> None:
-    """A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates
-    builds fine and aborts the process at import ("Only a single TORCH_LIBRARY can be used to
-    register the namespace"): an error here, at the macro."""
+                         root: Path, diags: Diagnostics,
+                         registered: Registered = frozenset()) -> None:
+    """Registrations in kernel sources that build fine and go wrong at import: an error here,
+    located.
+
+    - A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates aborts
+      the process ("Only a single TORCH_LIBRARY can be used to register the namespace").
+    - An `m.impl("<op>", ...)` in a `TORCH_LIBRARY_IMPL(<ns>, <key>, m)` block for a kernel that
+      opgen registers too (`registered`: (namespace, op name, key), from the generated
+      registration units) replaces opgen's, with only a warning ("Overriding a previously
+      registered kernel"), and which one runs depends on the order the code loads in.
+    """
     for ns_sources in sources.values():
         for source, _ in ns_sources:
             try:
@@ -257,22 +329,38 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                 continue
             if "TORCH_LIBRARY" not in text:
                 continue
-            # Blank out comments and string literals, keeping every offset.
-            code = _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+            code = blank_comments_and_strings(text)
             for m in _TORCH_LIBRARY.finditer(code):
                 ns = m[1]
                 if ns not in generated:
                     continue
-                line = code.count("\n", 0, m.start()) + 1
-                col = m.start() - (code.rfind("\n", 0, m.start()) + 1) + 1
                 diags.add_source(source, text)
-                diags.error(Loc(source, line, col, m.end() - m.start()),
+                diags.error(_loc(source, code, m.start(), m.end() - m.start()),
                             f"TORCH_LIBRARY({ns}, ...) in a kernel source: opgen generates the "
                             f"TORCH_LIBRARY block of namespace '{ns}' from the op files, and a "
                             "second one aborts the process when the library is loaded",
-                            f"delete the block: declare its ops in the op files; kernels it "
-                            f"registers by hand may stay in a TORCH_LIBRARY_IMPL({ns}, <key>, m) "
-                            "block")
+                            "delete the block: declare its ops in the op files, and name their "
+                            "kernels in each op's `dispatch:`")
+            for r in impl_registrations(text):
+                if (r.namespace, r.name, r.key) not in registered:
+                    continue
+                what = ("`dispatch:` or its `fake:` rule" if r.key == "Meta" else "`dispatch:`")
+                diags.add_source(source, text)
+                diags.error(_loc(source, code, r.offset, r.length),
+                            f"a second {r.key} kernel for {r.namespace}::{r.name}: the op's "
+                            f"{what} in the op file gives it a {r.key} kernel, which opgen "
+                            "registers, and this one "
+                            "replaces it when the library loads (torch only warns: \"Overriding "
+                            "a previously registered kernel\")",
+                            f"delete this m.impl (and the TORCH_LIBRARY_IMPL({r.namespace}, "
+                            f"{r.key}, m) block once it is empty); the op file's kernel is the "
+                            "one registered")
+
+
+def _loc(source: str, code: str, offset: int, length: int) -> Loc:
+    line = code.count("\n", 0, offset) + 1
+    col = offset - (code.rfind("\n", 0, offset) + 1) + 1
+    return Loc(source, line, col, length)
 
 
 def _codegen_args(lib: OpLibrary, root: Path) -> tuple[str, ...]:
@@ -319,5 +407,9 @@ def _rel(p: Path, root: Path) -> str:
         return p.as_posix()
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
-    return {ninja_file(): build_ninja(lib, scan_inputs(lib, diags=diags))}
+def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dict[str, str]:
+    """The build file, whose codegen edge declares the paths of `outputs` (every other file of
+    the generated set, {path: text}, codegen.gen.render) and nothing else: ninja reruns an edge
+    one of whose declared outputs is missing, so a declared file that generation never writes
+    makes every build regenerate."""
+    return {ninja_file(): build_ninja(lib, scan_inputs(lib, outputs, diags=diags))}

@@ -80,11 +80,21 @@ class Where:
     python_dir: str         # the generated modules' directory, project-relative
     build_command: str
     codegen_command: str
+    package: str = ""       # the top-level package (for an installed one: what to reinstall)
 
     def hint(self, command: str) -> str:
         if (self.root / "pyproject.toml").is_file() or (self.root / "Makefile").is_file():
             return f"run `{command}` in {self.root}"
-        return f"run `{command}` in its project, or reinstall the package"
+        dist = _distribution(self.package)
+        if dist is None:
+            return (f"run `{command}` in the project {self.package or 'the package'} was "
+                    f"generated in ({self.root} has no pyproject.toml)")
+        # An installed package (a wheel): nothing to run `command` in. Its files disagree with
+        # each other or with this torch, so it has to be built again, against this torch.
+        return (f"{dist} is installed, not a project built in place: reinstall it built from "
+                "source against this torch, `pip install --force-reinstall --no-deps "
+                f"--no-build-isolation --no-binary {dist} {dist}` (or, in its source tree, "
+                "`pip install --force-reinstall --no-deps --no-build-isolation .`)")
 
     @property
     def build_hint(self) -> str:
@@ -93,6 +103,19 @@ class Where:
     @property
     def codegen_hint(self) -> str:
         return self.hint(self.codegen_command)
+
+
+def _distribution(package: str) -> str | None:
+    """The installed distribution that provides top-level package `package`, if one does."""
+    if not package:
+        return None
+    try:
+        from importlib.metadata import packages_distributions
+
+        dists = packages_distributions().get(package.partition(".")[0])
+    except Exception:  # noqa: BLE001  (a broken metadata directory only costs the name)
+        return None
+    return dists[0] if dists else None
 
 
 def check_library(at: Where, ns: str, info: dict, torch_version: str) -> Path:
@@ -259,7 +282,8 @@ def locate(manifest) -> Where:
     here = Path(manifest.__file__).resolve().parent
     return Where(Path(os.path.normpath(here / manifest.PROJECT_ROOT)),
                  Path(os.path.normpath(here / manifest.LIBRARY_DIR)), manifest.PYTHON_DIR,
-                 manifest.BUILD_COMMAND, manifest.CODEGEN_COMMAND)
+                 manifest.BUILD_COMMAND, manifest.CODEGEN_COMMAND,
+                 manifest.__name__.partition(".")[0])
 
 
 def load_package(package: str) -> list[str]:

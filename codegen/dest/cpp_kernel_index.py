@@ -1,0 +1,76 @@
+"""What the build needs to know of a namespace's generated C++, as data:
+`generated/cpp/<ns>/index.json`.
+
+The build explains compiler and linker errors (codegen.build.Notes): which op a misdeclared or
+missing function serves, where it is declared, what signature it must have; which namespaces are
+on the stable ABI, from which torch, declared in which op files. It reads that from this file,
+which generation writes from the IR, not from the comments of headers or of the build file (no
+format contract between generated prose and the build).
+
+The file holds the namespace, its ABI (`full` or `stable`) and min_torch, its op files, and one
+record per kernel: the kernel's qualified C++ name, its uses (`CPU kernel of ns::op`), the schema it
+serves, its declaration as the header spells it, the header and the declaration's line there, and
+the op file. Records follow the headers' order.
+"""
+
+from __future__ import annotations
+
+import json
+
+from codegen import layout as L
+from codegen.abi import namespace_abi
+from codegen.dest import cpp_kernels, cpp_stable
+from codegen.diagnostics import Diagnostics
+from codegen.model import OpLibrary
+from codegen.rendering import output_dir
+
+GENERATED_KEY = "@generated"
+
+
+def index_path(ns: str) -> str:
+    return f"{output_dir()}/cpp/{ns}/index.json"
+
+
+def _records(header: str, text: str, decls: list[cpp_kernels.KernelDecl], source: str) -> list[dict]:
+    lines = text.splitlines()
+    out = []
+    for d in decls:
+        line = f"{d.decl};"
+        out.append({
+            "kernel": f"{d.cpp_namespace}::{d.name}" if d.cpp_namespace else d.name,
+            "uses": list(d.comments),
+            "schema": d.schema,
+            "decl": line,
+            "header": header,
+            "line": lines.index(line) + 1,
+            "source": source,
+        })
+    return out
+
+
+def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dict[str, str]:
+    """One index per namespace, from the kernel headers among `outputs` ({path: text}, what the
+    other generators rendered)."""
+    out = {}
+    for ns, shs in L.shards(lib).items():
+        records: list[dict] = []
+        for shard in shs:
+            if namespace_abi(lib, ns) is not None:
+                if shard.header in outputs:
+                    records += _records(shard.header, outputs[shard.header],
+                                        cpp_stable.kernel_decls(shard, diags), shard.file.path)
+                continue
+            bound = L.bound_kernels(shard, diags)
+            for name, ops in L.ops_by_name(shard).items():
+                header = shard.op_header(name)
+                if header in outputs:
+                    decls = cpp_kernels.kernel_decls([b for b in bound if b.op in ops])
+                    records += _records(header, outputs[header], decls, shard.file.path)
+        sources = sorted({s.file.path for s in shs})
+        abi = namespace_abi(lib, ns)
+        doc = {GENERATED_KEY: f"by codegen from {', '.join(sources)} - do not edit",
+               "namespace": ns, "abi": "full" if abi is None else "stable",
+               "min_torch": None if abi is None else abi.min_text, "op_files": sources,
+               "kernels": records}
+        out[index_path(ns)] = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    return out
