@@ -52,6 +52,8 @@ class Project:
     libraries: str = "build"                # the linked lib<ns>_ops.so
     build_command: str = "opgen build"      # what error messages tell the user to run
     codegen_command: str = "opgen generate"
+    snapshot: str = "opgen.lock"            # the op contracts `opgen bc-check` holds to
+    docs: str = "docs/ops"                  # the op reference `opgen docs` writes (<ns>.md)
     config_path: str | None = None          # the pyproject.toml it came from (project-relative)
 
     # ---- derived
@@ -112,7 +114,8 @@ def default_project(root: Path) -> Project:
     return Project(root=root.resolve(), package="runtime", package_dir="runtime",
                    schemas=("schemas",), kernels=("runtime/csrc",), python_roots=(".",),
                    generated="generated", build="build", libraries="build",
-                   build_command="make build", codegen_command="make codegen")
+                   build_command="make build", codegen_command="make codegen",
+                   snapshot="schemas/opgen.lock", docs="docs/ops")
 
 
 _current: contextvars.ContextVar[Project | None] = contextvars.ContextVar("opgen_project",
@@ -251,6 +254,8 @@ KEYS = {
     "libraries": "where the built libraries go (default: <package-dir>)",
     "build-command": "the build command error messages name (default: opgen build)",
     "codegen-command": "the code generation command error messages name (default: opgen generate)",
+    "snapshot": "the op contracts `opgen bc-check` compares with (default: opgen.lock)",
+    "docs": "where `opgen docs` writes the op reference, <namespace>.md (default: docs/ops)",
 }
 
 
@@ -352,13 +357,19 @@ class _Reader:
                 self.error(self.at.value(key), f"'{key}' must be a non-empty string")
             elif value is not None:
                 commands[key.replace("-command", "_command")] = value
+        extra = {}
+        for key in ("snapshot", "docs"):
+            if key in table:
+                value = self.path(key, table[key])
+                if value is not None:
+                    extra[key] = value
         if self.diags.has_errors:
             return None
         assert generated and build and libraries and schemas is not None and roots is not None
         return Project(root=self.root, package=package, package_dir=package_dir,
                        schemas=tuple(schemas), kernels=tuple(kernels or ()),
                        python_roots=tuple(roots), generated=generated, build=build,
-                       libraries=libraries, **commands)
+                       libraries=libraries, **commands, **extra)
 
     def path(self, key: str, value: object, *, must: str | None = None, explicit: bool = True,
              item: bool = False) -> str | None:

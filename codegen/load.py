@@ -27,6 +27,7 @@ from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, scalar_lo
 from codegen.escape import first_unprintable
 from codegen.model import (
     AutocastSpec,
+    DeclaredBreak,
     BaseTy,
     BaseType,
     CppKernel,
@@ -64,8 +65,9 @@ MAX_DEPTH = 32
 MAX_ERRORS_PER_FILE = 50
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
-           "autocast", "vmap", "suppress")
-FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
+           "autocast", "vmap", "suppress", "breaks")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch", "removed")
+BREAK_KEYS = ("reason",)
 CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
@@ -75,6 +77,8 @@ FAILURES_FILE = "sample_failures.yaml"
 AUTOCAST_DEVICES = ("cuda", "cpu")
 VMAP_KINDS = ("pointwise", "leading")
 # `leading(x, residual)`: the Tensor inputs whose dim 0 holds the rows.
+# An op named in `removed:`: `[ns::]name[.overload]`.
+_OP_NAME = re.compile(r"([A-Za-z_]\w*::)?[A-Za-z_]\w*(\.[A-Za-z_]\w*)?\Z", re.ASCII)
 _LEADING_ROWS = re.compile(r"leading\s*\(\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\)\Z",
                            re.ASCII)
 
@@ -567,6 +571,7 @@ class _FileLoader:
             return OpFile(self.path, None, ())
         suppress: frozenset[str] = frozenset()
         conventions: str | None = None
+        removed: tuple[DeclaredBreak, ...] = ()
         if type(root) is _Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -582,6 +587,8 @@ class _FileLoader:
             if "conventions" in top:
                 conventions = self.conventions_key(top["conventions"][1])
             abi = self.abi(root, top)
+            if "removed" in top:
+                removed = self.removed(top["removed"][1], namespace)
         elif type(root) is not _Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
@@ -592,7 +599,48 @@ class _FileLoader:
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), _for_display(self.text), namespace_loc,
-                      suppress, conventions, warnings, abi=abi)
+                      suppress, conventions, warnings, abi=abi, removed=removed)
+
+    def declared_break(self, key: _Node, node: _Node, what: str, op: str = ""
+                       ) -> DeclaredBreak | None:
+        """`{reason: <why>}`: an intended break of the snapshot's contract (codegen.compat)."""
+        fields = self.mapping(node, what, BREAK_KEYS)
+        if fields is None:
+            return None
+        if "reason" not in fields:
+            self.error(node, f"{what} needs 'reason:'",
+                       "say why the break is intended: {reason: \"...\"}")
+            return None
+        reason = self.string(fields["reason"][1], "'reason'")
+        if reason is None:
+            return None
+        if not reason.strip():
+            self.error(fields["reason"][1], "the reason of a declared break is empty",
+                       "say why the break is intended")
+            return None
+        return DeclaredBreak(reason.strip(), self.loc(key), op)
+
+    def removed(self, node: _Node, namespace: str | None) -> tuple[DeclaredBreak, ...]:
+        """`removed: {<op>: {reason: ...}}`: ops the library no longer has, on purpose."""
+        fields = self.mapping(node, "'removed'", None)
+        out = []
+        for name, (key, value) in (fields or {}).items():
+            m = _OP_NAME.match(name)
+            if m is None:
+                self.error(key, f"'{_short(name)}' is not an op name",
+                           "write ns::name or ns::name.overload (the namespace may be left "
+                           "out in a file with 'namespace:')")
+                continue
+            if m.group(1) is None:
+                if namespace is None:
+                    self.error(key, f"removed op '{_short(name)}' has no namespace",
+                               f"write 'my_ns::{name}'")
+                    continue
+                name = f"{namespace}::{name}"
+            decl = self.declared_break(key, value, f"removed op '{_short(name)}'", name)
+            if decl is not None:
+                out.append(decl)
+        return tuple(out)
 
     def abi(self, root: _Node, top: dict) -> Abi | None:
         """The file's `abi:` and `min_torch:` (Note [ABI choice] in codegen/abi.py)."""
@@ -754,6 +802,8 @@ class _FileLoader:
             changes["vmap"] = self.vmap(fields["vmap"][1])
         if "suppress" in fields:
             changes["suppress"] = self.suppress(fields["suppress"][1])
+        if "breaks" in fields:
+            changes["breaks"] = self.declared_break(*fields["breaks"], "'breaks'")
         op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
         op = self.none_return(op)
 
