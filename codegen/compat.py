@@ -23,6 +23,7 @@ where, all of it, and then goes on to the rest of the contract, which torch does
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,7 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
 # Schemas (Note [Agreeing with torch])
 
 
+@functools.lru_cache(maxsize=4096)
 def _plain(t: Type) -> Type:
     """The type as c10 compares it: no alias annotations, SymInt read as int."""
     t = without_alias(t)
@@ -165,6 +167,7 @@ def fits(a: Type, b: Type) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=4096)
 def _annotations(t: Type) -> tuple:
     """The alias annotations of a type and its parts (`T?` has none of its own)."""
     return tuple((x.alias.alias_set, x.alias.is_write, x.alias.alias_set_after)
