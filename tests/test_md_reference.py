@@ -9,6 +9,7 @@ Markdown. `make golden` refreshes both after an intended change.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,35 @@ def test_md_code_in_a_table_escapes_pipes():
 def test_md_fenced_outlasts_backticks():
     assert escape.md_fenced("a\n```\nb", "python") == "````python\na\n```\nb\n````"
     assert escape.md_fenced("x = 1") == "```\nx = 1\n```"
+
+
+# Hostile text: line ends of every kind, Markdown and HTML syntax, fences.
+HOSTILE = ["a\nb", "a\rb", "x\u2028y", "nul\x00", "*a* _b_ **c**", "[l](u) ![i](u) <http://x>",
+           "<b>&amp;</b>", "| cell |", "`a` ``b``", "```", "\\", "ends\\", "# h", "- i", "1. n",
+           "> q", "===", "---", "~~~", "bidi \u202eevil", "undecodable \udcff", "tab\there"]
+_SPECIAL = set("\\`*_{}[]<>|#&~!")
+
+
+def _unescaped(text: str) -> str:
+    """`text` less its backslash escapes: what Markdown would read as syntax."""
+    return re.sub(r"\\.", "", text)
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_md_text_leaves_no_markup(text):
+    out = escape.md_text(text)
+    assert len(out.splitlines()) <= 1 and "\x00" not in out
+    assert not _SPECIAL & set(_unescaped(out))
+    assert not re.match(r"[-+=>]|\d+[.)]", out)     # nothing starts a block
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_md_code_and_fences_hold_the_text(text):
+    span = escape.md_code(text)
+    fence = re.match(r"`+", span).group()
+    inner = span[len(fence):-len(fence)]
+    assert span.endswith(fence) and fence not in inner and len(span.splitlines()) == 1
+    block = escape.md_fenced(text)
+    lines = block.split("\n")
+    fence = lines[0]
+    assert lines[-1] == fence and not any(line.startswith(fence) for line in lines[1:-1])
