@@ -534,12 +534,27 @@ PAIRS = [
      "(Tensor x, *, Tensor(a!) out2) -> Tensor(a!)"),
     ("(Tensor x, *, Tensor(a!) o1, Tensor(b!) o2) -> (Tensor(a!), Tensor(b!))",
      "(Tensor x, *, Tensor(b!) o2, Tensor(a!) o1) -> (Tensor(a!), Tensor(b!))"),
-    # Real libraries' schemas as they evolved (the pairs, not the files, are copied):
-    # vLLM csrc/torch_bindings.cpp, rms_norm gained no arguments but fused_add_rms_norm's
-    # residual became mutable.
-    ("(Tensor! input, Tensor residual, Tensor weight, float epsilon) -> ()",
-     "(Tensor! input, Tensor! residual, Tensor weight, float epsilon) -> ()"),
-    # FBGEMM-style trailing optional argument.
+    # Real schemas: vllm-project/vllm csrc/torch_bindings.cpp (the stored version) as `new`,
+    # each beside the spelling an earlier release could have had (the edit is ours).
+    ("(Tensor positions, Tensor! query, Tensor! key, int head_size, Tensor cos_sin_cache, "
+     "bool is_neox) -> ()",
+     "(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, "
+     "bool is_neox) -> ()"),
+    ("(Tensor! output, Tensor!? output_lse, Tensor prefix_output, Tensor prefix_lse, "
+     "Tensor suffix_output, Tensor suffix_lse, int!? prefill_tokens_with_context) -> ()",
+     "(Tensor! output, Tensor!? output_lse, Tensor prefix_output, Tensor prefix_lse, "
+     "Tensor suffix_output, Tensor suffix_lse, int!? prefill_tokens_with_context, "
+     "Tensor? output_scale=None) -> ()"),
+    ("(Tensor! out, Tensor input, float alpha=1.702) -> ()",
+     "(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()"),
+    ("(Tensor! out, Tensor input, float alpha=1.702, float limit=7.0) -> ()",
+     "(Tensor! out, Tensor input, float alpha=1.5, float limit=7.0) -> ()"),
+    ("(Tensor _in_feats, Tensor _kernel, Tensor _scaling_factors, Tensor _zeros, "
+     "SymInt split_k_iters) -> Tensor",
+     "(Tensor _in_feats, Tensor _kernel, Tensor _scaling_factors, Tensor _zeros, "
+     "SymInt split_k_iters, Tensor _temp_space, bool dtype_bf16) -> Tensor"),
+    ("(Tensor! input, Tensor! residual, Tensor weight, float epsilon) -> ()",
+     "(Tensor! input, Tensor! residual, Tensor? weight, float epsilon) -> ()"),
     ("(Tensor indices, Tensor offsets, int max_B) -> Tensor",
      "(Tensor indices, Tensor offsets, int max_B, Tensor? per_sample_weights=None) -> Tensor"),
 ]
