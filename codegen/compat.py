@@ -110,6 +110,12 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
         diags.error(Loc(path, 1, 1), f"not an opgen snapshot of format {FORMAT}",
                     "it is written by `opgen snapshot`; restore it from version control")
         return None
+    keys = {f"    {json.dumps(name)}: {{": name for name in data["ops"]}
+    lines = {}
+    for i, line in enumerate(text.splitlines(), 1):
+        name = keys.get(line)
+        if name is not None:
+            lines[name] = i
     ops: dict[str, C.Contract] = {}
     for name, entry in data["ops"].items():
         try:
@@ -118,15 +124,11 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
                 values[k] = tuple(values[k])
             ops[name] = C.Contract(**values)
         except (KeyError, TypeError):
-            diags.error(Loc(path, 1, 1), f"the snapshot's entry for '{name}' is damaged",
+            diags.error(Loc(path, lines.get(name, 1), 5 if name in lines else 1),
+                        f"the snapshot's entry for '{name}' is damaged",
                         "it is written by `opgen snapshot`; restore it from version control")
-            return None
-    keys = {f"    {json.dumps(name)}: {{": name for name in ops}
-    lines = {}
-    for i, line in enumerate(text.splitlines(), 1):
-        name = keys.get(line)
-        if name is not None:
-            lines[name] = i
+    if diags.has_errors:
+        return None
     return Snapshot(path, text, ops, lines)
 
 
@@ -456,10 +458,15 @@ def compare(lib: OpLibrary, snap: Snapshot) -> Report:
         r = OpReport(name, old, new, op, declared=op.breaks)
         if old is not None and old != new:
             if old.schema != new.schema:
+                from codegen.parse import SchemaSyntaxError
+
                 try:
                     old_schema = _schema_of(old.schema)
-                except Exception:       # a damaged entry: compare the text only
-                    r.changes.append(Change(f"schema changed from {old.schema}"))
+                except SchemaSyntaxError as e:
+                    r.changes.append(Change(
+                        f"the snapshot's schema '{old.schema}' does not parse: {e.message}",
+                        hint="the snapshot is written by `opgen snapshot`; restore it from "
+                             "version control"))
                 else:
                     r.changes += schema_changes(old_schema, op.schema)
             r.changes += contract_changes(old, new)

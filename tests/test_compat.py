@@ -589,3 +589,20 @@ def test_table_has_both_verdicts():
 def test_gate_goes_further_than_torch(old, new):
     assert _torch_verdict(old, new)
     assert not compat.compatible(parse_schema("ex::f" + old), parse_schema("ex::f" + new))
+
+
+def test_damaged_snapshot_entries(lib):
+    lock = Path("schemas/opgen.lock")
+    text = lock.read_text()
+    lock.write_text(text.replace('"schema": "ex::g(Tensor x) -> Tensor"',
+                                 '"schema": "ex::g(Tensor x -> Tensor"'))
+    code, _, err = lib(BASE)
+    assert code == 1
+    assert "error: ex::g: the snapshot's schema 'ex::g(Tensor x -> Tensor' does not parse: " in err
+    data = json.loads(text)
+    data["ops"]["ex::g"] = ["not", "an", "entry"]
+    lock.write_text(json.dumps(data))
+    code, _, err = lib(BASE)
+    assert code == 1
+    assert err.startswith("schemas/opgen.lock:1:1: error: the snapshot's entry for 'ex::g' is "
+                          "damaged\n")
