@@ -335,7 +335,8 @@ hint: say why the break is intended: {reason: "..."}
 
 def test_removed_names_an_op(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    Path("ops.yaml").write_text("removed:\n  'a b': {reason: x}\n  f: {reason: y}\nops: []\n")
+    Path("ops.yaml").write_text("removed:\n  'a b': {reason: x}\n  f: {reason: y}\n"
+                                "  ex::g: {reason: ' '}\nops: []\n")
     code, _, err = run(["check", "ops.yaml"], capsys)
     assert code == 1
     assert err == """\
@@ -347,7 +348,11 @@ ops.yaml:3:3: error: removed op 'f' has no namespace
       f: {reason: y}
       ^
 hint: write 'my_ns::f'
-2 errors generated.
+ops.yaml:4:19: error: the reason of a declared break is empty
+      ex::g: {reason: ' '}
+                     ^~~
+hint: say why the break is intended
+3 errors generated.
 """
 
 
