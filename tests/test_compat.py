@@ -350,7 +350,7 @@ ops.yaml:3:3: error: removed op 'f' has no namespace
 hint: write 'my_ns::f'
 ops.yaml:4:19: error: the reason of a declared break is empty
       ex::g: {reason: ' '}
-                     ^~~
+                      ^~~
 hint: say why the break is intended
 3 errors generated.
 """
