@@ -73,8 +73,12 @@ def namespace_page(lib: OpLibrary, ns: str, ops: tuple[Op, ...]) -> str:
     lines = [banner(files).rstrip("\n"), "",
              f"# {escape.md_code(ns)} ops", "",
              f"{len(ops)} op{'s' if len(ops) != 1 else ''} from "
-             + ", ".join(escape.md_code(f) for f in files) + ".", "",
-             "## Support matrix", "",
+             + ", ".join(escape.md_code(f) for f in files) + ".", ""]
+    abi = ops[0].abi if ops else None
+    if abi is not None:
+        lines += [f"Built on torch's stable ABI: the library loads on torch {abi.min_text} and "
+                  "newer.", ""]
+    lines += ["## Support matrix", "",
              "| op | " + " | ".join(COLUMNS) + " |",
              "| --- |" + " :---: |" * len(COLUMNS)]
     for op in ops:
