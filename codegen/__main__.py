@@ -106,7 +106,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from codegen import compat, files
 
     lib = _load(args.paths)
-    path = args.snapshot or config.current().snapshot
+    path = _shown(args.snapshot, config.current().snapshot)
     written = files.write(Path("."), files.FileSet({path: compat.snapshot_text(lib)}))
     n = len(lib.ops)
     print(f"{'wrote' if written else 'up to date:'} {path} ({n} op{'s' if n != 1 else ''})")
@@ -119,7 +119,7 @@ def cmd_bc_check(args: argparse.Namespace) -> int:
 
     lib = _load(args.paths)
     diags = Diagnostics()
-    snap = compat.read_snapshot(args.snapshot or config.current().snapshot, diags)
+    snap = compat.read_snapshot(_shown(args.snapshot, config.current().snapshot), diags)
     diags.raise_if_errors()
     assert snap is not None
     report = compat.compare(lib, snap)
@@ -142,7 +142,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
     from codegen.dest import md_reference
 
     lib = _load(args.paths)
-    directory = args.output or config.current().docs
+    directory = _shown(args.output, config.current().docs)
     diags = lib.diagnostics()
     fileset = files.FileSet(md_reference.generate(lib, diags, directory=directory))
     diags.raise_if_errors()
@@ -166,6 +166,16 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _absolute(path: str) -> str:
+    """A path option, taken relative to where the command is run (commands run in the project
+    root, where `_shown` makes it project-relative again)."""
+    return str(Path(path).resolve())
+
+
+def _shown(path: str | None, default: str) -> str:
+    return config.current().relative(path) if path else default
+
+
 def add_ship_commands(sub) -> None:
     """`snapshot`, `bc-check` and `docs`: keeping a shipped library's contract and reference."""
     from codegen import build
@@ -183,14 +193,15 @@ def add_ship_commands(sub) -> None:
                        "project's schemas)")
         p.set_defaults(fn=fn)
         if name in ("snapshot", "bc-check"):
-            p.add_argument("--snapshot", metavar="PATH", help="the snapshot file (default: "
-                           "[tool.opgen] snapshot, opgen.lock)")
+            p.add_argument("--snapshot", metavar="PATH", type=_absolute,
+                           help="the snapshot file (default: [tool.opgen] snapshot, opgen.lock)")
         if name == "bc-check":
             p.add_argument("--changelog", action="store_true",
                            help="print the added, removed and changed ops as Markdown")
         if name == "docs":
-            p.add_argument("--output", metavar="DIR", help="the directory of the reference "
-                           "(default: [tool.opgen] docs, docs/ops)")
+            p.add_argument("--output", metavar="DIR", type=_absolute,
+                           help="the directory of the reference (default: [tool.opgen] docs, "
+                                "docs/ops)")
             p.add_argument("--check", action="store_true",
                            help="write nothing; exit 1 if any reference file is stale")
 

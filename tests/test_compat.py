@@ -611,3 +611,12 @@ def test_damaged_snapshot_entries(lib):
     assert code == 1
     assert err.startswith("schemas/opgen.lock:1:1: error: the snapshot's entry for 'ex::g' is "
                           "damaged\n")
+
+
+def test_snapshot_option_is_relative_to_where_it_runs(lib, monkeypatch, capsys):
+    Path("sub").mkdir()
+    monkeypatch.chdir("sub")
+    assert run(["--project", "..", "snapshot", "--snapshot", "api.lock"], capsys) == (
+        0, "wrote sub/api.lock (4 ops)\n", "")
+    code, out, _ = run(["--project", "..", "bc-check", "--snapshot", "api.lock"], capsys)
+    assert code == 0 and "compatible with sub/api.lock" in out
