@@ -27,10 +27,10 @@ from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, scalar_lo
 from codegen.escape import first_unprintable
 from codegen.model import (
     AutocastSpec,
-    DeclaredBreak,
     BaseTy,
     BaseType,
     CppKernel,
+    DeclaredBreak,
     DerivativesSpec,
     DispatchKey,
     FunctionSchema,
@@ -76,9 +76,9 @@ GRADCHECK_KEYS = ("dtype", "atol", "rtol", "eps")
 FAILURES_FILE = "sample_failures.yaml"
 AUTOCAST_DEVICES = ("cuda", "cpu")
 VMAP_KINDS = ("pointwise", "leading")
-# `leading(x, residual)`: the Tensor inputs whose dim 0 holds the rows.
 # An op named in `removed:`: `[ns::]name[.overload]`.
 _OP_NAME = re.compile(r"([A-Za-z_]\w*::)?[A-Za-z_]\w*(\.[A-Za-z_]\w*)?\Z", re.ASCII)
+# `leading(x, residual)`: the Tensor inputs whose dim 0 holds the rows.
 _LEADING_ROWS = re.compile(r"leading\s*\(\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\)\Z",
                            re.ASCII)
 
