@@ -13,6 +13,7 @@ sources=...)`.
 from __future__ import annotations
 
 from codegen import contract as C
+from codegen.abi import Abi
 from codegen import escape
 from codegen.api import python as P
 from codegen.diagnostics import Diagnostics
@@ -75,7 +76,7 @@ def namespace_page(lib: OpLibrary, ns: str, ops: tuple[Op, ...]) -> str:
              f"{len(ops)} op{'s' if len(ops) != 1 else ''} from "
              + ", ".join(escape.md_code(f) for f in files) + ".", ""]
     abi = ops[0].abi if ops else None
-    if abi is not None:
+    if isinstance(abi, Abi):
         lines += [f"Built on torch's stable ABI: the library loads on torch {abi.min_text} and "
                   "newer.", ""]
     lines += ["## Support matrix", "",
