@@ -2,7 +2,8 @@
 PYTHON ?= python
 SCHEMAS ?= schemas
 
-.PHONY: setup check list codegen codegen-check build demo test test-slow fuzz golden bench clean
+.PHONY: setup check list codegen codegen-check build demo test test-slow fuzz golden bench clean \
+	snapshot bc-check docs docs-check
 
 # Idempotent: installs the pinned environment unless this interpreter already has it (0.1 s).
 setup:
@@ -19,6 +20,21 @@ codegen:
 
 codegen-check:
 	$(PYTHON) -m codegen generate --check $(SCHEMAS)
+
+# The op contracts: schemas/opgen.lock records them (refresh on purpose, with a release);
+# bc-check fails on a break the op files do not declare (docs/FORMAT.md, Compatibility).
+snapshot:
+	$(PYTHON) -m codegen snapshot $(SCHEMAS)
+
+bc-check:
+	$(PYTHON) -m codegen bc-check $(SCHEMAS)
+
+# The op reference, docs/ops/<namespace>.md (docs-check: exit 1 when it is stale).
+docs:
+	$(PYTHON) -m codegen docs $(SCHEMAS)
+
+docs-check:
+	$(PYTHON) -m codegen docs --check $(SCHEMAS)
 
 # Compile build/lib<ns>_ops.so with ninja (toolchain from torch.utils.cpp_extension).
 build:

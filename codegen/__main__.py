@@ -19,8 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-from codegen import build, cli, config, files, load
-from codegen.dest import ninja
+from codegen import build, cli, compat, config, files, load
+from codegen.dest import md_reference, ninja
 from codegen.gen import check_library, render
 from codegen.rendering import output_dir
 from codegen.diagnostics import Diagnostics
@@ -100,6 +100,103 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """Record every op's contract in the snapshot (codegen.compat), written only when it
+    changes."""
+    lib = _load(args.paths)
+    path = _shown(args.snapshot, config.current().snapshot)
+    written = files.write(Path("."), files.FileSet({path: compat.snapshot_text(lib)}))
+    n = len(lib.ops)
+    print(f"{'wrote' if written else 'up to date:'} {path} ({n} op{'s' if n != 1 else ''})")
+    return 0
+
+
+def cmd_bc_check(args: argparse.Namespace) -> int:
+    """Compare the library with the snapshot: every undeclared break is a located error."""
+    lib = _load(args.paths)
+    diags = Diagnostics()
+    snap = compat.read_snapshot(_shown(args.snapshot, config.current().snapshot), diags)
+    diags.raise_if_errors()
+    assert snap is not None
+    report = compat.compare(lib, snap)
+    compat.diagnose(report, lib, snap, diags)
+    if args.changelog:
+        print(compat.changelog(report))
+    diags.raise_if_errors()
+    declared = sum(1 for r in report.ops if r.declared is not None)
+    if not args.changelog:
+        print(f"{len(lib.ops)} ops compatible with {snap.path}: {len(report.added)} added, "
+              f"{len(report.changed)} changed, {len(report.removed)} removed"
+              + (f", {declared} declared break{'s' if declared != 1 else ''}" if declared else ""))
+    return 0
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    """Render the op reference, one Markdown file per namespace, written only when it
+    changes; with --check, write nothing and exit 1 when a file is stale."""
+    lib = _load(args.paths)
+    directory = _shown(args.output, config.current().docs)
+    diags = lib.diagnostics()
+    fileset = files.FileSet(md_reference.generate(lib, diags, directory=directory))
+    diags.raise_if_errors()
+    root = Path(".")
+    # Only files opgen wrote are removed (the directory may hold others).
+    orphans = [rel for rel in files.orphans(root, fileset, directory)
+               if rel.endswith(".md") and (root / rel).read_text(
+                   encoding="utf-8", errors="replace").startswith(md_reference.MARK)]
+    if args.check:
+        changed = files.stale(root, fileset) + orphans
+        for rel in changed:
+            print(f"stale: {rel}")
+        return 1 if changed else 0
+    written = files.write(root, fileset)
+    for rel in orphans:
+        (root / rel).unlink()
+    for rel in written + orphans:
+        print(f"{'removed' if rel in orphans else 'wrote'} {rel}")
+    if not written and not orphans:
+        print(f"{len(fileset.files)} files up to date")
+    return 0
+
+
+def _absolute(path: str) -> str:
+    """A path option, taken relative to where the command is run (commands run in the project
+    root, where `_shown` makes it project-relative again)."""
+    return str(Path(path).resolve())
+
+
+def _shown(path: str | None, default: str) -> str:
+    return config.current().relative(path) if path else default
+
+
+def add_ship_commands(sub) -> None:
+    """`snapshot`, `bc-check` and `docs`: keeping a shipped library's contract and reference."""
+    for name, fn, help_ in [
+        ("snapshot", cmd_snapshot, "record every op's contract in the snapshot (opgen.lock)"),
+        ("bc-check", cmd_bc_check, "check the op library against the snapshot; exit 1 on a "
+                                   "break that is not declared"),
+        ("docs", cmd_docs, "write the op reference, Markdown per namespace"),
+    ]:
+        p = sub.add_parser(name, help=help_)
+        cli.debug_option(p, argparse.SUPPRESS)
+        cli.project_option(p, argparse.SUPPRESS)
+        p.add_argument("paths", nargs="*", help="op files or directories (default: the "
+                       "project's schemas)")
+        p.set_defaults(fn=fn)
+        if name in ("snapshot", "bc-check"):
+            p.add_argument("--snapshot", metavar="PATH", type=_absolute,
+                           help="the snapshot file (default: [tool.opgen] snapshot, opgen.lock)")
+        if name == "bc-check":
+            p.add_argument("--changelog", action="store_true",
+                           help="print the added, removed and changed ops as Markdown")
+        if name == "docs":
+            p.add_argument("--output", metavar="DIR", type=_absolute,
+                           help="the directory of the reference (default: [tool.opgen] docs, "
+                                "docs/ops)")
+            p.add_argument("--check", action="store_true",
+                           help="write nothing; exit 1 if any reference file is stale")
+
+
 def main(argv: list[str] | None = None) -> int:
     # Usage names the command as it was run: the `opgen` console script or `python -m codegen`.
     prog = "opgen" if Path(sys.argv[0]).name == "opgen" else "python -m codegen"
@@ -131,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                            help="write nothing; exit 1 if any generated file is stale")
             p.add_argument("--depfile", metavar="PATH",
                            help="also write a make-style depfile of every input read (for ninja)")
+    add_ship_commands(sub)
     args = parser.parse_args(argv)
     if args.fn is None:
         return build.run(args)

@@ -53,6 +53,8 @@ class Project:
     build_command: str = "opgen build"      # what error messages tell the user to run
     codegen_command: str = "opgen generate"
     cmake: bool = False                     # also generate <generated>/opgen.cmake
+    snapshot: str = "opgen.lock"            # the op contracts `opgen bc-check` holds to
+    docs: str = "docs/ops"                  # the op reference `opgen docs` writes (<ns>.md)
     config_path: str | None = None          # the pyproject.toml it came from (project-relative)
 
     # ---- derived
@@ -113,7 +115,8 @@ def default_project(root: Path) -> Project:
     return Project(root=root.resolve(), package="runtime", package_dir="runtime",
                    schemas=("schemas",), kernels=("runtime/csrc",), python_roots=(".",),
                    generated="generated", build="build", libraries="build",
-                   build_command="make build", codegen_command="make codegen")
+                   build_command="make build", codegen_command="make codegen",
+                   snapshot="schemas/opgen.lock", docs="docs/ops")
 
 
 _current: contextvars.ContextVar[Project | None] = contextvars.ContextVar("opgen_project",
@@ -253,6 +256,8 @@ KEYS = {
     "build-command": "the build command error messages name (default: opgen build)",
     "codegen-command": "the code generation command error messages name (default: opgen generate)",
     "cmake": "also generate <generated>/opgen.cmake for a CMake build (default: false)",
+    "snapshot": "the op contracts `opgen bc-check` compares with (default: opgen.lock)",
+    "docs": "where `opgen docs` writes the op reference, <namespace>.md (default: docs/ops)",
 }
 
 
@@ -357,13 +362,19 @@ class _Reader:
         cmake = table.get("cmake", False)
         if not isinstance(cmake, bool):
             self.error(self.at.value("cmake"), f"'cmake' must be true or false, not {_repr(cmake)}")
+        extra = {}
+        for key in ("snapshot", "docs"):
+            if key in table:
+                value = self.path(key, table[key])
+                if value is not None:
+                    extra[key] = value
         if self.diags.has_errors:
             return None
         assert generated and build and libraries and schemas is not None and roots is not None
         return Project(root=self.root, package=package, package_dir=package_dir,
                        schemas=tuple(schemas), kernels=tuple(kernels or ()),
                        python_roots=tuple(roots), generated=generated, build=build,
-                       libraries=libraries, cmake=cmake, **commands)
+                       libraries=libraries, cmake=cmake, **commands, **extra)
 
     def path(self, key: str, value: object, *, must: str | None = None, explicit: bool = True,
              item: bool = False) -> str | None:

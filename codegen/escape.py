@@ -12,6 +12,10 @@ where it lands:
 | `py_string`    | a Python string literal, quotes included    | the exact value, one line           |
 | `docstring`    | the inside of a `\"\"\"` docstring             | the exact value; lines only at `\\n` |
 | `banner_path`  | a file path in a `@generated` banner        | one line                            |
+| `md_text`      | Markdown prose: a paragraph, item or cell   | literal text, no markup, one line   |
+| `md_block`     | Markdown paragraphs (an op's doc)           | literal text; lines kept            |
+| `md_code`      | a Markdown code span, backticks included    | the exact text, one line            |
+| `md_fenced`    | a fenced Markdown code block               | the exact text; lines kept          |
 
 "One line" means: no character that Python, GCC, an editor or `str.splitlines` would take as the
 end of a line (LF, CR, VT, FF, FS/GS/RS, NEL, U+2028, U+2029), no NUL (Python refuses source
@@ -118,3 +122,61 @@ def docstring(text: str, indent: int = 4) -> str:
         return lines[0]
     pad = " " * indent
     return "\n".join([lines[0]] + [(pad + line) if line else "" for line in lines[1:]]) + "\n" + pad
+
+
+# Characters with a meaning in Markdown prose (CommonMark, GitHub's tables, strikethrough and
+# autolinks): each is written with a backslash, which CommonMark allows before any ASCII
+# punctuation. `&` starts an entity, `<` HTML or an autolink, `|` a table cell.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|#&~!])")
+# What starts a block when it begins a line: headings, lists, quotes, thematic breaks, setext
+# underlines, numbered items.
+_MD_LINE_START = re.compile(r"^([-+=>]|\d+(?=[.)]))")
+
+
+def md_text(text: str) -> str:
+    """`text` as literal Markdown prose on one line: no emphasis, link, HTML, code or table
+    cell break can come out of it, and nothing starts a block."""
+    return _md_line(" ".join(text.split("\n")))
+
+
+def _md_line(line: str) -> str:
+    line = _MD_SPECIAL.sub(r"\\\1", _one_line(line.strip()))
+    m = _MD_LINE_START.match(line)
+    if m:
+        line = line[:m.end()] + "\\" + line[m.end():] if m.group(1)[0].isdigit() else \
+            "\\" + line
+    return line
+
+
+def md_block(text: str) -> str:
+    """`text` (several lines, blank lines between paragraphs) as literal Markdown paragraphs."""
+    lines = [_md_line(line) for line in text.strip("\n").split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip("\n")
+
+
+def md_code(text: str, *, in_table: bool = False) -> str:
+    """`text` as a Markdown code span: fenced by more backticks than it holds in a row, padded
+    where it starts or ends with one; in a table cell, `|` escaped (GitHub splits cells at a
+    `|` even inside code)."""
+    text = _one_line(text)
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ")
+                                                      and text.strip()):
+        text = f" {text} "
+    if in_table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{text}{fence}"
+
+
+def md_fenced(text: str, info: str = "") -> str:
+    """`text` (lines at `\\n`) as a fenced Markdown code block, shown exactly: the fence is longer
+    than any run of backticks in it, and each line stays one line."""
+    lines = [_one_line(line) for line in text.split("\n")]
+    runs = [len(r) for line in lines for r in re.findall(r"`+", line)]
+    fence = "`" * max(3, max(runs, default=0) + 1)
+    return "\n".join([fence + info, *lines, fence])

@@ -35,6 +35,7 @@ from codegen.model import (
     BaseTy,
     BaseType,
     CppKernel,
+    DeclaredBreak,
     DerivativesSpec,
     DispatchKey,
     FunctionSchema,
@@ -56,10 +57,12 @@ from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node,
                                  TooManyErrors, for_display, short)
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
-           "autocast", "vmap", "suppress")
-FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch", "autograd")
+           "autocast", "vmap", "suppress", "breaks")
+FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch", "autograd",
+             "removed")
 # `autograd:` values: where the Autograd kernels of a file's ops live (codegen.dest.cpp_autograd).
 AUTOGRAD_KINDS = ("cpp", "python")
+BREAK_KEYS = ("reason",)
 CONVENTIONS = ("aten",)
 AUTOCAST_KEYS = ("device_type", "cast_inputs")
 GRADCHECK_KEYS = ("dtype", "atol", "rtol", "eps")
@@ -67,6 +70,8 @@ GRADCHECK_KEYS = ("dtype", "atol", "rtol", "eps")
 FAILURES_FILE = "sample_failures.yaml"
 AUTOCAST_DEVICES = ("cuda", "cpu")
 VMAP_KINDS = ("pointwise", "leading")
+# An op named in `removed:`: `[ns::]name[.overload]`.
+_OP_NAME = re.compile(r"([A-Za-z_]\w*::)?[A-Za-z_]\w*(\.[A-Za-z_]\w*)?\Z", re.ASCII)
 # `leading(x, residual)`: the Tensor inputs whose dim 0 holds the rows.
 _LEADING_ROWS = re.compile(r"leading\s*\(\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*\)\Z",
                            re.ASCII)
@@ -137,6 +142,7 @@ class _FileLoader(SampleReader):
         suppress: frozenset[str] = frozenset()
         conventions: str | None = None
         autograd: str | None = None
+        removed: tuple[DeclaredBreak, ...] = ()
         if type(root) is Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -154,6 +160,8 @@ class _FileLoader(SampleReader):
             abi = self.abi(root, top)
             if "autograd" in top:
                 autograd = self.autograd_key(top["autograd"][1])
+            if "removed" in top:
+                removed = self.removed(top["removed"][1], namespace)
         elif type(root) is not Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
@@ -164,7 +172,49 @@ class _FileLoader(SampleReader):
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), for_display(self.text), namespace_loc,
-                      suppress, conventions, warnings, abi=abi, autograd=autograd)
+                      suppress, conventions, warnings, abi=abi, autograd=autograd,
+                      removed=removed)
+
+    def declared_break(self, key: Node, node: Node, what: str, op: str = ""
+                       ) -> DeclaredBreak | None:
+        """`{reason: <why>}`: an intended break of the snapshot's contract (codegen.compat)."""
+        fields = self.mapping(node, what, BREAK_KEYS)
+        if fields is None:
+            return None
+        if "reason" not in fields:
+            self.error(node, f"{what} needs 'reason:'",
+                       "say why the break is intended: {reason: \"...\"}")
+            return None
+        reason = self.string(fields["reason"][1], "'reason'")
+        if reason is None:
+            return None
+        if not reason.strip():
+            self.error(fields["reason"][1], "the reason of a declared break is empty",
+                       "say why the break is intended")
+            return None
+        return DeclaredBreak(reason.strip(), self.loc(key), op)
+
+    def removed(self, node: Node, namespace: str | None) -> tuple[DeclaredBreak, ...]:
+        """`removed: {<op>: {reason: ...}}`: ops the library no longer has, on purpose."""
+        fields = self.mapping(node, "'removed'", None)
+        out = []
+        for name, (key, value) in (fields or {}).items():
+            m = _OP_NAME.match(name)
+            if m is None:
+                self.error(key, f"'{short(name)}' is not an op name",
+                           "write ns::name or ns::name.overload (the namespace may be left "
+                           "out in a file with 'namespace:')")
+                continue
+            if m.group(1) is None:
+                if namespace is None:
+                    self.error(key, f"removed op '{short(name)}' has no namespace",
+                               f"write 'my_ns::{name}'")
+                    continue
+                name = f"{namespace}::{name}"
+            decl = self.declared_break(key, value, f"removed op '{short(name)}'", name)
+            if decl is not None:
+                out.append(decl)
+        return tuple(out)
 
     def abi(self, root: Node, top: dict) -> Abi | None:
         """The file's `abi:` and `min_torch:` (Note [ABI choice] in codegen/abi.py)."""
@@ -339,6 +389,8 @@ class _FileLoader(SampleReader):
             changes["vmap"] = self.vmap(fields["vmap"][1])
         if "suppress" in fields:
             changes["suppress"] = self.suppress(fields["suppress"][1])
+        if "breaks" in fields:
+            changes["breaks"] = self.declared_break(*fields["breaks"], "'breaks'")
         op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
         op = self.none_return(op)
 

@@ -780,6 +780,16 @@ class DerivativesSpec:
 
 
 @dataclass(frozen=True)
+class DeclaredBreak:
+    """An intended incompatible change, with its reason: an op's `breaks: {reason: ...}`, or an
+    entry `<op>: {reason: ...}` of a file's `removed:` (codegen.compat)."""
+
+    reason: str
+    loc: Loc = field(compare=False, hash=False)
+    op: str = ""                    # `removed:` only: the removed op, `ns::name[.overload]`
+
+
+@dataclass(frozen=True)
 class Op:
     schema: FunctionSchema
     loc: Loc = field(compare=False, hash=False)       # the `func:` value
@@ -796,6 +806,7 @@ class Op:
     # Warning names silenced for this op: its own `suppress:` and its file's.
     suppress: frozenset[str] = frozenset()
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
+    breaks: DeclaredBreak | None = None     # an intended break of the snapshot's contract
 
     @property
     def name(self) -> OperatorName:
@@ -833,6 +844,7 @@ class OpFile:
     warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
     autograd: str | None = None     # `autograd:` ("cpp", "python"); None: not given (cpp)
+    removed: tuple[DeclaredBreak, ...] = ()     # ops removed on purpose (codegen.compat)
 
 
 @dataclass(frozen=True)

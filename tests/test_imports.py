@@ -110,7 +110,8 @@ FLOORS: dict[int, tuple[str, ...]] = {
     4: ("gen",),
     2: ("layout", "rendering"),
     1: ("load", "load_samples", "yaml_source", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
-        "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource"),
+        "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource",
+        "contract", "compat"),
     0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
         "reserved"),
 }

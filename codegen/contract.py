@@ -1,0 +1,197 @@
+"""What an op promises its callers, derived from the IR: the facts the compatibility snapshot
+records (codegen.compat) and the op reference shows (codegen.dest.md_reference).
+
+Everything here reads the IR only (no torch import, no generator), so `bc-check` and `docs` stay
+as fast as loading the op files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, without_alias
+
+DEVICES = ("CPU", "CUDA", "Meta")
+
+# Tags whose removal changes what torch.compile, export or CUDA graphs assume about an op, and so
+# can change results or break a compiled program that worked: tag -> what happens without it.
+COMPILE_TAGS: dict[str, str] = {
+    "nondeterministic_seeded": "torch.compile may deduplicate or reorder its calls as if they "
+                               "were deterministic",
+    "dynamic_output_shape": "torch.compile assumes its output sizes follow from input sizes",
+    "data_dependent_output": "torch.compile assumes its output does not depend on input data",
+    "needs_fixed_stride_order": "inductor may pass inputs in another stride order",
+    "needs_exact_strides": "inductor may pass inputs with other strides",
+    "needs_contiguous_strides": "inductor may pass non-contiguous inputs",
+    "cudagraph_unsafe": "CUDA graphs may capture it",
+    "inplace_view": "torch.compile no longer treats it as a view that mutates metadata",
+    "maybe_aliasing_or_mutating": "torch.compile assumes it neither aliases nor mutates",
+    "pt2_compliant_tag": "torch.compile no longer treats it as PT2-compliant",
+    "inplace": "torch.compile no longer auto-functionalizes it",
+    "out": "torch.compile no longer auto-functionalizes it",
+}
+
+
+def _is_not_implemented(e) -> bool:
+    from codegen import formulas as F
+
+    return isinstance(e, F.Call) and isinstance(e.func, F.BuiltinRef) and \
+        e.func.name == "not_implemented"
+
+
+def _implemented(formula) -> list[str]:
+    """The inputs a formula gives gradients for: not `not_implemented(...)` (nor `None` in a
+    tuple formula). Kept equal to codegen.testing's by tests/test_compat.py."""
+    from codegen import formulas as F
+
+    e = formula.expr
+    if len(formula.inputs) > 1 and isinstance(e, F.TupleLit) and len(e.items) == len(formula.inputs):
+        return [n for n, item in zip(formula.inputs, e.items)
+                if not _is_not_implemented(item) and item != F.Const(None)]
+    return [] if _is_not_implemented(e) else list(formula.inputs)
+
+
+def differentiable_inputs(op: Op) -> list[str]:
+    """Inputs with gradients: a formula that is not `not_implemented(...)`, or every Tensor input
+    of a CompositeImplicitAutograd op (differentiated through its decomposition)."""
+    from codegen.formulas import Derivatives
+
+    d = op.derivatives
+    if isinstance(d, Derivatives):
+        return [n for f in d.formulas for n in _implemented(f)]
+    if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
+        return [a.name for a in op.schema.arguments if is_tensor_like(a.type)]
+    return []
+
+
+def has_autograd(op: Op) -> bool:
+    return bool(differentiable_inputs(op))
+
+
+def double_backward(op: Op, lib: OpLibrary) -> bool | None:
+    """None without gradients; else whether the backward is itself differentiable: every op of the
+    library its formulas call has gradients (torch's own functions do)."""
+    from codegen.formulas import Derivatives, library_calls
+
+    if not has_autograd(op):
+        return None
+    d = op.derivatives
+    if not isinstance(d, Derivatives):
+        return True     # a decomposition into differentiable ops
+    for ref in library_calls(d):
+        callees = [o for o in lib.named(ref.namespace, ref.name)
+                   if ref.overload is None or o.name.overload == ref.overload]
+        if not callees or not any(has_autograd(c) for c in callees):
+            return False
+    return True
+
+
+def devices(op: Op) -> tuple[str, ...]:
+    """The devices the op runs on: a kernel for the device, or a composite one (any device);
+    `Meta` (fake tensors: torch.compile, export) from a Meta kernel, a fake rule or a
+    decomposition."""
+    keys = {k for k, _ in op.dispatch}
+    composite = bool(keys & {DispatchKey.CompositeExplicitAutograd,
+                             DispatchKey.CompositeImplicitAutograd})
+    out = [d for d in ("CPU", "CUDA") if composite or DispatchKey(d) in keys]
+    if fake_kind(op) is not None:
+        out.append("Meta")
+    return tuple(out)
+
+
+def fake_kind(op: Op) -> str | None:
+    """How fake tensors (torch.compile, export) get the op's outputs: `rule` (a shape rule),
+    `python` (a function), `Meta kernel`, `decomposition`, `composite kernel`, `schema` (an
+    in-place, out= or `-> ()` op's outputs follow from its schema; codegen.dest.py_fake), or
+    None."""
+    from codegen.shape import schema_fake
+
+    if isinstance(op.fake, PyRef):
+        return "python"
+    if op.fake is not None:
+        return "rule"
+    if op.kernel(DispatchKey.Meta) is not None:
+        return "Meta kernel"
+    if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
+        return "decomposition"
+    if op.kernel(DispatchKey.CompositeExplicitAutograd) is not None:
+        return "composite kernel"
+    if op.dispatch and schema_fake(op.schema) is not None:
+        return "schema"
+    return None
+
+
+def vmap_rule(op: Op) -> str | None:
+    """`pointwise`, `leading`, `leading(x, y)`, `python`, `decomposition` or None."""
+    v = op.vmap
+    if v is None:
+        return "decomposition" if op.kernel(DispatchKey.CompositeImplicitAutograd) else None
+    if isinstance(v.kind, PyRef):
+        return "python"
+    return f"leading({', '.join(v.rows)})" if v.rows else str(v.kind)
+
+
+def autocast_rule(op: Op) -> str | None:
+    """`<device type>:<dtype>` (inputs cast under autocast on that device), or None."""
+    a = op.autocast
+    return f"{a.device_type}:{a.cast_inputs}" if a is not None else None
+
+
+def _functional_variant(lib: OpLibrary, op: Op) -> bool:
+    """Whether the library has the functional op an in-place or out= op can be functionalized
+    as (codegen.dest.py_functionalize.functional_variant, by the same test)."""
+    s = op.schema
+
+    def plain(a):
+        return (without_alias(a.type), a.default, a.kwarg_only)
+
+    wanted = tuple(plain(a) for a in s.arguments if not (a.kwarg_only and a.is_write))
+    for other in lib.named(op.namespace, op.name.base):
+        o = other.schema
+        if other is op or o.mutable_arguments or len(o.returns) != len(s.mutable_arguments):
+            continue
+        if tuple(plain(a) for a in o.arguments) == wanted:
+            return True
+    return False
+
+
+def compiles(op: Op, lib: OpLibrary) -> bool:
+    """Whether torch.compile and torch.export can trace the op: fake tensors can run it, and a
+    mutating op can be functionalized (a functional variant, or torch's auto_functionalize for an
+    op returning no alias of what it mutates, or tagged `inplace`/`out`)."""
+    if "Meta" not in devices(op):
+        return False
+    s = op.schema
+    if not s.mutable_arguments:
+        return True
+    if not any(r.is_write for r in s.returns):
+        return True
+    return bool({"inplace", "out"} & set(op.tags)) or _functional_variant(lib, op)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One op's contract, as the snapshot records it (codegen.compat)."""
+
+    schema: str
+    file: str
+    tags: tuple[str, ...]
+    kernels: tuple[str, ...]        # dispatch keys with a kernel
+    devices: tuple[str, ...]
+    fake: str | None
+    differentiable: tuple[str, ...]
+    double_backward: bool | None
+    vmap: str | None
+    autocast: str | None
+
+    FIELDS = ("schema", "file", "tags", "kernels", "devices", "fake", "differentiable",
+              "double_backward", "vmap", "autocast")
+
+
+def contract(op: Op, lib: OpLibrary) -> Contract:
+    return Contract(
+        schema=str(op.schema), file=op.path, tags=tuple(sorted(op.tags)),
+        kernels=tuple(sorted(k.value for k, _ in op.dispatch)), devices=devices(op),
+        fake=fake_kind(op), differentiable=tuple(differentiable_inputs(op)),
+        double_backward=double_backward(op, lib), vmap=vmap_rule(op),
+        autocast=autocast_rule(op))
