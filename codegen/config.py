@@ -53,6 +53,9 @@ class Project:
     build_command: str = "opgen build"      # what error messages tell the user to run
     codegen_command: str = "opgen generate"
     config_path: str | None = None          # the pyproject.toml it came from (project-relative)
+    # CUDA architectures for nvcc ("8.0;9.0+PTX"), below TORCH_CUDA_ARCH_LIST and above torch's
+    # own (Note [CUDA architectures] in codegen/build.py).
+    cuda_arch: str | None = None
 
     # ---- derived
 
@@ -251,6 +254,8 @@ KEYS = {
     "libraries": "where the built libraries go (default: <package-dir>)",
     "build-command": "the build command error messages name (default: opgen build)",
     "codegen-command": "the code generation command error messages name (default: opgen generate)",
+    "cuda-arch": "CUDA architectures for nvcc, e.g. \"8.0;9.0+PTX\" (default: "
+                 "TORCH_CUDA_ARCH_LIST, else those torch was built for)",
 }
 
 
@@ -283,6 +288,17 @@ def load(path: Path, diags: Diagnostics) -> Project:
     diags.raise_if_errors()
     assert project is not None
     return replace(project, config_path=PurePosixPath(path.name).as_posix())
+
+
+def locate_value(project: Project, key: str, diags: Diagnostics) -> Loc:
+    """Where `key`'s value is in the project's pyproject.toml (its text added to `diags`), for
+    errors found after loading (an invalid `cuda-arch`, known only to torch)."""
+    assert project.config_path is not None
+    path = project.root / project.config_path
+    shown = _shown_path(path)
+    text = path.read_text(encoding="utf-8")
+    diags.add_source(shown, text)
+    return _Locator.of(shown, text).value(key)
 
 
 def _shown_path(path: Path) -> str:
@@ -352,6 +368,15 @@ class _Reader:
                 self.error(self.at.value(key), f"'{key}' must be a non-empty string")
             elif value is not None:
                 commands[key.replace("-command", "_command")] = value
+        cuda_arch = table.get("cuda-arch")
+        if isinstance(cuda_arch, list) and all(isinstance(a, str) for a in cuda_arch):
+            cuda_arch = ";".join(cuda_arch)
+        if cuda_arch is not None and (not isinstance(cuda_arch, str) or not cuda_arch.strip()):
+            self.error(self.at.value("cuda-arch"), "'cuda-arch' must be a non-empty string of "
+                       f"CUDA architectures or a list of them, not {_repr(cuda_arch)}",
+                       'e.g. cuda-arch = "8.0;9.0+PTX"')
+        elif cuda_arch is not None:
+            commands["cuda_arch"] = cuda_arch.strip()
         if self.diags.has_errors:
             return None
         assert generated and build and libraries and schemas is not None and roots is not None
