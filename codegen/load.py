@@ -64,7 +64,7 @@ MAX_DEPTH = 32
 MAX_ERRORS_PER_FILE = 50
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
-           "autocast", "vmap", "suppress")
+           "autocast", "vmap", "suppress", "device_guard", "device_check")
 FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch")
 CONVENTIONS = ("aten",)
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
@@ -754,6 +754,11 @@ class _FileLoader:
             changes["vmap"] = self.vmap(fields["vmap"][1])
         if "suppress" in fields:
             changes["suppress"] = self.suppress(fields["suppress"][1])
+        for key in ("device_guard", "device_check"):
+            if key in fields:
+                flag = self.boolean(fields[key][1], f"'{key}'")
+                if flag is not None:
+                    changes[key] = flag
         op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
         op = self.none_return(op)
 

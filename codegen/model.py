@@ -786,6 +786,10 @@ class Op:
     # Warning names silenced for this op: its own `suppress:` and its file's.
     suppress: frozenset[str] = frozenset()
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
+    # CUDA kernels run under a device guard for the first tensor argument and check that every
+    # tensor argument is on one device (Note [CUDA device guard] in codegen/dest/cpp_register.py).
+    device_guard: bool = True
+    device_check: bool = True
 
     @property
     def name(self) -> OperatorName:
@@ -822,6 +826,10 @@ class OpFile:
     # Warnings found while loading it, for `diagnostics()` to report with the later ones.
     warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
+    # CUDA kernels run under a device guard for the first tensor argument and check that every
+    # tensor argument is on one device (Note [CUDA device guard] in codegen/dest/cpp_register.py).
+    device_guard: bool = True
+    device_check: bool = True
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 // Registers the ops of schemas/core.yaml in namespace exops.
 
 #include <torch/library.h>
+#include <ATen/core/op_registration/adaption.h>
+#include <c10/core/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -86,11 +88,24 @@ namespace opgen {
 constexpr at::Tensor (*smooth_clamp_CUDA)(const at::Tensor&, double) = &exops::smooth_clamp_cuda;
 // exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 constexpr at::Tensor (*smooth_clamp_backward_CUDA)(const at::Tensor&, const at::Tensor&, double) = &exops::smooth_clamp_backward_cuda;
+
+// Device checks and guards, as torchgen generates them for aten's CUDA kernels.
+static at::Tensor smooth_clamp_CUDA_guarded(const at::Tensor& self, double limit) {
+  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  return smooth_clamp_CUDA(self, limit);
+}
+static at::Tensor smooth_clamp_backward_CUDA_guarded(const at::Tensor& grad_output, const at::Tensor& self, double limit) {
+  std::optional<c10::Device> common_device = std::nullopt;
+  c10::impl::check_and_update_common_device(common_device, grad_output, "exops::smooth_clamp_backward", "grad_output");
+  c10::impl::check_and_update_common_device(common_device, self, "exops::smooth_clamp_backward", "self");
+  const c10::OptionalDeviceGuard device_guard(c10::device_of(grad_output));
+  return smooth_clamp_backward_CUDA(grad_output, self, limit);
+}
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, CUDA, m) {
-  m.impl("smooth_clamp", TORCH_FN(opgen::smooth_clamp_CUDA));
-  m.impl("smooth_clamp_backward", TORCH_FN(opgen::smooth_clamp_backward_CUDA));
+  m.impl("smooth_clamp", TORCH_FN(opgen::smooth_clamp_CUDA_guarded));
+  m.impl("smooth_clamp_backward", TORCH_FN(opgen::smooth_clamp_backward_CUDA_guarded));
 }
 #endif  // OPGEN_WITH_CUDA
 
