@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_exops[] =
-    "@opgen-stamp ns=exops schemas=392104f8d5c8f0eb torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=exops schemas=d7424db0565b5552 torch=" OPGEN_TORCH_VERSION ";";
