@@ -165,6 +165,19 @@ def _arch_error(reason: str, arch: str, origin: str, project: config.Project) ->
     return f"error: invalid CUDA architecture list from {origin}: {reason}\n{hint}"
 
 
+def _cudart_flags(cuda_home: Path) -> list[str]:
+    """Link flags for the CUDA runtime of the toolkit at `cuda_home`: `lib64/` of a system
+    toolkit, `lib/` of the cuda-toolkit wheels, which ship only the versioned libcudart.so.N."""
+    for sub in ("lib64", "lib"):
+        d = cuda_home / sub
+        if (d / "libcudart.so").exists():
+            return [f"-L{d}", "-lcudart"]
+        versioned = sorted(d.glob("libcudart.so.*"))
+        if versioned:
+            return [f"-L{d}", f"-l:{versioned[0].name}"]
+    return [f"-L{cuda_home / 'lib64'}", "-lcudart"]
+
+
 def _nvcc_passthrough(flags: list[str]) -> list[str]:
     """OPGEN_CFLAGS for nvcc: defines and include directories it takes itself, every other flag
     for the host compiler (-Xcompiler)."""
@@ -255,8 +268,7 @@ def make_toolchain(key: str) -> Toolchain:
         stable_cuda = (common + ["-Xcompiler", "-fvisibility=hidden", "-DOPGEN_WITH_CUDA",
                                  "-DUSE_CUDA", "-isystem", stable_include(),
                                  "-I", f"{config.current().generated}/cpp"] + user_nvcc)
-        cuda_lib = cuda_home / "lib64"
-        cudart = ["-L" + str(cuda_lib), "-lcudart"]
+        cudart = _cudart_flags(cuda_home)
         lines += [
             f"# CUDA architectures: {arch_origin}",
             f"stable_cuda_cflags = {_q(stable_cuda)}",

@@ -242,7 +242,8 @@ def check_cuda_runtime(at: Where, path: Path, torch_module) -> None:
                 f"{_display(path, at.root)} has CUDA kernels and needs {what}, which cannot be "
                 f"loaded here ({e}); torch {torch_module.__version__} "
                 + (f"has CUDA {cuda}" if cuda else "has no CUDA")
-                + f": {at.build_hint} with this torch, or install a torch whose CUDA matches"
+                + f"; a library with CUDA kernels runs with the CUDA it was built for: "
+                f"{at.build_hint}"
             ) from None
 
 
