@@ -96,7 +96,7 @@ at::Tensor weighted_mse_cuda(const at::Tensor& input, const at::Tensor& target,
     return loss;
   }
   if (r == "mean") {
-    total = total / static_cast<double>(n);     // 0/0 = nan for an empty input, as on the CPU
+    total.div_(static_cast<double>(n));     // 0/0 = nan for an empty input, as on the CPU
   }
   return total.to(dtype);
 }
