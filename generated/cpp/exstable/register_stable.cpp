@@ -58,7 +58,7 @@ constexpr torch::stable::Tensor (*masked_sum_CUDA)(const torch::stable::Tensor&,
 using Device = std::pair<bool, int32_t>;     // (is CUDA, index)
 
 [[maybe_unused]] static std::string device_name(const Device& d) {
-  return (d.first ? "cuda:" : "cpu:") + std::to_string(d.second);
+  return d.first ? "cuda:" + std::to_string(d.second) : std::string("cpu");
 }
 
 [[maybe_unused]] static void check_common_device(std::optional<Device>& common, const torch::stable::Tensor& t, const char* op, const char* arg) {
