@@ -237,3 +237,122 @@ def test_example_cuda_kernels_build_link_and_register(tmp_path):
     symbols = subprocess.run(["nm", "-D", "--defined-only", "build/libexstable_ops.so"],
                              cwd=tmp_path, capture_output=True, text=True).stdout
     assert "scale_cuda" not in symbols and "opgen_stamp_exstable" in symbols
+
+
+# A temporary project with one namespace per ABI, each with a CUDA kernel, built as a wheel with
+# the CUDA torch and installed into an environment without opgen.
+WHEEL_PROJECT = {
+    "pyproject.toml": """\
+[build-system]
+requires = ["setuptools>=70", "torch-opgen", "torch"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "gpuops"
+version = "0.1.0"
+dependencies = ["torch"]
+
+[tool.opgen]
+package = "gpuops"
+schemas = ["ops"]
+kernels = ["csrc"]
+""",
+    "setup.py": "from codegen.setuptools import setup; setup()\n",
+    "gpuops/__init__.py": "from gpuops._generated import ops  # opgen: loads the op libraries\n",
+    "ops/gfull.yaml": """\
+namespace: gfull
+ops:
+  - func: twice(Tensor x) -> Tensor
+    dispatch: {CPU: twice_cpu, CUDA: twice_cuda}
+    fake: like(x)
+""",
+    "ops/gstable.yaml": """\
+namespace: gstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: copy(Tensor x) -> Tensor
+    dispatch: {CPU: copy_cpu, CUDA: copy_cuda}
+    fake: like(x)
+""",
+    "csrc/gfull/twice.cpp": """\
+#include <gfull/gfull.h>
+
+#include <ATen/ops/mul.h>
+
+namespace gfull {
+at::Tensor twice_cpu(const at::Tensor& x) { return at::mul(x, 2); }
+}  // namespace gfull
+""",
+    "csrc/gfull/twice.cu": """\
+#include <gfull/gfull.h>
+
+#include <ATen/ops/mul.h>
+
+namespace gfull {
+at::Tensor twice_cuda(const at::Tensor& x) { return at::mul(x, 2); }
+}  // namespace gfull
+""",
+    "csrc/gstable/copy.cpp": """\
+#include <gstable/gstable.h>
+
+#include <torch/csrc/stable/ops.h>
+
+namespace gstable {
+torch::stable::Tensor copy_cpu(const torch::stable::Tensor& x) {
+  return torch::stable::clone(x);
+}
+}  // namespace gstable
+""",
+    "csrc/gstable/copy.cu": """\
+#include <gstable/gstable.h>
+
+#include <torch/csrc/stable/ops.h>
+
+namespace gstable {
+torch::stable::Tensor copy_cuda(const torch::stable::Tensor& x) {
+  return torch::stable::clone(x);
+}
+}  // namespace gstable
+""",
+}
+
+USE_WHEEL = """
+import torch, gpuops
+has = torch._C._dispatch_has_kernel_for_dispatch_key
+print(has("gfull::twice", "CUDA"), has("gstable::copy", "CUDA"), has("gfull::twice", "CPU"),
+      gpuops.ops.twice(torch.ones(2)).tolist(), torch.ops.gstable.copy(torch.ones(1)).tolist())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CUDA_PYTHON is None, reason="no CUDA build of torch (make test-cuda)")
+def test_wheel_of_a_cuda_project_registers_its_cuda_kernels(tmp_path):
+    import zipfile
+
+    root = tmp_path / "gpuops"
+    for rel, text in WHEEL_PROJECT.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(scratch.REPO))
+    env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+    proc = subprocess.run([CUDA_PYTHON, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                           "--no-index", "-w", str(tmp_path / "wheels"), str(root)], env=env,
+                          capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    wheel, = (tmp_path / "wheels").glob("gpuops-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "gpuops/libgfull_ops.so" in names and "gpuops/libgstable_ops.so" in names
+    venv = tmp_path / "venv"
+    subprocess.run([CUDA_PYTHON, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=300)
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
+    install = subprocess.run([CUDA_PYTHON, "-m", "pip", "--python", str(venv / "bin" / "python"),
+                              "install", "--no-deps", "--no-index", str(wheel)], env=clean,
+                             capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stdout + install.stderr
+    shutil.rmtree(root)
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", USE_WHEEL], cwd=tmp_path, env=clean,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1] == "True True True [2.0, 2.0] [1.0]"

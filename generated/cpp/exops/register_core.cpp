@@ -4,7 +4,7 @@
 
 #include <torch/library.h>
 #include <ATen/core/op_registration/adaption.h>
-#include <c10/core/DeviceGuard.h>
+#include <ATen/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -103,33 +103,33 @@ static at::Tensor weighted_mse_CUDA_guarded(const at::Tensor& input, const at::T
   c10::impl::check_and_update_common_device(common_device, input, "exops::weighted_mse", "input");
   c10::impl::check_and_update_common_device(common_device, target, "exops::weighted_mse", "target");
   c10::impl::check_and_update_common_device(common_device, weight, "exops::weighted_mse", "weight");
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(input));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(input));
   return weighted_mse_CUDA(input, target, weight, reduction);
 }
 static at::Tensor soft_shrink_CUDA_guarded(const at::Tensor& self, double lambd) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return soft_shrink_CUDA(self, lambd);
 }
 static at::Tensor& soft_shrink__CUDA_guarded(at::Tensor& self, double lambd) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return soft_shrink__CUDA(self, lambd);
 }
 static at::Tensor& soft_shrink_out_CUDA_guarded(const at::Tensor& self, double lambd, at::Tensor& out) {
   std::optional<c10::Device> common_device = std::nullopt;
   c10::impl::check_and_update_common_device(common_device, self, "exops::soft_shrink.out", "self");
   c10::impl::check_and_update_common_device(common_device, out, "exops::soft_shrink.out", "out");
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return soft_shrink_out_CUDA(self, lambd, out);
 }
 static at::Tensor smooth_clamp_CUDA_guarded(const at::Tensor& self, double limit) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return smooth_clamp_CUDA(self, limit);
 }
 static at::Tensor smooth_clamp_backward_CUDA_guarded(const at::Tensor& grad_output, const at::Tensor& self, double limit) {
   std::optional<c10::Device> common_device = std::nullopt;
   c10::impl::check_and_update_common_device(common_device, grad_output, "exops::smooth_clamp_backward", "grad_output");
   c10::impl::check_and_update_common_device(common_device, self, "exops::smooth_clamp_backward", "self");
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(grad_output));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(grad_output));
   return smooth_clamp_backward_CUDA(grad_output, self, limit);
 }
 }  // namespace opgen

@@ -4,7 +4,7 @@
 
 #include <torch/library.h>
 #include <ATen/core/op_registration/adaption.h>
-#include <c10/core/DeviceGuard.h>
+#include <ATen/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -55,7 +55,7 @@ constexpr at::Tensor (*window_CUDA)(int64_t, std::optional<at::Device>) = &gpu::
 
 // Device checks and guards, as torchgen generates them for aten's CUDA kernels.
 static at::Tensor one_CUDA_guarded(const at::Tensor& self, double factor) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return one_CUDA(self, factor);
 }
 static at::Tensor mix_CUDA_guarded(const at::Tensor& a, const std::optional<at::Tensor>& b, at::TensorList c) {
@@ -63,11 +63,11 @@ static at::Tensor mix_CUDA_guarded(const at::Tensor& a, const std::optional<at::
   c10::impl::check_and_update_common_device(common_device, a, "gpu::mix", "a");
   c10::impl::check_and_update_common_device(common_device, b, "gpu::mix", "b");
   c10::impl::check_and_update_common_device(common_device, c, "gpu::mix", "c");
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(a));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(a));
   return mix_CUDA(a, b, c);
 }
 static at::Tensor gather_from_CUDA_guarded(const at::Tensor& self, const at::Tensor& other) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return gather_from_CUDA(self, other);
 }
 static at::Tensor unguarded_CUDA_guarded(const at::Tensor& self, const at::Tensor& other) {

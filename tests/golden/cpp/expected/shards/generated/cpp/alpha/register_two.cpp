@@ -4,7 +4,7 @@
 
 #include <torch/library.h>
 #include <ATen/core/op_registration/adaption.h>
-#include <c10/core/DeviceGuard.h>
+#include <ATen/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -40,7 +40,7 @@ constexpr at::Tensor (*scale_CUDA)(const at::Tensor&, double) = &alpha::scale_cu
 
 // Device checks and guards, as torchgen generates them for aten's CUDA kernels.
 static at::Tensor scale_CUDA_guarded(const at::Tensor& self, double factor) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return scale_CUDA(self, factor);
 }
 }  // namespace opgen

@@ -4,7 +4,7 @@
 
 #include <torch/library.h>
 #include <ATen/core/op_registration/adaption.h>
-#include <c10/core/DeviceGuard.h>
+#include <ATen/DeviceGuard.h>
 
 #include <cty/types.h>
 
@@ -141,7 +141,7 @@ constexpr at::Tensor (*pick_int_CUDA)(const at::Tensor&, int64_t) = &cty::pick_i
 
 // Device checks and guards, as torchgen generates them for aten's CUDA kernels.
 static at::Tensor pick_int_CUDA_guarded(const at::Tensor& self, int64_t index) {
-  const c10::OptionalDeviceGuard device_guard(c10::device_of(self));
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
   return pick_int_CUDA(self, index);
 }
 }  // namespace opgen
