@@ -903,14 +903,15 @@ def _is_tensor_arg(v: Any) -> bool:
 
 
 def devices(op: Op) -> list[str]:
-    """The devices this process can run `op` on: the CPU when it has a CPU (or composite, or
-    Python) kernel, CUDA when a GPU is present and the op has a CUDA (or composite) kernel."""
+    """The devices the library has kernels of `op` for that this process can run: the CPU when
+    it has a CPU (or composite) kernel, CUDA when it has a CUDA kernel and a GPU is present (a
+    composite op on CUDA runs torch's kernels, not the library's)."""
     keys = {k for k, _ in op.dispatch}
     composite = {DispatchKey.CompositeImplicitAutograd, DispatchKey.CompositeExplicitAutograd}
     out = []
     if keys & ({DispatchKey.CPU} | composite):
         out.append("cpu")
-    if keys & ({DispatchKey.CUDA} | composite) and torch.cuda.is_available():
+    if DispatchKey.CUDA in keys and torch.cuda.is_available():
         out.append("cuda")
     return out
 

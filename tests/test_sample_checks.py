@@ -111,7 +111,15 @@ def test_torch_func_on_a_tensor_list_return(library):
 # Wrong ops fail their checks
 
 
+GPU = torch.cuda.is_available()
 WRONG = {
+    # Checked only with a GPU: a CUDA kernel whose results are not the CPU kernel's.
+    "cuda_differs": ("""\
+        - func: off_by_one_on_cuda(Tensor x) -> Tensor
+          dispatch: {"CPU, CUDA": tests.samplelib.kernels:off_by_one_on_cuda}
+          fake: like(x)
+          samples: [{x: {shape: [N=4]}}]
+        """, ["devices"] if GPU else []),
     "fake_shape": ("""\
         - func: chunk_rows(Tensor x, int chunks) -> Tensor[]
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:chunk_rows}
