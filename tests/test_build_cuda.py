@@ -198,6 +198,30 @@ print(json.dumps({
 """
 
 
+ON_GPU = """
+import torch
+import runtime
+from codegen import testing
+
+cases = testing.load_cases(["schemas"])
+ran = []
+for case in cases:
+    for check in ("devices", "cudagraph"):
+        if testing.applies(case, check):
+            testing.check(case, check)
+            ran.append((case.id, check))
+assert any(c == "cudagraph" for _, c in ran), ran
+# A device mismatch names the op and the argument (the generated device check).
+try:
+    torch.ops.exops.smooth_clamp_backward(torch.ones(2, device="cuda"), torch.ones(2), 1.0)
+except RuntimeError as e:
+    assert "argument self in method exops::smooth_clamp_backward" in str(e), e
+else:
+    raise AssertionError("no device check")
+print("ok")
+"""
+
+
 def _copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=scratch.REPO,
                            capture_output=True, text=True, check=True).stdout.split()
@@ -233,6 +257,14 @@ def test_example_cuda_kernels_build_link_and_register(tmp_path):
     assert any(n.startswith("libcudart.so.") for n in got["stable_needs"])
     assert "libtorch_cuda.so" in got["stable_needs"]
     assert "libtorch_python.so" not in got["stable_needs"]
+    if got["gpu"]:
+        # With a GPU: each example CUDA kernel captured on a side stream in a CUDA graph (a
+        # launch on any stream but the current one breaks the capture), replayed, == eager; and
+        # every sample on CUDA gives the CPU's results.
+        run = subprocess.run([CUDA_PYTHON, "-c", ON_GPU], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=1800)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.splitlines()[-1] == "ok", run.stdout
     # Hidden visibility on stable .cu objects: only the stamp and registration are exported.
     symbols = subprocess.run(["nm", "-D", "--defined-only", "build/libexstable_ops.so"],
                              cwd=tmp_path, capture_output=True, text=True).stdout
