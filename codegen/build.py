@@ -258,14 +258,17 @@ def make_toolchain(key: str) -> Toolchain:
         ccbin = ["-ccbin", os.environ["CC"]] if os.environ.get("CC") else []
         user_nvcc = _nvcc_passthrough(user_cflags) + shlex.split(
             os.environ.get("OPGEN_NVCC_FLAGS", ""))
-        common = (ccbin + list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}"]
+        # -O3 as for C++ sources (nvcc otherwise leaves the host code unoptimized, and every
+        # std:: inline function it did not inline an exported weak symbol).
+        common = (ccbin + list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}", "-O3"]
                   + ["--compiler-options", "-fPIC", "-Xcompiler", "-Werror=missing-declarations"])
         cuda_flags = (common + defines
                       + [f for inc in includes for f in ("-isystem", inc)]
                       + ["-I", f"{config.current().generated}/cpp"] + user_nvcc)
         # Stable .cu files: the stable headers, hidden symbols like the stable .cpp files, and
         # USE_CUDA for the C shim's CUDA stream API (Note [Stable CUDA] in docs/STABLE_ABI.md).
-        stable_cuda = (common + ["-Xcompiler", "-fvisibility=hidden", "-DOPGEN_WITH_CUDA",
+        stable_cuda = (common + ["-Xcompiler", "-fvisibility=hidden",
+                                 "-Xcompiler", "-fvisibility-inlines-hidden", "-DOPGEN_WITH_CUDA",
                                  "-DUSE_CUDA", "-isystem", stable_include(),
                                  "-I", f"{config.current().generated}/cpp"] + user_nvcc)
         cudart = _cudart_flags(cuda_home)

@@ -266,9 +266,12 @@ def test_example_cuda_kernels_build_link_and_register(tmp_path):
         assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout.splitlines()[-1] == "ok", run.stdout
     # Hidden visibility on stable .cu objects: only the stamp and registration are exported.
-    symbols = subprocess.run(["nm", "-D", "--defined-only", "build/libexstable_ops.so"],
-                             cwd=tmp_path, capture_output=True, text=True).stdout
-    assert "scale_cuda" not in symbols and "opgen_stamp_exstable" in symbols
+    # (nvcc's host code unoptimized exported ~120 std:: weak symbols; std's typeinfo remains.)
+    symbols = subprocess.run(["nm", "-D", "-C", "--defined-only", "build/libexstable_ops.so"],
+                             cwd=tmp_path, capture_output=True, text=True).stdout.splitlines()
+    own = [s for s in symbols if "exstable" in s or "opgen" in s]
+    assert [s.split()[-1] for s in own] == ["opgen_stamp_exstable"], own
+    assert len(symbols) < 20, symbols
 
 
 # A temporary project with one namespace per ABI, each with a CUDA kernel, built as a wheel with
