@@ -266,6 +266,13 @@ def test_example_cuda_kernels_build_link_and_register(tmp_path):
         assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout.splitlines()[-1] == "ok", run.stdout
     # Hidden visibility on stable .cu objects: only the stamp and registration are exported.
+    # No torch C++ symbol with CUDA kernels either: the C shim and the CUDA runtime's C API.
+    undefined = subprocess.run(["nm", "-D", "-C", "--undefined-only", "build/libexstable_ops.so"],
+                               cwd=tmp_path, capture_output=True, text=True).stdout
+    assert not [n for n in undefined.splitlines()
+                if any(p in n for p in ("c10::", "at::", "torch::", "caffe2::"))], undefined
+    assert "aoti_torch_get_current_cuda_stream" in undefined
+    assert "__cudaLaunchKernel@libcudart.so.13" in undefined
     # (nvcc's host code unoptimized exported ~120 std:: weak symbols; std's typeinfo remains.)
     symbols = subprocess.run(["nm", "-D", "-C", "--defined-only", "build/libexstable_ops.so"],
                              cwd=tmp_path, capture_output=True, text=True).stdout.splitlines()
