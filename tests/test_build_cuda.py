@@ -272,7 +272,7 @@ def test_example_cuda_kernels_build_link_and_register(tmp_path):
     assert not [n for n in undefined.splitlines()
                 if any(p in n for p in ("c10::", "at::", "torch::", "caffe2::"))], undefined
     assert "aoti_torch_get_current_cuda_stream" in undefined
-    assert "__cudaLaunchKernel@libcudart.so.13" in undefined
+    assert "__cudaLaunchKernel@libcudart.so." in undefined
     # (nvcc's host code unoptimized exported ~120 std:: weak symbols; std's typeinfo remains.)
     symbols = subprocess.run(["nm", "-D", "-C", "--defined-only", "build/libexstable_ops.so"],
                              cwd=tmp_path, capture_output=True, text=True).stdout.splitlines()
