@@ -385,9 +385,17 @@ def test_wheel_of_a_cuda_project_registers_its_cuda_kernels(tmp_path):
     wheel, = (tmp_path / "wheels").glob("gpuops-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpuops/libgfull_ops.so" in names and "gpuops/libgstable_ops.so" in names
+    # A fresh venv that sees the CUDA torch's site-packages (a .pth file: CUDA_PYTHON may itself
+    # be a venv, whose --system-site-packages would be the base interpreter's) and no opgen.
     venv = tmp_path / "venv"
-    subprocess.run([CUDA_PYTHON, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True, timeout=300)
+    subprocess.run([CUDA_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=300)
+    site = subprocess.run([CUDA_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True, check=True).stdout
+    own = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print("
+                          "sysconfig.get_paths()['purelib'])"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    Path(own, "cuda_torch.pth").write_text(site)
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
     install = subprocess.run([CUDA_PYTHON, "-m", "pip", "--python", str(venv / "bin" / "python"),
                               "install", "--no-deps", "--no-index", str(wheel)], env=clean,
