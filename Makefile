@@ -2,7 +2,7 @@
 PYTHON ?= python
 SCHEMAS ?= schemas
 
-.PHONY: setup check list codegen codegen-check build demo test test-slow fuzz golden bench clean \
+.PHONY: setup check list codegen codegen-check build demo test test-slow test-cuda fuzz golden bench clean \
 	snapshot bc-check docs docs-check
 
 # Idempotent: installs the pinned environment unless this interpreter already has it (0.1 s).
@@ -50,6 +50,15 @@ test: setup
 
 test-slow: setup
 	$(PYTHON) -m pytest -q -m slow
+
+# The CUDA path without a GPU: a cached venv with the CUDA build of the pinned torch (and nvcc from
+# the cuda-toolkit wheels when no toolkit is installed), then the example built with nvcc on both
+# ABIs, imported, and every declared CUDA kernel found registered (tests/test_build_cuda.py).
+CUDA_VENV ?= $(HOME)/.cache/opgen/venv-cuda
+test-cuda: setup
+	@CUDA_HOME=$$($(PYTHON) .ci/cuda_venv.py $(CUDA_VENV)) && \
+	CUDA_HOME=$$CUDA_HOME OPGEN_CUDA_PYTHON=$(CUDA_VENV)/bin/python \
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/test_build_cuda.py
 
 # Long property-test campaign (hypothesis, fresh randomness): the parser and loader properties, and
 # whole op files end to end (tests/test_fuzz_opfiles.py: thousands of files mutated as bytes, YAML

@@ -82,6 +82,7 @@ def toolchain_key() -> str:
     h.update(str(shutil.which("ccache")).encode())
     h.update(str(Path(__file__).resolve().parent.parent).encode())
     h.update(config.current().generated.encode())     # the -I of the generated headers
+    h.update(f"cuda-arch={config.current().cuda_arch or ''}".encode())
     return h.hexdigest()[:16]
 
 
@@ -97,6 +98,103 @@ class Toolchain:
     text: str
 
 
+class ToolchainError(Exception):
+    """The toolchain cannot be derived (an invalid CUDA architecture list): the message is the
+    complete diagnostic, printed as is."""
+
+
+# Note [CUDA architectures]
+# The `-gencode` flags of nvcc come from, in order: the environment's TORCH_CUDA_ARCH_LIST (as
+# for torch.utils.cpp_extension), the project's `cuda-arch` ([tool.opgen], docs/CONFIG.md), or
+# the architectures the installed torch was built for (torch.cuda.get_arch_list(), which needs no
+# GPU). torch's helper turns the list into flags; a list it rejects is an error naming where the
+# list came from, never a silent fallback to nvcc's default architecture.
+def _torch_arch_list(torch) -> str:
+    arches = list(torch.cuda.get_arch_list())
+    if not arches:     # older torch answers [] without a GPU; the build's own flags remain
+        arches = str(torch._C._cuda_getArchFlags() or "").split()
+    out: list[str] = []
+    for a in arches:
+        m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)([af]?)", a)
+        if m is None:
+            continue
+        version = f"{m[2]}.{m[3]}{m[4]}"
+        if m[1] == "compute":
+            out = [v for v in out if v != version] + [f"{version}+PTX"]
+        elif version not in out and f"{version}+PTX" not in out:
+            out.append(version)
+    return ";".join(out)
+
+
+def cuda_arch_flags(torch, cpp_extension) -> tuple[list[str], str]:
+    """(nvcc's -gencode flags, where the list came from); see Note [CUDA architectures]."""
+    project = config.current()
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "").strip()
+    if env:
+        arch, origin = env, f"TORCH_CUDA_ARCH_LIST={env}"
+    elif project.cuda_arch:
+        arch, origin = project.cuda_arch, "[tool.opgen] cuda-arch"
+    else:
+        arch, origin = _torch_arch_list(torch), f"the architectures torch {torch.__version__} " \
+            "was built for"
+    if not arch:
+        raise ToolchainError(
+            f"error: torch {torch.__version__} names no CUDA architecture to compile for\n"
+            "hint: set TORCH_CUDA_ARCH_LIST (e.g. \"8.0;9.0+PTX\") or `cuda-arch` in "
+            "[tool.opgen]; see docs/CONFIG.md")
+    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    try:
+        flags = cpp_extension._get_cuda_arch_flags()
+    except ValueError as e:
+        raise ToolchainError(_arch_error(str(e), arch, origin, project)) from None
+    finally:
+        if saved is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+    return flags, origin
+
+
+def _arch_error(reason: str, arch: str, origin: str, project: config.Project) -> str:
+    hint = ("hint: write architectures as torch.utils.cpp_extension takes them: versions "
+            "such as \"8.0;8.6;9.0+PTX\" or names such as \"Ampere;Hopper\"")
+    if origin.startswith("[tool.opgen]") and project.config_path is not None:
+        diags = Diagnostics()
+        loc = config.locate_value(project, "cuda-arch", diags)
+        diags.error(loc, f"invalid CUDA architecture list '{arch}': {reason}", hint[6:])
+        return diags.render()
+    return f"error: invalid CUDA architecture list from {origin}: {reason}\n{hint}"
+
+
+def _cudart_flags(cuda_home: Path) -> list[str]:
+    """Link flags for the CUDA runtime of the toolkit at `cuda_home`: `lib64/` of a system
+    toolkit, `lib/` of the cuda-toolkit wheels, which ship only the versioned libcudart.so.N."""
+    for sub in ("lib64", "lib"):
+        d = cuda_home / sub
+        if (d / "libcudart.so").exists():
+            return [f"-L{d}", "-lcudart"]
+        versioned = sorted(d.glob("libcudart.so.*"))
+        if versioned:
+            return [f"-L{d}", f"-l:{versioned[0].name}"]
+    return [f"-L{cuda_home / 'lib64'}", "-lcudart"]
+
+
+def _nvcc_passthrough(flags: list[str]) -> list[str]:
+    """OPGEN_CFLAGS for nvcc: defines and include directories it takes itself, every other flag
+    for the host compiler (-Xcompiler)."""
+    out: list[str] = []
+    it = iter(flags)
+    for f in it:
+        if f in ("-D", "-U", "-I", "-isystem"):
+            out += [f, next(it, "")]
+        elif f.startswith(("-D", "-U", "-I", "-isystem")):
+            out.append(f)
+        else:
+            out += ["-Xcompiler", f]
+    return out
+
+
 def make_toolchain(key: str) -> Toolchain:
     """Derive the toolchain from torch.utils.cpp_extension (imports torch)."""
     import torch
@@ -108,7 +206,8 @@ def make_toolchain(key: str) -> Toolchain:
     std = "c++20" if "-std=c++20" in ext_source else "c++17"
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     openmp = torch.backends.openmp.is_available()
-    with_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+    torch_cuda = torch.version.cuda is not None
+    with_cuda = torch_cuda and cpp_extension.CUDA_HOME is not None
     includes = cpp_extension.include_paths("cuda" if with_cuda else "cpu")
     lib_dirs = cpp_extension.library_paths("cuda" if with_cuda else "cpu")
 
@@ -119,11 +218,12 @@ def make_toolchain(key: str) -> Toolchain:
     defines = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", version_def]
     if with_cuda:
         defines.append("-DOPGEN_WITH_CUDA")
+    user_cflags = shlex.split(os.environ.get("OPGEN_CFLAGS", ""))
     cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"] + defines
               + (["-fopenmp"] if openmp else [])
               + [f for inc in includes for f in ("-isystem", inc)]
               + ["-I", f"{config.current().generated}/cpp"]
-              + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
+              + user_cflags)
     ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
                + rpath_link(lib_dirs) + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
@@ -133,7 +233,7 @@ def make_toolchain(key: str) -> Toolchain:
     # symbols alone; the C++ standard library ABI does not cross the stable boundary.
     stable_cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden",
                       "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
-                     + shlex.split(os.environ.get("OPGEN_CFLAGS", "")))
+                     + (["-DOPGEN_WITH_CUDA"] if with_cuda else []) + user_cflags)
     stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
                       + rpath_link(lib_dirs) + ["-Wl,--no-undefined"])
     lines = [
@@ -152,26 +252,36 @@ def make_toolchain(key: str) -> Toolchain:
         "",
     ]
     if with_cuda:
-        nvcc = str(Path(cpp_extension.CUDA_HOME) / "bin" / "nvcc")
-        try:
-            arch = cpp_extension._get_cuda_arch_flags()
-        except Exception:  # noqa: BLE001  (private helper; its absence only costs arch flags)
-            arch = []
-        cuda_flags = (list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}"] + defines
-                      + ["--compiler-options", "-fPIC", "-Xcompiler",
-                         "-Werror=missing-declarations"]
+        cuda_home = Path(cpp_extension.CUDA_HOME)
+        nvcc = str(cuda_home / "bin" / "nvcc")
+        arch, arch_origin = cuda_arch_flags(torch, cpp_extension)
+        # nvcc's host compiler: CC when set, as torch.utils.cpp_extension does.
+        ccbin = ["-ccbin", os.environ["CC"]] if os.environ.get("CC") else []
+        user_nvcc = _nvcc_passthrough(user_cflags) + shlex.split(
+            os.environ.get("OPGEN_NVCC_FLAGS", ""))
+        # -O3 as for C++ sources (nvcc otherwise leaves the host code unoptimized, and every
+        # std:: inline function it did not inline an exported weak symbol).
+        common = (ccbin + list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}", "-O3"]
+                  + ["--compiler-options", "-fPIC", "-Xcompiler", "-Werror=missing-declarations"])
+        cuda_flags = (common + defines
                       + [f for inc in includes for f in ("-isystem", inc)]
-                      + ["-I", f"{config.current().generated}/cpp"]
-                      + shlex.split(os.environ.get("OPGEN_NVCC_FLAGS", "")))
-        stable_cuda = (list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}"]
-                       + ["--compiler-options", "-fPIC", "-Xcompiler",
-                          "-Werror=missing-declarations", "-isystem", stable_include(),
-                          "-I", f"{config.current().generated}/cpp"])
+                      + ["-I", f"{config.current().generated}/cpp"] + user_nvcc)
+        # Stable .cu files: the stable headers, hidden symbols like the stable .cpp files, and
+        # USE_CUDA for the C shim's CUDA stream API (Note [Stable CUDA] in docs/STABLE_ABI.md).
+        stable_cuda = (common + ["-Xcompiler", "-fvisibility=hidden",
+                                 "-Xcompiler", "-fvisibility-inlines-hidden", "-DOPGEN_WITH_CUDA",
+                                 "-DUSE_CUDA", "-isystem", stable_include(),
+                                 "-I", f"{config.current().generated}/cpp"] + user_nvcc)
+        cudart = _cudart_flags(cuda_home)
         lines += [
+            f"# CUDA architectures: {arch_origin}",
             f"stable_cuda_cflags = {_q(stable_cuda)}",
+            # A stable namespace with CUDA kernels also needs the CUDA runtime and the C shim's
+            # CUDA half (aoti_torch_get_current_cuda_stream, C symbols of libtorch_cuda).
+            f"stable_cuda_ldflags = {_q(cudart + ['-ltorch_cuda'])}",
             f"nvcc = {_q(launcher + [nvcc])}",
             f"cuda_cflags = {_q(cuda_flags)}",
-            f"ldflags = $ldflags {_q(['-L' + str(Path(cpp_extension.CUDA_HOME) / 'lib64'), '-lcudart'])}",
+            f"ldflags = $ldflags {_q(cudart)}",
             "rule cu",
             "  command = $nvcc --generate-dependencies-with-compile --dependency-output $out.d "
             "$cuda_cflags -c $in -o $out",
@@ -180,12 +290,15 @@ def make_toolchain(key: str) -> Toolchain:
             "  description = NVCC $in",
         ]
     else:
+        why = (f"torch {torch_version} has CUDA {torch.version.cuda} but no CUDA toolkit (nvcc) "
+               "was found" if torch_cuda else f"torch {torch_version} has no CUDA support")
         lines += [
-            "# torch has no CUDA: CUDA kernel sources compile to empty objects, and the",
-            "# registration units leave out their CUDA blocks (no -DOPGEN_WITH_CUDA).",
+            f"cuda_skip = {why}",
+            "# CUDA kernel sources compile to empty objects, and the registration units leave",
+            "# out their CUDA blocks (no -DOPGEN_WITH_CUDA).",
             "rule cu",
             "  command = $cxx -x c++ -c /dev/null -o $out",
-            "  description = SKIP $in (torch $torch_version has no CUDA)",
+            "  description = SKIP $in (no CUDA build)",
         ]
     return Toolchain(torch_version, with_cuda, "\n".join(lines) + "\n")
 
@@ -786,15 +899,21 @@ def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> 
     except UserError as e:
         err.write(e.diags.render() + "\n")
         return 1
-    _written, text = write_toolchain(root)
+    try:
+        _written, text = write_toolchain(root)
+    except ToolchainError as e:
+        out.write(f"{e}\n")
+        return 1
     if stable_namespaces(root):
         write_stable_include(root)
     if toolchain_var(text, "nvcc") is None:
         skipped = cuda_sources(root)
         if skipped:
-            version = toolchain_var(text, "torch_version")
-            out.write(f"note: torch {version} has no CUDA support: skipping CUDA kernels "
-                      f"({', '.join(skipped)}); their ops get no CUDA kernel in this build\n")
+            why = toolchain_var(text, "cuda_skip") or "no CUDA build"
+            hint = ("\nhint: install the CUDA toolkit (or pip install 'cuda-toolkit[nvcc,cccl]') "
+                    "and set CUDA_HOME to its directory" if "nvcc" in why else "")
+            out.write(f"note: {why}: skipping CUDA kernels ({', '.join(skipped)}); their ops "
+                      f"get no CUDA kernel in this build{hint}\n")
     out.flush()
     return run_ninja(root, list(extra or []), out=out)
 

@@ -56,6 +56,9 @@ class Project:
     snapshot: str = "opgen.lock"            # the op contracts `opgen bc-check` holds to
     docs: str = "docs/ops"                  # the op reference `opgen docs` writes (<ns>.md)
     config_path: str | None = None          # the pyproject.toml it came from (project-relative)
+    # CUDA architectures for nvcc ("8.0;9.0+PTX"), below TORCH_CUDA_ARCH_LIST and above torch's
+    # own (Note [CUDA architectures] in codegen/build.py).
+    cuda_arch: str | None = None
 
     # ---- derived
 
@@ -258,6 +261,8 @@ KEYS = {
     "cmake": "also generate <generated>/opgen.cmake for a CMake build (default: false)",
     "snapshot": "the op contracts `opgen bc-check` compares with (default: opgen.lock)",
     "docs": "where `opgen docs` writes the op reference, <namespace>.md (default: docs/ops)",
+    "cuda-arch": "CUDA architectures for nvcc, e.g. \"8.0;9.0+PTX\" (default: "
+                 "TORCH_CUDA_ARCH_LIST, else those torch was built for)",
 }
 
 
@@ -290,6 +295,17 @@ def load(path: Path, diags: Diagnostics) -> Project:
     diags.raise_if_errors()
     assert project is not None
     return replace(project, config_path=PurePosixPath(path.name).as_posix())
+
+
+def locate_value(project: Project, key: str, diags: Diagnostics) -> Loc:
+    """Where `key`'s value is in the project's pyproject.toml (its text added to `diags`), for
+    errors found after loading (an invalid `cuda-arch`, known only to torch)."""
+    assert project.config_path is not None
+    path = project.root / project.config_path
+    shown = _shown_path(path)
+    text = path.read_text(encoding="utf-8")
+    diags.add_source(shown, text)
+    return _Locator.of(shown, text).value(key)
 
 
 def _shown_path(path: Path) -> str:
@@ -368,6 +384,15 @@ class _Reader:
                 value = self.path(key, table[key])
                 if value is not None:
                     extra[key] = value
+        cuda_arch = table.get("cuda-arch")
+        if isinstance(cuda_arch, list) and all(isinstance(a, str) for a in cuda_arch):
+            cuda_arch = ";".join(cuda_arch)
+        if cuda_arch is not None and (not isinstance(cuda_arch, str) or not cuda_arch.strip()):
+            self.error(self.at.value("cuda-arch"), "'cuda-arch' must be a non-empty string of "
+                       f"CUDA architectures or a list of them, not {_repr(cuda_arch)}",
+                       'e.g. cuda-arch = "8.0;9.0+PTX"')
+        elif cuda_arch is not None:
+            commands["cuda_arch"] = cuda_arch.strip()
         if self.diags.has_errors:
             return None
         assert generated and build and libraries and schemas is not None and roots is not None

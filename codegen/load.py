@@ -57,7 +57,7 @@ from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node,
                                  TooManyErrors, for_display, short)
 
 OP_KEYS = ("func", "doc", "tags", "dispatch", "fake", "derivatives", "samples", "gradcheck",
-           "autocast", "vmap", "suppress", "breaks")
+           "autocast", "vmap", "suppress", "breaks", "device_guard", "device_check")
 FILE_KEYS = ("namespace", "ops", "suppress", "conventions", "abi", "min_torch", "autograd",
              "removed")
 # `autograd:` values: where the Autograd kernels of a file's ops live (codegen.dest.cpp_autograd).
@@ -391,6 +391,11 @@ class _FileLoader(SampleReader):
             changes["suppress"] = self.suppress(fields["suppress"][1])
         if "breaks" in fields:
             changes["breaks"] = self.declared_break(*fields["breaks"], "'breaks'")
+        for key in ("device_guard", "device_check"):
+            if key in fields:
+                flag = self.boolean(fields[key][1], f"'{key}'")
+                if flag is not None:
+                    changes[key] = flag
         op = Op(schema=schema, loc=func.loc, func=func, **changes)  # type: ignore[arg-type]
         op = self.none_return(op)
 

@@ -12,6 +12,8 @@ pass to work everywhere:
         testing.check_seeded(case)      # random ops: the seed, or the Generator, decides
         testing.check_vmap(case)        # ops with a batching rule: vmap == a loop
         testing.check_autocast(case)    # ops with an autocast policy: inputs cast
+        testing.check_devices(case)     # with a GPU: CUDA results == CPU results
+        testing.check_cudagraph(case)   # with a GPU: CUDA-graph capture and replay == eager
 
 Every check reads what the op file declares: derivative formulas that are `not_implemented` and
 `output_differentiability: false` outputs are not differentiated, `nondeterministic_seeded` ops are
@@ -64,9 +66,9 @@ from codegen.model import (
 from codegen.yaml_source import Scalar, YamlFile, short
 
 __all__ = [
-    "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "Case", "Failures", "NoLongerFails",
+    "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "DEVICE_CHECKS", "devices", "Case", "Failures", "NoLongerFails",
     "PythonLibrary", "differentiable_outputs", "generator_arguments", "make_named", "split_call",
-    "applies", "check", "check_autocast", "check_compile", "check_export", "check_gradients",
+    "applies", "check", "check_autocast", "check_cudagraph", "check_devices", "check_compile", "check_export", "check_gradients",
     "check_opcheck", "check_seeded", "check_vmap", "differentiable_inputs", "gradcheck_spec",
     "has_dynamic_output",
     "has_gradients", "is_mutating", "load_cases", "load_failures", "load_python_library",
@@ -76,7 +78,10 @@ __all__ = [
 ALL_OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
                      "test_aot_dispatch_dynamic")
 
-CHECKS = ("opcheck", "gradients", "compile", "export", "seeded", "vmap", "autocast")
+CHECKS = ("opcheck", "gradients", "compile", "export", "seeded", "vmap", "autocast", "devices",
+          "cudagraph")
+# The checks that need a GPU: they apply only where torch.cuda.is_available().
+DEVICE_CHECKS = ("devices", "cudagraph")
 
 # The compile check runs each sample at these multiples of its named sizes (`N=4` -> 4, 8, 12);
 # sizes a sample does not name stay as written.
@@ -470,6 +475,11 @@ def applies(case: Case, check: str) -> bool:
         return op.autocast is not None
     if check in ("opcheck", "compile", "export"):
         return True
+    if check == "devices":
+        return len(devices(op)) > 1 and "nondeterministic_seeded" not in op.tags
+    if check == "cudagraph":
+        return ("cuda" in devices(op) and "cudagraph_unsafe" not in op.tags
+                and not has_dynamic_output(op) and "nondeterministic_seeded" not in op.tags)
     raise ValueError(f"unknown check {check!r}; checks: {', '.join(CHECKS)}")
 
 
@@ -891,9 +901,91 @@ def _is_tensor_arg(v: Any) -> bool:
         isinstance(v, list) and bool(v) and all(isinstance(t, torch.Tensor) for t in v))
 
 
+# --------------------------------------------------------------------------------------------------
+# Devices
+
+
+def devices(op: Op) -> list[str]:
+    """The devices the library has kernels of `op` for that this process can run: the CPU when
+    it has a CPU (or composite) kernel, CUDA when it has a CUDA kernel and a GPU is present (a
+    composite op on CUDA runs torch's kernels, not the library's)."""
+    keys = {k for k, _ in op.dispatch}
+    composite = {DispatchKey.CompositeImplicitAutograd, DispatchKey.CompositeExplicitAutograd}
+    out = []
+    if keys & ({DispatchKey.CPU} | composite):
+        out.append("cpu")
+    if DispatchKey.CUDA in keys and torch.cuda.is_available():
+        out.append("cuda")
+    return out
+
+
+def check_devices(case: Case) -> list[str]:
+    """The sample on every device of `devices(op)` gives the CPU's results (and leaves the
+    mutated arguments as the CPU run does), within the dtype's tolerance. Returns the devices."""
+    where = devices(case.op)
+    results = {}
+    for device in where:
+        named = make_named(case.op, case.sample, seed=case.seed)
+        named = {k: _to(v, device) for k, v in named.items()}
+        args, kwargs = split_call(case.op, named)
+        with torch.no_grad():
+            out = case.overload(*args, **kwargs)
+        results[device] = (_to(out, "cpu"), _to(_mutated(case.op, named), "cpu"))
+    first = where[0]
+    for device in where[1:]:
+        _assert_same(results[device][0], results[first][0], f"result on {device} vs {first}")
+        _assert_same(results[device][1], results[first][1],
+                     f"mutated arguments on {device} vs {first}")
+    return where
+
+
+def _to(x: Any, device: str) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to(device)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(v, device) for k, v in x.items()}
+    if isinstance(x, torch.device) and x.type != device:
+        return torch.device(device)
+    return x
+
+
+def check_cudagraph(case: Case) -> int:
+    """The op's CUDA kernel captured in a CUDA graph and replayed gives the eager results: it
+    launches on torch's current stream (capture fails on another) and does not synchronize.
+    Ops tagged `cudagraph_unsafe` are not checked. Returns the number of replays."""
+    named = make_named(case.op, case.sample, seed=case.seed)
+    named = {k: _to(v, "cuda") for k, v in named.items()}
+    eager_named = _clone(named)
+    args, kwargs = split_call(case.op, eager_named)
+    with torch.no_grad():
+        expected = case.overload(*args, **kwargs)
+    expected_mutated = _mutated(case.op, eager_named)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():      # warm-up, off the capture
+        warm = _clone(named)
+        a, k = split_call(case.op, warm)
+        case.overload(*a, **k)
+    torch.cuda.current_stream().wait_stream(side)
+    static = _clone(named)
+    graph = torch.cuda.CUDAGraph()
+    a, k = split_call(case.op, static)
+    with torch.cuda.graph(graph), torch.no_grad():
+        out = case.overload(*a, **k)
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_same(out, expected, "result after CUDA-graph replay")
+    _assert_same(_mutated(case.op, static), expected_mutated,
+                 "mutated arguments after CUDA-graph replay")
+    return 1
+
+
 _RUN: dict[str, Callable[..., Any]] = {
     "opcheck": check_opcheck, "gradients": check_gradients, "compile": check_compile,
-    "export": check_export, "seeded": check_seeded, "vmap": check_vmap, "autocast": check_autocast}
+    "export": check_export, "seeded": check_seeded, "vmap": check_vmap, "autocast": check_autocast,
+    "devices": check_devices, "cudagraph": check_cudagraph}
 
 
 def check(case: Case, name: str, **options: Any) -> Any:

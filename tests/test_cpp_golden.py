@@ -27,6 +27,7 @@ EXPECTED = GOLDEN / "expected"
 CASES = {
     "types": [f"{INPUTS}/types.yaml"],
     "shards": [f"{INPUTS}/shards/one.yaml", f"{INPUTS}/shards/two.yaml"],
+    "cuda": [f"{INPUTS}/cuda.yaml"],
 }
 
 

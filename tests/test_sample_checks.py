@@ -78,7 +78,8 @@ def test_the_library_has_an_op_of_each_kind():
     assert testing.differentiable_inputs(ops["rms_norm"].op) == ["x", "weight"]
     assert testing.is_mutating(ops["bounded_"].op)
     every = {check for c in CASES for check in testing.CHECKS if testing.applies(c, check)}
-    assert every == set(testing.CHECKS)
+    gpu_only = set() if torch.cuda.is_available() else set(testing.DEVICE_CHECKS)
+    assert every == set(testing.CHECKS) - gpu_only
 
 
 def test_named_sizes_move_together():
@@ -110,7 +111,15 @@ def test_torch_func_on_a_tensor_list_return(library):
 # Wrong ops fail their checks
 
 
+GPU = torch.cuda.is_available()
 WRONG = {
+    # Checked only with a GPU: a CUDA kernel whose results are not the CPU kernel's.
+    "cuda_differs": ("""\
+        - func: off_by_one_on_cuda(Tensor x) -> Tensor
+          dispatch: {"CPU, CUDA": tests.samplelib.kernels:off_by_one_on_cuda}
+          fake: like(x)
+          samples: [{x: {shape: [N=4]}}]
+        """, ["devices"] if GPU else []),
     "fake_shape": ("""\
         - func: chunk_rows(Tensor x, int chunks) -> Tensor[]
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:chunk_rows}

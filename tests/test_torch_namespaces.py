@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import torch
+
 from codegen import torch_namespaces
 from tests import scratch
 
@@ -20,6 +22,13 @@ def test_record_matches_the_installed_torch():
     assert proc.returncode == 0, proc.stderr
     live = json.loads(proc.stdout)
     recorded = json.loads((scratch.REPO / "codegen" / torch_namespaces.RECORD_FILE).read_text())
+    if live["torch"] == recorded["torch"] and "+cpu" not in torch.__version__:
+        # The record comes from the CPU build of the pinned torch. A CUDA build registers
+        # kernels of its own in `_native` (numbered per build: `bmm_triton_0`), so there only
+        # the namespace itself is compared.
+        for ops in (live["namespaces"], recorded["namespaces"]):
+            if "_native" in ops:
+                ops["_native"] = []
     assert live == recorded, "run `python -m codegen.torch_namespaces --refresh`"
 
 

@@ -29,29 +29,77 @@ def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     return group_impls(L.bound_kernels(shard, diags))
 
 
-def group_impls(bound: Iterable) -> list[dict]:
+# Note [CUDA device guard]
+# As torchgen does for aten's CUDA kernels (RegisterCUDA.cpp), each CUDA kernel is registered
+# through a wrapper that first checks that its tensor arguments share one device
+# (c10::impl::check_and_update_common_device, whose error names the op and the argument), then
+# makes the first tensor argument's device current (c10::OptionalDeviceGuard) for the kernel's
+# duration. An op opts out of either with `device_guard: false` / `device_check: false` (ops that
+# take tensors on several devices on purpose). The stable ABI has no common-device helper: its
+# wrapper compares device types and indices itself and guards with
+# torch::stable::accelerator::DeviceGuard (codegen.dest.cpp_stable).
+def _is_tensor(ctype: str) -> bool:
+    return "Tensor" in ctype and "TensorOptions" not in ctype
+
+
+def guard_wrapper(b, wrapper: str, pointer: str, stable: bool) -> dict | None:
+    """The wrapper of a CUDA kernel (Note [CUDA device guard]), or None when it needs none."""
+    if b.key is not DispatchKey.CUDA:
+        return None
+    tensors = [a for a in b.sig.arguments if _is_tensor(a.type.cpp())]
+    if stable:
+        # Only Tensor and Tensor? arguments: a stable Tensor[] has no device query here.
+        tensors = [a for a in tensors if "HeaderOnlyArrayRef" not in a.type.cpp()
+                   and "std::vector" not in a.type.cpp()]
+    guard = b.op.device_guard and bool(tensors)
+    check = b.op.device_check and len(tensors) > 1
+    if not (guard or check):
+        return None
+    return {
+        "decl": b.sig.decl(wrapper),
+        "call": f"{pointer}({', '.join(a.name for a in b.sig.arguments)})",
+        "checks": [{"name": a.name, "optional": "optional" in a.type.cpp()}
+                   for a in tensors] if check else [],
+        "guard": {"name": tensors[0].name, "optional": "optional" in tensors[0].type.cpp()}
+        if guard else None,
+        "op": str(b.op.name),
+    }
+
+
+def group_impls(bound: Iterable, *, stable: bool = False) -> list[dict]:
     """The TORCH_LIBRARY_IMPL blocks of a shard's bound kernels (full or stable ABI: each has
     `op`, `key`, `sig`, `cpp_namespace`, `fn`), one per dispatch key, each kernel behind a
-    function-pointer variable of its own."""
+    function-pointer variable of its own, CUDA kernels behind a device-guard wrapper."""
     by_key: dict[DispatchKey, list[dict]] = {}
     used: set[str] = set()
+
+    def fresh(base: str) -> str:
+        name, n = base, 2
+        while name in used:      # `f.a` and `f_a` must not share a variable
+            name, n = f"{base}_{n}", n + 1
+        used.add(name)
+        return name
+
     for b in bound:
         # In namespace opgen (reserved.CPP_NAMESPACE), apart from every user name.
-        pointer = base = reserved.cpp_identifier(
-            f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}")
-        n = 2
-        while pointer in used:      # `f.a` and `f_a` must not share a variable
-            pointer, n = f"{base}_{n}", n + 1
-        used.add(pointer)
+        pointer = fresh(reserved.cpp_identifier(
+            f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}"))
+        wrapper = guard_wrapper(b, f"{pointer}_guarded", pointer, stable)
+        if wrapper is not None:
+            wrapper["name"] = fresh(f"{pointer}_guarded")
+            wrapper["decl"] = b.sig.decl(wrapper["name"])
         by_key.setdefault(b.key, []).append({
             "op": L.impl_name(b.op),
             "schema": str(b.op.schema),
             "pointer": pointer,
             "pointer_decl": b.sig.pointer_decl(pointer),
             "kernel": f"{b.cpp_namespace}::{b.fn}" if b.cpp_namespace else f"::{b.fn}",
+            "wrapper": wrapper,
+            "registered": wrapper["name"] if wrapper else pointer,
         })
     # Keys in the order of the DispatchKey enum: output must not depend on YAML key order.
-    return [{"key": key.value, "guard": L.KEY_GUARDS[key], "impls": by_key[key]}
+    return [{"key": key.value, "guard": L.KEY_GUARDS[key], "impls": by_key[key],
+             "wrappers": [i for i in by_key[key] if i["wrapper"]]}
             for key in DispatchKey if key in by_key]
 
 

@@ -360,7 +360,7 @@ def kernel_decls(shard: L.Shard, diags: Diagnostics) -> list[KernelDecl]:
 
 
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
-    return cpp_register.group_impls(bound_kernels(shard, diags))
+    return cpp_register.group_impls(bound_kernels(shard, diags), stable=True)
 
 
 def meta_kernels(shard: L.Shard) -> list[StableMeta]:

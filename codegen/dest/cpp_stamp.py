@@ -34,6 +34,9 @@ def schema_hash(lib: OpLibrary, ns: str) -> str:
                 smeta = cpp_stable.translate_meta(op)
                 kernels += f"\tabi=stable>={op.abi.min_text}" + (
                     f"\tMeta={smeta.rule}" if smeta is not None else "")
+            # The CUDA wrappers' opt-outs change the compiled registration (defaults: as before).
+            kernels += "".join(f"\t{k}=false" for k in ("device_guard", "device_check")
+                               if not getattr(op, k))
             h.update(f"{L.def_schema(op)}\t{','.join(op.tags)}\t{kernels}\n".encode())
     return h.hexdigest()[:16]
 

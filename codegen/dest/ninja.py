@@ -169,8 +169,12 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
         stamp = gen_obj(ns, L.stamp_path(ns))
         w.build(stamp, "stamp", L.stamp_path(ns))
         objects.append(stamp)
+        # A stable namespace with CUDA kernels adds the CUDA runtime ($stable_cuda_ldflags,
+        # empty where torch has no CUDA and the kernels compile to empty objects).
+        has_cu = any(src.endswith(".cu") for src, _ in inputs.kernel_sources.get(ns, ()))
         w.build(library_path(ns), "link", objects,
-                variables=None if a is None else {"ldflags": "$stable_ldflags"})
+                variables=None if a is None else {
+                    "ldflags": "$stable_ldflags" + (" $stable_cuda_ldflags" if has_cu else "")})
         libraries.append(library_path(ns))
         w.newline()
     w.default(libraries)

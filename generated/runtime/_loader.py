@@ -217,6 +217,62 @@ def elf_problem(path: Path) -> str | None:
     return None
 
 
+_SHT_DYNAMIC = 6
+_DT_NEEDED = 1
+
+
+def needed_libraries(path: Path) -> tuple[str, ...]:
+    """The DT_NEEDED entries of the 64-bit little-endian ELF file at `path` (what the dynamic
+    linker must find to load it); () for any other file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return ()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                for i in range(shnum)]
+    out = []
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+        if kind != _SHT_DYNAMIC or not entsize:
+            continue
+        strtab = sections[link][4]
+        for at in range(offset, offset + size, entsize):
+            tag, value = struct.unpack_from("<qQ", data, at)
+            if tag == _DT_NEEDED:
+                end = data.index(b"\0", strtab + value)
+                out.append(data[strtab + value:end].decode(errors="replace"))
+    return tuple(out)
+
+
+# A library with CUDA kernels needs the CUDA runtime and torch's CUDA libraries it was linked
+# with; a stable-ABI library loads on other torch versions only where those load too.
+_CUDA_NEEDED = re.compile(r"lib(cudart|torch_cuda|c10_cuda)\.so(\.\d+)*$")
+
+
+def check_cuda_runtime(at: Where, path: Path, torch_module) -> None:
+    """LibraryError naming the CUDA library that the library at `path` needs and this process
+    cannot load (checked before dlopen, whose error would name only the first one missing)."""
+    import ctypes
+
+    for name in needed_libraries(path):
+        if not _CUDA_NEEDED.match(name):
+            continue
+        try:
+            ctypes.CDLL(name)
+        except OSError as e:
+            cuda = torch_module.version.cuda
+            what = (f"the CUDA runtime {name}" if "cudart" in name
+                    else f"{name}, torch's CUDA library")
+            raise LibraryError(
+                f"{_display(path, at.root)} has CUDA kernels and needs {what}, which cannot be "
+                f"loaded here ({e}); torch {torch_module.__version__} "
+                + (f"has CUDA {cuda}" if cuda else "has no CUDA")
+                + f"; a library with CUDA kernels runs with the CUDA it was built for: "
+                f"{at.build_hint}"
+            ) from None
+
+
 def check_unregistered(root: Path, namespaces: dict[str, dict], paths: dict[str, Path]) -> None:
     """LibraryError unless every library can register its namespace and its ops in this process.
 
@@ -303,6 +359,7 @@ def load_package(package: str) -> list[str]:
              for ns, info in namespaces.items()}
     check_unregistered(root, namespaces, paths)
     for ns, path in paths.items():
+        check_cuda_runtime(at, path, torch)
         try:
             torch.ops.load_library(str(path))
         except (OSError, RuntimeError) as e:

@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "cdd35093583fb5a7",
+        "schema_hash": "34ba728ee13a356a",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,
@@ -53,7 +53,7 @@ NAMESPACES = {
     },
     "exstable": {
         "library": "libexstable_ops.so",
-        "schema_hash": "10ecdd6334d39d43",
+        "schema_hash": "bcc9fcb25bb314f8",
         "stamp_prefix": "@opgen-stamp ns=exstable ",
         "python_module": "runtime._reg_exstable",
         "python_required": True,

@@ -92,3 +92,8 @@ def chunk_rows_wrong_fake(x, chunks):
 
 def row_scale_in_float32(x, weight):
     return (x * weight).float()
+
+
+def off_by_one_on_cuda(x):
+    """Wrong on purpose: a CUDA result that differs from the CPU one."""
+    return x + 1 if x.is_cuda else x.clone()

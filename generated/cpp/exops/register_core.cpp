@@ -3,6 +3,8 @@
 // Registers the ops of schemas/core.yaml in namespace exops.
 
 #include <torch/library.h>
+#include <ATen/core/op_registration/adaption.h>
+#include <ATen/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -82,15 +84,63 @@ TORCH_LIBRARY_IMPL(exops, CPU, m) {
 
 #ifdef OPGEN_WITH_CUDA
 namespace opgen {
+// exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
+constexpr at::Tensor (*weighted_mse_CUDA)(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view) = &exops::weighted_mse_cuda;
+// exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
+constexpr at::Tensor (*soft_shrink_CUDA)(const at::Tensor&, double) = &exops::soft_shrink_cuda;
+// exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
+constexpr at::Tensor& (*soft_shrink__CUDA)(at::Tensor&, double) = &exops::soft_shrink_cuda_;
+// exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+constexpr at::Tensor& (*soft_shrink_out_CUDA)(const at::Tensor&, double, at::Tensor&) = &exops::soft_shrink_out_cuda;
 // exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
 constexpr at::Tensor (*smooth_clamp_CUDA)(const at::Tensor&, double) = &exops::smooth_clamp_cuda;
 // exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
 constexpr at::Tensor (*smooth_clamp_backward_CUDA)(const at::Tensor&, const at::Tensor&, double) = &exops::smooth_clamp_backward_cuda;
+
+// Device checks and guards, as torchgen generates them for aten's CUDA kernels.
+static at::Tensor weighted_mse_CUDA_guarded(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight, c10::string_view reduction) {
+  std::optional<c10::Device> common_device = std::nullopt;
+  c10::impl::check_and_update_common_device(common_device, input, "exops::weighted_mse", "input");
+  c10::impl::check_and_update_common_device(common_device, target, "exops::weighted_mse", "target");
+  c10::impl::check_and_update_common_device(common_device, weight, "exops::weighted_mse", "weight");
+  const c10::OptionalDeviceGuard device_guard(at::device_of(input));
+  return weighted_mse_CUDA(input, target, weight, reduction);
+}
+static at::Tensor soft_shrink_CUDA_guarded(const at::Tensor& self, double lambd) {
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
+  return soft_shrink_CUDA(self, lambd);
+}
+static at::Tensor& soft_shrink__CUDA_guarded(at::Tensor& self, double lambd) {
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
+  return soft_shrink__CUDA(self, lambd);
+}
+static at::Tensor& soft_shrink_out_CUDA_guarded(const at::Tensor& self, double lambd, at::Tensor& out) {
+  std::optional<c10::Device> common_device = std::nullopt;
+  c10::impl::check_and_update_common_device(common_device, self, "exops::soft_shrink.out", "self");
+  c10::impl::check_and_update_common_device(common_device, out, "exops::soft_shrink.out", "out");
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
+  return soft_shrink_out_CUDA(self, lambd, out);
+}
+static at::Tensor smooth_clamp_CUDA_guarded(const at::Tensor& self, double limit) {
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
+  return smooth_clamp_CUDA(self, limit);
+}
+static at::Tensor smooth_clamp_backward_CUDA_guarded(const at::Tensor& grad_output, const at::Tensor& self, double limit) {
+  std::optional<c10::Device> common_device = std::nullopt;
+  c10::impl::check_and_update_common_device(common_device, grad_output, "exops::smooth_clamp_backward", "grad_output");
+  c10::impl::check_and_update_common_device(common_device, self, "exops::smooth_clamp_backward", "self");
+  const c10::OptionalDeviceGuard device_guard(at::device_of(grad_output));
+  return smooth_clamp_backward_CUDA(grad_output, self, limit);
+}
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(exops, CUDA, m) {
-  m.impl("smooth_clamp", TORCH_FN(opgen::smooth_clamp_CUDA));
-  m.impl("smooth_clamp_backward", TORCH_FN(opgen::smooth_clamp_backward_CUDA));
+  m.impl("weighted_mse", TORCH_FN(opgen::weighted_mse_CUDA_guarded));
+  m.impl("soft_shrink", TORCH_FN(opgen::soft_shrink_CUDA_guarded));
+  m.impl("soft_shrink_", TORCH_FN(opgen::soft_shrink__CUDA_guarded));
+  m.impl("soft_shrink.out", TORCH_FN(opgen::soft_shrink_out_CUDA_guarded));
+  m.impl("smooth_clamp", TORCH_FN(opgen::smooth_clamp_CUDA_guarded));
+  m.impl("smooth_clamp_backward", TORCH_FN(opgen::smooth_clamp_backward_CUDA_guarded));
 }
 #endif  // OPGEN_WITH_CUDA
 

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_exops[] =
-    "@opgen-stamp ns=exops schemas=cdd35093583fb5a7 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=exops schemas=34ba728ee13a356a torch=" OPGEN_TORCH_VERSION ";";

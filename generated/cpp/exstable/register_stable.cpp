@@ -4,6 +4,12 @@
 // (abi: stable, min_torch 2.10): each kernel is boxed by TORCH_BOX.
 
 #include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/headeronly/util/Exception.h>
+
+#include <optional>
+#include <string>
+#include <utility>
 #include <torch/csrc/stable/ops.h>
 
 #include <exstable/stable.h>
@@ -35,6 +41,77 @@ STABLE_TORCH_LIBRARY_IMPL(exstable, CPU, m) {
   m.impl("scale.out", TORCH_BOX(opgen::scale_out_CPU));
   m.impl("masked_sum", TORCH_BOX(opgen::masked_sum_CPU));
 }
+
+#ifdef OPGEN_WITH_CUDA
+namespace opgen {
+// exstable::scale(Tensor self, float alpha=1.0) -> Tensor
+constexpr torch::stable::Tensor (*scale_CUDA)(const torch::stable::Tensor&, double) = &exstable::scale_cuda;
+// exstable::scale_(Tensor(a!) self, float alpha=1.0) -> Tensor(a!)
+constexpr torch::stable::Tensor (*scale__CUDA)(torch::stable::Tensor&, double) = &exstable::scale_cuda_;
+// exstable::scale.out(Tensor self, float alpha=1.0, *, Tensor(a!) out) -> Tensor(a!)
+constexpr torch::stable::Tensor (*scale_out_CUDA)(const torch::stable::Tensor&, double, torch::stable::Tensor&) = &exstable::scale_out_cuda;
+// exstable::masked_sum(Tensor self, int[1]? dim=None, bool keepdim=False, Tensor? mask=None) -> Tensor
+constexpr torch::stable::Tensor (*masked_sum_CUDA)(const torch::stable::Tensor&, std::optional<torch::headeronly::HeaderOnlyArrayRef<int64_t>>, bool, const std::optional<torch::stable::Tensor>&) = &exstable::masked_sum_cuda;
+
+// Device checks and guards (Note [CUDA device guard] in codegen/dest/cpp_register.py): the
+// stable ABI has no c10::impl::check_and_update_common_device, so the check is spelled here.
+using Device = std::pair<bool, int32_t>;     // (is CUDA, index)
+
+[[maybe_unused]] static std::string device_name(const Device& d) {
+  return d.first ? "cuda:" + std::to_string(d.second) : std::string("cpu");
+}
+
+[[maybe_unused]] static void check_common_device(std::optional<Device>& common, const torch::stable::Tensor& t, const char* op, const char* arg) {
+  const Device device{t.is_cuda(), t.get_device_index()};
+  if (!common.has_value()) {
+    common = device;
+    return;
+  }
+  STD_TORCH_CHECK(*common == device, "Expected all tensors to be on the same device, but found at least two devices, ",
+                  device_name(*common), " and ", device_name(device), "! (when checking argument for argument ", arg,
+                  " in method ", op, ")");
+}
+
+[[maybe_unused]] static void check_common_device(std::optional<Device>& common, const std::optional<torch::stable::Tensor>& t, const char* op, const char* arg) {
+  if (t.has_value()) {
+    check_common_device(common, *t, op, arg);
+  }
+}
+
+static torch::stable::Tensor scale_CUDA_guarded(const torch::stable::Tensor& self, double alpha) {
+  const torch::stable::accelerator::DeviceGuard device_guard(self.get_device_index());
+  return scale_CUDA(self, alpha);
+}
+
+static torch::stable::Tensor scale__CUDA_guarded(torch::stable::Tensor& self, double alpha) {
+  const torch::stable::accelerator::DeviceGuard device_guard(self.get_device_index());
+  return scale__CUDA(self, alpha);
+}
+
+static torch::stable::Tensor scale_out_CUDA_guarded(const torch::stable::Tensor& self, double alpha, torch::stable::Tensor& out) {
+  std::optional<Device> common_device;
+  check_common_device(common_device, self, "exstable::scale.out", "self");
+  check_common_device(common_device, out, "exstable::scale.out", "out");
+  const torch::stable::accelerator::DeviceGuard device_guard(self.get_device_index());
+  return scale_out_CUDA(self, alpha, out);
+}
+
+static torch::stable::Tensor masked_sum_CUDA_guarded(const torch::stable::Tensor& self, std::optional<torch::headeronly::HeaderOnlyArrayRef<int64_t>> dim, bool keepdim, const std::optional<torch::stable::Tensor>& mask) {
+  std::optional<Device> common_device;
+  check_common_device(common_device, self, "exstable::masked_sum", "self");
+  check_common_device(common_device, mask, "exstable::masked_sum", "mask");
+  const torch::stable::accelerator::DeviceGuard device_guard(self.get_device_index());
+  return masked_sum_CUDA(self, dim, keepdim, mask);
+}
+}  // namespace opgen
+
+STABLE_TORCH_LIBRARY_IMPL(exstable, CUDA, m) {
+  m.impl("scale", TORCH_BOX(opgen::scale_CUDA_guarded));
+  m.impl("scale_", TORCH_BOX(opgen::scale__CUDA_guarded));
+  m.impl("scale.out", TORCH_BOX(opgen::scale_out_CUDA_guarded));
+  m.impl("masked_sum", TORCH_BOX(opgen::masked_sum_CUDA_guarded));
+}
+#endif  // OPGEN_WITH_CUDA
 
 // Meta kernels from the ops' fake rules (Note [Stable Meta kernels] in codegen/dest/cpp_stable.py):
 // they call torch's ops on the fake tensors, so symbolic sizes stay symbolic.

@@ -28,16 +28,32 @@ namespace exstable {
 //   exstable::scale(Tensor self, float alpha=1.0) -> Tensor
 torch::stable::Tensor scale_cpu(const torch::stable::Tensor& self, double alpha);
 
+// CUDA kernel of exstable::scale
+//   exstable::scale(Tensor self, float alpha=1.0) -> Tensor
+torch::stable::Tensor scale_cuda(const torch::stable::Tensor& self, double alpha);
+
 // CPU kernel of exstable::scale_
 //   exstable::scale_(Tensor(a!) self, float alpha=1.0) -> Tensor(a!)
 torch::stable::Tensor scale_cpu_(torch::stable::Tensor& self, double alpha);
+
+// CUDA kernel of exstable::scale_
+//   exstable::scale_(Tensor(a!) self, float alpha=1.0) -> Tensor(a!)
+torch::stable::Tensor scale_cuda_(torch::stable::Tensor& self, double alpha);
 
 // CPU kernel of exstable::scale.out
 //   exstable::scale.out(Tensor self, float alpha=1.0, *, Tensor(a!) out) -> Tensor(a!)
 torch::stable::Tensor scale_out_cpu(const torch::stable::Tensor& self, double alpha, torch::stable::Tensor& out);
 
+// CUDA kernel of exstable::scale.out
+//   exstable::scale.out(Tensor self, float alpha=1.0, *, Tensor(a!) out) -> Tensor(a!)
+torch::stable::Tensor scale_out_cuda(const torch::stable::Tensor& self, double alpha, torch::stable::Tensor& out);
+
 // CPU kernel of exstable::masked_sum
 //   exstable::masked_sum(Tensor self, int[1]? dim=None, bool keepdim=False, Tensor? mask=None) -> Tensor
 torch::stable::Tensor masked_sum_cpu(const torch::stable::Tensor& self, std::optional<torch::headeronly::HeaderOnlyArrayRef<int64_t>> dim, bool keepdim, const std::optional<torch::stable::Tensor>& mask);
+
+// CUDA kernel of exstable::masked_sum
+//   exstable::masked_sum(Tensor self, int[1]? dim=None, bool keepdim=False, Tensor? mask=None) -> Tensor
+torch::stable::Tensor masked_sum_cuda(const torch::stable::Tensor& self, std::optional<torch::headeronly::HeaderOnlyArrayRef<int64_t>> dim, bool keepdim, const std::optional<torch::stable::Tensor>& mask);
 
 }  // namespace exstable

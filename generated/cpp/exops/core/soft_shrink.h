@@ -23,9 +23,17 @@ namespace exops {
 //   exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
 at::Tensor soft_shrink_cpu(const at::Tensor& self, double lambd);
 
+// CUDA kernel of exops::soft_shrink
+//   exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
+at::Tensor soft_shrink_cuda(const at::Tensor& self, double lambd);
+
 // CPU kernel of exops::soft_shrink.out
 //   exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
 at::Tensor& soft_shrink_out_cpu(const at::Tensor& self, double lambd, at::Tensor& out);
+
+// CUDA kernel of exops::soft_shrink.out
+//   exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+at::Tensor& soft_shrink_out_cuda(const at::Tensor& self, double lambd, at::Tensor& out);
 
 }  // namespace exops
 

@@ -23,6 +23,10 @@ namespace exops {
 //   exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
 at::Tensor& soft_shrink_cpu_(at::Tensor& self, double lambd);
 
+// CUDA kernel of exops::soft_shrink_
+//   exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
+at::Tensor& soft_shrink_cuda_(at::Tensor& self, double lambd);
+
 }  // namespace exops
 
 // Calls through the dispatcher: exops::ops::<op>(...) runs the op as Python's torch.ops would.

@@ -23,6 +23,10 @@ namespace exops {
 //   exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
 at::Tensor weighted_mse_cpu(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight, c10::string_view reduction);
 
+// CUDA kernel of exops::weighted_mse
+//   exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
+at::Tensor weighted_mse_cuda(const at::Tensor& input, const at::Tensor& target, const std::optional<at::Tensor>& weight, c10::string_view reduction);
+
 }  // namespace exops
 
 // Calls through the dispatcher: exops::ops::<op>(...) runs the op as Python's torch.ops would.

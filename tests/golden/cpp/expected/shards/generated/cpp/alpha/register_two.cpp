@@ -3,6 +3,8 @@
 // Registers the ops of tests/golden/cpp/inputs/shards/two.yaml in namespace alpha.
 
 #include <torch/library.h>
+#include <ATen/core/op_registration/adaption.h>
+#include <ATen/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -35,10 +37,16 @@ TORCH_LIBRARY_IMPL(alpha, CPU, m) {
 namespace opgen {
 // alpha::scale(Tensor self, float factor) -> Tensor
 constexpr at::Tensor (*scale_CUDA)(const at::Tensor&, double) = &alpha::scale_cuda;
+
+// Device checks and guards, as torchgen generates them for aten's CUDA kernels.
+static at::Tensor scale_CUDA_guarded(const at::Tensor& self, double factor) {
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
+  return scale_CUDA(self, factor);
+}
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(alpha, CUDA, m) {
-  m.impl("scale", TORCH_FN(opgen::scale_CUDA));
+  m.impl("scale", TORCH_FN(opgen::scale_CUDA_guarded));
 }
 #endif  // OPGEN_WITH_CUDA
 

@@ -3,6 +3,8 @@
 // Registers the ops of tests/golden/cpp/inputs/types.yaml in namespace cty.
 
 #include <torch/library.h>
+#include <ATen/core/op_registration/adaption.h>
+#include <ATen/DeviceGuard.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -145,10 +147,16 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
 namespace opgen {
 // cty::pick.int(Tensor self, int index) -> Tensor
 constexpr at::Tensor (*pick_int_CUDA)(const at::Tensor&, int64_t) = &cty::pick_int_cuda;
+
+// Device checks and guards, as torchgen generates them for aten's CUDA kernels.
+static at::Tensor pick_int_CUDA_guarded(const at::Tensor& self, int64_t index) {
+  const c10::OptionalDeviceGuard device_guard(at::device_of(self));
+  return pick_int_CUDA(self, index);
+}
 }  // namespace opgen
 
 TORCH_LIBRARY_IMPL(cty, CUDA, m) {
-  m.impl("pick.int", TORCH_FN(opgen::pick_int_CUDA));
+  m.impl("pick.int", TORCH_FN(opgen::pick_int_CUDA_guarded));
 }
 #endif  // OPGEN_WITH_CUDA
 
