@@ -102,9 +102,7 @@ class Case:
 
     @property
     def overload(self) -> torch._ops.OpOverload:
-        n = self.op.name
-        return getattr(getattr(getattr(torch.ops, self.op.namespace), n.name),
-                       n.overload_or_default)
+        return _overload_of(self.op)
 
     @property
     def seed(self) -> int:
@@ -548,7 +546,9 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
 
     def fn(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         a, k = split_call(op, rebuild(flat))
-        out = _returns(op, overload(*a, **k))
+        # gradcheck compares calls with each other: a random op draws the same numbers in each.
+        with _reseeded(op, case.seed):
+            out = _returns(op, overload(*a, **k))
         return tuple(t for r, keep in zip(out, outputs) if keep
                      for t in _flat_tensors(r) if t.is_floating_point() or t.is_complex())
 
@@ -559,6 +559,14 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
         warnings.filterwarnings("ignore", "Input #", UserWarning)
         torch.autograd.gradcheck(fn, tuple(leaves), **tolerances)
         missing, not_implemented = _second_order_callees(op)
+        if _composite_implicit(op):
+            # Differentiated through what it calls: their second order is its own.
+            for callee in _library_callees(op, fn, leaves):
+                m, n = _second_order_callees(callee)
+                missing += [x for x in m if x not in missing]
+                not_implemented += [x for x in n if x not in not_implemented]
+                if _has_not_implemented(_overload_of(callee)):
+                    not_implemented.append(str(callee.name))
         if second_order is None:
             second_order = not missing
         if not second_order:
@@ -603,6 +611,36 @@ def _second_order_callees(op: Op) -> tuple[list[str], list[str]]:
     return missing, partial
 
 
+def _library_callees(op: Op, fn: Callable[..., Any], leaves: list[torch.Tensor]) -> list[Op]:
+    """The ops of the loaded op libraries that a run of `fn` (a call of `op`) dispatches to,
+    below the CompositeImplicitAutograd kernel of `op`, in the order first called."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[Op] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            callee = _LIBRARY_OPS.get(_op_name(func))
+            if callee is not None and callee is not op and callee not in seen:
+                seen.append(callee)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        fn(*[t.detach() for t in leaves])
+    return seen
+
+
+def _op_name(overload: Any) -> str:
+    """`ns::name` or `ns::name.overload`, as an op file names it."""
+    name = overload.name() if isinstance(overload, torch._ops.OpOverload) else ""
+    return name.removesuffix(".default")
+
+
+def _overload_of(op: Op) -> torch._ops.OpOverload:
+    packet = getattr(getattr(torch.ops, op.namespace), op.name.name)
+    return getattr(packet, op.name.overload_or_default)
+
+
 def _overload(ref: Any) -> torch._ops.OpOverload:
     packet = getattr(getattr(torch.ops, ref.namespace), ref.name)
     return getattr(packet, ref.overload or "default")
@@ -614,9 +652,10 @@ def _op_differentiable(overload: torch._ops.OpOverload) -> bool:
         overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
-# Ops of the libraries this process loaded whose derivative formulas hold `not_implemented`:
-# filled by `note_library` (load_cases, load_python_library, Failures).
+# Ops of the libraries this process loaded whose derivative formulas hold `not_implemented`, and
+# every op of them by name: filled by `note_library` (load_cases, load_python_library, Failures).
 _NOT_IMPLEMENTED: set[str] = set()
+_LIBRARY_OPS: dict[str, Op] = {}
 
 
 def _has_not_implemented(overload: torch._ops.OpOverload) -> bool:
@@ -630,6 +669,7 @@ def note_library(ops: Iterable[Op]) -> None:
     from codegen.formulas import Derivatives
 
     for op in ops:
+        _LIBRARY_OPS[str(op.name)] = op
         d = op.derivatives
         if isinstance(d, Derivatives) and any(set(f.inputs) - set(_implemented(f))
                                               for f in d.formulas):

@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "392104f8d5c8f0eb",
+        "schema_hash": "f5e9a0999989c55e",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,
@@ -53,7 +53,7 @@ NAMESPACES = {
     },
     "exstable": {
         "library": "libexstable_ops.so",
-        "schema_hash": "10ecdd6334d39d43",
+        "schema_hash": "fbe3ee711d61468f",
         "stamp_prefix": "@opgen-stamp ns=exstable ",
         "python_module": "runtime._reg_exstable",
         "python_required": True,

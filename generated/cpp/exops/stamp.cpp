@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_exops[] =
-    "@opgen-stamp ns=exops schemas=392104f8d5c8f0eb torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=exops schemas=f5e9a0999989c55e torch=" OPGEN_TORCH_VERSION ";";

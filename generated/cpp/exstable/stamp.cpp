@@ -7,4 +7,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_exstable[] =
-    "@opgen-stamp ns=exstable schemas=10ecdd6334d39d43 torch=>=2.10;";
+    "@opgen-stamp ns=exstable schemas=fbe3ee711d61468f torch=>=2.10;";
