@@ -46,9 +46,9 @@ TAGS: frozenset[str] = frozenset({
 # torch/_library/_out_variant.py), and that lowering fails in every torch with the tag (2.13 to
 # 2.15 at least; 2.12 has no `out` tag): with an argument left at its default the generated call
 # passes it twice (`ns.op.out(x, 0.5, lambd=0.5, out=buf)`: "expected at most 3 argument(s)"),
-# and under dynamic shapes 2.13 and 2.14 build the out buffer's layout from SymInts
-# (`LoweringException: AssertionError`). The choice depends on the library only, not on the
-# torch version, so generated/ is the same on every machine. A tag the op file writes is kept.
+# and under dynamic shapes 2.13 builds the out buffer's layout from SymInts (`LoweringException:
+# AssertionError`). The choice depends on the library only, not on the torch version, so
+# generated/ is the same on every machine. A tag the op file writes is kept.
 
 
 def shape_tag(schema) -> str | None:

@@ -7,7 +7,7 @@ pass to work everywhere:
     for case in testing.load_cases(["schemas"]):
         testing.check_opcheck(case)     # torch.library.opcheck, all four utilities
         testing.check_gradients(case)   # gradcheck (+ gradgradcheck), ops with gradients
-        testing.check_compile(case)     # torch.compile(fullgraph=True), named sizes varied
+        testing.check_compile(case)     # torch.compile(fullgraph=True, inductor), sizes varied
         testing.check_export(case)      # torch.export, save, load, run
         testing.check_seeded(case)      # random ops: the seed, or the Generator, decides
         testing.check_vmap(case)        # ops with a batching rule: vmap == a loop
@@ -796,10 +796,23 @@ def _size_slots(raw: Any, value: Any, symbolic: set[str], sizes: Mapping[str, An
     return value
 
 
-def check_compile(case: Case, *, backend: str = "aot_eager",
+def default_backend() -> str:
+    """The compile check's backend: inductor, which `torch.compile` users get, where it can
+    compile (a C++ compiler for CPU code is found); `aot_eager` (no code generated) elsewhere."""
+    try:
+        from torch._inductor import cpp_builder
+
+        cpp_builder.get_cpp_compiler()
+    except Exception:   # no compiler, or an inductor without this function: cannot tell
+        return "aot_eager"
+    return "inductor"
+
+
+def check_compile(case: Case, *, backend: str | None = None,
                   scales: Iterable[int] = COMPILE_SCALES) -> int:
     """`torch.compile(fullgraph=True)` of a call of the op: no graph break, one compilation for
-    every size the sample lets vary, results and mutated arguments equal to eager's.
+    every size the sample lets vary, results and mutated arguments equal to eager's. The backend
+    is `default_backend()` unless given.
 
     Exactly the sample's symbolic named sizes (`symbolic_dims`) are dynamic: their tensor dims are
     marked dynamic, and `SymInt` arguments given such a size receive it as a SymInt. Each is
@@ -830,7 +843,7 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
 
     torch._dynamo.reset()
     graphs_before = counters["stats"]["unique_graphs"]
-    compiled = torch.compile(call, backend=backend, fullgraph=True)
+    compiled = torch.compile(call, backend=backend or default_backend(), fullgraph=True)
     n = 0
     dynamic_output = has_dynamic_output(op)
     config = {"capture_dynamic_output_shape_ops": dynamic_output,

@@ -246,8 +246,9 @@ def test_shape_tags_make_ops_compile(tmp_path, monkeypatch):
 
 def test_an_out_op_with_a_functional_variant_compiles_with_inductor(tmp_path, monkeypatch):
     """An out= op whose functional variant is declared is not tagged `out` (Note [The out tag]):
-    with the tag, inductor lowers the functional op to it and fails (torch 2.13: a default left
-    out is passed twice; dynamic sizes fail the out buffer's layout). Both ops still compile."""
+    with the tag, inductor lowers the functional op to it and fails (torch 2.13 to 2.15: a
+    default left out is passed twice; 2.13: dynamic sizes fail the out buffer's layout). Both ops
+    still compile."""
     from codegen import testing
 
     (tmp_path / "outv_kernels.py").write_text(textwrap.dedent("""\

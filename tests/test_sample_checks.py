@@ -179,6 +179,18 @@ WRONG = {
           derivatives: {x: grad * (result != 0) / (1 - p)}
           samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
         """, ["gradients", "compile", "export"]),
+    # Fails under inductor only (a user-written `out` tag: Note [The out tag] in codegen/tags.py),
+    # which the compile check uses by default.
+    "fails_under_inductor_only": ("""\
+        - func: shrink(Tensor self, float lambd=0.5) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:shrink}
+          fake: like(self)
+          samples: [{self: {shape: [N=6, 5]}}]
+        - func: shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+          tags: [out]
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:shrink_out}
+          fake: like(self)
+        """, ["compile"]),
     "writes_nothing": ("""\
         - func: bounded(Tensor self, float lo, float hi) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
@@ -250,6 +262,17 @@ def test_wrong_ops_fail_for_the_stated_reason(tmp_path):
     try:
         testing.check_opcheck(case)                 # at the sample's own sizes, all is well
         with pytest.raises(Exception, match="size|shape"):
+            testing.check_compile(case)
+    finally:
+        lib.close()
+
+
+def test_the_compile_check_uses_inductor(tmp_path):
+    assert testing.default_backend() == "inductor"      # g++ is here
+    lib, (case,) = _wrong_library(tmp_path, "fails_under_inductor_only")
+    try:
+        assert testing.check_compile(case, backend="aot_eager") == len(testing.COMPILE_SCALES)
+        with pytest.raises(Exception, match="smpbad.shrink"):
             testing.check_compile(case)
     finally:
         lib.close()
