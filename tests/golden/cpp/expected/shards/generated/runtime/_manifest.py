@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "alpha": {
         "library": "libalpha_ops.so",
-        "schema_hash": "7f3fae63da935191",
+        "schema_hash": "f140e9bd5906cfb0",
         "stamp_prefix": "@opgen-stamp ns=alpha ",
         "python_module": "runtime._reg_alpha",
         "python_required": True,

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_alpha[] =
-    "@opgen-stamp ns=alpha schemas=7f3fae63da935191 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=alpha schemas=f140e9bd5906cfb0 torch=" OPGEN_TORCH_VERSION ";";

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_cty[] =
-    "@opgen-stamp ns=cty schemas=dbe1572114a2eb45 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=cty schemas=5a7c7ac6ee0d1d25 torch=" OPGEN_TORCH_VERSION ";";
