@@ -848,7 +848,10 @@ def check_compile(case: Case, *, backend: str | None = None,
     dynamic_output = has_dynamic_output(op)
     config = {"capture_dynamic_output_shape_ops": dynamic_output,
               "capture_scalar_outputs": dynamic_output, "error_on_recompile": True}
-    with torch._dynamo.config.patch(config), \
+    # Compiled for real, not served from torch's caches: their keys do not cover a custom op's
+    # fake kernel or tags, so a cache warmed before an edit would hide what the edit broke.
+    with torch._dynamo.config.patch(config), torch.compiler.config.patch(
+            force_disable_caches=True), \
             fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
         for scale in scales:
             sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}
