@@ -850,8 +850,14 @@ def check_compile(case: Case, *, backend: str | None = None,
               "capture_scalar_outputs": dynamic_output, "error_on_recompile": True}
     # Compiled for real, not served from torch's caches: their keys do not cover a custom op's
     # fake kernel or tags, so a cache warmed before an edit would hide what the edit broke.
-    with torch._dynamo.config.patch(config), torch.compiler.config.patch(
-            force_disable_caches=True), \
+    # (torch.compiler.config.force_disable_caches would also warn that it turns off dynamo_pgo.)
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with torch._dynamo.config.patch(config), \
+            inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False,
+                                   enable_remote_autograd_cache=False), \
             fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
         for scale in scales:
             sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}
