@@ -619,7 +619,8 @@ def _library_callees(op: Op, fn: Callable[..., Any], leaves: list[torch.Tensor])
     seen: list[Op] = []
 
     class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
             callee = _LIBRARY_OPS.get(_op_name(func))
             if callee is not None and callee is not op and callee not in seen:
                 seen.append(callee)

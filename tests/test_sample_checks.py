@@ -1,15 +1,18 @@
 """The sample checks (codegen/testing.py) on a library written to exercise them:
 tests/samplelib/ops.yaml, one op per kind of behaviour the checks must read from an op file
 (structural sizes tied to int arguments, index tensors over a SymInt, data-dependent output, bool
-and index outputs, a `not_implemented` second derivative, a `Generator?`, a differentiable random op,
-a `Tensor[]` return, a float32-only kernel, dtype arguments, CompositeImplicitAutograd ops (one
-over ops differentiable once), a mutating op, a `leading` batching rule with a shared weight). Python kernels only: nothing is built.
+and index outputs, a `not_implemented` second derivative, a `Generator?`, a differentiable random
+op, a `Tensor[]` return, a float32-only kernel, dtype arguments, CompositeImplicitAutograd ops (one
+over ops differentiable once), a mutating op, a `leading` batching rule with a shared weight).
+Python kernels only: nothing is built.
 
 - Every check passes on every sample, with an empty failures file.
 - Each check fails when the op really is wrong (a wrong fake shape, a fake that fixes a size, a
   wrong formula, a kernel that ignores its generator, an in-place kernel that writes nothing, a
   batching rule folding a shared weight, a float32-only kernel gradchecked in float64, a random op
-  (with gradients or without) lacking its tag, a kernel computing in float32 under autocast), so none passes vacuously.
+  (with gradients or without) lacking its tag, a kernel computing in float32 under autocast, an
+  op that fails under inductor only), so none passes vacuously. The wrong ops reuse the names of
+  the ones before them: the compile check must not be served a graph compiled for another.
 - Known failures: located errors in the failures file, and an entry that no longer fails is
   reported.
 """
