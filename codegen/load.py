@@ -404,8 +404,9 @@ class _FileLoader(SampleReader):
                                      conventions=self.conventions)
         if not schema_ok:
             self.ok = False
+        # `out` needs the whole library (Note [The out tag]): load_library adds it.
         tag = shape_tag(op.schema) if schema_ok else None
-        if tag is not None and not {"inplace", "out"} & set(op.tags):
+        if tag == "inplace" and not {"inplace", "out"} & set(op.tags):
             op = dataclasses.replace(op, tags=op.tags + (tag,))
         # Fake rules and formulas read the schema; on a broken one they would only add noise.
         if "fake" in fields and schema_ok:
@@ -684,7 +685,23 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None,
     abi_mod.check_namespaces(lib, diags)
     if diags.has_errors:
         raise UserError(diags)
-    return lib
+    return _out_tags(lib)
+
+
+def _out_tags(lib: OpLibrary) -> OpLibrary:
+    """Tag `out` the out= ops (Note [Tags from the schema's shape]) that have no functional
+    variant in the library (Note [The out tag])."""
+    from codegen.dest.py_functionalize import functional_variant
+
+    def tagged(op: Op) -> Op:
+        if {"inplace", "out"} & set(op.tags) or shape_tag(op.schema) != "out" or \
+                functional_variant(lib, op) is not None:
+            return op
+        return dataclasses.replace(op, tags=op.tags + ("out",))
+
+    files = tuple(dataclasses.replace(f, ops=tuple(tagged(op) for op in f.ops))
+                  for f in lib.files)
+    return lib if files == lib.files else OpLibrary(files)
 
 
 # Note [Incremental loading]

@@ -36,6 +36,19 @@ TAGS: frozenset[str] = frozenset({
 # keyword-only Tensor arguments and returns them, in order); see can_auto_functionalize in
 # torch/_higher_order_ops/auto_functionalize.py. An op whose schema has exactly one of these shapes
 # gets the tag (codegen.load), so it works under torch.compile with nothing else generated.
+#
+# Note [The out tag]
+# An out= op whose library also declares its functional variant is not tagged `out`: it needs no
+# tag, as the generated Functionalize kernel (codegen/dest/py_functionalize.py) calls the
+# functional op and copies into `out`; and the tag breaks torch.compile of the functional op.
+# Inductor lowers a custom op to the overload of its packet tagged `out` whose other arguments
+# match (FallbackKernel.create, torch/_inductor/ir.py, via to_out_variant in
+# torch/_library/_out_variant.py), and that lowering fails in every torch with the tag (2.13 to
+# 2.15 at least; 2.12 has no `out` tag): with an argument left at its default the generated call
+# passes it twice (`ns.op.out(x, 0.5, lambd=0.5, out=buf)`: "expected at most 3 argument(s)"),
+# and under dynamic shapes 2.13 builds the out buffer's layout from SymInts (`LoweringException:
+# AssertionError`). The choice depends on the library only, not on the torch version, so
+# generated/ is the same on every machine. A tag the op file writes is kept.
 
 
 def shape_tag(schema) -> str | None:

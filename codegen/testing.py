@@ -7,7 +7,7 @@ pass to work everywhere:
     for case in testing.load_cases(["schemas"]):
         testing.check_opcheck(case)     # torch.library.opcheck, all four utilities
         testing.check_gradients(case)   # gradcheck (+ gradgradcheck), ops with gradients
-        testing.check_compile(case)     # torch.compile(fullgraph=True), named sizes varied
+        testing.check_compile(case)     # torch.compile(fullgraph=True, inductor), sizes varied
         testing.check_export(case)      # torch.export, save, load, run
         testing.check_seeded(case)      # random ops: the seed, or the Generator, decides
         testing.check_vmap(case)        # ops with a batching rule: vmap == a loop
@@ -109,9 +109,7 @@ class Case:
 
     @property
     def overload(self) -> torch._ops.OpOverload:
-        n = self.op.name
-        return getattr(getattr(getattr(torch.ops, self.op.namespace), n.name),
-                       n.overload_or_default)
+        return _overload_of(self.op)
 
     @property
     def seed(self) -> int:
@@ -561,7 +559,9 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
 
     def fn(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         a, k = split_call(op, rebuild(flat))
-        out = _returns(op, overload(*a, **k))
+        # gradcheck compares calls with each other: a random op draws the same numbers in each.
+        with _reseeded(op, case.seed):
+            out = _returns(op, overload(*a, **k))
         return tuple(t for r, keep in zip(out, outputs) if keep
                      for t in _flat_tensors(r) if t.is_floating_point() or t.is_complex())
 
@@ -572,6 +572,14 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
         warnings.filterwarnings("ignore", "Input #", UserWarning)
         torch.autograd.gradcheck(fn, tuple(leaves), **tolerances)
         missing, not_implemented = _second_order_callees(op)
+        if _composite_implicit(op):
+            # Differentiated through what it calls: their second order is its own.
+            for callee in _library_callees(op, fn, leaves):
+                m, n = _second_order_callees(callee)
+                missing += [x for x in m if x not in missing]
+                not_implemented += [x for x in n if x not in not_implemented]
+                if _has_not_implemented(_overload_of(callee)):
+                    not_implemented.append(str(callee.name))
         if second_order is None:
             second_order = not missing
         if not second_order:
@@ -616,6 +624,37 @@ def _second_order_callees(op: Op) -> tuple[list[str], list[str]]:
     return missing, partial
 
 
+def _library_callees(op: Op, fn: Callable[..., Any], leaves: list[torch.Tensor]) -> list[Op]:
+    """The ops of the loaded op libraries that a run of `fn` (a call of `op`) dispatches to,
+    below the CompositeImplicitAutograd kernel of `op`, in the order first called."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: list[Op] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            callee = _LIBRARY_OPS.get(_op_name(func))
+            if callee is not None and callee is not op and callee not in seen:
+                seen.append(callee)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        fn(*[t.detach() for t in leaves])
+    return seen
+
+
+def _op_name(overload: Any) -> str:
+    """`ns::name` or `ns::name.overload`, as an op file names it."""
+    name = overload.name() if isinstance(overload, torch._ops.OpOverload) else ""
+    return name.removesuffix(".default")
+
+
+def _overload_of(op: Op) -> torch._ops.OpOverload:
+    packet = getattr(getattr(torch.ops, op.namespace), op.name.name)
+    return getattr(packet, op.name.overload_or_default)
+
+
 def _overload(ref: Any) -> torch._ops.OpOverload:
     packet = getattr(getattr(torch.ops, ref.namespace), ref.name)
     return getattr(packet, ref.overload or "default")
@@ -627,9 +666,10 @@ def _op_differentiable(overload: torch._ops.OpOverload) -> bool:
         overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 
 
-# Ops of the libraries this process loaded whose derivative formulas hold `not_implemented`:
-# filled by `note_library` (load_cases, load_python_library, Failures).
+# Ops of the libraries this process loaded whose derivative formulas hold `not_implemented`, and
+# every op of them by name: filled by `note_library` (load_cases, load_python_library, Failures).
 _NOT_IMPLEMENTED: set[str] = set()
+_LIBRARY_OPS: dict[str, Op] = {}
 
 
 def _has_not_implemented(overload: torch._ops.OpOverload) -> bool:
@@ -643,6 +683,7 @@ def note_library(ops: Iterable[Op]) -> None:
     from codegen.formulas import Derivatives
 
     for op in ops:
+        _LIBRARY_OPS[str(op.name)] = op
         d = op.derivatives
         if isinstance(d, Derivatives) and any(set(f.inputs) - set(_implemented(f))
                                               for f in d.formulas):
@@ -769,10 +810,23 @@ def _size_slots(raw: Any, value: Any, symbolic: set[str], sizes: Mapping[str, An
     return value
 
 
-def check_compile(case: Case, *, backend: str = "aot_eager",
+def default_backend() -> str:
+    """The compile check's backend: inductor, which `torch.compile` users get, where it can
+    compile (a C++ compiler for CPU code is found); `aot_eager` (no code generated) elsewhere."""
+    try:
+        from torch._inductor import cpp_builder
+
+        cpp_builder.get_cpp_compiler()
+    except Exception:   # no compiler, or an inductor without this function: cannot tell
+        return "aot_eager"
+    return "inductor"
+
+
+def check_compile(case: Case, *, backend: str | None = None,
                   scales: Iterable[int] = COMPILE_SCALES) -> int:
     """`torch.compile(fullgraph=True)` of a call of the op: no graph break, one compilation for
-    every size the sample lets vary, results and mutated arguments equal to eager's.
+    every size the sample lets vary, results and mutated arguments equal to eager's. The backend
+    is `default_backend()` unless given.
 
     Exactly the sample's symbolic named sizes (`symbolic_dims`) are dynamic: their tensor dims are
     marked dynamic, and `SymInt` arguments given such a size receive it as a SymInt. Each is
@@ -803,12 +857,21 @@ def check_compile(case: Case, *, backend: str = "aot_eager",
 
     torch._dynamo.reset()
     graphs_before = counters["stats"]["unique_graphs"]
-    compiled = torch.compile(call, backend=backend, fullgraph=True)
+    compiled = torch.compile(call, backend=backend or default_backend(), fullgraph=True)
     n = 0
     dynamic_output = has_dynamic_output(op)
     config = {"capture_dynamic_output_shape_ops": dynamic_output,
               "capture_scalar_outputs": dynamic_output, "error_on_recompile": True}
+    # Compiled for real, not served from torch's caches: their keys do not cover a custom op's
+    # fake kernel or tags, so a cache warmed before an edit would hide what the edit broke.
+    # (torch.compiler.config.force_disable_caches would also warn that it turns off dynamo_pgo.)
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
     with torch._dynamo.config.patch(config), \
+            inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False,
+                                   enable_remote_autograd_cache=False), \
             fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
         for scale in scales:
             sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}

@@ -244,6 +244,53 @@ def test_shape_tags_make_ops_compile(tmp_path, monkeypatch):
         lib.close()
 
 
+def test_an_out_op_with_a_functional_variant_compiles_with_inductor(tmp_path, monkeypatch):
+    """An out= op whose functional variant is declared is not tagged `out` (Note [The out tag]):
+    with the tag, inductor lowers the functional op to it and fails (torch 2.13 to 2.15: a
+    default left out is passed twice; 2.13: dynamic sizes fail the out buffer's layout). Both ops
+    still compile."""
+    from codegen import testing
+
+    (tmp_path / "outv_kernels.py").write_text(textwrap.dedent("""\
+        def shrink(x, lambd=0.5):
+            return x.sign() * (x.abs() - lambd).clamp_min(0)
+
+        def shrink_out(x, lambd=0.5, *, out):
+            return out.copy_(shrink(x, lambd))
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: outvtest
+        ops:
+          - func: shrink(Tensor self, float lambd=0.5) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "outv_kernels:shrink"}
+            fake: like(self)
+          - func: shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+            dispatch: {CompositeExplicitAutograd: "outv_kernels:shrink_out"}
+            fake: like(self)
+          - func: only.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)
+            dispatch: {CompositeExplicitAutograd: "outv_kernels:shrink_out"}
+            fake: like(self)
+        """))
+    assert [op.tags for op in load_library(["ops.yaml"]).ops] == [(), (), ("out",)]
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        ops = torch.ops.outvtest
+        x = torch.linspace(-2, 2, 12).reshape(3, 4)
+        for dynamic in (False, True):
+            torch._dynamo.reset()
+            got = torch.compile(lambda x: ops.shrink.default(x) * 2, backend="inductor",
+                                fullgraph=True, dynamic=dynamic)(x)
+            torch.testing.assert_close(got, ops.shrink.default(x) * 2)
+        y = torch.empty(3, 4)
+        torch.compile(lambda x, y: ops.shrink.out(x, out=y), backend="inductor",
+                      fullgraph=True, dynamic=True)(x, y)
+        torch.testing.assert_close(y, ops.shrink.default(x))
+    finally:
+        lib.close()
+
+
 def test_list_without_default_after_a_default_works(tmp_path, monkeypatch):
     """torch lets a list argument without a default follow one with a default (executorch's
     pytorch/executorch backends/arm/ao_ext/ops/mxfp_conv2d_op.py: `conv2d(Tensor input, ...,

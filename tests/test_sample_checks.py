@@ -1,15 +1,18 @@
 """The sample checks (codegen/testing.py) on a library written to exercise them:
 tests/samplelib/ops.yaml, one op per kind of behaviour the checks must read from an op file
 (structural sizes tied to int arguments, index tensors over a SymInt, data-dependent output, bool
-and index outputs, a `not_implemented` second derivative, a `Generator?`, a `Tensor[]` return, a
-float32-only kernel, dtype arguments, a CompositeImplicitAutograd op, a mutating op, a `leading`
-batching rule with a shared weight). Python kernels only: nothing is built.
+and index outputs, a `not_implemented` second derivative, a `Generator?`, a differentiable random
+op, a `Tensor[]` return, a float32-only kernel, dtype arguments, CompositeImplicitAutograd ops (one
+over ops differentiable once), a mutating op, a `leading` batching rule with a shared weight).
+Python kernels only: nothing is built.
 
 - Every check passes on every sample, with an empty failures file.
 - Each check fails when the op really is wrong (a wrong fake shape, a fake that fixes a size, a
   wrong formula, a kernel that ignores its generator, an in-place kernel that writes nothing, a
   batching rule folding a shared weight, a float32-only kernel gradchecked in float64, a random op
-  without its tag, a kernel computing in float32 under autocast), so none passes vacuously.
+  (with gradients or without) lacking its tag, a kernel computing in float32 under autocast, an
+  op that fails under inductor only), so none passes vacuously. The wrong ops reuse the names of
+  the ones before them: the compile check must not be served a graph compiled for another.
 - Known failures: located errors in the failures file, and an entry that no longer fails is
   reported.
 """
@@ -71,6 +74,8 @@ def test_the_library_has_an_op_of_each_kind():
     assert testing.differentiable_inputs(ops["cube_backward"].op) == ["grad_out"]
     assert testing.differentiable_outputs(ops["threshold"].op) == [True, False]
     assert testing.generator_arguments(ops["noisy"].op) == ["generator"]
+    assert testing.has_gradients(ops["dropout"])                  # random, with gradients
+    assert testing.differentiable_inputs(ops["square_sum"].op) == ["x"]
     assert str(ops["chunk_rows"].op.schema.returns[0].type) == "Tensor[]"
     assert ops["tanh32"].op.gradcheck.dtype == "float32"
     wide = next(c for c in CASES if c.id == "smp::tanh32[1]")
@@ -178,6 +183,26 @@ WRONG = {
           fake: like(x)
           samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
         """, ["compile", "export"]),
+    # Random and differentiable without saying so: gradcheck's calls draw different masks.
+    "random_gradients_without_the_tag": ("""\
+        - func: dropout(Tensor x, float p, Generator? generator=None) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:noisy}
+          fake: like(x)
+          derivatives: {x: grad * (result != 0) / (1 - p)}
+          samples: [{x: {shape: [N=6, 5]}, p: 0.5}]
+        """, ["gradients", "compile", "export"]),
+    # Fails under inductor only (a user-written `out` tag: Note [The out tag] in codegen/tags.py),
+    # which the compile check uses by default.
+    "fails_under_inductor_only": ("""\
+        - func: shrink(Tensor self, float lambd=0.5) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:shrink}
+          fake: like(self)
+          samples: [{self: {shape: [N=6, 5]}}]
+        - func: shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+          tags: [out]
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:shrink_out}
+          fake: like(self)
+        """, ["compile"]),
     "writes_nothing": ("""\
         - func: bounded(Tensor self, float lo, float hi) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
@@ -252,6 +277,33 @@ def test_wrong_ops_fail_for_the_stated_reason(tmp_path):
             testing.check_compile(case)
     finally:
         lib.close()
+
+
+def test_the_compile_check_uses_inductor(tmp_path):
+    assert testing.default_backend() == "inductor"      # g++ is here
+    lib, (case,) = _wrong_library(tmp_path, "fails_under_inductor_only")
+    try:
+        assert testing.check_compile(case, backend="aot_eager") == len(testing.COMPILE_SCALES)
+        with pytest.raises(Exception, match="smpbad.shrink"):
+            testing.check_compile(case)
+    finally:
+        lib.close()
+
+
+def test_a_composite_expects_the_second_order_error_of_what_it_calls(library):
+    """square_sum decomposes into square, whose backward calls square_backward (no derivatives):
+    it is gradchecked once, and differentiating it twice must raise square's error."""
+    case = next(c for c in CASES if c.id == "smp::square_sum[0]")
+    assert testing.check_gradients(case)
+    with pytest.raises(RuntimeError, match=r"smp::square's backward calls smp::square_backward, "
+                       r"which has no derivatives; .* to differentiate twice"):
+        testing.check_gradients(case, second_order=True)
+    # cube_mean decomposes into cube, whose second derivative is not implemented.
+    case = next(c for c in CASES if c.id == "smp::cube_mean[0]")
+    assert testing.check_gradients(case)
+    x = case.inputs(dtype=torch.float64)[0][0].requires_grad_()
+    with pytest.raises(NotImplementedError, match="smp::cube_backward is not implemented"):
+        torch.autograd.gradgradcheck(torch.ops.smp.cube_mean, (x,))
 
 
 # --------------------------------------------------------------------------------------------------

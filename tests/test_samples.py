@@ -47,8 +47,7 @@ def _params():
 
 @pytest.mark.parametrize("case,check", _params())
 def test_sample(built, case: testing.Case, check: str) -> None:
-    options = {"backend": "inductor"} if check == "compile" else {}
-    reason = testing.run_check(case, check, FAILURES, **options)
+    reason = testing.run_check(case, check, FAILURES)
     if reason is not None:
         pytest.xfail(reason)
 

@@ -47,6 +47,22 @@ def noisy(x, p, generator=None):
     return x * keep / (1 - p)
 
 
+def square(x):
+    return x * x
+
+
+def square_backward(grad_out, x):
+    return 2 * x * grad_out
+
+
+def square_sum(x):
+    return torch.ops.smp.square(x).sum(-1)
+
+
+def cube_mean(x):
+    return torch.ops.smp.cube(x).mean(-1)
+
+
 def chunk_rows(x, chunks):
     return [c.clone() for c in x.chunk(chunks, 0)]
 
@@ -97,3 +113,11 @@ def row_scale_in_float32(x, weight):
 def off_by_one_on_cuda(x):
     """Wrong on purpose: a CUDA result that differs from the CPU one."""
     return x + 1 if x.is_cuda else x.clone()
+
+
+def shrink(x, lambd=0.5):
+    return x.sign() * (x.abs() - lambd).clamp_min(0)
+
+
+def shrink_out(x, lambd=0.5, *, out):
+    return out.copy_(shrink(x, lambd))

@@ -29,7 +29,7 @@ TORCH_LIBRARY(exops, m) {
   m.def("soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)",
         {at::Tag::pointwise, at::Tag::inplace});
   m.def("soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)",
-        {at::Tag::pointwise, at::Tag::out});
+        {at::Tag::pointwise});
   m.def("moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)");
   m.def("weighted_sum(Tensor[] tensors, float[] weights) -> Tensor");
   m.def("pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor");

@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "7c99fc70a039abce",
+        "schema_hash": "cd090fb68d7b2342",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": True,

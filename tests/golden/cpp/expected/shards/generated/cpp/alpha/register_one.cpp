@@ -20,8 +20,7 @@ TORCH_LIBRARY(alpha, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_alpha");
   m.def("add(Tensor self, Tensor other) -> Tensor");
-  m.def("scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)",
-        {at::Tag::out});
+  m.def("scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)");
 }
 
 namespace opgen {

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_alpha[] =
-    "@opgen-stamp ns=alpha schemas=6f142394eb13d00e torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=alpha schemas=dfb838d010a17157 torch=" OPGEN_TORCH_VERSION ";";

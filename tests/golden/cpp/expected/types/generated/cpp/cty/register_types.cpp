@@ -33,8 +33,7 @@ TORCH_LIBRARY(cty, m) {
   m.def("fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)",
         {at::Tag::inplace});
   m.def("split(Tensor self) -> (Tensor lo, Tensor hi)");
-  m.def("split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)",
-        {at::Tag::out});
+  m.def("split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)");
   m.def("zero_all_(Tensor(a!)[] self) -> ()");
   m.def("defaults(Tensor self, int a=1, float b=2.5, bool c=True, str d=\"mean\", ScalarType? e=None, int[] f=[], Layout h=strided, MemoryFormat m=contiguous_format, ScalarType s=long, Scalar t=1, float u=-1e-12, int[2] v=[1, 2]) -> Tensor");
   m.def("pick.int(Tensor self, int index) -> Tensor");
