@@ -42,8 +42,7 @@ TORCH_LIBRARY(shapetest, m) {
   m.def("normalize_(Tensor(a!) self) -> Tensor(a!)",
         {at::Tag::inplace});
   m.def("normalize(Tensor self) -> Tensor");
-  m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)",
-        {at::Tag::out});
+  m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)");
   m.def("accumulate(Tensor(a!) acc, Tensor x) -> ()");
   m.def("matched_add(Tensor self, Tensor other) -> Tensor");
   m.def("every_other(Tensor self) -> Tensor");
