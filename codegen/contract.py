@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, without_alias
+from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like
+from codegen.tags import functional_variant
 
 DEVICES = ("CPU", "CUDA", "Meta")
 
@@ -137,24 +138,6 @@ def autocast_rule(op: Op) -> str | None:
     return f"{a.device_type}:{a.cast_inputs}" if a is not None else None
 
 
-def _functional_variant(lib: OpLibrary, op: Op) -> bool:
-    """Whether the library has the functional op an in-place or out= op can be functionalized
-    as (codegen.dest.py_functionalize.functional_variant, by the same test)."""
-    s = op.schema
-
-    def plain(a):
-        return (without_alias(a.type), a.default, a.kwarg_only)
-
-    wanted = tuple(plain(a) for a in s.arguments if not (a.kwarg_only and a.is_write))
-    for other in lib.named(op.namespace, op.name.base):
-        o = other.schema
-        if other is op or o.mutable_arguments or len(o.returns) != len(s.mutable_arguments):
-            continue
-        if tuple(plain(a) for a in o.arguments) == wanted:
-            return True
-    return False
-
-
 def compiles(op: Op, lib: OpLibrary) -> bool:
     """Whether torch.compile and torch.export can trace the op: fake tensors can run it, and a
     mutating op can be functionalized (a functional variant, or torch's auto_functionalize for an
@@ -166,7 +149,7 @@ def compiles(op: Op, lib: OpLibrary) -> bool:
         return True
     if not any(r.is_write for r in s.returns):
         return True
-    return bool({"inplace", "out"} & set(op.tags)) or _functional_variant(lib, op)
+    return bool({"inplace", "out"} & set(op.tags)) or functional_variant(lib, op) is not None
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from codegen.model import (
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
 from codegen.load_samples import COMPLEX_DTYPES, FLOAT_DTYPES, SampleReader
-from codegen.tags import TAGS, shape_tag
+from codegen.tags import TAGS, functional_variant, shape_tag
 from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node, Scalar, Seq,
                                  TooManyErrors, for_display, short)
 
@@ -691,8 +691,6 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None,
 def _out_tags(lib: OpLibrary) -> OpLibrary:
     """Tag `out` the out= ops (Note [Tags from the schema's shape]) that have no functional
     variant in the library (Note [The out tag])."""
-    from codegen.dest.py_functionalize import functional_variant
-
     def tagged(op: Op) -> Op:
         if {"inplace", "out"} & set(op.tags) or shape_tag(op.schema) != "out" or \
                 functional_variant(lib, op) is not None:

@@ -4,6 +4,10 @@ A static copy, so `check` needs no `import torch` (0.8 s); tests/test_load.py ch
 `torch.Tag` of the installed torch. The C++ side spells each as `at::Tag::<name>`.
 """
 
+from __future__ import annotations
+
+from codegen.model import Argument, Op, OpLibrary, without_alias
+
 TAGS: frozenset[str] = frozenset({
     "core",
     "cudagraph_unsafe",
@@ -70,3 +74,34 @@ def shape_tag(schema) -> str | None:
             and all(r.annotation == a.annotation for r, a in zip(rets, mutated))):
         return "out"
     return None
+
+
+def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
+    """The functional op that `op` (in-place or out=) mutates its arguments with: same namespace
+    and base name, the same argument types less the out= ones and less mutation annotations, and
+    one return per mutated argument.
+
+    Note [Functionalizing mutable ops]
+    PyTorch functionalizes a custom op that mutates its inputs only when it returns nothing new
+    that aliases them (auto_functionalize); `add_(Tensor(a!) self) -> Tensor(a!)` or an out= op is
+    refused with "Found a custom (non-ATen) operator whose output has alias annotations". torchgen
+    solves this for ATen by functionalizing `add_` as `add` followed by a copy into `self`; the
+    generated `Functionalize` kernel does the same for this library's ops.
+    """
+    schema = op.schema
+    wanted = tuple(_plain(a) for a in schema.arguments if not (a.kwarg_only and a.is_write))
+    for other in lib.named(op.namespace, op.name.base):
+        s = other.schema
+        if other is op:
+            continue
+        if s.mutable_arguments or len(s.returns) != len(schema.mutable_arguments):
+            continue
+        if tuple(_plain(a) for a in s.arguments) == wanted:
+            return other
+    return None
+
+
+def _plain(a: Argument) -> tuple:
+    """An argument's type without alias annotations, default and kind (names may differ: an
+    in-place op's first argument is always `self`)."""
+    return (without_alias(a.type), a.default, a.kwarg_only)

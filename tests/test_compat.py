@@ -366,9 +366,13 @@ def test_new_op_passes(lib):
 
 
 def test_keyword_only_argument_with_default_passes(lib):
+    # Given to h and its out= overload alike, so h.out keeps its functional variant (and no
+    # `out` tag: Note [The out tag] in codegen/tags.py).
     code, out, _ = lib(edit(('h(Tensor x, int n, *, str mode="a")',
-                             'h(Tensor x, int n, *, str mode="a", bool fast=False)')))
-    assert code == 0 and "1 changed" in out
+                             'h(Tensor x, int n, *, str mode="a", bool fast=False)'),
+                            ('h.out(Tensor x, int n, *, str mode="a",',
+                             'h.out(Tensor x, int n, *, str mode="a", bool fast=False,')))
+    assert code == 0 and "2 changed" in out
 
 
 def test_trailing_positional_argument_with_default_passes(lib):

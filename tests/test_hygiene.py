@@ -20,6 +20,7 @@ import codecs
 import importlib.util
 import inspect
 import io
+import json
 import re
 import os
 import subprocess
@@ -169,6 +170,13 @@ def test_op_file_path_never_breaks_a_generated_line(tmp_path, monkeypatch, capsy
             # Data, not code: a comment line, or a digest and a path, one per line.
             for line in text.splitlines():
                 assert line.startswith("# ") or re.fullmatch(r"[0-9a-f]{64}  \S.*", line), line
+            continue
+        if path.suffix == ".json":
+            # Data (the build's index): the paths are inside JSON strings only.
+            json.loads(text)
+            for line in text.split("\n"):
+                if any(p in line for p in PAYLOAD_CODE):
+                    assert line.lstrip().startswith('"'), (rel, line)
             continue
         if path.suffix in (".py", ".pyi"):
             # Python: the paths are in comments and string literals only.

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_meta, cpp_stable
+from codegen.dest import cpp_meta, cpp_stable, py_fake
 from codegen.load import load_library
 from tests import scratch
 
@@ -201,7 +201,7 @@ def test_which_checks_become_cpp(tmp_path, monkeypatch):
     for ns in NAMESPACES:
         (tmp_path / f"{ns}.yaml").write_text(_op_file(ns), encoding="utf-8")
     lib = load_library([str(tmp_path / f"{ns}.yaml") for ns in NAMESPACES])
-    cpp = {str(op.name) for op in lib.ops if cpp_meta.uses_cpp_meta(op)}
+    cpp = {str(op.name) for op in lib.ops if py_fake.uses_cpp_meta(op)}
     assert cpp == {"chkf::mixs", "chkf::mixd", "chkf::myadd_out", "chko::mixd",
                    "chko::myadd_out"}
     by_name = {str(op.name): op for op in lib.ops}

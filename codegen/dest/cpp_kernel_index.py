@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from codegen import escape
 from codegen import layout as L
 from codegen.abi import namespace_abi
 from codegen.dest import cpp_kernels, cpp_stable
@@ -68,9 +69,11 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
                     records += _records(header, outputs[header], decls, shard.file.path)
         sources = sorted({s.file.path for s in shs})
         abi = namespace_abi(lib, ns)
-        doc = {GENERATED_KEY: f"by codegen from {', '.join(sources)} - do not edit",
+        doc = {GENERATED_KEY: "by codegen from "
+                              f"{', '.join(escape.banner_path(s) for s in sources)} - do not edit",
                "namespace": ns, "abi": "full" if abi is None else "stable",
                "min_torch": None if abi is None else abi.min_text, "op_files": sources,
                "kernels": records}
-        out[index_path(ns)] = json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        # ASCII: no character of a user's path or string default can break a line of the file.
+        out[index_path(ns)] = json.dumps(doc, indent=1) + "\n"
     return out

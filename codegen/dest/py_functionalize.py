@@ -11,7 +11,8 @@ from codegen import reserved
 from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
-from codegen.model import Argument, DispatchKey, Op, OpLibrary, without_alias
+from codegen.model import DispatchKey, Op, without_alias
+from codegen.tags import functional_variant
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -104,34 +105,3 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
            f"copied into {', '.join(mutated)}.")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Functionalize\")")
-
-
-def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
-    """The functional op that `op` (in-place or out=) mutates its arguments with: same namespace
-    and base name, the same argument types less the out= ones and less mutation annotations, and
-    one return per mutated argument.
-
-    Note [Functionalizing mutable ops]
-    PyTorch functionalizes a custom op that mutates its inputs only when it returns nothing new
-    that aliases them (auto_functionalize); `add_(Tensor(a!) self) -> Tensor(a!)` or an out= op is
-    refused with "Found a custom (non-ATen) operator whose output has alias annotations". torchgen
-    solves this for ATen by functionalizing `add_` as `add` followed by a copy into `self`; the
-    generated `Functionalize` kernel does the same for this library's ops.
-    """
-    schema = op.schema
-    wanted = tuple(_plain(a) for a in schema.arguments if not (a.kwarg_only and a.is_write))
-    for other in lib.named(op.namespace, op.name.base):
-        s = other.schema
-        if other is op:
-            continue
-        if s.mutable_arguments or len(s.returns) != len(schema.mutable_arguments):
-            continue
-        if tuple(_plain(a) for a in s.arguments) == wanted:
-            return other
-    return None
-
-
-def _plain(a: Argument) -> tuple:
-    """An argument's type without alias annotations, default and kind (names may differ: an
-    in-place op's first argument is always `self`)."""
-    return (without_alias(a.type), a.default, a.kwarg_only)
