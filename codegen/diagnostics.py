@@ -160,6 +160,7 @@ WARNINGS: dict[str, str] = {
     "list-after-default": "a list argument without a default follows one with a default",
     "alias-on-non-tensor": "an alias annotation on a type that is not a Tensor has no effect",
     "inplace-without-mutation": "an op named like an in-place op mutates none of its arguments",
+    "out-tag": "an `out` tag on an out= op with a functional variant breaks inductor (torch 2.13+)",
 }
 
 

@@ -690,16 +690,32 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None,
 
 def _out_tags(lib: OpLibrary) -> OpLibrary:
     """Tag `out` the out= ops (Note [Tags from the schema's shape]) that have no functional
-    variant in the library (Note [The out tag])."""
+    variant in the library (Note [The out tag]); warn where an op file writes the tag on one that
+    has."""
+
     def tagged(op: Op) -> Op:
         if {"inplace", "out"} & set(op.tags) or shape_tag(op.schema) != "out" or \
                 functional_variant(lib, op) is not None:
             return op
         return dataclasses.replace(op, tags=op.tags + ("out",))
 
-    files = tuple(dataclasses.replace(f, ops=tuple(tagged(op) for op in f.ops))
-                  for f in lib.files)
-    return lib if files == lib.files else OpLibrary(files)
+    def warnings(f: OpFile) -> tuple:
+        diags = Diagnostics()
+        for op in f.ops:
+            functional = functional_variant(lib, op) if "out" in op.tags else None
+            if functional is not None:
+                diags.warning(op.loc, f"tag 'out' on {op.name}: inductor (torch 2.13 to 2.15) "
+                              f"then compiles calls of {functional.name} through this overload, "
+                              "and fails with dynamic shapes or an argument left at its default",
+                              "remove the tag: the generated Functionalize kernel already lets "
+                              "torch.compile take this op (docs/FORMAT.md, the out tag)",
+                              name="out-tag", suppress=op.suppress)
+        return f.warnings + tuple(diags.items)
+
+    files = tuple(dataclasses.replace(f, ops=tuple(tagged(op) for op in f.ops),
+                                      warnings=warnings(f)) for f in lib.files)
+    return lib if files == lib.files and all(
+        a.warnings == b.warnings for a, b in zip(files, lib.files)) else OpLibrary(files)
 
 
 # Note [Incremental loading]
