@@ -77,6 +77,10 @@ def test_autograd_python_key(tmp_path: Path, monkeypatch) -> None:
     out, diags = _render([str(path)])
     assert out == {}
     assert not [d for d in diags.items if d.severity == "note"]
+    # An op of another load of the same file is on the same path (sample checks load twice).
+    first, second = load_library([str(path)]), load_library([str(path)])
+    assert [cpp_autograd.uses_cpp(first, op) for op in second.ops] == \
+        [cpp_autograd.uses_cpp(second, op) for op in second.ops] == [False] * len(second.ops)
 
 
 @pytest.mark.slow

@@ -18,6 +18,8 @@ LIBRARY = ROOT / "build" / "libexops_ops.so"
 
 @pytest.mark.slow
 def test_libtorch_program_differentiates_ops(tmp_path: Path) -> None:
+    from torch.utils import cpp_extension
+
     from codegen import build
 
     if not LIBRARY.exists():
@@ -27,9 +29,12 @@ def test_libtorch_program_differentiates_ops(tmp_path: Path) -> None:
     exe = tmp_path / "libtorch_autograd"
     # --no-as-needed: the program references no symbol of the op library, which registers its
     # ops (and their Autograd kernels) from static initializers when loaded.
+    # The program finds torch's libraries through its own RUNPATH: the op library carries none
+    # (a wheel's library is loaded after `import torch`).
+    torch_lib = cpp_extension.library_paths()[0]
     cmd = [*var("cxx"), *var("cflags"), "-Werror", str(ROOT / "tests/cpp/libtorch_autograd.cpp"),
            "-o", str(exe), "-Wl,--no-as-needed", str(LIBRARY), f"-Wl,-rpath,{LIBRARY.parent}",
-           *var("ldflags")]
+           f"-Wl,-rpath,{torch_lib}", *var("ldflags")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}

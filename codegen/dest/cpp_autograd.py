@@ -107,12 +107,15 @@ def autograd_path(ns: str) -> str:
 
 
 def file_setting(lib: OpLibrary, op: Op) -> str | None:
-    """The `autograd:` of the op file declaring `op` (looked up by identity, once per library)."""
+    """The `autograd:` of the op file declaring `op`: looked up by identity (a map built once per
+    library), else by equality (an op of another load of the same files)."""
     settings = lib.__dict__.get("_cpp_autograd_files")
     if settings is None:
         settings = {id(o): f.autograd for f in lib.files for o in f.ops}
         lib.__dict__["_cpp_autograd_files"] = settings
-    return settings.get(id(op))
+    if id(op) in settings:
+        return settings[id(op)]
+    return next((f.autograd for f in lib.files if op in f.ops), None)
 
 
 def _is_python(op: Op) -> bool:
