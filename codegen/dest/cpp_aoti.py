@@ -111,7 +111,9 @@ def _shim_or_reason(lib: OpLibrary, op: Op) -> Shim | str:
         return "it mutates an argument"
     if op.name.overload:
         return "shims are named per op name, and this is not the default overload"
-    if not s.returns or any(not (isinstance(r.type, BaseType) and r.type.alias is None
+    if not s.returns:
+        return "it returns nothing"
+    if any(not (isinstance(r.type, BaseType) and r.type.alias is None
                                  and r.type.name is BaseTy.Tensor) for r in s.returns):
         return "it returns something other than Tensors"
     if op.name.name in _torch_shim_names():
