@@ -77,3 +77,27 @@ def test_aoti_package_with_and_without_shims(testing, tmp_path) -> None:
     assert "aoti_torch_cpu_scaled_add" not in source
     assert source.count("aoti_torch_proxy_executor_call_function(") == 3
     assert all(torch.equal(a, b) for a, b in zip(out, ref))
+
+
+@pytest.mark.slow
+def test_shim_package_loads_in_a_fresh_process_after_expose_libraries(testing, tmp_path) -> None:
+    """The model links no op library: a process that imported the package but did not expose its
+    libraries cannot resolve the shims; one that did runs the model."""
+    import subprocess
+    import sys
+
+    _compile(tmp_path, "fresh", shims=True)
+    script = ("import sys, torch, runtime\n"
+              "from runtime import _aoti\n"
+              "if sys.argv[1] == 'expose':\n"
+              "    _aoti.expose_libraries()\n"
+              f"f = torch._inductor.aoti_load_package({str(tmp_path / 'fresh.pt2')!r})\n"
+              "x = torch.randn(4, 8)\n"
+              "print(f(x, x)[0].shape)\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    ok = subprocess.run([sys.executable, "-c", script, "expose"], capture_output=True,
+                        text=True, env=env)
+    assert ok.returncode == 0 and "torch.Size([4, 8])" in ok.stdout, ok.stderr[-2000:]
+    bad = subprocess.run([sys.executable, "-c", script, "none"], capture_output=True, text=True,
+                         env=env)
+    assert bad.returncode != 0 and "undefined symbol: aoti_torch_cpu_" in bad.stderr

@@ -74,20 +74,29 @@ def c_shims() -> dict:
             for (ns, name), decls in C_SHIMS.items()}
 
 
-def use_c_shims() -> None:
-    """Point inductor's AOT compiler at the shims: `custom_ops_to_c_shims` gets `c_shims()`.
-
-    A compiled model resolves the shim symbols when it is loaded, against the op libraries this
-    process has loaded (`import` of the package): they are made global here
-    (RTLD_GLOBAL | RTLD_NOLOAD, loading nothing new). A process loading the package without
-    Python links `-l:<library>` instead (`LIBRARIES`).
-    """
-    from torch._inductor import config
-
+def expose_libraries() -> None:
+    """Make the op libraries this process has loaded (`import` of the package) global
+    (RTLD_GLOBAL | RTLD_NOLOAD, loading nothing new), so that a model compiled with the shims
+    finds their symbols when `aoti_load_package` loads it. A process loading such a model calls
+    this (or `use_c_shims()`) first."""
     from . import _loader, _manifest
 
     libraries = _loader.locate(_manifest).libraries
     for name in LIBRARIES:
         ctypes.CDLL(str(libraries / name), mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+
+
+def use_c_shims() -> None:
+    """Point inductor's AOT compiler at the shims: `custom_ops_to_c_shims` gets `c_shims()`, and
+    `expose_libraries()`.
+
+    `custom_op_libs` stays as it is: inductor passes each entry as `-l<name>` with no search
+    directory of its own, so the compiled model does not link the op libraries; it resolves the
+    shims when loaded, in a process that has imported the package. A C++ program loading the
+    model links the libraries itself (`LIBRARIES`).
+    """
+    from torch._inductor import config
+
+    expose_libraries()
     config.aot_inductor.custom_ops_to_c_shims = {
         **config.aot_inductor.custom_ops_to_c_shims, **c_shims()}
