@@ -180,7 +180,7 @@ def _context(sh: Shim) -> dict:
     op = sh.op
     sig = cpp.signature(op.schema)
     return {
-        "schema": cpp_comment(str(op.schema)),
+        "schema": cpp_comment(f"{op.namespace}::{op.name.name}"),   # defaults do not reach a shim
         "decls": {d: declaration(d, sh) for d in DEVICES},
         "function_type": sig.function_type(),
         "qualname": f"{op.namespace}::{op.name.name}",

@@ -18,7 +18,7 @@ using torch::aot_inductor::resolve_tensor_list_dispatch_flags;
 
 namespace {
 
-// exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
+// exops::scaled_add
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Scalar&)>& op_0() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_add", "")
@@ -26,7 +26,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// exops::weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction="mean") -> Tensor
+// exops::weighted_mse
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::weighted_mse", "")
@@ -34,7 +34,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// exops::soft_shrink(Tensor self, float lambd=0.5) -> Tensor
+// exops::soft_shrink
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_2() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::soft_shrink", "")
@@ -42,7 +42,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_2() {
   return handle;
 }
 
-// exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)
+// exops::moments
 const c10::TypedOperatorHandle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, bool, int64_t)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::moments", "")
@@ -50,7 +50,7 @@ const c10::TypedOperatorHandle<std::tuple<at::Tensor, at::Tensor>(const at::Tens
   return handle;
 }
 
-// exops::weighted_sum(Tensor[] tensors, float[] weights) -> Tensor
+// exops::weighted_sum
 const c10::TypedOperatorHandle<at::Tensor(at::TensorList, at::ArrayRef<double>)>& op_4() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::weighted_sum", "")
@@ -58,7 +58,7 @@ const c10::TypedOperatorHandle<at::Tensor(at::TensorList, at::ArrayRef<double>)>
   return handle;
 }
 
-// exops::pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor
+// exops::pad_end
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, c10::SymIntArrayRef, double)>& op_5() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::pad_end", "")
@@ -66,7 +66,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, c10::SymIntArrayRef
   return handle;
 }
 
-// exops::select_above(Tensor self, float threshold) -> Tensor
+// exops::select_above
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_6() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::select_above", "")
@@ -74,7 +74,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_6() {
   return handle;
 }
 
-// exops::smooth_clamp(Tensor self, float limit=1.0) -> Tensor
+// exops::smooth_clamp
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_7() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp", "")
@@ -82,7 +82,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_7() {
   return handle;
 }
 
-// exops::smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor
+// exops::smooth_clamp_backward
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_8() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp_backward", "")
@@ -90,7 +90,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
+// exops::scaled_smooth_clamp
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_9() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_smooth_clamp", "")
@@ -98,7 +98,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// exops::signbit_mask(Tensor x) -> Tensor
+// exops::signbit_mask
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_10() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::signbit_mask", "")
@@ -106,7 +106,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_10() {
   return handle;
 }
 
-// exops::row_normalize(Tensor x, float eps=1e-06) -> Tensor
+// exops::row_normalize
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_11() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize", "")
@@ -114,7 +114,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_11() {
   return handle;
 }
 
-// exops::row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor
+// exops::row_normalize_backward
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_12() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize_backward", "")
@@ -122,7 +122,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// exops::segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor
+// exops::segment_sum
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>& op_13() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::segment_sum", "")
@@ -130,7 +130,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// exops::gated_residual(Tensor x, Tensor gate) -> Tensor
+// exops::gated_residual
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_14() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::gated_residual", "")

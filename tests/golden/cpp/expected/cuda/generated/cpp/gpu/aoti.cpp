@@ -18,7 +18,7 @@ using torch::aot_inductor::resolve_tensor_list_dispatch_flags;
 
 namespace {
 
-// gpu::one(Tensor self, float factor) -> Tensor
+// gpu::one
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_0() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::one", "")
@@ -26,7 +26,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_0() {
   return handle;
 }
 
-// gpu::mix(Tensor a, Tensor? b, Tensor[] c) -> Tensor
+// gpu::mix
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, at::TensorList)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::mix", "")
@@ -34,7 +34,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const std::optional
   return handle;
 }
 
-// gpu::gather_from(Tensor self, Tensor other) -> Tensor
+// gpu::gather_from
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_2() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::gather_from", "")
@@ -42,7 +42,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return handle;
 }
 
-// gpu::unguarded(Tensor self, Tensor other) -> Tensor
+// gpu::unguarded
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::unguarded", "")
@@ -50,7 +50,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return handle;
 }
 
-// gpu::neither(Tensor self, Tensor other) -> Tensor
+// gpu::neither
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_4() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::neither", "")

@@ -18,7 +18,7 @@ using torch::aot_inductor::resolve_tensor_list_dispatch_flags;
 
 namespace {
 
-// alpha::scale(Tensor self, float factor) -> Tensor
+// alpha::scale
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_0() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("alpha::scale", "")
@@ -26,7 +26,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_0() {
   return handle;
 }
 
-// alpha::identity(Tensor self) -> Tensor
+// alpha::identity
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("alpha::identity", "")

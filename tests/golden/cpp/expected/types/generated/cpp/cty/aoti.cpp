@@ -18,7 +18,7 @@ using torch::aot_inductor::resolve_tensor_list_dispatch_flags;
 
 namespace {
 
-// cty::composite(Tensor self, int dim) -> Tensor
+// cty::composite
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, int64_t)>& op_0() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::composite", "")
@@ -26,7 +26,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, int64_t)>& op_0() {
   return handle;
 }
 
-// cty::shared_a(Tensor self) -> Tensor
+// cty::shared_a
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::shared_a", "")
@@ -34,7 +34,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
   return handle;
 }
 
-// cty::shared_b(Tensor self) -> Tensor
+// cty::shared_b
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_2() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::shared_b", "")
@@ -42,7 +42,7 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_2() {
   return handle;
 }
 
-// cty::declared_only(Tensor self, *, Scalar alpha=1) -> Tensor
+// cty::declared_only
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Scalar&)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::declared_only", "")
