@@ -101,3 +101,23 @@ def test_shim_package_loads_in_a_fresh_process_after_expose_libraries(testing, t
     bad = subprocess.run([sys.executable, "-c", script, "none"], capture_output=True, text=True,
                          env=env)
     assert bad.returncode != 0 and "undefined symbol: aoti_torch_cpu_" in bad.stderr
+
+
+def test_use_c_shims_refuses_a_shim_name_taken_by_another_namespace(testing) -> None:
+    import torch
+    from torch._inductor import config
+
+    from runtime import _aoti
+
+    lib = torch.library.Library("aoti_clash", "FRAGMENT")
+    lib.define("smooth_clamp(Tensor self, float limit=1.0) -> Tensor")
+    other = torch.ops.aoti_clash.smooth_clamp.default
+    with config.patch({"aot_inductor.custom_ops_to_c_shims": {other: ["AOTITorchError f()"]}}):
+        with pytest.raises(RuntimeError, match="exops::smooth_clamp and aoti_clash::smooth_clamp "
+                                               "would have the same name"):
+            _aoti.use_c_shims()
+    with config.patch({"aot_inductor.custom_ops_to_c_shims": {}}):
+        _aoti.use_c_shims()
+        assert config.aot_inductor.custom_ops_to_c_shims[
+            torch.ops.exops.smooth_clamp.default] == list(
+                _aoti.C_SHIMS[("exops", "smooth_clamp")])

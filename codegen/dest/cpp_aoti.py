@@ -25,8 +25,9 @@ An op gets no shim, and keeps the proxy executor, when: its namespace is on the 
 library links no libtorch C++), it mutates an argument (inductor functionalizes those), it returns
 anything but Tensors, an argument's type is outside the list above (ScalarType, Device, Layout,
 Generator, Tensor?[], ...), it is not its name's default overload, or its op name is taken by
-another namespace's op (the shim names would collide). The generated module's docstring lists
-them with the reason.
+another namespace's op of this library or by an aten op (the shim names would collide). The
+generated module's docstring lists them with the reason. Across libraries, `use_c_shims()` refuses
+an op name another namespace's shim already has in inductor's config.
 """
 
 from __future__ import annotations

@@ -66,6 +66,16 @@ def use_c_shims() -> None:
     """
     from torch._inductor import config
 
+    current = config.aot_inductor.custom_ops_to_c_shims
+    mine = c_shims()
+    # Inductor names a shim after the op name alone: two namespaces' ops of one name would call
+    # whichever library's function the process resolves first.
+    by_name = {str(op._schema.name).partition("::")[2]: op for op in current}
+    for op in mine:
+        other = by_name.get(str(op._schema.name).partition("::")[2])
+        if other is not None and other._schema.name != op._schema.name:
+            raise RuntimeError(f"the AOTInductor shims of {op._schema.name} and "
+                               f"{other._schema.name} would have the same name; compile models "
+                               "using one of them only")
     expose_libraries()
-    config.aot_inductor.custom_ops_to_c_shims = {
-        **config.aot_inductor.custom_ops_to_c_shims, **c_shims()}
+    config.aot_inductor.custom_ops_to_c_shims = {**current, **mine}
