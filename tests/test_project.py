@@ -242,8 +242,8 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
         assert names == sorted([
             f"{package}/__init__.py", f"{package}/kernels.py", f"{package}/lib{ns}_ops.so",
             *(f"{package}/_generated/{f}" for f in (
-                "__init__.py", "_loader.py", "_manifest.py", f"_reg_{ns}.py", "ops.py",
-                "ops.pyi")),
+                "__init__.py", "_aoti.py", "_loader.py", "_manifest.py", f"_reg_{ns}.py",
+                "ops.py", "ops.pyi")),
             *(f"{info}/{f}" for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD"))]), names
         wheels.append(wheel)
 
