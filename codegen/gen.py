@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from codegen import layout as L
-from codegen.dest import (cmake, cpp_autograd, cpp_kernel_index, cpp_kernels, cpp_register,
-                          cpp_stable, cpp_stamp, ninja, py_ops, py_reg, py_stubs)
+from codegen.dest import (cmake, cpp_aoti, cpp_autograd, cpp_kernel_index, cpp_kernels,
+                          cpp_register, cpp_stable, cpp_stamp, ninja, py_ops, py_reg, py_stubs)
 from codegen.rendering import banner, python_dir, set_stamp
 from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
@@ -35,6 +35,8 @@ def generators() -> list[tuple[str, Generator]]:
         ("cpp-stable", cpp_stable.generate),
         ("cpp-stamp", cpp_stamp.generate_stamps),
         ("cpp-autograd", cpp_autograd.generate),
+        ("cpp-aoti", cpp_aoti.generate),
+        ("py-aoti", cpp_aoti.generate_helper),
         ("py-ops", py_ops.generate_ops),
         ("py-manifest", py_ops.generate_manifest),
         ("py-loader", py_ops.generate_loader),

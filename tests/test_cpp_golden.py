@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_kernel_index, cpp_kernels, cpp_register, cpp_stamp, ninja, py_ops
+from codegen.dest import (cpp_aoti, cpp_kernel_index, cpp_kernels, cpp_register, cpp_stamp, ninja,
+                          py_ops)
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 from tests import expect
@@ -36,7 +37,8 @@ def render(paths: list[str]) -> dict[str, str]:
     diags = Diagnostics()
     out: dict[str, str] = {}
     for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps,
-                py_ops.generate_ops, py_ops.generate_manifest):
+                py_ops.generate_ops, py_ops.generate_manifest, cpp_aoti.generate,
+                cpp_aoti.generate_helper):
         out.update(gen(lib, diags))
     out.update(cpp_kernel_index.generate(lib, diags, out))
     # build.ninja from fixed inputs: the golden file must not depend on this checkout's files.

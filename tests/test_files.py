@@ -107,7 +107,7 @@ def test_unwritable_target_changes_nothing(tmp_path: Path) -> None:
     finally:
         runtime_dir.chmod(0o755)
     assert (proc.returncode, proc.stdout) == (1, "")
-    assert proc.stderr == ("error: cannot write generated/runtime/_manifest.py: "
+    assert proc.stderr == ("error: cannot write generated/runtime/_aoti.py: "
                            "generated/runtime is not writable\n")
     assert snapshot(root) == before
 

@@ -48,10 +48,10 @@ def test_commands_from_any_directory(tmp_path: Path) -> None:
     generated = sorted(p.relative_to(root).as_posix()
                        for p in (root / "alphaops" / "_generated").rglob("*") if p.is_file())
     assert generated == [f"alphaops/_generated/{f}" for f in (
-        "SHA256SUMS", "__init__.py", "_loader.py", "_manifest.py", "_reg_alphans.py",
+        "SHA256SUMS", "__init__.py", "_aoti.py", "_loader.py", "_manifest.py", "_reg_alphans.py",
         "build.ninja", "cpp/alphans/alphans.h", "cpp/alphans/alphans/add_scaled.h",
-        "cpp/alphans/alphans/cube.h", "cpp/alphans/alphans/twice.h", "cpp/alphans/index.json",
-        "cpp/alphans/register_alphans.cpp", "cpp/alphans/stamp.cpp", "ops.py", "ops.pyi")]
+        "cpp/alphans/alphans/cube.h", "cpp/alphans/alphans/twice.h", "cpp/alphans/aoti.cpp",
+        "cpp/alphans/index.json", "cpp/alphans/register_alphans.cpp", "cpp/alphans/stamp.cpp", "ops.py", "ops.pyi")]
     for rel in generated:
         text = (root / rel).read_text(encoding="utf-8")
         assert str(tmp_path) not in text and str(scratch.REPO) not in text, rel
@@ -242,8 +242,8 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
         assert names == sorted([
             f"{package}/__init__.py", f"{package}/kernels.py", f"{package}/lib{ns}_ops.so",
             *(f"{package}/_generated/{f}" for f in (
-                "__init__.py", "_loader.py", "_manifest.py", f"_reg_{ns}.py", "ops.py",
-                "ops.pyi")),
+                "__init__.py", "_aoti.py", "_loader.py", "_manifest.py", f"_reg_{ns}.py",
+                "ops.py", "ops.pyi")),
             *(f"{info}/{f}" for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD"))]), names
         wheels.append(wheel)
 

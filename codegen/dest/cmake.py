@@ -26,7 +26,7 @@ from codegen import config
 from codegen import layout as L
 from codegen.abi import namespace_abi
 from codegen.diagnostics import Diagnostics
-from codegen.dest import ninja
+from codegen.dest import cpp_aoti, cpp_autograd, ninja
 from codegen.model import OpLibrary
 from codegen.rendering import banner
 
@@ -39,7 +39,7 @@ class Namespace:
     library: str                       # lib<ns>_ops.so
     kernel_sources: tuple[str, ...]    # .cpp/.cc
     cuda_sources: tuple[str, ...]      # .cu
-    generated_sources: tuple[str, ...]  # registrations and the stamp
+    generated_sources: tuple[str, ...]  # registrations, C++ autograd, AOTI shims, the stamp
     stable_target: str | None          # TORCH_TARGET_VERSION of a stable namespace
 
 
@@ -221,7 +221,9 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         namespaces.append(Namespace(
             ns, L.library_file(ns), tuple(f for f in files if not f.endswith(".cu")),
             tuple(f for f in files if f.endswith(".cu")),
-            (*(s.registration for s in shs), L.stamp_path(ns)),
+            (*(s.registration for s in shs),
+             *(p for p in (cpp_autograd.paths(lib).get(ns), cpp_aoti.paths(lib).get(ns)) if p),
+             L.stamp_path(ns)),
             None if a is None else a.target_version))
     op_files = sorted({f.path for f in lib.files})
     return {cmake_path(): render(namespaces, op_files, list(dirs), banner("#", op_files),

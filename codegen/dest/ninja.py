@@ -30,7 +30,7 @@ from ninja import ninja_syntax
 from codegen import config
 from codegen.abi import namespace_abi
 from codegen.config import KERNEL_SUFFIXES
-from codegen.dest import cpp_autograd
+from codegen.dest import cpp_aoti, cpp_autograd
 from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
@@ -165,6 +165,11 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
         if autograd is not None:
             o = gen_obj(ns, autograd)
             w.build(o, "cxx", autograd, order_only=headers)
+            objects.append(o)
+        shims = cpp_aoti.paths(lib).get(ns)
+        if shims is not None:
+            o = gen_obj(ns, shims)
+            w.build(o, "cxx", shims, order_only=headers)
             objects.append(o)
         stamp = gen_obj(ns, L.stamp_path(ns))
         w.build(stamp, "stamp", L.stamp_path(ns))

@@ -60,6 +60,7 @@ add_library(opgen_alphans MODULE
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"
   "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/register_alphans.cpp"
+  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/aoti.cpp"
   "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/stamp.cpp"
 )
 set_target_properties(opgen_alphans PROPERTIES PREFIX "lib" OUTPUT_NAME "alphans_ops" SUFFIX ".so"
