@@ -2,6 +2,8 @@
 // torch/headeronly): the library loads on any torch >= the op file's min_torch.
 #include <exstable/stable.h>
 
+#include "checks.h"
+
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/Exception.h>
 
@@ -52,17 +54,6 @@ void multiply_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
   }
 }
 
-bool same_sizes(const Tensor& a, const Tensor& b) {
-  if (a.dim() != b.dim()) {
-    return false;
-  }
-  for (int64_t d = 0; d < a.dim(); ++d) {
-    if (a.size(d) != b.size(d)) {
-      return false;
-    }
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -83,9 +74,7 @@ Tensor scale_cpu_(Tensor& self, double alpha) {
 
 Tensor scale_out_cpu(const Tensor& self, double alpha, Tensor& out) {
   check_floating("exstable::scale.out", self);
-  STD_TORCH_CHECK(same_sizes(self, out) && out.scalar_type() == self.scalar_type() &&
-                      out.is_contiguous(),
-                  "exstable::scale.out: out must be contiguous, of self's shape and dtype");
+  checks::out_like(self, out);
   scale_into(torch::stable::contiguous(self), out, alpha);
   return out;
 }
@@ -96,8 +85,7 @@ Tensor masked_sum_cpu(const Tensor& self,
   check_floating("exstable::masked_sum", self);
   Tensor x = torch::stable::contiguous(self);
   if (mask.has_value()) {
-    STD_TORCH_CHECK(same_sizes(self, *mask) && mask->scalar_type() == self.scalar_type(),
-                    "exstable::masked_sum: mask must have self's shape and dtype");
+    checks::mask_like(self, *mask);
     Tensor m = torch::stable::contiguous(*mask);
     Tensor prod = torch::stable::empty_like(x);
     if (x.scalar_type() == ScalarType::Float) {

@@ -4,6 +4,8 @@
 // generated registration runs each kernel under torch::stable::accelerator::DeviceGuard.
 #include <exstable/stable.h>
 
+#include "checks.h"
+
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/headeronly/util/Exception.h>
@@ -69,17 +71,6 @@ static void multiply(const Tensor& x, const Tensor* y, const Tensor& out, double
                   cudaGetErrorString(err));
 }
 
-static bool same_sizes(const Tensor& a, const Tensor& b) {
-  if (a.dim() != b.dim()) {
-    return false;
-  }
-  for (int64_t d = 0; d < a.dim(); ++d) {
-    if (a.size(d) != b.size(d)) {
-      return false;
-    }
-  }
-  return true;
-}
 
 Tensor scale_cuda(const Tensor& self, double alpha) {
   check_cuda("exstable::scale", self);
@@ -98,9 +89,7 @@ Tensor scale_cuda_(Tensor& self, double alpha) {
 
 Tensor scale_out_cuda(const Tensor& self, double alpha, Tensor& out) {
   check_cuda("exstable::scale.out", self);
-  STD_TORCH_CHECK(same_sizes(self, out) && out.scalar_type() == self.scalar_type() &&
-                      out.is_contiguous(),
-                  "exstable::scale.out: out must be contiguous, of self's shape and dtype");
+  checks::out_like(self, out);
   multiply(torch::stable::contiguous(self), nullptr, out, alpha);
   return out;
 }
@@ -111,8 +100,7 @@ Tensor masked_sum_cuda(const Tensor& self,
   check_cuda("exstable::masked_sum", self);
   Tensor x = torch::stable::contiguous(self);
   if (mask.has_value()) {
-    STD_TORCH_CHECK(same_sizes(self, *mask) && mask->scalar_type() == self.scalar_type(),
-                    "exstable::masked_sum: mask must have self's shape and dtype");
+    checks::mask_like(self, *mask);
     Tensor m = torch::stable::contiguous(*mask);
     Tensor prod = torch::stable::empty_like(x);
     multiply(x, &m, prod, 1.0);
