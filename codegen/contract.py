@@ -40,9 +40,9 @@ def _is_not_implemented(e) -> bool:
         e.func.name == "not_implemented"
 
 
-def _implemented(formula) -> list[str]:
+def implemented_inputs(formula) -> list[str]:
     """The inputs a formula gives gradients for: not `not_implemented(...)` (nor `None` in a
-    tuple formula). Kept equal to codegen.testing's by tests/test_compat.py."""
+    tuple formula)."""
     from codegen import formulas as F
 
     e = formula.expr
@@ -54,12 +54,13 @@ def _implemented(formula) -> list[str]:
 
 def differentiable_inputs(op: Op) -> list[str]:
     """Inputs with gradients: a formula that is not `not_implemented(...)`, or every Tensor input
-    of a CompositeImplicitAutograd op (differentiated through its decomposition)."""
+    of a CompositeImplicitAutograd op (differentiated through its decomposition). The sample
+    checks (codegen.testing) differentiate exactly these."""
     from codegen.formulas import Derivatives
 
     d = op.derivatives
     if isinstance(d, Derivatives):
-        return [n for f in d.formulas for n in _implemented(f)]
+        return [n for f in d.formulas for n in implemented_inputs(f)]
     if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
         return [a.name for a in op.schema.arguments if is_tensor_like(a.type)]
     return []
