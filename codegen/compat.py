@@ -31,6 +31,7 @@ from pathlib import Path
 from codegen import contract as C
 from codegen import enums
 from codegen.diagnostics import Diagnostics, Loc
+from codegen.escape import md_code, md_text
 from codegen.model import (
     BaseTy,
     BaseType,
@@ -53,6 +54,7 @@ from codegen.model import (
     iter_types,
     without_alias,
 )
+from codegen.parse import SchemaSyntaxError, parse_schema
 
 FORMAT = 1
 STAMP = "@generated"
@@ -441,12 +443,6 @@ class Report:
         return [r for r in self.ops if r.breaks and r.declared is None]
 
 
-def _schema_of(text: str) -> FunctionSchema:
-    from codegen.parse import parse_schema
-
-    return parse_schema(text)
-
-
 def compare(lib: OpLibrary, snap: Snapshot) -> Report:
     ops: list[OpReport] = []
     present = set()
@@ -458,10 +454,8 @@ def compare(lib: OpLibrary, snap: Snapshot) -> Report:
         r = OpReport(name, old, new, op, declared=op.breaks)
         if old is not None and old != new:
             if old.schema != new.schema:
-                from codegen.parse import SchemaSyntaxError
-
                 try:
-                    old_schema = _schema_of(old.schema)
+                    old_schema = parse_schema(old.schema)
                 except SchemaSyntaxError as e:
                     r.changes.append(Change(
                         f"the snapshot's schema '{old.schema}' does not parse: {e.message}",
@@ -533,8 +527,6 @@ def diagnose(report: Report, lib: OpLibrary, snap: Snapshot, diags: Diagnostics)
 
 
 def changelog(report: Report) -> str:
-    from codegen.escape import md_code, md_text
-
     out = [f"## Op changes since {md_code(report.snapshot)}", ""]
 
     def declared(r: OpReport) -> str:

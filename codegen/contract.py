@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from codegen import formulas as F
+from codegen.formulas import Derivatives, library_calls
 from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like
+from codegen.shape import fake_of
 from codegen.tags import functional_variant
 
 DEVICES = ("CPU", "CUDA", "Meta")
@@ -34,17 +37,13 @@ COMPILE_TAGS: dict[str, str] = {
 
 
 def _is_not_implemented(e) -> bool:
-    from codegen import formulas as F
-
     return isinstance(e, F.Call) and isinstance(e.func, F.BuiltinRef) and \
         e.func.name == "not_implemented"
 
 
-def _implemented(formula) -> list[str]:
+def implemented_inputs(formula) -> list[str]:
     """The inputs a formula gives gradients for: not `not_implemented(...)` (nor `None` in a
-    tuple formula). Kept equal to codegen.testing's by tests/test_compat.py."""
-    from codegen import formulas as F
-
+    tuple formula)."""
     e = formula.expr
     if len(formula.inputs) > 1 and isinstance(e, F.TupleLit) and len(e.items) == len(formula.inputs):
         return [n for n, item in zip(formula.inputs, e.items)
@@ -54,12 +53,11 @@ def _implemented(formula) -> list[str]:
 
 def differentiable_inputs(op: Op) -> list[str]:
     """Inputs with gradients: a formula that is not `not_implemented(...)`, or every Tensor input
-    of a CompositeImplicitAutograd op (differentiated through its decomposition)."""
-    from codegen.formulas import Derivatives
-
+    of a CompositeImplicitAutograd op (differentiated through its decomposition). The sample
+    checks (codegen.testing) differentiate exactly these."""
     d = op.derivatives
     if isinstance(d, Derivatives):
-        return [n for f in d.formulas for n in _implemented(f)]
+        return [n for f in d.formulas for n in implemented_inputs(f)]
     if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
         return [a.name for a in op.schema.arguments if is_tensor_like(a.type)]
     return []
@@ -72,8 +70,6 @@ def has_autograd(op: Op) -> bool:
 def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     """None without gradients; else whether the backward is itself differentiable: every op of the
     library its formulas call has gradients (torch's own functions do)."""
-    from codegen.formulas import Derivatives, library_calls
-
     if not has_autograd(op):
         return None
     d = op.derivatives
@@ -105,8 +101,6 @@ def fake_kind(op: Op) -> str | None:
     `python` (a function), `Meta kernel`, `decomposition`, `composite kernel`, `schema` (an
     in-place, out= or `-> ()` op's outputs follow from its schema; codegen.dest.py_fake), or
     None."""
-    from codegen.shape import schema_fake
-
     if isinstance(op.fake, PyRef):
         return "python"
     if op.fake is not None:
@@ -117,7 +111,7 @@ def fake_kind(op: Op) -> str | None:
         return "decomposition"
     if op.kernel(DispatchKey.CompositeExplicitAutograd) is not None:
         return "composite kernel"
-    if op.dispatch and schema_fake(op.schema) is not None:
+    if fake_of(op) is not None:
         return "schema"
     return None
 

@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
+from codegen.contract import differentiable_inputs, implemented_inputs
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.model import (
     BaseTy,
@@ -109,7 +110,7 @@ class Case:
 
     @property
     def overload(self) -> torch._ops.OpOverload:
-        return _overload_of(self.op)
+        return _overload(self.op.name)
 
     @property
     def seed(self) -> int:
@@ -355,42 +356,8 @@ def _reseeded(op: Op, seed: int) -> Iterator[None]:
 # What an op declares
 
 
-def _is_not_implemented(e: Any) -> bool:
-    from codegen import formulas as F
-
-    return isinstance(e, F.Call) and isinstance(e.func, F.BuiltinRef) and \
-        e.func.name == "not_implemented"
-
-
-def _implemented(formula: Any) -> list[str]:
-    """The inputs a formula really gives gradients for: not `not_implemented(...)` (nor `None`
-    in a tuple formula)."""
-    from codegen import formulas as F
-
-    e = formula.expr
-    if len(formula.inputs) > 1 and isinstance(e, F.TupleLit) and \
-            len(e.items) == len(formula.inputs):
-        return [n for n, item in zip(formula.inputs, e.items)
-                if not _is_not_implemented(item) and item != F.Const(None)]
-    return [] if _is_not_implemented(e) else list(formula.inputs)
-
-
 def _composite_implicit(op: Op) -> bool:
     return op.kernel(DispatchKey.CompositeImplicitAutograd) is not None
-
-
-def differentiable_inputs(op: Op) -> list[str]:
-    """Inputs with gradients: a derivative formula that is not `not_implemented(...)`, or, for a
-    CompositeImplicitAutograd op (differentiated through its decomposition), every Tensor
-    input."""
-    from codegen.formulas import Derivatives
-
-    d = op.derivatives
-    if isinstance(d, Derivatives):
-        return [n for f in d.formulas for n in _implemented(f)]
-    if _composite_implicit(op):
-        return [a.name for a in op.schema.arguments if is_tensor_like(a.type)]
-    return []
 
 
 def differentiable_outputs(op: Op) -> list[bool]:
@@ -578,7 +545,7 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
                 m, n = _second_order_callees(callee)
                 missing += [x for x in m if x not in missing]
                 not_implemented += [x for x in n if x not in not_implemented]
-                if _has_not_implemented(_overload_of(callee)):
+                if str(callee.name) in _NOT_IMPLEMENTED:
                     not_implemented.append(str(callee.name))
         if second_order is None:
             second_order = not missing
@@ -650,12 +617,8 @@ def _op_name(overload: Any) -> str:
     return name.removesuffix(".default")
 
 
-def _overload_of(op: Op) -> torch._ops.OpOverload:
-    packet = getattr(getattr(torch.ops, op.namespace), op.name.name)
-    return getattr(packet, op.name.overload_or_default)
-
-
 def _overload(ref: Any) -> torch._ops.OpOverload:
+    """The overload of an op's name or of a formula's reference to one."""
     packet = getattr(getattr(torch.ops, ref.namespace), ref.name)
     return getattr(packet, ref.overload or "default")
 
@@ -685,7 +648,7 @@ def note_library(ops: Iterable[Op]) -> None:
     for op in ops:
         _LIBRARY_OPS[str(op.name)] = op
         d = op.derivatives
-        if isinstance(d, Derivatives) and any(set(f.inputs) - set(_implemented(f))
+        if isinstance(d, Derivatives) and any(set(f.inputs) - set(implemented_inputs(f))
                                               for f in d.formulas):
             _NOT_IMPLEMENTED.add(str(op.name))
 

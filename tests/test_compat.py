@@ -462,8 +462,8 @@ def test_example_library_matches_its_snapshot(monkeypatch, capsys):
 
 
 def test_differentiable_inputs_agree_with_the_sample_checks(monkeypatch):
-    """codegen.contract keeps its own copy (no torch import); it must say what codegen.testing
-    checks."""
+    """The snapshot records the inputs the sample checks differentiate (codegen.testing takes
+    codegen.contract's)."""
     from codegen import contract, testing
     from codegen.load import load_library
 

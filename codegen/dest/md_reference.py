@@ -6,8 +6,7 @@ kernels per dispatch key, autograd (which inputs, double backward), vmap and aut
 fake rule, tags, and its samples as calls. User text reaches the files only through
 codegen.escape's Markdown functions.
 
-Takes what it renders with as arguments (no codegen.gen): `generate(lib, diags, directory=...,
-sources=...)`.
+Takes what it renders with as arguments (no codegen.gen): `generate(lib, diags, directory=...)`.
 """
 
 from __future__ import annotations
@@ -156,14 +155,15 @@ def _autocast(op: Op) -> str:
 
 
 def _fake(op: Op) -> str:
-    kind = C.fake_kind(op)
     if isinstance(op.fake, PyRef):
         return f"{escape.md_code(str(op.fake), in_table=True)} (Python)"
     text = getattr(op.fake, "text", "")
     if text:
         return escape.md_code(text, in_table=True)
-    return {None: NO, "schema": "from the schema (returns its mutated arguments or nothing)"
-            }.get(kind, kind or NO)
+    kind = C.fake_kind(op)
+    if kind == "schema":
+        return "from the schema (returns its mutated arguments or nothing)"
+    return kind or NO
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,9 +237,7 @@ def _value(v, t, dims: dict[str, int]) -> str:
         elem = base.elem if isinstance(base, ListType) else base
         return "[" + ", ".join(_value(x, elem, dims) for x in v) + "]"
     if isinstance(base, BaseType):
-        if base.name is BaseTy.ScalarType:
-            return f"torch.{v}"
-        if base.name in (BaseTy.Layout, BaseTy.MemoryFormat):
+        if base.name in (BaseTy.ScalarType, BaseTy.Layout, BaseTy.MemoryFormat):
             return f"torch.{v}"
         if base.name is BaseTy.Device:
             return f"torch.device({escape.py_string(v)})"
