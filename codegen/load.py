@@ -710,12 +710,17 @@ def _out_tags(lib: OpLibrary) -> OpLibrary:
                               "remove the tag: the generated Functionalize kernel already lets "
                               "torch.compile take this op (docs/FORMAT.md, the out tag)",
                               name="out-tag", suppress=op.suppress)
-        return f.warnings + tuple(diags.items)
+        return tuple(diags.items)
 
-    files = tuple(dataclasses.replace(f, ops=tuple(tagged(op) for op in f.ops),
-                                      warnings=warnings(f)) for f in lib.files)
-    return lib if files == lib.files and all(
-        a.warnings == b.warnings for a, b in zip(files, lib.files)) else OpLibrary(files)
+    # Only a file with a new tag or warning is rebuilt (most libraries: none).
+    files = []
+    for f in lib.files:
+        ops = tuple(tagged(op) for op in f.ops)
+        found = warnings(f)
+        if found or any(a is not b for a, b in zip(ops, f.ops)):
+            f = dataclasses.replace(f, ops=ops, warnings=f.warnings + found)
+        files.append(f)
+    return lib if all(a is b for a, b in zip(files, lib.files)) else OpLibrary(tuple(files))
 
 
 # Note [Incremental loading]

@@ -849,10 +849,6 @@ class OpFile:
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
     autograd: str | None = None     # `autograd:` ("cpp", "python"); None: not given (cpp)
     removed: tuple[DeclaredBreak, ...] = ()     # ops removed on purpose (codegen.compat)
-    # CUDA kernels run under a device guard for the first tensor argument and check that every
-    # tensor argument is on one device (Note [CUDA device guard] in codegen/dest/cpp_register.py).
-    device_guard: bool = True
-    device_check: bool = True
 
 
 @dataclass(frozen=True)

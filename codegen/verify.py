@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from codegen import enums, reserved
-from codegen.diagnostics import Diagnostic, Diagnostics, Loc, did_you_mean, suggest
+from codegen.diagnostics import Diagnostic, Diagnostics, Loc, suggest
 from codegen.model import (
     BASE_TYPES,
     SCRIPT_ONLY_BASE,

@@ -119,7 +119,8 @@ class _Emitter:
         checks = [self.check(c) for c in rule.checks]
         resizes: list[str] = []
         outs: list[str] = []
-        if all(isinstance(m, str) for m in mutated):
+        returns_arguments = all(isinstance(m, str) for m in mutated)
+        if returns_arguments:
             if any(not is_base(r.type, BaseTy.Tensor) for r in returns):
                 raise NoCpp("a mutated return that is not a Tensor")
             # In-place and out= ops return their arguments, `-> ()` nothing; an out= argument
@@ -145,7 +146,7 @@ class _Emitter:
             body = (*checks, *resizes)
         elif len(outs) == 1:
             body = (*checks, *resizes, f"return {outs[0]};")
-        elif resizes or any(isinstance(m, str) for m in mutated):
+        elif returns_arguments:
             body = (*checks, *resizes, f"return std::tie({', '.join(outs)});")
         else:
             body = (*checks, f"return {{{', '.join(outs)}}};")

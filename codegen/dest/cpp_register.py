@@ -42,8 +42,9 @@ def _is_tensor(ctype: str) -> bool:
     return "Tensor" in ctype and "TensorOptions" not in ctype
 
 
-def guard_wrapper(b, wrapper: str, pointer: str, stable: bool) -> dict | None:
-    """The wrapper of a CUDA kernel (Note [CUDA device guard]), or None when it needs none."""
+def guard_wrapper(b, pointer: str, stable: bool) -> dict | None:
+    """The wrapper of a CUDA kernel (Note [CUDA device guard]), or None when it needs none; the
+    caller names it (`name`, `decl`)."""
     if b.key is not DispatchKey.CUDA:
         return None
     tensors = [a for a in b.sig.arguments if _is_tensor(a.type.cpp())]
@@ -56,7 +57,6 @@ def guard_wrapper(b, wrapper: str, pointer: str, stable: bool) -> dict | None:
     if not (guard or check):
         return None
     return {
-        "decl": b.sig.decl(wrapper),
         "call": f"{pointer}({', '.join(a.name for a in b.sig.arguments)})",
         "checks": [{"name": a.name, "optional": "optional" in a.type.cpp()}
                    for a in tensors] if check else [],
@@ -84,7 +84,7 @@ def group_impls(bound: Iterable, *, stable: bool = False) -> list[dict]:
         # In namespace opgen (reserved.CPP_NAMESPACE), apart from every user name.
         pointer = fresh(reserved.cpp_identifier(
             f"{L.impl_name(b.op).replace('.', '_')}_{b.key.value}"))
-        wrapper = guard_wrapper(b, f"{pointer}_guarded", pointer, stable)
+        wrapper = guard_wrapper(b, pointer, stable)
         if wrapper is not None:
             wrapper["name"] = fresh(f"{pointer}_guarded")
             wrapper["decl"] = b.sig.decl(wrapper["name"])
