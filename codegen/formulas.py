@@ -132,6 +132,7 @@ from codegen.model import (
     is_base,
     is_tensor_like,
     strip_optional,
+    is_tensor_list,
 )
 from codegen.literals import LiteralError, float_literal, int_literal, string_literal
 from codegen.shape import syntax_error, terminal_names, too_deep
@@ -771,10 +772,10 @@ class _Checker:
         Tensor[] return (`grad` is then a list, one tensor per element), or a binding of one."""
         match e:
             case GradRef(index=i) | ResultRef(index=i):
-                return _is_tensor_list(self.returns[i].type)
+                return is_tensor_list(self.returns[i].type)
             case InputRef(name=n):
                 arg = self.schema.argument(n)
-                return arg is not None and _is_tensor_list(arg.type)
+                return arg is not None and is_tensor_list(arg.type)
             case LocalRef(name=n):
                 return self.locals.get(n, False)
         return False
@@ -1064,9 +1065,6 @@ def _suggest(name: str, choices) -> str | None:
 # --------------------------------------------------------------------------------------------------
 # The derivatives section
 
-
-def _is_tensor_list(t) -> bool:
-    return is_tensor_like(t) and isinstance(strip_optional(t), ListType)
 
 
 def _differentiable_returns(schema: FunctionSchema) -> tuple[bool, ...]:

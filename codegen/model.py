@@ -234,6 +234,11 @@ def is_tensor_like(t: Type) -> bool:
     return is_base(t, BaseTy.Tensor)
 
 
+def is_tensor_list(t: Type) -> bool:
+    """Tensor[], Tensor?[] and their optional forms."""
+    return is_tensor_like(t) and isinstance(strip_optional(t), ListType)
+
+
 def annotation_of(t: Type) -> Annotation | None:
     """The annotation that describes an argument of type `t`: on the type, else on its element.
 

@@ -16,7 +16,7 @@ from codegen.dest import cpp_autograd
 from codegen.dest.py_common import (_P_COMPARE, _P_COND, _P_NOT, _P_ATOM, _P_POSTFIX, _P_UNARY,
                                     Class, Function, Section, _paren, camel, op_attr, op_name, q,
                                     qualname, reg_module_names)
-from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like,
+from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like, is_tensor_list,
                            strip_optional)
 
 if TYPE_CHECKING:
@@ -204,10 +204,10 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     args = list(schema.arguments)
 
     def is_list(a: Argument) -> bool:
-        return is_tensor_like(a.type) and isinstance(strip_optional(a.type), ListType)
+        return is_tensor_list(a.type)
 
     list_returns = [i for i, r in enumerate(schema.returns)
-                    if is_tensor_like(r.type) and isinstance(strip_optional(r.type), ListType)]
+                    if is_tensor_list(r.type)]
     if len(list_returns) > 1 or \
             any(is_list(a) and a.type != strip_optional(a.type) for a in args):
         # Several Tensor[] outputs, or an optional Tensor[] input, do not pass through an

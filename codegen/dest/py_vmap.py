@@ -28,14 +28,11 @@ from codegen.api import python as P
 from codegen.dest.py_common import Function, Section, op_attr, op_name, q, qualname, reg_module_names
 from codegen.dest.py_sources import check_signature
 from codegen.model import (BaseTy, DispatchKey, ListType, Op, PyRef, is_base, is_tensor_like,
-                           strip_optional)
+                           is_tensor_list, strip_optional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
 
-
-def _is_tensor_list(t) -> bool:
-    return is_tensor_like(t) and isinstance(strip_optional(t), ListType)
 
 
 def fallback_refuses(op: Op) -> bool:
@@ -44,7 +41,7 @@ def fallback_refuses(op: Op) -> bool:
     schema = op.schema
     return (not schema.returns
             or not all(is_base(r.type, BaseTy.Tensor) for r in schema.returns)
-            or any(_is_tensor_list(a.type) for a in schema.arguments))
+            or any(is_tensor_list(a.type) for a in schema.arguments))
 
 
 def generated_rule(op: Op) -> str | None:
