@@ -236,7 +236,6 @@ class _Builder:
         self.used_names: set[str] = set(reserved.CPP_KEYWORDS) | _APPLY_NAMES | _NAMESPACES
         self.locals: dict[str, str] = {}
         self.refs: dict[F.OpRef, Op] = {}
-        self.lambdas = 0
 
     # -- naming
     def fresh(self, name: str) -> str:
@@ -294,13 +293,11 @@ class _Builder:
         meta_locals: dict[tuple[str, str], str] = {}
         for name in saved.tensors:
             m = member(name, "saved")
-            arg = self.schema.argument(name)
             members.append(Member(m, "torch::autograd::SavedVariable",
                                   f"torch::autograd::SavedVariable({self.cname[name]}, false)"))
             releases.append(m)
             prologue.append(f"auto {self.cname[name]} = {m}.unpack();")
             self.kinds[name] = T
-            assert arg is not None
         for name in saved.tensor_lists:
             m = member(name, "saved")
             members.append(Member(m, "std::vector<torch::autograd::SavedVariable>",
