@@ -172,13 +172,13 @@ def shim_name(device: str, op: Op) -> str:
     return f"aoti_torch_{device}_{op.name.name}"
 
 
-def _ret_decls(n: int) -> list[str]:
-    return [f"AtenTensorHandle* r{i}" for i in range(n)]
+def _c_params(sh: Shim) -> list[str]:
+    return [d for p in sh.params for d in p.decls] + [f"AtenTensorHandle* r{i}"
+                                                       for i in range(sh.returns)]
 
 
 def declaration(device: str, sh: Shim) -> str:
-    params = [d for p in sh.params for d in p.decls] + _ret_decls(sh.returns)
-    return f"AOTITorchError {shim_name(device, sh.op)}({', '.join(params)})"
+    return f"AOTITorchError {shim_name(device, sh.op)}({', '.join(_c_params(sh))})"
 
 
 def _context(sh: Shim) -> dict:
@@ -188,6 +188,8 @@ def _context(sh: Shim) -> dict:
     return {
         "schema": cpp_comment(f"{op.namespace}::{op.name.name}"),   # defaults do not reach a shim
         "decls": {d: declaration(d, sh) for d in DEVICES},
+        "params": ", ".join(_c_params(sh)),
+        "forward": ", ".join(d.rpartition(" ")[2] for d in _c_params(sh)),
         "function_type": sig.function_type(),
         "qualname": f"{op.namespace}::{op.name.name}",
         "args": [p.expr for p in sh.params],
