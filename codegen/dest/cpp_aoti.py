@@ -202,7 +202,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     shims, _ = plan(lib)
     out: dict[str, str] = {}
     for ns, shs in shims.items():
-        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        sources = sorted({s.file.path for s in shards(lib)[ns]})
         out[aoti_path(ns)] = render("cpp_aoti.cpp.j2", banner=banner("//", sources), ns=ns,
                                     devices=DEVICES, shims=[_context(s) for s in shs])
     return out

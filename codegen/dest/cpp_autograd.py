@@ -35,7 +35,7 @@ from codegen import reserved
 from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics
-from codegen.layout import cached_signature, per_object
+from codegen.layout import cached_signature, per_object, shards
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
                            is_tensor_like, strip_optional)
@@ -877,7 +877,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         plans = [p for p in (plan(lib, op) for op in lib.in_namespace(ns)) if p is not None]
         if not plans:
             continue
-        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        sources = sorted({s.file.path for s in shards(lib)[ns]})
         called: dict[str, Op] = {}
         for p in plans:
             for target in p.calls:
