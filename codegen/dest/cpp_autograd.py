@@ -35,7 +35,7 @@ from codegen import reserved
 from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics
-from codegen.layout import cached_signature, per_object, shards
+from codegen.layout import cached_signature, impl_name, per_object, shards
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
                            is_tensor_like, strip_optional)
@@ -844,7 +844,8 @@ def kernel_context(p: Plan) -> dict:
     results = [f"std::get<{i}>(opgen_result)" if p.returns_tuple else "opgen_result"
                for i in range(len(op.schema.returns))]
     return {
-        "qualname": str(op.name) if op.name.namespace else f"{op.namespace}::{op.name}",
+        "qualname": f"{op.namespace}::{op.name.name}",     # findSchemaOrThrow takes the overload apart
+        "display": f"{op.namespace}::{impl_name(op)}",
         "schema": str(op.schema),
         "cls": p.cls,
         "kernel": p.kernel,
@@ -862,8 +863,7 @@ def kernel_context(p: Plan) -> dict:
         "history": [results[i] for i in p.diff_returns],
         "no_history": [results[i] for i in range(len(results)) if i not in p.diff_returns],
         "saved_results": [(m, results[i]) for m, i in p.saved_results],
-        "impl_name": str(op.name.name) + (f".{op.name.overload}" if op.name.overload
-                                          else ""),
+        "impl_name": impl_name(op),
     }
 
 
