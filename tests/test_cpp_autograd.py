@@ -83,6 +83,25 @@ def test_autograd_python_key(tmp_path: Path, monkeypatch) -> None:
         [cpp_autograd.uses_cpp(second, op) for op in second.ops] == [False] * len(second.ops)
 
 
+
+def test_overload_is_looked_up_by_name_and_overload(tmp_path: Path) -> None:
+    """The Autograd kernel finds an overload as `findSchemaOrThrow("ns::name", "overload")` (a
+    name with the overload in it names no schema, and the kernel would throw on every call)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: ovl\nops:\n"
+                    "  - func: shrink.lo(Tensor self, float lambd=0.5) -> Tensor\n"
+                    "    dispatch: {CPU: shrink_lo_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad * lambd\n")
+    out, diags = _render([str(path)])
+    assert not diags.has_errors
+    (text,) = out.values()
+    assert '.findSchemaOrThrow("ovl::shrink", "lo")' in text
+    assert '"ovl::shrink.lo has no forward-mode derivative' in text
+    assert 'm.impl("shrink.lo", TORCH_FN(shrink__lo_autograd));' in text
+
+
 @pytest.mark.slow
 def test_golden_autograd_compiles(tmp_path: Path, monkeypatch) -> None:
     """The translator's output is valid C++ over ATen, free of warnings (-Werror)."""

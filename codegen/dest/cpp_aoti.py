@@ -39,7 +39,7 @@ from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics
 from codegen.escape import cpp_comment, py_string
-from codegen.layout import library_file, shards
+from codegen.layout import cached_signature, library_file, per_object, shards
 from codegen.model import BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType
 from codegen.torch_namespaces import recorded
 from codegen.rendering import banner, output_dir, python_dir, render
@@ -104,7 +104,7 @@ class Shim:
     returns: int                # how many Tensors it returns
 
 
-def _shim_or_reason(lib: OpLibrary, op: Op) -> Shim | str:
+def _shim_or_reason(lib: OpLibrary, op: Op, namespaces: dict[str, set[str]]) -> Shim | str:
     s = op.schema
     if namespace_abi(lib, op.namespace) is not None:
         return "its namespace is on the stable ABI"
@@ -119,8 +119,7 @@ def _shim_or_reason(lib: OpLibrary, op: Op) -> Shim | str:
         return "it returns something other than Tensors"
     if op.name.name in _torch_shim_names():
         return "torch's own AOTInductor shims use its shim name (an aten op of that name)"
-    others = sorted({o.namespace for o in lib.ops
-                     if o.name.name == op.name.name and o.namespace != op.namespace})
+    others = sorted(namespaces[op.name.name] - {op.namespace})
     if others:
         return f"namespace {others[0]} has an op of the same name (the shim names would collide)"
     params = []
@@ -144,14 +143,19 @@ def _torch_shim_names() -> frozenset[str]:
     return frozenset(names)
 
 
+@per_object
 def plan(lib: OpLibrary) -> tuple[dict[str, list[Shim]], list[tuple[Op, str]]]:
-    """namespace -> its shims, and (op, why it has none) for the rest (full-ABI ops only)."""
+    """namespace -> its shims, and (op, why it has none) for the rest (full-ABI ops only).
+    Once per library: both generators, ninja and cmake ask."""
+    namespaces: dict[str, set[str]] = {}     # op name -> the namespaces with an op of that name
+    for op in lib.ops:
+        namespaces.setdefault(op.name.name, set()).add(op.namespace)
     shims: dict[str, list[Shim]] = {}
     skipped: list[tuple[Op, str]] = []
     for ns, shs in shards(lib).items():
         for sh in shs:
             for op in sh.ops:
-                r = _shim_or_reason(lib, op)
+                r = _shim_or_reason(lib, op, namespaces)
                 if isinstance(r, str):
                     if namespace_abi(lib, ns) is None:
                         skipped.append((op, r))
@@ -168,21 +172,24 @@ def shim_name(device: str, op: Op) -> str:
     return f"aoti_torch_{device}_{op.name.name}"
 
 
-def _ret_decls(n: int) -> list[str]:
-    return [f"AtenTensorHandle* r{i}" for i in range(n)]
+def _c_params(sh: Shim) -> list[str]:
+    return [d for p in sh.params for d in p.decls] + [f"AtenTensorHandle* r{i}"
+                                                       for i in range(sh.returns)]
 
 
 def declaration(device: str, sh: Shim) -> str:
-    params = [d for p in sh.params for d in p.decls] + _ret_decls(sh.returns)
-    return f"AOTITorchError {shim_name(device, sh.op)}({', '.join(params)})"
+    return f"AOTITorchError {shim_name(device, sh.op)}({', '.join(_c_params(sh))})"
 
 
 def _context(sh: Shim) -> dict:
     op = sh.op
-    sig = cpp.signature(op.schema)
+    sig = cached_signature(op.schema)
+    assert isinstance(sig, cpp.CppSignature)    # every type a shim carries has a C++ binding
     return {
         "schema": cpp_comment(f"{op.namespace}::{op.name.name}"),   # defaults do not reach a shim
         "decls": {d: declaration(d, sh) for d in DEVICES},
+        "params": ", ".join(_c_params(sh)),
+        "forward": ", ".join(d.rpartition(" ")[2] for d in _c_params(sh)),
         "function_type": sig.function_type(),
         "qualname": f"{op.namespace}::{op.name.name}",
         "args": [p.expr for p in sh.params],
@@ -195,7 +202,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     shims, _ = plan(lib)
     out: dict[str, str] = {}
     for ns, shs in shims.items():
-        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        sources = sorted({s.file.path for s in shards(lib)[ns]})
         out[aoti_path(ns)] = render("cpp_aoti.cpp.j2", banner=banner("//", sources), ns=ns,
                                     devices=DEVICES, shims=[_context(s) for s in shs])
     return out

@@ -35,6 +35,7 @@ from codegen import reserved
 from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.diagnostics import Diagnostics
+from codegen.layout import cached_signature, impl_name, per_object, shards
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
                            is_tensor_like, strip_optional)
@@ -109,13 +110,15 @@ def autograd_path(ns: str) -> str:
 def file_setting(lib: OpLibrary, op: Op) -> str | None:
     """The `autograd:` of the op file declaring `op`: looked up by identity (a map built once per
     library), else by equality (an op of another load of the same files)."""
-    settings = lib.__dict__.get("_cpp_autograd_files")
-    if settings is None:
-        settings = {id(o): f.autograd for f in lib.files for o in f.ops}
-        lib.__dict__["_cpp_autograd_files"] = settings
+    settings = _file_settings(lib)
     if id(op) in settings:
         return settings[id(op)]
     return next((f.autograd for f in lib.files if op in f.ops), None)
+
+
+@per_object
+def _file_settings(lib: OpLibrary) -> dict[int, str | None]:
+    return {id(o): f.autograd for f in lib.files for o in f.ops}
 
 
 def _is_python(op: Op) -> bool:
@@ -175,9 +178,8 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
         return "its op file says 'autograd: python'"
     if _is_python(op):
         return "its kernels are Python functions"
-    try:
-        sig = cpp.signature(op.schema)
-    except cpp.Unsupported:
+    sig = cached_signature(op.schema)
+    if isinstance(sig, cpp.Unsupported):
         return "its schema has no C++ binding"
     try:
         return _Builder(lib, op, d, sig).build()
@@ -190,9 +192,14 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
         return f"its formulas use {why}, which the C++ translation does not carry"
 
 
+@per_object
+def _plans(lib: OpLibrary) -> dict[int, tuple[Op, Plan | str | None]]:
+    return {}   # id(op) -> (op, its plan); the op is kept so that its id is not reused
+
+
 def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
     # Once per op of a library (the library is frozen; py_reg, check and this module ask).
-    cache = lib.__dict__.setdefault("_cpp_autograd_plans", {})
+    cache = _plans(lib)
     if id(op) not in cache:
         cache[id(op)] = (op, _plan_uncached(lib, op))
     return cache[id(op)][1]
@@ -229,7 +236,6 @@ class _Builder:
         self.used_names: set[str] = set(reserved.CPP_KEYWORDS) | _APPLY_NAMES | _NAMESPACES
         self.locals: dict[str, str] = {}
         self.refs: dict[F.OpRef, Op] = {}
-        self.lambdas = 0
 
     # -- naming
     def fresh(self, name: str) -> str:
@@ -255,9 +261,7 @@ class _Builder:
                 raise NotCpp(f"its formulas call {target.name}, which has no derivatives "
                              "(the Python path makes the op differentiable once, with an error "
                              "naming it on a second backward)")
-            try:
-                cpp.signature(target.schema)
-            except cpp.Unsupported:
+            if isinstance(cached_signature(target.schema), cpp.Unsupported):
                 raise NotCpp(f"its formulas call {target.name}, whose schema has no C++ binding")
             if len(target.schema.returns) != 1 or strip_optional(target.schema.returns[0].type) \
                     != BaseType(BaseTy.Tensor):
@@ -289,13 +293,11 @@ class _Builder:
         meta_locals: dict[tuple[str, str], str] = {}
         for name in saved.tensors:
             m = member(name, "saved")
-            arg = self.schema.argument(name)
             members.append(Member(m, "torch::autograd::SavedVariable",
                                   f"torch::autograd::SavedVariable({self.cname[name]}, false)"))
             releases.append(m)
             prologue.append(f"auto {self.cname[name]} = {m}.unpack();")
             self.kinds[name] = T
-            assert arg is not None
         for name in saved.tensor_lists:
             m = member(name, "saved")
             members.append(Member(m, "std::vector<torch::autograd::SavedVariable>",
@@ -675,7 +677,8 @@ class _Builder:
             raise NotCpp("a call with keyword arguments")
         if isinstance(func, F.OpRef):
             target = self.refs[func]
-            tsig = cpp.signature(target.schema)
+            tsig = cached_signature(target.schema)
+            assert isinstance(tsig, cpp.CppSignature)   # build() refused the op otherwise
             parts = [self.expr(a) for a in e.args]
             if len(parts) > len(tsig.arguments):
                 raise NotCpp(f"a call of {target.name} with too many arguments")
@@ -841,7 +844,8 @@ def kernel_context(p: Plan) -> dict:
     results = [f"std::get<{i}>(opgen_result)" if p.returns_tuple else "opgen_result"
                for i in range(len(op.schema.returns))]
     return {
-        "qualname": str(op.name) if op.name.namespace else f"{op.namespace}::{op.name}",
+        "qualname": f"{op.namespace}::{op.name.name}",     # findSchemaOrThrow takes the overload apart
+        "display": f"{op.namespace}::{impl_name(op)}",
         "schema": str(op.schema),
         "cls": p.cls,
         "kernel": p.kernel,
@@ -859,8 +863,7 @@ def kernel_context(p: Plan) -> dict:
         "history": [results[i] for i in p.diff_returns],
         "no_history": [results[i] for i in range(len(results)) if i not in p.diff_returns],
         "saved_results": [(m, results[i]) for m, i in p.saved_results],
-        "impl_name": str(op.name.name) + (f".{op.name.overload}" if op.name.overload
-                                          else ""),
+        "impl_name": impl_name(op),
     }
 
 
@@ -874,14 +877,14 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         plans = [p for p in (plan(lib, op) for op in lib.in_namespace(ns)) if p is not None]
         if not plans:
             continue
-        sources = sorted({f.path for f in lib.files if any(op.namespace == ns for op in f.ops)})
+        sources = sorted({s.file.path for s in shards(lib)[ns]})
         called: dict[str, Op] = {}
         for p in plans:
             for target in p.calls:
                 called.setdefault(handle_name(target), target)
         handles = [{"name": name, "qualname": f"{t.namespace}::{t.name.name}",
                     "overload": t.name.overload or "",
-                    "function_type": cpp.signature(t.schema).function_type()}
+                    "function_type": cached_signature(t.schema).function_type()}
                    for name, t in sorted(called.items())]
         out[autograd_path(ns)] = render(
             "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,

@@ -2,7 +2,8 @@
 
 // AOTInductor C shims of namespace exops (Note [AOTInductor C shims] in
 // codegen/dest/cpp_aoti.py): a model compiled after `use_c_shims()` calls these directly instead
-// of going through its proxy executor. Each calls the op through the dispatcher, as eager does.
+// of going through its proxy executor. Each calls the op through the dispatcher, as eager does;
+// an op's shims for every device share one body, `shim_<i>`.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -26,12 +27,37 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
+AOTITorchError shim_0(AtenTensorHandle a_self, AtenTensorHandle a_other, double a_alpha, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_0().call(
+        resolve_tensor_dispatch_flags(a_self),
+        resolve_tensor_dispatch_flags(a_other),
+        c10::Scalar(a_alpha)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::weighted_mse
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::weighted_mse", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view)>();
   return handle;
+}
+
+AOTITorchError shim_1(AtenTensorHandle a_input, AtenTensorHandle a_target, AtenTensorHandle* a_weight, const char* a_reduction, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_1().call(
+        resolve_tensor_dispatch_flags(a_input),
+        resolve_tensor_dispatch_flags(a_target),
+        resolve_tensor_dispatch_flags(a_weight),
+        c10::string_view(a_reduction)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::soft_shrink
@@ -42,12 +68,37 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_2() {
   return handle;
 }
 
+AOTITorchError shim_2(AtenTensorHandle a_self, double a_lambd, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_2().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_lambd
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::moments
 const c10::TypedOperatorHandle<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, bool, int64_t)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::moments", "")
       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, at::IntArrayRef, bool, int64_t)>();
   return handle;
+}
+
+AOTITorchError shim_3(AtenTensorHandle a_self, const int64_t* a_dim, int64_t a_dim_len_, int32_t a_keepdim, int64_t a_correction, AtenTensorHandle* r0, AtenTensorHandle* r1) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_3().call(
+        resolve_tensor_dispatch_flags(a_self),
+        c10::IntArrayRef(a_dim, a_dim_len_),
+        static_cast<bool>(a_keepdim),
+        a_correction
+    );
+    *r0 = new_tensor_handle(std::move(std::get<0>(result)));
+    *r1 = new_tensor_handle(std::move(std::get<1>(result)));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::weighted_sum
@@ -58,12 +109,35 @@ const c10::TypedOperatorHandle<at::Tensor(at::TensorList, at::ArrayRef<double>)>
   return handle;
 }
 
+AOTITorchError shim_4(const AtenTensorHandle* a_tensors, int64_t a_tensors_len_, const double* a_weights, int64_t a_weights_len_, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_4().call(
+        resolve_tensor_list_dispatch_flags(a_tensors, a_tensors_len_),
+        c10::ArrayRef<double>(a_weights, a_weights_len_)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::pad_end
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, c10::SymIntArrayRef, double)>& op_5() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::pad_end", "")
       .typed<at::Tensor(const at::Tensor&, c10::SymIntArrayRef, double)>();
   return handle;
+}
+
+AOTITorchError shim_5(AtenTensorHandle a_self, const int64_t* a_pad, int64_t a_pad_len_, double a_value, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_5().call(
+        resolve_tensor_dispatch_flags(a_self),
+        c10::fromIntArrayRefSlow(c10::IntArrayRef(a_pad, a_pad_len_)),
+        a_value
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::select_above
@@ -74,12 +148,34 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_6() {
   return handle;
 }
 
+AOTITorchError shim_6(AtenTensorHandle a_self, double a_threshold, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_6().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_threshold
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::smooth_clamp
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_7() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return handle;
+}
+
+AOTITorchError shim_7(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_7().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_limit
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::smooth_clamp_backward
@@ -90,12 +186,36 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
+AOTITorchError shim_8(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_8().call(
+        resolve_tensor_dispatch_flags(a_grad_output),
+        resolve_tensor_dispatch_flags(a_self),
+        a_limit
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::scaled_smooth_clamp
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_9() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return handle;
+}
+
+AOTITorchError shim_9(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_9().call(
+        resolve_tensor_dispatch_flags(a_self),
+        resolve_tensor_dispatch_flags(a_scale),
+        a_limit
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::signbit_mask
@@ -106,12 +226,33 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_10() {
   return handle;
 }
 
+AOTITorchError shim_10(AtenTensorHandle a_x, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_10().call(
+        resolve_tensor_dispatch_flags(a_x)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::row_normalize
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_11() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return handle;
+}
+
+AOTITorchError shim_11(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_11().call(
+        resolve_tensor_dispatch_flags(a_x),
+        a_eps
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::row_normalize_backward
@@ -122,12 +263,36 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
+AOTITorchError shim_12(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_12().call(
+        resolve_tensor_dispatch_flags(a_grad),
+        resolve_tensor_dispatch_flags(a_x),
+        a_eps
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::segment_sum
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>& op_13() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::segment_sum", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>();
   return handle;
+}
+
+AOTITorchError shim_13(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_13().call(
+        resolve_tensor_dispatch_flags(a_values),
+        resolve_tensor_dispatch_flags(a_segment_ids),
+        c10::SymInt(a_num_segments)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // exops::gated_residual
@@ -138,358 +303,139 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return handle;
 }
 
+AOTITorchError shim_14(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_14().call(
+        resolve_tensor_dispatch_flags(a_x),
+        resolve_tensor_dispatch_flags(a_gate)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_scaled_add(AtenTensorHandle a_self, AtenTensorHandle a_other, double a_alpha, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other),
-        c10::Scalar(a_alpha)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_other, a_alpha, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_scaled_add(AtenTensorHandle a_self, AtenTensorHandle a_other, double a_alpha, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other),
-        c10::Scalar(a_alpha)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_other, a_alpha, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_weighted_mse(AtenTensorHandle a_input, AtenTensorHandle a_target, AtenTensorHandle* a_weight, const char* a_reduction, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_input),
-        resolve_tensor_dispatch_flags(a_target),
-        resolve_tensor_dispatch_flags(a_weight),
-        c10::string_view(a_reduction)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_input, a_target, a_weight, a_reduction, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_weighted_mse(AtenTensorHandle a_input, AtenTensorHandle a_target, AtenTensorHandle* a_weight, const char* a_reduction, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_input),
-        resolve_tensor_dispatch_flags(a_target),
-        resolve_tensor_dispatch_flags(a_weight),
-        c10::string_view(a_reduction)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_input, a_target, a_weight, a_reduction, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_soft_shrink(AtenTensorHandle a_self, double a_lambd, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_lambd
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_2(a_self, a_lambd, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_soft_shrink(AtenTensorHandle a_self, double a_lambd, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_lambd
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_2(a_self, a_lambd, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_moments(AtenTensorHandle a_self, const int64_t* a_dim, int64_t a_dim_len_, int32_t a_keepdim, int64_t a_correction, AtenTensorHandle* r0, AtenTensorHandle* r1) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
-        resolve_tensor_dispatch_flags(a_self),
-        c10::IntArrayRef(a_dim, a_dim_len_),
-        static_cast<bool>(a_keepdim),
-        a_correction
-    );
-    *r0 = new_tensor_handle(std::move(std::get<0>(result)));
-    *r1 = new_tensor_handle(std::move(std::get<1>(result)));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_3(a_self, a_dim, a_dim_len_, a_keepdim, a_correction, r0, r1);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_moments(AtenTensorHandle a_self, const int64_t* a_dim, int64_t a_dim_len_, int32_t a_keepdim, int64_t a_correction, AtenTensorHandle* r0, AtenTensorHandle* r1) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
-        resolve_tensor_dispatch_flags(a_self),
-        c10::IntArrayRef(a_dim, a_dim_len_),
-        static_cast<bool>(a_keepdim),
-        a_correction
-    );
-    *r0 = new_tensor_handle(std::move(std::get<0>(result)));
-    *r1 = new_tensor_handle(std::move(std::get<1>(result)));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_3(a_self, a_dim, a_dim_len_, a_keepdim, a_correction, r0, r1);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_weighted_sum(const AtenTensorHandle* a_tensors, int64_t a_tensors_len_, const double* a_weights, int64_t a_weights_len_, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_4().call(
-        resolve_tensor_list_dispatch_flags(a_tensors, a_tensors_len_),
-        c10::ArrayRef<double>(a_weights, a_weights_len_)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_4(a_tensors, a_tensors_len_, a_weights, a_weights_len_, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_weighted_sum(const AtenTensorHandle* a_tensors, int64_t a_tensors_len_, const double* a_weights, int64_t a_weights_len_, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_4().call(
-        resolve_tensor_list_dispatch_flags(a_tensors, a_tensors_len_),
-        c10::ArrayRef<double>(a_weights, a_weights_len_)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_4(a_tensors, a_tensors_len_, a_weights, a_weights_len_, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_pad_end(AtenTensorHandle a_self, const int64_t* a_pad, int64_t a_pad_len_, double a_value, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_5().call(
-        resolve_tensor_dispatch_flags(a_self),
-        c10::fromIntArrayRefSlow(c10::IntArrayRef(a_pad, a_pad_len_)),
-        a_value
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_5(a_self, a_pad, a_pad_len_, a_value, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_pad_end(AtenTensorHandle a_self, const int64_t* a_pad, int64_t a_pad_len_, double a_value, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_5().call(
-        resolve_tensor_dispatch_flags(a_self),
-        c10::fromIntArrayRefSlow(c10::IntArrayRef(a_pad, a_pad_len_)),
-        a_value
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_5(a_self, a_pad, a_pad_len_, a_value, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_select_above(AtenTensorHandle a_self, double a_threshold, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_6().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_threshold
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_6(a_self, a_threshold, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_select_above(AtenTensorHandle a_self, double a_threshold, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_6().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_threshold
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_6(a_self, a_threshold, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_smooth_clamp(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_7().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_limit
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_7(a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_smooth_clamp(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_7().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_limit
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_7(a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_smooth_clamp_backward(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_8().call(
-        resolve_tensor_dispatch_flags(a_grad_output),
-        resolve_tensor_dispatch_flags(a_self),
-        a_limit
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_8(a_grad_output, a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_smooth_clamp_backward(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_8().call(
-        resolve_tensor_dispatch_flags(a_grad_output),
-        resolve_tensor_dispatch_flags(a_self),
-        a_limit
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_8(a_grad_output, a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_scaled_smooth_clamp(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_9().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_scale),
-        a_limit
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_9(a_self, a_scale, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_scaled_smooth_clamp(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_9().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_scale),
-        a_limit
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_9(a_self, a_scale, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_signbit_mask(AtenTensorHandle a_x, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_10().call(
-        resolve_tensor_dispatch_flags(a_x)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_10(a_x, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_signbit_mask(AtenTensorHandle a_x, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_10().call(
-        resolve_tensor_dispatch_flags(a_x)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_10(a_x, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_row_normalize(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_11().call(
-        resolve_tensor_dispatch_flags(a_x),
-        a_eps
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_11(a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_row_normalize(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_11().call(
-        resolve_tensor_dispatch_flags(a_x),
-        a_eps
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_11(a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_row_normalize_backward(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_12().call(
-        resolve_tensor_dispatch_flags(a_grad),
-        resolve_tensor_dispatch_flags(a_x),
-        a_eps
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_12(a_grad, a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_row_normalize_backward(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_12().call(
-        resolve_tensor_dispatch_flags(a_grad),
-        resolve_tensor_dispatch_flags(a_x),
-        a_eps
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_12(a_grad, a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_segment_sum(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_13().call(
-        resolve_tensor_dispatch_flags(a_values),
-        resolve_tensor_dispatch_flags(a_segment_ids),
-        c10::SymInt(a_num_segments)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_13(a_values, a_segment_ids, a_num_segments, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_segment_sum(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_13().call(
-        resolve_tensor_dispatch_flags(a_values),
-        resolve_tensor_dispatch_flags(a_segment_ids),
-        c10::SymInt(a_num_segments)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_13(a_values, a_segment_ids, a_num_segments, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_gated_residual(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_14().call(
-        resolve_tensor_dispatch_flags(a_x),
-        resolve_tensor_dispatch_flags(a_gate)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_14(a_x, a_gate, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_gated_residual(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_14().call(
-        resolve_tensor_dispatch_flags(a_x),
-        resolve_tensor_dispatch_flags(a_gate)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_14(a_x, a_gate, r0);
 }
 
 }  // extern "C"

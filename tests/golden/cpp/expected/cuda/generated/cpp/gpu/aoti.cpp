@@ -2,7 +2,8 @@
 
 // AOTInductor C shims of namespace gpu (Note [AOTInductor C shims] in
 // codegen/dest/cpp_aoti.py): a model compiled after `use_c_shims()` calls these directly instead
-// of going through its proxy executor. Each calls the op through the dispatcher, as eager does.
+// of going through its proxy executor. Each calls the op through the dispatcher, as eager does;
+// an op's shims for every device share one body, `shim_<i>`.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -26,12 +27,35 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_0() {
   return handle;
 }
 
+AOTITorchError shim_0(AtenTensorHandle a_self, double a_factor, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_0().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_factor
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // gpu::mix
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, at::TensorList)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::mix", "")
       .typed<at::Tensor(const at::Tensor&, const std::optional<at::Tensor>&, at::TensorList)>();
   return handle;
+}
+
+AOTITorchError shim_1(AtenTensorHandle a_a, AtenTensorHandle* a_b, const AtenTensorHandle* a_c, int64_t a_c_len_, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_1().call(
+        resolve_tensor_dispatch_flags(a_a),
+        resolve_tensor_dispatch_flags(a_b),
+        resolve_tensor_list_dispatch_flags(a_c, a_c_len_)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // gpu::gather_from
@@ -42,12 +66,34 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return handle;
 }
 
+AOTITorchError shim_2(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_2().call(
+        resolve_tensor_dispatch_flags(a_self),
+        resolve_tensor_dispatch_flags(a_other)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // gpu::unguarded
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("gpu::unguarded", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
   return handle;
+}
+
+AOTITorchError shim_3(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_3().call(
+        resolve_tensor_dispatch_flags(a_self),
+        resolve_tensor_dispatch_flags(a_other)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // gpu::neither
@@ -58,120 +104,59 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>
   return handle;
 }
 
+AOTITorchError shim_4(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_4().call(
+        resolve_tensor_dispatch_flags(a_self),
+        resolve_tensor_dispatch_flags(a_other)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_one(AtenTensorHandle a_self, double a_factor, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_factor
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_factor, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_one(AtenTensorHandle a_self, double a_factor, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_factor
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_factor, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_mix(AtenTensorHandle a_a, AtenTensorHandle* a_b, const AtenTensorHandle* a_c, int64_t a_c_len_, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_a),
-        resolve_tensor_dispatch_flags(a_b),
-        resolve_tensor_list_dispatch_flags(a_c, a_c_len_)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_a, a_b, a_c, a_c_len_, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_mix(AtenTensorHandle a_a, AtenTensorHandle* a_b, const AtenTensorHandle* a_c, int64_t a_c_len_, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_a),
-        resolve_tensor_dispatch_flags(a_b),
-        resolve_tensor_list_dispatch_flags(a_c, a_c_len_)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_a, a_b, a_c, a_c_len_, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_gather_from(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_2(a_self, a_other, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_gather_from(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_2(a_self, a_other, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_unguarded(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_3(a_self, a_other, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_unguarded(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_3(a_self, a_other, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_neither(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_4().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_4(a_self, a_other, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_neither(AtenTensorHandle a_self, AtenTensorHandle a_other, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_4().call(
-        resolve_tensor_dispatch_flags(a_self),
-        resolve_tensor_dispatch_flags(a_other)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_4(a_self, a_other, r0);
 }
 
 }  // extern "C"

@@ -2,7 +2,8 @@
 
 // AOTInductor C shims of namespace alpha (Note [AOTInductor C shims] in
 // codegen/dest/cpp_aoti.py): a model compiled after `use_c_shims()` calls these directly instead
-// of going through its proxy executor. Each calls the op through the dispatcher, as eager does.
+// of going through its proxy executor. Each calls the op through the dispatcher, as eager does;
+// an op's shims for every device share one body, `shim_<i>`.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -26,6 +27,17 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_0() {
   return handle;
 }
 
+AOTITorchError shim_0(AtenTensorHandle a_self, double a_factor, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_0().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_factor
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // alpha::identity
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
@@ -34,50 +46,34 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
   return handle;
 }
 
+AOTITorchError shim_1(AtenTensorHandle a_self, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_1().call(
+        resolve_tensor_dispatch_flags(a_self)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_scale(AtenTensorHandle a_self, double a_factor, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_factor
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_factor, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_scale(AtenTensorHandle a_self, double a_factor, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_factor
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_factor, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_identity(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_self)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_identity(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_self)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_self, r0);
 }
 
 }  // extern "C"

@@ -2,7 +2,8 @@
 
 // AOTInductor C shims of namespace cty (Note [AOTInductor C shims] in
 // codegen/dest/cpp_aoti.py): a model compiled after `use_c_shims()` calls these directly instead
-// of going through its proxy executor. Each calls the op through the dispatcher, as eager does.
+// of going through its proxy executor. Each calls the op through the dispatcher, as eager does;
+// an op's shims for every device share one body, `shim_<i>`.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -26,12 +27,33 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, int64_t)>& op_0() {
   return handle;
 }
 
+AOTITorchError shim_0(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_0().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_dim
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // cty::shared_a
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::shared_a", "")
       .typed<at::Tensor(const at::Tensor&)>();
   return handle;
+}
+
+AOTITorchError shim_1(AtenTensorHandle a_self, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_1().call(
+        resolve_tensor_dispatch_flags(a_self)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
 }
 
 // cty::shared_b
@@ -42,6 +64,16 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_2() {
   return handle;
 }
 
+AOTITorchError shim_2(AtenTensorHandle a_self, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_2().call(
+        resolve_tensor_dispatch_flags(a_self)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // cty::declared_only
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Scalar&)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
@@ -50,92 +82,51 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Scalar&)>
   return handle;
 }
 
+AOTITorchError shim_3(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_3().call(
+        resolve_tensor_dispatch_flags(a_self),
+        c10::Scalar(a_alpha)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_composite(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_dim
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_dim, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_composite(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
-        resolve_tensor_dispatch_flags(a_self),
-        a_dim
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_0(a_self, a_dim, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_shared_a(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_self)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_shared_a(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
-        resolve_tensor_dispatch_flags(a_self)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_1(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_shared_b(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
-        resolve_tensor_dispatch_flags(a_self)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_2(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_shared_b(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
-        resolve_tensor_dispatch_flags(a_self)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_2(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_declared_only(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
-        resolve_tensor_dispatch_flags(a_self),
-        c10::Scalar(a_alpha)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_3(a_self, a_alpha, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_declared_only(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
-        resolve_tensor_dispatch_flags(a_self),
-        c10::Scalar(a_alpha)
-    );
-    *r0 = new_tensor_handle(std::move(result));
-  });
-  return AOTI_TORCH_SUCCESS;
+  return shim_3(a_self, a_alpha, r0);
 }
 
 }  // extern "C"
