@@ -219,23 +219,25 @@ def make_toolchain(key: str) -> Toolchain:
     if with_cuda:
         defines.append("-DOPGEN_WITH_CUDA")
     user_cflags = shlex.split(os.environ.get("OPGEN_CFLAGS", ""))
-    cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"] + defines
-              + (["-fopenmp"] if openmp else [])
-              + [f for inc in includes for f in ("-isystem", inc)]
-              + ["-I", f"{config.current().generated}/cpp"]
-              + user_cflags)
-    ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
+    # What the full and stable flags (C++ and CUDA) share.
+    torch_includes = [f for inc in includes for f in ("-isystem", inc)]
+    generated_include = ["-I", f"{config.current().generated}/cpp"]
+    base_cflags = [f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"]
+    link_dirs = [f"-L{d}" for d in lib_dirs]
+    link_checks = rpath_link(lib_dirs) + ["-Wl,--no-undefined"]
+    cflags = (base_cflags + defines + (["-fopenmp"] if openmp else []) + torch_includes
+              + generated_include + user_cflags)
+    ldflags = (link_dirs + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
-               + rpath_link(lib_dirs) + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
+               + link_checks + (["-fopenmp"] if openmp else []))
 
     # Note [Stable include root]: stable-ABI namespaces see only torch's stable headers, no
     # Python headers, no OpenMP, and link libtorch_cpu (which holds the C shim) for its C
     # symbols alone; the C++ standard library ABI does not cross the stable boundary.
-    stable_cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden",
-                      "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
-                     + (["-DOPGEN_WITH_CUDA"] if with_cuda else []) + user_cflags)
-    stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
-                      + rpath_link(lib_dirs) + ["-Wl,--no-undefined"])
+    stable_cflags = (base_cflags + ["-fvisibility=hidden", "-isystem", stable_include()]
+                     + generated_include + (["-DOPGEN_WITH_CUDA"] if with_cuda else [])
+                     + user_cflags)
+    stable_ldflags = link_dirs + ["-ltorch_cpu"] + link_checks
     lines = [
         f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
@@ -263,15 +265,13 @@ def make_toolchain(key: str) -> Toolchain:
         # std:: inline function it did not inline an exported weak symbol).
         common = (ccbin + list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}", "-O3"]
                   + ["--compiler-options", "-fPIC", "-Xcompiler", "-Werror=missing-declarations"])
-        cuda_flags = (common + defines
-                      + [f for inc in includes for f in ("-isystem", inc)]
-                      + ["-I", f"{config.current().generated}/cpp"] + user_nvcc)
+        cuda_flags = common + defines + torch_includes + generated_include + user_nvcc
         # Stable .cu files: the stable headers, hidden symbols like the stable .cpp files, and
         # USE_CUDA for the C shim's CUDA stream API (Note [Stable CUDA] in docs/STABLE_ABI.md).
         stable_cuda = (common + ["-Xcompiler", "-fvisibility=hidden",
                                  "-Xcompiler", "-fvisibility-inlines-hidden", "-DOPGEN_WITH_CUDA",
-                                 "-DUSE_CUDA", "-isystem", stable_include(),
-                                 "-I", f"{config.current().generated}/cpp"] + user_nvcc)
+                                 "-DUSE_CUDA", "-isystem", stable_include()]
+                       + generated_include + user_nvcc)
         cudart = _cudart_flags(cuda_home)
         lines += [
             f"# CUDA architectures: {arch_origin}",
