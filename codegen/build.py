@@ -42,7 +42,9 @@ from pathlib import Path
 
 from codegen import cli, config
 from codegen import layout as L
-from codegen.dest.ninja import ninja_file, toolchain_file
+from codegen.dest.ninja import (blank_comments_and_strings, check_kernel_sources,
+                                generated_registrations, kernel_sources, ninja_file,
+                                toolchain_file)
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp, write_atomic
 from codegen.rendering import set_stamp
@@ -219,23 +221,25 @@ def make_toolchain(key: str) -> Toolchain:
     if with_cuda:
         defines.append("-DOPGEN_WITH_CUDA")
     user_cflags = shlex.split(os.environ.get("OPGEN_CFLAGS", ""))
-    cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"] + defines
-              + (["-fopenmp"] if openmp else [])
-              + [f for inc in includes for f in ("-isystem", inc)]
-              + ["-I", f"{config.current().generated}/cpp"]
-              + user_cflags)
-    ldflags = ([f"-L{d}" for d in lib_dirs] + ["-lc10", "-ltorch_cpu", "-ltorch"]
+    # What the full and stable flags (C++ and CUDA) share.
+    torch_includes = [f for inc in includes for f in ("-isystem", inc)]
+    generated_include = ["-I", f"{config.current().generated}/cpp"]
+    base_cflags = [f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra"]
+    link_dirs = [f"-L{d}" for d in lib_dirs]
+    link_checks = rpath_link(lib_dirs) + ["-Wl,--no-undefined"]
+    cflags = (base_cflags + defines + (["-fopenmp"] if openmp else []) + torch_includes
+              + generated_include + user_cflags)
+    ldflags = (link_dirs + ["-lc10", "-ltorch_cpu", "-ltorch"]
                + (["-lc10_cuda", "-ltorch_cuda"] if with_cuda else [])
-               + rpath_link(lib_dirs) + ["-Wl,--no-undefined"] + (["-fopenmp"] if openmp else []))
+               + link_checks + (["-fopenmp"] if openmp else []))
 
     # Note [Stable include root]: stable-ABI namespaces see only torch's stable headers, no
     # Python headers, no OpenMP, and link libtorch_cpu (which holds the C shim) for its C
     # symbols alone; the C++ standard library ABI does not cross the stable boundary.
-    stable_cflags = ([f"-std={std}", "-fPIC", "-O3", "-Wall", "-Wextra", "-fvisibility=hidden",
-                      "-isystem", stable_include(), "-I", f"{config.current().generated}/cpp"]
-                     + (["-DOPGEN_WITH_CUDA"] if with_cuda else []) + user_cflags)
-    stable_ldflags = ([f"-L{d}" for d in lib_dirs] + ["-ltorch_cpu"]
-                      + rpath_link(lib_dirs) + ["-Wl,--no-undefined"])
+    stable_cflags = (base_cflags + ["-fvisibility=hidden", "-isystem", stable_include()]
+                     + generated_include + (["-DOPGEN_WITH_CUDA"] if with_cuda else [])
+                     + user_cflags)
+    stable_ldflags = link_dirs + ["-ltorch_cpu"] + link_checks
     lines = [
         f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
@@ -263,15 +267,13 @@ def make_toolchain(key: str) -> Toolchain:
         # std:: inline function it did not inline an exported weak symbol).
         common = (ccbin + list(cpp_extension.COMMON_NVCC_FLAGS) + arch + [f"-std={std}", "-O3"]
                   + ["--compiler-options", "-fPIC", "-Xcompiler", "-Werror=missing-declarations"])
-        cuda_flags = (common + defines
-                      + [f for inc in includes for f in ("-isystem", inc)]
-                      + ["-I", f"{config.current().generated}/cpp"] + user_nvcc)
+        cuda_flags = common + defines + torch_includes + generated_include + user_nvcc
         # Stable .cu files: the stable headers, hidden symbols like the stable .cpp files, and
         # USE_CUDA for the C shim's CUDA stream API (Note [Stable CUDA] in docs/STABLE_ABI.md).
         stable_cuda = (common + ["-Xcompiler", "-fvisibility=hidden",
                                  "-Xcompiler", "-fvisibility-inlines-hidden", "-DOPGEN_WITH_CUDA",
-                                 "-DUSE_CUDA", "-isystem", stable_include(),
-                                 "-I", f"{config.current().generated}/cpp"] + user_nvcc)
+                                 "-DUSE_CUDA", "-isystem", stable_include()]
+                       + generated_include + user_nvcc)
         cudart = _cudart_flags(cuda_home)
         lines += [
             f"# CUDA architectures: {arch_origin}",
@@ -628,25 +630,6 @@ _PYTHON_BLOCK = re.compile(r"\bPYBIND11_MODULE\s*\(|\bPyMODINIT_FUNC\b|\bPyInit_
 _INCLUDED_FROM = re.compile(r"^(?:In file included from|\s+from) (\S+?):(\d+)[,:]$")
 
 
-def _include_column(root: Path, source: str, line: int) -> int:
-    """The column of the header name in `#include <...>` on `line` of `source` (as gcc shows)."""
-    try:
-        text = (root / source).read_text(encoding="utf-8", errors="replace").splitlines()[line - 1]
-    except (OSError, IndexError):
-        return 1
-    m = re.search(r"[<\"]", text)
-    return m.start() + 1 if m else 1
-
-
-def _included_header(root: Path, source: str, line: int) -> str | None:
-    try:
-        text = (root / source).read_text(encoding="utf-8", errors="replace").splitlines()[line - 1]
-    except (OSError, IndexError):
-        return None
-    m = _INCLUDE.match(text)
-    return m[2] if m else None
-
-
 def python_header_note(line: str, chain: list[tuple[str, int]], root: Path,
                        stable: bool = False) -> str | None:
     """The note after `fatal error: Python.h: No such file or directory`, located at the kernel
@@ -654,18 +637,24 @@ def python_header_note(line: str, chain: list[tuple[str, int]], root: Path,
     m = _MISSING_HEADER.search(line)
     if m is None or m["header"].strip("<>\"'‘’") != "Python.h":
         return None
-    if chain:
-        source, lineno = chain[-1]
-        where = f"{source}:{lineno}:{_include_column(root, source, lineno)}"
-        header = _included_header(root, source, lineno) or "Python.h"
-    else:
-        where, source, header = m["where"], m["file"], "Python.h"
-    via = "" if header == "Python.h" else f" (<{header}> includes <Python.h>)"
+    source = chain[-1][0] if chain else m["file"]
     try:
         text = (root / source).read_text(encoding="utf-8", errors="replace")
     except OSError:
         text = ""
-    code = _blank_comments(text)
+    if chain:
+        # The include line: the column of its header name (as gcc shows), and the header.
+        lineno = chain[-1][1]
+        lines = text.splitlines()
+        include = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+        column = re.search(r"[<\"]", include)
+        where = f"{source}:{lineno}:{column.start() + 1 if column else 1}"
+        included = _INCLUDE.match(include)
+        header = included[2] if included else "Python.h"
+    else:
+        where, header = m["where"], "Python.h"
+    via = "" if header == "Python.h" else f" (<{header}> includes <Python.h>)"
+    code = blank_comments_and_strings(text)
     blocks = [f"{b[0].rstrip('( ')} at {source}:{code.count(chr(10), 0, b.start()) + 1}"
               for b in _PYTHON_BLOCK.finditer(code)]
     block = (f"the module-init block ({', '.join(blocks)})" if blocks
@@ -677,12 +666,6 @@ def python_header_note(line: str, chain: list[tuple[str, int]], root: Path,
             f"hint: remove the #include <{header}> and {block}: the generated TORCH_LIBRARY code "
             f"registers the ops, and importing the package loads the library{instead}; see "
             "docs/MIGRATION.md")
-
-
-def _blank_comments(text: str) -> str:
-    from codegen.dest.ninja import blank_comments_and_strings
-
-    return blank_comments_and_strings(text)
 
 
 # What a call to an API the stable headers leave out (newer than the target version) looks like.
@@ -744,8 +727,6 @@ class Notes:
         self.noted: set[str] = set()
 
     def _load(self) -> None:
-        from codegen.dest.ninja import kernel_sources
-
         self.index = kernel_index(self.root)
         self.stable = stable_namespaces(self.root)
         sources, _ = kernel_sources(generated_namespaces(self.root), self.root)
@@ -808,8 +789,6 @@ def generated_namespaces(root: Path) -> list[str]:
 
 
 def cuda_sources(root: Path) -> list[str]:
-    from codegen.dest.ninja import kernel_sources
-
     sources, _ = kernel_sources(generated_namespaces(root), root)
     return sorted(s for v in sources.values() for s, _ in v if s.endswith(".cu"))
 
@@ -818,8 +797,6 @@ def check_sources(root: Path) -> None:
     """UserError for kernel sources that would build and then go wrong at import (a hand-written
     TORCH_LIBRARY block for a namespace opgen generates, a TORCH_LIBRARY_IMPL registration of a
     kernel the generated registration units register too)."""
-    from codegen.dest.ninja import check_kernel_sources, generated_registrations, kernel_sources
-
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
     sources, _ = kernel_sources(namespaces, root)

@@ -274,12 +274,12 @@ def _promise(project: config.Project) -> TorchPromise | None:
     """The wheel's torch requirement, from the op files' ABI choices and this torch."""
     import torch
 
+    from codegen.__main__ import _load
     from codegen.abi import namespace_abi
-    from codegen.load import load_library
 
     with config.use(project):
         try:
-            lib = load_library(list(project.schemas))
+            lib = _load([])     # from the cache `generate` has just filled
         except UserError as e:
             print(e.diags.render(), file=sys.stderr)
             raise SystemExit(1) from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,28 @@ def env(root: Path | None = None) -> dict[str, str]:
     if root is not None:
         e["OPGEN_ROOT"] = str(root)
     return e
+
+
+def clean_env() -> dict[str, str]:
+    """The environment without opgen: what an installed package sees."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
+
+
+def fresh_venv(path: Path, python: str = sys.executable) -> Path:
+    """A venv that sees the system's torch (not its opgen: PYTHONPATH is dropped when it runs)."""
+    subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
+                   check=True, timeout=300)
+    return path / "bin" / "python"
+
+
+def copy_repo(dst: Path, *ls_files: str) -> None:
+    """Copy the repository's files that `git ls-files <ls_files>` names to dst."""
+    names = subprocess.run(["git", "ls-files", "-z", *ls_files], cwd=REPO, capture_output=True,
+                           check=True, timeout=60).stdout.decode().split("\0")
+    for rel in filter(None, names):
+        if (REPO / rel).is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dst / rel)
 
 
 def make_root(root: Path, schemas: dict[str, str], kernels: dict[str, str]) -> Path:
@@ -169,6 +192,11 @@ PROJECT_SAMPLES = {
     "twice": "(torch.randn(2, 3),)",
     "cube": "(torch.randn(5),)",
 }
+
+
+def project_samples() -> str:
+    """PROJECT_SAMPLES as a dict literal, for a script run in another interpreter."""
+    return "{" + ", ".join(f"{k!r}: {v}" for k, v in PROJECT_SAMPLES.items()) + "}"
 
 
 def write_project(root: Path, package: str, ns: str) -> Path:

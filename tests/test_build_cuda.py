@@ -222,22 +222,12 @@ print("ok")
 """
 
 
-def _copy_repo(dst: Path) -> None:
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=scratch.REPO,
-                           capture_output=True, text=True, check=True).stdout.split()
-    for rel in files:
-        src = scratch.REPO / rel
-        if src.is_file():
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst / rel)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(CUDA_PYTHON is None, reason="no CUDA build of torch (make test-cuda)")
 def test_example_cuda_kernels_build_link_and_register(tmp_path):
     import json
 
-    _copy_repo(tmp_path)
+    scratch.copy_repo(tmp_path, "-co", "--exclude-standard")
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")     # one architecture keeps nvcc's time down
     proc = subprocess.run([CUDA_PYTHON, "-m", "codegen.build"], cwd=tmp_path, env=env,
@@ -396,7 +386,7 @@ def test_wheel_of_a_cuda_project_registers_its_cuda_kernels(tmp_path):
                           "sysconfig.get_paths()['purelib'])"], capture_output=True, text=True,
                          check=True).stdout.strip()
     Path(own, "cuda_torch.pth").write_text(site)
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
+    clean = scratch.clean_env()
     install = subprocess.run([CUDA_PYTHON, "-m", "pip", "--python", str(venv / "bin" / "python"),
                               "install", "--no-deps", "--no-index", str(wheel)], env=clean,
                              capture_output=True, text=True, timeout=600)

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests import expect, scratch
-from tests.test_wheels import (CALL_STABLE, check_no_build_path, clean_env, fresh_venv,
-                               requires_dist, write_stable_project)
+from tests.test_wheels import (CALL_STABLE, check_no_build_path, requires_dist,
+                               write_stable_project)
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "cmake"
 SKBUILD_PYTHON = os.environ.get("OPGEN_SKBUILD_PYTHON", "/work/venvs/i17-ship/bin/python")
@@ -123,7 +123,7 @@ def _skbuild_missing() -> str | None:
         return f"{SKBUILD_PYTHON} does not exist (set OPGEN_SKBUILD_PYTHON to an interpreter " \
                "with scikit-build-core, cmake and torch)"
     probe = subprocess.run([SKBUILD_PYTHON, "-c", "import scikit_build_core, cmake, torch"],
-                           capture_output=True, text=True, timeout=300, env=clean_env())
+                           capture_output=True, text=True, timeout=300, env=scratch.clean_env())
     if probe.returncode != 0:
         return f"scikit-build-core, cmake or torch is not installed for {SKBUILD_PYTHON}: " \
                + probe.stderr.strip().splitlines()[-1]
@@ -178,18 +178,18 @@ def test_scikit_build_core_wheels(tmp_path: Path) -> None:
     assert check_no_build_path(full, tmp_path, build_paths) == []
     assert check_no_build_path(stable, tmp_path, build_paths) == []
 
-    python = fresh_venv(tmp_path / "venv")
+    python = scratch.fresh_venv(tmp_path / "venv")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                               "--no-deps", "--no-index", str(full), str(stable)],
-                             env=clean_env(), capture_output=True, text=True, timeout=600)
+                             env=scratch.clean_env(), capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stdout + install.stderr
     shutil.rmtree(full_root)
     shutil.rmtree(stable_root)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    samples = "{" + ", ".join(f"{k!r}: {v}" for k, v in scratch.PROJECT_SAMPLES.items()) + "}"
+    samples = scratch.project_samples()
     for code in (USE_FULL.format(samples=samples), CALL_STABLE.format(package="stabops")):
-        run = subprocess.run([str(python), "-c", code], cwd=elsewhere, env=clean_env(),
+        run = subprocess.run([str(python), "-c", code], cwd=elsewhere, env=scratch.clean_env(),
                              capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout == "ok\n", run.stdout

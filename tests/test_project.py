@@ -9,7 +9,6 @@ Pinned diagnostics for the configuration (tests/diagnostics_config/*.toml) and f
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -247,11 +246,8 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
             *(f"{info}/{f}" for f in ("METADATA", "WHEEL", "top_level.txt", "RECORD"))]), names
         wheels.append(wheel)
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
+    python = scratch.fresh_venv(tmp_path / "venv")
+    clean = scratch.clean_env()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     no_opgen = subprocess.run([str(python), "-c", "import codegen"], cwd=elsewhere, env=clean,
@@ -263,11 +259,7 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
     assert install.returncode == 0, install.stdout + install.stderr
     shutil.rmtree(tmp_path / "alphaops")       # nothing of the projects is left to find
     shutil.rmtree(tmp_path / "betaops")
-    run = subprocess.run([str(python), "-c", USE_BOTH.format(samples=_samples())],
+    run = subprocess.run([str(python), "-c", USE_BOTH.format(samples=scratch.project_samples())],
                          cwd=elsewhere, env=clean, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "['alphans'] ['betans'] 8.0 2.0 4.0\n", run.stdout
-
-
-def _samples() -> str:
-    return "{" + ", ".join(f"{k!r}: {v}" for k, v in scratch.PROJECT_SAMPLES.items()) + "}"

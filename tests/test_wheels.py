@@ -148,17 +148,6 @@ def write_stable_project(root: Path, package: str, ns: str) -> Path:
     return root
 
 
-def fresh_venv(path: Path, python: str = sys.executable) -> Path:
-    """A venv that sees the system's torch (not its opgen: PYTHONPATH is dropped when it runs)."""
-    subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
-                   check=True, timeout=300)
-    return path / "bin" / "python"
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OPGEN_ROOT")}
-
-
 def build_wheel(project: Path, out: Path) -> Path:
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
                            "--no-deps", "--no-index", "-w", str(out), str(project)],
@@ -237,10 +226,10 @@ def test_full_and_stable_wheels_are_honest(tmp_path: Path) -> None:
     assert check_no_build_path(stable, tmp_path, build_paths) == []
 
     # Both load and run in a fresh venv without opgen, the projects gone.
-    python = fresh_venv(tmp_path / "venv")
+    python = scratch.fresh_venv(tmp_path / "venv")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                               "--no-deps", "--no-index", str(full), str(stable)],
-                             env=clean_env(), capture_output=True, text=True, timeout=600)
+                             env=scratch.clean_env(), capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stdout + install.stderr
     shutil.rmtree(tmp_path / "alphaops")
     shutil.rmtree(tmp_path / "stabops")
@@ -248,7 +237,7 @@ def test_full_and_stable_wheels_are_honest(tmp_path: Path) -> None:
     elsewhere.mkdir()
     run = subprocess.run([str(python), "-c", CALL_STABLE.format(package="stabops")
                           + "import alphaops; print(alphaops.ops.twice(torch.ones(2)).tolist())"],
-                         cwd=elsewhere, env=clean_env(), capture_output=True, text=True,
+                         cwd=elsewhere, env=scratch.clean_env(), capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "ok\n[2.0, 2.0]\n", run.stdout
@@ -265,7 +254,7 @@ def _other_python() -> str | None:
                       *map(str, sorted(pyenv.glob(f"{version}.*/bin/python{version}")))]
         for exe in filter(None, candidates):
             ok = subprocess.run([exe, "-c", "import venv"], capture_output=True, timeout=60,
-                                env=clean_env())
+                                env=scratch.clean_env())
             if ok.returncode == 0:
                 return exe
     return None
@@ -304,12 +293,12 @@ def test_stable_wheel_installs_on_another_python(tmp_path: Path) -> None:
     python = venv / "bin" / "python"
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
                               "--no-deps", "--no-index", str(stable)],
-                             env=clean_env(), capture_output=True, text=True, timeout=600)
+                             env=scratch.clean_env(), capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stdout + install.stderr
     shutil.rmtree(tmp_path / "stabops")
     # Importing the package would import torch: load the library the wheel installed.
     run = subprocess.run([str(python), "-c", LOAD_WITHOUT_PYTHON_TORCH, str(Path(torch.__file__).parent / "lib")],
-                         cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                         cwd=tmp_path, env=scratch.clean_env(), capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "loaded libstabns_ops.so" in run.stdout
@@ -320,16 +309,11 @@ def test_stable_wheel_installs_on_another_python(tmp_path: Path) -> None:
 def test_opgen_wheel_holds_the_tool_only(tmp_path: Path) -> None:
     # Build from a copy of the tracked files: setuptools writes build/ and *.egg-info in the
     # source tree, and build/ is the example's build directory.
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=scratch.REPO, capture_output=True,
-                           check=True, timeout=60).stdout.decode().split("\0")
     src = tmp_path / "src"
-    for rel in filter(None, files):
-        if (scratch.REPO / rel).is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(scratch.REPO / rel, src / rel)
+    scratch.copy_repo(src)
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
                            "--no-deps", "--no-index", "-w", str(tmp_path), str(src)],
-                          env=clean_env(), capture_output=True, text=True, timeout=1200)
+                          env=scratch.clean_env(), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = tmp_path.glob("torch_opgen-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

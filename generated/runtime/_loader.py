@@ -252,7 +252,8 @@ _CUDA_NEEDED = re.compile(r"lib(cudart|torch_cuda|c10_cuda)\.so(\.\d+)*$")
 
 def check_cuda_runtime(at: Where, path: Path, torch_module) -> None:
     """LibraryError naming the CUDA library that the library at `path` needs and this process
-    cannot load (checked before dlopen, whose error would name only the first one missing)."""
+    cannot load. Called once dlopen has failed (whose error names only the first library
+    missing): a library that loads costs no read of its file."""
     import ctypes
 
     for name in needed_libraries(path):
@@ -359,10 +360,10 @@ def load_package(package: str) -> list[str]:
              for ns, info in namespaces.items()}
     check_unregistered(root, namespaces, paths)
     for ns, path in paths.items():
-        check_cuda_runtime(at, path, torch)
         try:
             torch.ops.load_library(str(path))
         except (OSError, RuntimeError) as e:
+            check_cuda_runtime(at, path, torch)
             raise LibraryError(f"loading {_display(path, root)} failed: {e}\n(namespace '{ns}'; "
                                f"if the library is damaged, {at.build_hint})") from e
     for ns, info in namespaces.items():
