@@ -30,7 +30,6 @@ from ninja import ninja_syntax
 from codegen import config
 from codegen.abi import namespace_abi
 from codegen.config import KERNEL_SUFFIXES
-from codegen.dest import cpp_aoti, cpp_autograd
 from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
@@ -161,15 +160,13 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
             o = gen_obj(ns, s.registration)
             w.build(o, "cxx", s.registration, order_only=headers, variables=cflags or None)
             objects.append(o)
-        autograd = cpp_autograd.paths(lib).get(ns)
-        if autograd is not None:
-            o = gen_obj(ns, autograd)
-            w.build(o, "cxx", autograd, order_only=headers)
-            objects.append(o)
-        shims = cpp_aoti.paths(lib).get(ns)
-        if shims is not None:
-            o = gen_obj(ns, shims)
-            w.build(o, "cxx", shims, order_only=headers)
+        # The namespace's other generated sources (C++ autograd, AOTInductor shims): whatever
+        # generation wrote under its directory, so a new generator needs no line here.
+        own = {s.registration for s in shs} | {L.stamp_path(ns)}
+        for src in sorted(p for p in inputs.outputs if p.endswith(".cpp") and p not in own
+                          and PurePosixPath(p).parent == PurePosixPath(L.stamp_path(ns)).parent):
+            o = gen_obj(ns, src)
+            w.build(o, "cxx", src, order_only=headers)
             objects.append(o)
         stamp = gen_obj(ns, L.stamp_path(ns))
         w.build(stamp, "stamp", L.stamp_path(ns))
