@@ -152,10 +152,15 @@ def preflight(root: Path, targets: list[str], removals: list[str]) -> None:
     directory (or the nearest existing ancestor, for one still to be made) is not writable, or a
     directory or a file stands where a file or a directory must go."""
     checked: set[Path] = set()
+    parents: set[Path] = set()
+    is_target = set(targets)
     for rel in targets + removals:
         p = root / rel
-        if rel in targets and p.is_dir():
+        if rel in is_target and p.is_dir():
             raise WriteError(f"cannot write {rel}: a directory is in the way")
+        if p.parent in parents:
+            continue
+        parents.add(p.parent)
         d = _first_existing(p.parent)
         if d in checked:
             continue
@@ -227,11 +232,14 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
         preflight(root, changed, removals)
 
         staged: dict[str, Path] = {}
+        made: set[Path] = set()
         try:
             try:
                 for rel in rewrite:
                     target = root / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if target.parent not in made:     # one mkdir per directory, not per file
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        made.add(target.parent)
                     staged[rel] = _temporary(target, fileset.files[rel].encode())
             except OSError as e:
                 raise WriteError(f"cannot write {rel}: {_reason(e)}; nothing was changed") \

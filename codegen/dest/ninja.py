@@ -255,12 +255,20 @@ _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.S)
 
 def blank_comments_and_strings(text: str) -> str:
     """C++ source text with its comments and string literals blanked out, every offset kept."""
-    return _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+    return _COMMENT_OR_STRING.sub(_blank, text)
+
+
+def _blank(m: re.Match) -> str:
+    text = m[0]
+    if "\n" not in text:      # most comments and every string literal: one line
+        return " " * len(text)
+    return re.sub(r"[^\n]", " ", text)
 
 
 # A `TORCH_LIBRARY_IMPL(ns, key, m) {` block (or the stable ABI's), and the `m.impl(` calls in it.
 _IMPL_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY_IMPL\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
                          r"([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*\)\s*\{")
+_BRACE = re.compile(r"[{}]")
 _NAME_ARGUMENT = re.compile(r'\s*(?:TORCH_SELECTIVE_NAME\s*\(\s*)?"((?:\\.|[^"\\\n])*)"')
 
 
@@ -287,10 +295,12 @@ def impl_registrations(text: str) -> list[Registration]:
     out = []
     for block in _IMPL_BLOCK.finditer(code):
         ns, key, var = block.groups()
-        depth, end = 1, block.end()
-        while end < len(code) and depth:
-            depth += {"{": 1, "}": -1}.get(code[end], 0)
-            end += 1
+        depth, end = 1, len(code)
+        for brace in _BRACE.finditer(code, block.end()):
+            depth += 1 if brace[0] == "{" else -1
+            if not depth:
+                end = brace.end()
+                break
         call = re.compile(rf"\b{re.escape(var)}\s*\.\s*impl\s*\(")
         for c in call.finditer(code, block.end(), end):
             # The name, read from the text (the code has its string literals blanked).
