@@ -43,7 +43,7 @@ from pathlib import Path
 from codegen import cli, config
 from codegen import layout as L
 from codegen.dest.ninja import (blank_comments_and_strings, check_kernel_sources,
-                                generated_registrations, kernel_sources, ninja_file,
+                                indexed_registrations, kernel_sources, ninja_file,
                                 toolchain_file)
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp, write_atomic
@@ -800,12 +800,8 @@ def check_sources(root: Path) -> None:
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
     sources, _ = kernel_sources(namespaces, root)
-    base = root / config.current().generated / "cpp"
-    units = {}
-    for ns in namespaces:
-        for unit in sorted((base / ns).glob("register_*.cpp")):
-            units[str(unit)] = unit.read_text(encoding="utf-8", errors="replace")
-    check_kernel_sources(sources, set(namespaces), root, diags, generated_registrations(units))
+    check_kernel_sources(sources, set(namespaces), root, diags,
+                         indexed_registrations(namespace_indexes(root)))
     diags.raise_if_errors()
 
 

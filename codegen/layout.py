@@ -301,6 +301,11 @@ def stamp_path(ns: str) -> str:
     return f"{output_dir()}/cpp/{ns}/stamp.cpp"
 
 
+def index_path(ns: str) -> str:
+    """What the build needs to know of a namespace's generated C++ (codegen.dest.cpp_kernel_index)."""
+    return f"{output_dir()}/cpp/{ns}/index.json"
+
+
 def stamp_prefix(ns: str) -> str:
     """What the runtime searches the built library for; see runtime.loader.read_stamp."""
     return f"@opgen-stamp ns={ns} "

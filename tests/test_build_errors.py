@@ -194,6 +194,32 @@ def test_include_note_without_a_compiler(tmp_path: Path, monkeypatch) -> None:
         "hint: change the definition to match, or the schema in the op file")
 
 
+def test_index_records_what_the_registration_units_register() -> None:
+    """The build refuses a hand-written registration of a generated kernel from the index's
+    `registrations`, not by reading generated C++: for the example library (full and stable ABI,
+    CPU, CUDA and Meta kernels, overloads), they are exactly what the rendered units register."""
+    import json
+
+    from codegen import layout as L
+    from codegen.dest.ninja import impl_registrations
+    from codegen.gen import render
+    from codegen.load import load_library
+
+    lib = load_library(["schemas"])
+    out = render(lib, lib.diagnostics()).files
+    units = 0
+    for ns, shards in L.shards(lib).items():
+        recorded = json.loads(out[L.index_path(ns)])["registrations"]
+        assert set(recorded) == {s.registration for s in shards}
+        for unit, pairs in recorded.items():
+            parsed = sorted((r.name, r.key) for r in impl_registrations(out[unit]))
+            assert parsed and sorted(map(tuple, pairs)) == parsed, unit
+            units += 1
+    assert units >= 3 and {"Meta", "CUDA", "CPU"} <= {
+        key for ns in L.shards(lib) for pairs in
+        json.loads(out[L.index_path(ns)])["registrations"].values() for _, key in pairs}
+
+
 def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:
     """The build learns about kernels and stable namespaces from generated/cpp/<ns>/index.json,
     not from the prose of generated headers or the build file: with every comment stripped from

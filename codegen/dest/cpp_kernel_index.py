@@ -10,7 +10,9 @@ format contract between generated prose and the build).
 The file holds the namespace, its ABI (`full` or `stable`) and min_torch, its op files, and one
 record per kernel: the kernel's qualified C++ name, its uses (`CPU kernel of ns::op`), the schema it
 serves, its declaration as the header spells it, the header and the declaration's line there, and
-the op file. Records follow the headers' order.
+the op file. Records follow the headers' order. `registrations` lists, per registration unit,
+the (op, dispatch key) pairs its TORCH_LIBRARY_IMPL blocks register, so that the build can refuse
+a hand-written registration of the same kernel without reading generated C++ back.
 """
 
 from __future__ import annotations
@@ -20,16 +22,11 @@ import json
 from codegen import escape
 from codegen import layout as L
 from codegen.abi import namespace_abi
-from codegen.dest import cpp_kernels, cpp_stable
+from codegen.dest import cpp_kernels, cpp_register, cpp_stable
 from codegen.diagnostics import Diagnostics
 from codegen.model import OpLibrary
-from codegen.rendering import output_dir
 
 GENERATED_KEY = "@generated"
-
-
-def index_path(ns: str) -> str:
-    return f"{output_dir()}/cpp/{ns}/index.json"
 
 
 def _records(header: str, text: str, decls: list[cpp_kernels.KernelDecl], source: str) -> list[dict]:
@@ -55,7 +52,11 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
     out = {}
     for ns, shs in L.shards(lib).items():
         records: list[dict] = []
+        units: dict[str, list[list[str]]] = {}
         for shard in shs:
+            pairs = (cpp_register if namespace_abi(lib, ns) is None else cpp_stable) \
+                .registrations(shard, diags)
+            units[shard.registration] = [[name, key] for name, key in pairs]
             if namespace_abi(lib, ns) is not None:
                 if shard.header in outputs:
                     records += _records(shard.header, outputs[shard.header],
@@ -73,7 +74,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
                               f"{', '.join(escape.banner_path(s) for s in sources)} - do not edit",
                "namespace": ns, "abi": "full" if abi is None else "stable",
                "min_torch": None if abi is None else abi.min_text, "op_files": sources,
-               "kernels": records}
+               "kernels": records, "registrations": units}
         # ASCII: no character of a user's path or string default can break a line of the file.
-        out[index_path(ns)] = json.dumps(doc, indent=1) + "\n"
+        out[L.index_path(ns)] = json.dumps(doc, indent=1) + "\n"
     return out

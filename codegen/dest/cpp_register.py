@@ -103,6 +103,19 @@ def group_impls(bound: Iterable, *, stable: bool = False) -> list[dict]:
             for key in DispatchKey if key in by_key]
 
 
+def registered(blocks: list[dict], meta: Iterable) -> list[tuple[str, str]]:
+    """(op name, dispatch key) of every kernel a registration unit registers: its impl blocks
+    and Meta kernels, the data its template renders (what codegen.dest.cpp_kernel_index records
+    for the build)."""
+    return [(i["op"], b["key"]) for b in blocks for i in b["impls"]] + \
+        [(k.op, "Meta") for k in meta]
+
+
+def registrations(shard: L.Shard, diags: Diagnostics) -> list[tuple[str, str]]:
+    """`registered` of a full-ABI shard's unit."""
+    return registered(impl_blocks(shard, diags), cpp_meta.meta_context(shard, diags)["kernels"])
+
+
 def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     out = []
     for op in shard.ops:

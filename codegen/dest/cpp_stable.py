@@ -363,6 +363,11 @@ def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     return cpp_register.group_impls(bound_kernels(shard, diags), stable=True)
 
 
+def registrations(shard: L.Shard, diags: Diagnostics) -> list[tuple[str, str]]:
+    """(op name, dispatch key) of every kernel a stable shard's unit registers."""
+    return cpp_register.registered(impl_blocks(shard, diags), meta_kernels(shard))
+
+
 def meta_kernels(shard: L.Shard) -> list[StableMeta]:
     out, used = [], set()
     for op in shard.ops:

@@ -19,6 +19,7 @@ directory's mtime changes when its entries do), so the next build regenerates th
 from __future__ import annotations
 
 import io
+import json
 import re
 import sys
 from collections.abc import Set as AbstractSet
@@ -195,9 +196,9 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], root: Path = Path("."),
     """
     sources, dirs = kernel_sources(list(lib.namespaces), root, diags)
     if diags is not None:
-        units = {s.registration for shs in L.shards(lib).values() for s in shs}
-        check_kernel_sources(sources, set(L.shards(lib)), root, diags, generated_registrations(
-            {path: text for path, text in outputs.items() if path in units}))
+        indexes = [json.loads(outputs[p]) for p in map(L.index_path, L.shards(lib)) if p in outputs]
+        check_kernel_sources(sources, set(L.shards(lib)), root, diags,
+                             indexed_registrations(indexes))
     return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
@@ -317,11 +318,11 @@ def impl_registrations(text: str) -> list[Registration]:
     return out
 
 
-def generated_registrations(texts: dict[str, str]) -> Registered:
-    """(namespace, op name, key) of every kernel the generated registration units `texts`
-    ({path: text}) register."""
-    return {(r.namespace, r.name, r.key) for text in texts.values()
-            for r in impl_registrations(text)}
+def indexed_registrations(indexes: list[dict]) -> Registered:
+    """(namespace, op name, key) of every kernel the generated registration units register, as
+    the namespaces' index files record them (codegen.dest.cpp_kernel_index)."""
+    return {(doc["namespace"], name, key) for doc in indexes
+            for pairs in doc.get("registrations", {}).values() for name, key in pairs}
 
 
 def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
