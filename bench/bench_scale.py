@@ -16,10 +16,13 @@ Target: 2,000 ops generated in under 2 s.
 
     python bench/bench_scale.py [--sizes 500 2000 4000] [--rounds N] [--codegen-root PATH]
                                 [--inputs CHECKOUT]
-                                [--torchgen] [--edit]
+                                [--torchgen] [--edit] [--stages]
 
 `--edit` times the edit loop: `generate` after one op file changed (the load cache of the run
 before in place) against a `generate` from scratch, as a ratio.
+
+`--stages` splits one `generate` from scratch into its stages (imports, load, whole-library
+checks, each generator, write), timed inside one fresh process, best of the rounds per stage.
 
 `--codegen-root` times another checkout's codegen (a "before" figure) on the same inputs.
 `--torchgen` also times torchgen's whole `python -m torchgen.gen` on native_functions.yaml, once.
@@ -170,6 +173,64 @@ def time_edit(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
         return n, best
 
 
+# Runs inside the timed process, in the library's folder: argv = [output root].
+STAGES = r"""
+import gc, sys, time
+t0 = time.perf_counter()
+from pathlib import Path
+from codegen import config, files, load
+from codegen.dest import cpp_kernel_index, ninja
+from codegen.gen import check_library, generators
+from codegen.rendering import banner, output_dir, set_stamp
+times = {"import": time.perf_counter() - t0}
+gc.disable()      # as the command line does (codegen.cli.run_in_project)
+
+
+def timed(name, fn):
+    t = time.perf_counter()
+    result = fn()
+    times[name] = times.get(name, 0.0) + time.perf_counter() - t
+    return result
+
+
+schemas = str(Path.cwd() / "schemas")
+with config.use(config.default_project(Path(sys.argv[1]))):
+    lib = timed("load", lambda: load.load_library([schemas]))
+    diags = lib.diagnostics()
+    timed("check", lambda: check_library(lib, diags))
+    out = files.FileSet()
+    for name, gen in generators():
+        out.update(timed(name, lambda: gen(lib, diags)))
+    out.update(timed("cpp-index", lambda: cpp_kernel_index.generate(lib, diags, dict(out.files))))
+    out.update(timed("ninja", lambda: ninja.generate(lib, diags, dict(out.files))))
+    timed("seal", lambda: out.seal(set_stamp(), banner("#", [f.path for f in lib.files])))
+    timed("write", lambda: files.write(Path("."), out, prune_dir=output_dir()))
+print(repr(times))
+"""
+
+
+def time_stages(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[str, float]]:
+    """(ops, {stage: best seconds}) of `generate` from scratch, stage by stage."""
+    import ast
+
+    with tempfile.TemporaryDirectory(prefix="bench_stages_") as tmp:
+        folder = Path(tmp)
+        n = make_library(folder, n_ops)
+        out = folder / "out"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), str(codegen_root)]))
+        best: dict[str, float] = {}
+        for _ in range(rounds):
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            proc = subprocess.run([sys.executable, "-c", STAGES, str(out)], cwd=folder, env=env,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                sys.exit(f"stage timing failed:\n{proc.stderr[-4000:]}")
+            for k, v in ast.literal_eval(proc.stdout.strip().splitlines()[-1]).items():
+                best[k] = min(best.get(k, math.inf), v)
+        return n, best
+
+
 def time_torchgen() -> tuple[float, float]:
     """Wall-clock and CPU seconds of torchgen's whole code generation for ATen."""
     import torchgen
@@ -191,8 +252,20 @@ def main() -> None:
                    help="time the edit loop instead: one op file edited against a full run")
     p.add_argument("--torchgen", action="store_true",
                    help="also time `python -m torchgen.gen` on native_functions.yaml")
+    p.add_argument("--stages", action="store_true",
+                   help="split one generate from scratch into its stages instead")
     args = p.parse_args()
     use_inputs(args.inputs.resolve())
+    if args.stages:
+        for size in args.sizes:
+            n, best = time_stages(size, args.rounds, args.codegen_root.resolve())
+            total = sum(best.values())
+            print(f"  {n} ops, generate from scratch by stage (best of {args.rounds}; "
+                  f"sum {total:.2f} s):")
+            for k, v in best.items():
+                if v >= 0.005:
+                    print(f"    {k:<12}{v:7.2f} s {v / total:6.1%}")
+        return
     if args.edit:
         for size in args.sizes:
             n, best = time_edit(size, args.rounds, args.codegen_root.resolve())
