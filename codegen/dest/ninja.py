@@ -138,7 +138,9 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
 
     libraries = []
     for ns, shs in all_shards.items():
-        headers = [s.header for s in shs]
+        # Every compile of the namespace waits for its generated headers through one phony
+        # edge: listing them on each edge would make the file quadratic in op files.
+        headers = [f"{build_dir()}/obj/{ns}/headers"]
         a = namespace_abi(lib, ns)
         # Note [ABI choice] in codegen/abi.py: a stable namespace sees only the stable headers
         # (build/stable-include), targets its min_torch, and links no libtorch C++ symbol.
@@ -148,6 +150,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
             "cuda_cflags": f"$stable_cuda_cflags -DTORCH_TARGET_VERSION={a.target_version}"}
         w.comment(f"namespace {ns}" + ("" if a is None else
                                        f" ({STABLE_MARK} {a.min_text})"))
+        w.build(headers, "phony", [s.header for s in shs])
         objects = []
         for src, rel in inputs.kernel_sources.get(ns, ()):
             o = obj(ns, src, rel)
