@@ -263,3 +263,30 @@ def test_long_op_file_name(files, capsys):
         "hint: shorten it by at least 1 character\n"
         "1 error generated.\n")
     assert not (files / "generated").exists()
+
+
+def test_the_guard_pauses_the_cyclic_collector_and_restores_it() -> None:
+    """Commands run with the cyclic GC off (a run's objects are acyclic and freed at exit), and
+    the caller's collector state comes back however the body ends."""
+    import argparse
+    import gc
+
+    from codegen import cli
+
+    seen = []
+    args = argparse.Namespace(project=None, debug=False)
+    assert gc.isenabled()
+    assert cli.run_in_project(args, lambda project: seen.append(gc.isenabled()) or 0) == 0
+
+    def fails(project):
+        seen.append(gc.isenabled())
+        raise RuntimeError("boom")
+
+    assert cli.run_in_project(args, fails) == cli.INTERNAL_ERROR
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        cli.run_in_project(args, lambda project: 0)
+        assert not gc.isenabled()      # a caller that had it off keeps it off
+    finally:
+        gc.enable()
