@@ -20,6 +20,7 @@ import json
 from codegen import escape
 from codegen import layout as L
 from codegen.abi import namespace_abi
+from codegen.config import Project
 from codegen.dest import cpp_kernels, cpp_stable
 from codegen.diagnostics import Diagnostics
 from codegen.model import OpLibrary
@@ -28,8 +29,8 @@ from codegen.rendering import output_dir
 GENERATED_KEY = "@generated"
 
 
-def index_path(ns: str) -> str:
-    return f"{output_dir()}/cpp/{ns}/index.json"
+def index_path(project: Project, ns: str) -> str:
+    return f"{output_dir(project)}/cpp/{ns}/index.json"
 
 
 def _records(header: str, text: str, decls: list[cpp_kernels.KernelDecl], source: str) -> list[dict]:
@@ -49,7 +50,8 @@ def _records(header: str, text: str, decls: list[cpp_kernels.KernelDecl], source
     return out
 
 
-def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
+             outputs: dict[str, str]) -> dict[str, str]:
     """One index per namespace, from the kernel headers among `outputs` ({path: text}, what the
     other generators rendered)."""
     out = {}
@@ -57,13 +59,14 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
         records: list[dict] = []
         for shard in shs:
             if namespace_abi(lib, ns) is not None:
-                if shard.header in outputs:
-                    records += _records(shard.header, outputs[shard.header],
+                header = shard.header(project)
+                if header in outputs:
+                    records += _records(header, outputs[header],
                                         cpp_stable.kernel_decls(shard, diags), shard.file.path)
                 continue
             bound = L.bound_kernels(shard, diags)
             for name, ops in L.ops_by_name(shard).items():
-                header = shard.op_header(name)
+                header = shard.op_header(project, name)
                 if header in outputs:
                     decls = cpp_kernels.kernel_decls([b for b in bound if b.op in ops])
                     records += _records(header, outputs[header], decls, shard.file.path)
@@ -75,5 +78,5 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
                "min_torch": None if abi is None else abi.min_text, "op_files": sources,
                "kernels": records}
         # ASCII: no character of a user's path or string default can break a line of the file.
-        out[index_path(ns)] = json.dumps(doc, indent=1) + "\n"
+        out[index_path(project, ns)] = json.dumps(doc, indent=1) + "\n"
     return out
