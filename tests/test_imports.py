@@ -176,7 +176,7 @@ def project_global_reads(path: Path) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if module in ("codegen", ""):       # `from codegen import config`, `from . import config`
+            if module in ("codegen", ""):   # `from codegen import config`, `from . import config`
                 modules.update(a.asname or a.name for a in node.names if a.name == "config")
             elif module == "codegen.config" or module == "config" or module.endswith(".config"):
                 out += [f"{node.lineno}: from {module} import {a.name}" for a in node.names

@@ -4,13 +4,14 @@ library renders for two projects side by side in one process, without activating
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from codegen import config
-from codegen.gen import check_library, render
+from codegen.gen import check_library, generators, render
 from codegen.load import load_library
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,12 +54,15 @@ def test_each_project_gets_its_own_paths(rendered):
 
 def test_each_project_gets_its_own_names(rendered):
     example, other, _ = rendered
-    assert 'set_python_module("runtime._reg_exops")' in example["generated/cpp/exops/register_core.cpp"]
+    assert 'set_python_module("runtime._reg_exops")' in \
+        example["generated/cpp/exops/register_core.cpp"]
     assert 'set_python_module("acme.ops._gen._reg_exops")' in \
         other["src/acme/ops/_gen/cpp/exops/register_core.cpp"]
     # A generated directory inside the package is a subpackage with its own __init__.py.
-    assert "src/acme/ops/_gen/__init__.py" in other and "generated/runtime/__init__.py" not in example
-    assert "src/acme/ops/_gen/_reg_exops.py" in other and "generated/runtime/_reg_exops.py" in example
+    assert "src/acme/ops/_gen/__init__.py" in other
+    assert "generated/runtime/__init__.py" not in example
+    assert "src/acme/ops/_gen/_reg_exops.py" in other
+    assert "generated/runtime/_reg_exops.py" in example
     manifest = other["src/acme/ops/_gen/_manifest.py"]
     assert "acme.ops._gen._reg_exops" in manifest and "runtime._reg" not in manifest
     # The build file builds below the other project's build and library directories.
@@ -76,3 +80,8 @@ def test_what_does_not_depend_on_the_project_is_the_same(rendered):
                if p.endswith(".h")}
     assert headers and headers == {p.removeprefix("src/acme/ops/_gen/"): text
                                    for p, text in other.items() if p.endswith(".h")}
+
+
+def test_every_generator_takes_the_project():
+    assert {name: list(inspect.signature(fn).parameters) for name, fn in generators()} == {
+        name: ["lib", "diags", "project"] for name, _ in generators()}
