@@ -209,17 +209,18 @@ def timed(name, fn):
 
 
 schemas = str(Path.cwd() / "schemas")
-with config.use(config.default_project(Path(sys.argv[1]))):
+with config.use(config.default_project(Path(sys.argv[1]))) as project:
     lib = timed("load", lambda: load.load_library([schemas]))
     diags = lib.diagnostics()
-    timed("check", lambda: check_library(lib, diags))
+    timed("check", lambda: check_library(lib, diags, project))
     out = files.FileSet()
     for name, gen in generators():
-        out.update(timed(name, lambda: gen(lib, diags)))
-    out.update(timed("cpp-index", lambda: cpp_kernel_index.generate(lib, diags, dict(out.files))))
-    out.update(timed("ninja", lambda: ninja.generate(lib, diags, dict(out.files))))
-    timed("seal", lambda: out.seal(set_stamp(), banner("#", [f.path for f in lib.files])))
-    timed("write", lambda: files.write(Path("."), out, prune_dir=output_dir()))
+        out.update(timed(name, lambda: gen(lib, diags, project)))
+    out.update(timed("cpp-index", lambda: cpp_kernel_index.generate(lib, diags, project,
+                                                                   dict(out.files))))
+    out.update(timed("ninja", lambda: ninja.generate(lib, diags, project, dict(out.files))))
+    timed("seal", lambda: out.seal(set_stamp(project), banner("#", [f.path for f in lib.files])))
+    timed("write", lambda: files.write(Path("."), out, prune_dir=output_dir(project)))
 print(repr(times))
 """
 

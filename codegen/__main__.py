@@ -26,28 +26,28 @@ from codegen.rendering import output_dir
 from codegen.diagnostics import Diagnostics
 
 
-def _cache_dir() -> str | None:
+def _cache_dir(project: config.Project) -> str | None:
     """Where loaded op files are kept between runs (Note [Incremental loading] in codegen.load):
     under the project's build directory; `OPGEN_NO_CACHE=1` turns it off."""
     if os.environ.get("OPGEN_NO_CACHE"):
         return None
-    return os.path.join(config.current().build, "opgen-cache")
+    return os.path.join(project.build, "opgen-cache")
 
 
-def _load(paths: list[str]):
-    return load.load_library(paths or list(config.current().schemas), cache=_cache_dir())
+def _load(paths: list[str], project: config.Project):
+    return load.load_library(paths or list(project.schemas), cache=_cache_dir(project))
 
 
-def _check_python_side(lib, werror: bool = False) -> Diagnostics:
+def _check_python_side(lib, project: config.Project, werror: bool = False) -> Diagnostics:
     """Everything `generate` checks, so that `check` passes exactly what `generate` can generate:
     the checks that need the whole library (namespaces torch defines, names too long for a file),
     then every generator renders in memory (C++ bindings of every type, formulas calling library
     ops, missing fake kernels, Python function signatures, batching/autocast rules) and nothing
     is written. Returns the warnings (errors, with `werror`)."""
     diags = lib.diagnostics()
-    check_library(lib, diags)
+    check_library(lib, diags, project)
     if not diags.has_errors:
-        render(lib, diags)
+        render(lib, diags, project)
     if werror:
         diags.werror()
     diags.raise_if_errors()
@@ -59,40 +59,40 @@ def _print_warnings(diags: Diagnostics) -> None:
         print(diags.render(), file=sys.stderr)
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    lib = _load(args.paths)
-    _print_warnings(_check_python_side(lib, args.werror))
+def cmd_check(args: argparse.Namespace, project: config.Project) -> int:
+    lib = _load(args.paths, project)
+    _print_warnings(_check_python_side(lib, project, args.werror))
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    lib = _load(args.paths)
+def cmd_list(args: argparse.Namespace, project: config.Project) -> int:
+    lib = _load(args.paths, project)
     for op in lib.ops:
         print(op.schema)
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    lib = _load(args.paths)
+def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
+    lib = _load(args.paths, project)
     diags = lib.diagnostics()
-    check_library(lib, diags)
+    check_library(lib, diags, project)
     diags.raise_if_errors()
-    fileset = render(lib, diags)
+    fileset = render(lib, diags, project)
     if args.werror:
         diags.werror()
     diags.raise_if_errors()
     _print_warnings(diags)
     root = Path(".")      # the project root (config.use)
     if args.check:
-        changed = files.stale(root, fileset) + files.orphans(root, fileset, output_dir())
+        changed = files.stale(root, fileset) + files.orphans(root, fileset, output_dir(project))
         for rel in changed:
             print(f"stale: {rel}")
         return 1 if changed else 0
-    written = files.write(root, fileset, prune_dir=output_dir())
+    written = files.write(root, fileset, prune_dir=output_dir(project))
     if args.depfile:
-        ninja.write_depfile(Path(args.depfile), lib)
+        ninja.write_depfile(Path(args.depfile), lib, project)
     for rel in written:
         print(f"wrote {rel}")
     if not written:
@@ -100,22 +100,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_snapshot(args: argparse.Namespace) -> int:
+def cmd_snapshot(args: argparse.Namespace, project: config.Project) -> int:
     """Record every op's contract in the snapshot (codegen.compat), written only when it
     changes."""
-    lib = _load(args.paths)
-    path = _shown(args.snapshot, config.current().snapshot)
+    lib = _load(args.paths, project)
+    path = _shown(project, args.snapshot, project.snapshot)
     written = files.write(Path("."), files.FileSet({path: compat.snapshot_text(lib)}))
     n = len(lib.ops)
     print(f"{'wrote' if written else 'up to date:'} {path} ({n} op{'s' if n != 1 else ''})")
     return 0
 
 
-def cmd_bc_check(args: argparse.Namespace) -> int:
+def cmd_bc_check(args: argparse.Namespace, project: config.Project) -> int:
     """Compare the library with the snapshot: every undeclared break is a located error."""
-    lib = _load(args.paths)
+    lib = _load(args.paths, project)
     diags = Diagnostics()
-    snap = compat.read_snapshot(_shown(args.snapshot, config.current().snapshot), diags)
+    snap = compat.read_snapshot(_shown(project, args.snapshot, project.snapshot), diags)
     diags.raise_if_errors()
     assert snap is not None
     report = compat.compare(lib, snap)
@@ -131,11 +131,11 @@ def cmd_bc_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_docs(args: argparse.Namespace) -> int:
+def cmd_docs(args: argparse.Namespace, project: config.Project) -> int:
     """Render the op reference, one Markdown file per namespace, written only when it
     changes; with --check, write nothing and exit 1 when a file is stale."""
-    lib = _load(args.paths)
-    directory = _shown(args.output, config.current().docs)
+    lib = _load(args.paths, project)
+    directory = _shown(project, args.output, project.docs)
     diags = lib.diagnostics()
     fileset = files.FileSet(md_reference.generate(lib, diags, directory=directory))
     diags.raise_if_errors()
@@ -165,8 +165,8 @@ def _absolute(path: str) -> str:
     return str(Path(path).resolve())
 
 
-def _shown(path: str | None, default: str) -> str:
-    return config.current().relative(path) if path else default
+def _shown(project: config.Project, path: str | None, default: str) -> str:
+    return project.relative(path) if path else default
 
 
 def add_ship_commands(sub) -> None:
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fn is None:
         return build.run(args)
-    return cli.run_in_project(args, lambda project: args.fn(args))
+    return cli.run_in_project(args, lambda project: args.fn(args, project))
 
 
 if __name__ == "__main__":

@@ -241,7 +241,8 @@ def make_toolchain(key: str) -> Toolchain:
                      + user_cflags)
     stable_ldflags = link_dirs + ["-ltorch_cpu"] + link_checks
     lines = [
-        f"# Toolchain for {ninja_file()} on this machine, written by `python -m codegen.build` "
+        f"# Toolchain for {ninja_file(config.current())} on this machine, written by "
+        "`python -m codegen.build` "
         "from torch.utils.cpp_extension. Not committed.",
         f"{KEY_PREFIX}{key}",
         f"torch_version = {torch_version}",
@@ -347,7 +348,7 @@ def _codegen_command() -> str:
 
 def write_toolchain(root: Path) -> tuple[bool, str]:
     """(whether the file was rewritten, its text). Imports torch only when the key changed."""
-    path = root / toolchain_file()
+    path = root / toolchain_file(config.current())
     key = toolchain_key()
     try:
         old = path.read_text(encoding="utf-8")
@@ -729,7 +730,7 @@ class Notes:
     def _load(self) -> None:
         self.index = kernel_index(self.root)
         self.stable = stable_namespaces(self.root)
-        sources, _ = kernel_sources(generated_namespaces(self.root), self.root)
+        sources, _ = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
         self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
 
     def namespace(self, path: str) -> str | None:
@@ -789,7 +790,7 @@ def generated_namespaces(root: Path) -> list[str]:
 
 
 def cuda_sources(root: Path) -> list[str]:
-    sources, _ = kernel_sources(generated_namespaces(root), root)
+    sources, _ = kernel_sources(config.current(), generated_namespaces(root), root)
     return sorted(s for v in sources.values() for s, _ in v if s.endswith(".cu"))
 
 
@@ -799,7 +800,7 @@ def check_sources(root: Path) -> None:
     kernel the generated registration units register too)."""
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
-    sources, _ = kernel_sources(namespaces, root)
+    sources, _ = kernel_sources(config.current(), namespaces, root)
     check_kernel_sources(sources, set(namespaces), root, diags,
                          indexed_registrations(namespace_indexes(root)))
     diags.raise_if_errors()
@@ -808,8 +809,8 @@ def check_sources(root: Path) -> None:
 def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     out = out or sys.stdout
     notes = Notes(root)
-    proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(), *extra], cwd=root,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(config.current()), *extra],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
     assert proc.stdout is not None
     pending: str | None = None      # a note waits until the compiler has shown its source lines
@@ -840,12 +841,14 @@ def check_generated(root: Path, out, err=None) -> bool:
     that cannot work (a build file older than the stamp), with the error written to `err`
     (stderr by default)."""
     err = err or sys.stderr
-    stamp = set_stamp()
+    project = config.current()
+    stamp = set_stamp(project)
     problem = verify_stamp(root, stamp)
     if problem is None:
         return True
-    if stamp not in (root / ninja_file()).read_text(encoding="utf-8", errors="replace"):
-        err.write(f"error: {problem}, and {ninja_file()} is too old to regenerate it\n"
+    build_file = ninja_file(project)
+    if stamp not in (root / build_file).read_text(encoding="utf-8", errors="replace"):
+        err.write(f"error: {problem}, and {build_file} is too old to regenerate it\n"
                   f"{_generate_hint()}\n")
         return False
     out.write(f"note: {problem}; regenerating before the build\n")
@@ -861,8 +864,9 @@ def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> 
     ninja runs to `err` (stderr)."""
     out = out or sys.stdout
     err = err or sys.stderr
-    if not (root / ninja_file()).is_file():
-        err.write(f"error: {ninja_file()} not found under {root}: nothing is generated yet\n"
+    build_file = ninja_file(config.current())
+    if not (root / build_file).is_file():
+        err.write(f"error: {build_file} not found under {root}: nothing is generated yet\n"
                   f"{_generate_hint()} first\n")
         return 1
     if not check_generated(root, out, err):

@@ -16,7 +16,8 @@ Commands find their project through `--project DIR` or the nearest pyproject.tom
 example (`DEFAULT`: package `runtime`, `schemas/`, `runtime/csrc/`, `generated/`, `build/`) at the
 working directory is used, so an op file directory alone still works.
 
-Generators read the active project through `current()`; the CLI activates one with `use()`.
+Code generation takes the project as an argument (codegen.gen.render); the command layers
+activate one with `use()` (which also enters its root) and read it with `current()`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Orchestration: op library IR -> every generated file, rendered in memory, then written.
 
-Generators are pure functions `(OpLibrary, Diagnostics) -> {relative path: text}`; they live in
-`codegen/dest/` (one module per output) and are listed in `generators()`. Only `codegen.files` writes.
+Generators are pure functions `(OpLibrary, Diagnostics, Project) -> {relative path: text}`: the
+project configuration (codegen.config.Project: where generated files go, the package's name) is
+an argument, never a global, so two projects render side by side in one process. They live in
+`codegen/dest/` (one module per output) and are listed in `generators()`. Only `codegen.files`
+writes.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from codegen.dest import (cmake, cpp_aoti, cpp_autograd, cpp_kernel_index, cpp_k
 from codegen.rendering import banner, python_dir, set_stamp
 from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
+from codegen.config import Project
 from codegen.files import FileSet
 from codegen.model import OpLibrary
 
-Generator = Callable[[OpLibrary, Diagnostics], dict[str, str]]
+Generator = Callable[[OpLibrary, Diagnostics, Project], dict[str, str]]
 
 
 # The most bytes one path component may have (NAME_MAX on Linux and macOS file systems).
@@ -47,25 +51,26 @@ def generators() -> list[tuple[str, Generator]]:
     ]
 
 
-def render(lib: OpLibrary, diags: Diagnostics) -> FileSet:
+def render(lib: OpLibrary, diags: Diagnostics, project: Project) -> FileSet:
+    """Every file of `project`'s generated set, in memory."""
     out = FileSet()
     for _name, gen in generators():
-        out.update(gen(lib, diags))
+        out.update(gen(lib, diags, project))
     # The kernel index describes the headers rendered above (codegen.dest.cpp_kernel_index).
-    out.update(cpp_kernel_index.generate(lib, diags, dict(out.files)))
+    out.update(cpp_kernel_index.generate(lib, diags, project, dict(out.files)))
     # The build file comes last: its codegen edge declares exactly the files of this set, so
     # the two cannot drift apart (an output never written would rerun the edge on every build).
-    out.update(ninja.generate(lib, diags, dict(out.files)))
-    out.seal(set_stamp(), banner("#", [f.path for f in lib.files]))
+    out.update(ninja.generate(lib, diags, project, dict(out.files)))
+    out.seal(set_stamp(project), banner("#", [f.path for f in lib.files]))
     return out
 
 
-def check_library(lib: OpLibrary, diags: Diagnostics) -> None:
+def check_library(lib: OpLibrary, diags: Diagnostics, project: Project) -> None:
     """Checks on the whole library that stand between `check` and a generate or an import that
     would fail: namespaces torch defines, names too long for a file, what the stable ABI cannot
     register at a namespace's min_torch."""
     check_namespaces(lib, diags)
-    check_file_names(lib, diags)
+    check_file_names(lib, diags, project)
     cpp_stable.check(lib, diags)
     cpp_autograd.check(lib, diags)
 
@@ -80,34 +85,36 @@ class DerivedName:
     placeholder: str    # how messages show it inside a file name
 
 
-def derived_paths(lib: OpLibrary) -> list[tuple[str, DerivedName]]:
+def derived_paths(lib: OpLibrary, project: Project) -> list[tuple[str, DerivedName]]:
     """Every path that code generation or the build creates with a name made from the op files,
     with the name it is made from. Asks the generators, so it cannot drift from what they
     write."""
     out: list[tuple[str, DerivedName]] = []
     for ns, shs in L.shards(lib).items():
         name = DerivedName("namespace", ns, namespace_loc(lib, ns), "<namespace>")
-        module = L.python_module(ns).rpartition(".")[2]
-        for path in (L.stamp_path(ns), f"{python_dir()}/{module}.py",
-                     ninja.library_path(ns) + ninja.LINK_TEMP_SUFFIX,
-                     ninja.gen_obj(ns, L.stamp_path(ns)) + ninja.DEPFILE_SUFFIX):
+        module = L.python_module(project, ns).rpartition(".")[2]
+        stamp = L.stamp_path(project, ns)
+        for path in (stamp, f"{python_dir(project)}/{module}.py",
+                     ninja.library_path(project, ns) + ninja.LINK_TEMP_SUFFIX,
+                     ninja.gen_obj(project, ns, stamp) + ninja.DEPFILE_SUFFIX):
             out.append((path, name))
         for s in shs:
             name = DerivedName("op file name", s.name, Loc(s.file.path, 1, 1), "<file>")
-            for path in (s.header, s.registration,
-                         ninja.gen_obj(ns, s.registration) + ninja.DEPFILE_SUFFIX):
+            registration = s.registration(project)
+            for path in (s.header(project), registration,
+                         ninja.gen_obj(project, ns, registration) + ninja.DEPFILE_SUFFIX):
                 out.append((path, name))
             for op_name, ops in L.ops_by_name(s).items():
-                out.append((s.op_header(op_name),
+                out.append((s.op_header(project, op_name),
                             DerivedName("op name", op_name, ops[0].loc, "<op>")))
     return out
 
 
-def check_file_names(lib: OpLibrary, diags: Diagnostics) -> None:
+def check_file_names(lib: OpLibrary, diags: Diagnostics, project: Project) -> None:
     """A path component longer than NAME_MAX fails with ENAMETOOLONG in the middle of a generate
     or a build: refuse it here, located, once per name (for its longest file name)."""
     longest: dict[DerivedName, tuple[int, str]] = {}
-    for path, name in derived_paths(lib):
+    for path, name in derived_paths(lib, project):
         for part in Path(path).parts:
             size = len(os.fsencode(part))
             if size > NAME_MAX and name.value in part and size > longest.get(name, (0, ""))[0]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Iterable
 
-from codegen import config
 from codegen.api import cpp
+from codegen.config import Project
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import output_dir
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
@@ -72,25 +72,23 @@ class Shard:
     ops: tuple[Op, ...]
     is_library: bool          # holds TORCH_LIBRARY (first shard of a namespace not torch's)
 
-    @property
-    def header(self) -> str:
-        return f"{output_dir()}/cpp/{self.namespace}/{self.name}.h"
+    def header(self, project: Project) -> str:
+        return f"{output_dir(project)}/cpp/{self.namespace}/{self.name}.h"
 
     @property
     def include(self) -> str:
         """How kernel sources include the header (`-I generated/cpp`)."""
         return f"{self.namespace}/{self.name}.h"
 
-    def op_header(self, name: str) -> str:
+    def op_header(self, project: Project, name: str) -> str:
         """The header of the ops named `name` (every overload) of this shard."""
-        return f"{output_dir()}/cpp/{self.namespace}/{self.name}/{name}.h"
+        return f"{output_dir(project)}/cpp/{self.namespace}/{self.name}/{name}.h"
 
     def op_include(self, name: str) -> str:
         return f"{self.namespace}/{self.name}/{name}.h"
 
-    @property
-    def registration(self) -> str:
-        return f"{output_dir()}/cpp/{self.namespace}/register_{self.name}.cpp"
+    def registration(self, project: Project) -> str:
+        return f"{output_dir(project)}/cpp/{self.namespace}/register_{self.name}.cpp"
 
 
 def shard_names(files: tuple[OpFile, ...]) -> dict[str, str]:
@@ -162,10 +160,10 @@ def library_file(ns: str) -> str:
     return f"lib{ns}_ops.so"
 
 
-def python_module(ns: str) -> str:
+def python_module(project: Project, ns: str) -> str:
     """The module `m.set_python_module` names: the Python-side registrations of `ns`
     (`<package>._reg_<ns>`, see codegen.config.Project.module_prefix)."""
-    return f"{config.current().module_prefix}._reg_{ns}"
+    return f"{project.module_prefix}._reg_{ns}"
 
 
 def unqualified(op: Op) -> OperatorName:
@@ -297,13 +295,13 @@ def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str])
 # The build stamp's path (codegen.dest.cpp_stamp writes it)
 
 
-def stamp_path(ns: str) -> str:
-    return f"{output_dir()}/cpp/{ns}/stamp.cpp"
+def stamp_path(project: Project, ns: str) -> str:
+    return f"{output_dir(project)}/cpp/{ns}/stamp.cpp"
 
 
-def index_path(ns: str) -> str:
+def index_path(project: Project, ns: str) -> str:
     """What the build needs to know of a namespace's generated C++ (codegen.dest.cpp_kernel_index)."""
-    return f"{output_dir()}/cpp/{ns}/index.json"
+    return f"{output_dir(project)}/cpp/{ns}/index.json"
 
 
 def stamp_prefix(ns: str) -> str:

@@ -1,5 +1,5 @@
 """What every generator renders with: the banner, the jinja2 environment and its escaping
-filters, and where generated files go.
+filters, and where generated files go (in the project a generator is given).
 
 A leaf of the back end: generators import it, it imports no generator (docs/DESIGN.md).
 """
@@ -12,26 +12,27 @@ from typing import Callable
 
 import jinja2
 
-from codegen import config, escape
+from codegen import escape
+from codegen.config import Project
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-def output_dir() -> str:
+def output_dir(project: Project) -> str:
     """Every generated file lives under this directory, relative to the project root
     (`generated` in opgen's own example; `[tool.opgen] generated`, codegen.config)."""
-    return config.current().generated
+    return project.generated
 
 
-def python_dir() -> str:
+def python_dir(project: Project) -> str:
     """Where the generated Python modules go (`generated/runtime` in the example)."""
-    return config.current().python_out
+    return project.python_out
 
 
-def set_stamp() -> str:
+def set_stamp(project: Project) -> str:
     """Written last: the digest of every other generated file (Note [Set-atomic writes] in
     codegen/files.py). `cd generated && sha256sum -c SHA256SUMS` checks the set by hand."""
-    return config.current().stamp
+    return project.stamp
 
 
 def banner(comment: str, sources: list[str] | tuple[str, ...]) -> str:

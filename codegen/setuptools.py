@@ -279,7 +279,7 @@ def _promise(project: config.Project) -> TorchPromise | None:
 
     with config.use(project):
         try:
-            lib = _load([])     # from the cache `generate` has just filled
+            lib = _load([], project)     # from the cache `generate` has just filled
         except UserError as e:
             print(e.diags.render(), file=sys.stderr)
             raise SystemExit(1) from None

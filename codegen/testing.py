@@ -44,7 +44,7 @@ import types
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 
@@ -65,6 +65,9 @@ from codegen.model import (
     strip_optional,
 )
 from codegen.yaml_source import Scalar, YamlFile, short
+
+if TYPE_CHECKING:
+    from codegen import config
 
 __all__ = [
     "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "DEVICE_CHECKS", "devices", "Case", "Failures", "NoLongerFails",
@@ -150,23 +153,28 @@ class PythonLibrary:
         self.libraries.clear()
 
 
-def load_python_library(paths: Iterable[str]) -> PythonLibrary:
+def load_python_library(paths: Iterable[str],
+                        project: config.Project | None = None) -> PythonLibrary:
     """Define the ops of op files whose kernels are all Python, in this process, and run their
     generated registrations from memory: a library to try or test before any C++ exists.
 
     Each namespace is defined with `torch.library.Library(ns, "DEF")` (so it must not be loaded
     already; a namespace torch defines gets a "FRAGMENT") and gets the module `runtime._reg_<ns>`
     would be, from the same generator. Nothing else is loaded: other namespaces need not be built.
+    `project` (a codegen.config.Project) names the modules; the active one when not given.
     """
+    from codegen import config
     from codegen.dest.py_common import module_name
     from codegen.dest.py_reg import generate_registrations
+    from codegen.rendering import python_dir
     from codegen.load import load_library
     from codegen.model import OperatorName
     from codegen.torch_namespaces import is_torch_namespace
 
+    project = project if project is not None else config.current()
     lib = load_library(list(paths))
     diags = lib.diagnostics()
-    texts = generate_registrations(lib, diags)
+    texts = generate_registrations(lib, diags, project)
     diags.raise_if_errors()
     note_library(lib.ops)
     out = PythonLibrary(list(lib.ops), {})
@@ -179,9 +187,10 @@ def load_python_library(paths: Iterable[str]) -> PythonLibrary:
                     n = op.name
                     schema = op.schema.with_name(OperatorName(None, n.name, n.overload))
                     defs.define(str(schema), tags=tuple(getattr(torch.Tag, t) for t in op.tags))
-            text = texts[f"generated/runtime/_reg_{ns}.py"]
-            module = types.ModuleType(module_name(ns))
-            exec(compile(text, f"<generated {module_name(ns)}>", "exec"), module.__dict__)
+            text = texts[f"{python_dir(project)}/_reg_{ns}.py"]
+            name = module_name(project, ns)
+            module = types.ModuleType(name)
+            exec(compile(text, f"<generated {name}>", "exec"), module.__dict__)
             out.modules[ns] = module
     except BaseException:
         out.close()

@@ -401,7 +401,8 @@ def check_kernel_defaults(lib) -> None:
     """A Python kernel or fake function runs with its own default when the caller leaves the
     argument out of a Python call; it must equal the schema's."""
     __tracebackhide__ = True
-    from codegen.dest.py_sources import find_module_source
+    from codegen import config
+    from codegen.dest.py_sources import find_module_source, python_roots
     from codegen.model import PyRef
 
     for op in lib.ops:
@@ -409,7 +410,8 @@ def check_kernel_defaults(lib) -> None:
         if isinstance(op.fake, PyRef):
             refs.append(op.fake)
         for ref in refs:
-            path = find_module_source(ref.module)
+            path = find_module_source(ref.module,
+                                      python_roots(config.default_project(Path.cwd())))
             if path is None or "." in ref.name:
                 continue
             try:

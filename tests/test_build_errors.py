@@ -200,24 +200,26 @@ def test_index_records_what_the_registration_units_register() -> None:
     CPU, CUDA and Meta kernels, overloads), they are exactly what the rendered units register."""
     import json
 
+    from codegen import config
     from codegen import layout as L
     from codegen.dest.ninja import impl_registrations
     from codegen.gen import render
     from codegen.load import load_library
 
     lib = load_library(["schemas"])
-    out = render(lib, lib.diagnostics()).files
+    project = config.default_project(Path.cwd())
+    out = render(lib, lib.diagnostics(), project).files
     units = 0
     for ns, shards in L.shards(lib).items():
-        recorded = json.loads(out[L.index_path(ns)])["registrations"]
-        assert set(recorded) == {s.registration for s in shards}
+        recorded = json.loads(out[L.index_path(project, ns)])["registrations"]
+        assert set(recorded) == {s.registration(project) for s in shards}
         for unit, pairs in recorded.items():
             parsed = sorted((r.name, r.key) for r in impl_registrations(out[unit]))
             assert parsed and sorted(map(tuple, pairs)) == parsed, unit
             units += 1
     assert units >= 3 and {"Meta", "CUDA", "CPU"} <= {
         key for ns in L.shards(lib) for pairs in
-        json.loads(out[L.index_path(ns)])["registrations"].values() for _, key in pairs}
+        json.loads(out[L.index_path(project, ns)])["registrations"].values() for _, key in pairs}
 
 
 def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:

@@ -89,9 +89,10 @@ def test_codegen_edge_declares_exactly_the_generated_set(tmp_path: Path, monkeyp
     Path("stab.yaml").write_text(STABLE_OPS.format(ns="nstab"), encoding="utf-8")
     lib = load_library(["full.yaml", "stab.yaml"])
     diags = Diagnostics()
-    fileset = render(lib, diags)
+    project = config.default_project(tmp_path)
+    fileset = render(lib, diags, project)
     assert not diags.has_errors, diags.render()
-    declared = codegen_outputs(fileset.files[config.current().ninja_file])
+    declared = codegen_outputs(fileset.files[project.ninja_file])
     assert declared == set(fileset.files)
     # The stable header is one per op file; the full API's has one more per op name.
     assert "generated/cpp/nstab/stab.h" in declared and "generated/cpp/nfull/full/twice.h" in declared

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from codegen import files
+from codegen import config, files
 from codegen.rendering import set_stamp
 from tests import scratch
 from tests.test_files import killed_generate
 
-SET_STAMP = set_stamp()     # the example layout's completion stamp (generated/SHA256SUMS)
+# The example layout's completion stamp (generated/SHA256SUMS).
+SET_STAMP = set_stamp(config.default_project(Path(__file__).resolve().parent.parent))
 
 pytestmark = pytest.mark.e2e
 

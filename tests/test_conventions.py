@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import enums
+from codegen import config, enums
 from codegen.__main__ import _check_python_side
 from codegen.diagnostics import UserError
 from codegen.gen import render
@@ -74,9 +74,10 @@ def write(tmp_path: Path, funcs: list[str], header: str = "namespace: ex\nops:\n
 def test_real_world_schema_passes_check_and_generate(tmp_path, func):
     torch._C.parse_schema(f"ex::{func}")  # torch takes it
     lib = load_library([write(tmp_path, [func])])
-    _check_python_side(lib)             # `check`: warnings at most
+    project = config.default_project(Path.cwd())
+    _check_python_side(lib, project)    # `check`: warnings at most
     diags = lib.diagnostics()
-    files = render(lib, diags)          # `generate`
+    files = render(lib, diags, project)  # `generate`
     assert not diags.has_errors, diags.render()
     (op,) = lib.ops
     assert any(op.name.name in text for text in files.files.values())
@@ -109,14 +110,14 @@ def test_check_accepts_exactly_what_generate_generates(tmp_path, func):
     path = write(tmp_path, [func])
     try:
         lib = load_library([path])
-        _check_python_side(lib)
+        _check_python_side(lib, config.default_project(Path.cwd()))
         checked = True
     except UserError:
         checked = False
     try:
         lib = load_library([path])
         diags = lib.diagnostics()
-        render(lib, diags)
+        render(lib, diags, config.default_project(Path.cwd()))
         generated = not diags.has_errors
     except UserError:
         generated = False

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import gen
+from codegen import config, gen
 from codegen.dest import cpp_autograd
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
@@ -25,8 +25,9 @@ EXPECTED = HERE / "golden" / "cpp" / "expected" / "autograd"
 def _render(paths: list[str]) -> tuple[dict[str, str], Diagnostics]:
     lib = load_library(paths)
     diags = Diagnostics()
-    out = cpp_autograd.generate(lib, diags)
-    gen.check_library(lib, diags)
+    project = config.default_project(ROOT)
+    out = cpp_autograd.generate(lib, diags, project)
+    gen.check_library(lib, diags, project)
     return out, diags
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from codegen import config
 from codegen.dest import (cpp_aoti, cpp_kernel_index, cpp_kernels, cpp_register, cpp_stamp, ninja,
                           py_ops)
 from codegen.diagnostics import Diagnostics
@@ -22,6 +23,7 @@ from tests import expect
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "golden" / "cpp"
 ROOT = HERE.parent
+EXAMPLE = config.default_project(ROOT)    # opgen's example layout: generated/, runtime
 
 INPUTS = "tests/golden/cpp/inputs"
 EXPECTED = GOLDEN / "expected"
@@ -39,15 +41,15 @@ def render(paths: list[str]) -> dict[str, str]:
     for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps,
                 py_ops.generate_ops, py_ops.generate_manifest, cpp_aoti.generate,
                 cpp_aoti.generate_helper):
-        out.update(gen(lib, diags))
-    out.update(cpp_kernel_index.generate(lib, diags, out))
+        out.update(gen(lib, diags, EXAMPLE))
+    out.update(cpp_kernel_index.generate(lib, diags, EXAMPLE, out))
     # build.ninja from fixed inputs: the golden file must not depend on this checkout's files.
     sources = {ns: ((f"runtime/csrc/{ns}/kernels.cpp", "kernels.cpp"),
                     (f"runtime/csrc/{ns}/kernels.cu", "kernels.cu"))
                for ns in lib.namespaces}
     inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
                                tuple(paths), tuple(out))
-    out[ninja.ninja_file()] = ninja.build_ninja(lib, inputs)
+    out[ninja.ninja_file(EXAMPLE)] = ninja.build_ninja(lib, inputs, EXAMPLE)
     assert not diags.has_errors, diags.render()
     return out
 

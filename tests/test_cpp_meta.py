@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from codegen import config
 from codegen.dest import cpp_meta, cpp_register, py_fake
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
@@ -77,7 +78,7 @@ def test_schema_fakes_are_meta_kernels(monkeypatch):
 def test_golden_registration_shard(monkeypatch):
     lib = _lib(monkeypatch)
     diags = Diagnostics()
-    out = cpp_register.generate(lib, diags)
+    out = cpp_register.generate(lib, diags, config.default_project(ROOT))
     assert not diags.has_errors, diags.render()
     (path, text), = out.items()
     expect.check_file(EXPECTED / Path(path).name, text)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import parse_schema
+from codegen import config, parse_schema
 from codegen.api import cpp
 from codegen.dest import cpp_kernels, cpp_register
 from codegen.load import load_library
@@ -81,8 +81,9 @@ ops:
 """)
     lib = load_library([str(path)])
     diags = lib.diagnostics()
-    header = cpp_kernels.generate(lib, diags)
-    registration = cpp_register.generate(lib, diags)
+    project = config.default_project(Path.cwd())
+    header = cpp_kernels.generate(lib, diags, project)
+    registration = cpp_register.generate(lib, diags, project)
     rendered = diags.render().replace(str(path), "ops.yaml")
     assert rendered == """\
 ops.yaml:3:30: error: named dimensions ('Dimname') cannot be bound by a custom op kernel (in op rx::named)

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from codegen import config
 from codegen.dest import cpp_kernels, cpp_register, cpp_stamp, ninja
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
 
 ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = config.default_project(ROOT)
 CORE = (ROOT / "schemas" / "core.yaml").read_text(encoding="utf-8")
 
 
@@ -24,10 +26,10 @@ def cpp_outputs(tmp_path: Path, text: str) -> dict[str, str]:
     diags = Diagnostics()
     out: dict[str, str] = {}
     for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps):
-        out.update(gen(lib, diags))
+        out.update(gen(lib, diags, EXAMPLE))
     inputs = ninja.BuildInputs({"exops": (("runtime/csrc/exops/k.cpp", "k.cpp"),)},
                                ("runtime/csrc/exops",), (str(path),), tuple(out))
-    out[ninja.ninja_file()] = ninja.build_ninja(lib, inputs)
+    out[ninja.ninja_file(EXAMPLE)] = ninja.build_ninja(lib, inputs, EXAMPLE)
     assert not diags.has_errors, diags.render()
     return out
 

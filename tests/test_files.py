@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from codegen import files
+from codegen import config, files
 from codegen.build import check_generated
 from codegen.rendering import set_stamp
 from tests import scratch
 
-SET_STAMP = set_stamp()     # the example layout's completion stamp (generated/SHA256SUMS)
+# The example layout's completion stamp (generated/SHA256SUMS).
+SET_STAMP = set_stamp(config.default_project(Path(__file__).resolve().parent.parent))
 
 V1 = """\
 namespace: wr

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from codegen import escape, reserved
+from codegen import config, escape, reserved
 from codegen.__main__ import main as cli
 from codegen.gen import render
 from codegen.dest.py_common import reg_module_names
@@ -56,7 +56,7 @@ HOSTILE = [
 def _rendered(paths: list[str]) -> dict[str, str]:
     lib = load_library(paths)
     diags = lib.diagnostics()
-    files = render(lib, diags)
+    files = render(lib, diags, config.default_project(ROOT))
     assert not diags.has_errors, diags.render()
     return dict(files.files)
 

@@ -155,3 +155,76 @@ def test_the_check_sees_a_cycle(tmp_path):
     graph = import_graph(pkg)
     assert cycles(graph) == [["codegen.dest.a", "codegen.gen"]]
     assert graph["codegen.dest.b"] == set()
+
+
+# --------------------------------------------------------------------------------------------------
+# The project configuration reaches code generation as an argument (codegen.gen.render): the
+# generators and the back end's floor never read the active project (config.current, config.use).
+
+# What code generation is made of: every generator, the back end's floor, and the orchestrator.
+GENERATION = ("codegen.gen", "codegen.layout", "codegen.rendering", "codegen.torch_namespaces")
+_PROJECT_GLOBALS = {"current", "use", "_current"}
+
+
+def project_global_reads(path: Path) -> list[str]:
+    """`line: what` for each read of the active project in the module at `path`: an attribute
+    `current`/`use`/`_current` of the codegen.config module under any name it is imported as,
+    or those names imported from it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = {"codegen.config"}     # how the module spells codegen.config
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module in ("codegen", ""):   # `from codegen import config`, `from . import config`
+                modules.update(a.asname or a.name for a in node.names if a.name == "config")
+            elif module == "codegen.config" or module == "config" or module.endswith(".config"):
+                out += [f"{node.lineno}: from {module} import {a.name}" for a in node.names
+                        if a.name in _PROJECT_GLOBALS or a.name == "*"]
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name == "codegen.config" and a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in _PROJECT_GLOBALS \
+                and ast.unparse(node.value) in modules:
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return sorted(out)
+
+
+def generation_modules(root: Path = CODEGEN) -> dict[str, Path]:
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    return {m: p for m, p in paths.items() if m.startswith("codegen.dest") or m in GENERATION}
+
+
+def test_generators_read_no_active_project():
+    modules = generation_modules()
+    assert "codegen.dest.py_reg" in modules and "codegen.layout" in modules
+    found = [f"{m}:{r}" for m, p in modules.items() for r in project_global_reads(p)]
+    assert found == [], "take the project as an argument instead: " + "; ".join(found)
+
+
+def test_the_check_sees_a_read_of_the_active_project(tmp_path):
+    # A check that could pass vacuously: every spelling of a read is found, in every module of
+    # code generation, and the orchestrating layers may read it.
+    pkg = tmp_path / "codegen"
+    (pkg / "dest").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "config.py").write_text("def current(): ...\n")
+    (pkg / "dest" / "a.py").write_text(
+        "from codegen import config\ndef out():\n    return config.current().generated\n")
+    (pkg / "dest" / "b.py").write_text(
+        "def out():\n    from codegen.config import current\n    return current().build\n")
+    (pkg / "dest" / "c.py").write_text(
+        "import codegen.config as cfg\nfrom codegen import config as c\n"
+        "X = cfg.current\ndef f(p):\n    with c.use(p):\n        pass\n")
+    (pkg / "layout.py").write_text("from . import config\nP = config._current.get()\n")
+    (pkg / "rendering.py").write_text("from codegen.config import Project\n"
+                                      "def out(project: Project):\n    return project.generated\n")
+    (pkg / "build.py").write_text("from codegen import config\nP = config.current()\n")
+    found = {m: project_global_reads(p) for m, p in generation_modules(pkg).items()}
+    assert found == {
+        "codegen.dest.a": ["3: config.current"],
+        "codegen.dest.b": ["2: from codegen.config import current"],
+        "codegen.dest.c": ["3: cfg.current", "5: c.use"],
+        "codegen.layout": ["2: config._current"],
+        "codegen.rendering": [],
+    }

@@ -17,6 +17,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from codegen import config
 from codegen.__main__ import _check_python_side
 from codegen.diagnostics import UserError
 from codegen.gen import render
@@ -86,9 +87,10 @@ def _check(tmp_path: Path, text: str) -> None:
     p.write_text(text, encoding="utf-8", newline="")
     try:
         lib = load_library([str(p)])
-        _check_python_side(lib)
+        project = config.default_project(Path.cwd())
+        _check_python_side(lib, project)
         diags = lib.diagnostics()
-        fileset = render(lib, diags)
+        fileset = render(lib, diags, project)
         diags.raise_if_errors()
     except UserError as e:
         assert e.diags.items and all(d.loc.path == str(p) for d in e.diags.items)

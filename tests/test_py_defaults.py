@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from codegen import parse_schema
-from codegen.dest.py_sources import PySources, check_signature
+from codegen import config, parse_schema
+from codegen.dest.py_sources import PySources, check_signature, python_roots
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import PyRef
 
@@ -67,6 +67,11 @@ TWICE = 2.0
 """
 
 
+def _sources(root) -> PySources:
+    """Modules looked up as in the example layout of a project at `root`."""
+    return PySources(python_roots(config.default_project(root)))
+
+
 def _check(tmp_path, monkeypatch, schema_args: str, params: str, *, leading: str = "",
            what: str = "kernel") -> Diagnostics:
     name = f"mod_{abs(hash((schema_args, params, leading)))}"
@@ -76,7 +81,8 @@ def _check(tmp_path, monkeypatch, schema_args: str, params: str, *, leading: str
     schema = parse_schema(f"ex::f(Tensor x, {schema_args}) -> Tensor")
     diags = Diagnostics()
     ref = PyRef(name, "f", Loc("ops.yaml", 1, 1))
-    check_signature(ref, schema, diags, what, leading=2 if leading else 0, sources=PySources())
+    check_signature(ref, schema, diags, what, leading=2 if leading else 0,
+                    sources=_sources(tmp_path))
     return diags
 
 
@@ -109,7 +115,8 @@ def test_location_counts_characters_not_bytes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     schema = parse_schema("ex::f(Tensor x, float e=0.0, float bound=0.5) -> Tensor")
     diags = Diagnostics()
-    check_signature(PyRef("uni", "f", Loc("ops.yaml", 1, 1)), schema, diags, "kernel")
+    check_signature(PyRef("uni", "f", Loc("ops.yaml", 1, 1)), schema, diags, "kernel",
+                    sources=_sources(tmp_path))
     (err,) = diags.items
     assert (err.loc.line, err.loc.col, err.loc.length) == (2, 23, 4)
     assert err.loc.path == "uni.py"
@@ -126,7 +133,7 @@ def test_module_parsed_once_per_content(tmp_path, monkeypatch):
     schema = parse_schema("ex::f(Tensor x, float bound=0.5) -> Tensor")
     ref = PyRef("once", "f", Loc("ops.yaml", 1, 1))
     py_sources._parse_module.cache_clear()
-    sources = PySources()
+    sources = _sources(tmp_path)
     for _ in range(5):
         check_signature(ref, schema, Diagnostics(), "kernel", sources=sources)
     assert py_sources._parse_module.cache_info().misses == 1

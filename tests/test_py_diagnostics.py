@@ -43,16 +43,18 @@ def test_every_case_gives_one_error(monkeypatch):
     """A case pins one message: exactly one error, located in the case file (or, for a check on
     a Python function the case names, in that function's file beside the cases)."""
     monkeypatch.chdir(ROOT)
+    from codegen import config
     from codegen.__main__ import _check_python_side
 
+    project = config.default_project(ROOT)
     for case in CASES:
         rel = case.relative_to(ROOT).as_posix()
         if case.stem.startswith("warning_"):
-            (warning,) = _check_python_side(load_library([rel])).items
+            (warning,) = _check_python_side(load_library([rel]), project).items
             assert warning.severity == "warning" and warning.loc.path == rel, case.name
             continue
         with pytest.raises(UserError) as e:
-            _check_python_side(load_library([rel]))
+            _check_python_side(load_library([rel]), project)
         errors = [d for d in e.value.diags.sorted() if d.severity == "error"]
         assert len(errors) == 1, (case.name, e.value.diags.render())
         assert errors[0].loc.path == rel or (

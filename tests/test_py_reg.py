@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from codegen import config
 from codegen.dest import py_reg, py_stubs
 from codegen.diagnostics import Diagnostics
 from codegen.load import load_library
@@ -22,6 +23,7 @@ from tests import expect, scratch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+EXAMPLE = config.default_project(ROOT)
 INPUTS = "tests/golden/py/inputs"
 EXPECTED = HERE / "golden" / "py" / "expected"
 OP_FILE = f"{INPUTS}/registrations.yaml"
@@ -92,7 +94,8 @@ def accumulate(acc, x):
 def render(path: str) -> dict[str, str]:
     lib = load_library([path])
     diags = Diagnostics()
-    out = {**py_reg.generate_registrations(lib, diags), **py_stubs.generate_stubs(lib, diags)}
+    out = {**py_reg.generate_registrations(lib, diags, EXAMPLE),
+           **py_stubs.generate_stubs(lib, diags, EXAMPLE)}
     assert not diags.has_errors, diags.render()
     return {Path(k).name: v for k, v in out.items()}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from codegen import testing
+from codegen import config, testing
 from codegen.gen import render
 from codegen.load import load_library
 from tests import scratch
@@ -68,7 +68,7 @@ def test_every_generated_file_keeps_one_line_per_comment(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lib = load_library([path])
     diags = lib.diagnostics()
-    files = dict(render(lib, diags).files)
+    files = dict(render(lib, diags, config.default_project(Path.cwd())).files)
     assert not diags.has_errors, diags.render()
     assert any(rel.endswith(".h") for rel in files) and any(rel.endswith(".pyi") for rel in files)
     for rel, text in files.items():
@@ -112,7 +112,7 @@ def test_the_cpp_registration_and_call_api_carry_the_value(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     lib = load_library([path])
     diags = lib.diagnostics()
-    files = dict(render(lib, diags).files)
+    files = dict(render(lib, diags, config.default_project(Path.cwd())).files)
     register = next(t for rel, t in files.items() if re.search(r"register_\w+\.cpp$", rel))
     defs = re.findall(r'm\.def\(("(?:[^"\\]|\\.)*")', register)
     assert len(defs) == 2

@@ -43,8 +43,8 @@ class Namespace:
     stable_target: str | None          # TORCH_TARGET_VERSION of a stable namespace
 
 
-def cmake_path() -> str:
-    return f"{config.current().generated}/{FILE_NAME}"
+def cmake_path(project: config.Project) -> str:
+    return f"{project.generated}/{FILE_NAME}"
 
 
 def _quote(text: str) -> str:
@@ -68,9 +68,8 @@ def install_dir(project: config.Project) -> str | None:
     return PurePosixPath(project.package.replace(".", "/"), rel).as_posix()
 
 
-def render(namespaces: list[Namespace], op_files: list[str], kernel_dirs: list[str],
-           banner: str, stable_headers: tuple[str, ...]) -> str:
-    project = config.current()
+def render(project: config.Project, namespaces: list[Namespace], op_files: list[str],
+           kernel_dirs: list[str], banner: str, stable_headers: tuple[str, ...]) -> str:
     up = "/".join(".." for _ in PurePosixPath(project.generated).parts)
     generated_cpp = f"{project.generated}/cpp"
     dest = install_dir(project)
@@ -209,11 +208,11 @@ def render(namespaces: list[Namespace], op_files: list[str], kernel_dirs: list[s
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: config.Project) -> dict[str, str]:
     """{<generated>/opgen.cmake: text} when the project asks for it, else nothing."""
-    if not config.current().cmake:
+    if not project.cmake:
         return {}
-    sources, dirs = ninja.kernel_sources(list(lib.namespaces))
+    sources, dirs = ninja.kernel_sources(project, list(lib.namespaces))
     namespaces = []
     for ns, shs in L.shards(lib).items():
         a = namespace_abi(lib, ns)
@@ -221,10 +220,11 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
         namespaces.append(Namespace(
             ns, L.library_file(ns), tuple(f for f in files if not f.endswith(".cu")),
             tuple(f for f in files if f.endswith(".cu")),
-            (*(s.registration for s in shs),
-             *(p for p in (cpp_autograd.paths(lib).get(ns), cpp_aoti.paths(lib).get(ns)) if p),
-             L.stamp_path(ns)),
+            (*(s.registration(project) for s in shs),
+             *(p for p in (cpp_autograd.paths(lib, project).get(ns),
+                           cpp_aoti.paths(lib, project).get(ns)) if p),
+             L.stamp_path(project, ns)),
             None if a is None else a.target_version))
     op_files = sorted({f.path for f in lib.files})
-    return {cmake_path(): render(namespaces, op_files, list(dirs), banner("#", op_files),
-                                 L.STABLE_HEADERS)}
+    return {cmake_path(project): render(project, namespaces, op_files, list(dirs),
+                                        banner("#", op_files), L.STABLE_HEADERS)}

@@ -37,6 +37,7 @@ from functools import lru_cache
 
 from codegen.abi import namespace_abi
 from codegen.api import cpp
+from codegen.config import Project
 from codegen.diagnostics import Diagnostics
 from codegen.escape import cpp_comment, py_string
 from codegen.layout import cached_signature, library_file, per_object, shards
@@ -164,8 +165,8 @@ def plan(lib: OpLibrary) -> tuple[dict[str, list[Shim]], list[tuple[Op, str]]]:
     return shims, skipped
 
 
-def aoti_path(ns: str) -> str:
-    return f"{output_dir()}/cpp/{ns}/aoti.cpp"
+def aoti_path(project: Project, ns: str) -> str:
+    return f"{output_dir(project)}/cpp/{ns}/aoti.cpp"
 
 
 def shim_name(device: str, op: Op) -> str:
@@ -197,29 +198,29 @@ def _context(sh: Shim) -> dict:
     }
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/cpp/<ns>/aoti.cpp` for each namespace with a shim."""
     shims, _ = plan(lib)
     out: dict[str, str] = {}
     for ns, shs in shims.items():
         sources = sorted({s.file.path for s in shards(lib)[ns]})
-        out[aoti_path(ns)] = render("cpp_aoti.cpp.j2", banner=banner("//", sources), ns=ns,
+        out[aoti_path(project, ns)] = render("cpp_aoti.cpp.j2", banner=banner("//", sources), ns=ns,
                                     devices=DEVICES, shims=[_context(s) for s in shs])
     return out
 
 
-def generate_helper(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_helper(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<python dir>/_aoti.py`: the shims' declarations and `use_c_shims()`."""
     shims, skipped = plan(lib)
     ops = [{"ns": sh.op.namespace, "name": sh.op.name.name,
             "decls": [py_string(declaration(d, sh)) for d in DEVICES]}
            for shs in shims.values() for sh in shs]
     notes = [f"{op.name}: {why}" for op, why in skipped]
-    return {f"{python_dir()}/_aoti.py": render(
+    return {f"{python_dir(project)}/_aoti.py": render(
         "py_aoti.py.j2", banner=banner("#", [f.path for f in lib.files]), ops=ops,
         skipped=notes, libraries=[py_string(library_file(ns)) for ns in sorted(shims)])}
 
 
-def paths(lib: OpLibrary) -> dict[str, str]:
+def paths(lib: OpLibrary, project: Project) -> dict[str, str]:
     """namespace -> its generated shim source, for the namespaces that have one."""
-    return {ns: aoti_path(ns) for ns in plan(lib)[0]}
+    return {ns: aoti_path(project, ns) for ns in plan(lib)[0]}

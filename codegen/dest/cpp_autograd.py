@@ -34,6 +34,7 @@ from codegen import formulas as F
 from codegen import reserved
 from codegen.abi import namespace_abi
 from codegen.api import cpp
+from codegen.config import Project
 from codegen.diagnostics import Diagnostics
 from codegen.layout import cached_signature, impl_name, per_object, shards
 from codegen.rendering import banner, output_dir, render
@@ -103,8 +104,8 @@ class _Unresolved(Exception):
     """A formula calls an op the library lacks: an error of formulas.check_library, no note."""
 
 
-def autograd_path(ns: str) -> str:
-    return f"{output_dir()}/cpp/{ns}/autograd.cpp"
+def autograd_path(project: Project, ns: str) -> str:
+    return f"{output_dir(project)}/cpp/{ns}/autograd.cpp"
 
 
 def file_setting(lib: OpLibrary, op: Op) -> str | None:
@@ -867,7 +868,7 @@ def kernel_context(p: Plan) -> dict:
     }
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/cpp/<ns>/autograd.cpp` for each namespace with a C++ Autograd kernel."""
     F.check_library(lib, diags)
     if diags.has_errors:
@@ -886,14 +887,14 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                     "overload": t.name.overload or "",
                     "function_type": cached_signature(t.schema).function_type()}
                    for name, t in sorted(called.items())]
-        out[autograd_path(ns)] = render(
+        out[autograd_path(project, ns)] = render(
             "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,
             ops=[kernel_context(p) for p in plans])
     return out
 
 
-def paths(lib: OpLibrary) -> dict[str, str]:
+def paths(lib: OpLibrary, project: Project) -> dict[str, str]:
     """namespace -> its generated autograd source, for the namespaces that have one."""
-    return {ns: autograd_path(ns) for ns in lib.namespaces
+    return {ns: autograd_path(project, ns) for ns in lib.namespaces
             if any(plan(lib, op) is not None for op in lib.in_namespace(ns))}
 

@@ -22,6 +22,7 @@ import json
 from codegen import escape
 from codegen import layout as L
 from codegen.abi import namespace_abi
+from codegen.config import Project
 from codegen.dest import cpp_kernels, cpp_register, cpp_stable
 from codegen.diagnostics import Diagnostics
 from codegen.model import OpLibrary
@@ -46,7 +47,8 @@ def _records(header: str, text: str, decls: list[cpp_kernels.KernelDecl], source
     return out
 
 
-def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
+             outputs: dict[str, str]) -> dict[str, str]:
     """One index per namespace, from the kernel headers among `outputs` ({path: text}, what the
     other generators rendered)."""
     out = {}
@@ -56,15 +58,16 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
         for shard in shs:
             pairs = (cpp_register if namespace_abi(lib, ns) is None else cpp_stable) \
                 .registrations(shard, diags)
-            units[shard.registration] = [[name, key] for name, key in pairs]
+            units[shard.registration(project)] = [[name, key] for name, key in pairs]
             if namespace_abi(lib, ns) is not None:
-                if shard.header in outputs:
-                    records += _records(shard.header, outputs[shard.header],
+                header = shard.header(project)
+                if header in outputs:
+                    records += _records(header, outputs[header],
                                         cpp_stable.kernel_decls(shard, diags), shard.file.path)
                 continue
             bound = L.bound_kernels(shard, diags)
             for name, ops in L.ops_by_name(shard).items():
-                header = shard.op_header(name)
+                header = shard.op_header(project, name)
                 if header in outputs:
                     decls = cpp_kernels.kernel_decls([b for b in bound if b.op in ops])
                     records += _records(header, outputs[header], decls, shard.file.path)
@@ -76,5 +79,5 @@ def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dic
                "min_torch": None if abi is None else abi.min_text, "op_files": sources,
                "kernels": records, "registrations": units}
         # ASCII: no character of a user's path or string default can break a line of the file.
-        out[L.index_path(ns)] = json.dumps(doc, indent=1) + "\n"
+        out[L.index_path(project, ns)] = json.dumps(doc, indent=1) + "\n"
     return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from codegen import layout as L
 from codegen import reserved
+from codegen.config import Project
 from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, render
 from codegen.abi import namespace_abi
@@ -83,7 +84,7 @@ def call_entries(ops: list[Op], names: dict[str, str], diags: Diagnostics) -> li
     return out
 
 
-def generate(lib, diags: Diagnostics) -> dict[str, str]:
+def generate(lib, diags: Diagnostics, project: Project) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
         if namespace_abi(lib, ns) is not None:
@@ -94,7 +95,7 @@ def generate(lib, diags: Diagnostics) -> dict[str, str]:
             bound = L.bound_kernels(shard, diags)
             by_name = L.ops_by_name(shard)
             for name, ops in by_name.items():
-                out[shard.op_header(name)] = render(
+                out[shard.op_header(project, name)] = render(
                     "cpp_kernels.h.j2",
                     banner=banner("//", [shard.file.path]),
                     ns=ns,
@@ -104,7 +105,7 @@ def generate(lib, diags: Diagnostics) -> dict[str, str]:
                     groups=group_by_namespace(kernel_decls([b for b in bound if b.op in ops])),
                     calls=call_entries(ops, names, diags),
                 )
-            out[shard.header] = render(
+            out[shard.header(project)] = render(
                 "cpp_kernels.h.j2",
                 banner=banner("//", [shard.file.path]),
                 ns=ns,

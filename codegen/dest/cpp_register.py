@@ -19,6 +19,7 @@ from codegen.abi import namespace_abi
 from codegen import layout as L
 from codegen.dest import cpp_meta
 from codegen import reserved
+from codegen.config import Project
 from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, render
 from codegen.model import DispatchKey, OpLibrary
@@ -132,16 +133,16 @@ def shard_context(shard: L.Shard) -> dict:
                 is_library=shard.is_library, torch_namespace=is_torch_namespace(shard.namespace))
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
         if namespace_abi(lib, ns) is not None:
             continue    # stable ABI: codegen.dest.cpp_stable
         for shard in shs:
-            out[shard.registration] = render(
+            out[shard.registration(project)] = render(
                 "cpp_register.cpp.j2",
                 **shard_context(shard),
-                python_module=L.python_module(ns),
+                python_module=L.python_module(project, ns),
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),
                 meta=cpp_meta.meta_context(shard, diags),

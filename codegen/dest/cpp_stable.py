@@ -38,6 +38,7 @@ from codegen import reserved
 from codegen import shape as S
 from codegen.abi import Abi
 from codegen.api import cpp, cpp_stable
+from codegen.config import Project
 from codegen import layout as L
 from codegen.dest import cpp_register
 from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
@@ -395,7 +396,7 @@ def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     return out
 
 
-def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
         a = abi_mod.namespace_abi(lib, ns)
@@ -405,7 +406,7 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             sigs = [s for op in shard.ops
                     if not isinstance(s := cached_signature(op), cpp.Unsupported)]
             text = " ".join(s.pointer_type() for s in sigs)
-            out[shard.header] = render(
+            out[shard.header(project)] = render(
                 "cpp_stable_kernels.h.j2",
                 banner=banner("//", [shard.file.path]),
                 ns=ns,
@@ -414,11 +415,11 @@ def generate(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
                 generator="torch::stable::Generator" in text,
                 groups=group_by_namespace(kernel_decls(shard, diags)),
             )
-            out[shard.registration] = render(
+            out[shard.registration(project)] = render(
                 "cpp_stable_register.cpp.j2",
                 **cpp_register.shard_context(shard),
                 min_torch=a.min_text,
-                python_module=L.python_module(ns) if a.has("set_python_module") else None,
+                python_module=L.python_module(project, ns) if a.has("set_python_module") else None,
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),
                 meta=(meta := meta_kernels(shard)),

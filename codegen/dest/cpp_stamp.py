@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 
 from codegen import layout as L
+from codegen.config import Project
 from codegen.dest import cpp_meta, cpp_stable
 from codegen.diagnostics import Diagnostics
 from codegen.model import OpLibrary
@@ -41,10 +42,10 @@ def schema_hash(lib: OpLibrary, ns: str) -> str:
     return h.hexdigest()[:16]
 
 
-def generate_stamps(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_stamps(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     out = {}
     for ns, shs in L.shards(lib).items():
-        out[L.stamp_path(ns)] = render(
+        out[L.stamp_path(project, ns)] = render(
             "cpp_stamp.cpp.j2",
             banner=banner("//", [s.file.path for s in shs]),
             ns=ns,

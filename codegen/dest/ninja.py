@@ -28,29 +28,28 @@ from pathlib import Path, PurePosixPath
 
 from ninja import ninja_syntax
 
-from codegen import config
 from codegen.abi import namespace_abi
-from codegen.config import KERNEL_SUFFIXES
+from codegen.config import KERNEL_SUFFIXES, Project
 from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
 from codegen.model import OpLibrary
 
 
-def build_dir() -> str:
-    return config.current().build
+def build_dir(project: Project) -> str:
+    return project.build
 
 
-def toolchain_file() -> str:
-    return config.current().toolchain
+def toolchain_file(project: Project) -> str:
+    return project.toolchain
 
 
-def ninja_file() -> str:
-    return config.current().ninja_file
+def ninja_file(project: Project) -> str:
+    return project.ninja_file
 
 
-def codegen_depfile() -> str:
-    return f"{build_dir()}/codegen.d"
+def codegen_depfile(project: Project) -> str:
+    return f"{build_dir(project)}/codegen.d"
 
 # The linker writes here, then the file is renamed: a link killed midway, or one that fills the
 # disk, never leaves a truncated library under the name `import runtime` loads.
@@ -73,45 +72,45 @@ class BuildInputs:
     outputs: tuple[str, ...]
 
 
-def obj(ns: str, source: str, rel: str | None = None) -> str:
+def obj(project: Project, ns: str, source: str, rel: str | None = None) -> str:
     """The object of kernel source `source`; `rel` is its path below its namespace's kernel
     directory (the file name when not given)."""
     name = rel if rel is not None else PurePosixPath(source).name
     stem = name[: -len(".cpp")] if name.endswith(".cpp") else name   # x.cu -> x.cu.o
-    return f"{build_dir()}/obj/{ns}/{stem}.o"
+    return f"{build_dir(project)}/obj/{ns}/{stem}.o"
 
 
-def gen_obj(ns: str, generated: str) -> str:
-    return f"{build_dir()}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
+def gen_obj(project: Project, ns: str, generated: str) -> str:
+    return f"{build_dir(project)}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
 
 
-def library_path(ns: str) -> str:
-    return f"{config.current().libraries}/{L.library_file(ns)}"
+def library_path(project: Project, ns: str) -> str:
+    return f"{project.libraries}/{L.library_file(ns)}"
 
 
-def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
+def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
     """The build file's text: a pure function of the library and `inputs`."""
     out = io.StringIO()
     w = ninja_syntax.Writer(out, width=100)
     sources = sorted({f.path for f in lib.files})
     out.write(banner("#", sources))
-    w.comment(f"Build with `{config.current().build_command}`: it writes the machine's "
-              f"toolchain to {toolchain_file()}, then runs `ninja -f {ninja_file()}` in the "
-              "project root.")
+    w.comment(f"Build with `{project.build_command}`: it writes the machine's "
+              f"toolchain to {toolchain_file(project)}, then runs `ninja -f {ninja_file(project)}` "
+              "in the project root.")
     w.newline()
     w.variable("ninja_required_version", "1.10")
-    w.variable("builddir", build_dir())
-    w.include(toolchain_file())
+    w.variable("builddir", build_dir(project))
+    w.include(toolchain_file(project))
     w.newline()
 
     w.comment("Reruns code generation; unchanged files keep their mtime (restat), so nothing "
               "downstream rebuilds.")
     w.comment("Its depfile names every generator module, template and grammar it read: the list "
               "depends on the working tree, so it is not written here.")
-    w.rule("codegen", f"$codegen generate --depfile {codegen_depfile()} "
+    w.rule("codegen", f"$codegen generate --depfile {codegen_depfile(project)} "
            + " ".join(inputs.codegen_args),
            description="CODEGEN " + " ".join(inputs.codegen_args), generator=True, restat=True,
-           depfile=codegen_depfile(), deps="gcc")
+           depfile=codegen_depfile(project), deps="gcc")
     w.newline()
     w.rule("cxx", f"$cxx -MMD -MF $out{DEPFILE_SUFFIX} $cflags $extra_cflags -c $in -o $out",
            depfile=f"$out{DEPFILE_SUFFIX}", deps="gcc", description="CXX $in")
@@ -124,14 +123,14 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     w.rule("link", f"$cxx -shared -o $out{LINK_TEMP_SUFFIX} $in $ldflags && "
            f"mv -f $out{LINK_TEMP_SUFFIX} $out", description="LINK $out")
     w.newline()
-    w.comment(f"Rule `cu` (CUDA kernels) comes from {toolchain_file()}: nvcc when torch has CUDA, "
+    w.comment(f"Rule `cu` (CUDA kernels) comes from {toolchain_file(project)}: nvcc when torch has CUDA, "
               "otherwise a rule that skips the source and says so.")
     w.newline()
 
     all_shards = L.shards(lib)
     # The completion stamp is written last (Note [Set-atomic writes] in codegen/files.py): an
     # interrupted generate leaves it missing, so this edge reruns before anything compiles.
-    generated = [ninja_file(), set_stamp(), *sorted(inputs.outputs)]
+    generated = [ninja_file(project), set_stamp(project), *sorted(inputs.outputs)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
     w.newline()
@@ -140,7 +139,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
     for ns, shs in all_shards.items():
         # Every compile of the namespace waits for its generated headers through one phony
         # edge: listing them on each edge would make the file quadratic in op files.
-        headers = [f"{build_dir()}/obj/{ns}/headers"]
+        headers = [f"{build_dir(project)}/obj/{ns}/headers"]
         a = namespace_abi(lib, ns)
         # Note [ABI choice] in codegen/abi.py: a stable namespace sees only the stable headers
         # (build/stable-include), targets its min_torch, and links no libtorch C++ symbol.
@@ -150,10 +149,10 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
             "cuda_cflags": f"$stable_cuda_cflags -DTORCH_TARGET_VERSION={a.target_version}"}
         w.comment(f"namespace {ns}" + ("" if a is None else
                                        f" ({STABLE_MARK} {a.min_text})"))
-        w.build(headers, "phony", [s.header for s in shs])
+        w.build(headers, "phony", [s.header(project) for s in shs])
         objects = []
         for src, rel in inputs.kernel_sources.get(ns, ()):
-            o = obj(ns, src, rel)
+            o = obj(project, ns, src, rel)
             if src.endswith(".cu"):
                 w.build(o, "cu", src, order_only=headers, variables=cuda or None)
             else:
@@ -161,34 +160,36 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs) -> str:
                         variables={"extra_cflags": "$kernel_cflags", **cflags})
             objects.append(o)
         for s in shs:
-            o = gen_obj(ns, s.registration)
-            w.build(o, "cxx", s.registration, order_only=headers, variables=cflags or None)
+            o = gen_obj(project, ns, s.registration(project))
+            w.build(o, "cxx", s.registration(project), order_only=headers,
+                    variables=cflags or None)
             objects.append(o)
         # The namespace's other generated sources (C++ autograd, AOTInductor shims): whatever
         # generation wrote under its directory, so a new generator needs no line here.
-        own = {s.registration for s in shs} | {L.stamp_path(ns)}
+        stamp_src = L.stamp_path(project, ns)
+        own = {s.registration(project) for s in shs} | {stamp_src}
         for src in sorted(p for p in inputs.outputs if p.endswith(".cpp") and p not in own
-                          and PurePosixPath(p).parent == PurePosixPath(L.stamp_path(ns)).parent):
-            o = gen_obj(ns, src)
+                          and PurePosixPath(p).parent == PurePosixPath(stamp_src).parent):
+            o = gen_obj(project, ns, src)
             w.build(o, "cxx", src, order_only=headers)
             objects.append(o)
-        stamp = gen_obj(ns, L.stamp_path(ns))
-        w.build(stamp, "stamp", L.stamp_path(ns))
+        stamp = gen_obj(project, ns, stamp_src)
+        w.build(stamp, "stamp", stamp_src)
         objects.append(stamp)
         # A stable namespace with CUDA kernels adds the CUDA runtime ($stable_cuda_ldflags,
         # empty where torch has no CUDA and the kernels compile to empty objects).
         has_cu = any(src.endswith(".cu") for src, _ in inputs.kernel_sources.get(ns, ()))
-        w.build(library_path(ns), "link", objects,
+        w.build(library_path(project, ns), "link", objects,
                 variables=None if a is None else {
                     "ldflags": "$stable_ldflags" + (" $stable_cuda_ldflags" if has_cu else "")})
-        libraries.append(library_path(ns))
+        libraries.append(library_path(project, ns))
         w.newline()
     w.default(libraries)
     return out.getvalue()
 
 
-def scan_inputs(lib: OpLibrary, outputs: dict[str, str], root: Path = Path("."),
-                diags: Diagnostics | None = None) -> BuildInputs:
+def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
+                root: Path = Path("."), diags: Diagnostics | None = None) -> BuildInputs:
     """Read the disk: kernel sources of each namespace, and the code generator's own files.
     `outputs` ({path: text}) are the files code generation writes besides the build file and
     its stamp.
@@ -197,15 +198,16 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], root: Path = Path("."),
     committed build file is machine-independent. With `diags`, kernel sources that belong to no
     namespace and hand-written TORCH_LIBRARY blocks for a generated namespace are errors.
     """
-    sources, dirs = kernel_sources(list(lib.namespaces), root, diags)
+    sources, dirs = kernel_sources(project, list(lib.namespaces), root, diags)
     if diags is not None:
-        indexes = [json.loads(outputs[p]) for p in map(L.index_path, L.shards(lib)) if p in outputs]
+        paths = [L.index_path(project, ns) for ns in L.shards(lib)]
+        indexes = [json.loads(outputs[p]) for p in paths if p in outputs]
         check_kernel_sources(sources, set(L.shards(lib)), root, diags,
                              indexed_registrations(indexes))
     return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
-def kernel_sources(namespaces: list[str], root: Path = Path("."),
+def kernel_sources(project: Project, namespaces: list[str], root: Path = Path("."),
                    diags: Diagnostics | None = None
                    ) -> tuple[dict[str, tuple[tuple[str, str], ...]], tuple[str, ...]]:
     """(namespace -> ((source, path below its namespace directory), ...), the directories
@@ -215,7 +217,7 @@ def kernel_sources(namespaces: list[str], root: Path = Path("."),
     out: dict[str, list[tuple[str, str]]] = {}
     dirs: list[str] = []
     owner: dict[str, str] = {}
-    for kdir in config.current().kernels:
+    for kdir in project.kernels:
         base = root / kdir
         if not base.is_dir():
             continue
@@ -241,7 +243,7 @@ def kernel_sources(namespaces: list[str], root: Path = Path("."),
                                 "after one", f"move it to {kdir}/<namespace>/, one of: "
                                 + ", ".join(sorted(namespaces)))
                 continue
-            o = obj(ns, source, below)
+            o = obj(project, ns, source, below)
             if o in owner:
                 if diags is not None:
                     diags.error(Loc(source, 1, 1), f"this kernel source and {owner[o]} would "
@@ -392,7 +394,7 @@ def _codegen_args(lib: OpLibrary, root: Path) -> tuple[str, ...]:
     return tuple(dirs) if in_dirs == set(files) else tuple(files)
 
 
-def depfile_text(lib: OpLibrary, root: Path = Path(".")) -> str:
+def depfile_text(lib: OpLibrary, project: Project, root: Path = Path(".")) -> str:
     """A make-style depfile for the codegen edge: every file that code generation read (the op
     files, the generator's own modules loaded in this process, its templates and grammars)."""
     package = Path(__file__).resolve().parent.parent
@@ -403,21 +405,20 @@ def depfile_text(lib: OpLibrary, root: Path = Path(".")) -> str:
             inputs.add(Path(f).resolve())
     for pattern in ("templates/*.j2", "grammar/*.lark", "*.json", "loader.py"):
         inputs.update(p.resolve() for p in package.glob(pattern))
-    project = config.current()
     if project.config_path is not None:
         inputs.add((project.root / project.config_path).resolve())
     deps = sorted(_rel(p, root) for p in inputs if p.is_file())
-    return f"{_escape(ninja_file())}: " + " ".join(_escape(d) for d in deps) + "\n"
+    return f"{_escape(ninja_file(project))}: " + " ".join(_escape(d) for d in deps) + "\n"
 
 
 def _escape(path: str) -> str:
     return path.replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace("$", "$$")
 
 
-def write_depfile(path: Path, lib: OpLibrary) -> None:
+def write_depfile(path: Path, lib: OpLibrary, project: Project) -> None:
     from codegen.files import write_atomic
 
-    write_atomic(path, depfile_text(lib))
+    write_atomic(path, depfile_text(lib, project))
 
 
 def _rel(p: Path, root: Path) -> str:
@@ -427,9 +428,11 @@ def _rel(p: Path, root: Path) -> str:
         return p.as_posix()
 
 
-def generate(lib: OpLibrary, diags: Diagnostics, outputs: dict[str, str]) -> dict[str, str]:
+def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
+             outputs: dict[str, str]) -> dict[str, str]:
     """The build file, whose codegen edge declares the paths of `outputs` (every other file of
     the generated set, {path: text}, codegen.gen.render) and nothing else: ninja reruns an edge
     one of whose declared outputs is missing, so a declared file that generation never writes
     makes every build regenerate."""
-    return {ninja_file(): build_ninja(lib, scan_inputs(lib, outputs, diags=diags))}
+    return {ninja_file(project): build_ninja(lib, scan_inputs(lib, outputs, project, diags=diags),
+                                             project)}

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from codegen import escape, reserved
 from codegen import shape as S
+from codegen.config import Project
 from codegen.layout import impl_name
 from codegen.layout import locate as locate_in_func
 from codegen.dest.py_sources import PySources
@@ -58,11 +59,11 @@ def wrap_call(line: str, width: int = 100) -> str:
     return line[:start + 1] + "\n" + "".join(f"    {a},\n" for a in args) + ")"
 
 
-def module_name(ns: str) -> str:
+def module_name(project: Project, ns: str) -> str:
     """`<package>._reg_<ns>`, the module `m.set_python_module` names."""
     from codegen.layout import python_module
 
-    return python_module(ns)
+    return python_module(project, ns)
 
 
 def qualname(op: Op) -> str:
@@ -158,9 +159,9 @@ class ModuleScope:
     (py_kernels, py_fake, ...) render into: names given out, imports, helpers, sections."""
 
     def __init__(self, lib: OpLibrary, ns: str, names: dict[str, str], diags: Diagnostics,
-                 sources: PySources | None = None):
+                 sources: PySources):
         self.lib = lib
-        self.sources = sources or PySources()
+        self.sources = sources
         self.ns = ns
         self.names = names
         self.diags = diags

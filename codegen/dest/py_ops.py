@@ -28,9 +28,10 @@ import types
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-from codegen import config, reserved
+from codegen import reserved
 from codegen.abi import namespace_abi
 from codegen.api import python as P
+from codegen.config import Project
 from codegen import layout as L
 from codegen.dest import cpp_stamp
 from codegen.diagnostics import Diagnostics
@@ -70,7 +71,7 @@ def has_python_side(op: Op) -> bool:
             or generated_rule(op) is not None)
 
 
-def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_ops(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     names = python_names(lib, diags)
     entries = [
         {"name": names[str(op.name)], "ns": op.namespace, "op": op.name.name,
@@ -79,11 +80,12 @@ def generate_ops(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     ]
     entries.sort(key=lambda e: e["name"])
     text = render("py_ops.py.j2", banner=banner("#", [f.path for f in lib.files]),
-                    entries=entries, module=f"{config.current().module_prefix}.ops")
-    return {f"{python_dir()}/ops.py": text}
+                    entries=entries, module=f"{project.module_prefix}.ops")
+    return {f"{python_dir(project)}/ops.py": text}
 
 
-def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_manifest(lib: OpLibrary, diags: Diagnostics,
+                      project: Project) -> dict[str, str]:
     namespaces = []
     for ns, shs in L.shards(lib).items():
         ops = [op for s in shs for op in s.ops]
@@ -91,7 +93,7 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             "ns": ns,
             "library": L.library_file(ns),
             "schema_hash": cpp_stamp.schema_hash(lib, ns),
-            "python_module": L.python_module(ns),
+            "python_module": L.python_module(project, ns),
             "python_required": any(has_python_side(op) for op in ops),
             "ops": len(ops),
             "claims_namespace": shs[0].is_library,
@@ -101,8 +103,7 @@ def generate_manifest(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             # Note [ABI choice] in codegen/abi.py: a stable library loads on torch >= min_torch.
             "min_torch": (a.min_text if (a := namespace_abi(lib, ns)) is not None else None),
         })
-    project = config.current()
-    here = python_dir()
+    here = python_dir(project)
     text = render("py_manifest.py.j2", banner=banner("#", [f.path for f in lib.files]),
                     namespaces=namespaces, package=project.package,
                     library_dir=_relpath(project.libraries, here),
@@ -122,20 +123,19 @@ def _relpath(target: str, start: str) -> str:
 LOADER_SOURCE = Path(__file__).resolve().parent.parent / "loader.py"
 
 
-def generate_loader(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_loader(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<python dir>/_loader.py`: the run-time loader, so the package needs torch alone."""
     text = LOADER_SOURCE.read_text(encoding="utf-8")
-    return {f"{python_dir()}/_loader.py": banner("#", [f.path for f in lib.files]) + "\n" + text}
+    return {f"{python_dir(project)}/_loader.py": banner("#", [f.path for f in lib.files]) + "\n" + text}
 
 
-def generate_init(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_init(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/__init__.py` when the generated directory is a subpackage of the project's
     package: importing it loads the libraries and binds `ops` (the package's `__init__.py`
     has the one line `from <package>.<generated> import ops`). Opgen's own example keeps its
     generated modules outside the package, and runtime/__init__.py does this by hand."""
-    project = config.current()
     if not project.generated_in_package:
         return {}
     text = render("py_init.py.j2", banner=banner("#", [f.path for f in lib.files]),
                     package=project.package, prefix=project.module_prefix)
-    return {f"{python_dir()}/__init__.py": text}
+    return {f"{python_dir(project)}/__init__.py": text}

@@ -24,11 +24,12 @@ from __future__ import annotations
 from codegen import layout, reserved
 from codegen import formulas as F
 from codegen.api import python as P
+from codegen.config import Project
 from codegen.dest import py_autocast, py_autograd, py_fake, py_functionalize, py_kernels, py_vmap
 from codegen.dest.py_common import (HELPERS, ModuleScope, Section, module_name, reg_module_names,
                                     wrap_call)
 from codegen.dest.py_ops import python_names
-from codegen.dest.py_sources import PySources
+from codegen.dest.py_sources import PySources, python_roots
 from codegen.diagnostics import Diagnostics
 from codegen.model import Op, OpLibrary
 from codegen.rendering import banner, python_dir, render
@@ -93,11 +94,12 @@ def _closure(names: set[str]) -> list[str]:
     return [h for h in HELPERS if h in out]
 
 
-def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_registrations(lib: OpLibrary, diags: Diagnostics,
+                           project: Project) -> dict[str, str]:
     """`_reg_<ns>.py` of every namespace."""
     F.check_library(lib, diags)
     names = python_names(lib, diags)
-    py_sources = PySources()
+    py_sources = PySources(python_roots(project))
     out: dict[str, str] = {}
     for ns in lib.namespaces:
         ops = lib.in_namespace(ns)
@@ -113,8 +115,8 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]
             head = n.split(".")[0]
             by_module.setdefault(m, []).append(head if local == head else f"{head} as {local}")
         text = render("py_reg.py.j2",
-            banner=banner("#", sources), ns=ns, module=module_name(ns),
+            banner=banner("#", sources), ns=ns, module=module_name(project, ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), sections=module.sections)
-        out[f"{python_dir()}/_reg_{ns}.py"] = text
+        out[f"{python_dir(project)}/_reg_{ns}.py"] = text
     return out

@@ -12,18 +12,22 @@ from pathlib import Path
 
 from codegen import enums
 from codegen.api import python as P
+from codegen.config import Project
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import Argument, FunctionSchema, PyRef
 
 
-def find_module_source(module: str, roots: list[Path] | None = None) -> Path | None:
-    """The source file of `module`, found on the import path without importing anything (an
-    import could run a package's `__init__`, such as runtime's, which loads the built library)."""
-    parts = module.split(".")
-    if roots is None:
-        from codegen import config
+def python_roots(project: Project) -> list[Path]:
+    """Where modules named in the op files are looked up: the project's `python_roots`, the
+    working directory, then the import path."""
+    return [*map(Path, project.python_roots), Path.cwd(), *map(Path, sys.path)]
 
-        roots = [*map(Path, config.current().python_roots), Path.cwd(), *map(Path, sys.path)]
+
+def find_module_source(module: str, roots: list[Path]) -> Path | None:
+    """The source file of `module` below one of `roots` (python_roots), found without importing
+    anything (an import could run a package's `__init__`, such as runtime's, which loads the
+    built library)."""
+    parts = module.split(".")
     for root in roots:
         base = root.joinpath(*parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
@@ -81,12 +85,13 @@ def _parse_module(path: str, text: str) -> PyModule:
 class PySources:
     """Python modules named in the op files, looked up and parsed once per run."""
 
-    def __init__(self) -> None:
+    def __init__(self, roots: list[Path]) -> None:
+        self.roots = roots      # python_roots(project)
         self._found: dict[str, Path | None] = {}
 
     def find(self, module: str) -> Path | None:
         if module not in self._found:
-            self._found[module] = find_module_source(module)
+            self._found[module] = find_module_source(module, self.roots)
         return self._found[module]
 
     def parse(self, path: Path) -> PyModule:
@@ -95,13 +100,12 @@ class PySources:
 
 
 def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what: str, *,
-                    leading: int = 0, sources: PySources | None = None) -> None:
+                    leading: int = 0, sources: PySources) -> None:
     """Check that the function `ref` can be called the way the dispatcher calls it: the op's
     positional arguments by position (those with defaults may be left out, so the function needs
     defaults there too), keyword-only ones by name, and that its defaults are the schema's.
     `leading` parameters come first (a batching rule's `info, in_dims`). Functions whose source
     cannot be read (compiled modules) pass."""
-    sources = sources or PySources()
     path = sources.find(ref.module)
     if path is None:
         diags.error(ref.loc, f"cannot find Python module '{ref.module}' of {what} {ref}",

@@ -12,12 +12,12 @@ from __future__ import annotations
 from codegen.api import python as P
 from codegen.dest.py_ops import python_names
 from codegen.diagnostics import Diagnostics
-from codegen import config
+from codegen.config import Project
 from codegen.rendering import banner, python_dir, render
 from codegen.model import OpLibrary
 
 
-def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
+def generate_stubs(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
 
     names = python_names(lib, diags)
     entries = []
@@ -27,7 +27,7 @@ def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
             returns = P.returns_annotation(op.schema)
         except P.Unsupported as e:
             diags.error(op.loc, f"{op.name}: {e.message}; it cannot be typed in "
-                        f"{config.current().module_prefix}.ops",
+                        f"{project.module_prefix}.ops",
                         "use types with a Python binding")
             continue
         doc = (op.doc.strip() + "\n\n" if op.doc.strip() else "") + str(op.schema)
@@ -39,5 +39,5 @@ def generate_stubs(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     entries.sort(key=lambda e: e["name"])
     text = render("py_stubs.pyi.j2",
         banner=banner("#", [f.path for f in lib.files]), imports=P.STUB_IMPORTS,
-        entries=entries, module=f"{config.current().module_prefix}.ops")
-    return {f"{python_dir()}/ops.pyi": text}
+        entries=entries, module=f"{project.module_prefix}.ops")
+    return {f"{python_dir(project)}/ops.pyi": text}
