@@ -58,7 +58,7 @@ class Project:
     docs: str = "docs/ops"                  # the op reference `opgen docs` writes (<ns>.md)
     config_path: str | None = None          # the pyproject.toml it came from (project-relative)
     # CUDA architectures for nvcc ("8.0;9.0+PTX"), below TORCH_CUDA_ARCH_LIST and above torch's
-    # own (Note [CUDA architectures] in codegen/build.py).
+    # own (Note [CUDA architectures] in codegen/toolchain.py).
     cuda_arch: str | None = None
 
     # ---- derived

@@ -310,7 +310,7 @@ def stamp_prefix(ns: str) -> str:
 
 
 # The stable ABI's headers (under torch's include directory) that a stable namespace may include:
-# the build links them into a private include root (codegen.build.write_stable_include), a CMake
+# the build links them into a private include root (codegen.toolchain.write_stable_include), a CMake
 # project names them (codegen.dest.cmake).
 STABLE_HEADERS = ("torch/csrc/stable", "torch/headeronly", "torch/csrc/inductor/aoti_torch/c",
                   "torch/csrc/inductor/aoti_torch/generated/c_shim_aten.h")

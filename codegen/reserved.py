@@ -40,7 +40,7 @@ RECORD_FILE = "reserved.json"
 # The C++ namespace of everything a registration unit defines for itself.
 CPP_NAMESPACE = "opgen"
 
-# Macros the build defines on the command line (generated/build.ninja, codegen.build).
+# Macros the build defines on the command line (generated/build.ninja, codegen.toolchain).
 COMMAND_LINE_MACROS = ("OPGEN_TORCH_VERSION", "OPGEN_WITH_CUDA")
 
 # Builtins that generated per-op Python functions (fake, autograd, vmap, functionalize) call;

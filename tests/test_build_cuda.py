@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
-from codegen import build, config, loader
+from codegen import config, loader, toolchain
 from tests import scratch
 
 NVCC = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc"
@@ -51,8 +51,8 @@ def test_toolchain_for_cuda_torch_covers_both_abis(cuda_torch, monkeypatch):
     monkeypatch.setenv("CC", "gcc-12")
     monkeypatch.setenv("OPGEN_CFLAGS", "-DFROM_CFLAGS -Wshadow")
     monkeypatch.setenv("OPGEN_NVCC_FLAGS", "-lineinfo")
-    t = build.make_toolchain("k")
-    var = lambda name: build.toolchain_var(t.text, name)  # noqa: E731
+    t = toolchain.make_toolchain("k")
+    var = lambda name: toolchain.toolchain_var(t.text, name)  # noqa: E731
     assert "-DOPGEN_WITH_CUDA" in var("cflags")
     # The stable registration's CUDA block is compiled in, and its .cu files get everything.
     assert "-DOPGEN_WITH_CUDA" in var("stable_cflags")
@@ -72,8 +72,8 @@ def test_toolchain_for_cuda_torch_covers_both_abis(cuda_torch, monkeypatch):
 
 def test_arch_list_from_the_environment_wins(cuda_torch, monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.6+PTX")
-    t = build.make_toolchain("k")
-    flags = build.toolchain_var(t.text, "cuda_cflags")
+    t = toolchain.make_toolchain("k")
+    flags = toolchain.toolchain_var(t.text, "cuda_cflags")
     assert "-gencode=arch=compute_86,code=sm_86" in flags
     assert "-gencode=arch=compute_86,code=compute_86" in flags
     assert "compute_90" not in flags
@@ -81,8 +81,8 @@ def test_arch_list_from_the_environment_wins(cuda_torch, monkeypatch):
 
 def test_invalid_arch_list_is_an_error(cuda_torch, monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.5")
-    with pytest.raises(build.ToolchainError) as e:
-        build.make_toolchain("k")
+    with pytest.raises(toolchain.ToolchainError) as e:
+        toolchain.make_toolchain("k")
     assert str(e.value) == (
         "error: invalid CUDA architecture list from TORCH_CUDA_ARCH_LIST=9.5: Unknown CUDA arch "
         "(9.5) or GPU not supported\nhint: write architectures as torch.utils.cpp_extension "
@@ -102,8 +102,8 @@ def test_project_arch_list_and_its_located_error(cuda_torch, tmp_path, monkeypat
 
     project = config.load(root / "pyproject.toml", Diagnostics())
     assert project.cuda_arch == "9.0;9.5"
-    with config.use(project), pytest.raises(build.ToolchainError) as e:
-        build.make_toolchain("k")
+    with config.use(project), pytest.raises(toolchain.ToolchainError) as e:
+        toolchain.make_toolchain("k")
     assert str(e.value).splitlines()[:3] == [
         "pyproject.toml:3:13: error: invalid CUDA architecture list '9.0;9.5': Unknown CUDA "
         "arch (9.5) or GPU not supported",
@@ -114,19 +114,20 @@ def test_project_arch_list_and_its_located_error(cuda_torch, tmp_path, monkeypat
         '[tool.opgen]\npackage = "pkg"\ncuda-arch = ["8.0", "9.0+PTX"]\n')
     project = config.load(root / "pyproject.toml", Diagnostics())
     with config.use(project):
-        t = build.make_toolchain("k")
+        t = toolchain.make_toolchain("k")
     assert "# CUDA architectures: [tool.opgen] cuda-arch" in t.text
-    assert "-gencode=arch=compute_90,code=compute_90" in build.toolchain_var(t.text, "cuda_cflags")
+    flags = toolchain.toolchain_var(t.text, "cuda_cflags")
+    assert "-gencode=arch=compute_90,code=compute_90" in flags
 
 
 def test_cuda_torch_without_nvcc_says_so(cuda_torch, monkeypatch, tmp_path):
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
-    t = build.make_toolchain("k")
+    t = toolchain.make_toolchain("k")
     assert not t.with_cuda
-    assert build.toolchain_var(t.text, "cuda_skip") == (
+    assert toolchain.toolchain_var(t.text, "cuda_skip") == (
         "torch 2.13.0+cpu has CUDA 13.0 but no CUDA toolkit (nvcc) was found"
-        if torch.__version__ == "2.13.0+cpu" else build.toolchain_var(t.text, "cuda_skip"))
-    assert "-DOPGEN_WITH_CUDA" not in build.toolchain_var(t.text, "stable_cflags")
+        if torch.__version__ == "2.13.0+cpu" else toolchain.toolchain_var(t.text, "cuda_skip"))
+    assert "-DOPGEN_WITH_CUDA" not in toolchain.toolchain_var(t.text, "stable_cflags")
 
 
 def _library_needing(tmp_path: Path, soname: str) -> Path:

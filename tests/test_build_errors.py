@@ -168,7 +168,7 @@ def test_python_headers_and_module_init_get_a_note(tmp_path: Path) -> None:
 def test_include_note_without_a_compiler(tmp_path: Path, monkeypatch) -> None:
     """The include note on its own: a definition that also differs from its declaration is told
     to include the header and then to fix the signature."""
-    from codegen.build import kernel_index, kernel_note
+    from codegen.build_notes import kernel_index, kernel_note
 
     scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_INCLUDE})
     assert scratch.generate(tmp_path).returncode == 0
@@ -226,7 +226,7 @@ def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:
     """The build learns about kernels and stable namespaces from generated/cpp/<ns>/index.json,
     not from the prose of generated headers or the build file: with every comment stripped from
     them, it knows the same."""
-    from codegen.build import kernel_index, min_torch_locations, stable_namespaces
+    from codegen.build_notes import kernel_index, min_torch_locations, stable_namespaces
 
     scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_INCLUDE})
     assert scratch.generate(tmp_path).returncode == 0

@@ -107,15 +107,15 @@ def test_overload_is_looked_up_by_name_and_overload(tmp_path: Path) -> None:
 def test_golden_autograd_compiles(tmp_path: Path, monkeypatch) -> None:
     """The translator's output is valid C++ over ATen, free of warnings (-Werror)."""
     monkeypatch.chdir(ROOT)
-    from codegen import build
+    from codegen import toolchain as tc
 
     out, _ = _render([INPUT])
     (source,) = out.values()
     src = tmp_path / "autograd.cpp"
     src.write_text(source)
-    toolchain = build.make_toolchain(build.toolchain_key()).text
-    cflags = shlex.split(build.toolchain_var(toolchain, "cflags") or "")
-    cxx = shlex.split(build.toolchain_var(toolchain, "cxx") or "c++")
+    toolchain = tc.make_toolchain(tc.toolchain_key()).text
+    cflags = shlex.split(tc.toolchain_var(toolchain, "cflags") or "")
+    cxx = shlex.split(tc.toolchain_var(toolchain, "cxx") or "c++")
     proc = subprocess.run([*cxx, *cflags, "-Werror", "-fsyntax-only", str(src)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]

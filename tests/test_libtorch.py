@@ -20,12 +20,12 @@ LIBRARY = ROOT / "build" / "libexops_ops.so"
 def test_libtorch_program_differentiates_ops(tmp_path: Path) -> None:
     from torch.utils import cpp_extension
 
-    from codegen import build
+    from codegen import toolchain as tc
 
     if not LIBRARY.exists():
         pytest.skip("build the example library first (make build)")
-    toolchain = build.make_toolchain(build.toolchain_key()).text
-    var = lambda name: shlex.split(build.toolchain_var(toolchain, name) or "")  # noqa: E731
+    toolchain = tc.make_toolchain(tc.toolchain_key()).text
+    var = lambda name: shlex.split(tc.toolchain_var(toolchain, name) or "")  # noqa: E731
     exe = tmp_path / "libtorch_autograd"
     # --no-as-needed: the program references no symbol of the op library, which registers its
     # ops (and their Autograd kernels) from static initializers when loaded.

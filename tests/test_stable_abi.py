@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.build import stable_header_note
+from codegen.build_notes import stable_header_note
 from codegen.diagnostics import UserError
 from codegen.load import load_library
 from codegen.loader import LibraryError, Where, check_library, torch_mismatch

@@ -328,10 +328,10 @@ def test_opgen_wheel_holds_the_tool_only(tmp_path: Path) -> None:
 def test_toolchain_writes_no_runpath() -> None:
     """`opgen build` links with -rpath-link (found at link time) and no -rpath: a RUNPATH would
     write this machine's torch directory into every library and wheel."""
-    from codegen import build, config
+    from codegen import config, toolchain
 
     with config.use(config.default_project(scratch.REPO)):
-        text = build.make_toolchain("key").text
+        text = toolchain.make_toolchain("key").text
     ldflags = [line for line in text.splitlines() if "ldflags = " in line]
     assert ldflags and all("-rpath-link," in line for line in ldflags), ldflags
     assert not re.search(r"-rpath,", text)

@@ -7,7 +7,7 @@ building `lib<ns>_ops.so` (the name the generated loader looks for) from the nam
 sources and generated registrations, and installs it where the loader finds it in the installed
 package. Flags come from torch's own CMake package (`find_package(Torch)`, what CMake users of
 libtorch do) for full-ABI namespaces; a stable-ABI namespace sees only torch's stable headers
-(the same links as Note [Stable include root] in codegen/build.py), is compiled for its
+(the same links as Note [Stable include root] in codegen/toolchain.py), is compiled for its
 min_torch, and links libtorch_cpu alone: no libtorch_python, no Python.
 
 Regeneration happens at configure time: the file runs `opgen generate` when CMake includes it,
@@ -139,8 +139,8 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
         w("endif()")
         w("")
     if any(ns.stable_target for ns in namespaces):
-        w("# Note [Stable include root] (codegen/build.py): a stable-ABI namespace sees torch's "
-          "stable")
+        w("# Note [Stable include root] (codegen/toolchain.py): a stable-ABI namespace sees "
+          "torch's stable")
         w("# headers only, through links in the build tree.")
         w('set(OPGEN_STABLE_INCLUDE "${CMAKE_CURRENT_BINARY_DIR}/opgen-stable-include")')
         w("foreach(_opgen_rel")

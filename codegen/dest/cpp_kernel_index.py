@@ -1,7 +1,7 @@
 """What the build needs to know of a namespace's generated C++, as data:
 `generated/cpp/<ns>/index.json`.
 
-The build explains compiler and linker errors (codegen.build.Notes): which op a misdeclared or
+The build explains compiler and linker errors (codegen.build_notes.Notes): which op a misdeclared or
 missing function serves, where it is declared, what signature it must have; which namespaces are
 on the stable ABI, from which torch, declared in which op files. It reads that from this file,
 which generation writes from the IR, not from the comments of headers or of the build file (no

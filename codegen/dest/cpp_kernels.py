@@ -14,7 +14,7 @@ A header changes only when a fact C++ sees changes: a schema, a kernel name, a d
 names no op-file line (editing a doc, a sample or a formula above an op would otherwise rewrite
 every header below it and recompile every kernel source), and a kernel source that includes only
 the headers of the ops it defines (`#include <exops/core/scaled_add.h>`) recompiles only when one
-of those ops changes. `codegen.build` finds an op's line in the op file when an error needs it.
+of those ops changes. `codegen.build_notes` finds an op's line in the op file when an error needs it.
 """
 
 from __future__ import annotations

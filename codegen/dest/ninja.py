@@ -7,7 +7,7 @@ relative to the project root.
 
 The file is the same on every machine: compilers, flags and include paths come from
 `build/toolchain.ninja`, which `python -m codegen.build` writes from torch.utils.cpp_extension
-(Note [Toolchain] in codegen/build.py). It also rebuilds itself: a `codegen` edge reruns
+(Note [Toolchain] in codegen/toolchain.py). It also rebuilds itself: a `codegen` edge reruns
 `python -m codegen generate` when a schema, template, generator module or the set of kernel sources
 changes; codegen writes only files whose text changed and the edge has `restat = 1`, so ninja
 recompiles nothing whose inputs kept their bytes.
@@ -55,7 +55,8 @@ def codegen_depfile(project: Project) -> str:
 # disk, never leaves a truncated library under the name `import runtime` loads.
 LINK_TEMP_SUFFIX = ".tmp"
 DEPFILE_SUFFIX = ".d"       # the compiler's depfile beside each object
-# How the build file marks a stable-ABI namespace (codegen.build reads it back for its notes).
+# How the build file marks a stable-ABI namespace, for its readers (the build's notes read the
+# ABI from index.json, codegen.build_notes).
 STABLE_MARK = "abi: stable, torch >="
 
 

@@ -53,7 +53,7 @@ if(NOT _opgen_cxx_standard)
   set(_opgen_cxx_standard 17)
 endif()
 
-# Note [Stable include root] (codegen/build.py): a stable-ABI namespace sees torch's stable
+# Note [Stable include root] (codegen/toolchain.py): a stable-ABI namespace sees torch's stable
 # headers only, through links in the build tree.
 set(OPGEN_STABLE_INCLUDE "${CMAKE_CURRENT_BINARY_DIR}/opgen-stable-include")
 foreach(_opgen_rel

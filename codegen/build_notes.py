@@ -1,0 +1,420 @@
+"""Notes the build adds after compiler and linker errors, read from ninja's output line by line.
+
+A kernel defined with the wrong signature (caught by -Werror=missing-declarations, see
+codegen/dest/cpp_kernels.py) or never defined (caught at link time by -Wl,--no-undefined) is named
+together with its op, the schema's location, and the exact declaration it must have. A kernel
+source that includes Python's headers, a header outside torch's stable ABI in a stable namespace,
+or an API newer than the namespace's min_torch gets a note and a hint too. What the notes know of
+the generated set comes from `generated/cpp/<ns>/index.json` (codegen.dest.cpp_kernel_index).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from codegen import config
+from codegen.dest.ninja import blank_comments_and_strings, kernel_sources
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    qualified: str            # exops::scaled_add_cpu
+    uses: tuple[str, ...]     # "CPU kernel of exops::scaled_add (schemas/core.yaml:9)"
+    schema: str
+    decl: str
+    header: str
+    line: int
+
+
+def namespace_indexes(root: Path) -> list[dict]:
+    """What generation wrote for the build about each namespace (`generated/cpp/<ns>/index.json`,
+    codegen.dest.cpp_kernel_index)."""
+    out = []
+    for path in sorted((root / config.current().generated / "cpp").glob("*/index.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue    # a set generation left broken is regenerated before anything compiles
+        if isinstance(doc, dict) and isinstance(doc.get("kernels"), list):
+            out.append(doc)
+    return out
+
+
+def generated_namespaces(root: Path) -> list[str]:
+    """The namespaces of the generated set (one directory each under <generated>/cpp)."""
+    base = root / config.current().generated / "cpp"
+    return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
+    """Kernel name -> its declarations (from namespace_indexes)."""
+    out: dict[str, list[KernelInfo]] = {}
+    for doc in namespace_indexes(root):
+        for r in doc["kernels"]:
+            info = KernelInfo(r["kernel"], tuple(_located(root, r["source"], u) for u in r["uses"]),
+                              r["schema"], r["decl"], r["header"], r["line"])
+            out.setdefault(info.qualified, []).append(info)
+    return out
+
+
+_USE_PARTS = re.compile(r"^(\w+) kernel of (\S+)$")
+
+
+def _located(root: Path, source: str, use: str) -> str:
+    """`use` ("CPU kernel of ns::op") with the line of the op file naming the kernel. Headers
+    carry no line numbers (Note [Headers that change only with C++] in codegen.dest.cpp_kernels),
+    so the op file is read again; an op file that no longer loads leaves the use as it is."""
+    m = _USE_PARTS.match(use)
+    locs = _kernel_locations(str(root), source) if m and source else {}
+    loc = locs.get((m.group(2), m.group(1))) if m else None
+    return f"{use} ({source}:{loc})" if loc is not None else use
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_locations(root: str, source: str) -> dict[tuple[str, str], int]:
+    """(qualified op name, dispatch key) -> the line of its kernel in op file `source`."""
+    from codegen.diagnostics import UserError
+    from codegen.load import load_library
+
+    try:
+        lib = load_library([str(Path(root) / source)])
+    except (UserError, OSError):
+        return {}
+    return {(str(op.name), key.value): kernel.loc.line
+            for op in lib.ops for key, kernel in op.dispatch}
+
+
+_MISSING_DECL = re.compile(r"^(?P<where>\S+:\d+:\d+): error: no previous declaration for "
+                           r"[‘'`](?P<decl>.+?)[’'] \[-Werror=missing-declarations\]")
+_AMBIGUATING = re.compile(r"^(?P<where>\S+:\d+:\d+): error: ambiguating new declaration of "
+                          r"[‘'`](?P<decl>.+?)[’']")
+_UNDEFINED = re.compile(r"undefined reference to [‘'`](?P<decl>.+?)[’']")
+_QNAME = re.compile(r"([\w:]+)\(")
+
+
+def _qualified_name(decl: str) -> str | None:
+    m = _QNAME.search(decl)
+    return m.group(1).lstrip(":") if m else None
+
+
+_MISSING_HEADER = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): fatal error: (?P<header>\S+): "
+                             r"No such file or directory")
+
+
+def stable_namespaces(root: Path) -> dict[str, str]:
+    """namespace -> min_torch of the stable-ABI namespaces."""
+    return {d["namespace"]: d["min_torch"] for d in namespace_indexes(root) if d["abi"] == "stable"}
+
+
+def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None) -> str | None:
+    """The note after a missing-header error in a source of a stable-ABI namespace (`ns`, the
+    namespace of the source; else guessed from a `csrc/<ns>/` or `cpp/<ns>/` in its path)."""
+    m = _MISSING_HEADER.search(line)
+    if m is None:
+        return None
+    if ns is None:
+        parts = Path(m["file"]).parts
+        ns = next((parts[i + 1] for i in range(len(parts) - 1)
+                   if parts[i] in ("csrc", "cpp") and parts[i + 1] in stable), None)
+    if ns is None or ns not in stable:
+        return None
+    header = m["header"].strip("<>\"'‘’")
+    return (f"{m['where']}: note: <{header}> is not part of torch's stable ABI; namespace '{ns}' "
+            f"is built with 'abi: stable' (torch >= {stable[ns]}), so its sources see only "
+            "torch/csrc/stable/* and torch/headeronly/* (no ATen, c10, torch/extension.h or "
+            "Python.h)\nhint: use the stable API (torch::stable::Tensor, torch/csrc/stable/ops.h, "
+            "torch/headeronly/...), or build the namespace on the full API (remove 'abi: stable' "
+            "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
+
+
+def _kernel_dirs() -> str:
+    dirs = config.current().kernels
+    return ", ".join(dirs) if dirs else "a kernel directory ([tool.opgen] kernels names none)"
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def includes(source: Path, header: Path, root: Path) -> bool | None:
+    """Whether `source` includes `header`, directly or through the project's own headers (a
+    `"..."` include beside the including file, or one under the generated include root); None
+    when `source` cannot be read. Conditional compilation is not looked at."""
+    generated = (root / config.current().generated / "cpp").resolve()
+    target = header.resolve()
+    seen: set[Path] = set()
+    stack = [source]
+    while stack:
+        f = stack.pop()
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            if f is source:
+                return None
+            continue
+        for m in _INCLUDE.finditer(text):
+            bases = (f.parent, generated) if m[1] == '"' else (generated,)
+            for base in bases:
+                candidate = (base / m[2]).resolve()
+                if candidate.is_file():
+                    if candidate == target:
+                        return True
+                    if candidate not in seen:
+                        seen.add(candidate)
+                        stack.append(candidate)
+                    break
+    return False
+
+
+def _tight(text: str) -> str:
+    """C++ declaration text with only the spaces that separate two words."""
+    text = " ".join(text.split())
+    return re.sub(r" ?([^\w ]) ?", r"\1", text)
+
+
+def _split_params(params: str) -> list[str]:
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(params):
+        if c in "<([":
+            depth += 1
+        elif c in ">)]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(params[start:i])
+            start = i + 1
+    if params.strip():
+        out.append(params[start:])
+    return out
+
+
+# A declaration as the index gives it: `at::Tensor k(const at::Tensor& self, double factor);`.
+_DECL = re.compile(r"^(.+?)\b(\w+)\((.*)\);$")
+
+
+def same_declaration(compiler_decl: str, info: KernelInfo) -> bool:
+    """Whether the declaration the compiler shows (`at::Tensor ns::k(const at::Tensor&, double)`)
+    is the header's (`at::Tensor k(const at::Tensor& self, double factor);` in namespace ns),
+    spelled the same way, parameter names aside."""
+    m = _DECL.match(info.decl.strip())
+    if m is None:
+        return False
+    types = [re.sub(r"\s*\b\w+\s*$", "", p) for p in _split_params(m.group(3))]
+    expected = f"{m.group(1).strip()} {info.qualified}({', '.join(types)})"
+    return _tight(expected) == _tight(compiler_decl)
+
+
+def include_path(header: str) -> str:
+    """How a kernel source includes generated header `header` (`-I <generated>/cpp`)."""
+    return str(Path(header).relative_to(f"{config.current().generated}/cpp").as_posix())
+
+
+def kernel_note(line: str, index: dict[str, list[KernelInfo]],
+                root: Path | None = None) -> str | None:
+    """The note to print after a compiler/linker error line about a kernel, if it is one."""
+    for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
+                          (_UNDEFINED, "undefined")):
+        m = pattern.search(line)
+        if m:
+            break
+    else:
+        return None
+    qname = _qualified_name(m.group("decl"))
+    if qname is None:
+        return None
+    where = m.groupdict().get("where")
+    prefix = f"{where}: note: " if where else "note: "
+    infos = index.get(qname)
+    if not infos:
+        if kind == "undefined":
+            return None
+        fix = ("make it 'static' (nvcc turns anonymous namespaces into named ones)"
+               if where and where.split(":")[0].endswith(".cu")
+               else "make it 'static' or move it into an anonymous namespace")
+        return (f"{prefix}'{qname}' is not a kernel named in the op files; functions in kernel "
+                f"sources other than kernels need internal linkage\nhint: {fix}")
+    source = where.split(":")[0] if where else None
+    if kind == "signature" and source and root is not None:
+        missing = [info for info in infos
+                   if includes(root / source, root / info.header, root) is False]
+        if missing:
+            return _include_note(prefix, qname, m.group("decl"), missing, source)
+    parts = []
+    for info in infos:
+        what = "; ".join(info.uses)
+        if kind == "undefined":
+            parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:{info.line} "
+                         f"but defined by no kernel source; define it as\n    {info.decl}\n"
+                         f"  in a kernel source under {_kernel_dirs()}")
+        else:
+            parts.append(f"{prefix}'{qname}' is the {what}; for the schema\n"
+                         f"    {info.schema}\n"
+                         f"  the dispatcher calls it as ({info.header}:{info.line})\n"
+                         f"    {info.decl}")
+    parts.append("hint: change the definition to match, or the schema in the op file")
+    return "\n".join(parts)
+
+
+def _include_note(prefix: str, qname: str, decl: str, infos: list[KernelInfo],
+                  source: str) -> str:
+    """A kernel defined in a file that does not include the header declaring it: the header to
+    include, and whether the definition already matches."""
+    parts = []
+    for info in infos:
+        what = "; ".join(info.uses)
+        if same_declaration(decl, info):
+            parts.append(f"{prefix}'{qname}' is the {what}; the definition matches its "
+                         f"declaration in {info.header}:{info.line}, but {source} does not "
+                         "include that header")
+        else:
+            parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:"
+                         f"{info.line}, which {source} does not include; for the schema\n"
+                         f"    {info.schema}\n"
+                         f"  the dispatcher calls it as\n    {info.decl}")
+    headers = sorted({include_path(info.header) for info in infos})
+    fix = " and ".join(f"#include <{h}>" for h in headers)
+    then = ("" if all(same_declaration(decl, info) for info in infos) else
+            "; then change the definition to match, or the schema in the op file")
+    return "\n".join(parts) + f"\nhint: add `{fix}` to {source}, above the definition{then}"
+
+
+# Kernel sources are compiled without Python's headers (Note [Toolchain] in
+# codegen/toolchain.py): the tutorials'
+# `#include <torch/extension.h>` / `<Python.h>` and module-init blocks have no place in them.
+_PYTHON_BLOCK = re.compile(r"\bPYBIND11_MODULE\s*\(|\bPyMODINIT_FUNC\b|\bPyInit_\w+")
+_INCLUDED_FROM = re.compile(r"^(?:In file included from|\s+from) (\S+?):(\d+)[,:]$")
+
+
+def python_header_note(line: str, chain: list[tuple[str, int]], root: Path,
+                       stable: bool = False) -> str | None:
+    """The note after `fatal error: Python.h: No such file or directory`, located at the kernel
+    source's include (itself, or the torch header that pulls it in, as `chain` shows)."""
+    m = _MISSING_HEADER.search(line)
+    if m is None or m["header"].strip("<>\"'‘’") != "Python.h":
+        return None
+    source = chain[-1][0] if chain else m["file"]
+    try:
+        text = (root / source).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    if chain:
+        # The include line: the column of its header name (as gcc shows), and the header.
+        lineno = chain[-1][1]
+        lines = text.splitlines()
+        include = lines[lineno - 1] if 0 < lineno <= len(lines) else ""
+        column = re.search(r"[<\"]", include)
+        where = f"{source}:{lineno}:{column.start() + 1 if column else 1}"
+        included = _INCLUDE.match(include)
+        header = included[2] if included else "Python.h"
+    else:
+        where, header = m["where"], "Python.h"
+    via = "" if header == "Python.h" else f" (<{header}> includes <Python.h>)"
+    code = blank_comments_and_strings(text)
+    blocks = [f"{b[0].rstrip('( ')} at {source}:{code.count(chr(10), 0, b.start()) + 1}"
+              for b in _PYTHON_BLOCK.finditer(code)]
+    block = (f"the module-init block ({', '.join(blocks)})" if blocks
+             else "any PYBIND11_MODULE or PyInit_* block")
+    instead = ("" if header == "Python.h" or stable else
+               "; include <torch/all.h> or the ATen headers the kernels use instead")
+    return (f"{where}: note: op libraries built by opgen do not link Python, so kernel sources "
+            f"are compiled without Python's headers{via}\n"
+            f"hint: remove the #include <{header}> and {block}: the generated TORCH_LIBRARY code "
+            f"registers the ops, and importing the package loads the library{instead}; see "
+            "docs/MIGRATION.md")
+
+
+# What a call to an API the stable headers leave out (newer than the target version) looks like.
+# Either the name is missing, or an older overload is the only candidate and the arguments do
+# not fit it.
+_UNDECLARED = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): error: (?:no matching function "
+                         r"for call to|.* is not a member of|.* was not declared in this scope|"
+                         r".* has no member named|no member named|.* no type named|invalid "
+                         r"(?:user-defined )?conversion|cannot convert|too (?:many|few) "
+                         r"arguments to function)")
+
+
+def min_torch_note(line: str, ns: str | None, stable: dict[str, str], root: Path,
+                   noted: set[str]) -> str | None:
+    """After an unknown-name or overload error in a source of a stable-ABI namespace (once per
+    file): the namespace's min_torch hides what later torch versions added."""
+    m = _UNDECLARED.search(line)
+    if m is None or ns is None or ns not in stable or m["file"] in noted:
+        return None
+    noted.add(m["file"])
+    minimum = stable[ns]
+    where = ", ".join(min_torch_locations(root, ns)) or f"the op files of namespace '{ns}'"
+    return (f"{m['where']}: note: namespace '{ns}' targets torch >= {minimum} (min_torch, "
+            f"{where}): torch's stable headers leave out what later versions added, and a "
+            "call to such an API fails like this\n"
+            f"hint: if the API is newer than torch {minimum}, raise min_torch to the release "
+            "that added it (the library then loads only on that torch and newer); otherwise "
+            "fix the call")
+
+
+def min_torch_locations(root: Path, ns: str) -> list[str]:
+    """`file:line` of each `min_torch:` of the op files of stable namespace `ns`."""
+    out = []
+    for doc in namespace_indexes(root):
+        if doc["namespace"] != ns:
+            continue
+        for source in doc["op_files"]:
+            try:
+                lines = (root / source).read_text(encoding="utf-8").splitlines()
+            except OSError:
+                out.append(source)
+                continue
+            at = next((i for i, t in enumerate(lines, 1) if t.startswith("min_torch:")), None)
+            out.append(f"{source}:{at}" if at else source)
+    return out
+
+
+class Notes:
+    """Reads the build's output line by line and says what to add after a line: the notes of
+    this module (kernels, stable headers, Python headers, min_torch). The generated set and the
+    kernel sources are read only once an error shows up."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.index: dict[str, list[KernelInfo]] | None = None
+        self.stable: dict[str, str] = {}
+        self.owner: dict[str, str] = {}       # kernel source -> its namespace
+        self.chain: list[tuple[str, int]] = []
+        self.noted: set[str] = set()
+
+    def _load(self) -> None:
+        self.index = kernel_index(self.root)
+        self.stable = stable_namespaces(self.root)
+        sources, _ = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
+        self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
+
+    def namespace(self, path: str) -> str | None:
+        if path in self.owner:
+            return self.owner[path]
+        parts = Path(path).parts
+        gen = Path(config.current().generated, "cpp").parts
+        if parts[:len(gen)] == gen and len(parts) > len(gen) + 1:
+            return parts[len(gen)]
+        return None
+
+    def after(self, line: str) -> str | None:
+        line = line.rstrip("\n")
+        m = _INCLUDED_FROM.match(line)
+        if m:
+            if line.startswith("In file"):
+                self.chain = []
+            self.chain.append((m[1], int(m[2])))
+            return None
+        chain, self.chain = self.chain, []
+        if "error" not in line and "undefined reference" not in line:
+            return None
+        if self.index is None:
+            self._load()
+        assert self.index is not None
+        source = chain[-1][0] if chain else line.split(":", 1)[0]
+        ns = self.namespace(source)
+        return (kernel_note(line, self.index, self.root)
+                or python_header_note(line, chain, self.root, ns in self.stable)
+                or stable_header_note(line, self.stable, ns)
+                or min_torch_note(line, ns, self.stable, self.root, self.noted))
