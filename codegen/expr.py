@@ -16,6 +16,7 @@ module owns the plumbing under them:
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import fields
 from functools import cached_property
 from importlib import resources
@@ -207,6 +208,20 @@ def _position(items: list) -> tuple[int, int]:
     return start, end
 
 
+_first = operator.itemgetter(0)
+
+
+def _passes_through(rule) -> bool:
+    """Whether the grammar rule is a `?rule`'s alternative of one child (`?sum: product`),
+    which is that child, wherever it is: most reductions are these."""
+    if not rule.options.expand1 or rule.alias or len(rule.expansion) != 1 \
+            or any(rule.options.empty_indices or ()):
+        return False
+    sym = rule.expansion[0]
+    return not (sym.is_term and sym.filter_out) and not (
+        not sym.is_term and sym.name.startswith("_"))
+
+
 class ExprParser:
     """An LALR parser for the grammar `codegen/<grammar>` that builds a language's syntax while it
     parses, with no parse tree in between.
@@ -230,6 +245,9 @@ class ExprParser:
         # take the place of the tree nodes it would make and of `propagate_positions`.
         callbacks = self.lark._callbacks
         for rule, chain in self.lark._parse_tree_builder.rule_builders:
+            if _passes_through(rule):
+                callbacks[rule] = _first
+                continue
             f = self._build(rule.origin.name if rule.origin.name.startswith("_")
                             else rule.alias or rule.options.template_source or rule.origin.name)
             for wrap in chain:
