@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import operator
+import threading
 from dataclasses import fields
 from functools import cached_property
 from importlib import resources
@@ -235,14 +236,18 @@ class ExprParser:
         self.what = what                # how messages name the text: "fake rule", "formula"
         self.depth_hint = depth_hint
         self.builder = builder
-        self._at = (-1, -1)                 # where the reduction being built starts and ends
-        self._made: _Reduced | None = None  # the node it made (else a child passes through)
+        # What a reduction's callbacks share, one parse at a time (`_lock`): where the reduction
+        # starts and ends, and the node it made (else a child passes through).
+        self._at = (-1, -1)
+        self._made: _Reduced | None = None
+        self._lock = threading.Lock()
         self.lark = Lark(self._grammar_text(), parser="lalr", lexer="contextual",
                          maybe_placeholders=True, cache=True)
         self.terminal_names = terminal_names(self.lark)
         # Lark's tree builder wraps each rule's callback in its child filter (punctuation out,
         # None for absent optionals) and single-child inlining of `?rule`s; the callbacks below
-        # take the place of the tree nodes it would make and of `propagate_positions`.
+        # take the place of the tree nodes it would make and of `propagate_positions`. (Lark's
+        # own `transformer=` option would, but it gives no positions.)
         callbacks = self.lark._callbacks
         for rule, chain in self.lark._parse_tree_builder.rule_builders:
             if _passes_through(rule):
@@ -307,7 +312,8 @@ class ExprParser:
     def parse(self, text: str) -> object:
         """The syntax of `text`; raises ExprSyntaxError."""
         try:
-            top: _Reduced = self.lark.parse(text)  # type: ignore[assignment]
+            with self._lock:
+                top: _Reduced = self.lark.parse(text)  # type: ignore[assignment]
         except UnexpectedInput as e:
             raise syntax_error(text, e, self.terminal_names, self.what) from None
         if top.height > MAX_DEPTH:
