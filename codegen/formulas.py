@@ -115,9 +115,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Iterator, Union
 
-from lark import Lark, Transformer, v_args
-from lark.exceptions import UnexpectedInput
-
 from codegen.diagnostics import Diagnostics, Loc, did_you_mean
 from codegen.model import (
     BaseTy,
@@ -134,8 +131,8 @@ from codegen.model import (
     strip_optional,
     is_tensor_list,
 )
+from codegen.expr import ExprParser, ExprSyntaxError, Node, children, token_span, walk
 from codegen.literals import LiteralError, float_literal, int_literal, string_literal
-from codegen.shape import syntax_error, terminal_names, too_deep
 
 NON_DIFFERENTIABLE = "non_differentiable"
 BUILTINS = ("unbroadcast", "not_implemented")
@@ -151,72 +148,72 @@ META_METHODS = {"size": "shape", "dim": "shape"}
 
 
 @dataclass(frozen=True)
-class Const:
+class Const(Node):
     """A literal: number, string, True, False, None (`value` is the Python value)."""
     value: object
 
 
 @dataclass(frozen=True)
-class EllipsisLit:
+class EllipsisLit(Node):
     pass
 
 
 @dataclass(frozen=True)
-class InputRef:
+class InputRef(Node):
     name: str
 
 
 @dataclass(frozen=True)
-class GradRef:
+class GradRef(Node):
     """The gradient of return `index`."""
     index: int
 
 
 @dataclass(frozen=True)
-class GradsRef:
+class GradsRef(Node):
     """`grads`: every output gradient, as a tuple."""
 
 
 @dataclass(frozen=True)
-class ResultRef:
+class ResultRef(Node):
     index: int
 
 
 @dataclass(frozen=True)
-class ResultsRef:
+class ResultsRef(Node):
     """`results`: every output, as a tuple."""
 
 
 @dataclass(frozen=True)
-class TorchRef:
+class TorchRef(Node):
     """`torch.<path>`; an empty path is the module itself."""
     path: tuple[str, ...]
 
 
 @dataclass(frozen=True)
-class BuiltinRef:
+class BuiltinRef(Node):
     name: str                       # one of BUILTINS
 
 
 @dataclass(frozen=True)
-class PyBuiltinRef:
+class PyBuiltinRef(Node):
     name: str                       # one of PY_BUILTINS
 
 
 @dataclass(frozen=True)
-class LoopVar:
+class LoopVar(Node):
     """A name bound by a list comprehension."""
     name: str
 
 
 @dataclass(frozen=True)
-class LocalRef:
+class LocalRef(Node):
     """A name bound before the formula's expression (`t = torch.tanh(self); ...`)."""
     name: str
 
 
 @dataclass(frozen=True)
-class ListComp:
+class ListComp(Node):
     """`[elem for a, b in iterable if cond]`."""
     elem: Expr
     names: tuple[str, ...]
@@ -225,7 +222,7 @@ class ListComp:
 
 
 @dataclass(frozen=True)
-class OpRef:
+class OpRef(Node):
     """An op of the library: `ns.name[.overload]`, or a bare `name` (`bare`) of the op's namespace.
 
     Which op it is gets settled against the whole library (`check_library`, `resolve`)."""
@@ -237,18 +234,18 @@ class OpRef:
 
 
 @dataclass(frozen=True)
-class Attr:
+class Attr(Node):
     obj: Expr
     name: str
 
 
 @dataclass(frozen=True)
-class Star:
+class Star(Node):
     value: Expr
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(Node):
     func: Expr
     args: tuple[Expr, ...]          # may hold Star
     kwargs: tuple[tuple[str, Expr], ...]
@@ -256,25 +253,25 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Slice:
+class Slice(Node):
     lo: Expr | None
     hi: Expr | None
     step: Expr | None = None
 
 
 @dataclass(frozen=True)
-class Subscript:
+class Subscript(Node):
     obj: Expr
     items: tuple[Expr, ...]         # Slices, EllipsisLit, expressions
 
 
 @dataclass(frozen=True)
-class TupleLit:
+class TupleLit(Node):
     items: tuple[Expr, ...]
 
 
 @dataclass(frozen=True)
-class ListLit:
+class ListLit(Node):
     items: tuple[Expr, ...]
 
 
@@ -307,20 +304,20 @@ class UnaryKind(enum.Enum):
 
 
 @dataclass(frozen=True)
-class BinOp:
+class BinOp(Node):
     op: BinOpKind
     left: Expr
     right: Expr
 
 
 @dataclass(frozen=True)
-class UnaryOp:
+class UnaryOp(Node):
     op: UnaryKind
     operand: Expr
 
 
 @dataclass(frozen=True)
-class IfExp:
+class IfExp(Node):
     cond: Expr
     then: Expr
     orelse: Expr
@@ -356,39 +353,6 @@ class Derivatives:
             if name in f.inputs:
                 return f
         return None
-
-
-def children(e: Expr) -> tuple[Expr, ...]:
-    match e:
-        case Const() | EllipsisLit() | InputRef() | GradRef() | GradsRef() | ResultRef() \
-                | ResultsRef() | TorchRef() | BuiltinRef() | PyBuiltinRef() | LoopVar() \
-                | LocalRef() | OpRef():
-            return ()
-        case ListComp(elem=e, iterable=it, cond=c):
-            return (e, it) if c is None else (e, it, c)
-        case Attr(obj=o) | Star(value=o) | UnaryOp(operand=o):
-            return (o,)
-        case Call(func=f, args=args, kwargs=kwargs):
-            return (f, *args, *(v for _, v in kwargs))
-        case Slice(lo=lo, hi=hi, step=st):
-            return tuple(x for x in (lo, hi, st) if x is not None)
-        case Subscript(obj=o, items=items):
-            return (o, *items)
-        case TupleLit(items=items) | ListLit(items=items):
-            return items
-        case BinOp(left=a, right=b):
-            return (a, b)
-        case IfExp(cond=c, then=t, orelse=o):
-            return (c, t, o)
-    raise TypeError(f"not a formula node: {e!r}")
-
-
-def walk(e: Expr) -> Iterator[Expr]:
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(reversed(children(node)))
 
 
 def walk_all(d: Derivatives) -> Iterator[Expr]:
@@ -492,45 +456,41 @@ def library_calls(d: Derivatives) -> list[OpRef]:
 # Syntax -> IR
 
 
-@lru_cache(maxsize=1)
-def _parser() -> Lark:
-    grammar = resources.files("codegen").joinpath("grammar/formula.lark").read_text()
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True,
-                cache=True)
-
-
 class _Bad(Exception):
     """Raised after an error was reported; abandons the formula."""
 
 
 @dataclass(frozen=True)
-class _Name:
+class _Name(Node):
     id: str
     span: Span
 
 
 @dataclass(frozen=True)
-class _Node:
+class _Node(Node):
     """A syntax node: `kind` names the grammar alternative; `parts` its children."""
     kind: str
     parts: tuple
     span: Span
 
 
-@v_args(meta=True, inline=True)
-class _ToSyntax(Transformer):
-    """Parse tree -> `_Node`s. The only code that sees the grammar's trees."""
+class _ToSyntax:
+    """Grammar alternatives -> `_Node`s, as the parser reduces them (codegen.expr.ExprParser).
+    The only code that sees the grammar's shapes."""
 
-    def __default__(self, data, children, meta):
-        return _Node(str(data), tuple(children),
-                     Span(meta.start_pos, meta.end_pos) if not meta.empty else Span(0, 0))
+    def default(self, kind, span, children):
+        return _Node(kind, tuple(children), span if span is not None else Span(0, 0))
 
-    def start(self, meta, *parts):
-        parts = [p for p in parts if p is not None]
-        return _Node("start", tuple(parts), Span(meta.start_pos, meta.end_pos))
+    def start(self, span, *parts):
+        return _Node("start", tuple(p for p in parts if p is not None), span)
 
-    def name(self, meta, tok):
-        return _Name(str(tok), Span(tok.start_pos, tok.end_pos))
+    def name(self, span, tok):
+        return _Name(str(tok), token_span(tok))
+
+
+@lru_cache(maxsize=1)
+def _parser() -> ExprParser:
+    return ExprParser("grammar/formula.lark", _ToSyntax(), "formula")
 
 
 class _Checker:
@@ -1103,7 +1063,6 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     formulas: list[Formula] = []
     non_diff: list[str] = []
     seen: dict[str, Loc] = {}
-    parser = _parser()
     for names, text in spec.formulas:
         bad_name = False
         for n in names:
@@ -1130,17 +1089,11 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             non_diff.extend(names)
             continue
         try:
-            tree = parser.parse(text.text)
-        except UnexpectedInput as e:
-            err = syntax_error(text.text, e, terminal_names(parser), "formula")
+            syn = _parser().parse(text.text)
+        except ExprSyntaxError as err:
             diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message,
                         err.hint)
             continue
-        deep = too_deep(tree, "formula")
-        if deep is not None:
-            diags.error(text.at(deep.span.start, deep.span.end - deep.span.start), deep.message)
-            continue
-        syn = _ToSyntax().transform(tree)
         checker = _Checker(text, schema, diff_outputs, diags)
         try:
             bindings = tuple(checker.binding(b) for b in syn.parts[:-1])

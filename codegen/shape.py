@@ -140,14 +140,12 @@ import enum
 import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
 from typing import Union
 
-from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from codegen import enums
 from codegen.diagnostics import Diagnostics, did_you_mean
+from codegen.expr import ExprParser, ExprSyntaxError, Node, children, token_span, walk
 from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal, int_literal, \
     string_literal
 from codegen.model import (
@@ -239,51 +237,51 @@ DTYPES: dict[str, str] = enums.DTYPE_NAMES
 
 
 @dataclass(frozen=True)
-class Arg:
+class Arg(Node):
     """A reference to the op's argument `name`."""
     name: str
     ty: Ty
 
 
 @dataclass(frozen=True)
-class Local:
+class Local(Node):
     """A reference to a binding (`n = ...;`)."""
     name: str
     ty: Ty
 
 
 @dataclass(frozen=True)
-class IntLit:
+class IntLit(Node):
     value: int
     ty: Ty = INT
 
 
 @dataclass(frozen=True)
-class BoolLit:
+class BoolLit(Node):
     value: bool
     ty: Ty = Ty(T.BOOL)
 
 
 @dataclass(frozen=True)
-class NoneLit:
+class NoneLit(Node):
     ty: Ty = Ty(T.NONE)
 
 
 @dataclass(frozen=True)
-class FloatLit:
+class FloatLit(Node):
     """A number literal: a `broadcast` operand promoting like a Python float."""
     value: float
     ty: Ty = Ty(T.SCALAR)
 
 
 @dataclass(frozen=True)
-class StrLit:
+class StrLit(Node):
     value: str
     ty: Ty = Ty(T.STR)
 
 
 @dataclass(frozen=True)
-class DtypeLit:
+class DtypeLit(Node):
     name: str                       # attribute of torch: "float32"
     ty: Ty = Ty(T.DTYPE)
 
@@ -301,7 +299,7 @@ _PROP_TY = {Prop.shape: INT_LIST, Prop.dtype: Ty(T.DTYPE), Prop.device: Ty(T.DEV
 
 
 @dataclass(frozen=True)
-class TensorProp:
+class TensorProp(Node):
     tensor: Expr
     prop: Prop
 
@@ -311,7 +309,7 @@ class TensorProp:
 
 
 @dataclass(frozen=True)
-class TensorSize:
+class TensorSize(Node):
     """`t.size(d)` / `t.shape[d]`."""
     tensor: Expr
     dim: Expr
@@ -319,7 +317,7 @@ class TensorSize:
 
 
 @dataclass(frozen=True)
-class Item:
+class Item(Node):
     """`seq[i]` of an int list (an int) or a Tensor list (a Tensor)."""
     seq: Expr
     index: Expr
@@ -327,7 +325,7 @@ class Item:
 
 
 @dataclass(frozen=True)
-class SliceOf:
+class SliceOf(Node):
     seq: Expr
     lo: Expr | None
     hi: Expr | None
@@ -336,13 +334,13 @@ class SliceOf:
 
 
 @dataclass(frozen=True)
-class Len:
+class Len(Node):
     seq: Expr
     ty: Ty = INT
 
 
 @dataclass(frozen=True)
-class Spread:
+class Spread(Node):
     """`*x` inside a list literal (int list) or a `broadcast` call (Tensor list)."""
     seq: Expr
 
@@ -352,13 +350,13 @@ class Spread:
 
 
 @dataclass(frozen=True)
-class ListLit:
+class ListLit(Node):
     items: tuple[Expr, ...]         # ints and Spreads of int lists
     ty: Ty = INT_LIST
 
 
 @dataclass(frozen=True)
-class Concat:
+class Concat(Node):
     left: Expr
     right: Expr
     ty: Ty = INT_LIST
@@ -373,7 +371,7 @@ class ArithOp(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Arith:
+class Arith(Node):
     op: ArithOp
     left: Expr
     right: Expr
@@ -381,20 +379,20 @@ class Arith:
 
 
 @dataclass(frozen=True)
-class Neg:
+class Neg(Node):
     operand: Expr
     ty: Ty = INT
 
 
 @dataclass(frozen=True)
-class MinMax:
+class MinMax(Node):
     fn: str                         # "max" | "min"
     items: tuple[Expr, ...]
     ty: Ty = INT
 
 
 @dataclass(frozen=True)
-class Dynamic:
+class Dynamic(Node):
     """A fresh data-dependent size: `torch.library.get_ctx().new_dynamic_size(min=, max=)`."""
     min: Expr | None
     max: Expr | None
@@ -402,7 +400,7 @@ class Dynamic:
 
 
 @dataclass(frozen=True)
-class Fallback:
+class Fallback(Node):
     """`value or default`: `value` unless it is None."""
     value: Expr
     default: Expr
@@ -413,14 +411,14 @@ class Fallback:
 
 
 @dataclass(frozen=True)
-class LoopVar:
+class LoopVar(Node):
     """A name bound by a list comprehension."""
     name: str
     ty: Ty
 
 
 @dataclass(frozen=True)
-class ListComp:
+class ListComp(Node):
     """`[elem for a, b in zip(x, y)]` (one name and no zip for a single list): sizes, or the
     outputs of a `Tensor[]` return."""
     elem: Expr
@@ -430,28 +428,28 @@ class ListComp:
 
 
 @dataclass(frozen=True)
-class Range:
+class Range(Node):
     """`range(n)` looped over by a comprehension: `n` is fixed when the op is traced."""
     count: Expr
     ty: Ty = INT_LIST
 
 
 @dataclass(frozen=True)
-class OutList:
+class OutList(Node):
     """`[like(a), like(b)]`: the outputs of a `Tensor[]` return."""
     items: tuple[Expr, ...]
     ty: Ty = OUT_LIST
 
 
 @dataclass(frozen=True)
-class PromoteTypes:
+class PromoteTypes(Node):
     """`promote_types(a, b, ...)`: torch.promote_types over dtypes."""
     items: tuple[Expr, ...]
     ty: Ty = DTYPE
 
 
 @dataclass(frozen=True)
-class Sum:
+class Sum(Node):
     seq: Expr
     ty: Ty = INT
 
@@ -468,7 +466,7 @@ class CompareOp(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Compare:
+class Compare(Node):
     """A condition on arguments that are fixed at trace time (str, bool, int, dtype), or a
     None test of an optional argument. Never on sizes, which would specialize them."""
     op: CompareOp
@@ -478,13 +476,13 @@ class Compare:
 
 
 @dataclass(frozen=True)
-class Not:
+class Not(Node):
     operand: Expr
     ty: Ty = Ty(T.BOOL)
 
 
 @dataclass(frozen=True)
-class Cond:
+class Cond(Node):
     """`then if cond else orelse`."""
     cond: Expr
     then: Expr
@@ -496,7 +494,7 @@ class Cond:
 
 
 @dataclass(frozen=True)
-class Like:
+class Like(Node):
     tensor: Expr
     dtype: Expr | None
     device: Expr | None
@@ -504,14 +502,14 @@ class Like:
 
 
 @dataclass(frozen=True)
-class Broadcast:
+class Broadcast(Node):
     operands: tuple[Expr, ...]      # Tensors, Tensor?s, numbers, Spreads of Tensor lists
     dtype: Expr | None
     ty: Ty = OUT
 
 
 @dataclass(frozen=True)
-class Reduce:
+class Reduce(Node):
     tensor: Expr
     dims: Expr                      # int, int[], their optionals, ListLit or NoneLit
     keepdim: Expr                   # bool
@@ -520,7 +518,7 @@ class Reduce:
 
 
 @dataclass(frozen=True)
-class Empty:
+class Empty(Node):
     shape: Expr
     dtype: Expr | None
     device: Expr | None
@@ -550,7 +548,7 @@ class Binding:
 
 
 @dataclass(frozen=True)
-class ReturnArg:
+class ReturnArg(Node):
     """An output that is the mutated argument `name` itself (in-place and out= ops). An out=
     argument with a rule is resized to the shape of `resize` first, as out= kernels do."""
     name: str
@@ -571,55 +569,8 @@ class FakeRule:
 
     @property
     def uses_dynamic(self) -> bool:
-        return any(isinstance(n, Dynamic) for n in walk(self))
-
-
-def children(e: Expr | ReturnArg) -> tuple[Expr, ...]:
-    """The sub-expressions of `e` (for walks over the IR)."""
-    match e:
-        case ReturnArg(resize=r):
-            return (r,) if r is not None else ()
-        case Arg() | Local() | LoopVar() | IntLit() | FloatLit() | StrLit() | BoolLit() \
-                | NoneLit() | DtypeLit():
-            return ()
-        case TensorProp(tensor=t) | Len(seq=t) | Spread(seq=t) | Neg(operand=t) | Sum(seq=t) \
-                | Not(operand=t) | Range(count=t):
-            return (t,)
-        case TensorSize(tensor=a, dim=b) | Item(seq=a, index=b) | Concat(left=a, right=b) \
-                | Arith(left=a, right=b) | Fallback(value=a, default=b) \
-                | Compare(left=a, right=b):
-            return (a, b)
-        case ListComp(elem=e, seqs=seqs):
-            return (e, *seqs)
-        case Cond(cond=c, then=a, orelse=b):
-            return (c, a, b)
-        case SliceOf(seq=s, lo=lo, hi=hi, step=st):
-            return tuple(x for x in (s, lo, hi, st) if x is not None)
-        case ListLit(items=items) | MinMax(items=items) | OutList(items=items) \
-                | PromoteTypes(items=items):
-            return items
-        case Dynamic(min=lo, max=hi):
-            return tuple(x for x in (lo, hi) if x is not None)
-        case Like(tensor=t, dtype=d, device=v):
-            return tuple(x for x in (t, d, v) if x is not None)
-        case Broadcast(operands=ops, dtype=d):
-            return ops + ((d,) if d is not None else ())
-        case Reduce(tensor=t, dims=dims, keepdim=k, dtype=d):
-            return tuple(x for x in (t, dims, k, d) if x is not None)
-        case Empty(shape=s, dtype=d, device=v):
-            return tuple(x for x in (s, d, v) if x is not None)
-    raise TypeError(f"not a fake-rule node: {e!r}")
-
-
-def walk(rule: FakeRule):
-    """Every node of the rule, outermost first."""
-    stack: list[Expr | ReturnArg] = [b.value for b in rule.bindings]
-    stack.extend(c.cond for c in rule.checks)
-    stack.extend(rule.outputs)
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(children(node))
+        return any(isinstance(n, Dynamic) for n in walk(
+            *(b.value for b in self.bindings), *(c.cond for c in self.checks), *self.outputs))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -627,13 +578,13 @@ def walk(rule: FakeRule):
 
 
 @dataclass(frozen=True)
-class _Name:
+class _Name(Node):
     id: str
     span: Span
 
 
 @dataclass(frozen=True)
-class _Lit:
+class _Lit(Node):
     """A number or string literal, as written: the checker decodes it (codegen.literals)."""
     kind: str                       # "int" | "float" | "string"
     text: str
@@ -641,7 +592,7 @@ class _Lit:
 
 
 @dataclass(frozen=True)
-class _IfExp:
+class _IfExp(Node):
     then: _Syn
     cond: _Syn
     orelse: _Syn
@@ -649,7 +600,7 @@ class _IfExp:
 
 
 @dataclass(frozen=True)
-class _Compare:
+class _Compare(Node):
     op: str                         # "==", "!=", "is", "is not"
     left: _Syn
     right: _Syn
@@ -657,13 +608,13 @@ class _Compare:
 
 
 @dataclass(frozen=True)
-class _Not:
+class _Not(Node):
     operand: _Syn
     span: Span
 
 
 @dataclass(frozen=True)
-class _ListComp:
+class _ListComp(Node):
     elem: _Syn
     names: tuple[tuple[str, Span], ...]
     seq: _Syn
@@ -671,21 +622,21 @@ class _ListComp:
 
 
 @dataclass(frozen=True)
-class _Attr:
+class _Attr(Node):
     obj: _Syn
     name: str
     span: Span
 
 
 @dataclass(frozen=True)
-class _Kwarg:
+class _Kwarg(Node):
     name: str
     value: _Syn
     span: Span
 
 
 @dataclass(frozen=True)
-class _Call:
+class _Call(Node):
     func: _Syn
     args: tuple[_Syn, ...]
     kwargs: tuple[_Kwarg, ...]
@@ -693,14 +644,14 @@ class _Call:
 
 
 @dataclass(frozen=True)
-class _Index:
+class _Index(Node):
     obj: _Syn
     index: _Syn
     span: Span
 
 
 @dataclass(frozen=True)
-class _Slice:
+class _Slice(Node):
     obj: _Syn
     lo: _Syn | None
     hi: _Syn | None
@@ -709,7 +660,7 @@ class _Slice:
 
 
 @dataclass(frozen=True)
-class _Bin:
+class _Bin(Node):
     op: str
     left: _Syn
     right: _Syn
@@ -717,32 +668,32 @@ class _Bin:
 
 
 @dataclass(frozen=True)
-class _Neg:
+class _Neg(Node):
     operand: _Syn
     span: Span
 
 
 @dataclass(frozen=True)
-class _Or:
+class _Or(Node):
     left: _Syn
     right: _Syn
     span: Span
 
 
 @dataclass(frozen=True)
-class _List:
+class _List(Node):
     items: tuple[_Syn, ...]
     span: Span
 
 
 @dataclass(frozen=True)
-class _Tuple:
+class _Tuple(Node):
     items: tuple[_Syn, ...]
     span: Span
 
 
 @dataclass(frozen=True)
-class _Spread:
+class _Spread(Node):
     value: _Syn
     span: Span
 
@@ -764,56 +715,48 @@ _Syn = Union[_Name, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Inde
              _Bin, _Neg, _Or, _List, _Tuple, _Spread, _Kwarg]
 
 
-def _tok_span(tok: Token) -> Span:
-    return Span(tok.start_pos or 0, tok.end_pos or 0)
-
-
 def _join(a: Span, b: Span) -> Span:
     return Span(min(a.start, b.start), max(a.end, b.end))
 
 
 def _binary_method(op: str):
-    """A transformer method building `_Bin(op, ...)` (one per arithmetic alternative)."""
-    def method(self, meta, left, right):
-        return _Bin(op, left, right, self._span(meta))
+    """A builder method making `_Bin(op, ...)` (one per arithmetic alternative)."""
+    def method(self, span, left, right):
+        return _Bin(op, left, right, span)
     return method
 
 
 def _compare_method(op: str):
-    def method(self, meta, left, right):
-        return _Compare(op, left, right, self._span(meta))
+    def method(self, span, left, right):
+        return _Compare(op, left, right, span)
     return method
 
 
-@v_args(meta=True, inline=True)
-class _ToSyntax(Transformer):
-    """Parse tree -> syntax nodes. The only code that sees the grammar's trees."""
+class _ToSyntax:
+    """Grammar alternatives -> syntax nodes, as the parser reduces them (codegen.expr.ExprParser).
+    The only code that sees the grammar's shapes."""
 
-    @staticmethod
-    def _span(meta) -> Span:
-        return Span(meta.start_pos, meta.end_pos)
-
-    def start(self, meta, *parts):
+    def start(self, span, *parts):
         parts = [p for p in parts if p is not None]
         return _Rule(tuple(parts[:-1]), parts[-1])
 
-    def binding(self, meta, name, value):
-        return _Binding(str(name), _tok_span(name), value)
+    def binding(self, span, name, value):
+        return _Binding(str(name), token_span(name), value)
 
-    def name(self, meta, tok):
-        return _Name(str(tok), _tok_span(tok))
+    def name(self, span, tok):
+        return _Name(str(tok), token_span(tok))
 
-    def int(self, meta, tok):
-        return _Lit("int", str(tok), _tok_span(tok))
+    def int(self, span, tok):
+        return _Lit("int", str(tok), token_span(tok))
 
-    def float(self, meta, tok):
-        return _Lit("float", str(tok), _tok_span(tok))
+    def float(self, span, tok):
+        return _Lit("float", str(tok), token_span(tok))
 
-    def string(self, meta, tok):
-        return _Lit("string", str(tok), _tok_span(tok))
+    def string(self, span, tok):
+        return _Lit("string", str(tok), token_span(tok))
 
-    def ifexp(self, meta, then, cond, orelse):
-        return _IfExp(then, cond, orelse, self._span(meta))
+    def ifexp(self, span, then, cond, orelse):
+        return _IfExp(then, cond, orelse, span)
 
     eq = _compare_method("==")
     ne = _compare_method("!=")
@@ -824,34 +767,33 @@ class _ToSyntax(Transformer):
     is_ = _compare_method("is")
     is_not = _compare_method("is not")
 
-    def not_(self, meta, operand):
-        return _Not(operand, self._span(meta))
+    def not_(self, span, operand):
+        return _Not(operand, span)
 
-    def listcomp(self, meta, elem, *rest):
+    def listcomp(self, span, elem, *rest):
         *names, seq = rest
-        return _ListComp(elem, tuple((str(n), _tok_span(n)) for n in names), seq,
-                         self._span(meta))
+        return _ListComp(elem, tuple((str(n), token_span(n)) for n in names), seq, span)
 
-    def attr(self, meta, obj, name):
-        return _Attr(obj, str(name), self._span(meta))
+    def attr(self, span, obj, name):
+        return _Attr(obj, str(name), span)
 
-    def call(self, meta, func, *args):
+    def call(self, span, func, *args):
         args = [a for a in args if a is not None]
         pos = tuple(a for a in args if not isinstance(a, _Kwarg))
         kws = tuple(a for a in args if isinstance(a, _Kwarg))
-        return _Call(func, pos, kws, self._span(meta))
+        return _Call(func, pos, kws, span)
 
-    def kwarg(self, meta, name, value):
-        return _Kwarg(str(name), value, _join(_tok_span(name), _syn_span(value)))
+    def kwarg(self, span, name, value):
+        return _Kwarg(str(name), value, _join(token_span(name), value.span))
 
-    def spread(self, meta, value):
-        return _Spread(value, self._span(meta))
+    def spread(self, span, value):
+        return _Spread(value, span)
 
-    def index(self, meta, obj, index):
-        return _Index(obj, index, self._span(meta))
+    def index(self, span, obj, index):
+        return _Index(obj, index, span)
 
-    def slice(self, meta, obj, lo, hi, step=None):
-        return _Slice(obj, lo, hi, self._span(meta), step)
+    def slice(self, span, obj, lo, hi, step=None):
+        return _Slice(obj, lo, hi, span, step)
 
     add = _binary_method("+")
     sub = _binary_method("-")
@@ -859,111 +801,23 @@ class _ToSyntax(Transformer):
     floordiv = _binary_method("//")
     mod = _binary_method("%")
 
-    def neg(self, meta, operand):
-        return _Neg(operand, self._span(meta))
+    def neg(self, span, operand):
+        return _Neg(operand, span)
 
-    def or_(self, meta, left, right):
-        return _Or(left, right, self._span(meta))
+    def or_(self, span, left, right):
+        return _Or(left, right, span)
 
-    def list(self, meta, *items):
-        return _List(tuple(i for i in items if i is not None), self._span(meta))
+    def list(self, span, *items):
+        return _List(tuple(i for i in items if i is not None), span)
 
-    def tuple(self, meta, *items):
-        return _Tuple(tuple(i for i in items if i is not None), self._span(meta))
-
-
-def _syn_span(node: _Syn) -> Span:
-    return node.span
+    def tuple(self, span, *items):
+        return _Tuple(tuple(i for i in items if i is not None), span)
 
 
 @lru_cache(maxsize=1)
-def _parser() -> Lark:
-    grammar = resources.files("codegen").joinpath("grammar/shape.lark").read_text()
-    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True,
-                cache=True)
-
-
-# --------------------------------------------------------------------------------------------------
-# Syntax errors
-
-
-class _SyntaxError(Exception):
-    def __init__(self, message: str, span: Span, hint: str | None = None):
-        super().__init__(message)
-        self.message, self.span, self.hint = message, span, hint
-
-
-def terminal_names(parser: Lark) -> dict[str, str]:
-    """Terminal name -> how a message spells it (`RPAR` -> `')'`, `NAME` -> `a name`)."""
-    names = {"NAME": "a name", "INT": "an integer", "NUMBER": "a number", "STRING": "a string",
-             "$END": "end of text"}
-    for t in parser.terminals:
-        if t.name not in names and t.pattern.type == "str":
-            names[t.name] = f"'{t.pattern.value}'"
-    return names
-
-
-def unclosed_bracket(text: str) -> tuple[int, str] | None:
-    """The offset of the first bracket left open at the end of `text`, and its character."""
-    stack: list[tuple[int, str]] = []
-    quote = None
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            stack.append((i, ch))
-        elif ch in ")]}" and stack:
-            stack.pop()
-    return stack[0] if stack else None
-
-
-def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str) -> _SyntaxError:
-    """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...)."""
-    if isinstance(e, UnexpectedCharacters):
-        pos = e.pos_in_stream or 0
-        return _SyntaxError(f"{what}: unexpected character {text[pos]!r}", Span(pos, pos + 1))
-    if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-        opened = unclosed_bracket(text)
-        if opened is not None:
-            pos, ch = opened
-            return _SyntaxError(f"{what}: '{ch}' was never closed", Span(pos, pos + 1))
-        end = len(text.rstrip())
-        return _SyntaxError(f"{what}: unexpected end of text", Span(max(0, end - 1), end),
-                            _expected_hint(getattr(e, "expected", ()), names))
-    assert isinstance(e, UnexpectedToken)
-    tok = e.token
-    return _SyntaxError(f"{what}: unexpected {names.get(tok.type, repr(str(tok)))}"
-                        if tok.type not in ("NAME", "INT", "NUMBER", "STRING")
-                        else f"{what}: unexpected {str(tok)!r}",
-                        _tok_span(tok), _expected_hint(e.expected, names))
-
-
-# Nesting deeper than this is refused: the checkers and the code generators recurse over the tree
-# (Python's stack), and generated code must stay within what Python and C++ compilers accept.
-MAX_DEPTH = 100
-
-
-def too_deep(tree: Tree, what: str, hint: str | None = None) -> _SyntaxError | None:
-    """An error at the first part of `tree` nested more than MAX_DEPTH levels, or None."""
-    stack = [(tree, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            meta = node.meta
-            span = Span(0, 1) if meta.empty else Span(meta.start_pos, meta.end_pos)
-            return _SyntaxError(f"{what}: nested more than {MAX_DEPTH} levels deep", span, hint)
-        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
-    return None
-
-
-def _expected_hint(expected, names: dict[str, str]) -> str | None:
-    spelled = sorted({names.get(t, t) for t in expected})
-    if not spelled or len(spelled) > 6:
-        return None
-    return "expected " + (spelled[0] if len(spelled) == 1 else "one of: " + ", ".join(spelled))
+def _parser() -> ExprParser:
+    return ExprParser("grammar/shape.lark", _ToSyntax(), "fake rule",
+                      depth_hint="name parts first: `n = ...; empty([n])`")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1764,19 +1618,11 @@ def schema_fake(schema: FunctionSchema) -> FakeRule | None:
 
 def parse_fake_rule(text: Located, schema: FunctionSchema, diags: Diagnostics) -> FakeRule | None:
     """Parse and check the rule `text` of the op `schema`; errors go to `diags` (then None)."""
-    parser = _parser()
     try:
-        tree = parser.parse(text.text)
-    except UnexpectedInput as e:
-        err = syntax_error(text.text, e, terminal_names(parser), "fake rule")
+        syn = _parser().parse(text.text)
+    except ExprSyntaxError as err:
         diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message, err.hint)
         return None
-    deep = too_deep(tree, "fake rule", "name parts first: `n = ...; empty([n])`")
-    if deep is not None:
-        diags.error(text.at(deep.span.start, deep.span.end - deep.span.start), deep.message,
-                    deep.hint)
-        return None
-    syn = _ToSyntax().transform(tree)
     view = view_return(schema)
     if view is not None:
         diags.error(text.loc, f"'{schema.name}' returns a view of an input ({view.type}); a fake "

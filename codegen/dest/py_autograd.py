@@ -13,24 +13,14 @@ from codegen import formulas as F
 from codegen import reserved
 from codegen.api import python as P
 from codegen.dest import cpp_autograd
-from codegen.dest.py_common import (_P_COMPARE, _P_COND, _P_NOT, _P_ATOM, _P_POSTFIX, _P_UNARY,
-                                    Class, Function, Section, _paren, camel, op_attr, op_name, q,
-                                    qualname, reg_module_names)
-from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like, is_tensor_list,
+from codegen.dest.py_common import (Class, Function, Section, camel, op_attr, op_name, q, qualname,
+                                    reg_module_names)
+from codegen.expr import Prec, PyPrinter
+from codegen.model import (FunctionSchema, ListType, Op, is_tensor_like, is_tensor_list,
                            strip_optional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
-
-
-_F_PREC = {
-    F.BinOpKind.or_: 2, F.BinOpKind.and_: 3,
-    F.BinOpKind.eq: 5, F.BinOpKind.ne: 5, F.BinOpKind.lt: 5, F.BinOpKind.le: 5,
-    F.BinOpKind.gt: 5, F.BinOpKind.ge: 5, F.BinOpKind.is_: 5, F.BinOpKind.is_not: 5,
-    F.BinOpKind.add: 9, F.BinOpKind.sub: 9,
-    F.BinOpKind.mul: 10, F.BinOpKind.div: 10, F.BinOpKind.floordiv: 10, F.BinOpKind.mod: 10,
-    F.BinOpKind.matmul: 10, F.BinOpKind.pow: 12,
-}
 
 
 @dataclass
@@ -44,91 +34,81 @@ class Names:
     locals: dict[str, str] = field(default_factory=dict)    # binding -> local name
 
 
-class FormulaEmitter:
+class FormulaEmitter(PyPrinter):
+    """Renders formulas as Python statements of the generated backward."""
+
     def __init__(self, op: Op, names: Names, helpers: set[str]):
         self.op = op
         self.names = names
         self.helpers = helpers
 
-    def expr(self, e: F.Expr, need: int = 0) -> str:
-        text, prec = self._expr(e)
-        return _paren(text, prec, need)
-
     def _meta(self, name: str, what: str) -> str:
         return f"ctx.{name}_{what}"
 
-    def _expr(self, e: F.Expr) -> tuple[str, int]:
+    def form(self, e: F.Expr) -> tuple[str, int]:  # type: ignore[override]
         n = self.names
         match e:
             case F.Const(value=v):
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    return repr(v), _P_UNARY    # `(1).sum()`: `1.sum()` does not parse
-                return (q(v) if isinstance(v, str) else repr(v)), _P_ATOM
+                    return repr(v), Prec.UNARY    # `(1).sum()`: `1.sum()` does not parse
+                return (q(v) if isinstance(v, str) else repr(v)), Prec.ATOM
             case F.EllipsisLit():
-                return "...", _P_ATOM
+                return "...", Prec.ATOM
             case F.InputRef(name=name):
                 assert name not in n.meta, "metadata-only inputs are read through their metadata"
-                return n.inputs[name], _P_ATOM
+                return n.inputs[name], Prec.ATOM
             case F.GradRef(index=i):
-                return n.grads[i], _P_ATOM
+                return n.grads[i], Prec.ATOM
             case F.GradsRef():
-                return "(" + ", ".join(n.grads) + ("," if len(n.grads) == 1 else "") + ")", _P_ATOM
+                return "(" + ", ".join(n.grads) + ("," if len(n.grads) == 1 else "") + ")", Prec.ATOM
             case F.ResultRef(index=i):
-                return n.results[i], _P_ATOM
+                return n.results[i], Prec.ATOM
             case F.ResultsRef():
                 return ("(" + ", ".join(n.results) + ("," if len(n.results) == 1 else "") + ")",
-                        _P_ATOM)
+                        Prec.ATOM)
             case F.TorchRef(path=path):
-                return ".".join(("torch",) + path), _P_POSTFIX
+                return ".".join(("torch",) + path), Prec.POSTFIX
             case F.BuiltinRef(name=name):
                 raise AssertionError(f"builtin {name} outside a call")
             case F.PyBuiltinRef(name=name) | F.LoopVar(name=name):
-                return name, _P_ATOM
+                return name, Prec.ATOM
             case F.LocalRef(name=name):
-                return n.locals[name], _P_ATOM
+                return n.locals[name], Prec.ATOM
             case F.ListComp(elem=elem, names=names, iterable=it, cond=cond):
-                test = f" if {self.expr(cond, _P_COND + 1)}" if cond is not None else ""
+                test = f" if {self.expr(cond, Prec.COND + 1)}" if cond is not None else ""
                 return (f"[{self.expr(elem)} for {', '.join(names)} in "
-                        f"{self.expr(it, _P_COND + 1)}{test}]", _P_ATOM)
+                        f"{self.expr(it, Prec.COND + 1)}{test}]", Prec.ATOM)
             case F.OpRef():
-                return f"_ops.{op_attr(n.ops[e])}", _P_POSTFIX
+                return f"_ops.{op_attr(n.ops[e])}", Prec.POSTFIX
             case F.Attr(obj=F.InputRef(name=name), name=attr) if name in n.meta:
                 if attr == "ndim":
-                    return f"len({self._meta(name, 'shape')})", _P_POSTFIX
-                return self._meta(name, F.META_ATTRS[attr]), _P_POSTFIX
+                    return f"len({self._meta(name, 'shape')})", Prec.POSTFIX
+                return self._meta(name, F.META_ATTRS[attr]), Prec.POSTFIX
             case F.Attr(obj=obj, name=attr):
-                return f"{self.expr(obj, _P_POSTFIX)}.{attr}", _P_POSTFIX
+                return f"{self.expr(obj, Prec.POSTFIX)}.{attr}", Prec.POSTFIX
             case F.Star(value=v):
-                return f"*{self.expr(v, _P_POSTFIX)}", _P_ATOM
+                return f"*{self.expr(v, Prec.POSTFIX)}", Prec.ATOM
             case F.Call():
-                return self._call(e), _P_POSTFIX
+                return self._call(e), Prec.POSTFIX
             case F.Slice(lo=lo, hi=hi, step=step):
                 lo_t = self.expr(lo) if lo is not None else ""
                 hi_t = self.expr(hi) if hi is not None else ""
                 step_t = f":{self.expr(step)}" if step is not None else ""
-                return f"{lo_t}:{hi_t}{step_t}", _P_ATOM
+                return f"{lo_t}:{hi_t}{step_t}", Prec.ATOM
             case F.Subscript(obj=obj, items=items):
-                return (f"{self.expr(obj, _P_POSTFIX)}[{', '.join(self.expr(i) for i in items)}]",
-                        _P_POSTFIX)
+                return (f"{self.expr(obj, Prec.POSTFIX)}[{', '.join(self.expr(i) for i in items)}]",
+                        Prec.POSTFIX)
             case F.TupleLit(items=items):
                 inner = ", ".join(self.expr(i) for i in items)
-                return f"({inner}{',' if len(items) == 1 else ''})", _P_ATOM
+                return f"({inner}{',' if len(items) == 1 else ''})", Prec.ATOM
             case F.ListLit(items=items):
-                return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+                return "[" + ", ".join(self.expr(i) for i in items) + "]", Prec.ATOM
             case F.BinOp(op=op, left=a, right=b):
-                prec = _F_PREC[op]
-                if op is F.BinOpKind.pow:   # right-associative, binds tighter than unary on its left
-                    return f"{self.expr(a, prec + 1)} ** {self.expr(b, _P_UNARY)}", prec
-                if prec == _P_COMPARE:      # never chain comparisons
-                    return f"{self.expr(a, prec + 1)} {op.value} {self.expr(b, prec + 1)}", prec
-                return f"{self.expr(a, prec)} {op.value} {self.expr(b, prec + 1)}", prec
+                return self.binary(op.value, a, b)
             case F.UnaryOp(op=op, operand=o):
-                if op is F.UnaryKind.not_:
-                    return f"not {self.expr(o, _P_NOT)}", _P_NOT
-                return f"{op.value}{self.expr(o, _P_UNARY)}", _P_UNARY
+                return self.unary(op.value, o)
             case F.IfExp(cond=c, then=t, orelse=o):
-                return (f"{self.expr(t, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
-                        f"{self.expr(o, _P_COND)}", _P_COND)
+                return self.conditional(t, c, o)
         raise TypeError(f"not a formula node: {e!r}")
 
     def formula(self, f: F.Formula, targets: list[str]) -> list[str]:
@@ -146,8 +126,8 @@ class FormulaEmitter:
                 if isinstance(like, F.InputRef) and like.name in n.meta:
                     shape = self._meta(like.name, "shape")
                 else:
-                    shape = f"{self.expr(like, _P_POSTFIX)}.shape"
-                return f"{self.expr(grad, _P_POSTFIX)}.sum_to_size({shape})"
+                    shape = f"{self.expr(like, Prec.POSTFIX)}.shape"
+                return f"{self.expr(grad, Prec.POSTFIX)}.sum_to_size({shape})"
             if func.name == "not_implemented":
                 self.helpers.add("not_implemented")
                 return f"_not_implemented({q(qualname(self.op))}, {self.expr(e.args[0])})"
@@ -162,7 +142,7 @@ class FormulaEmitter:
             index = self.expr(e.args[0]) if e.args else self.expr(e.kwargs[0][1])
             return f"{shape}[{index}]"
         args = [self.expr(a) for a in e.args] + [f"{k}={self.expr(v)}" for k, v in e.kwargs]
-        return f"{self.expr(func, _P_POSTFIX)}({', '.join(args)})"
+        return f"{self.expr(func, Prec.POSTFIX)}({', '.join(args)})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,23 +173,13 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         return
     if cpp_autograd.uses_cpp(m.lib, op):
         return  # its Autograd kernel is C++ (Note [C++ autograd] in codegen/dest/cpp_autograd.py)
-    refs: dict[F.OpRef, Op] = {}
-    for ref in F.library_calls(d):
-        target = F.resolve(m.lib, ref)
-        if target is None:
-            return  # reported by formulas.check_library
-        refs[ref] = target
-    schema = op.schema
-    plan = F.saved(d, schema)
-    args = list(schema.arguments)
-
-    def is_list(a: Argument) -> bool:
-        return is_tensor_list(a.type)
-
-    list_returns = [i for i, r in enumerate(schema.returns)
-                    if is_tensor_list(r.type)]
-    if len(list_returns) > 1 or \
-            any(is_list(a) and a.type != strip_optional(a.type) for a in args):
+    refs = _library_refs(m, d)
+    if refs is None:
+        return  # reported by formulas.check_library
+    plan = F.saved(d, op.schema)
+    list_returns = [r for r in op.schema.returns if is_tensor_list(r.type)]
+    if len(list_returns) > 1 or any(is_tensor_list(a.type) and a.type != strip_optional(a.type)
+                                    for a in op.schema.arguments):
         # Several Tensor[] outputs, or an optional Tensor[] input, do not pass through an
         # autograd.Function as flat Tensors: torch.library wraps it (no torch.func then).
         if len(list_returns) > 1:
@@ -220,54 +190,116 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
                             name="no-torch-func", suppress=op.suppress)
         register_autograd(m, op, api, sec, d, refs, plan)
         return
-    # One Tensor[] output: the Function returns every output Tensor flat, and the Autograd
-    # kernel puts the list back together; the list's length is what the other returns leave.
-    at = list_returns[0] if list_returns else None
-    n_returns = len(schema.returns)
-    tail = n_returns - 1 - at if at is not None else 0
-
-    # The Function's inputs: one slot per argument (a count for a Tensor[]), then the
-    # elements of the Tensor[] arguments.
-    lists = [a for a in args if is_list(a)]
-    slot_names = [f"{a.name}_len" if is_list(a) else a.name for a in args]
-    slot = {a.name: i for i, a in enumerate(args)}
-    n_slots = len(args)
-    flat = lists[0].name if len(lists) == 1 else "flat"
-
-    grads = _grad_names(schema)
-    results = _result_names(schema)
-    taken = {"ctx", "needs", "saved", *grads, *results,
-             *(("flat_grads", "outputs") if at is not None else ()),
-             *(f"{a.name}_grad" for a in args), *(f"{a.name}_len" for a in lists)}
-    if len(lists) > 1:
-        taken.add(flat)
-    clash = [a.name for a in args if a.name in taken]
+    flat = FlatFunction(op.schema)
+    clash = [a.name for a in flat.args if a.name in flat.taken]
     if clash:
         m.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
-                         "generated backward", "rename it")
+                      "generated backward", "rename it")
         return
+    backward_decorators = ["staticmethod"]
+    why = first_order_reason(m, op)
+    if why:
+        backward_decorators.append(f"_first_order({q(why)})")
+    forward_params, forward = flat.forward(op)
+    singles, saved_lists, setup = flat.setup_context(plan, d)
+    body = flat.backward(op, d, plan, refs, m.helpers, singles, saved_lists)
+    grads = "ctx, " + (", ".join(flat.grads) if flat.at is None else "*flat_grads")
+    cls = Class(
+        m.define(f"_{camel(api)}Function"), "torch.autograd.Function",
+        f"{qualname(op)} under autograd, from its derivative formulas.",
+        [Function("forward", forward_params, forward, decorators=["staticmethod"]),
+         Function("setup_context", "ctx, inputs, output", setup, decorators=["staticmethod"]),
+         Function("backward", grads, body, _formulas_doc(d), decorators=backward_decorators),
+         _no_jvp(op)])
+    sec.functions.append(cls)
 
-    def list_slice(seq: str, k: int, count: Callable[[str], str], base: int) -> str:
+    # The Autograd kernel: the Function only when a gradient may be asked for.
+    m.helpers.add("apply")
+    name = m.define(f"_{api}_autograd")
+    sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)),
+                                  flat.kernel(op, cls.name),
+                                  f"Autograd kernel: {cls.name} when differentiating."))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+
+
+def _library_refs(m: ModuleScope, d: F.Derivatives) -> dict[F.OpRef, Op] | None:
+    """The library op each reference of the formulas calls; None when one names none."""
+    refs: dict[F.OpRef, Op] = {}
+    for ref in F.library_calls(d):
+        target = F.resolve(m.lib, ref)
+        if target is None:
+            return None
+        refs[ref] = target
+    return refs
+
+
+def _no_jvp(op: Op) -> Function:
+    """The Function's jvp: formulas are reverse-mode only."""
+    why = (f"{qualname(op)} has no forward-mode derivative: its derivative formulas "
+           "are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+    return Function("jvp", "ctx, *tangents", [f"raise NotImplementedError({q(why)})"],
+                    decorators=["staticmethod"])
+
+
+class FlatFunction:
+    """How an op's arguments and returns pass through its autograd.Function as flat Tensors
+    (Note [Generated autograd]), and the Function's methods and Autograd kernel in that layout.
+
+    The Function's inputs are one slot per argument (a count for a Tensor[]), then the elements
+    of the Tensor[] arguments. With one Tensor[] output, the Function returns every output Tensor
+    flat, and the Autograd kernel puts the list back together; the list's length is what the
+    other returns leave."""
+
+    def __init__(self, schema: FunctionSchema):
+        self.schema = schema
+        self.args = list(schema.arguments)
+        list_returns = [i for i, r in enumerate(schema.returns) if is_tensor_list(r.type)]
+        self.at = list_returns[0] if list_returns else None    # the Tensor[] return
+        self.n_returns = len(schema.returns)
+        self.tail = self.n_returns - 1 - self.at if self.at is not None else 0
+        self.lists = [a for a in self.args if is_tensor_list(a.type)]
+        self.slot_names = [f"{a.name}_len" if is_tensor_list(a.type) else a.name
+                           for a in self.args]
+        self.slot = {a.name: i for i, a in enumerate(self.args)}
+        self.n_slots = len(self.args)
+        self.flat = self.lists[0].name if len(self.lists) == 1 else "flat"
+        self.grads = _grad_names(schema)
+        self.results = _result_names(schema)
+        # Locals of the generated methods, which the op's inputs must not be named.
+        self.taken = {"ctx", "needs", "saved", *self.grads, *self.results,
+                      *(("flat_grads", "outputs") if self.at is not None else ()),
+                      *(f"{a.name}_grad" for a in self.args),
+                      *(f"{a.name}_len" for a in self.lists)}
+        if len(self.lists) > 1:
+            self.taken.add(self.flat)
+
+    # -- where things are in the flat inputs and outputs
+
+    def list_slice(self, seq: str, k: int, count: Callable[[str], str], base: int) -> str:
         """The elements of the k-th Tensor[] argument in `seq`, which holds the elements of
         them all from index `base` on; `count(name)` spells a list's length."""
+        lists = self.lists
         parts = ([str(base)] if base else []) + [count(a.name) for a in lists[:k]]
         start = " + ".join(parts)
         if k == len(lists) - 1:
             return f"{seq}[{start}:]" if start else seq
         return f"{seq}[{start}:{' + '.join(parts + [count(lists[k].name)])}]"
 
-    def input_count(name: str) -> str:
-        return f"inputs[{slot[name]}]"
+    def input_count(self, name: str) -> str:
+        return f"inputs[{self.slot[name]}]"
 
-    def source(a_name: str) -> str:
-        arg = schema.argument(a_name)
+    def source(self, a_name: str) -> str:
+        """Where setup_context finds the input `a_name`."""
+        arg = self.schema.argument(a_name)
         assert arg is not None
-        if is_list(arg):
-            return list_slice("inputs", lists.index(arg), input_count, n_slots)
-        return f"inputs[{slot[a_name]}]"
+        if is_tensor_list(arg.type):
+            return self.list_slice("inputs", self.lists.index(arg), self.input_count,
+                                   self.n_slots)
+        return f"inputs[{self.slot[a_name]}]"
 
-    def flat_output(seq: str, i: int) -> str:
+    def flat_output(self, seq: str, i: int) -> str:
         """Return `i` in the flat outputs `seq` (a slice for the Tensor[] one)."""
+        at, tail, n_returns = self.at, self.tail, self.n_returns
         if at is None:
             return seq if n_returns == 1 else f"{seq}[{i}]"
         if i == at:
@@ -276,122 +308,124 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             return f"{seq}[{at}:len({seq}) - {tail}]"
         return f"{seq}[{i}]" if i < at else f"{seq}[-{n_returns - i}]"
 
-    def output(i: int) -> str:
-        return flat_output("output", i)
+    def output(self, i: int) -> str:
+        return self.flat_output("output", i)
 
-    # forward: the op below autograd.
-    forward: list[str] = []
-    if len(lists) > 1:
-        for k, a in enumerate(lists):
-            forward.append(f"{a.name} = list({list_slice('flat', k, lambda n: f'{n}_len', 0)})")
-    elif lists:
-        forward.append(f"{flat} = list({flat})")
-    call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
-    # Grad mode on, as in a C++ autograd kernel (apply turns it off): under torch.func the
-    # op then records at the transform levels below this one.
-    forward.append("with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():")
-    if at is None:
-        forward.append(f"    return {call}")
-    elif n_returns == 1:
-        forward.append(f"    return tuple({call})")
-    else:
-        forward.append(f"    outputs = {call}")
-        forward.append(f"    return (*outputs[:{at}], *outputs[{at}], *outputs[{at + 1}:])")
-    forward_params = ", ".join(slot_names + ([f"*{flat}"] if lists else []))
-
-    # setup_context
-    singles = [(n, source(n)) for n in plan.tensors] + \
-        [(results[i], output(i)) for i in plan.results if i != at]
-    saved_lists = [(n, source(n)) for n in plan.tensor_lists] + \
-        [(results[i], output(i)) for i in plan.results if i == at]
-    setup = _save_tensors(singles, saved_lists)
-    for a in lists[:-1]:
-        setup.append(f"ctx.{a.name}_len = {input_count(a.name)}")
-    setup += _save_context(plan, d, schema, source,
-                           lambda i: f"*{output(i)}" if i == at else output(i))
-    setup = setup or ["pass"]
-
-    # backward
-    body = _restore_saved(singles, saved_lists, plan)
-    if at is not None:
-        # The gradients of the flat outputs, regrouped: the Tensor[] return's is a list.
-        for i, g in enumerate(grads):
-            value = flat_output("flat_grads", i)
-            body.append(f"{g} = " + (f"list({value})" if i == at else value))
-    if lists:
-        # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
-        for a in lists[:-1]:
-            body.append(f"{a.name}_len = ctx.{a.name}_len")
-        rest = " - ".join([f"len(needs) - {n_slots}"] + [f"{a.name}_len" for a in lists[:-1]])
-        body.append(f"{lists[-1].name}_len = {rest}")
-
-    meta_only = {a for a, _ in plan.meta}
-    emit_names = Names(inputs={a.name: a.name for a in args}, meta=meta_only,
-                       grads=grads, results=results, ops=refs)
-    emitter = FormulaEmitter(op, emit_names, m.helpers)
-
-    def needs(a_name: str) -> str:
-        arg = schema.argument(a_name)
+    def needs(self, a_name: str) -> str:
+        """Whether backward must compute the gradient of input `a_name`."""
+        arg = self.schema.argument(a_name)
         assert arg is not None
-        if is_list(arg):
-            elements = list_slice("needs", lists.index(arg), lambda n: f"{n}_len", n_slots)
+        if is_tensor_list(arg.type):
+            elements = self.list_slice("needs", self.lists.index(arg), lambda n: f"{n}_len",
+                                       self.n_slots)
             return f"any({elements})"
-        return f"needs[{slot[a_name]}]"
+        return f"needs[{self.slot[a_name]}]"
 
-    grad_vars = {a.name: f"{a.name}_grad" for a in args if is_tensor_like(a.type)}
-    for a in args:
-        if a.name in grad_vars:
-            # A Tensor[] input's gradient is a list of the same length.
-            body.append(f"{grad_vars[a.name]} = "
-                        + (f"[None] * {a.name}_len" if is_list(a) else "None"))
-    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, taken)
-    returns = [grad_vars[a.name] if a.name in grad_vars and not is_list(a) else "None"
-               for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
-    ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
-    body.append(f"return {ret}")
+    # -- the Function's methods
 
-    why_no_jvp = (f"{qualname(op)} has no forward-mode derivative: its derivative formulas "
-                  "are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
-    backward_decorators = ["staticmethod"]
-    why = first_order_reason(m, op)
-    if why:
-        backward_decorators.append(f"_first_order({q(why)})")
-    cls = Class(
-        m.define(f"_{camel(api)}Function"), "torch.autograd.Function",
-        f"{qualname(op)} under autograd, from its derivative formulas.",
-        [Function("forward", forward_params, forward, decorators=["staticmethod"]),
-         Function("setup_context", "ctx, inputs, output", setup, decorators=["staticmethod"]),
-         Function("backward", "ctx, " + (", ".join(grads) if at is None else "*flat_grads"),
-                  body, _formulas_doc(d), decorators=backward_decorators),
-         Function("jvp", "ctx, *tangents",
-                  [f"raise NotImplementedError({q(why_no_jvp)})"],
-                  decorators=["staticmethod"])])
-    sec.functions.append(cls)
+    def call(self, op: Op) -> str:
+        """The op below autograd."""
+        return f"_ops.{op_attr(op)}({', '.join(P.call_arguments(self.schema))})"
 
-    # The Autograd kernel: the Function only when a gradient may be asked for.
-    m.helpers.add("apply")
-    tensors = [a.name for a in args if is_tensor_like(a.type)]
-    applied = [f"len({a.name})" if is_list(a) else a.name for a in args] + \
-        [f"*{a.name}" for a in lists]
-    applying = f"_apply({cls.name}, {', '.join(applied)})"
-    if at is None:
-        differentiating = [f"    return {applying}"]
-    elif n_returns == 1:
-        differentiating = [f"    return list({applying})"]
-    else:
-        differentiating = [f"    outputs = {applying}",
-                           f"    return (*outputs[:{at}], list({flat_output('outputs', at)}), "
-                           + (f"*outputs[len(outputs) - {tail}:])" if tail else ")")]
-    kernel = [
-        f"if _differentiating({', '.join(tensors)}):",
-        *differentiating,
-        "with torch._C._AutoDispatchBelowAutograd():",
-        f"    return {call}",
-    ]
-    name = m.define(f"_{api}_autograd")
-    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), kernel,
-                                  f"Autograd kernel: {cls.name} when differentiating."))
-    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    def forward(self, op: Op) -> tuple[str, list[str]]:
+        """forward's parameters and body: the op below autograd."""
+        lists, flat, at = self.lists, self.flat, self.at
+        forward: list[str] = []
+        if len(lists) > 1:
+            for k, a in enumerate(lists):
+                forward.append(
+                    f"{a.name} = list({self.list_slice('flat', k, lambda n: f'{n}_len', 0)})")
+        elif lists:
+            forward.append(f"{flat} = list({flat})")
+        call = self.call(op)
+        # Grad mode on, as in a C++ autograd kernel (apply turns it off): under torch.func the
+        # op then records at the transform levels below this one.
+        forward.append("with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():")
+        if at is None:
+            forward.append(f"    return {call}")
+        elif self.n_returns == 1:
+            forward.append(f"    return tuple({call})")
+        else:
+            forward.append(f"    outputs = {call}")
+            forward.append(f"    return (*outputs[:{at}], *outputs[{at}], *outputs[{at + 1}:])")
+        return ", ".join(self.slot_names + ([f"*{flat}"] if lists else [])), forward
+
+    def setup_context(self, plan: F.Saved, d: F.Derivatives) -> tuple[
+            list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+        """The Tensors saved (local, source), the Tensor lists saved, and setup_context's
+        body."""
+        at, results, output = self.at, self.results, self.output
+        singles = [(n, self.source(n)) for n in plan.tensors] + \
+            [(results[i], output(i)) for i in plan.results if i != at]
+        saved_lists = [(n, self.source(n)) for n in plan.tensor_lists] + \
+            [(results[i], output(i)) for i in plan.results if i == at]
+        setup = _save_tensors(singles, saved_lists)
+        for a in self.lists[:-1]:
+            setup.append(f"ctx.{a.name}_len = {self.input_count(a.name)}")
+        setup += _save_context(plan, d, self.schema, self.source,
+                               lambda i: f"*{output(i)}" if i == at else output(i))
+        return singles, saved_lists, setup or ["pass"]
+
+    def backward(self, op: Op, d: F.Derivatives, plan: F.Saved, refs: dict[F.OpRef, Op],
+                 helpers: set[str], singles: list[tuple[str, str]],
+                 saved_lists: list[tuple[str, str]]) -> list[str]:
+        """backward's body: what setup_context saved, back in locals, then the formulas."""
+        args, lists, n_slots = self.args, self.lists, self.n_slots
+        body = _restore_saved(singles, saved_lists, plan)
+        if self.at is not None:
+            # The gradients of the flat outputs, regrouped: the Tensor[] return's is a list.
+            for i, g in enumerate(self.grads):
+                value = self.flat_output("flat_grads", i)
+                body.append(f"{g} = " + (f"list({value})" if i == self.at else value))
+        if lists:
+            # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
+            for a in lists[:-1]:
+                body.append(f"{a.name}_len = ctx.{a.name}_len")
+            rest = " - ".join([f"len(needs) - {n_slots}"] + [f"{a.name}_len" for a in lists[:-1]])
+            body.append(f"{lists[-1].name}_len = {rest}")
+
+        meta_only = {a for a, _ in plan.meta}
+        emit_names = Names(inputs={a.name: a.name for a in args}, meta=meta_only,
+                           grads=self.grads, results=self.results, ops=refs)
+        emitter = FormulaEmitter(op, emit_names, helpers)
+        grad_vars = {a.name: f"{a.name}_grad" for a in args if is_tensor_like(a.type)}
+        for a in args:
+            if a.name in grad_vars:
+                # A Tensor[] input's gradient is a list of the same length.
+                body.append(f"{grad_vars[a.name]} = "
+                            + (f"[None] * {a.name}_len" if is_tensor_list(a.type) else "None"))
+        _emit_formulas(body, d, self.schema, emitter, emit_names, grad_vars, self.needs,
+                       self.taken)
+        returns = [grad_vars[a.name] if a.name in grad_vars and not is_tensor_list(a.type)
+                   else "None" for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
+        ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
+        body.append(f"return {ret}")
+        return body
+
+    def kernel(self, op: Op, function: str) -> list[str]:
+        """The Autograd kernel's body: the Function `function` when a gradient may be asked
+        for, else the op below autograd."""
+        args, lists, at = self.args, self.lists, self.at
+        tensors = [a.name for a in args if is_tensor_like(a.type)]
+        applied = [f"len({a.name})" if is_tensor_list(a.type) else a.name for a in args] + \
+            [f"*{a.name}" for a in lists]
+        applying = f"_apply({function}, {', '.join(applied)})"
+        if at is None:
+            differentiating = [f"    return {applying}"]
+        elif self.n_returns == 1:
+            differentiating = [f"    return list({applying})"]
+        else:
+            differentiating = [f"    outputs = {applying}",
+                               f"    return (*outputs[:{at}], list("
+                               f"{self.flat_output('outputs', at)}), "
+                               + (f"*outputs[len(outputs) - {self.tail}:])" if self.tail
+                                  else ")")]
+        return [
+            f"if _differentiating({', '.join(tensors)}):",
+            *differentiating,
+            "with torch._C._AutoDispatchBelowAutograd():",
+            f"    return {self.call(op)}",
+        ]
 
 
 def first_order_reason(m: ModuleScope, op: Op) -> str | None:

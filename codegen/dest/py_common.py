@@ -1,6 +1,6 @@
 """What the generators of `_reg_<ns>.py` share (codegen.dest.py_reg composes them): the pieces a
-section is made of, names of ops as the registrations spell them, and Python's precedence for
-emitted expressions."""
+section is made of, names of ops as the registrations spell them (Python's precedence for
+emitted expressions is codegen.expr's)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from functools import lru_cache
 from typing import ClassVar
 
 from codegen import escape, reserved
-from codegen import shape as S
 from codegen.config import Project
 from codegen.layout import impl_name
 from codegen.layout import locate as locate_in_func
@@ -114,16 +113,6 @@ def op_name(op: Op) -> str:
 def camel(name: str) -> str:
     """`smooth_clamp` -> `SmoothClamp` (an empty part, from `__` or a trailing `_`, stays `_`)."""
     return "".join(p[:1].upper() + p[1:] if p else "_" for p in name.split("_"))
-
-
-# Precedence of Python expression forms, loosest first.
-_P_COND, _P_NOT, _P_COMPARE, _P_ADD, _P_MUL, _P_UNARY, _P_POSTFIX, _P_ATOM = 1, 4, 5, 9, 10, 11, 13, 14
-_ARITH_PREC = {S.ArithOp.add: _P_ADD, S.ArithOp.sub: _P_ADD, S.ArithOp.mul: _P_MUL,
-               S.ArithOp.floordiv: _P_MUL, S.ArithOp.mod: _P_MUL}
-
-
-def _paren(text: str, prec: int, need: int) -> str:
-    return f"({text})" if prec < need else text
 
 
 # --------------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_meta, cpp_stable
-from codegen.dest.py_common import (_ARITH_PREC, _P_ADD, _P_ATOM, _P_COMPARE, _P_COND, _P_NOT,
-                                    _P_POSTFIX, _P_UNARY, Function, Section, _paren, q, qualname)
+from codegen.dest.py_common import Function, Section, q, qualname
+from codegen.expr import Prec, PyPrinter
 from codegen.dest.py_sources import check_signature
 from codegen.model import DispatchKey, FunctionSchema, Op, PyRef
 
@@ -40,86 +40,79 @@ def uses_cpp_meta(op: Op) -> bool:
 # Python expressions from the fake-rule IR
 
 
-class FakeEmitter:
+class FakeEmitter(PyPrinter):
     """Renders one fake rule as Python statements over the op's parameters."""
 
     def __init__(self, helpers: set[str]):
         self.helpers = helpers
 
-    def expr(self, e: S.Expr, need: int = 0) -> str:
-        text, prec = self._expr(e)
-        return _paren(text, prec, need)
-
-    def _expr(self, e: S.Expr) -> tuple[str, int]:
+    def form(self, e: S.Expr) -> tuple[str, int]:  # type: ignore[override]
         match e:
             case S.Arg(name=n) | S.Local(name=n) | S.LoopVar(name=n):
-                return n, _P_ATOM
+                return n, Prec.ATOM
             case S.IntLit(value=v):
-                return str(v), _P_ATOM
+                return str(v), Prec.ATOM
             case S.FloatLit(value=v):
-                return repr(v), _P_ATOM
+                return repr(v), Prec.ATOM
             case S.StrLit(value=v):
-                return q(v), _P_ATOM
+                return q(v), Prec.ATOM
             case S.BoolLit(value=v):
-                return ("True" if v else "False"), _P_ATOM
+                return ("True" if v else "False"), Prec.ATOM
             case S.NoneLit():
-                return "None", _P_ATOM
+                return "None", Prec.ATOM
             case S.DtypeLit(name=n):
-                return f"torch.{n}", _P_POSTFIX
+                return f"torch.{n}", Prec.POSTFIX
             case S.TensorProp(tensor=t, prop=p):
-                obj = self.expr(t, _P_POSTFIX)
+                obj = self.expr(t, Prec.POSTFIX)
                 if p in (S.Prop.ndim, S.Prop.numel):
-                    return f"{obj}.{p.value}()", _P_POSTFIX
-                return f"{obj}.{p.value}", _P_POSTFIX
+                    return f"{obj}.{p.value}()", Prec.POSTFIX
+                return f"{obj}.{p.value}", Prec.POSTFIX
             case S.TensorSize(tensor=t, dim=d):
-                return f"{self.expr(t, _P_POSTFIX)}.size({self.expr(d)})", _P_POSTFIX
+                return f"{self.expr(t, Prec.POSTFIX)}.size({self.expr(d)})", Prec.POSTFIX
             case S.Item(seq=s, index=i):
-                return f"{self.expr(s, _P_POSTFIX)}[{self.expr(i)}]", _P_POSTFIX
+                return f"{self.expr(s, Prec.POSTFIX)}[{self.expr(i)}]", Prec.POSTFIX
             case S.SliceOf(seq=s, lo=lo, hi=hi, step=st):
                 lo_t = self.expr(lo) if lo is not None else ""
                 hi_t = self.expr(hi) if hi is not None else ""
                 st_t = f":{self.expr(st)}" if st is not None else ""
-                return f"{self.expr(s, _P_POSTFIX)}[{lo_t}:{hi_t}{st_t}]", _P_POSTFIX
+                return f"{self.expr(s, Prec.POSTFIX)}[{lo_t}:{hi_t}{st_t}]", Prec.POSTFIX
             case S.Len(seq=s):
-                return f"len({self.expr(s)})", _P_POSTFIX
+                return f"len({self.expr(s)})", Prec.POSTFIX
             case S.Spread(seq=s):
-                return f"*{self.expr(s, _P_POSTFIX)}", _P_ATOM
+                return f"*{self.expr(s, Prec.POSTFIX)}", Prec.ATOM
             case S.ListLit(items=items) | S.OutList(items=items):
-                return "[" + ", ".join(self.expr(i) for i in items) + "]", _P_ATOM
+                return "[" + ", ".join(self.expr(i) for i in items) + "]", Prec.ATOM
             case S.Range(count=c):
-                return f"range({self.expr(c)})", _P_POSTFIX
+                return f"range({self.expr(c)})", Prec.POSTFIX
             case S.PromoteTypes(items=items):
                 text = self.expr(items[-1])
                 for item in reversed(items[:-1]):
                     text = f"torch.promote_types({self.expr(item)}, {text})"
-                return text, _P_POSTFIX
+                return text, Prec.POSTFIX
             case S.ListComp(elem=elem, names=names, seqs=seqs):
                 seq = (self.expr(seqs[0]) if len(seqs) == 1
                        else f"zip({', '.join(self.expr(x) for x in seqs)})")
-                return f"[{self.expr(elem)} for {', '.join(names)} in {seq}]", _P_ATOM
+                return f"[{self.expr(elem)} for {', '.join(names)} in {seq}]", Prec.ATOM
             case S.Sum(seq=seq):
-                return f"sum({self.expr(seq)})", _P_POSTFIX
+                return f"sum({self.expr(seq)})", Prec.POSTFIX
             case S.Compare(op=op, left=a, right=b):
-                return f"{self.expr(a, _P_COMPARE + 1)} {op.value} {self.expr(b, _P_COMPARE + 1)}", \
-                    _P_COMPARE
+                return self.binary(op.value, a, b)
             case S.Not(operand=o):
-                return f"not {self.expr(o, _P_NOT)}", _P_NOT
+                return self.unary("not", o)
             case S.Cond(cond=c, then=a, orelse=b):
-                return (f"{self.expr(a, _P_COND + 1)} if {self.expr(c, _P_COND + 1)} else "
-                        f"{self.expr(b, _P_COND)}", _P_COND)
+                return self.conditional(a, c, b)
             case S.Concat(left=a, right=b):
-                return f"[*{self.expr(a, _P_POSTFIX)}, *{self.expr(b, _P_POSTFIX)}]", _P_ATOM
+                return f"[*{self.expr(a, Prec.POSTFIX)}, *{self.expr(b, Prec.POSTFIX)}]", Prec.ATOM
             case S.Arith(op=op, left=a, right=b):
-                prec = _ARITH_PREC[op]
-                return f"{self.expr(a, prec)} {op.value} {self.expr(b, prec + 1)}", prec
+                return self.binary(op.value, a, b)
             case S.Neg(operand=o):
-                return f"-{self.expr(o, _P_UNARY)}", _P_UNARY
+                return self.unary("-", o)
             case S.MinMax(fn=fn, items=items):
                 # torch.sym_max/sym_min keep sizes symbolic; Python's max() would specialize.
                 text = self.expr(items[-1])
                 for item in reversed(items[:-1]):
                     text = f"torch.sym_{fn}({self.expr(item)}, {text})"
-                return text, _P_POSTFIX
+                return text, Prec.POSTFIX
             case S.Dynamic(min=lo, max=hi):
                 kwargs = []
                 if lo is not None:
@@ -127,26 +120,26 @@ class FakeEmitter:
                 if hi is not None:
                     kwargs.append(f"max={self.expr(hi)}")
                 return (f"torch.library.get_ctx().new_dynamic_size({', '.join(kwargs)})",
-                        _P_POSTFIX)
+                        Prec.POSTFIX)
             case S.Fallback(value=v, default=d):
-                value = self.expr(v, _P_ADD)
-                return f"{value} if {value} is not None else {self.expr(d, _P_ADD)}", _P_COND
+                value = self.expr(v, Prec.ADD)
+                return f"{value} if {value} is not None else {self.expr(d, Prec.ADD)}", Prec.COND
             case S.Like(tensor=t, dtype=dt, device=dv):
-                obj = self.expr(t, _P_POSTFIX)
-                return (f"{obj}.new_empty({obj}.shape{self._options(dt, dv)})", _P_POSTFIX)
+                obj = self.expr(t, Prec.POSTFIX)
+                return (f"{obj}.new_empty({obj}.shape{self._options(dt, dv)})", Prec.POSTFIX)
             case S.Broadcast(operands=ops, dtype=dt):
                 self.helpers.add("broadcast")
                 args = ", ".join(self.expr(o) for o in ops)
-                return f"_broadcast({args}{self._options(dt, None)})", _P_POSTFIX
+                return f"_broadcast({args}{self._options(dt, None)})", Prec.POSTFIX
             case S.Reduce(tensor=t, dims=dims, keepdim=k, dtype=dt):
                 self.helpers.add("reduce")
                 return (f"_reduce({self.expr(t)}, {self.expr(dims)}, {self.expr(k)}"
-                        f"{self._options(dt, None)})", _P_POSTFIX)
+                        f"{self._options(dt, None)})", Prec.POSTFIX)
             case S.Empty(shape=shape, dtype=dt, device=dv, like=like):
                 # `x.new_empty` takes dtype/device from `x` when they are None; `torch.empty`
                 # takes torch's defaults: exactly the rule's defaults.
                 func = f"{like}.new_empty" if like is not None else "torch.empty"
-                return f"{func}({self.expr(shape)}{self._options(dt, dv)})", _P_POSTFIX
+                return f"{func}({self.expr(shape)}{self._options(dt, dv)})", Prec.POSTFIX
         raise TypeError(f"not a fake-rule node: {e!r}")
 
     def _options(self, dtype: S.Expr | None, device: S.Expr | None) -> str:
@@ -170,7 +163,7 @@ class FakeEmitter:
         for o in rule.outputs:
             if isinstance(o, S.ReturnArg) and o.resize is not None:
                 # As an out= kernel resizes its out argument (a no-op when the shape matches).
-                lines.append(f"{o.name}.resize_({self.expr(o.resize, _P_POSTFIX)}.shape)")
+                lines.append(f"{o.name}.resize_({self.expr(o.resize, Prec.POSTFIX)}.shape)")
         outs = [o.name if isinstance(o, S.ReturnArg) else self.expr(o) for o in rule.outputs]
         if not schema.returns:
             lines.append("return None")

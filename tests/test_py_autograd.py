@@ -1,0 +1,67 @@
+"""codegen.dest.py_autograd's units: the flat layout of an autograd.Function's inputs and outputs
+(FlatFunction), read back by evaluating the Python it spells on concrete lists. The generated
+text as a whole is pinned by the golden files (tests/test_py_reg.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from codegen import parse_schema
+from codegen.dest.py_autograd import FlatFunction
+
+SCHEMA = "ns::f(Tensor[] xs, Tensor w, Tensor[] ys, int n) -> (Tensor a, Tensor[] b, Tensor c)"
+
+
+def flat_inputs(xs: list, w: str, ys: list, n: int) -> list:
+    """What the Autograd kernel passes the Function: a slot per argument, then the elements."""
+    return [len(xs), w, len(ys), n, *xs, *ys]
+
+
+@pytest.mark.parametrize("n_xs, n_ys", list(itertools.product(range(3), range(3))))
+def test_setup_context_finds_each_input(n_xs, n_ys):
+    flat = FlatFunction(parse_schema(SCHEMA))
+    xs = [f"x{i}" for i in range(n_xs)]
+    ys = [f"y{i}" for i in range(n_ys)]
+    inputs = flat_inputs(xs, "w", ys, 7)
+    found = {name: eval(flat.source(name), {"inputs": inputs}) for name in ("xs", "w", "ys", "n")}
+    assert found == {"xs": xs, "w": "w", "ys": ys, "n": 7}
+
+
+@pytest.mark.parametrize("n_b", range(4))
+def test_flat_outputs_are_regrouped(n_b):
+    flat = FlatFunction(parse_schema(SCHEMA))
+    assert (flat.at, flat.tail) == (1, 1)
+    b = [f"b{i}" for i in range(n_b)]
+    output = ["a", *b, "c"]
+    got = [eval(flat.output(i), {"output": output}) for i in range(3)]
+    assert got == ["a", b, "c"]
+
+
+def test_needs_reads_each_inputs_gradient_flags():
+    flat = FlatFunction(parse_schema(SCHEMA))
+    needs = (False, False, False, False, False, True, False)    # 4 slots, 2 xs, 1 y
+    env = {"needs": needs, "xs_len": 2, "ys_len": 1}
+    assert {n: eval(flat.needs(n), env) for n in ("xs", "w", "ys")} == {
+        "xs": True, "w": False, "ys": False}
+
+
+@pytest.mark.parametrize("n_xs, n_ys", [(0, 2), (2, 0), (3, 1)])
+def test_forward_splits_the_flat_elements(n_xs, n_ys):
+    # forward(xs_len, w, ys_len, n, *flat): each list is its slice of `flat`.
+    flat = FlatFunction(parse_schema(SCHEMA))
+    assert flat.slot_names == ["xs_len", "w", "ys_len", "n"] and flat.flat == "flat"
+    xs = [f"x{i}" for i in range(n_xs)]
+    ys = [f"y{i}" for i in range(n_ys)]
+    env = {"flat": (*xs, *ys), "xs_len": n_xs, "ys_len": n_ys}
+    got = [list(eval(flat.list_slice("flat", k, lambda n: f"{n}_len", 0), env))
+           for k in range(2)]
+    assert got == [xs, ys]
+
+
+def test_locals_the_inputs_may_not_take():
+    flat = FlatFunction(parse_schema("ns::g(Tensor self, Tensor[] grads) -> Tensor[]"))
+    assert {"ctx", "needs", "saved", "grad", "result", "flat_grads", "outputs", "self_grad",
+            "grads_grad", "grads_len"} <= flat.taken
+    assert flat.flat == "grads"         # the only Tensor[] input is the flat tail itself
