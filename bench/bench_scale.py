@@ -35,7 +35,6 @@ import math
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,19 +144,25 @@ def run(args: list[str], cwd: Path, codegen_root: Path, *, cold: bool = False
     return elapsed, cpu
 
 
+def fresh_dir(folder: Path) -> Path:
+    """A new empty output root: the old ones stay until the end, as deleting a tree just before
+    timing would charge its file system work to the next run."""
+    n = sum(1 for _ in folder.glob("out*"))
+    out = folder / f"out{n}"
+    out.mkdir()
+    return out
+
+
 def time_size(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[str, tuple]]:
     """(ops, {command: (best wall s, best CPU s)})."""
     with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
         best = {"check": (math.inf, math.inf), "generate": (math.inf, math.inf)}
-        out = folder / "out"
-        commands = {"check": ["-m", "codegen", "check", "schemas"],
-                    "generate": ["-m", "codegen", "generate", "--root", str(out), "schemas"]}
         for _ in range(rounds):
-            for name, args in commands.items():
-                shutil.rmtree(out, ignore_errors=True)
-                out.mkdir()
+            for name in best:
+                args = ["-m", "codegen", name, "--root", str(fresh_dir(folder)),
+                        str(folder / "schemas")]
                 wall, cpu = run(args, folder, codegen_root, cold=True)
                 best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
         return n, best
@@ -170,13 +175,10 @@ def time_edit(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
     with tempfile.TemporaryDirectory(prefix="bench_edit_") as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
-        out = folder / "out"
-        args = ["-m", "codegen", "generate", "--root", str(out), "schemas"]
         edited = sorted((folder / "schemas").glob("*.yaml"))[0]
         best = {"full": (math.inf, math.inf), "one file edited": (math.inf, math.inf)}
         for i in range(rounds):
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
+            args = ["-m", "codegen", "generate", "--root", str(fresh_dir(folder)), "schemas"]
             wall, cpu = run(args, folder, codegen_root, cold=True)
             best["full"] = (min(best["full"][0], wall), min(best["full"][1], cpu))
             run(args, folder, codegen_root)          # fills the cache
@@ -232,13 +234,10 @@ def time_stages(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[
     with tempfile.TemporaryDirectory(prefix="bench_stages_") as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
-        out = folder / "out"
         env = environment(folder, codegen_root)
         best: dict[str, float] = {}
         for _ in range(rounds):
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            proc = subprocess.run([sys.executable, "-c", STAGES, str(out)], cwd=folder, env=env,
+            proc = subprocess.run([sys.executable, "-c", STAGES, str(fresh_dir(folder))], cwd=folder, env=env,
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 sys.exit(f"stage timing failed:\n{proc.stderr[-4000:]}")
