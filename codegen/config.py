@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import keyword
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -137,8 +138,6 @@ def current() -> Project:
 def use(project: Project):
     """Make `project` the active one, with its root as the working directory (op file paths,
     kernel sources and messages are all project-relative)."""
-    import os
-
     token = _current.set(project)
     prev = Path.cwd()
     os.chdir(project.root)

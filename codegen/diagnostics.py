@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
+from codegen.escape import shown
 
 
 @dataclass(frozen=True, order=True)
@@ -26,8 +27,6 @@ class Loc:
     length: int = field(default=1, compare=False)
 
     def __str__(self) -> str:
-        from codegen.escape import shown   # a leaf module; paths may hold control characters
-
         return f"{shown(self.path)}:{self.line}:{self.col}"
 
 

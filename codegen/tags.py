@@ -6,7 +6,7 @@ A static copy, so `check` needs no `import torch` (0.8 s); tests/test_load.py ch
 
 from __future__ import annotations
 
-from codegen.model import Argument, Op, OpLibrary, without_alias
+from codegen.model import Argument, BaseTy, BaseType, Op, OpLibrary, without_alias
 
 TAGS: frozenset[str] = frozenset({
     "core",
@@ -57,8 +57,6 @@ TAGS: frozenset[str] = frozenset({
 
 def shape_tag(schema) -> str | None:
     """`inplace` or `out` when the schema has that shape (Note [Tags from the schema's shape])."""
-    from codegen.model import BaseTy, BaseType, without_alias
-
     def plain_tensor(t) -> bool:
         return without_alias(t) == BaseType(BaseTy.Tensor)
 

@@ -58,6 +58,7 @@ from codegen.model import (
     is_tensor_like,
     iter_types,
     strip_optional,
+    without_alias,
 )
 from codegen.schema_errors import foreign_type_hint
 
@@ -773,8 +774,6 @@ def _describe(x: Argument | Return) -> str:
 
 
 def _unannotated(t: Type) -> Type:
-    from codegen.model import without_alias
-
     return without_alias(t)
 
 

@@ -47,6 +47,7 @@ from codegen.rendering import banner, render
 from codegen.tags import shape_tag
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            is_base)
+from codegen.dest.cpp_meta import SCALAR_TYPES
 
 
 def is_stable(op: Op) -> bool:
@@ -251,7 +252,6 @@ class _MetaEmitter:
             case S.NoneLit():
                 return "std::nullopt"
             case S.DtypeLit(name=n):
-                from codegen.dest.cpp_meta import SCALAR_TYPES
                 return f"torch::headeronly::ScalarType::{SCALAR_TYPES[n]}"
             case S.Arg(name=n) if strip(self.args[n].argument.type) == BaseType(BaseTy.ScalarType):
                 return self.name(n)

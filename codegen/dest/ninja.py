@@ -34,6 +34,7 @@ from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
 from codegen.model import OpLibrary
+from codegen.files import write_atomic
 
 
 def build_dir(project: Project) -> str:
@@ -417,8 +418,6 @@ def _escape(path: str) -> str:
 
 
 def write_depfile(path: Path, lib: OpLibrary, project: Project) -> None:
-    from codegen.files import write_atomic
-
     write_atomic(path, depfile_text(lib, project))
 
 

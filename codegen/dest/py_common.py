@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from codegen import escape, reserved
 from codegen.config import Project
-from codegen.layout import impl_name
+from codegen.layout import impl_name, python_module
 from codegen.layout import locate as locate_in_func
 from codegen.dest.py_sources import PySources
 from codegen.diagnostics import Diagnostics, Loc
@@ -60,8 +60,6 @@ def wrap_call(line: str, width: int = 100) -> str:
 
 def module_name(project: Project, ns: str) -> str:
     """`<package>._reg_<ns>`, the module `m.set_python_module` names."""
-    from codegen.layout import python_module
-
     return python_module(project, ns)
 
 

@@ -37,6 +37,7 @@ from codegen.dest import cpp_stamp
 from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, python_dir, render
 from codegen.model import Op, OpLibrary, PyRef
+from codegen.dest.py_vmap import generated_rule
 
 
 @lru_cache(maxsize=1)
@@ -64,8 +65,6 @@ def python_names(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
 
 def has_python_side(op: Op) -> bool:
     """Whether the op needs `runtime._reg_<ns>`: anything registered from Python."""
-    from codegen.dest.py_vmap import generated_rule
-
     return (op.fake is not None or op.derivatives is not None or op.vmap is not None
             or op.autocast is not None or any(isinstance(k, PyRef) for _, k in op.dispatch)
             or generated_rule(op) is not None)

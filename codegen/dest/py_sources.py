@@ -13,8 +13,9 @@ from pathlib import Path
 from codegen import enums
 from codegen.api import python as P
 from codegen.config import Project
-from codegen.diagnostics import Diagnostics, Loc
+from codegen.diagnostics import Diagnostics, Loc, did_you_mean
 from codegen.model import Argument, FunctionSchema, PyRef
+from codegen.pysource import module_level_names
 
 
 def python_roots(project: Project) -> list[Path]:
@@ -121,8 +122,6 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
         return  # a method of a class: its binding happens at run time
     fn = module.functions.get(ref.name)
     if fn is None:
-        from codegen.diagnostics import did_you_mean
-        from codegen.pysource import module_level_names
 
         names, star = module_level_names(module.tree.body)
         if ref.name not in names and not star:
