@@ -16,7 +16,7 @@ Target: 2,000 ops generated in under 2 s.
 
     python bench/bench_scale.py [--sizes 500 2000 4000] [--rounds N] [--codegen-root PATH]
                                 [--inputs CHECKOUT]
-                                [--torchgen] [--edit] [--stages]
+                                [--torchgen] [--edit] [--stages] [--tmp DIR]
 
 `--edit` times the edit loop: `generate` after one op file changed (the load cache of the run
 before in place) against a `generate` from scratch, as a ratio.
@@ -112,6 +112,7 @@ def make_library(folder: Path, n_ops: int) -> int:
 
 
 PYCACHE = Path(tempfile.gettempdir()) / "opgen-bench-pycache"
+TMP: str | None = None     # where libraries and output roots go (--tmp), else the system's
 
 
 def environment(cwd: Path, codegen_root: Path) -> dict[str, str]:
@@ -155,7 +156,7 @@ def fresh_dir(folder: Path) -> Path:
 
 def time_size(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[str, tuple]]:
     """(ops, {command: (best wall s, best CPU s)})."""
-    with tempfile.TemporaryDirectory(prefix="bench_scale_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=TMP) as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
         best = {"check": (math.inf, math.inf), "generate": (math.inf, math.inf)}
@@ -172,7 +173,7 @@ def time_edit(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
     """The edit loop on a library of `n_ops`: `generate` from scratch (no load cache, empty output
     root), then again after editing one op file (an op's doc), with the load cache of the run
     before (Note [Incremental loading]). (ops, {run: (best wall s, best CPU s)})."""
-    with tempfile.TemporaryDirectory(prefix="bench_edit_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench_edit_", dir=TMP) as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
         edited = sorted((folder / "schemas").glob("*.yaml"))[0]
@@ -231,7 +232,7 @@ def time_stages(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[
     """(ops, {stage: best seconds}) of `generate` from scratch, stage by stage."""
     import ast
 
-    with tempfile.TemporaryDirectory(prefix="bench_stages_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench_stages_", dir=TMP) as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
         env = environment(folder, codegen_root)
@@ -269,7 +270,12 @@ def main() -> None:
                    help="also time `python -m torchgen.gen` on native_functions.yaml")
     p.add_argument("--stages", action="store_true",
                    help="split one generate from scratch into its stages instead")
+    p.add_argument("--tmp", metavar="DIR",
+                   help="put the libraries and output roots there (e.g. /dev/shm: a tmpfs takes "
+                        "this machine's disk out of the figures)")
     args = p.parse_args()
+    global TMP
+    TMP = args.tmp
     use_inputs(args.inputs.resolve())
     if args.stages:
         for size in args.sizes:
