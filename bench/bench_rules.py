@@ -7,7 +7,7 @@ rounds, alternating sides. Printed: the best CPU seconds of each side (process t
 wall clock on a shared machine) and their ratio. `--codegen-root` names the other checkout (a
 "before" figure, e.g. `git archive HEAD~1 | tar -x -C /tmp/before`).
 
-    python bench/bench_rules.py --codegen-root PATH [--ops 2000] [--rounds 5] [--repeat 3]
+    python bench/bench_rules.py [--codegen-root PATH] [--ops 2000] [--rounds 5] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def child(codegen_root: Path, folder: Path, repeat: int) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--codegen-root", type=Path, required=True,
-                   help="the other checkout, whose codegen package is timed against this one")
+    p.add_argument("--codegen-root", type=Path,
+                   help="the other checkout, whose codegen package is timed against this one "
+                        "(without it, this checkout alone)")
     p.add_argument("--ops", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--repeat", type=int, default=3, help="passes over the rules per process")
@@ -72,7 +73,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import bench_scale
 
-    sides = {"this": ROOT, "other": args.codegen_root.resolve()}
+    sides = {"this": ROOT}
+    if args.codegen_root is not None:
+        sides["other"] = args.codegen_root.resolve()
     best = {k: float("inf") for k in sides}
     with tempfile.TemporaryDirectory(prefix="bench_rules_") as tmp:
         n = bench_scale.make_library(Path(tmp), args.ops)
@@ -85,8 +88,9 @@ def main() -> None:
     print(f"{n} ops, {items} fake rules and derivatives sections; best of {args.rounds} "
           f"(CPU s per pass)")
     print(f"  this checkout ({ROOT}): {best['this']:.3f} s")
-    print(f"  other ({sides['other']}): {best['other']:.3f} s")
-    print(f"  ratio this/other: {best['this'] / best['other']:.2f}")
+    if "other" in sides:
+        print(f"  other ({sides['other']}): {best['other']:.3f} s")
+        print(f"  ratio this/other: {best['this'] / best['other']:.2f}")
 
 
 if __name__ == "__main__":
