@@ -196,34 +196,35 @@ STAGES = r"""
 import gc, sys, time
 t0 = time.perf_counter()
 from pathlib import Path
-from codegen import config, files, load
+from codegen import config, files, gen, load
 from codegen.dest import cpp_kernel_index, ninja
-from codegen.gen import check_library, generators
-from codegen.rendering import banner, output_dir, set_stamp
+from codegen.rendering import output_dir
 times = {"import": time.perf_counter() - t0}
 gc.disable()      # as the command line does (codegen.cli.run_in_project)
 
 
 def timed(name, fn):
-    t = time.perf_counter()
-    result = fn()
-    times[name] = times.get(name, 0.0) + time.perf_counter() - t
-    return result
+    def run(*args, **kwargs):
+        t = time.perf_counter()
+        result = fn(*args, **kwargs)
+        times[name] = times.get(name, 0.0) + time.perf_counter() - t
+        return result
+    return run
 
 
+# gen.render itself runs, each step it takes timed under its own name.
+steps = [(name, timed(name, g)) for name, g in gen.generators()]
+gen.generators = lambda: steps
+cpp_kernel_index.generate = timed("cpp-index", cpp_kernel_index.generate)
+ninja.generate = timed("ninja", ninja.generate)
+files.FileSet.seal = timed("seal", files.FileSet.seal)
 schemas = str(Path.cwd() / "schemas")
 with config.use(config.default_project(Path(sys.argv[1]))) as project:
-    lib = timed("load", lambda: load.load_library([schemas]))
+    lib = timed("load", load.load_library)([schemas])
     diags = lib.diagnostics()
-    timed("check", lambda: check_library(lib, diags, project))
-    out = files.FileSet()
-    for name, gen in generators():
-        out.update(timed(name, lambda: gen(lib, diags, project)))
-    out.update(timed("cpp-index", lambda: cpp_kernel_index.generate(lib, diags, project,
-                                                                   dict(out.files))))
-    out.update(timed("ninja", lambda: ninja.generate(lib, diags, project, dict(out.files))))
-    timed("seal", lambda: out.seal(set_stamp(project), banner("#", [f.path for f in lib.files])))
-    timed("write", lambda: files.write(Path("."), out, prune_dir=output_dir(project)))
+    timed("check", gen.check_library)(lib, diags, project)
+    out = gen.render(lib, diags, project)
+    timed("write", files.write)(Path("."), out, prune_dir=output_dir(project))
 print(repr(times))
 """
 
