@@ -86,6 +86,11 @@ def gen_obj(project: Project, ns: str, generated: str) -> str:
     return f"{build_dir(project)}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
 
 
+def headers_target(project: Project, ns: str) -> str:
+    """The phony target every compile of namespace `ns` waits on: its generated headers."""
+    return f"{build_dir(project)}/obj/{ns}/headers"
+
+
 def library_path(project: Project, ns: str) -> str:
     return f"{project.libraries}/{L.library_file(ns)}"
 
@@ -141,7 +146,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
     for ns, shs in all_shards.items():
         # Every compile of the namespace waits for its generated headers through one phony
         # edge: listing them on each edge would make the file quadratic in op files.
-        headers = [f"{build_dir(project)}/obj/{ns}/headers"]
+        headers = [headers_target(project, ns)]
         a = namespace_abi(lib, ns)
         # Note [ABI choice] in codegen/abi.py: a stable namespace sees only the stable headers
         # (build/stable-include), targets its min_torch, and links no libtorch C++ symbol.
@@ -328,6 +333,8 @@ def impl_registrations(text: str) -> list[Registration]:
 def indexed_registrations(indexes: list[dict]) -> Registered:
     """(namespace, op name, key) of every kernel the generated registration units register, as
     the namespaces' index files record them (codegen.dest.cpp_kernel_index)."""
+    # An index written before it recorded registrations has none: `opgen build` checks kernel
+    # sources before ninja regenerates it.
     return {(doc["namespace"], name, key) for doc in indexes
             for pairs in doc.get("registrations", {}).values() for name, key in pairs}
 
