@@ -16,6 +16,7 @@ import traceback
 from typing import Callable
 
 from codegen import config
+from codegen.jobs import JobsError
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import WriteError
 
@@ -69,7 +70,7 @@ def run_in_project(args: argparse.Namespace, body: Callable[[config.Project], in
     except UserError as e:
         print(e.diags.render(), file=sys.stderr)
         return 1
-    except (WriteError, *environment_errors) as e:
+    except (WriteError, JobsError, *environment_errors) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:

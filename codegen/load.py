@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from codegen import abi as abi_mod
-from codegen import enums, verify
+from codegen import enums, jobs, verify
 from codegen.abi import Abi
 from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, suggest
 from codegen.escape import first_unprintable
@@ -670,22 +670,67 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None,
                  cache: str | os.PathLike | None = None) -> OpLibrary:
     """Read, parse and verify op files; raise `UserError` with every error found. With `cache`
     (a directory), each file's result is kept there and reused while the file, the rules and
-    opgen are unchanged (Note [Incremental loading])."""
+    opgen are unchanged (Note [Incremental loading]). Many files are parsed on several cores
+    (codegen.jobs)."""
     rules = rules or verify.DEFAULT_RULES
     diags = Diagnostics()
-    files = []
-    store = _LoadCache(cache, rules) if cache is not None else None
-    for path in op_files(paths, diags):
+    targets = op_files(paths, diags)
+    for path in targets:
         check_path(path, diags)
-        f = store.load(path, diags) if store else _FileLoader(path, diags, rules).load()
-        if f is not None:
-            files.append(f)
+    files = []
+    for path, (text, result, items) in zip(targets, _load_files(targets, rules, cache)):
+        if text:
+            diags.add_source(path, text)
+        diags.items.extend(items)
+        if result is not None:
+            files.append(result)
     lib = OpLibrary(tuple(files))
     verify.verify_across(lib, diags, rules)
     abi_mod.check_namespaces(lib, diags)
     if diags.has_errors:
         raise UserError(diags)
     return _out_tags(lib)
+
+
+# One file's load: its text (for source lines in messages), its OpFile (None when it has none),
+# and its diagnostics.
+Loaded = tuple[str | None, "OpFile | None", list]
+
+# The bytes of op files that pay for a process of their own: about 0.1 s of parsing, some ten
+# times what a fork and the trip of the results back cost.
+PARSE_BYTES_PER_PROCESS = 128 * 1024
+
+
+def _load_files(paths: list[str], rules: verify.Rules,
+                cache: str | os.PathLike | None) -> list[Loaded]:
+    """Each file's load, from the cache where it holds one; the others are parsed, spread over
+    processes when they are many."""
+    store = _LoadCache(cache, rules) if cache is not None else None
+    done: dict[str, Loaded] = {}
+    todo: list[str] = []
+    size = 0
+    for path in paths:
+        hit = store.lookup(path) if store is not None else None
+        if hit is not None:
+            done[path] = hit
+            continue
+        todo.append(path)
+        with contextlib.suppress(OSError):
+            size += os.stat(path).st_size
+
+    def parse(part: list[str]) -> list[tuple[str, Loaded]]:
+        return [(p, store.fresh(p) if store is not None else _parse(p, rules)) for p in part]
+
+    n = jobs.count(size, PARSE_BYTES_PER_PROCESS) if len(todo) > 1 else 1
+    for part in jobs.split(parse, [todo[i::n] for i in range(n)]):
+        done.update(part)
+    return [done[p] for p in paths]
+
+
+def _parse(path: str, rules: verify.Rules) -> Loaded:
+    diags = Diagnostics()
+    result = _FileLoader(path, diags, rules).load()
+    return diags.source(path), result, diags.items
 
 
 def _out_tags(lib: OpLibrary) -> OpLibrary:
@@ -752,41 +797,44 @@ class _LoadCache:
         self.rules = rules
         self.salt = f"{_opgen_digest()}\0{rules!r}".encode()
 
-    def load(self, path: str, diags: Diagnostics) -> OpFile | None:
+    def entry(self, path: str) -> Path | None:
+        """Where `path`'s result is kept, for its current bytes (None: it cannot be read)."""
         try:
             with open(path, "rb") as f:
                 data = f.read(MAX_FILE_BYTES + 1)
         except OSError:
-            data = None
-        if data is None or len(data) > MAX_FILE_BYTES:
-            return self._fresh(path, diags, None)       # the loader reports why
+            return None
+        if len(data) > MAX_FILE_BYTES:
+            return None
         key = hashlib.sha256(self.salt + b"\0" + os.fsencode(path) + b"\0" + data).hexdigest()
-        entry = self.dir / key[:2] / key
+        return self.dir / key[:2] / key
+
+    def lookup(self, path: str) -> Loaded | None:
+        """`path`'s load as the cache holds it, if it does."""
+        entry = self.entry(path)
+        if entry is None:
+            return None
         try:
             with open(entry, "rb") as f:
                 text, result, items = pickle.load(f)
         except Exception:   # noqa: BLE001  (a missing or unusable entry: load the file)
-            return self._fresh(path, diags, entry)
-        if text:
-            diags.add_source(path, text)
-        diags.items.extend(items)
-        return result
+            return None
+        return text, result, items
 
-    def _fresh(self, path: str, diags: Diagnostics, entry: Path | None) -> OpFile | None:
-        loader = _FileLoader(path, diags, self.rules)
-        start = len(diags.items)
-        result = loader.load()
+    def fresh(self, path: str) -> Loaded:
+        """`path` parsed, and its result kept."""
+        entry = self.entry(path)        # None: the loader reports why it cannot read the file
+        loaded = _parse(path, self.rules)
         if entry is not None:
             try:
                 entry.parent.mkdir(parents=True, exist_ok=True)
                 tmp = entry.with_name(f"{entry.name}.{os.getpid()}.tmp")
                 with open(tmp, "wb") as f:
-                    pickle.dump((diags.source(path), result, diags.items[start:]), f,
-                                protocol=pickle.HIGHEST_PROTOCOL)
+                    pickle.dump(loaded, f, protocol=pickle.HIGHEST_PROTOCOL)
                 os.replace(tmp, entry)
             except (OSError, pickle.PicklingError, TypeError, AttributeError):
                 # A read-only or full disk, or an IR object pickle cannot take: no cache entry,
                 # same result.
                 with contextlib.suppress(OSError, UnboundLocalError):
                     os.unlink(tmp)
-        return result
+        return loaded

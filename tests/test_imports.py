@@ -112,7 +112,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     1: ("load", "load_samples", "yaml_source", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
         "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource",
         "contract", "compat"),
-    0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
+    0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader", "jobs",
         "reserved", "expr"),
 }
 GENERATORS_FLOOR = 3
