@@ -16,13 +16,17 @@ Target: 2,000 ops generated in under 2 s.
 
     python bench/bench_scale.py [--sizes 500 2000 4000] [--rounds N] [--codegen-root PATH]
                                 [--inputs CHECKOUT]
-                                [--torchgen] [--edit] [--stages] [--tmp DIR]
+                                [--torchgen] [--edit] [--stages] [--tmp DIR] [--jobs N]
 
 `--edit` times the edit loop: `generate` after one op file changed (the load cache of the run
 before in place) against a `generate` from scratch, as a ratio.
 
 `--stages` splits one `generate` from scratch into its stages (imports, load, whole-library
 checks, each generator, write), timed inside one fresh process, best of the rounds per stage.
+
+`--jobs N` runs opgen with OPGEN_JOBS=N (codegen.jobs; default: opgen's own choice, the free
+cores for a library this size); `--jobs 1` is the one-process figure. `--stages` always runs in
+one process, so that each stage is timed where it runs.
 
 `--codegen-root` times another checkout's codegen (a "before" figure) on the same inputs.
 `--torchgen` also times torchgen's whole `python -m torchgen.gen` on native_functions.yaml, once.
@@ -113,13 +117,17 @@ def make_library(folder: Path, n_ops: int) -> int:
 
 PYCACHE = Path(tempfile.gettempdir()) / "opgen-bench-pycache"
 TMP: str | None = None     # where libraries and output roots go (--tmp), else the system's
+JOBS: str | None = None    # OPGEN_JOBS of the timed processes (--jobs), else opgen's default
 
 
 def environment(cwd: Path, codegen_root: Path) -> dict[str, str]:
     """The timed processes' environment: codegen importable, with its bytecode compiled, as an
     installed package has it (pip compiles it; PYTHONDONTWRITEBYTECODE would make every run
     compile opgen's modules again). Bytecode goes to a cache outside the checkout."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "OPGEN_JOBS")}
+    if JOBS is not None:
+        env["OPGEN_JOBS"] = JOBS
     env.update(PYTHONPATH=os.pathsep.join([str(cwd), str(codegen_root)]),
                PYTHONPYCACHEPREFIX=str(PYCACHE))
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(codegen_root / "codegen")],
@@ -236,7 +244,7 @@ def time_stages(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[
     with tempfile.TemporaryDirectory(prefix="bench_stages_", dir=TMP) as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
-        env = environment(folder, codegen_root)
+        env = dict(environment(folder, codegen_root), OPGEN_JOBS="1")
         best: dict[str, float] = {}
         for _ in range(rounds):
             proc = subprocess.run([sys.executable, "-c", STAGES, str(fresh_dir(folder))], cwd=folder, env=env,
@@ -274,9 +282,12 @@ def main() -> None:
     p.add_argument("--tmp", metavar="DIR",
                    help="put the libraries and output roots there (e.g. /dev/shm: a tmpfs takes "
                         "this machine's disk out of the figures)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="OPGEN_JOBS of the timed processes (default: opgen's own choice)")
     args = p.parse_args()
-    global TMP
+    global TMP, JOBS
     TMP = args.tmp
+    JOBS = None if args.jobs is None else str(args.jobs)
     use_inputs(args.inputs.resolve())
     if args.stages:
         for size in args.sizes:
@@ -304,7 +315,8 @@ def main() -> None:
         print(f"  {n} ops: " + ", ".join(f"{k} {w:.2f} s (CPU {c:.2f} s)"
                                          for k, (w, c) in best.items()), flush=True)
     print(f"codegen from {args.codegen_root}; a fresh process per command, best of {args.rounds} "
-          "(wall clock; CPU = user + system, steadier on a shared machine)")
+          f"(wall clock; CPU = user + system, steadier on a shared machine); OPGEN_JOBS="
+          f"{JOBS or 'unset'}")
     print(f"{'ops':>6}{'check s':>10}{'CPU s':>8}{'ms/op':>8}{'generate s':>13}{'CPU s':>8}"
           f"{'ms/op':>8}")
     for n, best in rows:
