@@ -9,8 +9,10 @@ of cores this process may use, at most 8, and only when there is enough work to 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import sys
 import traceback
 from typing import Callable, Sequence, TypeVar
@@ -76,8 +78,12 @@ def split(fn: Callable[[T], R], parts: Sequence[T]) -> list[R]:
     `fn(parts[0])`. A child's exception is raised here; a child that dies without a result (killed,
     out of memory) has its part run here instead."""
     children = [_Child(fn, p) for p in parts[1:]]
-    results = [fn(parts[0])] if parts else []
-    return results + [c.result() for c in children]
+    try:
+        results = [fn(parts[0])] if parts else []
+        return results + [c.result() for c in children]
+    finally:
+        for c in children:      # left behind by an exception: stopped, not left waiting
+            c.abandon()
 
 
 # Note [Forked workers]
@@ -90,13 +96,21 @@ def split(fn: Callable[[T], R], parts: Sequence[T]) -> list[R]:
 
 
 class _Child:
+    """One part in a forked child; `pid` is None where the fork failed (the part then runs in the
+    parent) and once the child is reaped."""
+
     def __init__(self, fn: Callable[[T], R], part: T) -> None:
         self.fn, self.part = fn, part
-        self.pid = -1
+        self.pid: int | None = None
         try:
             read, write = os.pipe()
+        except OSError:         # no descriptor left: the part runs in the parent
+            return
+        try:
             self.pid = os.fork()
-        except OSError:         # no process or descriptor left: the part runs in the parent
+        except OSError:         # no process left: likewise
+            os.close(read)
+            os.close(write)
             return
         if self.pid == 0:
             os.close(read)
@@ -105,17 +119,28 @@ class _Child:
         self.read = read
 
     def result(self) -> R:
-        if self.pid < 0:
+        if self.pid is None:
             return self.fn(self.part)
         with os.fdopen(self.read, "rb") as f:
             data = f.read()
         os.waitpid(self.pid, 0)
+        self.pid = None
         if not data:            # killed before it could answer
             return self.fn(self.part)
         ok, value = pickle.loads(data)
         if ok:
             return value
         raise value
+
+    def abandon(self) -> None:
+        """Stop a child whose result will not be read."""
+        if self.pid is None:
+            return
+        os.close(self.read)
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        self.pid = None
 
 
 def _run_child(fn: Callable, part: object, fd: int) -> None:

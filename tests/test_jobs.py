@@ -212,3 +212,27 @@ def test_children_do_the_work_and_fill_the_load_cache(tmp_path):
         print(parsed, again == lib)
     """, OPGEN_JOBS="3")
     assert proc.stdout == "2 True\n1\n[] True\n", proc.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+def test_children_are_stopped_when_this_part_fails():
+    proc = run_python("""
+        import os, time
+        from codegen import jobs
+        me = os.getpid()
+        def work(part):
+            if os.getpid() == me:
+                raise ValueError("here")
+            time.sleep(60)
+        t = time.monotonic()
+        try:
+            jobs.split(work, [1, 2, 3])
+        except ValueError:
+            pass
+        print(time.monotonic() - t < 30, os.listdir("/proc/self/task") == [str(me)])
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            print("no child left")
+    """)
+    assert proc.stdout == "True True\nno child left\n", proc.stderr
