@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Iterable
 
+from codegen import formulas as F
 from codegen.api import cpp
 from codegen.config import Project
-from codegen.diagnostics import Diagnostics, Loc
+from codegen.diagnostics import Diagnostic, Diagnostics, Loc
 from codegen.rendering import output_dir
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
                            OpLibrary, Span)
@@ -50,12 +51,29 @@ def per_object(fn):
 
     @functools.wraps(fn)
     def wrapper(obj):
-        memo = obj.__dict__
-        if attr not in memo:
-            memo[attr] = fn(obj)
-        return memo[attr]
+        try:
+            return obj.__dict__[attr]
+        except KeyError:
+            value = obj.__dict__[attr] = fn(obj)
+            return value
 
     return wrapper
+
+
+def reported(obj, key: object, diags: Diagnostics, compute):
+    """`compute(diags)`, computed once per IR object `obj` (frozen) and `key`: later calls get
+    the same value, and the diagnostics the first call reported are reported again to their own
+    `diags` (each render and check has a fresh one). `compute` must not read `diags`."""
+    memo = obj.__dict__.setdefault("_memo_reported", {})
+    try:
+        value, items = memo[key]
+    except KeyError:
+        scratch = Diagnostics()
+        value = compute(scratch)
+        items = tuple(scratch.items)
+        memo[key] = (value, items)
+    diags.items.extend(items)
+    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,11 +188,13 @@ def unqualified(op: Op) -> OperatorName:
     return OperatorName(None, op.name.name, op.name.overload)
 
 
+@per_object
 def def_schema(op: Op) -> str:
     """The schema text `m.def` takes: canonical, without the namespace."""
     return str(op.schema.with_name(unqualified(op)))
 
 
+@per_object
 def impl_name(op: Op) -> str:
     """`name` or `name.overload`, as `m.impl` takes it."""
     return str(unqualified(op))
@@ -182,6 +202,21 @@ def impl_name(op: Op) -> str:
 
 def cpp_kernels(op: Op) -> list[tuple[DispatchKey, CppKernel]]:
     return [(k, v) for k, v in op.dispatch if isinstance(v, CppKernel)]
+
+
+def check_formulas(lib: OpLibrary, diags: Diagnostics) -> bool:
+    """`formulas.check_library(lib, diags)`: its errors reported to `diags`, checked once per
+    library (check and two generators ask, each run with its own Diagnostics)."""
+    ok, errors = _formula_errors(lib)
+    diags.items.extend(errors)
+    return ok
+
+
+@per_object
+def _formula_errors(lib: OpLibrary) -> tuple[bool, tuple[Diagnostic, ...]]:
+    scratch = Diagnostics()
+    ok = F.check_library(lib, scratch)
+    return ok, tuple(scratch.items)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,19 +272,26 @@ def bound_kernels(shard: Shard, diags: Diagnostics, signature_of=None) -> list[B
     """Every C++ kernel of the shard's ops, in op order; ops C++ cannot bind and malformed kernel
     names are reported to `diags` and left out. `signature_of(op, diags)` binds an op's schema
     (the full API's `signature` by default; the stable ABI passes its own)."""
+    # Headers, registrations and the kernel index each ask, per shard.
+    signature_of = signature_of or signature
+    return list(reported(shard, (bound_kernels, signature_of), diags,
+                         lambda d: _bound_kernels(shard, d, signature_of)))
+
+
+def _bound_kernels(shard: Shard, diags: Diagnostics, signature_of) -> tuple[BoundKernel, ...]:
     out = []
     for op in shard.ops:
         kernels = cpp_kernels(op)
         if not kernels:
             continue
-        sig = (signature_of or signature)(op, diags)
+        sig = signature_of(op, diags)
         if sig is None:
             continue
         for key, kernel in kernels:
             if check_kernel_name(op, kernel, diags):
                 cpp_ns, _, fn = kernel.qualified(shard.namespace).rpartition("::")
                 out.append(BoundKernel(op, sig, key, kernel, cpp_ns, fn))
-    return out
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics
-from codegen.layout import cached_signature, impl_name, per_object, shards
+from codegen.layout import cached_signature, check_formulas, impl_name, per_object, shards
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
                            is_tensor_like, strip_optional)
@@ -208,7 +208,7 @@ def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
 
 def check(lib: OpLibrary, diags: Diagnostics) -> None:
     """A note per differentiable op of a full-ABI namespace that keeps Python autograd."""
-    if diags.has_errors or not F.check_library(lib, Diagnostics()):
+    if diags.has_errors or not check_formulas(lib, Diagnostics()):
         return  # the errors come first; which path an op takes is settled once they are fixed
     for op in lib.ops:
         if not isinstance(op.derivatives, F.Derivatives):
@@ -870,7 +870,7 @@ def kernel_context(p: Plan) -> dict:
 
 def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/cpp/<ns>/autograd.cpp` for each namespace with a C++ Autograd kernel."""
-    F.check_library(lib, diags)
+    check_formulas(lib, diags)
     if diags.has_errors:
         return {}
     out: dict[str, str] = {}
