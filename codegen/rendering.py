@@ -87,4 +87,11 @@ def environment() -> jinja2.Environment:
 
 
 def render(template: str, **context: object) -> str:
-    return environment().get_template(template).render(**context)
+    return _template(template).render(**context)
+
+
+@functools.lru_cache(maxsize=None)
+def _template(name: str) -> jinja2.Template:
+    # Looked up once: jinja's get_template would stat the file again on every render (a
+    # generate renders thousands), to reload a template edited while it runs.
+    return environment().get_template(name)
