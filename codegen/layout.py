@@ -300,30 +300,30 @@ def _bound_kernels(shard: Shard, diags: Diagnostics, signature_of) -> tuple[Boun
 
 def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
     """str(op.name) -> API name. See Note [API names] in codegen/dest/py_ops.py."""
-    ops = list(ops)
+    # (op, str(op.name), op.name): each spelled once, for libraries of thousands of ops.
+    ops = [(op, str(op.name), op.name) for op in ops]
     reserved = frozenset(reserved)
-    by_base: dict[str, list[Op]] = {}
-    for op in ops:
-        by_base.setdefault(op.name.name, []).append(op)
+    by_base: dict[str, int] = {}
+    for _, _, name in ops:
+        by_base[name.name] = by_base.get(name.name, 0) + 1
     first: dict[str, str] = {}
-    for op in ops:
-        shared = len(by_base[op.name.name]) > 1
-        first[str(op.name)] = (f"{op.name.name}_{op.name.overload}"
-                               if shared and op.name.overload else op.name.name)
+    for _, key, name in ops:
+        shared = by_base[name.name] > 1
+        first[key] = f"{name.name}_{name.overload}" if shared and name.overload else name.name
     count: dict[str, int] = {}
     for n in first.values():
         count[n] = count.get(n, 0) + 1
     names: dict[str, str] = {}
-    for op in ops:
-        n = first[str(op.name)]
+    for op, key, _ in ops:
+        n = first[key]
         if count[n] > 1:
             n = f"{op.namespace}_{n}"
         while n in reserved:
             n += "_"
-        names[str(op.name)] = n
+        names[key] = n
     owner: dict[str, Op] = {}
-    for op in ops:
-        n = names[str(op.name)]
+    for op, key, _ in ops:
+        n = names[key]
         if n in owner:
             diags.error(op.loc, f"op {op.name} and op {owner[n].name} would both be called "
                                 f"'{n}' in the generated API",

@@ -63,11 +63,28 @@ ESCAPES: dict[str, Callable] = {
 }
 
 
+# What a plain dict has as attributes: for every other name, jinja's `x.name` on a dict fails
+# getattr (an exception raised and caught) before it reads x["name"].
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+class _Environment(jinja2.Environment):
+    def getattr(self, obj: object, attribute: str) -> object:
+        """jinja's lookup, the same answer: templates read most of their data from dicts,
+        whose keys are found without the failed attribute lookup first."""
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                pass
+        return super().getattr(obj, attribute)
+
+
 def template_environment(**filters: Callable) -> jinja2.Environment:
     """A jinja2 environment over templates/*.j2: undefined names are errors, block tags leave no
     blank lines, nothing is HTML-escaped; the escaping filters of ESCAPES (codegen.escape) are
     available to every template, and `filters` beside them."""
-    env = jinja2.Environment(
+    env = _Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
