@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -76,8 +77,20 @@ def _digest(data: bytes) -> str:
 
 def stamp_body(digests: dict[str, str], base: PurePosixPath) -> str:
     """`<sha256>  <path relative to the stamp's directory>` lines: `sha256sum -c` reads them."""
-    return "".join(f"{d}  {PurePosixPath(rel).relative_to(base)}\n"
-                   for rel, d in sorted(digests.items()))
+    prefix = "" if base == PurePosixPath(".") else f"{base}/"
+    return "".join(f"{d}  {_relative(rel, base, prefix)}\n" for rel, d in sorted(digests.items()))
+
+
+def _relative(rel: str, base: PurePosixPath, prefix: str) -> str:
+    """`PurePosixPath(rel).relative_to(base)`, without a Path per file for a path that
+    PurePosixPath would leave as it is."""
+    if rel.startswith(prefix) and _PLAIN_PATH.fullmatch(rel):
+        return rel[len(prefix):]
+    return str(PurePosixPath(rel).relative_to(base))
+
+
+# Names separated by single slashes, none of them `.`: a path PurePosixPath keeps as it is.
+_PLAIN_PATH = re.compile(r"(?!\.(/|$))[^/]+(/(?!\.(/|$))[^/]+)*")
 
 
 def verify_stamp(root: Path, stamp: str) -> str | None:
