@@ -7,6 +7,8 @@ A leaf of the back end: generators import it, it imports no generator (docs/DESI
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -80,6 +82,40 @@ class _Environment(jinja2.Environment):
         return super().getattr(obj, attribute)
 
 
+class _TemplateCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs where Python keeps compiled modules: `__pycache__`
+    beside the templates, or under PYTHONPYCACHEPREFIX; nothing written under
+    PYTHONDONTWRITEBYTECODE or where writing fails (a read-only install). Compiling the templates
+    costs a run about as much as rendering a thousand headers. jinja checks each entry against
+    the template's source and its own version; the key adds what else compiled code depends
+    on: the environment's options and filters."""
+
+    def __init__(self, options: str) -> None:
+        prefix = sys.pycache_prefix
+        directory = (os.path.join(prefix, str(TEMPLATES).lstrip(os.sep)) if prefix
+                     else str(TEMPLATES / "__pycache__"))
+        super().__init__(directory, "opgen-%s.jinja")
+        self.options = options
+
+    def get_cache_key(self, name: str, filename: str | None = None) -> str:
+        return super().get_cache_key(f"{name}|{self.options}", filename)
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except OSError:
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        if sys.dont_write_bytecode:
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 def template_environment(**filters: Callable) -> jinja2.Environment:
     """A jinja2 environment over templates/*.j2: undefined names are errors, block tags leave no
     blank lines, nothing is HTML-escaped; the escaping filters of ESCAPES (codegen.escape) are
@@ -94,6 +130,9 @@ def template_environment(**filters: Callable) -> jinja2.Environment:
     )
     env.filters.update(ESCAPES)
     env.filters.update(filters)
+    env.bytecode_cache = _TemplateCache(repr((
+        env.trim_blocks, env.lstrip_blocks, env.keep_trailing_newline, env.autoescape,
+        env.undefined.__name__, sorted(env.filters))))
     return env
 
 
