@@ -25,7 +25,7 @@ from typing import Iterable
 from codegen import formulas as F
 from codegen.api import cpp
 from codegen.config import Project
-from codegen.diagnostics import Diagnostic, Diagnostics, Loc
+from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import output_dir
 from codegen.model import (CppKernel, DispatchKey, FunctionSchema, Op, OperatorName, OpFile,
                            OpLibrary, Span)
@@ -205,18 +205,9 @@ def cpp_kernels(op: Op) -> list[tuple[DispatchKey, CppKernel]]:
 
 
 def check_formulas(lib: OpLibrary, diags: Diagnostics) -> bool:
-    """`formulas.check_library(lib, diags)`: its errors reported to `diags`, checked once per
-    library (check and two generators ask, each run with its own Diagnostics)."""
-    ok, errors = _formula_errors(lib)
-    diags.items.extend(errors)
-    return ok
-
-
-@per_object
-def _formula_errors(lib: OpLibrary) -> tuple[bool, tuple[Diagnostic, ...]]:
-    scratch = Diagnostics()
-    ok = F.check_library(lib, scratch)
-    return ok, tuple(scratch.items)
+    """`formulas.check_library(lib, diags)`, checked once per library (check and two generators
+    ask)."""
+    return reported(lib, check_formulas, diags, lambda d: F.check_library(lib, d))
 
 
 # --------------------------------------------------------------------------------------------------

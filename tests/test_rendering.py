@@ -90,3 +90,44 @@ def test_cached_template_of_other_source_is_not_used(tmp_path: Path, monkeypatch
     assert cache.get_bucket(env, "t.j2", "/t.j2", "b").code is None
     other = rendering.template_environment(extra=str)
     assert other.bytecode_cache.get_bucket(other, "t.j2", "/t.j2", "a").code is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Work done once per library, diagnostics reported on every run
+
+
+def _cases() -> list[Path]:
+    return sorted([*(ROOT / "tests" / "diagnostics").glob("*.yaml"),
+                   *(ROOT / "tests" / "diagnostics_py").glob("*.yaml")])
+
+
+def test_second_run_on_a_library_reports_the_same(monkeypatch) -> None:
+    """Generators compute some answers once per library (codegen.layout.reported and
+    per_object): a second check of the same loaded library, with a fresh Diagnostics as `check`
+    then `generate` in one process have, reports exactly what the first did; for every case of
+    the diagnostics tests that loads."""
+    from codegen import config
+    from codegen.__main__ import _check_python_side
+    from codegen.diagnostics import UserError
+    from codegen.load import load_library
+
+    monkeypatch.chdir(ROOT)
+    project = config.default_project(ROOT)
+
+    def run(lib) -> str:
+        try:
+            return _check_python_side(lib, project).render()
+        except UserError as e:
+            return e.diags.render()
+
+    compared = 0
+    for case in _cases():
+        rel = case.relative_to(ROOT).as_posix()
+        try:
+            lib = load_library([rel])
+        except UserError:
+            continue        # refused when loading: no generator runs
+        first = run(lib)
+        assert run(lib) == first, case.name
+        compared += bool(first)
+    assert compared > 50
