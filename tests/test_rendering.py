@@ -36,10 +36,11 @@ def test_getattr_answers_as_jinja(source: str, data: dict | None) -> None:
         _plain().from_string(source).render(**context)
 
 
-def test_getattr_missing_key_is_an_error() -> None:
+@pytest.mark.parametrize("value", [{"x": 1}, object(), [1]])
+def test_getattr_missing_is_an_error(value: object) -> None:
     env = rendering.template_environment()
     with pytest.raises(jinja2.UndefinedError):
-        env.from_string("{{ d.missing }}").render(d={"x": 1})
+        env.from_string("{{ d.missing }}").render(d=value)
 
 
 def _render_in_subprocess(prefix: Path, *, write: bool) -> str:
