@@ -104,8 +104,11 @@ def _encode(value: object, newline: str, out: list[str]) -> None:
         sep = "{" + inner
         for k, v in value.items():
             assert isinstance(k, str), k
-            out.append(sep + _STRING(k) + ": ")
-            _encode(v, inner, out)
+            if type(v) is str:      # most values: no call for them
+                out.append(sep + _STRING(k) + ": " + _STRING(v))
+            else:
+                out.append(sep + _STRING(k) + ": ")
+                _encode(v, inner, out)
             sep = "," + inner
         out.append(newline + "}")
     elif isinstance(value, (list, tuple)):
@@ -115,8 +118,11 @@ def _encode(value: object, newline: str, out: list[str]) -> None:
         inner = newline + " "
         sep = "[" + inner
         for v in value:
-            out.append(sep)
-            _encode(v, inner, out)
+            if type(v) is str:
+                out.append(sep + _STRING(v))
+            else:
+                out.append(sep)
+                _encode(v, inner, out)
             sep = "," + inner
         out.append(newline + "]")
     elif value is None or value is True or value is False:
