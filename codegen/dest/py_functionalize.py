@@ -63,8 +63,8 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         hint = (f"return () and let the caller keep the mutated tensors, or declare "
                 f"`{op.name.base}(...)` with the same inputs returning new tensors")
     m.diags.warning(
-        returns_loc(op), f"{op.name} returns arguments it mutates, so torch.compile and torch.export "
-        f"cannot functionalize it: {why}", hint,
+        returns_loc(op), f"{op.name} returns arguments it mutates, so torch.compile and "
+        f"torch.export cannot functionalize it: {why}", hint,
         name="not-functionalizable", suppress=op.suppress)
 
 
