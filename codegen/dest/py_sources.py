@@ -91,8 +91,6 @@ class PySources:
     def __init__(self, roots: list[Path]) -> None:
         self.roots = roots      # python_roots(project)
         self._found: dict[str, Path | None] = {}
-        # path -> its module, or why it cannot be read: read once per run, not once per op.
-        self._parsed: dict[Path, PyModule | Exception] = {}
 
     def find(self, module: str) -> Path | None:
         if module not in self._found:
@@ -101,15 +99,7 @@ class PySources:
 
     def parse(self, path: Path) -> PyModule:
         """Raises SyntaxError, UnicodeDecodeError or OSError."""
-        if path not in self._parsed:
-            try:
-                self._parsed[path] = _parse_module(str(path), path.read_text(encoding="utf-8"))
-            except (SyntaxError, UnicodeDecodeError, OSError) as e:
-                self._parsed[path] = e
-        result = self._parsed[path]
-        if isinstance(result, Exception):
-            raise result.with_traceback(None)
-        return result
+        return _parse_module(str(path), path.read_text(encoding="utf-8"))
 
 
 def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what: str, *,
