@@ -83,8 +83,14 @@ def banner_path(path: str) -> str:
     return cpp_comment(path)
 
 
+# Printable ASCII but `"` and `\`: what a C++ string literal holds as it is (most values).
+_CPP_PLAIN = re.compile(r'[ !#-\[\]-~]*')
+
+
 def cpp_string(value: str) -> str:
     """A C++ string literal spelling `value` exactly, in printable ASCII."""
+    if _CPP_PLAIN.fullmatch(value):
+        return f'"{value}"'
     out = []
     for ch in value:
         if ch in '"\\':

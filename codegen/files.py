@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -53,7 +54,8 @@ class FileSet:
 
     def add(self, path: str, text: str) -> None:
         assert path not in self.files, f"two generators wrote {path}"
-        assert not Path(path).is_absolute() and ".." not in Path(path).parts, path
+        # As Path(path).is_absolute() and its parts, without making a Path per file.
+        assert not path.startswith("/") and ".." not in path.split("/"), path
         self.files[path] = text
 
     def update(self, other: dict[str, str]) -> None:
@@ -75,8 +77,20 @@ def _digest(data: bytes) -> str:
 
 def stamp_body(digests: dict[str, str], base: PurePosixPath) -> str:
     """`<sha256>  <path relative to the stamp's directory>` lines: `sha256sum -c` reads them."""
-    return "".join(f"{d}  {PurePosixPath(rel).relative_to(base)}\n"
-                   for rel, d in sorted(digests.items()))
+    prefix = "" if base == PurePosixPath(".") else f"{base}/"
+    return "".join(f"{d}  {_relative(rel, base, prefix)}\n" for rel, d in sorted(digests.items()))
+
+
+def _relative(rel: str, base: PurePosixPath, prefix: str) -> str:
+    """`PurePosixPath(rel).relative_to(base)`, without a Path per file for a path that
+    PurePosixPath would leave as it is."""
+    if rel.startswith(prefix) and _PLAIN_PATH.fullmatch(rel):
+        return rel[len(prefix):]
+    return str(PurePosixPath(rel).relative_to(base))
+
+
+# Names separated by single slashes, none of them `.`: a path PurePosixPath keeps as it is.
+_PLAIN_PATH = re.compile(r"(?!\.(/|$))[^/]+(/(?!\.(/|$))[^/]+)*")
 
 
 def verify_stamp(root: Path, stamp: str) -> str | None:
@@ -109,11 +123,12 @@ def verify_stamp(root: Path, stamp: str) -> str | None:
 def stale(root: Path, fileset: FileSet) -> list[str]:
     """Paths whose content on disk differs from the rendered text (or is missing)."""
     out = []
+    base = os.fspath(root)
     for rel, text in sorted(fileset.files.items()):
-        p = root / rel
         try:
-            if p.read_bytes() == text.encode():
-                continue
+            with open(os.path.join(base, rel), "rb") as f:
+                if f.read() == text.encode():
+                    continue
         except OSError:
             pass
         out.append(rel)
@@ -152,16 +167,19 @@ def preflight(root: Path, targets: list[str], removals: list[str]) -> None:
     directory (or the nearest existing ancestor, for one still to be made) is not writable, or a
     directory or a file stands where a file or a directory must go."""
     checked: set[Path] = set()
-    parents: set[Path] = set()
+    parents: set[str] = set()
     is_target = set(targets)
+    base = os.fspath(root)
+    # Strings, not a Path per file: thousands of files share a few hundred directories.
     for rel in targets + removals:
-        p = root / rel
-        if rel in is_target and p.is_dir():
+        p = os.path.join(base, rel)
+        if rel in is_target and os.path.isdir(p):
             raise WriteError(f"cannot write {rel}: a directory is in the way")
-        if p.parent in parents:
+        parent = os.path.dirname(p)
+        if parent in parents:
             continue
-        parents.add(p.parent)
-        d = _first_existing(p.parent)
+        parents.add(parent)
+        d = _first_existing((root / rel).parent)
         if d in checked:
             continue
         checked.add(d)
@@ -178,10 +196,11 @@ def _shown(p: Path, root: Path) -> str:
         return str(p)
 
 
-def _temporary(target: Path, data: bytes) -> Path:
+def _temporary(target: Path, data: bytes) -> str:
     """`data` in a new file beside `target`, with the mode the umask gives (not mkstemp's 0600)."""
+    directory = os.path.dirname(os.fspath(target))
     while True:
-        tmp = target.with_name(f"{TEMP_PREFIX}{secrets.token_hex(6)}{TEMP_SUFFIX}")
+        tmp = os.path.join(directory, f"{TEMP_PREFIX}{secrets.token_hex(6)}{TEMP_SUFFIX}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
             break
@@ -231,15 +250,16 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
         rewrite = [rel for rel in changed if rel != stamp]
         preflight(root, changed, removals)
 
-        staged: dict[str, Path] = {}
-        made: set[Path] = set()
+        staged: dict[str, str] = {}
+        made: set[str] = set()
         try:
             try:
                 for rel in rewrite:
                     target = root / rel
-                    if target.parent not in made:     # one mkdir per directory, not per file
+                    parent = os.path.dirname(rel)
+                    if parent not in made:     # one mkdir per directory, not per file
                         target.parent.mkdir(parents=True, exist_ok=True)
-                        made.add(target.parent)
+                        made.add(parent)
                     staged[rel] = _temporary(target, fileset.files[rel].encode())
             except OSError as e:
                 raise WriteError(f"cannot write {rel}: {_reason(e)}; nothing was changed") \
@@ -248,11 +268,12 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
                 if stamp is not None:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(root / stamp)
+                base = os.fspath(root)
                 for rel in rewrite:
-                    os.replace(staged.pop(rel), root / rel)
+                    os.replace(staged.pop(rel), os.path.join(base, rel))
                 for rel in removals:
                     with contextlib.suppress(FileNotFoundError):
-                        (root / rel).unlink()
+                        os.unlink(os.path.join(base, rel))
                 if stamp is not None:
                     os.replace(_temporary(root / stamp, fileset.files[stamp].encode()),
                                root / stamp)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Iterable
 
+from codegen import formulas as F
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics, Loc
@@ -50,12 +51,29 @@ def per_object(fn):
 
     @functools.wraps(fn)
     def wrapper(obj):
-        memo = obj.__dict__
-        if attr not in memo:
-            memo[attr] = fn(obj)
-        return memo[attr]
+        try:
+            return obj.__dict__[attr]
+        except KeyError:
+            value = obj.__dict__[attr] = fn(obj)
+            return value
 
     return wrapper
+
+
+def reported(obj, key: object, diags: Diagnostics, compute):
+    """`compute(diags)`, computed once per IR object `obj` (frozen) and `key`: later calls get
+    the same value, and the diagnostics the first call reported are reported again to their own
+    `diags` (each render and check has a fresh one). `compute` must not read `diags`."""
+    memo = obj.__dict__.setdefault("_memo_reported", {})
+    try:
+        value, items = memo[key]
+    except KeyError:
+        scratch = Diagnostics()
+        value = compute(scratch)
+        items = tuple(scratch.items)
+        memo[key] = (value, items)
+    diags.items.extend(items)
+    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,11 +188,13 @@ def unqualified(op: Op) -> OperatorName:
     return OperatorName(None, op.name.name, op.name.overload)
 
 
+@per_object
 def def_schema(op: Op) -> str:
     """The schema text `m.def` takes: canonical, without the namespace."""
     return str(op.schema.with_name(unqualified(op)))
 
 
+@per_object
 def impl_name(op: Op) -> str:
     """`name` or `name.overload`, as `m.impl` takes it."""
     return str(unqualified(op))
@@ -182,6 +202,12 @@ def impl_name(op: Op) -> str:
 
 def cpp_kernels(op: Op) -> list[tuple[DispatchKey, CppKernel]]:
     return [(k, v) for k, v in op.dispatch if isinstance(v, CppKernel)]
+
+
+def check_formulas(lib: OpLibrary, diags: Diagnostics) -> bool:
+    """`formulas.check_library(lib, diags)`, checked once per library (check and two generators
+    ask)."""
+    return reported(lib, check_formulas, diags, lambda d: F.check_library(lib, d))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,19 +263,26 @@ def bound_kernels(shard: Shard, diags: Diagnostics, signature_of=None) -> list[B
     """Every C++ kernel of the shard's ops, in op order; ops C++ cannot bind and malformed kernel
     names are reported to `diags` and left out. `signature_of(op, diags)` binds an op's schema
     (the full API's `signature` by default; the stable ABI passes its own)."""
+    # Headers, registrations and the kernel index each ask, per shard.
+    signature_of = signature_of or signature
+    return list(reported(shard, (bound_kernels, signature_of), diags,
+                         lambda d: _bound_kernels(shard, d, signature_of)))
+
+
+def _bound_kernels(shard: Shard, diags: Diagnostics, signature_of) -> tuple[BoundKernel, ...]:
     out = []
     for op in shard.ops:
         kernels = cpp_kernels(op)
         if not kernels:
             continue
-        sig = (signature_of or signature)(op, diags)
+        sig = signature_of(op, diags)
         if sig is None:
             continue
         for key, kernel in kernels:
             if check_kernel_name(op, kernel, diags):
                 cpp_ns, _, fn = kernel.qualified(shard.namespace).rpartition("::")
                 out.append(BoundKernel(op, sig, key, kernel, cpp_ns, fn))
-    return out
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -258,30 +291,30 @@ def bound_kernels(shard: Shard, diags: Diagnostics, signature_of=None) -> list[B
 
 def api_names(ops: Iterable[Op], diags: Diagnostics, *, reserved: Iterable[str]) -> dict[str, str]:
     """str(op.name) -> API name. See Note [API names] in codegen/dest/py_ops.py."""
-    ops = list(ops)
+    # (op, str(op.name), op.name): each spelled once, for libraries of thousands of ops.
+    ops = [(op, str(op.name), op.name) for op in ops]
     reserved = frozenset(reserved)
-    by_base: dict[str, list[Op]] = {}
-    for op in ops:
-        by_base.setdefault(op.name.name, []).append(op)
+    by_base: dict[str, int] = {}
+    for _, _, name in ops:
+        by_base[name.name] = by_base.get(name.name, 0) + 1
     first: dict[str, str] = {}
-    for op in ops:
-        shared = len(by_base[op.name.name]) > 1
-        first[str(op.name)] = (f"{op.name.name}_{op.name.overload}"
-                               if shared and op.name.overload else op.name.name)
+    for _, key, name in ops:
+        shared = by_base[name.name] > 1
+        first[key] = f"{name.name}_{name.overload}" if shared and name.overload else name.name
     count: dict[str, int] = {}
     for n in first.values():
         count[n] = count.get(n, 0) + 1
     names: dict[str, str] = {}
-    for op in ops:
-        n = first[str(op.name)]
+    for op, key, _ in ops:
+        n = first[key]
         if count[n] > 1:
             n = f"{op.namespace}_{n}"
         while n in reserved:
             n += "_"
-        names[str(op.name)] = n
+        names[key] = n
     owner: dict[str, Op] = {}
-    for op in ops:
-        n = names[str(op.name)]
+    for op, key, _ in ops:
+        n = names[key]
         if n in owner:
             diags.error(op.loc, f"op {op.name} and op {owner[n].name} would both be called "
                                 f"'{n}' in the generated API",

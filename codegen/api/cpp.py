@@ -13,6 +13,8 @@ generators turn it into a located diagnostic. Nothing here produces text that is
 
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 from dataclasses import dataclass
@@ -469,29 +471,43 @@ class CppSignature:
     returns: CType
     arguments: tuple[Binding, ...]
 
-    def decl(self, fn_name: str, *, with_defaults: bool = False) -> str:
-        args = self._args(with_defaults)
-        return f"{self.returns.cpp()} {fn_name}({args})"
+    # The C++ spellings below are computed once per signature (codegen.layout.cached_signature
+    # keeps one per schema, which every generator asks for).
 
-    def _args(self, with_defaults: bool) -> str:
+    def decl(self, fn_name: str, *, with_defaults: bool = False) -> str:
+        args = self._args_with_defaults if with_defaults else self._args
+        return f"{self._returns_cpp} {fn_name}({args})"
+
+    @functools.cached_property
+    def _returns_cpp(self) -> str:
+        return self.returns.cpp()
+
+    @functools.cached_property
+    def _args(self) -> str:
+        return ", ".join(b.decl() for b in self.arguments)
+
+    @functools.cached_property
+    def _args_with_defaults(self) -> str:
         # C++ default arguments must be trailing: stop at the last argument without one.
         usable = len(self.arguments)
-        if with_defaults:
-            while usable > 0 and self.arguments[usable - 1].default is not None:
-                usable -= 1
-        return ", ".join(b.decl(with_default=with_defaults and i >= usable)
-                         for i, b in enumerate(self.arguments))
+        while usable > 0 and self.arguments[usable - 1].default is not None:
+            usable -= 1
+        return ", ".join(b.decl(with_default=i >= usable) for i, b in enumerate(self.arguments))
+
+    @functools.cached_property
+    def _arg_types(self) -> str:
+        return ", ".join(b.type.cpp() for b in self.arguments)
 
     def function_type(self) -> str:
         """`R(A, B)`: the template argument of `TypedOperatorHandle<...>`."""
-        return f"{self.returns.cpp()}({', '.join(b.type.cpp() for b in self.arguments)})"
+        return f"{self._returns_cpp}({self._arg_types})"
 
     def pointer_type(self) -> str:
         return self.pointer_decl("")
 
     def pointer_decl(self, var: str) -> str:
         """`R (*var)(A, B)`: a function pointer variable of this type."""
-        return f"{self.returns.cpp()} (*{var})({', '.join(b.type.cpp() for b in self.arguments)})"
+        return f"{self._returns_cpp} (*{var})({self._arg_types})"
 
 
 def signature(schema: FunctionSchema) -> CppSignature:

@@ -235,6 +235,14 @@ def python_defaults(schema: FunctionSchema) -> list[bool]:
 def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
     """The parameter list of a Python function with the op's signature (with `*` for kwarg-only
     arguments), as the dispatcher calls Python kernels and fake kernels."""
+    # Once per schema (frozen): fake kernels, autograd, batching rules and the stubs ask.
+    memo = schema.__dict__.setdefault("_memo_python_parameters", {})
+    if annotate not in memo:
+        memo[annotate] = _parameters(schema, annotate)
+    return list(memo[annotate])
+
+
+def _parameters(schema: FunctionSchema, annotate: bool) -> tuple[str, ...]:
     out: list[str] = []
     star = False
     for a, with_default in zip(schema.arguments, python_defaults(schema)):
@@ -242,7 +250,7 @@ def parameters(schema: FunctionSchema, *, annotate: bool = False) -> list[str]:
             out.append("*")
             star = True
         out.append(parameter(a, annotate=annotate, with_default=with_default))
-    return out
+    return tuple(out)
 
 
 def call_arguments(schema: FunctionSchema) -> list[str]:

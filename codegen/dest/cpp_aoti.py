@@ -178,19 +178,21 @@ def _c_params(sh: Shim) -> list[str]:
                                                        for i in range(sh.returns)]
 
 
-def declaration(device: str, sh: Shim) -> str:
-    return f"AOTITorchError {shim_name(device, sh.op)}({', '.join(_c_params(sh))})"
+def declaration(device: str, sh: Shim, params: list[str] | None = None) -> str:
+    params = _c_params(sh) if params is None else params
+    return f"AOTITorchError {shim_name(device, sh.op)}({', '.join(params)})"
 
 
 def _context(sh: Shim) -> dict:
     op = sh.op
     sig = cached_signature(op.schema)
     assert isinstance(sig, cpp.CppSignature)    # every type a shim carries has a C++ binding
+    params = _c_params(sh)
     return {
         "schema": cpp_comment(f"{op.namespace}::{op.name.name}"),   # defaults do not reach a shim
-        "decls": {d: declaration(d, sh) for d in DEVICES},
-        "params": ", ".join(_c_params(sh)),
-        "forward": ", ".join(d.rpartition(" ")[2] for d in _c_params(sh)),
+        "decls": {d: declaration(d, sh, params) for d in DEVICES},
+        "params": ", ".join(params),
+        "forward": ", ".join(d.rpartition(" ")[2] for d in params),
         "function_type": sig.function_type(),
         "qualname": f"{op.namespace}::{op.name.name}",
         "args": [p.expr for p in sh.params],

@@ -36,7 +36,7 @@ from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics
-from codegen.layout import cached_signature, impl_name, per_object, shards
+from codegen.layout import cached_signature, check_formulas, impl_name, per_object, shards
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
                            is_tensor_like, strip_optional)
@@ -206,9 +206,28 @@ def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
     return cache[id(op)][1]
 
 
+@per_object
+def library_calls(d: F.Derivatives) -> tuple[F.OpRef, ...]:
+    """`formulas.library_calls`, once per op's derivatives (C++ and Python autograd ask)."""
+    return tuple(F.library_calls(d))
+
+
+@per_object
+def _first_order(lib: OpLibrary) -> dict[int, tuple[Op, list[Op]]]:
+    return {}   # id(op) -> (op, first_order_only); the op is kept so that its id is not reused
+
+
+def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
+    """`formulas.first_order_only`, once per op of a library (C++ and Python autograd ask)."""
+    cache = _first_order(lib)
+    if id(op) not in cache:
+        cache[id(op)] = (op, F.first_order_only(lib, op))
+    return cache[id(op)][1]
+
+
 def check(lib: OpLibrary, diags: Diagnostics) -> None:
     """A note per differentiable op of a full-ABI namespace that keeps Python autograd."""
-    if diags.has_errors or not F.check_library(lib, Diagnostics()):
+    if diags.has_errors or not check_formulas(lib, Diagnostics()):
         return  # the errors come first; which path an op takes is settled once they are fixed
     for op in lib.ops:
         if not isinstance(op.derivatives, F.Derivatives):
@@ -252,13 +271,13 @@ class _Builder:
                          "by the Python path only)")
         if not schema.returns:
             raise NotCpp("it returns nothing")
-        for ref in F.library_calls(d):
+        for ref in library_calls(d):
             target = F.resolve(self.lib, ref)
             if target is None:
                 raise _Unresolved()
             if _is_python(target):
                 raise NotCpp(f"its formulas call {target.name}, whose kernel is Python")
-            if target in F.first_order_only(self.lib, op):
+            if target in first_order_only(self.lib, op):
                 raise NotCpp(f"its formulas call {target.name}, which has no derivatives "
                              "(the Python path makes the op differentiable once, with an error "
                              "naming it on a second backward)")
@@ -870,7 +889,7 @@ def kernel_context(p: Plan) -> dict:
 
 def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/cpp/<ns>/autograd.cpp` for each namespace with a C++ Autograd kernel."""
-    F.check_library(lib, diags)
+    check_formulas(lib, diags)
     if diags.has_errors:
         return {}
     out: dict[str, str] = {}

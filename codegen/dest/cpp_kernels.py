@@ -57,6 +57,19 @@ def kernel_decls(bound: list[L.BoundKernel]) -> list[KernelDecl]:
     return list(decls.values())
 
 
+def header_decls(shard: L.Shard, diags: Diagnostics) -> dict[str, list[KernelDecl]]:
+    """Op name -> `kernel_decls` of its header, once per shard (the headers and the kernel index
+    ask)."""
+    def compute(d: Diagnostics) -> dict[str, list[KernelDecl]]:
+        bound = L.bound_kernels(shard, d)
+        out = {}
+        for name, ops in L.ops_by_name(shard).items():
+            ids = {id(op) for op in ops}
+            out[name] = kernel_decls([b for b in bound if id(b.op) in ids])
+        return out
+    return L.reported(shard, header_decls, diags, compute)
+
+
 def group_by_namespace(decls: list[KernelDecl]) -> list[tuple[str, list[KernelDecl]]]:
     groups: dict[str, list[KernelDecl]] = {}
     for d in decls:
@@ -92,7 +105,7 @@ def generate(lib, diags: Diagnostics, project: Project) -> dict[str, str]:
         names = L.api_names([op for s in shs for op in s.ops], diags,
                           reserved=reserved.cpp_unusable())
         for shard in shs:
-            bound = L.bound_kernels(shard, diags)
+            decls = header_decls(shard, diags)
             by_name = L.ops_by_name(shard)
             for name, ops in by_name.items():
                 out[shard.op_header(project, name)] = render(
@@ -102,7 +115,7 @@ def generate(lib, diags: Diagnostics, project: Project) -> dict[str, str]:
                     source=shard.file.path,
                     what=f"{ns}::{name}",
                     includes=[],
-                    groups=group_by_namespace(kernel_decls([b for b in bound if b.op in ops])),
+                    groups=group_by_namespace(decls[name]),
                     calls=call_entries(ops, names, diags),
                 )
             out[shard.header(project)] = render(

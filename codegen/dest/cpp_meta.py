@@ -412,8 +412,10 @@ class _Emitter:
         raise NoCpp(f"shape {type(e).__name__}")
 
 
+@L.per_object
 def shard_kernels(shard: L.Shard) -> tuple[list[MetaKernel], list[str]]:
-    """The Meta kernels of a shard's ops, and the helpers they use (in HELPERS order)."""
+    """The Meta kernels of a shard's ops, and the helpers they use (in HELPERS order); once per
+    shard (its registration unit and the kernel index ask)."""
     kernels: list[MetaKernel] = []
     helpers: set[str] = set()
     # Names of the helpers and of each other: `f.a` and `f_a`, or an op `like` and the helper

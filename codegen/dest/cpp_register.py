@@ -27,7 +27,9 @@ from codegen.torch_namespaces import is_torch_namespace
 
 
 def impl_blocks(shard: L.Shard, diags: Diagnostics) -> list[dict]:
-    return group_impls(L.bound_kernels(shard, diags))
+    # Once per shard: its registration unit and the kernel index ask.
+    return L.reported(shard, impl_blocks, diags,
+                      lambda d: group_impls(L.bound_kernels(shard, d)))
 
 
 # Note [CUDA device guard]

@@ -225,7 +225,7 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
 def _library_refs(m: ModuleScope, d: F.Derivatives) -> dict[F.OpRef, Op] | None:
     """The library op each reference of the formulas calls; None when one names none."""
     refs: dict[F.OpRef, Op] = {}
-    for ref in F.library_calls(d):
+    for ref in cpp_autograd.library_calls(d):
         target = F.resolve(m.lib, ref)
         if target is None:
             return None
@@ -430,7 +430,7 @@ class FlatFunction:
 
 def first_order_reason(m: ModuleScope, op: Op) -> str | None:
     """Why `op`'s backward cannot be differentiated again, or None when it can."""
-    once = F.first_order_only(m.lib, op)
+    once = cpp_autograd.first_order_only(m.lib, op)
     if not once:
         return None
     m.helpers.add("first_order")

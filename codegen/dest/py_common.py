@@ -102,6 +102,33 @@ class Section:
     functions: list[Function | Class] = field(default_factory=list)
     registrations: list[str] = field(default_factory=list)
 
+    def text(self) -> str:
+        """The section as `_reg_<ns>.py` holds it, less its last newline. Python rather than a
+        template: the module has one section per op, and a template reads each piece through
+        jinja's attribute lookup."""
+        out = [f"\n\n# {escape.py_comment(self.schema)}\n"]
+        for f in self.functions:
+            out.append("\n\n")
+            if isinstance(f, Class):
+                out.append(f'class {f.name}({f.base}):\n    """{escape.docstring(f.doc)}"""\n')
+                for m in f.methods:
+                    out.append("\n")
+                    out.extend(f"    @{d}\n" for d in m.decorators)
+                    out.append(f"    def {m.name}({m.params}):\n")
+                    if m.doc:
+                        out.append(f'        """{escape.docstring(m.doc, 8)}"""\n')
+                    out.extend(f"        {line}\n" for line in m.body)
+            else:
+                out.extend(f"@{d}\n" for d in f.decorators)
+                out.append(f"def {f.name}({f.params}):\n")
+                if f.doc:
+                    out.append(f'    """{escape.docstring(f.doc)}"""\n')
+                out.extend(f"    {line}\n" for line in f.body)
+        if self.functions:
+            out.append("\n\n")
+        out.extend(f"{r}\n" for r in self.registrations)
+        return "".join(out)[:-1]
+
 
 def op_name(op: Op) -> str:
     """The op's name inside its namespace, as `Library.impl` takes it (`m.impl` spells it alike)."""

@@ -30,13 +30,12 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
         return  # decomposes, or has no kernel to trace
     returns = S.mutated_returns(schema)
-    where = returns_loc(op)
     if not any(isinstance(r, str) for r in returns):
         # auto_functionalize takes ops that return nothing or new Tensors only.
         other = [r for r in schema.returns if without_alias(r.type) != TENSOR]
         if other:
             m.diags.warning(
-                where, f"{op.name} mutates its inputs and returns '{other[0].type}', so "
+                returns_loc(op), f"{op.name} mutates its inputs and returns '{other[0].type}', so "
                 "torch.compile and torch.export cannot functionalize it (torch "
                 "auto-functionalizes mutating ops that return nothing or new Tensors only)",
                 "return Tensors, or nothing and let the caller read the mutated inputs",
@@ -64,8 +63,8 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         hint = (f"return () and let the caller keep the mutated tensors, or declare "
                 f"`{op.name.base}(...)` with the same inputs returning new tensors")
     m.diags.warning(
-        where, f"{op.name} returns arguments it mutates, so torch.compile and torch.export "
-        f"cannot functionalize it: {why}", hint,
+        returns_loc(op), f"{op.name} returns arguments it mutates, so torch.compile and "
+        f"torch.export cannot functionalize it: {why}", hint,
         name="not-functionalizable", suppress=op.suppress)
 
 

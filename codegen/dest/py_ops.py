@@ -60,7 +60,9 @@ def python_reserved() -> frozenset[str]:
 
 def python_names(lib: OpLibrary, diags: Diagnostics) -> dict[str, str]:
     """str(op.name) -> its attribute name in `runtime.ops` (for ops.py and its stubs)."""
-    return L.api_names(lib.ops, diags, reserved=python_reserved())
+    # Once per library: ops.py, its stubs and the registrations ask.
+    return dict(L.reported(lib, python_names, diags,
+                           lambda d: L.api_names(lib.ops, d, reserved=python_reserved())))
 
 
 def has_python_side(op: Op) -> bool:

@@ -22,7 +22,6 @@ checks of Python functions named in op files.
 from __future__ import annotations
 
 from codegen import layout, reserved
-from codegen import formulas as F
 from codegen.api import python as P
 from codegen.config import Project
 from codegen.dest import py_autocast, py_autograd, py_fake, py_functionalize, py_kernels, py_vmap
@@ -97,7 +96,7 @@ def _closure(names: set[str]) -> list[str]:
 def generate_registrations(lib: OpLibrary, diags: Diagnostics,
                            project: Project) -> dict[str, str]:
     """`_reg_<ns>.py` of every namespace."""
-    F.check_library(lib, diags)
+    layout.check_formulas(lib, diags)
     names = python_names(lib, diags)
     py_sources = PySources(python_roots(project))
     out: dict[str, str] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import re
 import sys
 from pathlib import Path
@@ -30,10 +31,11 @@ def find_module_source(module: str, roots: list[Path]) -> Path | None:
     built library)."""
     parts = module.split(".")
     for root in roots:
-        base = root.joinpath(*parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                return candidate
+        # Strings while searching (a few stats per root, a Path each would cost more).
+        base = os.path.join(root, *parts)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                return Path(candidate)
     return None
 
 
