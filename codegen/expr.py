@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-from lark.parsers.lalr_analysis import Shift
 
+from codegen.lalr import lalr_parse
 from codegen.model import Span
 
 # --------------------------------------------------------------------------------------------------
@@ -314,121 +314,12 @@ class ExprParser:
         """The syntax of `text`; raises ExprSyntaxError."""
         try:
             with self._lock:
-                top = self._drive(text)
-                if top is None:     # not in the language: Lark's own parse says where and why
-                    top = self.lark.parse(text)
+                top: _Reduced = lalr_parse(self.lark, text)  # type: ignore[assignment]
         except UnexpectedInput as e:
             raise syntax_error(text, e, self.terminal_names, self.what) from None
         if top.height > MAX_DEPTH:
             raise self._too_deep(text)
         return top.node
-
-    @cached_property
-    def _tables(self) -> tuple:
-        """What `_drive` runs on, all of it Lark's: its LALR table with each reduction's rule
-        replaced by what the loop needs of it (Lark hashes the Rule, in Python, to find its
-        callback), the callbacks, and per parser state the contextual lexer's scanner."""
-        frontend = self.lark.parser
-        parser = frontend.parser.parser
-        table = parser.parse_table
-        callbacks = parser.callbacks
-        reductions: dict[int, tuple] = {}
-        states = {}
-        for state, row in table.states.items():
-            out = {}
-            for symbol, (action, arg) in row.items():
-                if action is Shift:
-                    out[symbol] = (True, arg)
-                else:
-                    if id(arg) not in reductions:
-                        reductions[id(arg)] = (len(arg.expansion), callbacks[arg], arg.origin.name)
-                    out[symbol] = (False, reductions[id(arg)])
-            states[state] = out
-        token_callbacks = {k: v for k, v in callbacks.items() if isinstance(k, str)}
-        lexers = {}
-        for state, lexer in frontend.lexer.lexers.items():
-            lexers[state] = (lexer.scanner._mres, lexer.ignore_types, lexer.newline_types,
-                             lexer.callback)
-        return (states, token_callbacks, table.start_states["start"], table.end_states["start"],
-                lexers)
-
-    def _drive(self, text: str) -> _Reduced | None:
-        """`self.lark.parse(text)` where it succeeds, None where it would raise.
-
-        Lark's LALR loop and contextual lexer (`ParserState.feed_token`, `BasicLexer.next_token`)
-        inlined over Lark's own tables, scanners and callbacks: the same tokens, positions,
-        reductions and callbacks in the same order, without a generator, lexer state and line
-        counter object per token. Any error stops it; the caller then runs Lark, whose exception
-        is the one reported."""
-        states, token_callbacks, start_state, end_state, lexers = self._tables
-        new_token = Token._future_new
-        state_stack = [start_state]
-        value_stack: list = []
-        pos, n = 0, len(text)
-        line, line_start = 1, 0
-        token = None
-        while True:
-            # The next token, in the lexer of the parser's state (BasicLexer.next_token).
-            tok = None
-            if pos < n:
-                mres, ignore_types, newline_types, lex_callbacks = lexers[state_stack[-1]]
-                while pos < n:
-                    for mre in mres:
-                        m = mre.match(text, pos, n)
-                        if m:
-                            break
-                    else:
-                        return None
-                    value = m.group(0)
-                    type_ = m.lastgroup
-                    start, start_line, start_column = pos, line, pos - line_start + 1
-                    if type_ in newline_types:
-                        newlines = value.count("\n")
-                        if newlines:
-                            line += newlines
-                            line_start = pos + value.rindex("\n") + 1
-                    pos += len(value)
-                    ignored = type_ in ignore_types
-                    if not ignored or type_ in lex_callbacks:
-                        t = new_token(type_, value, start, start_line, start_column, line,
-                                      pos - line_start + 1, pos)
-                        if type_ in lex_callbacks:
-                            t = lex_callbacks[type_](t)
-                        if not ignored:
-                            tok = t
-                            break
-            is_end = tok is None
-            if is_end:
-                tok = Token.new_borrow_pos("$END", "", token) if token else Token("$END", "", 0, 1, 1)
-            else:
-                token = tok
-            # Feed it (ParserState.feed_token).
-            ttype = tok.type
-            while True:
-                try:
-                    shift, arg = states[state_stack[-1]][ttype]
-                except KeyError:
-                    return None
-                if shift:
-                    if is_end:
-                        return None
-                    state_stack.append(arg)
-                    value_stack.append(tok if ttype not in token_callbacks
-                                       else token_callbacks[ttype](tok))
-                    break
-                size, callback, origin = arg
-                if size:
-                    s = value_stack[-size:]
-                    del state_stack[-size:]
-                    del value_stack[-size:]
-                else:
-                    s = []
-                value = callback(s)
-                new_state = states[state_stack[-1]][origin][1]
-                state_stack.append(new_state)
-                value_stack.append(value)
-                if is_end and new_state == end_state:
-                    return value
 
     @cached_property
     def _tree_parser(self) -> Lark:

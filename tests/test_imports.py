@@ -113,7 +113,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource",
         "contract", "compat"),
     0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
-        "reserved", "expr"),
+        "reserved", "expr", "lalr"),
 }
 GENERATORS_FLOOR = 3
 
