@@ -273,7 +273,7 @@ class ExprParser:
                 raise TypeError(f"Lark's tree builder wraps '{kind}' in {wrap!r}, which "
                                 "codegen.expr does not know")
         splice = kind.startswith("_")
-        method = None if splice else getattr(self.builder, kind, None)
+        method: Callable[..., object] | None = None if splice else getattr(self.builder, kind, None)
         if not splice and not callable(method):
             default = getattr(self.builder, "default", None)
 
@@ -314,8 +314,8 @@ class ExprParser:
                         height = c.height
                 else:
                     kept.append(c)
-            return _Reduced(method(Span(start, end) if start >= 0 else None, *kept),
-                            height + 1, start, end)
+            return _Reduced(method(Span(start, end) if start >= 0 else None,  # type: ignore[misc]
+                                   *kept), height + 1, start, end)
 
         return reduce
 
