@@ -16,7 +16,6 @@ module owns the plumbing under them:
 from __future__ import annotations
 
 import enum
-import operator
 from dataclasses import fields
 from functools import cached_property, partial
 from importlib import resources
@@ -27,7 +26,7 @@ from lark.parse_tree_builder import (ChildFilterLALR, ChildFilterLALR_NoPlacehol
                                      ExpandSingleChild)
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from codegen.lalr import lalr_parse
+from codegen.lalr import FIRST, lalr_parse
 from codegen.model import Span
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +210,6 @@ def _position(items: list) -> tuple[int, int]:
     return start, end
 
 
-_first = operator.itemgetter(0)
 
 
 def _passes_through(rule) -> bool:
@@ -249,7 +247,7 @@ class ExprParser:
         callbacks = self.lark._callbacks
         for rule, chain in self.lark._parse_tree_builder.rule_builders:
             if _passes_through(rule):
-                callbacks[rule] = _first
+                callbacks[rule] = FIRST
                 continue
             callbacks[rule] = self._reduction(
                 rule.origin.name if rule.origin.name.startswith("_")

@@ -9,6 +9,7 @@ schemas of a library are thousands of small parses, where that is most of the ti
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 from lark import Lark, Token
@@ -16,6 +17,10 @@ from lark.parsers.lalr_analysis import Shift
 
 
 _FAILED = object()
+
+# The callback of a rule of one child that is that child (`?sum: product`): the loop only moves the
+# child to the rule's state. An expression grammar's precedence levels make most reductions these.
+FIRST = operator.itemgetter(0)
 _TABLES: "weakref.WeakKeyDictionary[Lark, tuple]" = weakref.WeakKeyDictionary()
 
 
@@ -50,7 +55,9 @@ def _lalr_tables(lark: Lark) -> tuple:
                 out[symbol] = (True, arg)
             else:
                 if id(arg) not in reductions:
-                    reductions[id(arg)] = (len(arg.expansion), callbacks[arg], arg.origin.name)
+                    size, callback = len(arg.expansion), callbacks[arg]
+                    unit = size == 1 and callback is FIRST
+                    reductions[id(arg)] = (size, callback, arg.origin.name, unit)
                 out[symbol] = (False, reductions[id(arg)])
         states[state] = out
     token_callbacks = {k: v for k, v in callbacks.items() if isinstance(k, str)}
@@ -125,7 +132,14 @@ def _drive(tables: tuple, text: str) -> object:
                 value_stack.append(tok if ttype not in token_callbacks
                                    else token_callbacks[ttype](tok))
                 break
-            size, callback, origin = arg
+            size, callback, origin, unit = arg
+            if unit:
+                # The child stays on the value stack; only its state changes.
+                new_state = states[state_stack[-2]][origin][1]
+                state_stack[-1] = new_state
+                if is_end and new_state == end_state:
+                    return value_stack[-1]
+                continue
             if size:
                 s = value_stack[-size:]
                 del state_stack[-size:]

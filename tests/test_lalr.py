@@ -132,3 +132,29 @@ def test_the_schema_parser_agrees_with_lark():
                  "ns::g.out(Tensor(a!) out, int[2] size, float? eps=1e-5) -> Tensor(a!)",
                  "h(Tensor[] xs, str mode='x') -> (Tensor, Tensor values)"]:
         assert lalr.lalr_parse(P._parser(), text) == P._parser().parse(text)
+
+
+EXPR_ALPHABET = ["a", "self", "x", "1", "2.5", "'s'", "(", ")", "[", "]", ",", ";", "=", "==", "<",
+                 "is", "not", "if", "else", "for", "in", "or", "+", "-", "*", "//", ".", ":", " ",
+                 "\n", "like", "grad", "?"]
+
+
+@pytest.mark.parametrize("module", [S, F])
+def test_random_expressions_agree_with_lark(module):
+    # The expression parsers' `?rule` alternatives of one child (lalr.FIRST) take the loop's
+    # shortcut; Lark calls them.
+    p = module._parser()
+    rng = random.Random(1)
+
+    def node(f):
+        return lambda t: (lambda r: (repr(r.node), r.height, r.start, r.end))(f(t))
+
+    ok = 0
+    for _ in range(3000):
+        text = rng.choice(["like(self)", "grad * x", "f(a, b=1)[0]", "(a, (b))", "[x for x in y]",
+                           "a if b else c", ""]) + rng.choice(["", " + ", " * ", "; ", "."]) + \
+            "".join(rng.choice(EXPR_ALPHABET) for _ in range(rng.randint(0, 6)))
+        want = _outcome(node(p.lark.parse), text)
+        assert _outcome(node(lambda t: lalr.lalr_parse(p.lark, t)), text) == want, text
+        ok += want[0] == "ok"
+    assert ok > 300, ok
