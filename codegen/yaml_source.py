@@ -305,7 +305,7 @@ class YamlFile:
                     elif kind != "str":
                         try:
                             value = _CONSTRUCT[kind](yaml.ScalarNode(tag, value))
-                        except (ValueError, yaml.YAMLError):
+                        except (ValueError, KeyError, yaml.YAMLError):   # KeyError: !!bool maybe
                             self.error(self._event_loc(e),
                                        f"'{short(value)}' is not a valid {kind}")
                             kind, value = "str", e.value
