@@ -195,6 +195,30 @@ def scalar_locator(path: str, source: str, start_index: int, end_index: int, val
     the raw text greedily: quotes, escapes and line folding shift columns, and this undoes that.
     """
     raw = source[start_index:end_index]
+    positions: list[int] | range
+    if raw == value:
+        # Plain, on one line: the alignment would map every offset to itself.
+        positions = range(len(value) + 1)
+    elif value and len(raw) == len(value) + 2 and raw[0] in "'\"" and raw[-1] == raw[0] \
+            and value[0] != raw[0] and raw[1:-1] == value:
+        # Quoted, with nothing unquoted: every offset one to the right.
+        positions = range(1, len(value) + 2)
+    else:
+        positions = _align(raw, value)
+
+    def locate(offset: int, length: int = 1) -> Loc:
+        offset = max(0, min(offset, len(positions) - 1))
+        raw_pos = start_index + positions[offset]
+        line_start = source.rfind("\n", 0, raw_pos) + 1
+        line = source.count("\n", 0, raw_pos) + 1
+        col = raw_pos - line_start + 1
+        return Loc(path, line, col, max(1, length))
+
+    return locate
+
+
+def _align(raw: str, value: str) -> list[int]:
+    """Where each character of a scalar's decoded `value` (and its end) is in its `raw` text."""
     positions: list[int] = []
     j = 0
     for ch in value:
@@ -213,16 +237,7 @@ def scalar_locator(path: str, source: str, start_index: int, end_index: int, val
             while j < len(raw) and raw[j] in " \t\r\n":
                 j += 1
     positions.append(min(j, len(raw)))
-
-    def locate(offset: int, length: int = 1) -> Loc:
-        offset = max(0, min(offset, len(positions) - 1))
-        raw_pos = start_index + positions[offset]
-        line_start = source.rfind("\n", 0, raw_pos) + 1
-        line = source.count("\n", 0, raw_pos) + 1
-        col = raw_pos - line_start + 1
-        return Loc(path, line, col, max(1, length))
-
-    return locate
+    return positions
 
 
 def suggest(word: str, choices) -> str | None:

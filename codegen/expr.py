@@ -16,16 +16,17 @@ module owns the plumbing under them:
 from __future__ import annotations
 
 import enum
-import operator
-import threading
 from dataclasses import fields
-from functools import cached_property
+from functools import cached_property, partial
 from importlib import resources
 from typing import Callable, Iterator
 
 from lark import Lark, Token, Tree
+from lark.parse_tree_builder import (ChildFilterLALR, ChildFilterLALR_NoPlaceholders,
+                                     ExpandSingleChild)
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from codegen.lalr import FIRST, lalr_parse
 from codegen.model import Span
 
 # --------------------------------------------------------------------------------------------------
@@ -209,7 +210,6 @@ def _position(items: list) -> tuple[int, int]:
     return start, end
 
 
-_first = operator.itemgetter(0)
 
 
 def _passes_through(rule) -> bool:
@@ -236,37 +236,43 @@ class ExprParser:
         self.what = what                # how messages name the text: "fake rule", "formula"
         self.depth_hint = depth_hint
         self.builder = builder
-        # What a reduction's callbacks share, one parse at a time (`_lock`): where the reduction
-        # starts and ends, and the node it made (else a child passes through).
-        self._at = (-1, -1)
-        self._made: _Reduced | None = None
-        self._lock = threading.Lock()
         self.lark = Lark(self._grammar_text(), parser="lalr", lexer="contextual",
                          maybe_placeholders=True, cache=True)
         self.terminal_names = terminal_names(self.lark)
         # Lark's tree builder wraps each rule's callback in its child filter (punctuation out,
         # None for absent optionals) and single-child inlining of `?rule`s; the callbacks below
-        # take the place of the tree nodes it would make and of `propagate_positions`. (Lark's
-        # own `transformer=` option would, but it gives no positions.)
+        # do what those wrappers do, and take the place of the tree nodes it would make and of
+        # `propagate_positions`. (Lark's own `transformer=` option would, but it gives no
+        # positions.)
         callbacks = self.lark._callbacks
         for rule, chain in self.lark._parse_tree_builder.rule_builders:
             if _passes_through(rule):
-                callbacks[rule] = _first
+                callbacks[rule] = FIRST
                 continue
-            f = self._build(rule.origin.name if rule.origin.name.startswith("_")
-                            else rule.alias or rule.options.template_source or rule.origin.name)
-            for wrap in chain:
-                f = wrap(f)
-            callbacks[rule] = self._locate(f)
+            callbacks[rule] = self._reduction(
+                rule.origin.name if rule.origin.name.startswith("_")
+                else rule.alias or rule.options.template_source or rule.origin.name, chain)
 
-    def _build(self, kind: str) -> Callable[[list], object]:
-        """The callback of the alternative `kind`, under Lark's child filter."""
-        if kind.startswith("_"):
-            def splice(items: list) -> _Spliced:
-                return _Spliced(items, *self._at)
-            return splice
-        method = getattr(self.builder, kind, None)
-        if not callable(method):
+    def _reduction(self, kind: str, chain: list) -> Callable[[list], object]:
+        """The callback of the alternative `kind`, over every child of the reduction (punctuation
+        included), in one call: Lark's wrappers in `chain` (its ChildFilterLALR*, then
+        ExpandSingleChild), then the node built."""
+        expand_single = False
+        include: list[tuple[int, bool, int]] | None = None   # (child, splice it, Nones before)
+        nones_after = 0
+        for wrap in chain:
+            if wrap is ExpandSingleChild and include is None:
+                expand_single = True
+            elif isinstance(wrap, partial) and wrap.func is ChildFilterLALR_NoPlaceholders:
+                include = [(i, expand, 0) for i, expand in wrap.args[0]]
+            elif isinstance(wrap, partial) and wrap.func is ChildFilterLALR:
+                include, nones_after = list(wrap.args[0]), wrap.args[1]
+            else:
+                raise TypeError(f"Lark's tree builder wraps '{kind}' in {wrap!r}, which "
+                                "codegen.expr does not know")
+        splice = kind.startswith("_")
+        method: Callable[..., object] | None = None if splice else getattr(self.builder, kind, None)
+        if not splice and not callable(method):
             default = getattr(self.builder, "default", None)
 
             def method(span, *kept):
@@ -274,35 +280,40 @@ class ExprParser:
                     raise TypeError(f"{type(self.builder).__name__} builds no '{kind}'")
                 return default(kind, span, kept)
 
-        def build(items: list) -> _Reduced:
+        def reduce(items: list) -> object:
+            start, end = _position(items)
+            if include is None:
+                children = items
+            else:
+                children = []
+                for i, expand, nones in include:
+                    if nones:
+                        children += [None] * nones
+                    if expand:
+                        children += items[i].children
+                    else:
+                        children.append(items[i])
+                if nones_after:
+                    children += [None] * nones_after
+            if expand_single and len(children) == 1:
+                out = children[0]
+                if type(out) is _Reduced and (out.start, out.end) != (start, end):
+                    # `"(" expr ")"`: the expression itself, now covering its parentheses.
+                    return _Reduced(out.node, out.height, start, end)
+                return out
+            if splice:
+                return _Spliced(children, start, end)
             kept = []
             height = 0
-            for c in items:
+            for c in children:
                 if type(c) is _Reduced:
                     kept.append(c.node)
                     if c.height > height:
                         height = c.height
                 else:
                     kept.append(c)
-            start, end = self._at
-            made = _Reduced(method(Span(start, end) if start >= 0 else None, *kept),
-                            height + 1, start, end)
-            self._made = made
-            return made
-
-        return build
-
-    def _locate(self, f: Callable[[list], object]) -> Callable[[list], object]:
-        """The callback of a rule, over every child of the reduction (punctuation included)."""
-        def reduce(items: list) -> object:
-            self._at = start, end = _position(items)
-            self._made = None
-            out = f(items)
-            if type(out) is _Reduced and out is not self._made and (out.start, out.end) != (
-                    start, end):
-                # `"(" expr ")"`: the expression itself, now covering its parentheses.
-                return _Reduced(out.node, out.height, start, end)
-            return out
+            return _Reduced(method(Span(start, end) if start >= 0 else None,  # type: ignore[misc]
+                                   *kept), height + 1, start, end)
 
         return reduce
 
@@ -312,8 +323,7 @@ class ExprParser:
     def parse(self, text: str) -> object:
         """The syntax of `text`; raises ExprSyntaxError."""
         try:
-            with self._lock:
-                top: _Reduced = self.lark.parse(text)  # type: ignore[assignment]
+            top: _Reduced = lalr_parse(self.lark, text)  # type: ignore[assignment]
         except UnexpectedInput as e:
             raise syntax_error(text, e, self.terminal_names, self.what) from None
         if top.height > MAX_DEPTH:

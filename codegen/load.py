@@ -406,18 +406,19 @@ class _FileLoader(SampleReader):
             self.ok = False
         # `out` needs the whole library (Note [The out tag]): load_library adds it.
         tag = shape_tag(op.schema) if schema_ok else None
+        late: dict[str, object] = {}     # one dataclasses.replace for all of them
         if tag == "inplace" and not {"inplace", "out"} & set(op.tags):
-            op = dataclasses.replace(op, tags=op.tags + (tag,))
+            late["tags"] = op.tags + (tag,)
         # Fake rules and formulas read the schema; on a broken one they would only add noise.
         if "fake" in fields and schema_ok:
             fake = self.fake(fields["fake"][1], schema)
             if fake is not None:
-                op = dataclasses.replace(op, fake=fake)
+                late["fake"] = fake
         if "derivatives" in fields and schema_ok:
             derivatives = self.derivatives(fields["derivatives"][1], schema)
             if derivatives is not None:
-                op = dataclasses.replace(op, derivatives=derivatives)
-        return op
+                late["derivatives"] = derivatives
+        return dataclasses.replace(op, **late) if late else op  # type: ignore[arg-type]
 
     def none_return(self, op: Op) -> Op:
         """`-> None` (torch reads `-> NoneType`: one return of type NoneType) is registered as

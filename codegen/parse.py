@@ -20,6 +20,7 @@ from typing import NoReturn
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
+from codegen.lalr import lalr_parse
 from codegen.literals import INT64_MAX, INT64_MIN, LiteralError, float_literal, shorten
 from codegen.model import (
     BASE_TYPES,
@@ -644,7 +645,7 @@ def _parser() -> Lark:
 def parse_schema(text: str) -> FunctionSchema:
     """Parse one function schema; raise SchemaSyntaxError with an offset into `text`."""
     try:
-        schema: FunctionSchema = _parser().parse(text)  # type: ignore[assignment]
+        schema: FunctionSchema = lalr_parse(_parser(), text)  # type: ignore[assignment]
     except UnexpectedInput as e:
         raise _syntax_error(text, e) from None
     # Types are decoded once per spelling, so fresh alias sets are numbered per schema here.

@@ -144,6 +144,13 @@ def _resolve(value: str) -> str:
     return "str"
 
 
+# The resolved plain scalars SafeConstructor's int and float take straight to int() and float()
+# (no `_`, base prefix, leading zero or sexagesimal `:`): these skip building a yaml.ScalarNode.
+_PLAIN_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")
+_PLAIN_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?\Z")
+_BOOL_VALUES = yaml.constructor.SafeConstructor.bool_values
+
+
 class ScalarLocator:
     """offset, length in a scalar's value -> Loc in its file; the mapping is built on first use
     and is not pickled (the incremental cache stores what the locator is made from)."""
@@ -257,26 +264,48 @@ class YamlFile:
         stream: Node | None = None     # the list whose items are yielded rather than kept
         docs = 0
         errors_seen = len(self.diags.items)
+        loader = None
         try:
-            for e in yaml.parse(text, Loader=_BaseLoader):
+            # yaml.parse's loop without its generator (get_event is None after the stream's end).
+            loader = _BaseLoader(text)
+            get_event = loader.get_event
+            while (e := get_event()) is not None:
                 cls = type(e)
                 if cls is ev.ScalarEvent:
                     if e.anchor is not None:
                         self._anchor(e)
                     tag = e.tag
                     value = e.value
-                    if tag is None or tag == "!":
+                    if tag is None and e.implicit[0]:
                         # Only plain scalars resolve to numbers, booleans and null.
-                        kind = _resolve(value) if tag is None and e.implicit[0] else "str"
+                        resolvers = _RESOLVERS.get(value[:1])
+                        kind = "str"
+                        if resolvers is not None:
+                            for rtag, rx in resolvers:
+                                if rx.match(value):
+                                    kind = rtag
+                                    break
+                            if kind == "int" and _PLAIN_INT.match(value):
+                                kind, value = "plain", int(value)
+                            elif kind == "float" and _PLAIN_FLOAT.match(value):
+                                kind, value = "plain", float(value)
+                            elif kind == "bool":
+                                kind, value = "plain", _BOOL_VALUES[value.lower()]
+                            elif kind == "null":
+                                kind, value = "plain", None
+                    elif tag is None or tag == "!":
+                        kind = "str"
                     else:
                         kind = _EXPLICIT_TAGS.get(tag)
                         if kind is None:
                             self._bad_tag(e)
                             kind = "str"
-                    if kind != "str":
+                    if kind == "plain":
+                        kind = rtag
+                    elif kind != "str":
                         try:
                             value = _CONSTRUCT[kind](yaml.ScalarNode(tag, value))
-                        except (ValueError, yaml.YAMLError):
+                        except (ValueError, KeyError, yaml.YAMLError):   # KeyError: !!bool maybe
                             self.error(self._event_loc(e),
                                        f"'{short(value)}' is not a valid {kind}")
                             kind, value = "str", e.value
@@ -346,6 +375,9 @@ class YamlFile:
             self._reader_error(e)
         except yaml.YAMLError as e:
             self.error(Loc(self.path, 1, 1), f"invalid YAML: {e}")
+        finally:
+            if loader is not None:
+                loader.dispose()
         yield "root", None
 
     def _event_loc(self, e) -> Loc:

@@ -112,8 +112,8 @@ FLOORS: dict[int, tuple[str, ...]] = {
     1: ("load", "load_samples", "yaml_source", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
         "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource",
         "contract", "compat"),
-    0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader", "jobs",
-        "reserved", "expr"),
+    0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
+        "reserved", "expr", "lalr", "jobs"),
 }
 GENERATORS_FLOOR = 3
 
