@@ -235,5 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     return cli.run_in_project(args, lambda project: args.fn(args, project))
 
 
+def entry() -> None:
+    """The `opgen` console script."""
+    cli.exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

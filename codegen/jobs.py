@@ -148,10 +148,8 @@ def _run_child(fn: Callable, part: object, fd: int) -> None:
         try:
             data = pickle.dumps((True, fn(part)), protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException as e:      # noqa: BLE001  (handed to the parent, which raises it)
-            note = getattr(e, "add_note", None)     # Python 3.11 on
-            if note is not None:
-                note("in a worker process (OPGEN_JOBS=1 runs it in one process):\n"
-                     + "".join(traceback.format_exception(e)).rstrip())
+            e.add_note("in a worker process (OPGEN_JOBS=1 runs it in one process):\n"
+                       + "".join(traceback.format_exception(e)).rstrip())
             try:
                 data = pickle.dumps((False, e), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:   # noqa: BLE001  (an exception pickle cannot take)

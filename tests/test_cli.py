@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tomllib
 import sys
 from pathlib import Path
 
@@ -121,6 +122,24 @@ def test_entry_point_exit_codes_and_no_traceback(files):
         r = python_m(args, files)
         assert r.returncode == 1 and r.stdout == ""
         assert "Traceback" not in r.stderr and "error:" in r.stderr
+
+
+def test_entry_point_flushes_everything_before_leaving(files):
+    """The command lines leave without freeing the heap (cli.exit_now): what they printed is
+    still all there, through a pipe, and the status is the run's."""
+    lines = "".join(f"  - func: f.o{i}(Tensor self) -> Tensor\n" for i in range(3000))
+    (files / "many.yaml").write_text("namespace: ex\nops:\n" + lines)
+    r = python_m(["list", "many.yaml"], files)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout.splitlines() == [f"ex::f.o{i}(Tensor self) -> Tensor" for i in range(3000)]
+    (files / "bad2.yaml").write_text("namespace: ex\nops:\n  - func: g(Tensor) -> Tensor\n")
+    r = python_m(["check", "bad2.yaml"], files)
+    assert r.returncode == 1 and r.stderr.endswith("1 error generated.\n"), r.stderr
+
+
+def test_console_script_is_the_leaving_entry():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["opgen"] == "codegen.__main__:entry"
 
 
 def test_list_into_a_closed_pipe_is_quiet(files):
