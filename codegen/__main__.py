@@ -21,7 +21,7 @@ from pathlib import Path
 
 from codegen import build, cli, compat, config, files, load
 from codegen.dest import md_reference, ninja
-from codegen.gen import check_library, render
+from codegen.gen import check_and_render
 from codegen.rendering import output_dir
 from codegen.diagnostics import Diagnostics
 
@@ -45,9 +45,7 @@ def _check_python_side(lib, project: config.Project, werror: bool = False) -> Di
     ops, missing fake kernels, Python function signatures, batching/autocast rules) and nothing
     is written. Returns the warnings (errors, with `werror`)."""
     diags = lib.diagnostics()
-    check_library(lib, diags, project)
-    if not diags.has_errors:
-        render(lib, diags, project)
+    check_and_render(lib, diags, project)
     if werror:
         diags.werror()
     diags.raise_if_errors()
@@ -77,12 +75,11 @@ def cmd_list(args: argparse.Namespace, project: config.Project) -> int:
 def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
     lib = _load(args.paths, project)
     diags = lib.diagnostics()
-    check_library(lib, diags, project)
-    diags.raise_if_errors()
-    fileset = render(lib, diags, project)
+    fileset = check_and_render(lib, diags, project)
     if args.werror:
         diags.werror()
     diags.raise_if_errors()
+    assert fileset is not None
     _print_warnings(diags)
     root = Path(".")      # the project root (config.use)
     if args.check:

@@ -52,9 +52,10 @@ def generators() -> list[tuple[str, Generator]]:
     ]
 
 
-# The generators from this one on read nothing that earlier ones report (cpp_autograd, before it,
-# is the one that asks whether errors were found), so they may run in a process of their own
-# (codegen.jobs) while this one runs the others: the C++ sources here, the Python modules there.
+# The generators from this one on read nothing that earlier ones or the whole-library checks
+# report (cpp_autograd, before it, is the one that asks whether errors were found), so they may
+# run in a process of their own (codegen.jobs) while this one runs the checks and the others: the
+# C++ sources here, the Python modules there.
 ASIDE_FROM = "cpp-aoti"
 # The ops that pay for that process: the generators after ASIDE_FROM take about 0.1 s for them.
 OPS_PER_PROCESS = 250
@@ -62,6 +63,23 @@ OPS_PER_PROCESS = 250
 
 def render(lib: OpLibrary, diags: Diagnostics, project: Project) -> FileSet:
     """Every file of `project`'s generated set, in memory."""
+    out = _render(lib, diags, project, None)
+    assert out is not None
+    return out
+
+
+def check_and_render(lib: OpLibrary, diags: Diagnostics, project: Project) -> FileSet | None:
+    """`check_library`, then, where it found no error, `render`; None where it did. The checks
+    run while a child process renders the Python side (codegen.jobs)."""
+    def checked() -> bool:
+        check_library(lib, diags, project)
+        return not diags.has_errors
+
+    return _render(lib, diags, project, checked)
+
+
+def _render(lib: OpLibrary, diags: Diagnostics, project: Project,
+            before: Callable[[], bool] | None) -> FileSet | None:
     gens = generators()
     cut = [name for name, _ in gens].index(ASIDE_FROM)
     parts = [gens[:cut], gens[cut:]] if jobs.count(len(lib.ops), OPS_PER_PROCESS) > 1 else [gens]
@@ -77,8 +95,10 @@ def render(lib: OpLibrary, diags: Diagnostics, project: Project) -> FileSet:
                                               {k: v for o in outputs for k, v in o.items()})
         return outputs, index, diags.items[start:]
 
+    results = jobs.split(run, parts, before=before)
+    if results is None:
+        return None
     out = FileSet()
-    results = jobs.split(run, parts)
     for i, (outputs, _, found) in enumerate(results):
         if i:   # what a child found; this process's own part reported to `diags` itself
             diags.items.extend(found)

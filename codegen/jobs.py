@@ -73,16 +73,20 @@ def count(units: int, per_process: int) -> int:
     return n if n > 1 and can_fork() else 1
 
 
-def split(fn: Callable[[T], R], parts: Sequence[T]) -> list[R]:
+def split(fn: Callable[[T], R], parts: Sequence[T], *,
+          before: Callable[[], bool] | None = None) -> list[R] | None:
     """[fn(p) for p in parts], `parts[1:]` each in a forked child while this process runs
-    `fn(parts[0])`. A child's exception is raised here; a child that dies without a result (killed,
-    out of memory) has its part run here instead."""
+    `fn(parts[0])`. `before()` runs here first, while the children work: where it returns False,
+    they are stopped and the result is None. A child's exception is raised here; a child that
+    dies without a result (killed, out of memory) has its part run here instead."""
     children = [_Child(fn, p) for p in parts[1:]]
     try:
+        if before is not None and not before():
+            return None
         results = [fn(parts[0])] if parts else []
         return results + [c.result() for c in children]
     finally:
-        for c in children:      # left behind by an exception: stopped, not left waiting
+        for c in children:      # left behind by an exception or by `before`: stopped
             c.abandon()
 
 

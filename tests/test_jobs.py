@@ -130,8 +130,10 @@ def test_a_killed_child_has_its_part_run_here():
 
 def project_copy(tmp_path: Path, errors: str = "") -> Path:
     """The example project's op files and kernels, in a directory of their own, with `errors`
-    planted: "load" (schemas of two files, found while parsing) or "render" (a Python kernel's
-    module that does not exist, found by the Python-side generators)."""
+    planted: "load" (schemas of two files, found while parsing), "check" (an op file name too long
+    for the files made from it, found by the whole-library checks while a child renders) or
+    "render" (a Python kernel's module that does not exist, found by the Python-side
+    generators)."""
     root = tmp_path / "proj"
     root.mkdir()
     shutil.copy(ROOT / "pyproject.toml", root)
@@ -142,6 +144,8 @@ def project_copy(tmp_path: Path, errors: str = "") -> Path:
     if errors == "load":
         for f in (core, py):
             f.write_text(f.read_text().replace("func: ", "func: 1", 1))
+    elif errors == "check":
+        py.rename(py.with_name("python" + "x" * 240 + ".yaml"))
     elif errors == "render":
         text = py.read_text()
         assert "runtime.kernels.exops:" in text
@@ -150,7 +154,7 @@ def project_copy(tmp_path: Path, errors: str = "") -> Path:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
-@pytest.mark.parametrize("errors", ["", "load", "render"])
+@pytest.mark.parametrize("errors", ["", "load", "check", "render"])
 def test_same_files_and_messages_on_any_number_of_processes(tmp_path, errors):
     root = project_copy(tmp_path, errors)
     runs = {}
@@ -169,6 +173,9 @@ def test_same_files_and_messages_on_any_number_of_processes(tmp_path, errors):
     if errors == "load":
         assert code == 1 and files == {}
         assert "core.yaml" in stderr and "python.yaml" in stderr, stderr
+    elif errors == "check":
+        assert code == 1 and files == {}
+        assert "is too long: it makes a file name" in stderr, stderr
     elif errors == "render":
         assert code == 1 and files == {}
         assert "runtime.kernels.nowhere" in stderr, stderr
