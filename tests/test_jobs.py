@@ -18,6 +18,7 @@ import pytest
 from codegen import jobs
 
 ROOT = Path(__file__).resolve().parent.parent
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -67,7 +68,7 @@ def test_count(monkeypatch):
     assert jobs.count(10_000, 100) == 1
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 def test_no_fork_beside_another_thread():
     proc = run_python("""
         from codegen import jobs
@@ -84,7 +85,7 @@ def test_no_fork_beside_another_thread():
         other.join()
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 def test_split_runs_parts_in_children_in_order():
     proc = run_python("""
         import os
@@ -96,7 +97,7 @@ def test_split_runs_parts_in_children_in_order():
     assert proc.stdout == "[('a', True), ('b', False), ('c', False)]\n", proc.stderr
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 def test_a_childs_exception_is_raised_here():
     proc = run_python("""
         from codegen import jobs
@@ -113,7 +114,7 @@ def test_a_childs_exception_is_raised_here():
     assert proc.stdout == "KeyError('missing')\nTrue\n", proc.stderr
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 def test_a_killed_child_has_its_part_run_here():
     proc = run_python("""
         import os, signal
@@ -153,7 +154,7 @@ def project_copy(tmp_path: Path, errors: str = "") -> Path:
     return root
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 @pytest.mark.parametrize("errors", ["", "load", "check", "render"])
 def test_same_files_and_messages_on_any_number_of_processes(tmp_path, errors):
     root = project_copy(tmp_path, errors)
@@ -183,7 +184,7 @@ def test_same_files_and_messages_on_any_number_of_processes(tmp_path, errors):
         assert code == 0 and len(files) > 20, stderr
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 def test_children_do_the_work_and_fill_the_load_cache(tmp_path):
     """Not vacuous: with OPGEN_JOBS=3, op files are parsed and generators run in children (the
     parent parses a third of the files and forks), and what they parse is kept in the cache."""
@@ -220,7 +221,7 @@ def test_children_do_the_work_and_fill_the_load_cache(tmp_path):
     assert proc.stdout == "2 True\n1\n[] True\n", proc.stderr
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forking is used on Linux only")
+@linux_only
 def test_children_are_stopped_when_this_part_fails():
     proc = run_python("""
         import os, time
