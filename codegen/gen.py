@@ -84,27 +84,25 @@ def _render(lib: OpLibrary, diags: Diagnostics, project: Project,
     cut = [name for name, _ in gens].index(ASIDE_FROM)
     parts = [gens[:cut], gens[cut:]] if jobs.count(len(lib.ops), OPS_PER_PROCESS) > 1 else [gens]
 
-    def run(part: list[tuple[str, Generator]]) -> tuple[list[dict[str, str]], dict, list]:
+    def run(part: list[tuple[str, Generator]]) -> tuple[list[dict[str, str]], list]:
         start = len(diags.items)
         outputs = [gen(lib, diags, project) for _, gen in part]
-        index = {}
         if part is parts[0]:
             # The kernel index describes the kernel headers, which this part renders
             # (codegen.dest.cpp_kernel_index).
-            index = cpp_kernel_index.generate(lib, diags, project,
-                                              {k: v for o in outputs for k, v in o.items()})
-        return outputs, index, diags.items[start:]
+            outputs.append(cpp_kernel_index.generate(
+                lib, diags, project, {k: v for o in outputs for k, v in o.items()}))
+        return outputs, diags.items[start:]
 
     results = jobs.split(run, parts, before=before)
     if results is None:
         return None
     out = FileSet()
-    for i, (outputs, _, found) in enumerate(results):
+    for i, (outputs, found) in enumerate(results):
         if i:   # what a child found; this process's own part reported to `diags` itself
             diags.items.extend(found)
         for files in outputs:
             out.update(files)
-    out.update(results[0][1])
     # The build file comes last: its codegen edge declares exactly the files of this set, so
     # the two cannot drift apart (an output never written would rerun the edge on every build).
     out.update(ninja.generate(lib, diags, project, dict(out.files)))
