@@ -708,19 +708,21 @@ def _load_files(paths: list[str], rules: verify.Rules,
     processes when they are many."""
     store = _LoadCache(cache, rules) if cache is not None else None
     done: dict[str, Loaded] = {}
-    todo: list[str] = []
+    todo: list[tuple[str, Path | None]] = []     # a file to parse, and where to keep it
     size = 0
     for path in paths:
-        hit = store.lookup(path) if store is not None else None
+        entry = store.entry(path) if store is not None else None
+        hit = store.lookup(entry) if store is not None and entry is not None else None
         if hit is not None:
             done[path] = hit
             continue
-        todo.append(path)
+        todo.append((path, entry))
         with contextlib.suppress(OSError):
             size += os.stat(path).st_size
 
-    def parse(part: list[str]) -> list[tuple[str, Loaded]]:
-        return [(p, store.fresh(p) if store is not None else _parse(p, rules)) for p in part]
+    def parse(part: list[tuple[str, Path | None]]) -> list[tuple[str, Loaded]]:
+        return [(p, store.fresh(p, e) if store is not None else _parse(p, rules))
+                for p, e in part]
 
     n = jobs.count(size, PARSE_BYTES_PER_PROCESS) if len(todo) > 1 else 1
     for part in jobs.split(parse, [todo[i::n] for i in range(n)]):
@@ -810,11 +812,8 @@ class _LoadCache:
         key = hashlib.sha256(self.salt + b"\0" + os.fsencode(path) + b"\0" + data).hexdigest()
         return self.dir / key[:2] / key
 
-    def lookup(self, path: str) -> Loaded | None:
-        """`path`'s load as the cache holds it, if it does."""
-        entry = self.entry(path)
-        if entry is None:
-            return None
+    def lookup(self, entry: Path) -> Loaded | None:
+        """The load kept at `entry`, if there is one."""
         try:
             with open(entry, "rb") as f:
                 text, result, items = pickle.load(f)
@@ -822,9 +821,9 @@ class _LoadCache:
             return None
         return text, result, items
 
-    def fresh(self, path: str) -> Loaded:
-        """`path` parsed, and its result kept."""
-        entry = self.entry(path)        # None: the loader reports why it cannot read the file
+    def fresh(self, path: str, entry: Path | None) -> Loaded:
+        """`path` parsed, and its result kept at `entry` (None: the file could not be read,
+        which the loader reports)."""
         loaded = _parse(path, self.rules)
         if entry is not None:
             try:
