@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,11 +9,8 @@ from pathlib import Path
 
 import jinja2
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from codegen import rendering
-from codegen.dest.cpp_kernel_index import to_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,22 +132,3 @@ def test_second_run_on_a_library_reports_the_same(monkeypatch) -> None:
         assert run(lib) == first, case.name
         compared += bool(first)
     assert compared > 50
-
-
-# --------------------------------------------------------------------------------------------------
-# index.json's encoder
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.tuples(children, children)
-    | st.dictionaries(st.text(max_size=5), children, max_size=4),
-    max_leaves=20)
-
-
-@given(json_values)
-@settings(max_examples=300, deadline=None)
-def test_index_json_is_jsons_text(value: object) -> None:
-    """codegen.dest.cpp_kernel_index.to_json writes exactly what json.dumps(indent=1) writes."""
-    assert to_json(value) == json.dumps(value, indent=1)

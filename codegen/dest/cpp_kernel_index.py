@@ -77,55 +77,5 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
                "min_torch": None if abi is None else abi.min_text, "op_files": sources,
                "kernels": records, "registrations": units}
         # ASCII: no character of a user's path or string default can break a line of the file.
-        out[L.index_path(project, ns)] = to_json(doc) + "\n"
+        out[L.index_path(project, ns)] = json.dumps(doc, indent=1) + "\n"
     return out
-
-
-_STRING = json.encoder.encode_basestring_ascii
-_CONSTANTS = {None: "null", True: "true", False: "false"}
-
-
-def to_json(value: object) -> str:
-    """`json.dumps(value, indent=1)`, the same text: with an indent, json encodes in pure
-    Python, several times slower than this for an index of thousands of kernels."""
-    out: list[str] = []
-    _encode(value, "\n", out)
-    return "".join(out)
-
-
-def _encode(value: object, newline: str, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(_STRING(value))
-    elif isinstance(value, dict):
-        if not value:
-            out.append("{}")
-            return
-        inner = newline + " "
-        sep = "{" + inner
-        for k, v in value.items():
-            assert isinstance(k, str), k
-            if type(v) is str:      # most values: no call for them
-                out.append(sep + _STRING(k) + ": " + _STRING(v))
-            else:
-                out.append(sep + _STRING(k) + ": ")
-                _encode(v, inner, out)
-            sep = "," + inner
-        out.append(newline + "}")
-    elif isinstance(value, (list, tuple)):
-        if not value:
-            out.append("[]")
-            return
-        inner = newline + " "
-        sep = "[" + inner
-        for v in value:
-            if type(v) is str:
-                out.append(sep + _STRING(v))
-            else:
-                out.append(sep)
-                _encode(v, inner, out)
-            sep = "," + inner
-        out.append(newline + "]")
-    elif value is None or value is True or value is False:
-        out.append(_CONSTANTS[value])
-    else:
-        out.append(json.dumps(value))
