@@ -84,15 +84,7 @@ class _Environment(jinja2.Environment):
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
-        # jinja2.Environment.getattr's own steps, inline (one call fewer per read).
-        try:
-            return getattr(obj, attribute)
-        except AttributeError:
-            pass
-        try:
-            return obj[attribute]   # type: ignore[index]
-        except (TypeError, LookupError, AttributeError):
-            return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
 
 
 class _TemplateCache(jinja2.FileSystemBytecodeCache):
