@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import ClassVar
 
 from codegen import escape, reserved
 from codegen.config import Project
@@ -81,7 +80,15 @@ class Function:
     body: list[str]
     doc: str | None = None
     decorators: list[str] = field(default_factory=list)
-    kind: ClassVar[str] = "function"
+
+    def lines(self, indent: str = "") -> list[str]:
+        """The definition's lines, each indented by `indent` (a method's: four spaces)."""
+        out = [f"{indent}@{d}\n" for d in self.decorators]
+        out.append(f"{indent}def {self.name}({self.params}):\n")
+        if self.doc:
+            out.append(f'{indent}    """{escape.docstring(self.doc, len(indent) + 4)}"""\n')
+        out.extend(f"{indent}    {line}\n" for line in self.body)
+        return out
 
 
 @dataclass
@@ -91,7 +98,6 @@ class Class:
     base: str
     doc: str
     methods: list[Function]
-    kind: ClassVar[str] = "class"
 
 
 @dataclass
@@ -113,17 +119,9 @@ class Section:
                 out.append(f'class {f.name}({f.base}):\n    """{escape.docstring(f.doc)}"""\n')
                 for m in f.methods:
                     out.append("\n")
-                    out.extend(f"    @{d}\n" for d in m.decorators)
-                    out.append(f"    def {m.name}({m.params}):\n")
-                    if m.doc:
-                        out.append(f'        """{escape.docstring(m.doc, 8)}"""\n')
-                    out.extend(f"        {line}\n" for line in m.body)
+                    out.extend(m.lines("    "))
             else:
-                out.extend(f"@{d}\n" for d in f.decorators)
-                out.append(f"def {f.name}({f.params}):\n")
-                if f.doc:
-                    out.append(f'    """{escape.docstring(f.doc)}"""\n')
-                out.extend(f"    {line}\n" for line in f.body)
+                out.extend(f.lines())
         if self.functions:
             out.append("\n\n")
         out.extend(f"{r}\n" for r in self.registrations)
