@@ -110,8 +110,6 @@ _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 _CONSTRUCT = {
     "int": _CONSTRUCTOR.construct_yaml_int,
     "float": _CONSTRUCTOR.construct_yaml_float,
-    "bool": _CONSTRUCTOR.construct_yaml_bool,
-    "null": _CONSTRUCTOR.construct_yaml_null,
 }
 
 
@@ -149,6 +147,21 @@ def _resolve(value: str) -> str:
 _PLAIN_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\Z")
 _PLAIN_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?\Z")
 _BOOL_VALUES = yaml.constructor.SafeConstructor.bool_values
+
+
+def _construct(kind: str, value: str) -> object:
+    """SafeConstructor's value of a scalar of `kind` (int, float, bool, null); it raises as
+    SafeConstructor does. The spellings it takes straight to int() and float(), booleans and
+    null (most scalars of an op file that are not strings) skip building a yaml.ScalarNode."""
+    if kind == "int" and _PLAIN_INT.match(value):
+        return int(value)
+    if kind == "float" and _PLAIN_FLOAT.match(value):
+        return float(value)
+    if kind == "bool":
+        return _BOOL_VALUES[value.lower()]
+    if kind == "null":
+        return None
+    return _CONSTRUCT[kind](yaml.ScalarNode(_YAML_TAG + kind, value))
 
 
 class ScalarLocator:
@@ -278,21 +291,7 @@ class YamlFile:
                     value = e.value
                     if tag is None and e.implicit[0]:
                         # Only plain scalars resolve to numbers, booleans and null.
-                        resolvers = _RESOLVERS.get(value[:1])
-                        kind = "str"
-                        if resolvers is not None:
-                            for rtag, rx in resolvers:
-                                if rx.match(value):
-                                    kind = rtag
-                                    break
-                            if kind == "int" and _PLAIN_INT.match(value):
-                                kind, value = "plain", int(value)
-                            elif kind == "float" and _PLAIN_FLOAT.match(value):
-                                kind, value = "plain", float(value)
-                            elif kind == "bool":
-                                kind, value = "plain", _BOOL_VALUES[value.lower()]
-                            elif kind == "null":
-                                kind, value = "plain", None
+                        kind = _resolve(value)
                     elif tag is None or tag == "!":
                         kind = "str"
                     else:
@@ -300,11 +299,9 @@ class YamlFile:
                         if kind is None:
                             self._bad_tag(e)
                             kind = "str"
-                    if kind == "plain":
-                        kind = rtag
-                    elif kind != "str":
+                    if kind != "str":
                         try:
-                            value = _CONSTRUCT[kind](yaml.ScalarNode(tag, value))
+                            value = _construct(kind, value)
                         except (ValueError, KeyError, yaml.YAMLError):   # KeyError: !!bool maybe
                             self.error(self._event_loc(e),
                                        f"'{short(value)}' is not a valid {kind}")
