@@ -210,8 +210,6 @@ def _position(items: list) -> tuple[int, int]:
     return start, end
 
 
-
-
 def _passes_through(rule) -> bool:
     """Whether the grammar rule is a `?rule`'s alternative of one child (`?sum: product`),
     which is that child, wherever it is: most reductions are these."""
