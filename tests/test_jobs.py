@@ -27,6 +27,13 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def split_in_a_fresh_process(code: str) -> subprocess.CompletedProcess:
+    """`code` run after `jobs` is imported and `me` holds the process id (children have
+    another)."""
+    return run_python("import os, signal, time\nfrom codegen import jobs\nme = os.getpid()\n"
+                      + textwrap.dedent(code))
+
+
 def test_requested(monkeypatch):
     monkeypatch.delenv(jobs.ENV, raising=False)
     assert jobs.requested() is None
@@ -87,10 +94,7 @@ def test_no_fork_beside_another_thread():
 
 @linux_only
 def test_split_runs_parts_in_children_in_order():
-    proc = run_python("""
-        import os
-        from codegen import jobs
-        me = os.getpid()
+    proc = split_in_a_fresh_process("""
         got = jobs.split(lambda part: (part, os.getpid() == me), ["a", "b", "c"])
         print(got)
     """)
@@ -116,10 +120,7 @@ def test_a_childs_exception_is_raised_here():
 
 @linux_only
 def test_a_killed_child_has_its_part_run_here():
-    proc = run_python("""
-        import os, signal
-        from codegen import jobs
-        me = os.getpid()
+    proc = split_in_a_fresh_process("""
         def work(part):
             if os.getpid() != me:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -223,10 +224,7 @@ def test_children_do_the_work_and_fill_the_load_cache(tmp_path):
 
 @linux_only
 def test_children_are_stopped_when_this_part_fails():
-    proc = run_python("""
-        import os, time
-        from codegen import jobs
-        me = os.getpid()
+    proc = split_in_a_fresh_process("""
         def work(part):
             if os.getpid() == me:
                 raise ValueError("here")
