@@ -60,18 +60,27 @@ def per_object(fn):
     return wrapper
 
 
+def memo(obj, key: object, compute):
+    """`compute()`, computed once per IR object `obj` (frozen) and hashable `key`: `per_object`
+    for answers that take a second argument. Kept in the object's `__dict__`, as there."""
+    table = obj.__dict__.setdefault("_memo", {})
+    try:
+        return table[key]
+    except KeyError:
+        value = table[key] = compute()
+        return value
+
+
 def reported(obj, key: object, diags: Diagnostics, compute):
     """`compute(diags)`, computed once per IR object `obj` (frozen) and `key`: later calls get
     the same value, and the diagnostics the first call reported are reported again to their own
     `diags` (each render and check has a fresh one). `compute` must not read `diags`."""
-    memo = obj.__dict__.setdefault("_memo_reported", {})
-    try:
-        value, items = memo[key]
-    except KeyError:
+    def first() -> tuple:
         scratch = Diagnostics()
         value = compute(scratch)
-        items = tuple(scratch.items)
-        memo[key] = (value, items)
+        return value, tuple(scratch.items)
+
+    value, items = memo(obj, (reported, key), first)
     diags.items.extend(items)
     return value
 
@@ -208,6 +217,18 @@ def check_formulas(lib: OpLibrary, diags: Diagnostics) -> bool:
     """`formulas.check_library(lib, diags)`, checked once per library (check and two generators
     ask)."""
     return reported(lib, check_formulas, diags, lambda d: F.check_library(lib, d))
+
+
+@per_object
+def library_calls(d: F.Derivatives) -> tuple[F.OpRef, ...]:
+    """`formulas.library_calls`, once per op's derivatives (C++ and Python autograd ask)."""
+    return tuple(F.library_calls(d))
+
+
+def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
+    """`formulas.first_order_only`, once per op of a library (C++ and Python autograd ask). Keyed
+    by the op's identity, and the op kept with the answer so that its id is not reused."""
+    return memo(lib, (first_order_only, id(op)), lambda: (op, F.first_order_only(lib, op)))[1]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -36,7 +36,8 @@ from codegen.abi import namespace_abi
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics
-from codegen.layout import cached_signature, check_formulas, impl_name, per_object, shards
+from codegen.layout import (cached_signature, check_formulas, first_order_only, impl_name,
+                            library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
                            is_tensor_like, strip_optional)
@@ -193,36 +194,10 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
         return f"its formulas use {why}, which the C++ translation does not carry"
 
 
-@per_object
-def _plans(lib: OpLibrary) -> dict[int, tuple[Op, Plan | str | None]]:
-    return {}   # id(op) -> (op, its plan); the op is kept so that its id is not reused
-
-
 def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
-    # Once per op of a library (the library is frozen; py_reg, check and this module ask).
-    cache = _plans(lib)
-    if id(op) not in cache:
-        cache[id(op)] = (op, _plan_uncached(lib, op))
-    return cache[id(op)][1]
-
-
-@per_object
-def library_calls(d: F.Derivatives) -> tuple[F.OpRef, ...]:
-    """`formulas.library_calls`, once per op's derivatives (C++ and Python autograd ask)."""
-    return tuple(F.library_calls(d))
-
-
-@per_object
-def _first_order(lib: OpLibrary) -> dict[int, tuple[Op, list[Op]]]:
-    return {}   # id(op) -> (op, first_order_only); the op is kept so that its id is not reused
-
-
-def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
-    """`formulas.first_order_only`, once per op of a library (C++ and Python autograd ask)."""
-    cache = _first_order(lib)
-    if id(op) not in cache:
-        cache[id(op)] = (op, F.first_order_only(lib, op))
-    return cache[id(op)][1]
+    # Once per op of a library (the library is frozen; py_reg, check and this module ask), keyed
+    # by the op's identity and kept with it, so that its id is not reused.
+    return memo(lib, (_plan, id(op)), lambda: (op, _plan_uncached(lib, op)))[1]
 
 
 def check(lib: OpLibrary, diags: Diagnostics) -> None:

@@ -23,15 +23,7 @@ from codegen.rendering import banner, render
 
 def schema_hash(lib: OpLibrary, ns: str) -> str:
     """See Note [Schema hash]. Once per namespace of a library: the stamp and the manifest ask."""
-    hashes = _schema_hashes(lib)
-    if ns not in hashes:
-        hashes[ns] = _schema_hash(lib, ns)
-    return hashes[ns]
-
-
-@L.per_object
-def _schema_hashes(lib: OpLibrary) -> dict[str, str]:
-    return {}
+    return L.memo(lib, (schema_hash, ns), lambda: _schema_hash(lib, ns))
 
 
 def _schema_hash(lib: OpLibrary, ns: str) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from codegen import formulas as F
-from codegen import reserved
+from codegen import layout, reserved
 from codegen.api import python as P
 from codegen.dest import cpp_autograd
 from codegen.dest.py_common import (Class, Function, Section, camel, op_attr, op_name, q, qualname,
@@ -225,7 +225,7 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
 def _library_refs(m: ModuleScope, d: F.Derivatives) -> dict[F.OpRef, Op] | None:
     """The library op each reference of the formulas calls; None when one names none."""
     refs: dict[F.OpRef, Op] = {}
-    for ref in cpp_autograd.library_calls(d):
+    for ref in layout.library_calls(d):
         target = F.resolve(m.lib, ref)
         if target is None:
             return None
@@ -430,7 +430,7 @@ class FlatFunction:
 
 def first_order_reason(m: ModuleScope, op: Op) -> str | None:
     """Why `op`'s backward cannot be differentiated again, or None when it can."""
-    once = cpp_autograd.first_order_only(m.lib, op)
+    once = layout.first_order_only(m.lib, op)
     if not once:
         return None
     m.helpers.add("first_order")
