@@ -724,7 +724,8 @@ def _load_files(paths: list[str], rules: verify.Rules,
         return [(p, store.fresh(p, e) if store is not None else _parse(p, rules))
                 for p, e in part]
 
-    n = jobs.count(size, PARSE_BYTES_PER_PROCESS) if len(todo) > 1 else 1
+    # No more processes than files: a part with nothing to parse would be a fork for nothing.
+    n = max(1, min(jobs.count(size, PARSE_BYTES_PER_PROCESS), len(todo)))
     for part in jobs.split(parse, [todo[i::n] for i in range(n)]):
         done.update(part)
     return [done[p] for p in paths]

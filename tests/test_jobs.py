@@ -223,6 +223,29 @@ def test_children_do_the_work_and_fill_the_load_cache(tmp_path):
 
 
 @linux_only
+def test_no_more_processes_than_files_to_parse(tmp_path):
+    """OPGEN_JOBS=8 and two op files to parse: one child, not seven, six of them with nothing to
+    parse."""
+    root = project_copy(tmp_path)
+    proc = run_python(f"""
+        import os
+        from codegen import load
+        forks = []
+        real_fork = os.fork
+        def fork():
+            pid = real_fork()
+            if pid:
+                forks.append(pid)
+            return pid
+        os.fork = fork
+        os.chdir({str(root)!r})
+        lib = load.load_library(["schemas/core.yaml", "schemas/python.yaml"])
+        print(len(forks), len(lib.files))
+    """, OPGEN_JOBS="8")
+    assert proc.stdout == "1 2\n", proc.stderr
+
+
+@linux_only
 def test_children_are_stopped_when_this_part_fails():
     proc = split_in_a_fresh_process("""
         def work(part):
