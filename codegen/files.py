@@ -196,7 +196,7 @@ def _shown(p: Path, root: Path) -> str:
         return str(p)
 
 
-def _temporary(target: Path, data: bytes) -> str:
+def _temporary(target: str | os.PathLike[str], data: bytes) -> str:
     """`data` in a new file beside `target`, with the mode the umask gives (not mkstemp's 0600)."""
     directory = os.path.dirname(os.fspath(target))
     while True:
@@ -250,15 +250,17 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
         rewrite = [rel for rel in changed if rel != stamp]
         preflight(root, changed, removals)
 
+        # Strings, not a Path per file: a big library writes thousands.
+        base = os.fspath(root)
         staged: dict[str, str] = {}
         made: set[str] = set()
         try:
             try:
                 for rel in rewrite:
-                    target = root / rel
-                    parent = os.path.dirname(rel)
+                    target = os.path.join(base, rel)
+                    parent = os.path.dirname(target)
                     if parent not in made:     # one mkdir per directory, not per file
-                        target.parent.mkdir(parents=True, exist_ok=True)
+                        os.makedirs(parent, exist_ok=True)
                         made.add(parent)
                     staged[rel] = _temporary(target, fileset.files[rel].encode())
             except OSError as e:
@@ -267,16 +269,15 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
             try:
                 if stamp is not None:
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(root / stamp)
-                base = os.fspath(root)
+                        os.unlink(os.path.join(base, stamp))
                 for rel in rewrite:
                     os.replace(staged.pop(rel), os.path.join(base, rel))
                 for rel in removals:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(base, rel))
                 if stamp is not None:
-                    os.replace(_temporary(root / stamp, fileset.files[stamp].encode()),
-                               root / stamp)
+                    target = os.path.join(base, stamp)
+                    os.replace(_temporary(target, fileset.files[stamp].encode()), target)
             except OSError as e:
                 raise WriteError(f"writing {prune_dir or 'the outputs'} failed midway "
                                  f"({_reason(e)}); the set is incomplete: run code generation "

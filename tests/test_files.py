@@ -138,7 +138,7 @@ def test_failed_write_rolls_back(tmp_path: Path, capsys, monkeypatch) -> None:
     real = files._temporary
     calls = []
 
-    def fail_third(target: Path, data: bytes) -> Path:
+    def fail_third(target: str, data: bytes) -> str:
         calls.append(target)
         if len(calls) == 3:
             raise OSError(28, "No space left on device")
@@ -148,7 +148,7 @@ def test_failed_write_rolls_back(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(root)
     assert main(["generate", "schemas"]) == 1
     out, err = capsys.readouterr()
-    rel = calls[-1].as_posix()     # relative to the working directory, the root
+    rel = Path(calls[-1]).as_posix()     # relative to the working directory, the root
     assert (out, err) == ("", f"error: cannot write {rel}: No space left on device; nothing was "
                               "changed\n")
     assert snapshot(root) == before
