@@ -163,18 +163,24 @@ def fresh_dir(folder: Path) -> Path:
     return out
 
 
+def keep_best(best: dict[str, tuple[float, float]], key: str, sample: tuple[float, float]
+              ) -> None:
+    """best[key] = the smaller wall-clock and the smaller CPU time of it and `sample`."""
+    wall, cpu = best.get(key, (math.inf, math.inf))
+    best[key] = (min(wall, sample[0]), min(cpu, sample[1]))
+
+
 def time_size(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[str, tuple]]:
     """(ops, {command: (best wall s, best CPU s)})."""
     with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=TMP) as tmp:
         folder = Path(tmp)
         n = make_library(folder, n_ops)
-        best = {"check": (math.inf, math.inf), "generate": (math.inf, math.inf)}
+        best: dict[str, tuple[float, float]] = {}
         for _ in range(rounds):
-            for name in best:
+            for name in ("check", "generate"):
                 args = ["-m", "codegen", name, "--root", str(fresh_dir(folder)),
                         str(folder / "schemas")]
-                wall, cpu = run(args, folder, codegen_root, cold=True)
-                best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+                keep_best(best, name, run(args, folder, codegen_root, cold=True))
         return n, best
 
 
@@ -186,21 +192,17 @@ def time_edit(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
         folder = Path(tmp)
         n = make_library(folder, n_ops)
         edited = sorted((folder / "schemas").glob("*.yaml"))[0]
-        best = {"full": (math.inf, math.inf), "one file edited": (math.inf, math.inf),
-                "start-up": (math.inf, math.inf)}
+        best: dict[str, tuple[float, float]] = {}
         for i in range(rounds):
             # The floor of any run: the interpreter and the modules a generate imports.
-            wall, cpu = run(["-c", "import codegen.__main__"], folder, codegen_root)
-            best["start-up"] = (min(best["start-up"][0], wall), min(best["start-up"][1], cpu))
+            keep_best(best, "start-up", run(["-c", "import codegen.__main__"], folder,
+                                            codegen_root))
             args = ["-m", "codegen", "generate", "--root", str(fresh_dir(folder)), "schemas"]
-            wall, cpu = run(args, folder, codegen_root, cold=True)
-            best["full"] = (min(best["full"][0], wall), min(best["full"][1], cpu))
+            keep_best(best, "full", run(args, folder, codegen_root, cold=True))
             run(args, folder, codegen_root)          # fills the cache
             text = edited.read_text()
             edited.write_text(text.replace("doc: ", f"doc: (edit {i}) ", 1))
-            wall, cpu = run(args, folder, codegen_root)
-            k = "one file edited"
-            best[k] = (min(best[k][0], wall), min(best[k][1], cpu))
+            keep_best(best, "one file edited", run(args, folder, codegen_root))
         return n, best
 
 
