@@ -665,11 +665,13 @@ def note_library(ops: Iterable[Op]) -> None:
 def _check_second_order_error(fn: Any, leaves: list[torch.Tensor], op: Op,
                               callees: list[str]) -> None:
     outs = [t for t in fn(*leaves) if t.requires_grad]
-    grads = torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs],
-                                create_graph=True, allow_unused=True)
+    # The incoming gradients are differentiated too, as gradgradcheck does: a backward linear in
+    # them (a formula calling an op on `grad` alone) reaches its callee through them only.
+    cotangents = [torch.ones_like(t, requires_grad=True) for t in outs]
+    grads = torch.autograd.grad(outs, leaves, cotangents, create_graph=True, allow_unused=True)
     total = torch.stack([g.sum() for g in grads if g is not None]).sum()
     try:
-        torch.autograd.grad(total, leaves, allow_unused=True)
+        torch.autograd.grad(total, leaves + cotangents, allow_unused=True)
     except RuntimeError as e:
         if not any(n in str(e) for n in [str(op.name), *callees]):
             raise AssertionError(f"second backward of {op.name} failed without naming the op: "

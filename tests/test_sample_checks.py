@@ -1,7 +1,8 @@
 """The sample checks (codegen/testing.py) on a library written to exercise them:
 tests/samplelib/ops.yaml, one op per kind of behaviour the checks must read from an op file
 (structural sizes tied to int arguments, index tensors over a SymInt, data-dependent output, bool
-and index outputs, a `not_implemented` second derivative, a `Generator?`, a differentiable random
+and index outputs, a `not_implemented` second derivative, a backward that calls an op without
+derivatives on the incoming gradient alone, a `Generator?`, a differentiable random
 op, a `Tensor[]` return, a float32-only kernel, dtype arguments, CompositeImplicitAutograd ops (one
 over ops differentiable once), a mutating op, a `leading` batching rule with a shared weight).
 Python kernels only: nothing is built.
