@@ -34,6 +34,21 @@ def split_in_a_fresh_process(code: str) -> subprocess.CompletedProcess:
                       + textwrap.dedent(code))
 
 
+def counting_forks(code: str, **env: str) -> subprocess.CompletedProcess:
+    """`code` run where `forks` lists the children this process forks."""
+    return run_python(textwrap.dedent("""
+        import os
+        forks = []
+        real_fork = os.fork
+        def fork():
+            pid = real_fork()
+            if pid:
+                forks.append(pid)
+            return pid
+        os.fork = fork
+    """) + textwrap.dedent(code), **env)
+
+
 def test_requested(monkeypatch):
     monkeypatch.delenv(jobs.ENV, raising=False)
     assert jobs.requested() is None
@@ -190,19 +205,10 @@ def test_children_do_the_work_and_fill_the_load_cache(tmp_path):
     """Not vacuous: with OPGEN_JOBS=3, op files are parsed and generators run in children (the
     parent parses a third of the files and forks), and what they parse is kept in the cache."""
     root = project_copy(tmp_path)
-    proc = run_python(f"""
-        import os
+    proc = counting_forks(f"""
         from pathlib import Path
         from codegen import config, gen, load
         from codegen.diagnostics import Diagnostics
-        forks = []
-        real_fork = os.fork
-        def fork():
-            pid = real_fork()
-            if pid:
-                forks.append(pid)
-            return pid
-        os.fork = fork
         parsed = []
         real = load._parse
         load._parse = lambda path, rules: parsed.append(path) or real(path, rules)
@@ -227,17 +233,8 @@ def test_no_more_processes_than_files_to_parse(tmp_path):
     """OPGEN_JOBS=8 and two op files to parse: one child, not seven, six of them with nothing to
     parse."""
     root = project_copy(tmp_path)
-    proc = run_python(f"""
-        import os
+    proc = counting_forks(f"""
         from codegen import load
-        forks = []
-        real_fork = os.fork
-        def fork():
-            pid = real_fork()
-            if pid:
-                forks.append(pid)
-            return pid
-        os.fork = fork
         os.chdir({str(root)!r})
         lib = load.load_library(["schemas/core.yaml", "schemas/python.yaml"])
         print(len(forks), len(lib.files))
