@@ -91,7 +91,7 @@ def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
     if args.depfile:
         ninja.write_depfile(Path(args.depfile), lib, project)
     for rel in written:
-        print(f"wrote {rel}")
+        print(f"{'wrote' if rel in fileset.files else 'removed'} {rel}")
     if not written:
         print(f"{len(fileset.files)} files up to date")
     return 0

@@ -76,7 +76,7 @@ class Project:
 
     @property
     def generated_in_package(self) -> bool:
-        return _is_below(self.generated, self.package_dir)
+        return is_below(self.generated, self.package_dir)
 
     @property
     def module_prefix(self) -> str:
@@ -108,7 +108,7 @@ class Project:
             return p.as_posix()
 
 
-def _is_below(path: str, directory: str) -> bool:
+def is_below(path: str, directory: str) -> bool:
     if directory in ("", "."):
         return True
     return PurePosixPath(path).parts[:len(PurePosixPath(directory).parts)] == \
@@ -358,7 +358,7 @@ class _Reader:
         build = self.path("build", table.get("build", "build"))
         libraries = self.path("libraries", table.get("libraries", package_dir))
         if generated is not None and self.diags is not None and \
-                _is_below(generated, package_dir) and generated != package_dir:
+                is_below(generated, package_dir) and generated != package_dir:
             rel = PurePosixPath(generated).relative_to(package_dir)
             if not all(_IDENT.match(p) and not keyword.iskeyword(p) for p in rel.parts):
                 self.error(self.at.value("generated"), f"'generated' lies inside the package, so "
@@ -368,6 +368,11 @@ class _Reader:
             self.error(self.at.value("generated"), "'generated' cannot be the package directory "
                        "itself (code generation removes every file there that it did not write)",
                        f"use a subdirectory, e.g. '{package_dir}/_generated'")
+        elif generated is not None:
+            self.generated_overlap(table, generated, {
+                PYPROJECT: PYPROJECT, "package-dir": package_dir, "schemas": schemas,
+                "kernels": kernels, "python-roots": roots, "build": build,
+                "libraries": libraries})
         commands = {}
         for key in ("build-command", "codegen-command"):
             value = table.get(key)
@@ -400,6 +405,22 @@ class _Reader:
                        schemas=tuple(schemas), kernels=tuple(kernels or ()),
                        python_roots=tuple(roots), generated=generated, build=build,
                        libraries=libraries, cmake=cmake, **commands, **extra)
+
+    def generated_overlap(self, table: dict, generated: str, owned: dict[str, object]) -> None:
+        """Code generation removes every file under `generated` that it did not write, so it
+        must hold none of the project's own files."""
+        owned = {**owned, **{k: table[k] for k in ("snapshot", "docs")
+                             if isinstance(table.get(k), str)}}
+        for key, value in owned.items():
+            for own in [value] if isinstance(value, str) else list(value or ()):  # type: ignore
+                if is_below(PurePosixPath(own.replace("\\", "/")).as_posix(), generated):
+                    what = ("the project itself" if key == PYPROJECT
+                            else f"{own}, a '{key}' path")
+                    self.error(self.at.value("generated"), f"'generated' would hold {what}, and "
+                               "code generation removes every file there that it did not write",
+                               "give the generated sources a directory of their own, e.g. "
+                               f"'{owned['package-dir']}/_generated'")
+                    return
 
     def path(self, key: str, value: object, *, must: str | None = None, explicit: bool = True,
              item: bool = False) -> str | None:

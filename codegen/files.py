@@ -290,8 +290,9 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
 
 
 def orphans(root: Path, fileset: FileSet, prune_dir: str) -> list[str]:
-    """Files under root/prune_dir that are not in the set: outputs of ops since deleted, and
-    temporaries a killed run left behind."""
+    """Files under root/prune_dir that are not in the set but that opgen wrote: outputs of ops
+    since deleted, and temporaries a killed run left behind. Anything else there (a user's file)
+    is never touched."""
     base = root / prune_dir
     if not base.is_dir():
         return []
@@ -300,6 +301,17 @@ def orphans(root: Path, fileset: FileSet, prune_dir: str) -> list[str]:
     for p in sorted(base.rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
             rel = p.relative_to(root).as_posix()
-            if rel not in keep:
+            if rel not in keep and _written_by_opgen(p):
                 out.append(rel)
     return out
+
+
+def _written_by_opgen(path: Path) -> bool:
+    if path.name.startswith(TEMP_PREFIX) and path.name.endswith(TEMP_SUFFIX):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return False
+    return b"@generated" in head and b"do not edit" in head    # every generated file's banner

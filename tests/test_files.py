@@ -213,3 +213,28 @@ def test_build_notices_a_file_changed_under_the_stamp(tmp_path: Path) -> None:
     assert out.getvalue() == ("note: generated/cpp/wr/wr.h differs from the set "
                               f"{SET_STAMP} records; regenerating before the build\n")
     assert not (root / SET_STAMP).exists()     # so ninja's codegen edge reruns first
+
+
+def test_pruning_removes_only_what_opgen_wrote(tmp_path: Path, capsys, monkeypatch) -> None:
+    """An op deleted from the YAML takes its generated files with it (printed as removed), and a
+    leftover temporary goes too; a file of the user's in the generated directory stays."""
+    from codegen.__main__ import main
+
+    root = generated_v1(tmp_path)
+    (root / "schemas" / "wr.yaml").write_text(V2)
+    monkeypatch.chdir(root)
+    assert main(["generate", "schemas"]) == 0
+    thrice = "generated/cpp/wr/wr/thrice.h"
+    assert (root / thrice).is_file()
+    notes = root / "generated" / "NOTES.txt"
+    notes.write_text("mine\n")
+    temporary = root / "generated" / "cpp" / f"{files.TEMP_PREFIX}0123456789ab{files.TEMP_SUFFIX}"
+    temporary.write_text("half a file")
+    (root / "schemas" / "wr.yaml").write_text(V1)
+    capsys.readouterr()
+    assert main(["generate", "schemas"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"removed {thrice}" in out and f"removed {temporary.relative_to(root)}" in out
+    assert not (root / thrice).exists() and not temporary.exists()
+    assert notes.read_text() == "mine\n"
+    assert main(["generate", "--check", "schemas"]) == 0

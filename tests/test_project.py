@@ -98,6 +98,33 @@ def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> 
     expect.check_file(case.with_suffix(".expected"), err)
 
 
+@pytest.mark.parametrize("generated, key", [
+    ("ops", "schemas"), ("csrc", "kernels"), ("build/gen", None), ("csrc/cpu/_gen", None)])
+def test_generated_never_holds_the_projects_files(generated: str, key: str | None,
+                                                  tmp_path: Path) -> None:
+    """Generation prunes `generated`, so a directory holding the project's own files is refused
+    before anything is touched; one inside the build or a kernel directory is fine (the kernel
+    search skips it)."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "pyproject.toml").write_text(
+        f'[tool.opgen]\npackage = "alphaops"\nschemas = ["ops"]\nkernels = ["csrc"]\n'
+        f'generated = "{generated}"\n', encoding="utf-8")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    gen = opgen("generate", cwd=root)
+    if key is None:
+        assert gen.returncode == 0, gen.stderr
+        assert opgen("generate", "--check", cwd=root).returncode == 0
+        ninja = (root / generated / "build.ninja").read_text(encoding="utf-8")
+        sources = re.findall(r"^build \S+: cxx (\S+)", ninja, re.M)
+        assert len(sources) == len(set(sources)) > 2     # generated sources are not kernels too
+        assert all(p.read_bytes() == b for p, b in before.items())
+        return
+    assert (gen.returncode, gen.stdout) == (1, "")
+    assert f"error: 'generated' would hold {generated}, a '{key}' path, and code generation " \
+        "removes every file there that it did not write" in gen.stderr
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
 KERNEL_WITH_TORCH_LIBRARY = """\
 #include <{ns}/{ns}.h>
 

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from ninja import ninja_syntax
 
 from codegen.abi import namespace_abi
-from codegen.config import KERNEL_SUFFIXES, Project
+from codegen.config import KERNEL_SUFFIXES, Project, is_below
 from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
@@ -233,6 +233,8 @@ def kernel_sources(project: Project, namespaces: list[str], root: Path = Path(".
             rel = p.relative_to(base)
             if any(part.startswith(".") for part in rel.parts):
                 continue
+            if is_below(f"{kdir}/{rel.as_posix()}", project.generated):
+                continue    # generated sources, not kernels
             if p.is_dir():
                 dirs.append(f"{kdir}/{rel.as_posix()}")
                 continue
