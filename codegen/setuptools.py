@@ -10,7 +10,8 @@ the package, its generated modules and its `lib<ns>_ops.so`, which needs torch a
 What it does on top of setuptools (all through setuptools' own extension points):
 - generates first, so the generated subpackage exists when the packages are listed;
 - `packages` (unless given): the project's package and its subpackages, generated one included;
-- `package_data` (added to what is given): the built libraries, the `.pyi` stubs, `py.typed`;
+- `package_data` (added to what is given): the built libraries, the `.pyi` stubs, `py.typed`
+  (written into the wheel when the package has none: the stubs make it typed);
 - `build_py` compiles the libraries before copying the package (`pip install -e .` too: the
   libraries are built in place, inside the package, so the editable install finds them);
 - the distribution reports binary content, so the wheel gets the platform tag;
@@ -234,6 +235,11 @@ class build_py(_build_py):
         _run(["--project", str(project.root), "build"])
         self.__dict__.pop("data_files", None)   # list the package data again: the libraries
         super().run()
+        if not getattr(self, "editable_mode", False):
+            # The wheel holds .pyi stubs, so it says it is typed (PEP 561).
+            marker = Path(self.build_lib, *project.package.split("."), "py.typed")
+            if not marker.exists():
+                marker.write_text("", encoding="utf-8")
 
 
 def setup(**kwargs) -> None:
@@ -249,12 +255,15 @@ def setup(**kwargs) -> None:
         if str(parent) != ".":
             kwargs.setdefault("package_dir", {"": str(parent)})
     data = {k: list(v) for k, v in kwargs.get("package_data", {}).items()}
-    if _below(project.libraries, project.package_dir):
-        owner = _package_of(project, project.libraries)
-        data.setdefault(owner, []).append("lib*_ops.so")
-    else:
-        print(f"warning: [tool.opgen] libraries = {project.libraries} is outside the package "
-              f"{project.package_dir}; the wheel will not hold the op libraries", file=sys.stderr)
+    if not config.is_below(project.libraries, project.package_dir):
+        diags = Diagnostics()
+        diags.error(config.locate_value(project, "libraries", diags),
+                    f"'libraries' is outside the package {project.package_dir}, so a wheel "
+                    "would not hold the op libraries", f"build them inside the package, e.g. "
+                    f"libraries = \"{project.package_dir}\" (the default)")
+        print(diags.render(), file=sys.stderr)
+        raise SystemExit(1)
+    data.setdefault(_package_of(project, project.libraries), []).append("lib*_ops.so")
     if project.generated_in_package:
         data.setdefault(project.module_prefix, []).append("*.pyi")
     data.setdefault(project.package, []).append("py.typed")
@@ -292,11 +301,6 @@ def _promise(project: config.Project) -> TorchPromise | None:
     except InvalidVersion:
         raise SystemExit(f"error: torch's version {torch.__version__!r} is not a PEP 440 "
                          "version; cannot say which torch the wheel needs") from None
-
-
-def _below(path: str, directory: str) -> bool:
-    return PurePosixPath(path).parts[:len(PurePosixPath(directory).parts)] == \
-        PurePosixPath(directory).parts
 
 
 def _package_of(project: config.Project, directory: str) -> str:

@@ -54,6 +54,21 @@ def test_python_path_is_a_located_note(monkeypatch) -> None:
     assert not diags.has_errors
 
 
+def test_torch_function_note_names_it_once(tmp_path: Path) -> None:
+    """A torch function the translator does not know is named, with the reason said once."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trq\nops:\n"
+                    "  - func: shrink(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: shrink_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad * torch.special.i0e(self)\n")
+    _, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == [
+        "trq::shrink: its Autograd kernel stays in Python: its formulas use torch.special.i0e, "
+        "which the C++ translation does not carry"]
+
+
 def test_example_library_split(monkeypatch) -> None:
     """The example's C++-kernel ops get C++ autograd; its Python-kernel ops and the stable
     namespace keep Python, and the Python module registers no Autograd kernel for the others."""

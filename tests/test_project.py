@@ -267,6 +267,7 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
         info = f"{package}-0.1.0.dist-info"
         assert names == sorted([
             f"{package}/__init__.py", f"{package}/kernels.py", f"{package}/lib{ns}_ops.so",
+            f"{package}/py.typed",
             *(f"{package}/_generated/{f}" for f in (
                 "__init__.py", "_aoti.py", "_loader.py", "_manifest.py", f"_reg_{ns}.py",
                 "ops.py", "ops.pyi")),

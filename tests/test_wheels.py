@@ -98,6 +98,23 @@ def test_contradiction_fails_the_build(tmp_path: Path) -> None:
     assert not list(root.glob("alphaops/*.so"))
 
 
+def test_libraries_outside_the_package_fail_the_wheel(tmp_path: Path) -> None:
+    """A wheel without its op libraries would fail at import: setup() refuses, at the key."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'libraries = "build/lib"\n')
+    proc = subprocess.run([sys.executable, "setup.py", "--version"], cwd=root,
+                          env=scratch.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        "pyproject.toml:14:13: error: 'libraries' is outside the package alphaops, so a wheel "
+        "would not hold the op libraries\n"
+        '    libraries = "build/lib"\n'
+        "                ^~~~~~~~~~~\n"
+        'hint: build them inside the package, e.g. libraries = "alphaops" (the default)\n'
+        "1 error generated.\n"), proc.stderr
+
+
 # --------------------------------------------------------------------------------------------------
 # Wheels (slow)
 

@@ -719,8 +719,8 @@ class _Builder:
                 return f"{oc}.{method}({', '.join(args)})", T
             raise NotCpp(f"the method .{func.name}")
         if isinstance(func, F.TorchRef):
-            raise NotCpp(f"torch.{'.'.join(func.path)}, which has no C++ translation here")
-        raise NotCpp("a call the C++ translation does not carry")
+            raise NotCpp(f"torch.{'.'.join(func.path)}")
+        raise NotCpp("this form of call")
 
     def _listcomp(self, e: F.ListComp) -> tuple[str, str]:
         it = e.iterable
