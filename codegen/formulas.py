@@ -542,6 +542,9 @@ class _Checker:
             index = self._return_index(n[len("grad_"):])
             if index is not None:
                 return self._grad(index, node.span)
+        index = self._return_index(n)     # a return's own name wins over `result`, `grads`
+        if index is not None:
+            return ResultRef(index)
         if n == "grads":
             return GradsRef()
         if n == "result":
@@ -551,9 +554,6 @@ class _Checker:
                              f"{len(self.returns)}", self._result_names_hint())
         if n == "results":
             return ResultsRef()
-        index = self._return_index(n)
-        if index is not None:
-            return ResultRef(index)
         if n == "torch":
             return TorchRef(())
         if n in BUILTINS:

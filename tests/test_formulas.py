@@ -154,6 +154,14 @@ def test_saved_plan():
                            values=("s",), results=(0,))
 
 
+def test_a_return_named_like_a_formula_name_is_that_return():
+    """A return called `result` (or `grads`) of an op with several is that return, as its other
+    names are; the formula language's own meaning is for ops whose returns do not take it."""
+    schema = parse_schema("ex::f(Tensor x) -> (Tensor result, Tensor grads)")
+    d = _derivatives(schema, {"x": "grad_result + grad_grads * result * grads"})
+    assert F.saved(d, schema).results == (0, 1)
+
+
 def test_non_differentiable_output(library):
     x = torch.randn(4, 3, requires_grad=True)
     values, indices = torch.ops.gradtest.max_with_index(x, 0)
