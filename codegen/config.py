@@ -348,6 +348,8 @@ class _Reader:
         package_dir = self.path("package-dir", table.get("package-dir", default_dir),
                                 must="dir", explicit="package-dir" in table)
         package_dir = package_dir or default_dir
+        if "package-dir" not in table and not (self.root / default_dir).is_dir():
+            self.missing_package(package, pkg_path)
         parent = str(PurePosixPath(package_dir).parent)
         schemas = self.paths("schemas", table.get("schemas", ["schemas"]), must="exists",
                              explicit="schemas" in table)
@@ -421,6 +423,15 @@ class _Reader:
                                "give the generated sources a directory of their own, e.g. "
                                f"'{owned['package-dir']}/_generated'")
                     return
+
+    def missing_package(self, package: str, pkg_path: str) -> None:
+        """No directory holds the package: a misspelling would otherwise grow a new tree."""
+        found = [p.parent.relative_to(base).as_posix().replace("/", ".")
+                 for base in (self.root, self.root / "src") if base.is_dir()
+                 for p in sorted(base.glob("*/__init__.py"))]
+        self.error(self.at.value("package"), f"no directory {pkg_path} or src/{pkg_path} holds "
+                   f"the package '{package}'", did_you_mean(package, found)
+                   or "create the package, or say where it is with 'package-dir'")
 
     def path(self, key: str, value: object, *, must: str | None = None, explicit: bool = True,
              item: bool = False) -> str | None:

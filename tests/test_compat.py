@@ -449,6 +449,7 @@ def test_snapshot_path_from_pyproject(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         '[tool.opgen]\npackage = "p"\nschemas = ["ops.yaml"]\nsnapshot = "api/ops.lock"\n')
+    (tmp_path / "p").mkdir()
     (tmp_path / "ops.yaml").write_text(BASE)
     assert run(["snapshot"], capsys)[:2] == (0, "wrote api/ops.lock (4 ops)\n")
     assert run(["bc-check"], capsys)[0] == 0
