@@ -97,6 +97,7 @@ def test_sample_calls_run(monkeypatch):
 def project(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "schemas").mkdir()
+    (tmp_path / "p").mkdir()      # the package the pyproject.toml files below name
     (tmp_path / "schemas" / "ops.yaml").write_text(
         "namespace: ex\nops:\n  - func: f(Tensor x) -> Tensor\n    doc: One *op*.\n")
     return tmp_path
