@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from codegen import formulas as F
 from codegen.formulas import Derivatives, library_calls
-from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like
+from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, untraceable_return
 from codegen.shape import fake_of
 from codegen.tags import functional_variant
 
@@ -133,10 +133,11 @@ def autocast_rule(op: Op) -> str | None:
 
 
 def compiles(op: Op, lib: OpLibrary) -> bool:
-    """Whether torch.compile and torch.export can trace the op: fake tensors can run it, and a
+    """Whether torch.compile and torch.export can trace the op: fake tensors can run it, it
+    returns no lone non-Tensor (model.untraceable_return), and a
     mutating op can be functionalized (a functional variant, or torch's auto_functionalize for an
     op returning no alias of what it mutates, or tagged `inplace`/`out`)."""
-    if "Meta" not in devices(op):
+    if "Meta" not in devices(op) or untraceable_return(op.schema.returns) is not None:
         return False
     s = op.schema
     if not s.mutable_arguments:

@@ -157,6 +157,7 @@ WARNINGS: dict[str, str] = {
     "none-return": "'-> None' is registered as '-> ()'",
     "no-torch-func": "torch.func transforms cannot differentiate the op (autograd can)",
     "list-after-default": "a list argument without a default follows one with a default",
+    "non-tensor-return": "torch.compile cannot trace an op returning a lone non-Tensor",
     "alias-on-non-tensor": "an alias annotation on a type that is not a Tensor has no effect",
     "inplace-without-mutation": "an op named like an in-place op mutates none of its arguments",
     "out-tag": "an `out` tag on an out= op with a functional variant breaks inductor (torch 2.13+)",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Union
 
@@ -232,6 +233,21 @@ def is_tensor_like(t: Type) -> bool:
     if isinstance(t, ListType):
         t = strip_optional(t.elem)
     return is_base(t, BaseTy.Tensor)
+
+
+def untraceable_return(returns: Sequence[Return]) -> Return | None:
+    """The op's only return when torch.compile cannot put it in a graph: Dynamo graph-breaks on
+    an op returning a lone int, SymInt, bool, str, Scalar, dtype, device (optional or not) or
+    str[]; a float, a list of numbers or several returns trace (tests/test_traceable_returns.py
+    holds the rule to torch)."""
+    if len(returns) != 1:
+        return None
+    t = strip_optional(returns[0].type)
+    if isinstance(t, BaseType) and t.name not in (BaseTy.Tensor, BaseTy.float, BaseTy.NoneType):
+        return returns[0]
+    if isinstance(t, ListType) and is_base(strip_optional(t.elem), BaseTy.str):
+        return returns[0]
+    return None
 
 
 def is_tensor_list(t: Type) -> bool:

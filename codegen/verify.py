@@ -58,6 +58,7 @@ from codegen.model import (
     is_tensor_like,
     iter_types,
     strip_optional,
+    untraceable_return,
     without_alias,
 )
 from codegen.schema_errors import foreign_type_hint
@@ -133,6 +134,7 @@ def verify_op(op: Op, diags: Diagnostics, rules: Rules = DEFAULT_RULES, *,
     v.types()
     v.defaults()
     v.aliasing()
+    v.traceable()
     v.dispatch(fake_loc if fake_loc is not None else _fake_loc(op))
     v.vmap()
     return v.ok
@@ -447,6 +449,16 @@ class _OpVerifier:
         if not _fits(d, a.type):
             self.error(span, f"default value {d} does not fit type '{a.type}' of argument "
                        f"'{a.name}'", _default_hint(d, a.type))
+
+    def traceable(self) -> None:
+        r = untraceable_return(self.schema.returns)
+        if r is not None:
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.compile cannot trace a call of this op: it returns a lone "
+                         f"'{r.type}', which Dynamo does not put in a graph (a graph break, so "
+                         "fullgraph=True fails), and torch.export records its value as a "
+                         "constant", "return a Tensor (a 0-dim one for a number) where the op "
+                         "must compile")
 
     # -- aliasing and mutation (torchgen's conventions) --------------------------------------------
 

@@ -214,7 +214,10 @@ class YamlFile:
         self.diags.error(where if isinstance(where, Loc) else self.loc(where), message, hint)
 
     def check_error_limit(self) -> None:
-        if len(self.diags.items) - self.first_error >= MAX_ERRORS_PER_FILE:
+        items = self.diags.items
+        if len(items) - self.first_error >= MAX_ERRORS_PER_FILE and sum(
+                1 for d in items[self.first_error:] if d.severity == "error") \
+                >= MAX_ERRORS_PER_FILE:     # warnings and notes do not count
             raise TooManyErrors
 
     def locator(self, node: Scalar) -> Callable[[int, int], Loc]:

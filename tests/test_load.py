@@ -541,6 +541,20 @@ def test_error_limit_per_file(tmp_path):
     assert len(e.value.diags.render()) < 30_000
 
 
+def test_warnings_do_not_count_towards_the_error_limit(tmp_path):
+    """A file of 60 ops with a warning each (torch's own native_functions.yaml has more) and one
+    error reports that error, not "too many errors"."""
+    ops = "".join(f"  - func: n{i}(Tensor x) -> int\n" for i in range(60))
+    p = tmp_path / "ops.yaml"
+    p.write_text(f"namespace: ex\nops:\n{ops}  - func: bad(Tensr x) -> Tensor\n")
+    with pytest.raises(UserError) as e:
+        load_library([str(p)])
+    items = e.value.diags.items
+    assert [d.severity for d in items].count("warning") == 60
+    assert [d.message for d in items if d.severity == "error"] == [
+        "unknown type 'Tensr' for argument 'x'"]
+
+
 def test_entries_wait_for_a_late_namespace(tmp_path):
     lib = load_one(tmp_path, """\
         ops:

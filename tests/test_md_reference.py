@@ -63,6 +63,18 @@ def test_support_matrix_reads_the_ir(monkeypatch):
     assert all(row.values())
 
 
+def test_lone_int_return_does_not_compile(tmp_path):
+    """vLLM's `init_custom_ar(...) -> int` graph-breaks torch.compile: compile and export ✗."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: ar\nops:\n"
+                    "  - func: init_custom_ar(int[] ipc_tensors, Tensor rank_data, int rank, "
+                    "bool fully_connected) -> int\n    dispatch: {CPU: init_cpu}\n"
+                    "    fake: len(ipc_tensors)\n    suppress: [non-tensor-return]\n")
+    lib = load_library([str(path)])
+    row = md_reference.support(lib.ops[0], lib)
+    assert {k for k, v in row.items() if v} == {"CPU", "Meta"}
+
+
 def test_sample_calls_run(monkeypatch):
     """Each example call is Python that builds the sample's arguments (checked with the op
     replaced by a recorder)."""

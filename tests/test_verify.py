@@ -194,7 +194,7 @@ def test_torch_native_functions_pass_with_the_torch_corpus_rules(tmp_path):
     # With our own rules, only the three `from` arguments are refused.
     with pytest.raises(UserError) as e:
         load_library([str(out)])
-    assert [d.message for d in e.value.diags.sorted()] == [
+    assert [d.message for d in e.value.diags.sorted() if d.severity == "error"] == [
         "argument name 'from' is a Python keyword"] * 3
 
 

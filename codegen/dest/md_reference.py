@@ -88,7 +88,8 @@ def namespace_page(lib: OpLibrary, ns: str, ops: tuple[Op, ...]) -> str:
                      + " | ".join(YES if row[c] else NO for c in COLUMNS) + " |")
     lines += ["", "CPU, CUDA: a kernel for the device, or a composite one. Meta: fake tensors "
               "can run it (a fake rule, a Meta kernel or a decomposition). compile, export: "
-              "fake tensors run it and torch.compile and torch.export can functionalize it. "
+              "fake tensors run it, it returns no lone non-Tensor, and torch.compile and "
+              "torch.export can functionalize it. "
               "vmap: a batching rule or a decomposition.", ""]
     for op in ops:
         lines += op_section(lib, op)
