@@ -123,7 +123,15 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
         try:
             values = {k: entry[k] for k in C.Contract.FIELDS}
             for k in ("tags", "kernels", "devices", "differentiable"):
+                if not isinstance(values[k], list) or \
+                        not all(isinstance(v, str) for v in values[k]):
+                    raise TypeError(k)      # a string would read as a list of letters
                 values[k] = tuple(values[k])
+            for k, kind in (("schema", str), ("file", str), ("fake", (str, type(None))),
+                            ("double_backward", (bool, type(None))),
+                            ("vmap", (str, type(None))), ("autocast", (str, type(None)))):
+                if not isinstance(values[k], kind):
+                    raise TypeError(k)
             ops[name] = C.Contract(**values)
         except (KeyError, TypeError):
             diags.error(Loc(path, lines.get(name, 1), 5 if name in lines else 1),

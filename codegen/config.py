@@ -353,6 +353,9 @@ class _Reader:
         parent = str(PurePosixPath(package_dir).parent)
         schemas = self.paths("schemas", table.get("schemas", ["schemas"]), must="exists",
                              explicit="schemas" in table)
+        if schemas == [] and table.get("schemas") == []:
+            self.error(self.at.value("schemas"), "'schemas' is empty: the project has no op files",
+                       'name the op files or their directories, e.g. schemas = ["schemas"]')
         kernels = self.kernels(table)
         roots = self.paths("python-roots", table.get("python-roots", [parent]), must="dir",
                            explicit="python-roots" in table)
@@ -386,10 +389,17 @@ class _Reader:
         if not isinstance(cmake, bool):
             self.error(self.at.value("cmake"), f"'cmake' must be true or false, not {_repr(cmake)}")
         extra = {}
-        for key in ("snapshot", "docs"):
+        for key, want in (("snapshot", "file"), ("docs", "directory")):
             if key in table:
                 value = self.path(key, table[key])
-                if value is not None:
+                target = self.root / value if value is not None else None
+                if target is not None and target.exists() and target.is_dir() != (
+                        want == "directory"):
+                    self.error(self.at.value(key), f"'{key}': {value} is a "
+                               f"{'directory' if target.is_dir() else 'file'}, not a {want}",
+                               "the op contracts are one JSON file" if key == "snapshot" else
+                               "`opgen docs` writes one Markdown file per namespace there")
+                elif value is not None:
                     extra[key] = value
         cuda_arch = table.get("cuda-arch")
         if isinstance(cuda_arch, list) and all(isinstance(a, str) for a in cuda_arch):

@@ -616,6 +616,13 @@ def test_damaged_snapshot_entries(lib):
     assert code == 1
     assert err.startswith("schemas/opgen.lock:1:1: error: the snapshot's entry for 'ex::g' is "
                           "damaged\n")
+    # A field of the wrong type (a string where a list belongs would read letter by letter).
+    for field, value in (("tags", "pt2_compliant_tag"), ("double_backward", "yes")):
+        data = json.loads(text)
+        data["ops"]["ex::g"][field] = value
+        lock.write_text(json.dumps(data))
+        code, _, err = lib(BASE)
+        assert code == 1 and "error: the snapshot's entry for 'ex::g' is damaged\n" in err, field
 
 
 def test_snapshot_option_is_relative_to_where_it_runs(lib, monkeypatch, capsys):
