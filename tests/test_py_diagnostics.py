@@ -64,3 +64,26 @@ def test_every_case_gives_one_error(monkeypatch):
 
 def test_no_orphan_expectations():
     assert expect.orphans(CASES_DIR, CASES) == []
+
+
+def test_kernel_module_that_does_not_parse_is_reported_once(tmp_path, monkeypatch, capsys):
+    """Three kernels named in a module with a syntax error: one error, at the error in the module,
+    not one per kernel."""
+    (tmp_path / "brokenk.py").write_text("def f(x):\n    return x\n\ndef g(:\n    pass\n")
+    (tmp_path / "ops.yaml").write_text(
+        "namespace: ex\nops:\n"
+        "  - func: f(Tensor x) -> Tensor\n"
+        "    dispatch: {CompositeExplicitAutograd: 'brokenk:f'}\n"
+        "    fake: brokenk:f\n"
+        "  - func: g(Tensor x) -> Tensor\n"
+        "    dispatch: {CompositeExplicitAutograd: 'brokenk:g'}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli(["check", "ops.yaml"]) == 1
+    assert capsys.readouterr().err == (
+        "brokenk.py:4:7: error: invalid syntax, so opgen cannot read the kernels the op files "
+        "name in brokenk.py\n"
+        "    def g(:\n"
+        "          ^\n"
+        "hint: ops.yaml:4:43 names kernel brokenk:f in it\n"
+        "1 error generated.\n")

@@ -5,6 +5,7 @@ without importing anything, and checked against the schema (parameters and defau
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import os
 import re
@@ -91,6 +92,7 @@ class PySources:
     def __init__(self, roots: list[Path]) -> None:
         self.roots = roots      # python_roots(project)
         self._found: dict[str, Path | None] = {}
+        self.unreadable: set[Path] = set()     # reported once, not once per kernel named in it
 
     def find(self, module: str) -> Path | None:
         if module not in self._found:
@@ -118,7 +120,9 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
     try:
         module = sources.parse(path)
     except (SyntaxError, UnicodeDecodeError, OSError) as e:
-        diags.error(ref.loc, f"cannot read {what} {ref}: {_shown(path)} does not parse ({e})")
+        if path not in sources.unreadable:
+            sources.unreadable.add(path)
+            _unreadable(path, e, ref, what, diags)
         return
     if "." in ref.name:
         return  # a method of a class: its binding happens at run time
@@ -137,6 +141,21 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
                     + ", ".join(["info", "in_dims"][:leading] + P.parameters(schema)) + ")`")
         return
     _check_defaults(ref, fn, module, schema, diags, what, leading)
+
+
+def _unreadable(path: Path, e: Exception, ref: PyRef, what: str, diags: Diagnostics) -> None:
+    shown = _shown(path)
+    if isinstance(e, SyntaxError) and e.lineno:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            diags.add_source(shown, path.read_text(encoding="utf-8"))
+        col = e.offset or 1
+        length = (e.end_offset - col) if e.end_lineno == e.lineno and e.end_offset else 1
+        diags.error(Loc(shown, e.lineno, col, max(1, length)), f"{e.msg}, so opgen cannot read "
+                    f"the kernels the op files name in {shown}",
+                    f"{ref.loc} names {what} {ref} in it")
+        return
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    diags.error(ref.loc, f"cannot read {what} {ref}: {shown} cannot be read ({reason})")
 
 
 def _shown(path: Path) -> str:
