@@ -9,10 +9,12 @@ error (a bug: one line, the traceback only with --debug), 130 when interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sys
 import traceback
+import warnings
 from typing import Callable, NoReturn
 
 from codegen import config
@@ -75,6 +77,10 @@ def run_in_project(args: argparse.Namespace, body: Callable[[config.Project], in
     them all (a third of render time on 2,000 ops, bench/bench_scale.py)."""
     collecting = gc.isenabled()
     gc.disable()
+    quiet = contextlib.ExitStack()
+    quiet.enter_context(warnings.catch_warnings())
+    # torch says this on import where NumPy is not installed; opgen never uses NumPy.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     try:
         project = config.resolve(args.project, Diagnostics())
         if getattr(args, "paths", None):
@@ -98,5 +104,6 @@ def run_in_project(args: argparse.Namespace, body: Callable[[config.Project], in
     except Exception as e:  # noqa: BLE001  (the one place that catches everything)
         return internal_error(e, args.debug)
     finally:
+        quiet.close()
         if collecting:
             gc.enable()

@@ -309,3 +309,23 @@ def test_the_guard_pauses_the_cyclic_collector_and_restores_it() -> None:
         assert not gc.isenabled()      # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+def test_the_guard_silences_torchs_numpy_warning(capsys) -> None:
+    """torch warns on import where NumPy is missing (a user's fresh venv); opgen's commands do
+    not pass that on. Other warnings still show."""
+    import argparse
+    import warnings
+
+    from codegen import cli
+
+    def body(project):
+        warnings.warn("Failed to initialize NumPy: No module named 'numpy'", UserWarning)
+        warnings.warn("something else", UserWarning)
+        return 0
+
+    args = argparse.Namespace(project=None, debug=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert cli.run_in_project(args, body) == 0
+    assert [str(w.message) for w in seen] == ["something else"]
