@@ -1176,7 +1176,8 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
     if ref.bare:
         if ref.overload is None:
             inputs = [a.name for a in op.schema.arguments]
-            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", "result", "torch"]
+            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", "result", "torch"] \
+                + sorted(BUILTINS)
             diags.error(loc, f"unknown name '{ref.name}'",
                         did_you_mean(ref.name, choices)
                         or "formulas name inputs, grad, result, torch, and ops of this library")

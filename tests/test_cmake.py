@@ -82,14 +82,14 @@ def test_cmake_file_is_generated_when_configured(tmp_path: Path) -> None:
     assert str(tmp_path) not in text
     expect.check_file(GOLDEN / "full.cmake", text)
     # Sources per namespace, the library name the loader expects, installed into the package.
-    assert 'add_library(opgen_alphans MODULE\n  "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"\n' \
+    assert 'add_library(opgen_alphans SHARED\n  "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"\n' \
            '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/register_alphans.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/aoti.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/stamp.cpp"\n)' in text
     assert 'OUTPUT_NAME "alphans_ops"' in text
     assert 'install(TARGETS opgen_alphans LIBRARY DESTINATION "alphaops")' in text
-    assert "target_link_libraries(opgen_alphans PRIVATE ${TORCH_LIBRARIES})" in text
+    assert "target_link_libraries(opgen_alphans PUBLIC ${TORCH_LIBRARIES})" in text
     # Regeneration: op files and the configuration are configure dependencies.
     assert '"${OPGEN_PROJECT_ROOT}/ops/alphans.yaml"' in text
     assert '"${OPGEN_PROJECT_ROOT}/pyproject.toml"' in text
@@ -116,6 +116,56 @@ def test_stable_namespace_links_no_python(tmp_path: Path) -> None:
     assert "TORCH_TARGET_VERSION=0x020a000000000000" in block
     assert 'target_include_directories(opgen_stabns SYSTEM PRIVATE "${OPGEN_STABLE_INCLUDE}")' \
         in block
+
+
+PROGRAM_CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.19)
+project(uses_alphaops LANGUAGES CXX)
+set(OPGEN_PYTHON "{python}")
+include(${{CMAKE_CURRENT_SOURCE_DIR}}/alphaops/_generated/opgen.cmake)
+add_executable(uses_ops main.cpp)
+target_link_libraries(uses_ops PRIVATE opgen_alphans)
+"""
+
+PROGRAM = """\
+#include <alphans/alphans.h>   // the generated kernel declarations, from the target's includes
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/torch.h>
+#include <iostream>
+
+int main() {
+  // Linking the library registers its ops: call one through the dispatcher.
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("alphans::twice", "")
+                .typed<at::Tensor(const at::Tensor&)>();
+  at::Tensor y = op.call(torch::ones({3}));
+  at::Tensor direct = alphans::twice_cpu(torch::ones({2}));
+  std::cout << y.sum().item<double>() << " " << direct.sum().item<double>() << "\\n";
+  return 0;
+}
+"""
+
+
+@pytest.mark.slow
+def test_a_cpp_program_links_the_target(tmp_path: Path) -> None:
+    """The CMake target is a shared library a C++ program links: it gets the generated headers
+    and torch from the target, and the ops are registered when the program starts."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    root = to_cmake_project(scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans"),
+                            "alphaops")
+    (root / "CMakeLists.txt").write_text(PROGRAM_CMAKELISTS.format(python=sys.executable),
+                                         encoding="utf-8")
+    (root / "main.cpp").write_text(PROGRAM, encoding="utf-8")
+    build = tmp_path / "build"
+    for cmd in ([sys.executable, "-m", "codegen", "--project", str(root), "generate"], ["cmake", "-S", str(root), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+                ["cmake", "--build", str(build), "-j", "2"]):
+        proc = subprocess.run(cmd, env=scratch.env(), capture_output=True, text=True,
+                              timeout=1800)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+    run = subprocess.run([str(build / "uses_ops")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == "6 4\n"
 
 
 def _skbuild_missing() -> str | None:

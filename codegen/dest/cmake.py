@@ -162,7 +162,7 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
         t = f"opgen_{ns.name}"
         abi = "full libtorch API" if ns.stable_target is None else "stable ABI"
         w(f"# namespace {ns.name} ({abi})")
-        w(f"add_library({t} MODULE")
+        w(f"add_library({t} SHARED")      # SHARED, not MODULE: a C++ program may link it
         for s in (*ns.kernel_sources, *ns.generated_sources):
             w(f"  {_root_relative(s)}")
         w(")")
@@ -183,7 +183,7 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
           'SUFFIX ".so"')
         w("  CXX_STANDARD ${_opgen_cxx_standard} CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF")
         w("  POSITION_INDEPENDENT_CODE ON INSTALL_RPATH \"\")")
-        w(f"target_include_directories({t} PRIVATE {_root_relative(generated_cpp)})")
+        w(f"target_include_directories({t} PUBLIC {_root_relative(generated_cpp)})")
         w(f'target_compile_definitions({t} PRIVATE "OPGEN_TORCH_VERSION=\\"${{OPGEN_TORCH_VERSION}}\\"")')
         if ns.kernel_sources:
             w("# A kernel defined with the wrong signature is an error (codegen/dest/cpp_kernels.py).")
@@ -192,7 +192,7 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
                 w(f"  {_root_relative(s)}")
             w("  PROPERTIES COMPILE_OPTIONS -Werror=missing-declarations)")
         if ns.stable_target is None:
-            w(f"target_link_libraries({t} PRIVATE ${{TORCH_LIBRARIES}})")
+            w(f"target_link_libraries({t} PUBLIC ${{TORCH_LIBRARIES}})")
         else:
             w(f'target_include_directories({t} SYSTEM PRIVATE "${{OPGEN_STABLE_INCLUDE}}")')
             w(f"target_compile_definitions({t} PRIVATE TORCH_TARGET_VERSION={ns.stable_target})")

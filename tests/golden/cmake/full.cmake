@@ -56,7 +56,7 @@ if(NOT _opgen_cxx_standard)
 endif()
 
 # namespace alphans (full libtorch API)
-add_library(opgen_alphans MODULE
+add_library(opgen_alphans SHARED
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"
   "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/register_alphans.cpp"
@@ -66,13 +66,13 @@ add_library(opgen_alphans MODULE
 set_target_properties(opgen_alphans PROPERTIES PREFIX "lib" OUTPUT_NAME "alphans_ops" SUFFIX ".so"
   CXX_STANDARD ${_opgen_cxx_standard} CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF
   POSITION_INDEPENDENT_CODE ON INSTALL_RPATH "")
-target_include_directories(opgen_alphans PRIVATE "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp")
+target_include_directories(opgen_alphans PUBLIC "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp")
 target_compile_definitions(opgen_alphans PRIVATE "OPGEN_TORCH_VERSION=\"${OPGEN_TORCH_VERSION}\"")
 # A kernel defined with the wrong signature is an error (codegen/dest/cpp_kernels.py).
 set_source_files_properties(
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"
   PROPERTIES COMPILE_OPTIONS -Werror=missing-declarations)
-target_link_libraries(opgen_alphans PRIVATE ${TORCH_LIBRARIES})
+target_link_libraries(opgen_alphans PUBLIC ${TORCH_LIBRARIES})
 target_link_options(opgen_alphans PRIVATE -Wl,--no-undefined)
 install(TARGETS opgen_alphans LIBRARY DESTINATION "alphaops")

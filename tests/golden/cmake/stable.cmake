@@ -72,7 +72,7 @@ endforeach()
 find_library(OPGEN_TORCH_CPU_LIBRARY torch_cpu PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
 
 # namespace stabns (stable ABI)
-add_library(opgen_stabns MODULE
+add_library(opgen_stabns SHARED
   "${OPGEN_PROJECT_ROOT}/csrc/scale.cpp"
   "${OPGEN_PROJECT_ROOT}/stabops/_generated/cpp/stabns/register_stabns.cpp"
   "${OPGEN_PROJECT_ROOT}/stabops/_generated/cpp/stabns/stamp.cpp"
@@ -80,7 +80,7 @@ add_library(opgen_stabns MODULE
 set_target_properties(opgen_stabns PROPERTIES PREFIX "lib" OUTPUT_NAME "stabns_ops" SUFFIX ".so"
   CXX_STANDARD ${_opgen_cxx_standard} CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF
   POSITION_INDEPENDENT_CODE ON INSTALL_RPATH "")
-target_include_directories(opgen_stabns PRIVATE "${OPGEN_PROJECT_ROOT}/stabops/_generated/cpp")
+target_include_directories(opgen_stabns PUBLIC "${OPGEN_PROJECT_ROOT}/stabops/_generated/cpp")
 target_compile_definitions(opgen_stabns PRIVATE "OPGEN_TORCH_VERSION=\"${OPGEN_TORCH_VERSION}\"")
 # A kernel defined with the wrong signature is an error (codegen/dest/cpp_kernels.py).
 set_source_files_properties(
