@@ -21,7 +21,7 @@ from pathlib import Path
 
 from codegen import build, cli, compat, config, files, load
 from codegen.dest import md_reference, ninja
-from codegen.gen import check_and_render
+from codegen.gen import add_later_errors, check_and_render
 from codegen.rendering import output_dir
 from codegen.diagnostics import Diagnostics
 
@@ -34,8 +34,15 @@ def _cache_dir(project: config.Project) -> str | None:
     return os.path.join(project.build, "opgen-cache")
 
 
-def _load(paths: list[str], project: config.Project):
-    return load.load_library(paths or list(project.schemas), cache=_cache_dir(project))
+def _load(paths: list[str], project: config.Project, *, all_errors: bool = False):
+    """The library; with `all_errors`, errors in it also bring what the later stages find
+    (codegen.gen.add_later_errors)."""
+    try:
+        return load.load_library(paths or list(project.schemas), cache=_cache_dir(project))
+    except load.LoadErrors as e:
+        if all_errors:
+            add_later_errors(e, project)
+        raise
 
 
 def _check_python_side(lib, project: config.Project, werror: bool = False) -> Diagnostics:
@@ -58,7 +65,7 @@ def _print_warnings(diags: Diagnostics) -> None:
 
 
 def cmd_check(args: argparse.Namespace, project: config.Project) -> int:
-    lib = _load(args.paths, project)
+    lib = _load(args.paths, project, all_errors=True)
     _print_warnings(_check_python_side(lib, project, args.werror))
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
@@ -73,7 +80,7 @@ def cmd_list(args: argparse.Namespace, project: config.Project) -> int:
 
 
 def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
-    lib = _load(args.paths, project)
+    lib = _load(args.paths, project, all_errors=True)
     diags = lib.diagnostics()
     fileset = check_and_render(lib, diags, project)
     if args.werror:

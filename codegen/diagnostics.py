@@ -93,6 +93,12 @@ class Diagnostics:
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.items.append(Diagnostic(loc, message, hint))
 
+    def absorb(self, other: Diagnostics, items: Iterable[Diagnostic]) -> None:
+        """Take `items` of `other`, with the source lines it can show."""
+        for path, lines in other._lines.items():
+            self._lines.setdefault(path, lines)
+        self.items.extend(items)
+
     def warning(self, loc: Loc, message: str, hint: str | None = None, *,
                 name: str | None = None, suppress: Iterable[str] = ()) -> None:
         """A convention that only costs a generated extra: printed, and the run still succeeds.

@@ -10,6 +10,7 @@ writes.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,7 @@ from codegen.torch_namespaces import check_namespaces, namespace_loc
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.config import Project
 from codegen.files import FileSet
+from codegen.load import LoadErrors
 from codegen.model import OpLibrary
 
 Generator = Callable[[OpLibrary, Diagnostics, Project], dict[str, str]]
@@ -76,6 +78,49 @@ def check_and_render(lib: OpLibrary, diags: Diagnostics, project: Project) -> Fi
         return not diags.has_errors
 
     return _render(lib, diags, project, checked)
+
+
+def add_later_errors(e: LoadErrors, project: Project) -> None:
+    """Add to the load's errors what the later stages (check_and_render) find in the ops that
+    loaded without one, so that one run reports a misspelled kernel function beside a bad
+    dispatch key. Whatever they say inside an op entry the load found wrong (from its `func:` to
+    the next op's) is left out: it would only follow from the first error."""
+    lib = e.lib
+    spans: dict[str, list[tuple[int, int]]] = {}    # op file -> line ranges of its op entries
+    for f in lib.files:
+        starts = sorted(op.loc.line for op in f.ops)
+        spans[f.path] = [(a, b - 1) for a, b in zip(starts, starts[1:] + [1 << 30])]
+    tainted: dict[str, set[int] | None] = {}        # None: the whole file
+    for d in e.diags.items:
+        if d.severity != "error" or d.loc.path not in spans:
+            continue
+        hit = [i for i, (a, b) in enumerate(spans[d.loc.path]) if a <= d.loc.line <= b]
+        if not hit:
+            tainted[d.loc.path] = None
+        elif tainted.get(d.loc.path, set()) is not None:
+            tainted.setdefault(d.loc.path, set()).update(hit)
+
+    def follows(d) -> bool:
+        if d.loc.path not in tainted:
+            return False
+        bad = tainted[d.loc.path]
+        return bad is None or any(a <= d.loc.line <= b for i, (a, b) in
+                                  enumerate(spans[d.loc.path]) if i in bad)
+
+    later = Diagnostics()
+    try:
+        sound, left_out = e.sound()
+        for f in sound.files:
+            later.add_source(f.path, f.source)
+        check_and_render(sound, later, project)
+    except Exception:   # noqa: BLE001  (a library with errors: the load's errors say enough)
+        return
+    # An op left out for its schema is unknown to the others: not a finding of its own.
+    mentions = re.compile("|".join(f"'{re.escape(n)}'" for n in sorted(left_out)) or "(?!)")
+    new = [d for d in later.items if d.severity == "error" and not follows(d)
+           and not mentions.search(d.message)]
+    if new:
+        e.diags.absorb(later, new)
 
 
 def _render(lib: OpLibrary, diags: Diagnostics, project: Project,

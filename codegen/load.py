@@ -689,8 +689,29 @@ def load_library(paths: list[str], *, rules: verify.Rules | None = None,
     verify.verify_across(lib, diags, rules)
     abi_mod.check_namespaces(lib, diags)
     if diags.has_errors:
-        raise UserError(diags)
+        raise LoadErrors(diags, lib, rules)
     return _out_tags(lib)
+
+
+class LoadErrors(UserError):
+    """Errors found while loading, with what did load: the library of every op read (`lib`),
+    for the later stages to look at the sound ones (codegen.gen.add_later_errors)."""
+
+    def __init__(self, diags: Diagnostics, lib: OpLibrary, rules: verify.Rules) -> None:
+        super().__init__(diags)
+        self.lib = lib
+        self.rules = rules
+
+    def sound(self) -> tuple[OpLibrary, set[str]]:
+        """The library without the ops whose schema is refused (later stages assume it sound),
+        and the names of those ops."""
+        files, left_out = [], set()
+        for f in self.lib.files:
+            ops = tuple(op for op in f.ops if verify.verify_op(op, Diagnostics(), self.rules))
+            left_out |= {f"{op.namespace}.{op.name.name}" for op in f.ops if op not in ops}
+            left_out |= {op.name.name for op in f.ops if op not in ops}
+            files.append(dataclasses.replace(f, ops=ops) if len(ops) != len(f.ops) else f)
+        return _out_tags(OpLibrary(tuple(files))), left_out
 
 
 # One file's load: its text (for source lines in messages), its OpFile (None when it has none),

@@ -279,7 +279,8 @@ class YamlFile:
         stack: list[Node] = []
         stream: Node | None = None     # the list whose items are yielded rather than kept
         docs = 0
-        errors_seen = len(self.diags.items)
+        errors_seen = start = len(self.diags.items)
+        theirs = 0      # diagnostics the consumer added while an entry was yielded
         loader = None
         try:
             # yaml.parse's loop without its generator (get_event is None after the stream's end).
@@ -355,6 +356,7 @@ class YamlFile:
                 if parent is stream:
                     clean = len(self.diags.items) == errors_seen
                     yield "entry", node, clean, len(stack) > 1
+                    theirs += len(self.diags.items) - errors_seen
                     errors_seen = len(self.diags.items)
                 elif type(parent) is Seq:
                     parent.items.append(node)  # type: ignore[attr-defined]
@@ -363,11 +365,17 @@ class YamlFile:
                     if pairs and pairs[-1][1] is None:
                         pairs[-1] = (pairs[-1][0], node)
                         if len(stack) == 1 and _is_str(pairs[-1][0], "namespace"):
+                            before = len(self.diags.items)
                             yield "namespace", node
+                            theirs += len(self.diags.items) - before
+                            errors_seen += len(self.diags.items) - before
                     else:
                         pairs.append((node, None))
             else:
-                yield "root", (root if self.ok else None)
+                # Usable unless the YAML itself was bad: what the consumer reported about the
+                # entries (a bad dispatch key) leaves the rest of the file to read.
+                usable = len(self.diags.items) - start == theirs
+                yield "root", (root if usable else None)
                 return
         except yaml.MarkedYAMLError as e:
             self._yaml_error(e)

@@ -87,3 +87,44 @@ def test_kernel_module_that_does_not_parse_is_reported_once(tmp_path, monkeypatc
         "          ^\n"
         "hint: ops.yaml:4:43 names kernel brokenk:f in it\n"
         "1 error generated.\n")
+
+
+def test_later_stages_report_beside_load_errors(tmp_path, monkeypatch, capsys):
+    """One run reports every error: a misspelled kernel function (found when the library is
+    rendered) beside a bad dispatch key (found while loading). Nothing is said that would follow
+    from an error already reported: inside a wrong entry (c's misspelled helper) or about an op
+    left out for its schema (e calls d)."""
+    (tmp_path / "stk.py").write_text("def good(x):\n    return x.clone()\n")
+    (tmp_path / "ops.yaml").write_text("""\
+namespace: st
+ops:
+  - func: a(Tensor x) -> Tensor
+    dispatch: {CPUU: a_cpu}
+  - func: b(Tensor x) -> Tensor
+    dispatch: {CompositeExplicitAutograd: 'stk:goood'}
+    fake: like(x)
+  - func: c(Tensor x) -> Tensor
+    dispatch: {CPU: c_cpu}
+    fake: like(x)
+    derivatives:
+      y: grad
+      x: unbroadcst(grad, x)
+  - func: d(Tensr x) -> Tensor
+  - func: e(Tensor x) -> Tensor
+    dispatch: {CPU: e_cpu}
+    fake: like(x)
+    derivatives:
+      x: d(grad)
+""")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for command in ("check", "generate"):
+        assert cli([command, "ops.yaml"]) == 1
+        err = capsys.readouterr().err
+        assert [line for line in err.splitlines() if "error:" in line] == [
+            "ops.yaml:4:16: error: unknown dispatch key 'CPUU'; allowed keys: CPU, CUDA, Meta, "
+            "CompositeImplicitAutograd, CompositeExplicitAutograd",
+            "ops.yaml:6:43: error: stk.py defines no function 'goood'",
+            "ops.yaml:12:10: error: derivatives name 'y', which is not an input of st::c",
+            "ops.yaml:14:13: error: unknown type 'Tensr' for argument 'x'"], command
+    assert not (tmp_path / "generated").exists()
