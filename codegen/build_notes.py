@@ -10,6 +10,7 @@ the generated set comes from `generated/cpp/<ns>/index.json` (codegen.dest.cpp_k
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import re
@@ -211,9 +212,76 @@ def include_path(header: str) -> str:
     return str(Path(header).relative_to(f"{config.current().generated}/cpp").as_posix())
 
 
+# Names followed by `(` that are no function definition's.
+_NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof",
+                            "alignof", "decltype", "noexcept", "static_assert", "requires",
+                            "operator", "defined", "alignas", "throw"})
+_NAME_PAREN = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+# What may stand between a definition's `)` and its body.
+_BODY = re.compile(r"\s*(?:(?:const|volatile|noexcept|override|final|&&|&)\b\s*|"
+                   r"&&?\s*|->\s*[\w:<>,\s*&]+?)*\{")
+_DIRECTIVE = re.compile(r"^[ \t]*#.*$", re.M)
+
+
+def defined_functions(text: str) -> list[tuple[str, int]]:
+    """(name, line) of each function the C++ source `text` defines (a name, its parameter
+    list, then a body), read from the text without a compiler; macros (all-capitals names,
+    such as TORCH_LIBRARY_IMPL blocks) and preprocessor lines are not functions."""
+    code = _DIRECTIVE.sub(lambda m: " " * len(m[0]), blank_comments_and_strings(text))
+    out = []
+    for m in _NAME_PAREN.finditer(code):
+        name = m[1]
+        if name in _NOT_FUNCTIONS or name.upper() == name:
+            continue
+        depth, i = 0, m.end() - 1
+        for i in range(m.end() - 1, len(code)):
+            if code[i] == "(":
+                depth += 1
+            elif code[i] == ")":
+                depth -= 1
+                if not depth:
+                    break
+        if depth or not _BODY.match(code, i + 1):
+            continue
+        out.append((name, code.count("\n", 0, m.start()) + 1))
+    return out
+
+
+def source_functions(root: Path, sources: list[str]) -> dict[str, list[str]]:
+    """Function name -> `source:line` of each definition in the kernel sources `sources`."""
+    out: dict[str, list[str]] = {}
+    for source in sources:
+        try:
+            text = (root / source).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for name, line in defined_functions(text):
+            out.setdefault(name, []).append(f"{source}:{line}")
+    return out
+
+
+def _unqualified(qname: str) -> str:
+    return qname.rpartition("::")[2]
+
+
+def _misspelled_kernel(qname: str, index: dict[str, list[KernelInfo]],
+                       defined: dict[str, list[str]]) -> tuple[str, list[KernelInfo]] | None:
+    """The kernel of the op files that function `qname` (not one of them) is likely meant to
+    be: a kernel of the same C++ namespace, with a close name, that no kernel source defines."""
+    scope = qname.rpartition("::")[0]
+    candidates = {_unqualified(k): k for k in index
+                  if k.rpartition("::")[0] == scope and _unqualified(k) not in defined}
+    match = difflib.get_close_matches(_unqualified(qname), list(candidates), n=1, cutoff=0.6)
+    return (candidates[match[0]], index[candidates[match[0]]]) if match else None
+
+
 def kernel_note(line: str, index: dict[str, list[KernelInfo]],
-                root: Path | None = None) -> str | None:
-    """The note to print after a compiler/linker error line about a kernel, if it is one."""
+                root: Path | None = None,
+                defined: dict[str, list[str]] | None = None) -> str | None:
+    """The note to print after a compiler/linker error line about a kernel, if it is one.
+    `defined` (function name -> where the kernel sources define one, source_functions) names
+    the likely meant kernel of a misspelled one."""
+    defined = defined or {}
     for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
                           (_UNDEFINED, "undefined")):
         m = pattern.search(line)
@@ -230,6 +298,14 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     if not infos:
         if kind == "undefined":
             return None
+        meant = _misspelled_kernel(qname, index, defined)
+        if meant is not None:
+            kernel, meant_infos = meant
+            what = "; ".join(u for info in meant_infos for u in info.uses)
+            return (f"{prefix}'{qname}' is not a kernel named in the op files; '{kernel}' is "
+                    f"(the {what}), and no kernel source defines it\n"
+                    f"hint: did you mean '{_unqualified(kernel)}'? rename the function or the "
+                    "kernel in the op file's `dispatch:` so that the two match")
         fix = ("make it 'static' (nvcc turns anonymous namespaces into named ones)"
                if where and where.split(":")[0].endswith(".cu")
                else "make it 'static' or move it into an anonymous namespace")
@@ -242,17 +318,31 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
         if missing:
             return _include_note(prefix, qname, m.group("decl"), missing, source)
     parts = []
-    for info in infos:
-        what = "; ".join(info.uses)
-        if kind == "undefined":
-            parts.append(f"{prefix}'{qname}' is the {what}, declared in {info.header}:{info.line} "
-                         f"but defined by no kernel source; define it as\n    {info.decl}\n"
-                         f"  in a kernel source under {_kernel_dirs()}")
+    if kind == "undefined":
+        for info in infos:
+            parts.append(f"{prefix}'{qname}' is the {'; '.join(info.uses)}, declared in "
+                         f"{info.header}:{info.line} but defined by no kernel source; define "
+                         f"it as\n    {info.decl}\n  in a kernel source under {_kernel_dirs()}")
+        name, scope = _unqualified(qname), qname.rpartition("::")[0]
+        if name in defined:
+            where_ns = f"in namespace '{scope}'" if scope else "at global scope"
+            parts.append(f"hint: {', '.join(defined[name])} defines a function named '{name}', "
+                         f"but not this one: check that it is {where_ns}, neither 'static' nor "
+                         "in an anonymous namespace, and has the parameters above")
         else:
-            parts.append(f"{prefix}'{qname}' is the {what}; for the schema\n"
-                         f"    {info.schema}\n"
-                         f"  the dispatcher calls it as ({info.header}:{info.line})\n"
-                         f"    {info.decl}")
+            kernels = {_unqualified(k) for k in index if k.rpartition("::")[0] == scope}
+            close = difflib.get_close_matches(name, [f for f in defined if f not in kernels],
+                                              n=1, cutoff=0.6)
+            if close:
+                parts.append(f"hint: did you mean '{close[0]}' ({', '.join(defined[close[0]])})? "
+                             "rename it or the kernel in the op file's `dispatch:` so that the "
+                             "two match")
+        return "\n".join(parts)
+    for info in infos:
+        parts.append(f"{prefix}'{qname}' is the {'; '.join(info.uses)}; for the schema\n"
+                     f"    {info.schema}\n"
+                     f"  the dispatcher calls it as ({info.header}:{info.line})\n"
+                     f"    {info.decl}")
     parts.append("hint: change the definition to match, or the schema in the op file")
     return "\n".join(parts)
 
@@ -382,12 +472,15 @@ class Notes:
         self.owner: dict[str, str] = {}       # kernel source -> its namespace
         self.chain: list[tuple[str, int]] = []
         self.noted: set[str] = set()
+        self.defined: dict[str, list[str]] = {}
+        self.said: set[str] = set()           # notes already shown (a linker repeats an error)
 
     def _load(self) -> None:
         self.index = kernel_index(self.root)
         self.stable = stable_namespaces(self.root)
         sources, _ = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
         self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
+        self.defined = source_functions(self.root, list(self.owner))
 
     def namespace(self, path: str) -> str | None:
         if path in self.owner:
@@ -414,7 +507,12 @@ class Notes:
         assert self.index is not None
         source = chain[-1][0] if chain else line.split(":", 1)[0]
         ns = self.namespace(source)
-        return (kernel_note(line, self.index, self.root)
+        note = (kernel_note(line, self.index, self.root, self.defined)
                 or python_header_note(line, chain, self.root, ns in self.stable)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
+        if note in self.said:
+            return None
+        if note:
+            self.said.add(note)
+        return note

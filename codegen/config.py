@@ -308,6 +308,47 @@ def locate_value(project: Project, key: str, diags: Diagnostics) -> Loc:
     return _Locator.of(shown, text).value(key)
 
 
+# The names torch.utils.cpp_extension._get_cuda_arch_flags expands in TORCH_CUDA_ARCH_LIST
+# (each stands for some versions: Hopper is 9.0+PTX).
+CUDA_ARCH_NAMES = ("Kepler+Tesla", "Kepler", "Maxwell+Tegra", "Maxwell", "Pascal", "Volta+Tegra",
+                   "Volta", "Turing", "Ampere+Tegra", "Ampere", "Ada", "Hopper",
+                   "Blackwell+Tegra", "Blackwell")
+# A version: major.minor, an arch-specific (a) or family (f) suffix, +PTX for PTX as well.
+_ARCH_VERSION = re.compile(r"\d+\.\d+[af]?(?:\+PTX)?")
+_SM = re.compile(r"(?:sm|compute)_(\d+)(\d)([af]?)")
+
+
+def cuda_arch_entries(text: str) -> list[tuple[str, int]]:
+    """The entries of a TORCH_CUDA_ARCH_LIST-style string, separated by `;` or spaces as torch
+    reads them, each with its offset in `text`."""
+    return [(m[0], m.start()) for m in re.finditer(r"[^; ]+", text)]
+
+
+def cuda_arch_problem(entry: str, alone: bool) -> str | None:
+    """What is wrong with `entry` of a TORCH_CUDA_ARCH_LIST ("" when it is no form torch takes),
+    None if its form is one torch takes (`native` only as the whole list: the GPUs of the
+    machine that builds)."""
+    if _ARCH_VERSION.fullmatch(entry) or entry in CUDA_ARCH_NAMES or (entry == "native" and alone):
+        return None
+    if entry == "native":
+        return "'native' (the GPUs of the building machine) stands alone, not in a list"
+    if entry.lower().endswith("+ptx") and entry[:-4] in CUDA_ARCH_NAMES:
+        return "a name already says which of its versions get PTX"
+    return ""
+
+
+def cuda_arch_hint(entry: str) -> str:
+    sm = _SM.fullmatch(entry)
+    if sm:
+        return (f"did you mean '{sm[1]}.{sm[2]}{sm[3]}'? architectures are written as versions "
+                "here, not as nvcc's sm_XY")
+    near = did_you_mean(entry, CUDA_ARCH_NAMES)
+    names = ", ".join(n for n in CUDA_ARCH_NAMES if "+" not in n)
+    return ((near + " " if near else "") + "write versions such as 8.0, 8.6, 9.0a or 9.0+PTX, "
+            f"or names torch knows ({names}, or a +Tegra variant), separated by ';' or spaces; "
+            "or `native` alone")
+
+
 def _shown_path(path: Path) -> str:
     try:
         return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
@@ -326,6 +367,31 @@ class _Reader:
 
     def error(self, loc: Loc, message: str, hint: str | None = None) -> None:
         self.diags.error(loc, message, hint)
+
+    def cuda_arch(self, items: list[str], is_list: bool) -> str | None:
+        """The architectures of `cuda-arch` (its strings `items`) as torch's
+        TORCH_CUDA_ARCH_LIST takes them, `;`-separated; None after an error at each entry
+        torch refuses. Which versions a torch supports is torch's to say (at build time, Note
+        [CUDA architectures] in codegen/toolchain.py); the form is checked here, so that a CPU
+        build, which never asks torch, does not take a misspelling."""
+        entries = []
+        bad = False
+        for item in items:
+            for entry, offset in cuda_arch_entries(item):
+                entries.append(entry)
+                problem = cuda_arch_problem(entry, len(items) == 1 and item.strip() == entry)
+                if problem is None:
+                    continue
+                bad = True
+                loc = self.at.value("cuda-arch", item if is_list else None)
+                # The entry's place in the quoted string, when the file spells it as is.
+                line = self.at.lines[loc.line - 1] if loc.line <= len(self.at.lines) else ""
+                at = line.find(item, loc.col - 1)
+                if at >= 0:
+                    loc = Loc(loc.path, loc.line, at + offset + 1, len(entry))
+                self.error(loc, f"'{entry}' is not a CUDA architecture"
+                           + (f": {problem}" if problem else ""), cuda_arch_hint(entry))
+        return None if bad else ";".join(entries)
 
     def read(self, table: dict) -> Project | None:
         for key in table:
@@ -402,14 +468,17 @@ class _Reader:
                 elif value is not None:
                     extra[key] = value
         cuda_arch = table.get("cuda-arch")
-        if isinstance(cuda_arch, list) and all(isinstance(a, str) for a in cuda_arch):
-            cuda_arch = ";".join(cuda_arch)
-        if cuda_arch is not None and (not isinstance(cuda_arch, str) or not cuda_arch.strip()):
+        raw = cuda_arch if isinstance(cuda_arch, list) else [cuda_arch]
+        items = [a for a in raw if isinstance(a, str)]
+        if cuda_arch is not None and (len(items) < len(raw)
+                                      or not cuda_arch_entries(";".join(items))):
             self.error(self.at.value("cuda-arch"), "'cuda-arch' must be a non-empty string of "
                        f"CUDA architectures or a list of them, not {_repr(cuda_arch)}",
                        'e.g. cuda-arch = "8.0;9.0+PTX"')
         elif cuda_arch is not None:
-            commands["cuda_arch"] = cuda_arch.strip()
+            arch = self.cuda_arch(items, isinstance(cuda_arch, list))
+            if arch is not None:
+                commands["cuda_arch"] = arch
         if self.diags.has_errors:
             return None
         assert generated and build and libraries and schemas is not None and roots is not None

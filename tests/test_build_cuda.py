@@ -89,6 +89,29 @@ def test_invalid_arch_list_is_an_error(cuda_torch, monkeypatch):
         "takes them: versions such as \"8.0;8.6;9.0+PTX\" or names such as \"Ampere;Hopper\"")
 
 
+def test_cuda_arch_forms_are_torchs(monkeypatch):
+    """`cuda-arch`'s form check (codegen.config, which needs no CUDA) takes every entry torch's
+    TORCH_CUDA_ARCH_LIST takes, and refuses only entries torch refuses; which versions are
+    supported stays torch's to say at build time (9.5 passes the form check)."""
+    entries = [*config.CUDA_ARCH_NAMES, "8.0", "8.6", "9.0+PTX", "9.0a", "12.1a+PTX", "9.5",
+               "banana", "hopper", "Hopper+PTX", "sm_90", "8", "8.0.1", "9.0+ptx", "+PTX", "9.0b"]
+    refused = []
+    for entry in entries:
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", entry)
+        try:
+            cpp_extension._get_cuda_arch_flags()
+            torch_takes = True
+        except ValueError:
+            torch_takes = False
+        takes = config.cuda_arch_problem(entry, alone=True) is None
+        assert takes or not torch_takes, entry
+        assert torch_takes or entry not in config.CUDA_ARCH_NAMES, entry
+        if not takes:
+            refused.append(entry)
+    assert refused == ["banana", "hopper", "Hopper+PTX", "sm_90", "8", "8.0.1", "9.0+ptx",
+                       "+PTX", "9.0b"]
+
+
 def test_project_arch_list_and_its_located_error(cuda_torch, tmp_path, monkeypatch):
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)

@@ -91,6 +91,48 @@ def test_undefined_kernel_names_the_op(tmp_path: Path) -> None:
            "    at::Tensor twice_cpu(const at::Tensor& self, double factor);" in out
 
 
+MISSPELLED = """\
+#include <bad/bad.h>
+
+namespace bad {
+
+at::Tensor twise_cpu(const at::Tensor& self, double factor) { return self.mul(factor); }
+
+at::Tensor& twice_cpu_(at::Tensor& self, double factor) { return self.mul_(factor); }
+
+}  // namespace bad
+"""
+
+
+def test_a_misspelled_kernel_definition_is_told_the_kernel_it_misses(tmp_path: Path) -> None:
+    """A definition whose name is one letter off the op file's kernel gets the kernel's name,
+    not the advice for helpers ('make it static')."""
+    out = build_scratch(tmp_path, MISSPELLED).stdout
+    assert ("runtime/csrc/bad/kernels.cpp:5:12: note: 'bad::twise_cpu' is not a kernel named in "
+            "the op files; 'bad::twice_cpu' is (the CPU kernel of bad::twice "
+            "(schemas/bad.yaml:5)), and no kernel source defines it\n"
+            "hint: did you mean 'twice_cpu'? rename the function or the kernel in the op file's "
+            "`dispatch:` so that the two match\n") in out
+    assert "static" not in out
+
+
+def test_an_undefined_kernel_is_told_the_function_it_misses_once(tmp_path: Path) -> None:
+    """Declared by the source itself (as ported projects' own headers do), the misspelled
+    definition compiles; the link's undefined kernel gets a did-you-mean among the functions
+    the kernel sources define, and one note however often the linker repeats the error."""
+    declared = MISSPELLED.replace(
+        "namespace bad {\n", "namespace bad {\n\n"
+        "at::Tensor twise_cpu(const at::Tensor& self, double factor);\n", 1)
+    out = build_scratch(tmp_path, declared).stdout
+    assert out.count("undefined reference to `bad::twice_cpu(") >= 2
+    note = ("note: 'bad::twice_cpu' is the CPU kernel of bad::twice (schemas/bad.yaml:5), "
+            "declared in generated/cpp/bad/bad/twice.h:")
+    assert out.count(note) == 1
+    assert ("in a kernel source under runtime/csrc\n"
+            "hint: did you mean 'twise_cpu' (runtime/csrc/bad/kernels.cpp:7)? rename it or the "
+            "kernel in the op file's `dispatch:` so that the two match\n") in out
+
+
 NO_INCLUDE = """\
 // The kernels are right, but the generated header that declares them is not included.
 #include <ATen/core/Tensor.h>
@@ -243,3 +285,26 @@ def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:
     assert kernel_index(tmp_path) == before
     assert stable_namespaces(tmp_path) == {}
     assert min_torch_locations(tmp_path, "bad") == ["schemas/bad.yaml"]
+
+
+def test_an_undefined_kernel_defined_out_of_reach_is_told_so() -> None:
+    """A kernel the sources define under its own name, but out of the linker's reach (static,
+    an anonymous or another namespace, other parameters), is not offered as its own near miss."""
+    from codegen.build_notes import KernelInfo, defined_functions, kernel_note
+
+    source = ("namespace bad {\nnamespace {\n"
+              "at::Tensor twice_cpu(const at::Tensor& self, double factor) {\n"
+              "  if (factor) { return self; }\n  return self.mul(factor);\n}\n}  // namespace\n}\n")
+    assert defined_functions(source) == [("twice_cpu", 3)]
+    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
+                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
+                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
+                      "generated/cpp/bad/bad/twice.h", 20)
+    note = kernel_note("kernels.o: undefined reference to `bad::twice_cpu(at::Tensor const&, "
+                       "double)'", {"bad::twice_cpu": [info]}, None,
+                       {"twice_cpu": ["runtime/csrc/bad/kernels.cpp:3"]})
+    assert note is not None
+    assert note.endswith(
+        "hint: runtime/csrc/bad/kernels.cpp:3 defines a function named 'twice_cpu', but not "
+        "this one: check that it is in namespace 'bad', neither 'static' nor in an anonymous "
+        "namespace, and has the parameters above")

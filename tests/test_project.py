@@ -220,10 +220,41 @@ def test_sources_of_no_namespace(tmp_path: Path) -> None:
         "    dispatch: {CPU: noop_cpu}\n", encoding="utf-8")
     gen = opgen("--project", str(root), "generate", cwd=tmp_path)
     assert gen.returncode == 1
+    # Located at the C++ namespace its code is in, which names the directory it belongs in.
     assert gen.stderr.startswith(
-        "csrc/cpu/add.cpp:1:1: error: this kernel source belongs to no namespace: the op library "
-        "has several, and it is not in a directory named after one\n"), gen.stderr
-    assert "hint: move it to csrc/<namespace>/, one of: alphans, secondns" in gen.stderr
+        "csrc/cpu/add.cpp:5:1: error: this kernel source belongs to no namespace: the op library "
+        "has several, and it is not in a directory named after one\n"
+        "    namespace alphans {\n"
+        "    ^~~~~~~~~~~~~~~~~~~\n"
+        "hint: its code is in namespace 'alphans': move it to csrc/alphans/\n"), gen.stderr
+    # Code in no namespace of the library: the directories to choose from, at its first line.
+    (root / "csrc" / "cpu" / "add.cpp").write_text("// helpers\n\n#include <cmath>\n",
+                                                   encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.stderr.startswith(
+        "csrc/cpu/add.cpp:3:1: error: this kernel source belongs to no namespace: the op library "
+        "has several, and it is not in a directory named after one\n"
+        "    #include <cmath>\n"
+        "    ^~~~~~~~~~~~~~~~\n"
+        "hint: move it to csrc/<namespace>/, one of: alphans, secondns\n"), gen.stderr
+
+
+def test_sources_compiling_to_one_object(tmp_path: Path) -> None:
+    """Two kernel sources whose objects would be the same file are refused, located."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    twin = root / "csrc" / "alphans" / "cpu" / "add.cpp"
+    twin.parent.mkdir(parents=True)
+    twin.write_text((root / "csrc" / "cpu" / "add.cpp").read_text(encoding="utf-8"),
+                    encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.returncode == 1
+    assert gen.stderr == (
+        "csrc/cpu/add.cpp:1:1: error: this kernel source and csrc/alphans/cpu/add.cpp would "
+        "compile to the same object build/obj/alphans/cpu/add.o\n"
+        "    #include <alphans/alphans.h>\n"
+        "    ^~~~~~~~~~~~~~~~~~~~~~~~~~~~\n"
+        "hint: rename one of them\n"
+        "1 error generated.\n")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -247,20 +247,50 @@ def kernel_sources(project: Project, namespaces: list[str], root: Path = Path(".
                 ns, below = namespaces[0], rel.as_posix()
             else:
                 if diags is not None:
-                    diags.error(Loc(source, 1, 1), "this kernel source belongs to no namespace: "
-                                "the op library has several, and it is not in a directory named "
-                                "after one", f"move it to {kdir}/<namespace>/, one of: "
-                                + ", ".join(sorted(namespaces)))
+                    loc, cpp_ns = _whole_file_loc(source, p, diags, namespace=True)
+                    move = (f"its code is in namespace '{cpp_ns}': move it to {kdir}/{cpp_ns}/"
+                            if cpp_ns in namespaces else
+                            f"move it to {kdir}/<namespace>/, one of: "
+                            + ", ".join(sorted(namespaces)))
+                    diags.error(loc, "this kernel source belongs to no namespace: the op library "
+                                "has several, and it is not in a directory named after one", move)
                 continue
             o = obj(project, ns, source, below)
             if o in owner:
                 if diags is not None:
-                    diags.error(Loc(source, 1, 1), f"this kernel source and {owner[o]} would "
+                    loc, _ = _whole_file_loc(source, p, diags)
+                    diags.error(loc, f"this kernel source and {owner[o]} would "
                                 f"compile to the same object {o}", "rename one of them")
                 continue
             owner[o] = source
             out.setdefault(ns, []).append((source, below))
     return {ns: tuple(v) for ns, v in out.items()}, tuple(dirs)
+
+
+_CPP_NAMESPACE = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)(?:\s*::\s*\w+)*\s*\{")
+_CODE = re.compile(r"\S+")
+
+
+def _whole_file_loc(source: str, path: Path, diags: Diagnostics,
+                    namespace: bool = False) -> tuple[Loc, str | None]:
+    """Where a diagnostic about a whole kernel source points, with the source's text added to
+    `diags` so the line is shown: with `namespace`, its first `namespace <name> {` (and that
+    name); else, or without one, its first line of code; line 1 in an empty file."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return Loc(source, 1, 1), None
+    diags.add_source(source, text)
+    code = blank_comments_and_strings(text)
+    m = _CPP_NAMESPACE.search(code) if namespace else None
+    if m:
+        return _loc(source, code, m.start(), m.end() - m.start()), m[1]
+    first = _CODE.search(code)
+    if first is None:
+        return Loc(source, 1, 1), None
+    end = code.find("\n", first.start())
+    return _loc(source, code, first.start(),
+                (len(code) if end < 0 else end) - first.start()), None
 
 
 # A hand-written `TORCH_LIBRARY(ns, m)`; TORCH_LIBRARY_FRAGMENT and TORCH_LIBRARY_IMPL are fine.
