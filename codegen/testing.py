@@ -381,15 +381,17 @@ def differentiable_outputs(op: Op) -> list[bool]:
 
 
 def _floating_sample(v: Any) -> bool:
+    """A floating (or complex) tensor sample, or a list holding one, that may require grad (the
+    sample does not say `requires_grad: false`)."""
     if isinstance(v, TensorSample):
         dt = getattr(torch, v.dtype)
-        return dt.is_floating_point or dt.is_complex
+        return (dt.is_floating_point or dt.is_complex) and v.requires_grad is not False
     return isinstance(v, tuple) and any(_floating_sample(x) for x in v)
 
 
 def has_gradients(case: Case) -> bool:
     """Whether `check_gradients` has something to check: a floating (or complex) tensor given
-    for a differentiable input, and a differentiable output."""
+    for a differentiable input, not marked `requires_grad: false`, and a differentiable output."""
     diff = set(differentiable_inputs(case.op))
     return any(differentiable_outputs(case.op)) and \
         any(name in diff and _floating_sample(v) for name, v in case.sample.args)
@@ -466,27 +468,30 @@ def applies(case: Case, check: str) -> bool:
 
 def check_opcheck(case: Case, test_utils: Iterable[str] = ALL_OPCHECK_UTILS) -> dict[str, str]:
     """`torch.library.opcheck` on the sample. Differentiable inputs require grad (so the
-    autograd registration is exercised); others as the sample says, except inputs whose
-    gradient is `not_implemented`, which never do."""
+    autograd registration is exercised) unless the sample says `requires_grad: false`; no other
+    input does (a `not_implemented` gradient would raise in the backward opcheck runs)."""
     diff = set(differentiable_inputs(case.op))
     named = make_named(case.op, case.sample, seed=case.seed)
-    named = _require_grad(case.op, named, diff, only=True)
+    named = _require_grad(case, named, diff)
     args, kwargs = split_call(case.op, named)
     return torch.library.opcheck(case.overload, args, kwargs, test_utils=tuple(test_utils))
 
 
-def _require_grad(op: Op, named: dict[str, Any], names: set[str], *,
-                  only: bool = False) -> dict[str, Any]:
-    """Floating tensors of `names` require grad; with `only`, no other tensor does."""
-    def mark(x: Any, on: bool) -> Any:
+def _require_grad(case: Case, named: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """Floating tensors of `names` require grad, except those the sample marks
+    `requires_grad: false`; no other tensor does."""
+    given = dict(case.sample.args)
+
+    def mark(x: Any, raw: Any, on: bool) -> Any:
         if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            on = on and not (isinstance(raw, TensorSample) and raw.requires_grad is False)
             return x.detach().requires_grad_(on) if on or x.requires_grad else x
         if isinstance(x, list):
-            return [mark(v, on) for v in x]
+            raws = raw if isinstance(raw, tuple) else (None,) * len(x)
+            return [mark(v, r, on) for v, r in zip(x, raws)]
         return x
 
-    return {k: (mark(v, True) if k in names else mark(v, False) if only else v)
-            for k, v in named.items()}
+    return {k: mark(v, given.get(k), k in names) for k, v in named.items()}
 
 
 def _flat_tensors(x: Any) -> list[torch.Tensor]:
@@ -519,7 +524,7 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
     spec = gradcheck_spec(case)
     named = make_named(op, case.sample, seed=case.seed, dtype=getattr(torch, spec.dtype or
                                                                       "float64"))
-    named = _require_grad(op, named, diff, only=True)
+    named = _require_grad(case, named, diff)
     leaves = [t for t in _flat_tensors(list(named.values())) if t.requires_grad]
     if not leaves:
         return False

@@ -307,6 +307,39 @@ def test_a_composite_expects_the_second_order_error_of_what_it_calls(library):
         torch.autograd.gradgradcheck(torch.ops.smp.cube_mean, (x,))
 
 
+def test_requires_grad_false_keeps_an_input_out_of_the_gradient_checks(tmp_path):
+    """A tensor sample with `requires_grad: false` does not require grad in opcheck, and a sample
+    marking every differentiable input so has no gradients check: here the backward raises on
+    that sample, so both checks would fail if the key were ignored."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpbad
+        ops:
+          - func: bounded(Tensor self, float lo, float hi) -> Tensor
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
+            fake: like(self)
+            derivatives:
+              self: 'grad * (self >= lo) * (self <= hi) if lo <= hi else not_implemented("empty")'
+            samples:
+              empty: {self: {shape: [4], requires_grad: false}, lo: 1.0, hi: -1.0}
+              range: {self: {shape: [4]}, lo: -0.5, hi: 0.5}
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        empty, in_range = lib.cases()
+        assert empty.sample.args[0][1].requires_grad is False
+        assert not testing.applies(empty, "gradients")
+        assert testing.check_gradients(empty) is False
+        testing.check_opcheck(empty)
+        # Unmarked, the same input requires grad: the checks do differentiate it.
+        assert in_range.sample.args[0][1].requires_grad is None
+        assert testing.applies(in_range, "gradients") and testing.check_gradients(in_range)
+        testing.check_opcheck(in_range)
+    finally:
+        lib.close()
+
+
 # --------------------------------------------------------------------------------------------------
 # Known failures
 
