@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from codegen import build, cli, compat, config, files, load
+from codegen import build, cli, compat, config, files, load, sample_failures
 from codegen.dest import md_reference, ninja
 from codegen.gen import add_later_errors, check_and_render
 from codegen.rendering import output_dir
@@ -45,13 +45,18 @@ def _load(paths: list[str], project: config.Project, *, all_errors: bool = False
         raise
 
 
-def _check_python_side(lib, project: config.Project, werror: bool = False) -> Diagnostics:
+def _check_python_side(lib, project: config.Project, werror: bool = False,
+                       paths: list[str] | None = None) -> Diagnostics:
     """Everything `generate` checks, so that `check` passes exactly what `generate` can generate:
     the checks that need the whole library (namespaces torch defines, names too long for a file),
     then every generator renders in memory (C++ bindings of every type, formulas calling library
     ops, missing fake kernels, Python function signatures, batching/autocast rules) and nothing
-    is written. Returns the warnings (errors, with `werror`)."""
+    is written; with `paths` (the op files and directories loaded), the known failures files of
+    those directories too (what the sample checks would read). Returns the warnings (errors, with
+    `werror`)."""
     diags = lib.diagnostics()
+    if paths is not None:
+        sample_failures.check_failures(paths, lib.ops, diags)
     check_and_render(lib, diags, project)
     if werror:
         diags.werror()
@@ -66,7 +71,8 @@ def _print_warnings(diags: Diagnostics) -> None:
 
 def cmd_check(args: argparse.Namespace, project: config.Project) -> int:
     lib = _load(args.paths, project, all_errors=True)
-    _print_warnings(_check_python_side(lib, project, args.werror))
+    _print_warnings(_check_python_side(lib, project, args.werror,
+                                       args.paths or list(project.schemas)))
     n = len(lib.ops)
     print(f"{n} op{'s' if n != 1 else ''} in {len(lib.files)} file{'s' if len(lib.files) != 1 else ''}: ok")
     return 0

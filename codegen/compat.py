@@ -522,12 +522,26 @@ def diagnose(report: Report, lib: OpLibrary, snap: Snapshot, diags: Diagnostics)
                                   "'breaks: {reason: ...}'")
     for f in lib.files:
         for d in f.removed:
-            if d.op not in by_name:
+            found = by_name.get(d.op)
+            if found is None:
                 diags.error(d.loc, f"'{d.op}' is declared removed, but the snapshot has no op "
                             "of that name", "remove the declaration")
-            elif by_name[d.op].new is not None:
-                diags.error(d.loc, f"'{d.op}' is declared removed, but the library defines it",
-                            "remove the declaration")
+            elif found.op is not None:
+                _removed_but_defined(d, found.op, diags)
+
+
+def check_removed(lib: OpLibrary, diags: Diagnostics) -> None:
+    """`removed:` entries naming an op the library still defines (`check`: no snapshot needed)."""
+    defined = {str(op.name): op for op in lib.ops}
+    for f in lib.files:
+        for d in f.removed:
+            if d.op in defined:
+                _removed_but_defined(d, defined[d.op], diags)
+
+
+def _removed_but_defined(d: DeclaredBreak, op: Op, diags: Diagnostics) -> None:
+    diags.error(d.loc, f"'{d.op}' is declared removed, but the library defines it",
+                f"drop it from 'removed:' (the op is defined at {op.loc}), or remove the op")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from codegen import jobs
+from codegen import compat, jobs
 from codegen import layout as L
 from codegen.dest import (cmake, cpp_aoti, cpp_autograd, cpp_kernel_index, cpp_kernels,
                           cpp_register, cpp_stable, cpp_stamp, ninja, py_ops, py_reg, py_stubs)
@@ -158,8 +158,9 @@ def _render(lib: OpLibrary, diags: Diagnostics, project: Project,
 def check_library(lib: OpLibrary, diags: Diagnostics, project: Project) -> None:
     """Checks on the whole library that stand between `check` and a generate or an import that
     would fail: namespaces torch defines, names too long for a file, what the stable ABI cannot
-    register at a namespace's min_torch."""
+    register at a namespace's min_torch; `removed:` entries naming an op the library defines."""
     check_namespaces(lib, diags)
+    compat.check_removed(lib, diags)
     check_file_names(lib, diags, project)
     cpp_stable.check(lib, diags)
     cpp_autograd.check(lib, diags)

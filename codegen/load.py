@@ -178,6 +178,12 @@ class _FileLoader(SampleReader):
     def declared_break(self, key: Node, node: Node, what: str, op: str = ""
                        ) -> DeclaredBreak | None:
         """`{reason: <why>}`: an intended break of the snapshot's contract (codegen.compat)."""
+        if type(node) is Scalar and node.tag == "str":  # type: ignore[attr-defined]
+            text = short(node.value)  # type: ignore[attr-defined]
+            quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+            self.error(node, f"expected {what} (a mapping {{reason: ...}}), got a string",
+                       f'write {{reason: "{quoted}"}}')
+            return None
         fields = self.mapping(node, what, BREAK_KEYS)
         if fields is None:
             return None
@@ -196,6 +202,16 @@ class _FileLoader(SampleReader):
 
     def removed(self, node: Node, namespace: str | None) -> tuple[DeclaredBreak, ...]:
         """`removed: {<op>: {reason: ...}}`: ops the library no longer has, on purpose."""
+        if type(node) is not Map:
+            items = node.items if type(node) is Seq else []  # type: ignore[attr-defined]
+            first = items[0] if items else None
+            # A list of names: the first one, in the form that takes it.
+            name = first.value if type(first) is Scalar and first.tag == "str" else "ns::name"
+            self.error(node, f"expected 'removed' (a mapping: removed op -> {{reason: ...}}), "
+                       f"got {node.kind}",
+                       f"write removed: {{{short(name)}: {{reason: \"why it was removed\"}}}}, "
+                       "one entry per op")
+            return ()
         fields = self.mapping(node, "'removed'", None)
         out = []
         for name, (key, value) in (fields or {}).items():

@@ -279,7 +279,7 @@ class SampleReader(YamlFile):
                 dtype = d
         elif values is not None and _all_ints(values):
             dtype = "int64"
-        requires_grad = False
+        requires_grad = None        # not said: the checks decide
         if "requires_grad" in fields:
             rg = self.boolean(fields["requires_grad"][1], "'requires_grad'")
             if rg is None:

@@ -752,7 +752,9 @@ class SymDim:
 class TensorSample:
     shape: tuple[int | SymDim, ...]
     dtype: str = "float32"          # a torch dtype name: float32, float64, int64, bool, ...
-    requires_grad: bool = False
+    # None: as the check decides (differentiable inputs require grad); False: never, not even in
+    # the gradient checks (an input whose gradient is not to be checked on this sample).
+    requires_grad: bool | None = None
     low: float | SymDim | None = None   # value range for random contents
     high: float | SymDim | None = None
     values: tuple | None = None     # explicit nested-list contents instead of random ones

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
+import sys
 import types
 import warnings
 import zlib
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 import torch
 
 from codegen.contract import differentiable_inputs, implemented_inputs
-from codegen.diagnostics import Diagnostics, suggest
+from codegen.diagnostics import Diagnostics, UserError
 from codegen.model import (
     BaseTy,
     BaseType,
@@ -61,11 +61,21 @@ from codegen.model import (
     SymDim,
     TensorSample,
     Type,
-    is_tensor_like,
     strip_optional,
-    untraceable_return,
 )
-from codegen.yaml_source import Scalar, YamlFile, short
+from codegen.sample_failures import (
+    CHECKS,
+    DEVICE_CHECKS,
+    differentiable_outputs,
+    failures_files,
+    generator_arguments,
+    has_dynamic_output,
+    read_failures,
+    sample_has_gradients,
+    sample_id,
+    kernel_devices,
+    why_not,
+)
 
 if TYPE_CHECKING:
     from codegen import config
@@ -83,10 +93,6 @@ __all__ = [
 ALL_OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
                      "test_aot_dispatch_dynamic")
 
-CHECKS = ("opcheck", "gradients", "compile", "export", "seeded", "vmap", "autocast", "devices",
-          "cudagraph")
-# The checks that need a GPU: they apply only where torch.cuda.is_available().
-DEVICE_CHECKS = ("devices", "cudagraph")
 
 # The compile check runs each sample at these multiples of its named sizes (`N=4` -> 4, 8, 12);
 # sizes a sample does not name stay as written.
@@ -109,8 +115,7 @@ class Case:
 
     @property
     def id(self) -> str:
-        label = self.sample.name if self.sample.name is not None else str(self.index)
-        return f"{self.op.name}[{label}]"
+        return sample_id(self.op, self.sample, self.index)
 
     @property
     def overload(self) -> torch._ops.OpOverload:
@@ -129,7 +134,8 @@ def load_cases(paths: Iterable[str]) -> list[Case]:
     """Every sample of every op in the op files (or directories) `paths`."""
     from codegen.load import load_library
 
-    lib = load_library(list(paths))
+    with _user_errors():
+        lib = load_library(list(paths))
     note_library(lib.ops)
     return [Case(op, s, i) for op in lib.ops for i, s in enumerate(op.samples)]
 
@@ -173,10 +179,11 @@ def load_python_library(paths: Iterable[str],
     from codegen.torch_namespaces import is_torch_namespace
 
     project = project if project is not None else config.current()
-    lib = load_library(list(paths))
-    diags = lib.diagnostics()
-    texts = generate_registrations(lib, diags, project)
-    diags.raise_if_errors()
+    with _user_errors():
+        lib = load_library(list(paths))
+        diags = lib.diagnostics()
+        texts = generate_registrations(lib, diags, project)
+        diags.raise_if_errors()
     note_library(lib.ops)
     out = PythonLibrary(list(lib.ops), {})
     try:
@@ -370,48 +377,14 @@ def _composite_implicit(op: Op) -> bool:
     return op.kernel(DispatchKey.CompositeImplicitAutograd) is not None
 
 
-def differentiable_outputs(op: Op) -> list[bool]:
-    """One flag per return: `output_differentiability`, else whether it is a Tensor."""
-    from codegen.formulas import Derivatives
-
-    d = op.derivatives
-    if isinstance(d, Derivatives):
-        return list(d.output_differentiability)
-    return [is_tensor_like(r.type) for r in op.schema.returns]
-
-
-def _floating_sample(v: Any) -> bool:
-    if isinstance(v, TensorSample):
-        dt = getattr(torch, v.dtype)
-        return dt.is_floating_point or dt.is_complex
-    return isinstance(v, tuple) and any(_floating_sample(x) for x in v)
-
-
 def has_gradients(case: Case) -> bool:
     """Whether `check_gradients` has something to check: a floating (or complex) tensor given
-    for a differentiable input, and a differentiable output."""
-    diff = set(differentiable_inputs(case.op))
-    return any(differentiable_outputs(case.op)) and \
-        any(name in diff and _floating_sample(v) for name, v in case.sample.args)
+    for a differentiable input, not marked `requires_grad: false`, and a differentiable output."""
+    return sample_has_gradients(case.op, case.sample)
 
 
 def is_mutating(op: Op) -> bool:
     return bool(op.schema.mutable_arguments)
-
-
-def has_dynamic_output(op: Op) -> bool:
-    """Whether an output's size depends on data (a `dynamic()` in its fake rule, or a tag)."""
-    from codegen.shape import FakeRule
-
-    if "dynamic_output_shape" in op.tags or "data_dependent_output" in op.tags:
-        return True
-    return isinstance(op.fake, FakeRule) and op.fake.uses_dynamic
-
-
-def generator_arguments(op: Op) -> list[str]:
-    return [a.name for a in op.schema.arguments
-            if isinstance(strip_optional(a.type), BaseType)
-            and strip_optional(a.type).name is BaseTy.Generator]  # type: ignore[union-attr]
 
 
 def _dim_names(v: Any) -> set[str]:
@@ -438,26 +411,10 @@ def symbolic_dims(case: Case) -> list[str]:
 
 
 def applies(case: Case, check: str) -> bool:
-    """Whether `check` has something to check on `case`."""
-    op = case.op
-    if check == "gradients":
-        return has_gradients(case)
-    if check == "seeded":
-        return "nondeterministic_seeded" in op.tags or bool(generator_arguments(op))
-    if check == "vmap":
-        return op.vmap is not None
-    if check == "autocast":
-        return op.autocast is not None
-    if check == "compile":     # a graph break by torch's design, said by a warning
-        return untraceable_return(op.schema.returns) is None
-    if check in ("opcheck", "export"):
-        return True
-    if check == "devices":
-        return len(devices(op)) > 1 and "nondeterministic_seeded" not in op.tags
-    if check == "cudagraph":
-        return ("cuda" in devices(op) and "cudagraph_unsafe" not in op.tags
-                and not has_dynamic_output(op) and "nondeterministic_seeded" not in op.tags)
-    raise ValueError(f"unknown check {check!r}; checks: {', '.join(CHECKS)}")
+    """Whether `check` has something to check on `case` here (the GPU checks need a GPU)."""
+    if why_not(case.op, case.sample, check) is not None:
+        return False
+    return check not in DEVICE_CHECKS or torch.cuda.is_available()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -466,27 +423,30 @@ def applies(case: Case, check: str) -> bool:
 
 def check_opcheck(case: Case, test_utils: Iterable[str] = ALL_OPCHECK_UTILS) -> dict[str, str]:
     """`torch.library.opcheck` on the sample. Differentiable inputs require grad (so the
-    autograd registration is exercised); others as the sample says, except inputs whose
-    gradient is `not_implemented`, which never do."""
+    autograd registration is exercised) unless the sample says `requires_grad: false`; no other
+    input does (a `not_implemented` gradient would raise in the backward opcheck runs)."""
     diff = set(differentiable_inputs(case.op))
     named = make_named(case.op, case.sample, seed=case.seed)
-    named = _require_grad(case.op, named, diff, only=True)
+    named = _require_grad(case, named, diff)
     args, kwargs = split_call(case.op, named)
     return torch.library.opcheck(case.overload, args, kwargs, test_utils=tuple(test_utils))
 
 
-def _require_grad(op: Op, named: dict[str, Any], names: set[str], *,
-                  only: bool = False) -> dict[str, Any]:
-    """Floating tensors of `names` require grad; with `only`, no other tensor does."""
-    def mark(x: Any, on: bool) -> Any:
+def _require_grad(case: Case, named: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """Floating tensors of `names` require grad, except those the sample marks
+    `requires_grad: false`; no other tensor does."""
+    given = dict(case.sample.args)
+
+    def mark(x: Any, raw: Any, on: bool) -> Any:
         if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+            on = on and not (isinstance(raw, TensorSample) and raw.requires_grad is False)
             return x.detach().requires_grad_(on) if on or x.requires_grad else x
         if isinstance(x, list):
-            return [mark(v, on) for v in x]
+            raws = raw if isinstance(raw, tuple) else (None,) * len(x)
+            return [mark(v, r, on) for v, r in zip(x, raws)]
         return x
 
-    return {k: (mark(v, True) if k in names else mark(v, False) if only else v)
-            for k, v in named.items()}
+    return {k: mark(v, given.get(k), k in names) for k, v in named.items()}
 
 
 def _flat_tensors(x: Any) -> list[torch.Tensor]:
@@ -519,7 +479,7 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
     spec = gradcheck_spec(case)
     named = make_named(op, case.sample, seed=case.seed, dtype=getattr(torch, spec.dtype or
                                                                       "float64"))
-    named = _require_grad(op, named, diff, only=True)
+    named = _require_grad(case, named, diff)
     leaves = [t for t in _flat_tensors(list(named.values())) if t.requires_grad]
     if not leaves:
         return False
@@ -949,14 +909,7 @@ def devices(op: Op) -> list[str]:
     """The devices the library has kernels of `op` for that this process can run: the CPU when
     it has a CPU (or composite) kernel, CUDA when it has a CUDA kernel and a GPU is present (a
     composite op on CUDA runs torch's kernels, not the library's)."""
-    keys = {k for k, _ in op.dispatch}
-    composite = {DispatchKey.CompositeImplicitAutograd, DispatchKey.CompositeExplicitAutograd}
-    out = []
-    if keys & ({DispatchKey.CPU} | composite):
-        out.append("cpu")
-    if DispatchKey.CUDA in keys and torch.cuda.is_available():
-        out.append("cuda")
-    return out
+    return [d for d in kernel_devices(op) if d != "cuda" or torch.cuda.is_available()]
 
 
 def check_devices(case: Case) -> list[str]:
@@ -1056,71 +1009,55 @@ class NoLongerFails(AssertionError):
     """A check listed as a known failure passed: its entry is to be removed."""
 
 
-def _read_failures(files: list[str], cases: dict | None, checks: tuple[str, ...], make,
-                  applies: Callable[[Any, str], bool] | None = None):
-    """Known failures files (`sample_failures.yaml`: `<op>[<sample>]: {<check>: <reason>}`) ->
-    `make(entries, where)`; raises UserError with every problem. `cases`, when given, maps case
-    ids to cases: an entry must name one, and a check that `applies` to it."""
-    diags = Diagnostics()
-    entries: dict[str, dict[str, str]] = {}
-    where: dict[tuple[str, str], str] = {}
-    for path in files:
-        loader = YamlFile(path, diags)
-        text = loader.read()
-        if text is None:
-            continue
-        root = None
-        for item in loader.compose(text):
-            if item[0] == "root":
-                root = item[1]
-        if root is None or (type(root) is Scalar and root.tag == "null"):
-            continue                # an empty file lists nothing; YAML errors were reported
-        top = loader.mapping(root, "the failures file (<op>[<sample>]: {<check>: <reason>})",
-                             None)
-        for case_id, (key, value) in (top or {}).items():
-            if cases is not None and case_id not in cases:
-                loader.error(key, f"no sample '{short(case_id)}' in the op files",
-                             suggest(case_id, list(cases))
-                             or "keys are sample ids: <ns>::<op>[<index or name>]")
-                continue
-            fields = loader.mapping(value, f"the known failures of {case_id}", checks)
-            for check, (check_key, reason_node) in (fields or {}).items():
-                reason = loader.string(reason_node, f"the reason {case_id} fails {check}")
-                if reason is None:
-                    continue
-                if not reason.strip():
-                    loader.error(reason_node, "a known failure needs a reason",
-                                 "say why it fails, and what would fix it")
-                    continue
-                if cases is not None and applies is not None and \
-                        not applies(cases[case_id], check):
-                    loader.error(check_key, f"{case_id} has no {check} check, so it cannot fail",
-                                 "remove the entry")
-                    continue
-                entries.setdefault(case_id, {})[check] = reason
-                loc = loader.loc(check_key)
-                where[(case_id, check)] = f"{loc.path}:{loc.line}:{loc.col}"
-    diags.raise_if_errors()
-    return make(entries, where)
-
-
 def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> Failures:
     """The known failures of the library whose op files are `paths`: every `sample_failures.yaml`
     in their directories (a directory's own, a file's directory's). Entries must name a sample of
-    `cases` (when given) and one of CHECKS, with a reason; raises UserError with every problem."""
-    from codegen.load import FAILURES_FILE
-
-    dirs: list[str] = []
-    for p in paths:
-        d = p if os.path.isdir(p) else os.path.dirname(p) or "."
-        if d not in dirs:
-            dirs.append(d)
-    files = [f for f in (os.path.join(d, FAILURES_FILE) for d in dirs) if os.path.isfile(f)]
+    `cases` (when given), one of CHECKS that the sample has, and a reason; raises UserError with
+    every problem (under pytest, also a failure shown without a traceback)."""
     cases = list(cases) if cases is not None else None
     if cases is not None:
         note_library({c.op for c in cases})
-    return _read_failures(files, None if cases is None else {c.id: c for c in cases}, CHECKS,
-                         Failures, applies)
+    diags = Diagnostics()
+    samples = None if cases is None else {c.id: (c.op, c.sample) for c in cases}
+    entries, where = read_failures(failures_files(paths), diags, samples)
+    with _user_errors():
+        diags.raise_if_errors()
+    return Failures(entries, where)
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Under pytest, a UserError (a broken op file or failures file) is also pytest's failure
+    without a traceback, so that a suite loading one shows the located diagnostics alone."""
+    try:
+        yield
+    except UserError as e:
+        pytest = sys.modules.get("pytest")
+        if pytest is None or isinstance(e, pytest.fail.Exception):
+            raise
+        raise _pytest_error(pytest)(e.diags) from None
+
+
+def _pytest_error(pytest: types.ModuleType) -> type:
+    global _PYTEST_ERROR
+    if _PYTEST_ERROR is None:
+        class SampleFilesError(UserError, pytest.fail.Exception):  # type: ignore[misc,name-defined]
+            """A UserError that pytest reports as its message alone."""
+
+            def __init__(self, diags: Diagnostics) -> None:
+                UserError.__init__(self, diags)
+                self.msg, self.pytrace = self.args[0], False
+
+            def __str__(self) -> str:
+                return str(self.args[0])
+
+        SampleFilesError.__module__ = __name__
+        SampleFilesError.__qualname__ = "SampleFilesError"
+        _PYTEST_ERROR = SampleFilesError
+    return _PYTEST_ERROR
+
+
+_PYTEST_ERROR: type | None = None
 
 
 def run_check(case: Case, name: str, failures: Failures | None = None,

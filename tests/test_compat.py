@@ -306,7 +306,7 @@ def test_stale_declarations_are_errors(lib):
 schemas/ops.yaml:3:3: error: 'ex::h' is declared removed, but the library defines it
       h: {reason: y}
       ^
-hint: remove the declaration
+hint: drop it from 'removed:' (the op is defined at schemas/ops.yaml:21:11), or remove the op
 schemas/ops.yaml:4:3: error: 'ex::gone' is declared removed, but the snapshot has no op of that name
       gone: {reason: z}
       ^~~~

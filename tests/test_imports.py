@@ -111,7 +111,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     2: ("layout", "rendering"),
     1: ("load", "load_samples", "yaml_source", "verify", "shape", "formulas", "parse", "schema_errors", "api", "api.cpp",
         "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource",
-        "contract", "compat"),
+        "contract", "compat", "sample_failures"),
     0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
         "reserved", "expr", "lalr", "jobs"),
 }

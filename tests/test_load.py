@@ -381,7 +381,7 @@ def test_samples_mapping_gives_names(tmp_path):
         big: {x: {shape: [1024, 1024], dtype: float64, low: -1, high: 1.5}}
         """)
     assert a.name == "small" and a.args == (("x", TensorSample(())),)
-    assert b.name == "big" and b.args == (("x", TensorSample((1024, 1024), "float64", False,
+    assert b.name == "big" and b.args == (("x", TensorSample((1024, 1024), "float64", None,
                                                               -1.0, 1.5)),)
 
 

@@ -20,6 +20,8 @@ Python kernels only: nothing is built.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -307,6 +309,39 @@ def test_a_composite_expects_the_second_order_error_of_what_it_calls(library):
         torch.autograd.gradgradcheck(torch.ops.smp.cube_mean, (x,))
 
 
+def test_requires_grad_false_keeps_an_input_out_of_the_gradient_checks(tmp_path):
+    """A tensor sample with `requires_grad: false` does not require grad in opcheck, and a sample
+    marking every differentiable input so has no gradients check: here the backward raises on
+    that sample, so both checks would fail if the key were ignored."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpbad
+        ops:
+          - func: bounded(Tensor self, float lo, float hi) -> Tensor
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
+            fake: like(self)
+            derivatives:
+              self: 'grad * (self >= lo) * (self <= hi) if lo <= hi else not_implemented("empty")'
+            samples:
+              empty: {self: {shape: [4], requires_grad: false}, lo: 1.0, hi: -1.0}
+              range: {self: {shape: [4]}, lo: -0.5, hi: 0.5}
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        empty, in_range = lib.cases()
+        assert empty.sample.args[0][1].requires_grad is False
+        assert not testing.applies(empty, "gradients")
+        assert testing.check_gradients(empty) is False
+        testing.check_opcheck(empty)
+        # Unmarked, the same input requires grad: the checks do differentiate it.
+        assert in_range.sample.args[0][1].requires_grad is None
+        assert testing.applies(in_range, "gradients") and testing.check_gradients(in_range)
+        testing.check_opcheck(in_range)
+    finally:
+        lib.close()
+
+
 # --------------------------------------------------------------------------------------------------
 # Known failures
 
@@ -343,11 +378,81 @@ def test_failures_file_errors_are_located(tmp_path):
         smp::cub[0]: {compile: typo in the op name}
         smp::cube_backward[0]: {compiled: typo in the check, vmap: cube_backward has no vmap}
         smp::noisy[0]: {seeded: 3}
+        smp::cube_mean[0]: {gradcheck: torch's name for what the gradients check runs}
         """))
     with pytest.raises(UserError) as e:
         testing.load_failures([str(folder)], CASES)
     text = e.value.diags.render().replace(str(tmp_path), "<tmp>") + "\n"
     expect.check_file(PINNED / "failures_file.expected", text)
+
+
+def test_check_validates_the_failures_file(tmp_path, monkeypatch, capsys):
+    """`check` reads the failures file of each op directory it checks, as the sample checks
+    would, and reports its mistakes with the op files' (exit 1)."""
+    from codegen.__main__ import main
+
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ex
+        ops:
+          - func: scale(Tensor x, float s) -> Tensor
+            derivatives: {x: grad * s}
+            samples:
+              - {x: {shape: [3]}, s: 2.0}
+              - {x: {shape: [3], requires_grad: false}, s: 2.0}
+        """))
+    (tmp_path / "ops" / "sample_failures.yaml").write_text(textwrap.dedent("""\
+        ex::scale[0]: {gradcheck: a misspelt check}
+        ex::scale[1]: {gradients: its only input does not require grad}
+        ex::scal[0]: {compile: a misspelt op}
+        """))
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "ops"]) == 1
+    out, err = capsys.readouterr()
+    expect.check_file(PINNED / "failures_file_check.expected", err)
+    (tmp_path / "ops" / "sample_failures.yaml").write_text(
+        "ex::scale[0]: {gradients: a reason}\n")
+    assert main(["check", "ops"]) == 0
+
+
+def test_a_gpu_check_may_be_listed_on_a_machine_without_one(tmp_path):
+    """Entries are checked as if a GPU were present: a file written where the CUDA checks run
+    stays valid where they do not (they are skipped there)."""
+    lib, (case,) = _wrong_library(tmp_path, "cuda_differs")
+    try:
+        (tmp_path / "sample_failures.yaml").write_text(
+            "smpbad::off_by_one_on_cuda[0]: {devices: its CUDA kernel adds one}\n")
+        known = testing.load_failures([str(tmp_path)], [case])
+        assert known.reason(case.id, "devices") == "its CUDA kernel adds one"
+        assert testing.applies(case, "devices") == torch.cuda.is_available()
+    finally:
+        lib.close()
+
+
+def test_a_broken_failures_file_fails_pytest_without_a_traceback(tmp_path):
+    """Under pytest, the located diagnostics alone: no traceback into codegen."""
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "ops.yaml").write_text(
+        "namespace: ex\nops:\n  - func: f(Tensor x) -> Tensor\n    samples: [{x: {shape: [2]}}]\n")
+    (tmp_path / "ops" / "sample_failures.yaml").write_text("ex::f[0]: {gradcheck: why}\n")
+    (tmp_path / "test_lib.py").write_text(textwrap.dedent("""\
+        from codegen import testing
+
+        CASES = testing.load_cases(["ops"])
+        FAILURES = testing.load_failures(["ops"], CASES)
+
+
+        def test_nothing():
+            pass
+        """))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "test_lib.py"], cwd=tmp_path, env=scratch.env(), text=True,
+                            capture_output=True, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "ops/sample_failures.yaml:1:12: error: unknown check 'gradcheck' in the known " \
+        "failures of ex::f[0]" in result.stdout
+    assert "hint: did you mean 'gradients'?" in result.stdout
+    assert "Traceback" not in result.stdout and "testing.py" not in result.stdout, result.stdout
 
 
 def test_the_failures_file_is_not_an_op_file(tmp_path):
