@@ -69,6 +69,32 @@ def test_torch_function_note_names_it_once(tmp_path: Path) -> None:
         "which the C++ translation does not carry"]
 
 
+def test_python_kernels_keep_python_autograd_without_a_note(tmp_path: Path, monkeypatch) -> None:
+    """An op whose kernels are Python functions keeps Python autograd by its nature: no note (the
+    example library printed one per such op on every `make codegen`); a C++-kernel op beside it
+    still gets its note."""
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: pyk\nops:\n"
+                    "  - func: halve(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: runtime.kernels.exops:gated_residual}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad * 0.5\n"
+                    "  - func: shrink(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: shrink_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad * torch.special.i0e(self)\n")
+    lib = load_library([str(path)])
+    halve = next(op for op in lib.ops if str(op.name) == "pyk::halve")
+    assert cpp_autograd.reason(lib, halve) == "its kernels are Python functions"
+    _, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == [
+        "pyk::shrink: its Autograd kernel stays in Python: its formulas use torch.special.i0e, "
+        "which the C++ translation does not carry"]
+
+
 def test_example_library_split(monkeypatch) -> None:
     """The example's C++-kernel ops get C++ autograd; its Python-kernel ops and the stable
     namespace keep Python, and the Python module registers no Autograd kernel for the others."""

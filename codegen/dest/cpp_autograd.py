@@ -201,13 +201,17 @@ def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
 
 
 def check(lib: OpLibrary, diags: Diagnostics) -> None:
-    """A note per differentiable op of a full-ABI namespace that keeps Python autograd."""
+    """A note per differentiable op of a full-ABI namespace with C++ kernels that keeps Python
+    autograd."""
     if diags.has_errors or not check_formulas(lib, Diagnostics()):
         return  # the errors come first; which path an op takes is settled once they are fixed
     for op in lib.ops:
         if not isinstance(op.derivatives, F.Derivatives):
             continue
-        if namespace_abi(lib, op.namespace) is not None or file_setting(lib, op) == "python":
+        # Chosen paths: the stable ABI, `autograd: python`, and Python kernels (a C++ program
+        # cannot call such an op at all) say nothing.
+        if (namespace_abi(lib, op.namespace) is not None or file_setting(lib, op) == "python"
+                or _is_python(op)):
             continue
         why = reason(lib, op)
         if why is not None:
