@@ -178,10 +178,16 @@ class UserError(Exception):
         self.diags = diags
 
 
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice `word` is most likely a misspelling of, or None when nothing is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """A hint naming the closest choice, or None when nothing is close."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{match[0]}'?" if match else None
+    match = closest(word, choices)
+    return f"did you mean '{match}'?" if match is not None else None
 
 
 def one_of(choices: Iterable[str]) -> str:

@@ -115,7 +115,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Iterator, Union
 
-from codegen.diagnostics import Diagnostics, Loc, did_you_mean
+from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean
 from codegen.model import (
     BaseTy,
     DerivativesSpec,
@@ -1063,26 +1063,31 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     formulas: list[Formula] = []
     non_diff: list[str] = []
     seen: dict[str, Loc] = {}
-    for names, text in spec.formulas:
+    meant: set[str] = set()     # inputs a misspelled key was taken for (no "no formula" then)
+    for i, (names, text) in enumerate(spec.formulas):
         bad_name = False
-        for n in names:
+        for j, n in enumerate(names):
+            key = spec.keys[i][j] if i < len(spec.keys) else text.loc
             arg = schema.argument(n)
             if arg is None:
-                diags.error(text.loc, f"derivatives name '{n}', which is not an input of "
+                guess = closest(n, [a.name for a in schema.arguments])
+                if guess is not None:
+                    meant.add(guess)
+                diags.error(key, f"derivatives name '{n}', which is not an input of "
                             f"{schema.name}",
-                            did_you_mean(n, [a.name for a in schema.arguments])
-                            or _tensor_inputs_hint(schema))
+                            f"did you mean '{guess}'?" if guess is not None
+                            else _tensor_inputs_hint(schema))
                 bad_name = True
             elif not is_tensor_like(arg.type):
-                diags.error(text.loc, f"'{n}' is a {arg.type}, not a Tensor; only Tensor inputs "
+                diags.error(key, f"'{n}' is a {arg.type}, not a Tensor; only Tensor inputs "
                             "have gradients")
                 bad_name = True
             elif n in seen:
-                diags.error(text.loc, f"input '{n}' has two derivative formulas",
+                diags.error(key, f"input '{n}' has two derivative formulas",
                             f"the first is at {seen[n]}")
                 bad_name = True
             else:
-                seen[n] = text.loc
+                seen[n] = key
         if bad_name:
             continue
         if text.text.strip() == NON_DIFFERENTIABLE:
@@ -1108,7 +1113,7 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
         formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc))
 
     for a in schema.arguments:
-        if is_tensor_like(a.type) and a.name not in seen:
+        if is_tensor_like(a.type) and a.name not in seen and a.name not in meant:
             diags.error(spec.loc, f"input '{a.name}' has no derivative formula",
                         f"add `{a.name}: <formula>`, or `{a.name}: non_differentiable` if it has "
                         "no gradient")

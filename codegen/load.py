@@ -541,6 +541,7 @@ class _FileLoader(SampleReader):
             return None
         n_errors = len(self.diags.items)
         formulas: list[tuple[tuple[str, ...], Located]] = []
+        keys: list[tuple[Loc, ...]] = []
         output_differentiability: tuple[bool, ...] | None = None
         for name, (key, value) in fields.items():
             if name == "output_differentiability":
@@ -560,7 +561,14 @@ class _FileLoader(SampleReader):
             if self.string(value, f"the derivative formula for '{name}'") is None:
                 continue
             formulas.append((names, self.located(value)))  # type: ignore[arg-type]
-        spec = DerivativesSpec(tuple(formulas), output_differentiability, self.loc(node))
+            where, start, at = self.located(key), 0, []
+            for n in names:
+                start = name.index(n, start)
+                at.append(where.at(start, len(n)))
+                start += len(n)
+            keys.append(tuple(at))
+        spec = DerivativesSpec(tuple(formulas), output_differentiability, self.loc(node),
+                               tuple(keys))
         if len(self.diags.items) != n_errors:
             return None  # a partial spec would only draw "no formula for x" errors
         from codegen.formulas import parse_derivatives  # on first use, as for fake rules

@@ -800,6 +800,9 @@ class DerivativesSpec:
     formulas: tuple[tuple[tuple[str, ...], Located], ...]
     output_differentiability: tuple[bool, ...] | None
     loc: Loc = field(compare=False, hash=False)
+    # Where each name of each formula's key is (errors about the names point there); () when
+    # unknown.
+    keys: tuple[tuple[Loc, ...], ...] = field(default=(), compare=False, hash=False)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,6 @@ ops:
             "ops.yaml:4:16: error: unknown dispatch key 'CPUU'; allowed keys: CPU, CUDA, Meta, "
             "CompositeImplicitAutograd, CompositeExplicitAutograd",
             "ops.yaml:6:43: error: stk.py defines no function 'goood'",
-            "ops.yaml:12:10: error: derivatives name 'y', which is not an input of st::c",
+            "ops.yaml:12:7: error: derivatives name 'y', which is not an input of st::c",
             "ops.yaml:14:13: error: unknown type 'Tensr' for argument 'x'"], command
     assert not (tmp_path / "generated").exists()
