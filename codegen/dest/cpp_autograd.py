@@ -21,8 +21,8 @@ An op keeps the Python path (codegen.dest.py_autograd) when its file says `autog
 namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
 formula needs what this translator does not carry (a Python-only helper, a library op with a
 Python kernel or without derivatives, a torch function outside TORCH_FUNCTIONS, keyword
-arguments, ...): `reason` says why, and `check` prints it as a located note. Formulas are never
-translated approximately: anything not listed here is refused, and the op keeps the Python path.
+arguments those tables do not name, ...): `reason` says why, and `check` prints it as a located
+note. Formulas are never translated approximately: anything not listed here is refused, and the op keeps the Python path.
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
 NUMBER = (FLT, INT, BOOL, SCALAR)
 LISTS = {"float[]": FLT, "int[]": INT}
 
-# torch.<name>(...) -> at::<name>(...), and tensor methods, with the kinds of their positional
-# arguments after `self` (`n`: a number, `T`: a Tensor, `s`: sizes or int[], `T|n`: either).
+# torch.<name>(...) -> at::<name>(...), and tensor methods, with the kinds of their arguments after
+# `self` (`n`: a number, `T`: a Tensor, `s`: sizes or int[], `d`: dims, an int or int[], `b`: a
+# bool, `T|n`: either). `name:kind` may also be passed as `name=`: C++ takes it in its place, so
+# the keywords must name exactly the parameters that follow the positional arguments.
 _UNARY = ("abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "sinh",
           "cosh", "sigmoid", "sqrt", "rsqrt", "sign", "sgn", "reciprocal", "relu", "erf",
           "square", "conj", "logical_not", "isnan", "floor", "ceil", "round", "trunc", "atan",
@@ -65,7 +67,7 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     "where": (("T", "T|n", "T|n"),),
     "matmul": (("T", "T"),), "mm": (("T", "T"),), "bmm": (("T", "T"),),
     "clamp": (("T", "n", "n"),),
-    "sum": (("T",),), "mean": (("T",),),
+    **{name: (("T",), ("T", "dim:d"), ("T", "dim:d", "keepdim:b")) for name in ("sum", "mean")},
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: ((),) for name in _UNARY if not name.endswith("_like")},
@@ -74,7 +76,7 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
                                       "logical_or", "fmod", "remainder")},
     "matmul": (("T",),), "mm": (("T",),), "bmm": (("T",),), "type_as": (("T",),),
     "expand_as": (("T",),), "reshape_as": (("T",),), "view_as": (("T",),),
-    "sum": ((), ("s",)), "mean": ((), ("s",)),
+    **{name: ((), ("dim:d",), ("dim:d", "keepdim:b")) for name in ("sum", "mean")},
     "t": ((),), "contiguous": ((),), "clone": ((),), "detach": ((),),
     "unsqueeze": (("n",),), "squeeze": ((), ("n",)), "transpose": (("n", "n"),),
     "index_select": (("n", "T"),), "index_add": (("n", "T", "T"),), "clamp": (("n", "n"),),
@@ -629,24 +631,25 @@ class _Builder:
             raise NotCpp(f"{op.value} on a {ak} and a {bk}")
         raise NotCpp(f"the operator {op.value}")
 
-    def _args(self, args: tuple[F.Expr, ...], specs: tuple[tuple[str, ...], ...],
-              what: str) -> list[str]:
+    def _args(self, args: tuple[F.Expr, ...], kwargs: tuple[tuple[str, F.Expr], ...],
+              specs: tuple[tuple[str, ...], ...], what: str) -> list[str]:
         parts = [self.expr(a) for a in args]
+        named = {key: self.expr(v) for key, v in kwargs}
         for spec in specs:
-            if len(spec) != len(parts):
+            if len(spec) != len(parts) + len(named):
                 continue
-            if all(_fits(k, s) for (_, k), s in zip(parts, spec)):
-                out = []
-                for (c, k), s in zip(parts, spec):
-                    if k == INT and "n" in s.split("|") and s != "n":
-                        c = f"at::Scalar({c})"
-                    elif k in (FLT, BOOL) and s == "T|n":
-                        c = f"at::Scalar({c})"
-                    elif k == "int[]" and s == "s":
-                        c = f"at::IntArrayRef({c})"
-                    out.append(c)
-                return out
-        raise NotCpp(f"{what} with arguments of kinds " + ", ".join(k for _, k in parts))
+            given = list(parts)
+            for param in spec[len(parts):]:
+                key, _, _ = param.rpartition(":")
+                if key not in named:
+                    break
+                given.append(named[key])
+            else:
+                kinds = [param.rpartition(":")[2] for param in spec]
+                if all(_fits(k, s) for (_, k), s in zip(given, kinds)):
+                    return [_converted(c, k, s) for (c, k), s in zip(given, kinds)]
+        shown = [k for _, k in parts] + [f"{key}={k}" for key, (_, k) in named.items()]
+        raise NotCpp(f"{what} with arguments of kinds " + ", ".join(shown))
 
     def _call(self, e: F.Call) -> tuple[str, str]:
         func = e.func
@@ -672,19 +675,20 @@ class _Builder:
                     raise NotCpp("not_implemented with a computed message")
                 text = f"the derivative of {self.op.name} is not implemented: {why.value}"
                 return f"opgen_not_implemented({cpp.string_literal(text)})", T
-        if e.kwargs:
-            raise NotCpp("a call with keyword arguments")
         if isinstance(func, F.OpRef):
             target = self.refs[func]
             tsig = cached_signature(target.schema)
             assert isinstance(tsig, cpp.CppSignature)   # build() refused the op otherwise
             parts = [self.expr(a) for a in e.args]
+            named = {key: self.expr(v) for key, v in e.kwargs}
             if len(parts) > len(tsig.arguments):
                 raise NotCpp(f"a call of {target.name} with too many arguments")
             args = []
             for i, b in enumerate(tsig.arguments):
-                if i < len(parts):
-                    c, k = parts[i]
+                # formulas.check_library has matched the keywords to the schema's arguments
+                part = parts[i] if i < len(parts) else named.get(b.argument.name)
+                if part is not None:
+                    c, k = part
                     want = _arg_kind(b.argument.type)
                     if want is None or not _fits(k, want):
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name}")
@@ -696,7 +700,7 @@ class _Builder:
             return f"{handle_name(target)}().call({', '.join(args)})", T
         if isinstance(func, F.TorchRef) and len(func.path) == 1 and func.path[0] in TORCH_FUNCTIONS:
             name = func.path[0]
-            args = self._args(e.args, TORCH_FUNCTIONS[name], f"torch.{name}")
+            args = self._args(e.args, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
             return f"at::{name}({', '.join(args)})", T
         if isinstance(func, F.Attr):
             if isinstance(func.obj, F.InputRef) and func.obj.name in self.meta_only \
@@ -710,12 +714,13 @@ class _Builder:
             oc, ok = self.expr(func.obj)
             if ok != T:
                 raise NotCpp(f"the method .{func.name} of a {ok}")
-            if func.name == "dim" and not e.args:
+            if func.name == "dim" and not e.args and not e.kwargs:
                 return f"{oc}.dim()", INT
-            if func.name == "size" and not e.args:
+            if func.name == "size" and not e.args and not e.kwargs:
                 return f"{oc}.sym_sizes()", SIZES
             if func.name in TENSOR_METHODS:
-                args = self._args(e.args, TENSOR_METHODS[func.name], f".{func.name}")
+                args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
+                                  f".{func.name}")
                 method = func.name
                 if method in _SYMINT_METHODS and any(
                         self.expr(a)[1] == SIZES for a in e.args):
@@ -792,6 +797,19 @@ def _arg_kind(t) -> str | None:
     return None
 
 
+def _converted(code: str, kind: str, spec: str) -> str:
+    """An argument of `kind` as the C++ parameter of `spec` takes it."""
+    if kind == INT and "n" in spec.split("|") and spec != "n":
+        return f"at::Scalar({code})"
+    if kind in (FLT, BOOL) and spec == "T|n":
+        return f"at::Scalar({code})"
+    if kind == "int[]" and spec in ("s", "d"):
+        return f"at::IntArrayRef({code})"
+    if kind == INT and spec == "d":
+        return f"at::IntArrayRef({{{code}}})"
+    return code
+
+
 def _fits(kind: str, spec: str) -> bool:
     for s in spec.split("|"):
         if s == "T" and kind == T:
@@ -805,6 +823,8 @@ def _fits(kind: str, spec: str) -> bool:
         if s == "b" and kind == BOOL:
             return True
         if s == "s" and kind in (SIZES, "int[]"):
+            return True
+        if s == "d" and kind in (INT, "int[]"):
             return True
         if s == "dtype" and kind == DTYPE:
             return True

@@ -575,6 +575,106 @@ at::Tensor bind_autograd(const at::Tensor& self) {
   return opgen_result;
 }
 
+// agrad::center(Tensor self, int dim=-1) -> Tensor
+struct CenterBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "CenterBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+  }
+  int64_t dim_value_;
+};
+
+torch::autograd::variable_list CenterBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  const auto& dim = dim_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = ((grad - grad.mean(at::IntArrayRef({dim}), true)) + (at::sum(grad, at::IntArrayRef({dim}), false).unsqueeze(dim) * at::Scalar(0)));
+  }
+  return grad_inputs;
+}
+
+at::Tensor center_autograd(const at::Tensor& self, int64_t dim) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::center", "")
+      .typed<at::Tensor(const at::Tensor&, int64_t)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::center has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<CenterBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<CenterBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->dim_value_ = dim;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, dim);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::squash_by_name(Tensor x, float limit=1.0) -> Tensor
+struct SquashByNameBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "SquashByNameBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    x_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable x_saved_;
+  double limit_value_;
+};
+
+torch::autograd::variable_list SquashByNameBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto x = x_saved_.unpack();
+  const auto& limit = limit_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = opgen_squash_backward_op().call(grad, x, limit);
+  }
+  return grad_inputs;
+}
+
+at::Tensor squash_by_name_autograd(const at::Tensor& x, double limit) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::squash_by_name", "")
+      .typed<at::Tensor(const at::Tensor&, double)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(x)),
+      "agrad::squash_by_name has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<SquashByNameBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(x)) {
+    opgen_grad_fn = c10::make_intrusive<SquashByNameBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(x));
+    opgen_grad_fn->x_saved_ = torch::autograd::SavedVariable(x, false);
+    opgen_grad_fn->limit_value_ = limit;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(x, limit);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
@@ -587,4 +687,6 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("lookup", TORCH_FN(lookup_autograd));
   m.impl("frozen", TORCH_FN(frozen_autograd));
   m.impl("bind", TORCH_FN(bind_autograd));
+  m.impl("center", TORCH_FN(center_autograd));
+  m.impl("squash_by_name", TORCH_FN(squash_by_name_autograd));
 }
