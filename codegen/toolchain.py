@@ -119,6 +119,12 @@ def cuda_arch_flags(torch, cpp_extension) -> tuple[list[str], str]:
             f"error: torch {torch.__version__} names no CUDA architecture to compile for\n"
             "hint: set TORCH_CUDA_ARCH_LIST (e.g. \"8.0;9.0+PTX\") or `cuda-arch` in "
             "[tool.opgen]; see docs/CONFIG.md")
+    if arch == "native" and torch.cuda.device_count() == 0:
+        # torch reads `native` from the visible GPUs, and fails on an empty list with IndexError
+        raise ToolchainError(_arch_error(
+            "'native' compiles for the GPUs of the building machine, and it has none visible",
+            arch, origin, project,
+            "name the architectures to build for, e.g. \"8.0;9.0+PTX\""))
     saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
     try:
@@ -133,15 +139,16 @@ def cuda_arch_flags(torch, cpp_extension) -> tuple[list[str], str]:
     return flags, origin
 
 
-def _arch_error(reason: str, arch: str, origin: str, project: config.Project) -> str:
-    hint = ("hint: write architectures as torch.utils.cpp_extension takes them: versions "
-            "such as \"8.0;8.6;9.0+PTX\" or names such as \"Ampere;Hopper\"")
+def _arch_error(reason: str, arch: str, origin: str, project: config.Project,
+                hint: str = "write architectures as torch.utils.cpp_extension takes them: "
+                            "versions such as \"8.0;8.6;9.0+PTX\" or names such as "
+                            "\"Ampere;Hopper\"") -> str:
     if origin.startswith("[tool.opgen]") and project.config_path is not None:
         diags = Diagnostics()
         loc = config.locate_value(project, "cuda-arch", diags)
-        diags.error(loc, f"invalid CUDA architecture list '{arch}': {reason}", hint[6:])
+        diags.error(loc, f"invalid CUDA architecture list '{arch}': {reason}", hint)
         return diags.render()
-    return f"error: invalid CUDA architecture list from {origin}: {reason}\n{hint}"
+    return f"error: invalid CUDA architecture list from {origin}: {reason}\nhint: {hint}"
 
 
 def _cudart_flags(cuda_home: Path) -> list[str]:

@@ -89,6 +89,37 @@ def test_invalid_arch_list_is_an_error(cuda_torch, monkeypatch):
         "takes them: versions such as \"8.0;8.6;9.0+PTX\" or names such as \"Ampere;Hopper\"")
 
 
+def test_native_without_a_visible_gpu_is_an_error(cuda_torch, tmp_path, monkeypatch):
+    """`native` reads the building machine's GPUs; with none visible torch's own helper fails
+    with an IndexError. Both sources of the list get an error saying so instead."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "native")
+    with pytest.raises(IndexError):
+        cpp_extension._get_cuda_arch_flags()       # what opgen would have passed on
+    with pytest.raises(toolchain.ToolchainError) as e:
+        toolchain.make_toolchain("k")
+    assert str(e.value) == (
+        "error: invalid CUDA architecture list from TORCH_CUDA_ARCH_LIST=native: 'native' "
+        "compiles for the GPUs of the building machine, and it has none visible\n"
+        "hint: name the architectures to build for, e.g. \"8.0;9.0+PTX\"")
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[tool.opgen]\npackage = "pkg"\ncuda-arch = "native"\n')
+    monkeypatch.chdir(root)
+    from codegen.diagnostics import Diagnostics
+
+    project = config.load(root / "pyproject.toml", Diagnostics())
+    with config.use(project), pytest.raises(toolchain.ToolchainError) as e:
+        toolchain.make_toolchain("k")
+    assert str(e.value).splitlines()[:4] == [
+        "pyproject.toml:3:13: error: invalid CUDA architecture list 'native': 'native' compiles "
+        "for the GPUs of the building machine, and it has none visible",
+        '    cuda-arch = "native"',
+        "                ^~~~~~~~",
+        'hint: name the architectures to build for, e.g. "8.0;9.0+PTX"']
+
+
 def test_cuda_arch_forms_are_torchs(monkeypatch):
     """`cuda-arch`'s form check (codegen.config, which needs no CUDA) takes every entry torch's
     TORCH_CUDA_ARCH_LIST takes, and refuses only entries torch refuses; which versions are
