@@ -239,3 +239,22 @@ def test_md_code_and_fences_hold_the_text(text):
     lines = block.split("\n")
     fence = lines[0]
     assert lines[-1] == fence and not any(line.startswith(fence) for line in lines[1:-1])
+
+
+def test_multiline_fake_rule_is_one_line_in_its_cell(tmp_path):
+    """A fake rule written over several lines (a YAML block scalar, or a folded one with a
+    more-indented line) reads as one line of code in the table, not with `\\x0a` escapes."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(
+        "namespace: ml\nops:\n"
+        "  - func: pool(Tensor x, int k) -> (Tensor, Tensor)\n"
+        "    dispatch: {CPU: pool_cpu}\n"
+        "    fake: |\n"
+        "      check(x.size(1) % k == 0, \"k must divide  the channels\");\n"
+        "      (empty([x.size(0), x.size(1) // k]),\n"
+        "       empty([x.size(0), x.size(1) // k], dtype=int64))\n", encoding="utf-8")
+    lib = load_library([str(path)])
+    cell = md_reference._fake(lib.ops[0])
+    assert cell == ('`check(x.size(1) % k == 0, "k must divide  the channels"); '
+                    '(empty([x.size(0), x.size(1) // k]), '
+                    'empty([x.size(0), x.size(1) // k], dtype=int64))`')

@@ -160,7 +160,10 @@ def _fake(op: Op) -> str:
         return f"{escape.md_code(str(op.fake), in_table=True)} (Python)"
     text = getattr(op.fake, "text", "")
     if text:
-        return escape.md_code(text, in_table=True)
+        # A rule written over several lines (`fake: |`) is one line in a table cell; its line
+        # breaks are layout (its string literals cannot hold one).
+        return escape.md_code(" ".join(line.strip() for line in text.strip().split("\n")),
+                              in_table=True)
     kind = C.fake_kind(op)
     if kind == "schema":
         return "from the schema (returns its mutated arguments or nothing)"
