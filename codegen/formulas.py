@@ -1181,11 +1181,21 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
     if ref.bare:
         if ref.overload is None:
             inputs = [a.name for a in op.schema.arguments]
-            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", "result", "torch"] \
+            returns = op.schema.returns
+            # `result` names the only output; with several, results[i] or a return's name.
+            outputs = ["result"] if len(returns) == 1 else \
+                ["results"] + [r.name for r in returns if r.name]
+            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", *outputs, "torch"] \
                 + sorted(BUILTINS)
+            m = re.fullmatch(r"result([0-9]+)", ref.name)
+            if m and len(returns) > 1 and int(m.group(1)) < len(returns):
+                # derivatives.yaml's spelling of an unnamed output (torchgen's `result1`).
+                hint: str | None = f"output {int(m.group(1))} is 'results[{int(m.group(1))}]'"
+            else:
+                hint = did_you_mean(ref.name, choices)
             diags.error(loc, f"unknown name '{ref.name}'",
-                        did_you_mean(ref.name, choices)
-                        or "formulas name inputs, grad, result, torch, and ops of this library")
+                        hint or "formulas name inputs, grad, result, torch, and ops of this "
+                        "library")
         else:
             diags.error(loc, f"unknown name '{ref.name}'")
         return False
