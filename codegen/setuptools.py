@@ -43,8 +43,17 @@ from codegen.diagnostics import Diagnostics, Loc, UserError
 
 try:    # setuptools >= 70.1 has its own; older ones use the `wheel` package's
     from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
-except ImportError:  # pragma: no cover
-    from wheel.bdist_wheel import bdist_wheel as _bdist_wheel  # type: ignore[no-redef,import-not-found]
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel as _bdist_wheel  # type: ignore[no-redef,import-not-found]
+    except ImportError:
+        # A Python 3.11 venv comes with setuptools 65 and no `wheel`: say so, not a traceback.
+        raise SystemExit(
+            f"error: opgen's setup() builds wheels with setuptools 70.1 or newer, or the `wheel` "
+            f"package; this environment has setuptools {setuptools.__version__} "
+            f"({Path(setuptools.__file__).parent}) and no `wheel`\n"
+            f"hint: `pip install -U setuptools` in it, or require \"setuptools>=70.1\" in "
+            f"[build-system] of pyproject.toml") from None
 
 
 # Note [Honest wheels]

@@ -98,6 +98,28 @@ def test_contradiction_fails_the_build(tmp_path: Path) -> None:
     assert not list(root.glob("alphaops/*.so"))
 
 
+def test_setuptools_without_bdist_wheel_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    """A Python 3.11 venv ships setuptools 65 (no setuptools.command.bdist_wheel) and no `wheel`:
+    the one-line setup.py says what to install instead of an ImportError traceback."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name in ('wheel', 'setuptools.command.bdist_wheel'):\n"
+            "            raise ImportError(name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import codegen.setuptools\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=scratch.env(),
+                       capture_output=True, text=True, timeout=120)
+    import setuptools
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (
+        "error: opgen's setup() builds wheels with setuptools 70.1 or newer, or the `wheel` "
+        f"package; this environment has setuptools {setuptools.__version__} "
+        f"({Path(setuptools.__file__).parent}) and no `wheel`\n"
+        "hint: `pip install -U setuptools` in it, or require \"setuptools>=70.1\" in "
+        "[build-system] of pyproject.toml\n")
+
+
 def test_libraries_outside_the_package_fail_the_wheel(tmp_path: Path) -> None:
     """A wheel without its op libraries would fail at import: setup() refuses, at the key."""
     root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
