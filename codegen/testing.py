@@ -158,6 +158,13 @@ class PythonLibrary:
         for lib in self.libraries:
             lib._destroy()
         self.libraries.clear()
+        _LOADED[:] = [lib for lib in _LOADED if lib is not self]
+
+
+# Libraries loaded and not closed. torch.library.Library removes its registrations when it is
+# garbage collected, so a caller dropping the result (`load_python_library(["ops.yaml"])` as a
+# statement) would otherwise find no ops; they stay until close(), as a built library stays.
+_LOADED: list[PythonLibrary] = []
 
 
 def load_python_library(paths: Iterable[str],
@@ -169,6 +176,7 @@ def load_python_library(paths: Iterable[str],
     already; a namespace torch defines gets a "FRAGMENT") and gets the module `runtime._reg_<ns>`
     would be, from the same generator. Nothing else is loaded: other namespaces need not be built.
     `project` (a codegen.config.Project) names the modules; the active one when not given.
+    The library stays loaded until its `close()`, whether or not the caller keeps the result.
     """
     from codegen import config
     from codegen.dest.py_common import module_name
@@ -203,6 +211,7 @@ def load_python_library(paths: Iterable[str],
     except BaseException:
         out.close()
         raise
+    _LOADED.append(out)
     return out
 
 

@@ -20,6 +20,7 @@ Python kernels only: nothing is built.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -501,3 +502,26 @@ def test_several_tensor_list_returns_warn_that_torch_func_cannot(tmp_path, capsy
     (tmp_path / "ex_fakes.py").write_text("def halves(x):\n    return [x], [x]\n")
     assert cli(["check", "ops.yaml"]) == 0
     expect.check_file(PINNED / "several_list_returns.expected", capsys.readouterr().err)
+
+
+def test_python_library_stays_loaded_until_closed(tmp_path) -> None:
+    """`load_python_library([...])` as a statement, its result dropped (the README's use): the ops
+    stay defined after a garbage collection, and close() still removes them."""
+    (tmp_path / "keepk.py").write_text("def twice(x):\n    return x * 2\n", encoding="utf-8")
+    for ns in ("keepns", "closens"):
+        (tmp_path / f"{ns}.yaml").write_text(
+            f"namespace: {ns}\nops:\n  - func: twice(Tensor x) -> Tensor\n"
+            "    dispatch: {CompositeExplicitAutograd: keepk:twice}\n    fake: like(x)\n",
+            encoding="utf-8")
+    code = ("import gc, torch\nfrom codegen import testing\n"
+            "testing.load_python_library(['keepns.yaml'])\ngc.collect()\n"
+            "print(torch.ops.keepns.twice(torch.ones(2)).tolist())\n"
+            "lib = testing.load_python_library(['closens.yaml'])\nlib.close()\n"
+            "del lib\ngc.collect()\nprint(hasattr(torch.ops.closens, 'twice'))\n"
+            "testing.load_python_library(['closens.yaml'])\n"
+            "print(torch.ops.closens.twice(torch.ones(1)).tolist())\n")
+    env = scratch.env()
+    env["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert (r.returncode, r.stdout) == (0, "[2.0, 2.0]\nFalse\n[2.0]\n"), r.stderr
