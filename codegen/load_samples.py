@@ -29,6 +29,11 @@ DIM_HINT = "a size is an integer, or a named size: N (symbolic), N=6 (with its v
 
 _BAD = object()
 
+# The values an integer tensor sample's dtype holds: torch.tensor refuses `values` outside them,
+# and torch.randint bounds outside them.
+_INT_RANGES = {f"int{b}": (-2**(b - 1), 2**(b - 1) - 1) for b in (8, 16, 32, 64)} | {
+    f"uint{b}": (0, 2**b - 1) for b in (8, 16, 32, 64)}
+
 
 _ENUM_SAMPLES = {
     BaseTy.Layout: frozenset({"strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr",
@@ -305,9 +310,41 @@ class SampleReader(YamlFile):
         if isinstance(low, float) and isinstance(high, float) and low >= high:
             self.error(fields["low"][1], f"'low' ({low}) must be less than 'high' ({high})")
             ok = False
+        elif ok and enums.DTYPE_NAMES[dtype] in _INT_RANGES:
+            ok = self._int_range(fields, dtype, low, high)
         if not ok:
             return _BAD
         return TensorSample(shape, dtype, requires_grad, low, high, values)
+
+    def _int_range(self, fields: dict, dtype: str, low, high) -> bool:
+        """An integer sample's values, or the [low, high) its random values are drawn from, fit
+        its dtype (as the sample checks make them: bounds truncated to integers, default
+        [0, 10))."""
+        least, most = _INT_RANGES[enums.DTYPE_NAMES[dtype]]
+        if "values" in fields:
+            bad = _out_of_range(fields["values"][1], least, most)
+            if bad is not None:
+                self.error(bad, f"{bad.value} is out of the range of {dtype} "  # type: ignore
+                           f"({least} to {most})")
+                return False
+            return True
+        if isinstance(low, SymDim) or isinstance(high, SymDim):
+            return True
+        lo = 0 if low is None else int(low)
+        hi = 10 if high is None else int(high)
+        if lo < least:
+            self.error(fields["low"][1], f"'low' ({lo}) is below the smallest {dtype} ({least})")
+            return False
+        if hi > most + 1:
+            self.error(fields["high"][1], f"'high' ({hi}) is above the largest {dtype} plus one "
+                       f"({most + 1}): random values are drawn from [low, high)")
+            return False
+        if lo >= hi:
+            where = fields["high"][1] if "high" in fields else fields["low"][1]
+            self.error(where, f"random {dtype} values are drawn from [low, high) = [{lo}, {hi}), "
+                       "which holds no integer", "bounds are truncated to integers")
+            return False
+        return True
 
     def nested_values(self, node: Node):
         """`values:` -> (nested tuples, shape), checking the nesting is rectangular."""
@@ -328,6 +365,18 @@ class SampleReader(YamlFile):
             return _BAD
         inner = shapes.pop() if shapes else ()
         return tuple(p[0] for p in parts), (len(parts),) + inner
+
+
+def _out_of_range(node: Node, least: int, most: int) -> Scalar | None:
+    """The first number of a `values:` node outside [least, most] (NaN and infinities are)."""
+    if type(node) is Scalar:
+        v = node.value  # type: ignore[attr-defined]
+        return node if node.tag in ("int", "float") and not least <= v <= most else None
+    for item in getattr(node, "items", ()):
+        bad = _out_of_range(item, least, most)
+        if bad is not None:
+            return bad
+    return None
 
 
 def _all_ints(values) -> bool:
