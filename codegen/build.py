@@ -24,8 +24,8 @@ from pathlib import Path
 
 from codegen import cli, config
 from codegen.build_notes import Notes, generated_namespaces, namespace_indexes, stable_namespaces
-from codegen.dest.ninja import (check_kernel_sources, indexed_registrations, kernel_sources,
-                                ninja_file)
+from codegen.dest.ninja import (check_kernel_sources, indexed_definitions, indexed_registrations,
+                                kernel_sources, ninja_file)
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
 from codegen.rendering import set_stamp
@@ -59,9 +59,18 @@ def check_sources(root: Path) -> None:
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
     sources, _ = kernel_sources(config.current(), namespaces, root)
+    indexes = namespace_indexes(root)
     check_kernel_sources(sources, set(namespaces), root, diags,
-                         indexed_registrations(namespace_indexes(root)))
+                         indexed_registrations(indexes)
+                         | indexed_definitions(indexes, lambda unit: _read(root / unit)))
     diags.raise_if_errors()
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 _SOURCE_EXCERPT = re.compile(r"^\s*\d*\s*\|")   # gcc's `  5 | code` and `    |   ^~~` lines

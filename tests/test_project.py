@@ -212,6 +212,48 @@ def test_hand_written_impl_of_a_generated_kernel_is_a_located_error(tmp_path: Pa
     assert (proc.returncode, proc.stdout) == (1, "") and proc.stderr == gen.stderr
 
 
+KERNEL_WITH_TORCH_LIBRARY_FRAGMENT = """\
+#include <torch/library.h>
+
+// m.def("twice(Tensor x) -> Tensor") in a comment defines nothing.
+TORCH_LIBRARY_FRAGMENT({ns}, m) {{
+  m.def("legacy(Tensor x) -> Tensor");  // an op the op files do not define: fine
+  m.def("{ns}::twice(Tensor self, float factor=2.0) -> Tensor");
+  m.def(TORCH_SELECTIVE_SCHEMA("cube(Tensor x) -> Tensor"));
+}}
+
+TORCH_LIBRARY_FRAGMENT(someone_else, m) {{
+  m.def("twice(Tensor x) -> Tensor");
+}}
+"""
+
+
+def test_hand_written_def_of_a_declared_op_is_a_located_error(tmp_path: Path) -> None:
+    """An m.def of an op the op files declare, left in a TORCH_LIBRARY_FRAGMENT block (as
+    torchvision registers each op): it would build, then abort the process at import ("Tried to
+    register an operator ... multiple times"). generate and the build refuse it at the schema."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    legacy = root / "csrc" / "cpu" / "legacy" / "register.cpp"
+    legacy.parent.mkdir()
+    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_FRAGMENT.format(ns="alphans"), encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.returncode == 1 and gen.stdout == ""
+    expect.check_file(HERE / "diagnostics_config" / "kernel_torch_library_fragment.expected",
+                      gen.stderr)
+    assert opgen("check", cwd=root).stderr == gen.stderr
+    from codegen import build, config
+    from codegen.diagnostics import Diagnostics, UserError
+
+    legacy.unlink()
+    assert opgen("--project", str(root), "generate", cwd=tmp_path).returncode == 0
+    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_FRAGMENT.format(ns="alphans"), encoding="utf-8")
+    with config.use(config.resolve(str(root), Diagnostics())):
+        assert build.check_generated(root, sys.stdout)
+        with pytest.raises(UserError) as info:
+            build.check_sources(root)
+    assert info.value.diags.render() + "\n" == gen.stderr
+
+
 def test_sources_of_no_namespace(tmp_path: Path) -> None:
     """With several namespaces, a kernel source outside every `<ns>/` directory is refused."""
     root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")

@@ -210,7 +210,8 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
         paths = [L.index_path(project, ns) for ns in L.shards(lib)]
         indexes = [json.loads(outputs[p]) for p in paths if p in outputs]
         check_kernel_sources(sources, set(L.shards(lib)), root, diags,
-                             indexed_registrations(indexes))
+                             indexed_registrations(indexes)
+                             | indexed_definitions(indexes, outputs.get))
     return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
@@ -314,7 +315,7 @@ def _blank(m: re.Match) -> str:
 _IMPL_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY_IMPL\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
                          r"([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*\)\s*\{")
 _BRACE = re.compile(r"[{}]")
-_NAME_ARGUMENT = re.compile(r'\s*(?:TORCH_SELECTIVE_NAME\s*\(\s*)?"((?:\\.|[^"\\\n])*)"')
+_NAME_ARGUMENT = re.compile(r'\s*(?:TORCH_SELECTIVE_(?:NAME|SCHEMA)\s*\(\s*)?"((?:\\.|[^"\\\n])*)"')
 
 
 @dataclass(frozen=True)
@@ -362,6 +363,61 @@ def impl_registrations(text: str) -> list[Registration]:
     return out
 
 
+# A `TORCH_LIBRARY(ns, m) {` or `TORCH_LIBRARY_FRAGMENT(ns, m) {` block (or the stable ABI's).
+_DEF_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
+                        r"([A-Za-z_]\w*)\s*\)\s*\{")
+_DEF_OP_NAME = re.compile(r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*(?:\(|\Z)")
+
+
+def _block_calls(text: str, code: str, block: re.Match, var: str, method: str):
+    """The string literal (match on `text`) first passed to each `<var>.<method>(` call in the
+    braces `block` opens; calls whose first argument is not a literal are left out."""
+    depth, end = 1, len(code)
+    for brace in _BRACE.finditer(code, block.end()):
+        depth += 1 if brace[0] == "{" else -1
+        if not depth:
+            end = brace.end()
+            break
+    call = re.compile(rf"\b{re.escape(var)}\s*\.\s*{method}\s*\(")
+    for c in call.finditer(code, block.end(), end):
+        literal = _NAME_ARGUMENT.match(text, c.end())
+        if literal is not None:
+            yield literal
+
+
+def def_registrations(text: str, *, fragments_only: bool = False) -> list[Registration]:
+    """The ops the TORCH_LIBRARY and TORCH_LIBRARY_FRAGMENT blocks (only the latter with
+    `fragments_only`) of C++ source `text` define with a literal schema or name
+    (`m.def("nms(Tensor dets, ...) -> Tensor")`), key "def"."""
+    if "TORCH_LIBRARY" not in text:
+        return []
+    code = blank_comments_and_strings(text)
+    out = []
+    for block in _DEF_BLOCK.finditer(code):
+        if fragments_only and "_FRAGMENT" not in block[0]:
+            continue
+        ns, var = block.groups()
+        for literal in _block_calls(text, code, block, var, "def"):
+            schema = literal[1]
+            if "::" in schema.partition("(")[0]:
+                qualifier, _, schema = schema.partition("::")
+                if qualifier.strip() != ns:
+                    continue
+            name = _DEF_OP_NAME.match(schema)
+            if name is not None:
+                out.append(Registration(ns, "def", name[1], literal.start(1) - 1,
+                                        literal.end() - literal.start(1) + 1))
+    return out
+
+
+def indexed_definitions(indexes: list[dict], read) -> Registered:
+    """(namespace, op name, "def") of every op the generated registration units define, read
+    with `read(path)` (text, or None) from the units the namespaces' index files list."""
+    return {(r.namespace, r.name, r.key) for doc in indexes
+            for unit in doc.get("registrations", {})
+            for r in def_registrations(read(unit) or "")}
+
+
 def indexed_registrations(indexes: list[dict]) -> Registered:
     """(namespace, op name, key) of every kernel the generated registration units register, as
     the namespaces' index files record them (codegen.dest.cpp_kernel_index)."""
@@ -379,6 +435,9 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
 
     - A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates aborts
       the process ("Only a single TORCH_LIBRARY can be used to register the namespace").
+    - An `m.def("<op>(...) -> ...")` in a `TORCH_LIBRARY_FRAGMENT(<ns>, m)` block of an op the
+      op files define (`registered` holds (namespace, op name, "def") for those) aborts the
+      process too ("Tried to register an operator ... multiple times").
     - An `m.impl("<op>", ...)` in a `TORCH_LIBRARY_IMPL(<ns>, <key>, m)` block for a kernel that
       opgen registers too (`registered`: (namespace, op name, key), from the generated
       registration units) replaces opgen's, with only a warning ("Overriding a previously
@@ -404,6 +463,18 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                             "second one aborts the process when the library is loaded",
                             "delete the block: declare its ops in the op files, and name their "
                             "kernels in each op's `dispatch:`")
+            # (a TORCH_LIBRARY block's own m.def calls go with the error on the block)
+            for r in def_registrations(text, fragments_only=True):
+                if (r.namespace, r.name, r.key) not in registered:
+                    continue
+                diags.add_source(source, text)
+                diags.error(_loc(source, code, r.offset, r.length),
+                            f"{r.namespace}::{r.name} is defined here and in the op files: "
+                            "opgen defines it from the op files, and a second definition "
+                            "aborts the process when the library is loaded (\"Tried to "
+                            "register an operator ... multiple times\")",
+                            "delete this m.def (and the TORCH_LIBRARY_FRAGMENT block once it is "
+                            "empty); the op file declares the op")
             for r in impl_registrations(text):
                 if (r.namespace, r.name, r.key) not in registered:
                     continue
