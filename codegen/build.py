@@ -62,15 +62,8 @@ def check_sources(root: Path) -> None:
     indexes = namespace_indexes(root)
     check_kernel_sources(sources, set(namespaces), root, diags,
                          indexed_registrations(indexes)
-                         | indexed_definitions(indexes, lambda unit: _read(root / unit)))
+                         | indexed_definitions(indexes))
     diags.raise_if_errors()
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
 
 
 _SOURCE_EXCERPT = re.compile(r"^\s*\d*\s*\|")   # gcc's `  5 | code` and `    |   ^~~` lines

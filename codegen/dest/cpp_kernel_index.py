@@ -11,8 +11,9 @@ The file holds the namespace, its ABI (`full` or `stable`) and min_torch, its op
 record per kernel: the kernel's qualified C++ name, its uses (`CPU kernel of ns::op`), the schema it
 serves, its declaration as the header spells it, the header and the declaration's line there, and
 the op file. Records follow the headers' order. `registrations` lists, per registration unit,
-the (op, dispatch key) pairs its TORCH_LIBRARY_IMPL blocks register, so that the build can refuse
-a hand-written registration of the same kernel without reading generated C++ back.
+the (op, dispatch key) pairs its TORCH_LIBRARY_IMPL blocks register, and `definitions` the ops its
+TORCH_LIBRARY_FRAGMENT defines, so that the build can refuse a hand-written registration or
+definition of the same op without reading generated C++ back.
 """
 
 from __future__ import annotations
@@ -55,10 +56,13 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
     for ns, shs in L.shards(lib).items():
         records: list[dict] = []
         units: dict[str, list[list[str]]] = {}
+        definitions: dict[str, list[str]] = {}
         for shard in shs:
-            pairs = (cpp_register if namespace_abi(lib, ns) is None else cpp_stable) \
-                .registrations(shard, diags)
+            unit = cpp_register if namespace_abi(lib, ns) is None else cpp_stable
+            pairs = unit.registrations(shard, diags)
             units[shard.registration(project)] = [[name, key] for name, key in pairs]
+            definitions[shard.registration(project)] = [
+                L.impl_name(op) for op in unit.defined(shard, diags)]
             if namespace_abi(lib, ns) is not None:
                 header = shard.header(project)
                 if header in outputs:
@@ -75,7 +79,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
                               f"{', '.join(escape.banner_path(s) for s in sources)} - do not edit",
                "namespace": ns, "abi": "full" if abi is None else "stable",
                "min_torch": None if abi is None else abi.min_text, "op_files": sources,
-               "kernels": records, "registrations": units}
+               "kernels": records, "registrations": units, "definitions": definitions}
         # ASCII: no character of a user's path or string default can break a line of the file.
         out[L.index_path(project, ns)] = json.dumps(doc, indent=1) + "\n"
     return out

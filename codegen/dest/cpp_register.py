@@ -119,11 +119,14 @@ def registrations(shard: L.Shard, diags: Diagnostics) -> list[tuple[str, str]]:
     return registered(impl_blocks(shard, diags), cpp_meta.meta_context(shard, diags)["kernels"])
 
 
+def defined(shard: L.Shard, diags: Diagnostics) -> list:
+    """The ops a shard's registration unit defines (`m.def`): those with a C++ binding."""
+    return [op for op in shard.ops if L.signature(op, diags) is not None]
+
+
 def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     out = []
-    for op in shard.ops:
-        if L.signature(op, diags) is None:
-            continue
+    for op in defined(shard, diags):
         out.append({"schema": L.def_schema(op), "tags": [f"at::Tag::{t}" for t in op.tags]})
     return out
 

@@ -386,11 +386,14 @@ def meta_kernels(shard: L.Shard) -> list[StableMeta]:
     return out
 
 
+def defined(shard: L.Shard, diags: Diagnostics) -> list:
+    """The ops a shard's registration unit defines (`m.def`): those with a C++ binding."""
+    return [op for op in shard.ops if signature(op, diags) is not None]
+
+
 def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     out = []
-    for op in shard.ops:
-        if signature(op, diags) is None:
-            continue
+    for op in defined(shard, diags):
         tags = [f"at::Tag::{t}" for t in op.tags] if op.abi.has("tags") else []
         out.append({"schema": L.def_schema(op), "tags": tags})
     return out

@@ -211,7 +211,7 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
         indexes = [json.loads(outputs[p]) for p in paths if p in outputs]
         check_kernel_sources(sources, set(L.shards(lib)), root, diags,
                              indexed_registrations(indexes)
-                             | indexed_definitions(indexes, outputs.get))
+                             | indexed_definitions(indexes))
     return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
@@ -410,12 +410,11 @@ def def_registrations(text: str, *, fragments_only: bool = False) -> list[Regist
     return out
 
 
-def indexed_definitions(indexes: list[dict], read) -> Registered:
-    """(namespace, op name, "def") of every op the generated registration units define, read
-    with `read(path)` (text, or None) from the units the namespaces' index files list."""
-    return {(r.namespace, r.name, r.key) for doc in indexes
-            for unit in doc.get("registrations", {})
-            for r in def_registrations(read(unit) or "")}
+def indexed_definitions(indexes: list[dict]) -> Registered:
+    """(namespace, op name, "def") of every op the generated registration units define, as the
+    namespaces' index files record them (codegen.dest.cpp_kernel_index)."""
+    return {(doc["namespace"], name, "def") for doc in indexes
+            for names in doc.get("definitions", {}).values() for name in names}
 
 
 def indexed_registrations(indexes: list[dict]) -> Registered:
