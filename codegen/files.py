@@ -275,6 +275,7 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
                 for rel in removals:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(base, rel))
+                _remove_emptied_dirs(base, prune_dir, removals)
                 if stamp is not None:
                     target = os.path.join(base, stamp)
                     os.replace(_temporary(target, fileset.files[stamp].encode()), target)
@@ -287,6 +288,22 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
         return sorted(set(changed) | set(removals))
+
+
+def _remove_emptied_dirs(base: str, prune_dir: str | None, removals: list[str]) -> None:
+    """The directories below prune_dir that removing `removals` left empty (a renamed op file's
+    or a deleted namespace's header directory); a directory that still holds anything stays."""
+    if prune_dir is None:
+        return
+    top = os.path.normpath(os.path.join(base, prune_dir))
+    dirs = {os.path.dirname(os.path.join(base, rel)) for rel in removals}
+    for d in sorted(dirs, key=len, reverse=True):
+        while os.path.normpath(d) != top and os.path.normpath(d).startswith(top + os.sep):
+            try:
+                os.rmdir(d)
+            except OSError:         # not empty (or already gone with a deeper one's parent)
+                break
+            d = os.path.dirname(d)
 
 
 def orphans(root: Path, fileset: FileSet, prune_dir: str) -> list[str]:

@@ -238,3 +238,26 @@ def test_pruning_removes_only_what_opgen_wrote(tmp_path: Path, capsys, monkeypat
     assert not (root / thrice).exists() and not temporary.exists()
     assert notes.read_text() == "mine\n"
     assert main(["generate", "--check", "schemas"]) == 0
+
+
+def test_pruning_removes_the_directories_it_empties(tmp_path: Path, monkeypatch) -> None:
+    """A renamed op file or a namespace moved away leaves no empty directory of its generated
+    headers behind (generated/cpp/<ns>/<file>/); a directory still holding a file stays, and so
+    does an empty one of the user's."""
+    from codegen.__main__ import main
+
+    root = generated_v1(tmp_path)
+    monkeypatch.chdir(root)
+    assert main(["generate", "schemas"]) == 0
+    mine = root / "generated" / "cpp" / "mine"
+    mine.mkdir()
+    (root / "schemas" / "wr.yaml").rename(root / "schemas" / "renamed.yaml")
+    assert main(["generate", "schemas"]) == 0
+    assert (root / "generated" / "cpp" / "wr" / "renamed" / "thrice.h").is_file()
+    assert not (root / "generated" / "cpp" / "wr" / "wr").exists()
+    (root / "schemas" / "renamed.yaml").write_text(V2.replace("namespace: wr", "namespace: wq"))
+    assert main(["generate", "schemas"]) == 0
+    assert not (root / "generated" / "cpp" / "wr").exists()
+    assert (root / "generated" / "cpp" / "wq" / "renamed" / "thrice.h").is_file()
+    assert mine.is_dir()
+    assert main(["generate", "--check", "schemas"]) == 0
