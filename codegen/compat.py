@@ -510,6 +510,7 @@ def diagnose(report: Report, lib: OpLibrary, snap: Snapshot, diags: Diagnostics)
     for r in report.ops:
         if r.declared is not None and not r.breaks:
             what = ("the snapshot has no op of that name" if r.old is None and r.new is None
+                    else "it is a new op: the snapshot has no op of that name" if r.old is None
                     else "it is compatible with the snapshot")
             diags.error(r.declared.loc, f"{r.name} declares a break, but {what}",
                         "remove the declaration (it would hide the next break)")

@@ -319,6 +319,23 @@ hint: remove the declaration (it would hide the next break)
 """
 
 
+def test_break_declared_on_a_new_op_says_it_is_new(lib):
+    """`breaks:` on an op the snapshot does not have (just added, or renamed to it) is stale too;
+    the message says the op is new rather than that it is compatible with its snapshot entry."""
+    code, _, err = lib(BASE + """\
+  - func: k(Tensor x) -> Tensor
+    breaks: {reason: "renamed from g"}
+""")
+    assert code == 1
+    assert err == """\
+schemas/ops.yaml:20:5: error: ex::k declares a break, but it is a new op: the snapshot has no op of that name
+        breaks: {reason: "renamed from g"}
+        ^~~~~~
+hint: remove the declaration (it would hide the next break)
+1 error generated.
+"""
+
+
 def test_breaks_needs_a_reason(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     Path("ops.yaml").write_text("- func: ex::f(Tensor x) -> Tensor\n  breaks: {}\n")
