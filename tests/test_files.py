@@ -154,6 +154,36 @@ def test_failed_write_rolls_back(tmp_path: Path, capsys, monkeypatch) -> None:
     assert snapshot(root) == before
 
 
+def test_replace_failing_midway_names_the_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A target that cannot be replaced although its directory is writable (an immutable file,
+    `chattr +i`; another user's file in a sticky directory) stops the renames midway: the error
+    names that file, no temporary is left behind, and the next run, once it can, completes the
+    set."""
+    from codegen.__main__ import main
+
+    root = generated_v1(tmp_path)
+    real = os.replace
+    blocked = "generated/runtime/ops.py"
+
+    def replace(src, dst):
+        if Path(dst).as_posix().endswith(blocked):
+            raise OSError(1, "Operation not permitted")
+        return real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.chdir(root)
+    assert main(["generate", "schemas"]) == 1
+    out, err = capsys.readouterr()
+    assert err == (f"error: cannot replace {blocked} (Operation not permitted): writing generated "
+                   "stopped midway and the set is incomplete; run code generation again once it "
+                   "can be replaced (the build does so by itself)\n")
+    assert not [p for p in (root / "generated").rglob(f"{files.TEMP_PREFIX}*")]
+    monkeypatch.setattr(files.os, "replace", real)
+    assert main(["generate", "--check", "schemas"]) == 1
+    assert main(["generate", "schemas"]) == 0
+    assert main(["generate", "--check", "schemas"]) == 0
+
+
 # --------------------------------------------------------------------------------------------------
 # A generate killed midway
 
