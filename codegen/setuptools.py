@@ -285,8 +285,8 @@ def setup(**kwargs) -> None:
     setuptools.setup(**kwargs)
 
 
-def _abis(project: config.Project) -> dict[str, str | None]:
-    """Each namespace of the op files: its stable ABI's min_torch, or None (the full API)."""
+def _abis(project: config.Project) -> dict[str, tuple[int, int] | None]:
+    """Each namespace of the op files: the min_torch of its stable ABI, or None (the full API)."""
     from codegen.__main__ import _load
     from codegen.abi import namespace_abi
 
@@ -303,7 +303,7 @@ def _abis(project: config.Project) -> dict[str, str | None]:
     return abis
 
 
-def _promise(abis: dict[str, str | None]) -> TorchPromise | None:
+def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:
     """The wheel's torch requirement, from the op files' ABI choices and this torch."""
     import torch
 
