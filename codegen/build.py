@@ -16,6 +16,7 @@ line; the traceback with --debug).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -28,6 +29,8 @@ from codegen.dest.ninja import (check_kernel_sources, indexed_definitions, index
                                 kernel_sources, ninja_file)
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
+from codegen.layout import library_file, stamp_prefix
+from codegen.loader import elf_problem, read_stamp
 from codegen.rendering import set_stamp
 from codegen.toolchain import ToolchainError, toolchain_var, write_stable_include, write_toolchain
 
@@ -154,8 +157,33 @@ def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> 
                     "and set CUDA_HOME to its directory" if "nvcc" in why else "")
             out.write(f"note: {why}: skipping CUDA kernels ({', '.join(skipped)}); their ops "
                       f"get no CUDA kernel in this build{hint}\n")
+    outdate_refused_libraries(root)
     out.flush()
     return run_ninja(root, list(extra or []), out=out)
+
+
+_STAMP_SCHEMAS = re.compile(r'"@opgen-stamp ns=(\w+) schemas=([0-9a-f]+) ')
+
+
+def outdate_refused_libraries(root: Path) -> None:
+    """Make ninja relink each library the loader would refuse, though it is newer than its
+    inputs: one copied over from another checkout or project, or cut short. The loader tells the
+    user to run the build, and ninja alone would find nothing to do. The file keeps its bytes
+    (only its mtime goes back), so a build that then fails leaves it as it was."""
+    project = config.current()
+    for index in namespace_indexes(root):
+        ns = index["namespace"]
+        lib = root / project.libraries / library_file(ns)
+        try:
+            m = _STAMP_SCHEMAS.search(
+                (root / project.generated / "cpp" / ns / "stamp.cpp").read_text(encoding="utf-8"))
+            if m is None or not lib.is_file():
+                continue
+            stamp = read_stamp(lib, stamp_prefix(ns))
+            if stamp is None or stamp.schema_hash != m[2] or elf_problem(lib) is not None:
+                os.utime(lib, (1, 1))   # not 0: ninja reads an mtime of 0 as a missing file
+        except OSError:
+            continue                    # ninja and the loader say what is wrong with it
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -187,6 +187,23 @@ def _annotations(t: Type) -> tuple:
                  for x in iter_types(t) if not isinstance(x, OptionalType))
 
 
+def _fresh_sets(t: Type) -> list[str]:
+    return [name for x in iter_types(t) if not isinstance(x, OptionalType)
+            and x.alias is not None and x.alias.is_fresh for name in x.alias.alias_set]
+
+
+def _alias_change(what: str, o: Type, n: Type, hint: str | None = None, **where) -> Change:
+    """`what` changed its alias annotation; or it kept its bare '!' and c10 numbers that set
+    anew because a bare '!' before it came or went (torch compares the numbers)."""
+    if str(o) == str(n):
+        return Change(f"{what} keeps its bare '!', but c10 now names that alias set "
+                      f"{', '.join(_fresh_sets(n))} instead of {', '.join(_fresh_sets(o))}: a "
+                      "bare '!' was added or removed before it, and torch compares the names",
+                      renumbered=True, **where)
+    return Change(f"{what} changed its alias annotation from '{o}' to '{n}'", hint=hint,
+                  **where)
+
+
 def default_value(d, t: Type):
     """A default as c10 stores it (an IValue): `float x=1` is 1.0, `int[2] k=1` is [1, 1],
     `ScalarType t=long` is int64, `int r=Mean` is 1."""
@@ -228,6 +245,7 @@ class Change:
     ret: int | None = None
     hint: str | None = None
     old: str | None = None          # the old name of a renamed argument
+    renumbered: bool = False        # only a bare '!' numbered anew (Note [Fresh alias sets])
 
 
 def _first_out(s: FunctionSchema) -> int:
@@ -266,10 +284,10 @@ def _arg_changes(new, old, i: int, old_names: set, new_names: set, positions: di
         out.append(Change(f"argument '{new.name}' widened from '{old.type}' to '{new.type}'",
                           breaking=False, arg=new.name))
     if _annotations(new.type) != _annotations(old.type):
-        out.append(Change(f"argument '{new.name}' changed its alias annotation from "
-                          f"'{old.type}' to '{new.type}'", arg=new.name,
-                          hint="what an op reads, writes and returns as a view is part of its "
-                               "contract (torch.compile, functionalization)"))
+        out.append(_alias_change(
+            f"argument '{new.name}'", old.type, new.type, arg=new.name,
+            hint="what an op reads, writes and returns as a view is part of its contract "
+                 "(torch.compile, functionalization)"))
     if new.kwarg_only and not old.kwarg_only:
         out.append(Change(f"argument '{new.name}' became keyword-only: positional callers "
                           "break", arg=new.name))
@@ -313,8 +331,7 @@ def schema_changes(old: FunctionSchema, new: FunctionSchema) -> list[Change]:
                 out.append(Change(f"return {i + 1} narrowed from '{o.type}' to '{n.type}'",
                                   breaking=False, ret=i))
             if _annotations(n.type) != _annotations(o.type):
-                out.append(Change(f"return {i + 1} changed its alias annotation from "
-                                  f"'{o.type}' to '{n.type}'", ret=i))
+                out.append(_alias_change(f"return {i + 1}", o.type, n.type, ret=i))
     # Arguments, by position as c10 compares them, out= arguments after the shift.
     new_names = {a.name for a in new.arguments}
     old_names = {a.name for a in old.arguments}
@@ -347,6 +364,9 @@ def schema_changes(old: FunctionSchema, new: FunctionSchema) -> list[Change]:
     for a in old.arguments:
         if a.name not in new_names and a.name not in renamed:
             out.append(Change(f"argument '{a.name}' was removed: callers passing it break"))
+    if any(c.breaking and not c.renumbered for c in out):
+        # A renumbered set follows from a break reported already: only that one is news.
+        out = [c for c in out if not c.renumbered]
     return out
 
 
@@ -510,6 +530,7 @@ def diagnose(report: Report, lib: OpLibrary, snap: Snapshot, diags: Diagnostics)
     for r in report.ops:
         if r.declared is not None and not r.breaks:
             what = ("the snapshot has no op of that name" if r.old is None and r.new is None
+                    else "it is a new op: the snapshot has no op of that name" if r.old is None
                     else "it is compatible with the snapshot")
             diags.error(r.declared.loc, f"{r.name} declares a break, but {what}",
                         "remove the declaration (it would hide the next break)")

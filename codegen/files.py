@@ -266,27 +266,57 @@ def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list
             except OSError as e:
                 raise WriteError(f"cannot write {rel}: {_reason(e)}; nothing was changed") \
                     from None
+            # `rel`, `verb`: what failed, for the message.
+            verb = "remove"
             try:
                 if stamp is not None:
+                    rel = stamp
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(base, stamp))
+                verb = "replace"
                 for rel in rewrite:
-                    os.replace(staged.pop(rel), os.path.join(base, rel))
+                    os.replace(staged[rel], os.path.join(base, rel))
+                    del staged[rel]     # a failed rename leaves it staged, to be cleaned up
+                verb = "remove"
                 for rel in removals:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(base, rel))
+                _remove_emptied_dirs(base, prune_dir, removals)
                 if stamp is not None:
+                    rel, verb = stamp, "write"
                     target = os.path.join(base, stamp)
-                    os.replace(_temporary(target, fileset.files[stamp].encode()), target)
+                    staged[stamp] = _temporary(target, fileset.files[stamp].encode())
+                    os.replace(staged[stamp], target)
+                    del staged[stamp]
             except OSError as e:
-                raise WriteError(f"writing {prune_dir or 'the outputs'} failed midway "
-                                 f"({_reason(e)}); the set is incomplete: run code generation "
-                                 "again (the build does so by itself)") from None
+                raise WriteError(f"cannot {verb} {rel} ({_reason(e)}): writing "
+                                 f"{prune_dir or 'the outputs'} stopped midway and the set is "
+                                 "incomplete; run code generation again once it can be "
+                                 f"{_DONE[verb]} (the build does so by itself)") from None
         finally:
             for tmp in staged.values():
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
         return sorted(set(changed) | set(removals))
+
+
+_DONE = {"remove": "removed", "replace": "replaced", "write": "written"}
+
+
+def _remove_emptied_dirs(base: str, prune_dir: str | None, removals: list[str]) -> None:
+    """The directories below prune_dir that removing `removals` left empty (a renamed op file's
+    or a deleted namespace's header directory); a directory that still holds anything stays."""
+    if prune_dir is None:
+        return
+    top = os.path.normpath(os.path.join(base, prune_dir))
+    dirs = {os.path.dirname(os.path.join(base, rel)) for rel in removals}
+    for d in sorted(dirs, key=len, reverse=True):
+        while os.path.normpath(d) != top and os.path.normpath(d).startswith(top + os.sep):
+            try:
+                os.rmdir(d)
+            except OSError:         # not empty (or already gone with a deeper one's parent)
+                break
+            d = os.path.dirname(d)
 
 
 def orphans(root: Path, fileset: FileSet, prune_dir: str) -> list[str]:

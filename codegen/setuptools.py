@@ -272,7 +272,13 @@ def setup(**kwargs) -> None:
                     f"libraries = \"{project.package_dir}\" (the default)")
         print(diags.render(), file=sys.stderr)
         raise SystemExit(1)
-    data.setdefault(_package_of(project, project.libraries), []).append("lib*_ops.so")
+    from codegen.layout import library_file
+
+    abis = _abis(project)
+    # The libraries of the namespaces declared now: a namespace since moved or deleted leaves
+    # its lib<ns>_ops.so behind in the package directory, which the wheel must not ship.
+    data.setdefault(_package_of(project, project.libraries), []).extend(
+        library_file(ns) for ns in sorted(abis))
     if project.generated_in_package:
         data.setdefault(project.module_prefix, []).append("*.pyi")
     data.setdefault(project.package, []).append("py.typed")
@@ -283,15 +289,13 @@ def setup(**kwargs) -> None:
     kwargs["cmdclass"] = cmdclass
     if "distclass" not in kwargs:
         kwargs["distclass"] = type("BinaryDistribution", (BinaryDistribution,),
-                                   {"torch_promise": _promise(project)})
+                                   {"torch_promise": _promise(abis)})
     kwargs.setdefault("zip_safe", False)
     setuptools.setup(**kwargs)
 
 
-def _promise(project: config.Project) -> TorchPromise | None:
-    """The wheel's torch requirement, from the op files' ABI choices and this torch."""
-    import torch
-
+def _abis(project: config.Project) -> dict[str, tuple[int, int] | None]:
+    """Each namespace of the op files: the min_torch of its stable ABI, or None (the full API)."""
     from codegen.__main__ import _load
     from codegen.abi import namespace_abi
 
@@ -305,6 +309,13 @@ def _promise(project: config.Project) -> TorchPromise | None:
         for ns in lib.namespaces:
             a = namespace_abi(lib, ns)
             abis[ns] = None if a is None else a.min_torch
+    return abis
+
+
+def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:
+    """The wheel's torch requirement, from the op files' ABI choices and this torch."""
+    import torch
+
     try:
         return torch_promise(abis, torch.__version__)
     except InvalidVersion:

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from codegen import config, files
 from codegen.rendering import set_stamp
 from tests import scratch
 from tests.test_files import killed_generate
+from tests.test_project import opgen
 
 # The example layout's completion stamp (generated/SHA256SUMS).
 SET_STAMP = set_stamp(config.default_project(Path(__file__).resolve().parent.parent))
@@ -90,3 +93,36 @@ with FakeTensorMode():
 """)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "[0.0, 2.0, 4.0] [0.0, 3.0, 6.0]\n(4, 5)\n"
+
+
+def _import(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "import alphaops"], cwd=root, env=scratch.env(),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("damage", ["foreign", "cut short", "stale copy"])
+def test_build_relinks_a_library_the_loader_refuses(tmp_path: Path, damage: str) -> None:
+    """A library the loader refuses (another project's or another checkout's copied over it, or
+    one cut short) tells the user to run the build; ninja, seeing a library newer than its
+    inputs, had nothing to do, so the advice could not work. The build relinks it."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    assert opgen("generate", cwd=root).returncode == 0
+    first = opgen("build", cwd=root)
+    assert first.returncode == 0, first.stdout + first.stderr
+    lib = root / "alphaops" / "libalphans_ops.so"
+    good = lib.read_bytes()
+    if damage == "foreign":
+        lib.write_bytes(b"\x7fELF not ours")
+    elif damage == "cut short":
+        lib.write_bytes(good[:good.find(b"@opgen-stamp ns=alphans ") + 1024])
+    else:
+        at = good.find(b"@opgen-stamp ns=alphans schemas=") + len(b"@opgen-stamp ns=alphans schemas=")
+        lib.write_bytes(good[:at] + b"0123456789abcdef" + good[at + 16:])
+    assert lib.read_bytes() != good
+    probe = _import(root)
+    assert probe.returncode != 0 and "opgen build" in probe.stderr, probe.stderr
+    again = opgen("build", cwd=root)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "LINK alphaops/libalphans_ops.so" in again.stdout, again.stdout
+    assert _import(root).returncode == 0, _import(root).stderr
+    assert "no work to do" in opgen("build", cwd=root).stdout

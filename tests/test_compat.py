@@ -319,6 +319,52 @@ hint: remove the declaration (it would hide the next break)
 """
 
 
+def test_break_declared_on_a_new_op_says_it_is_new(lib):
+    """`breaks:` on an op the snapshot does not have (just added, or renamed to it) is stale too;
+    the message says the op is new rather than that it is compatible with its snapshot entry."""
+    code, _, err = lib(BASE + """\
+  - func: k(Tensor x) -> Tensor
+    breaks: {reason: "renamed from g"}
+""")
+    assert code == 1
+    assert err == """\
+schemas/ops.yaml:20:5: error: ex::k declares a break, but it is a new op: the snapshot has no op of that name
+        breaks: {reason: "renamed from g"}
+        ^~~~~~
+hint: remove the declaration (it would hide the next break)
+1 error generated.
+"""
+
+
+def test_renumbered_bare_write_sets(tmp_path, monkeypatch, capsys):
+    """A bare '!' is c10's alias set $N, numbered in order. When a break before it renumbers it
+    (`input` loses its '!'), only that break is reported, not an alias change of `residual` from
+    'Tensor!' to 'Tensor!'; when the renumbering is the only difference torch sees (a new
+    argument with a bare '!' before the out= one), the message says what happened."""
+    monkeypatch.chdir(tmp_path)
+    ops = tmp_path / "ops.yaml"
+    ops.write_text("namespace: ex\nops:\n"
+                   "  - func: f(Tensor! input, Tensor! residual, Tensor weight) -> ()\n"
+                   "  - func: g(Tensor x, *, Tensor! out) -> ()\n")
+    assert run(["snapshot", "ops.yaml"], capsys)[0] == 0
+    ops.write_text("namespace: ex\nops:\n"
+                   "  - func: f(Tensor input, Tensor! residual, Tensor weight) -> ()\n"
+                   "  - func: g(Tensor x, Tensor!? y=None, *, Tensor! out) -> ()\n")
+    code, _, err = run(["bc-check", "ops.yaml"], capsys)
+    assert code == 1
+    assert err == """\
+ops.yaml:3:20: error: ex::f: argument 'input' changed its alias annotation from 'Tensor!' to 'Tensor'
+      - func: f(Tensor input, Tensor! residual, Tensor weight) -> ()
+                       ^~~~~
+hint: what an op reads, writes and returns as a view is part of its contract (torch.compile, functionalization)
+ops.yaml:4:51: error: ex::g: argument 'out' keeps its bare '!', but c10 now names that alias set $1 instead of $0: a bare '!' was added or removed before it, and torch compares the names
+      - func: g(Tensor x, Tensor!? y=None, *, Tensor! out) -> ()
+                                                      ^~~
+hint: keep the op compatible, or declare the break with 'breaks: {reason: ...}'
+2 errors generated.
+"""
+
+
 def test_breaks_needs_a_reason(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     Path("ops.yaml").write_text("- func: ex::f(Tensor x) -> Tensor\n  breaks: {}\n")
@@ -567,6 +613,11 @@ PAIRS = [
      "(Tensor! input, Tensor! residual, Tensor? weight, float epsilon) -> ()"),
     ("(Tensor indices, Tensor offsets, int max_B) -> Tensor",
      "(Tensor indices, Tensor offsets, int max_B, Tensor? per_sample_weights=None) -> Tensor"),
+    # Bare '!' sets are numbered in order ($0, $1): one coming or going renumbers the later ones.
+    ("(Tensor! input, Tensor! residual, Tensor weight) -> ()",
+     "(Tensor input, Tensor! residual, Tensor weight) -> ()"),
+    ("(Tensor x, *, Tensor! out) -> ()", "(Tensor x, Tensor!? y=None, *, Tensor! out) -> ()"),
+    ("(Tensor! x, Tensor! y) -> ()", "(Tensor! x, Tensor! y, Tensor!? z=None) -> ()"),
 ]
 
 # Pairs where the gate goes further than torch on a schema alone: c10 does not look at arguments

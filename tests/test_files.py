@@ -154,6 +154,36 @@ def test_failed_write_rolls_back(tmp_path: Path, capsys, monkeypatch) -> None:
     assert snapshot(root) == before
 
 
+def test_replace_failing_midway_names_the_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A target that cannot be replaced although its directory is writable (an immutable file,
+    `chattr +i`; another user's file in a sticky directory) stops the renames midway: the error
+    names that file, no temporary is left behind, and the next run, once it can, completes the
+    set."""
+    from codegen.__main__ import main
+
+    root = generated_v1(tmp_path)
+    real = os.replace
+    blocked = "generated/runtime/ops.py"
+
+    def replace(src, dst):
+        if Path(dst).as_posix().endswith(blocked):
+            raise OSError(1, "Operation not permitted")
+        return real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.chdir(root)
+    assert main(["generate", "schemas"]) == 1
+    out, err = capsys.readouterr()
+    assert err == (f"error: cannot replace {blocked} (Operation not permitted): writing generated "
+                   "stopped midway and the set is incomplete; run code generation again once it "
+                   "can be replaced (the build does so by itself)\n")
+    assert not [p for p in (root / "generated").rglob(f"{files.TEMP_PREFIX}*")]
+    monkeypatch.setattr(files.os, "replace", real)
+    assert main(["generate", "--check", "schemas"]) == 1
+    assert main(["generate", "schemas"]) == 0
+    assert main(["generate", "--check", "schemas"]) == 0
+
+
 # --------------------------------------------------------------------------------------------------
 # A generate killed midway
 
@@ -237,4 +267,27 @@ def test_pruning_removes_only_what_opgen_wrote(tmp_path: Path, capsys, monkeypat
     assert f"removed {thrice}" in out and f"removed {temporary.relative_to(root)}" in out
     assert not (root / thrice).exists() and not temporary.exists()
     assert notes.read_text() == "mine\n"
+    assert main(["generate", "--check", "schemas"]) == 0
+
+
+def test_pruning_removes_the_directories_it_empties(tmp_path: Path, monkeypatch) -> None:
+    """A renamed op file or a namespace moved away leaves no empty directory of its generated
+    headers behind (generated/cpp/<ns>/<file>/); a directory still holding a file stays, and so
+    does an empty one of the user's."""
+    from codegen.__main__ import main
+
+    root = generated_v1(tmp_path)
+    monkeypatch.chdir(root)
+    assert main(["generate", "schemas"]) == 0
+    mine = root / "generated" / "cpp" / "mine"
+    mine.mkdir()
+    (root / "schemas" / "wr.yaml").rename(root / "schemas" / "renamed.yaml")
+    assert main(["generate", "schemas"]) == 0
+    assert (root / "generated" / "cpp" / "wr" / "renamed" / "thrice.h").is_file()
+    assert not (root / "generated" / "cpp" / "wr" / "wr").exists()
+    (root / "schemas" / "renamed.yaml").write_text(V2.replace("namespace: wr", "namespace: wq"))
+    assert main(["generate", "schemas"]) == 0
+    assert not (root / "generated" / "cpp" / "wr").exists()
+    assert (root / "generated" / "cpp" / "wq" / "renamed" / "thrice.h").is_file()
+    assert mine.is_dir()
     assert main(["generate", "--check", "schemas"]) == 0

@@ -137,6 +137,26 @@ def test_libraries_outside_the_package_fail_the_wheel(tmp_path: Path) -> None:
         "1 error generated.\n"), proc.stderr
 
 
+def test_wheel_holds_only_the_libraries_of_the_projects_namespaces(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """A namespace moved away (or deleted) leaves its built lib<ns>_ops.so in the package
+    directory; the wheel holds the libraries of the namespaces the op files declare now, not
+    every lib*_ops.so lying there."""
+    import fnmatch
+
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "alphaops" / "libgone_ops.so").write_bytes(b"built before the namespace moved")
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    patterns = captured["package_data"]["alphaops"]
+    assert any(fnmatch.fnmatch("libalphans_ops.so", p) for p in patterns), patterns
+    assert not any(fnmatch.fnmatch("libgone_ops.so", p) for p in patterns), patterns
+
+
 # --------------------------------------------------------------------------------------------------
 # Wheels (slow)
 
