@@ -186,6 +186,16 @@ ops:
     derivatives:
       grad_output: squash_backward(grad, x, limit)
       x: t = torch.tanh(x / limit); -2 / limit * grad * grad_output * t * (1 - t * t)
+  - func: tile_rows(Tensor self, SymInt n) -> Tensor
+    dispatch: {CPU: tile_rows_cpu}
+    fake: empty([self.size(0) * n, self.size(1)])
+    derivatives:
+      self: tile_rows_backward(grad, n, self.size(-2))
+  - func: tile_rows_backward(Tensor grad, SymInt n, SymInt rows) -> Tensor
+    dispatch: {CPU: tile_rows_backward_cpu}
+    fake: empty([rows, grad.size(1)])
+    derivatives:
+      grad: tile_rows(grads[0], n)
 """
 KEYWORDS_KERNELS = """\
 #include <ATen/ATen.h>
@@ -201,6 +211,12 @@ at::Tensor squash_cpu(const at::Tensor& x, double limit) { return limit * at::ta
 at::Tensor squash_backward_cpu(const at::Tensor& grad_output, const at::Tensor& x, double limit) {
   auto t = at::tanh(x / limit);
   return grad_output * (1 - t * t);
+}
+at::Tensor tile_rows_cpu(const at::Tensor& self, c10::SymInt n) {
+  return self.repeat({n.expect_int(), 1});
+}
+at::Tensor tile_rows_backward_cpu(const at::Tensor& grad, c10::SymInt n, c10::SymInt rows) {
+  return grad.reshape({n.expect_int(), rows.expect_int(), -1}).sum(0);
 }
 
 }  // namespace kwag
@@ -220,14 +236,23 @@ for op in (torch.ops.kwag.center(x), torch.ops.kwag.total(x, 1), torch.ops.kwag.
     assert type(op.grad_fn).__name__ == "CppFunction", type(op.grad_fn)
     assert op.grad_fn.name() in ("CenterBackward", "TotalBackward", "SquashBackward"), \
         op.grad_fn.name()
+# SymInt arguments and sizes pass to SymInt parameters, also with dynamic shapes.
+t = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+tile = lambda u: torch.ops.kwag.tile_rows(u, 2)
+assert gradcheck(tile, (t,)) and gradgradcheck(tile, (t,))
+assert tile(t).grad_fn.name() == "TileRowsBackward", tile(t).grad_fn.name()
+torch.compile(tile, dynamic=True, fullgraph=True)(t).sum().backward()
+assert torch.equal(t.grad, torch.full_like(t, 2.0)), t.grad
 print("ok")
 """
 
 
 @pytest.mark.slow
-def test_keyword_arguments_take_the_cpp_path_and_differentiate(tmp_path: Path) -> None:
-    """Keyword arguments of library ops (any order) and the `dim`/`keepdim` of `sum`/`mean` are
-    carried to C++, which compiles, and whose gradients pass gradcheck and gradgradcheck."""
+def test_keywords_and_symints_take_the_cpp_path_and_differentiate(tmp_path: Path) -> None:
+    """Keyword arguments of library ops (any order), the `dim`/`keepdim` of `sum`/`mean`, and
+    SymInt arguments and `t.size(i)` passed to SymInt parameters (torchvision's roi_align
+    backward pattern) are carried to C++, which compiles, and whose gradients pass gradcheck and
+    gradgradcheck."""
     from tests import scratch
 
     root = scratch.make_root(tmp_path, {"ops.yaml": KEYWORDS_OPS},
@@ -236,7 +261,7 @@ def test_keyword_arguments_take_the_cpp_path_and_differentiate(tmp_path: Path) -
     assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops
             if op.derivatives is not None} == {
         "kwag::center": None, "kwag::total": None, "kwag::squash": None,
-        "kwag::squash_backward": None}
+        "kwag::squash_backward": None, "kwag::tile_rows": None, "kwag::tile_rows_backward": None}
     for step in (scratch.generate, scratch.build):
         proc = step(root)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -46,6 +46,9 @@ from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalTy
 T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
     "Tensor", "Tensor[]", "float", "int", "bool", "Scalar", "str", "sizes", "dtype", "device",
     "None")
+# A symbolic size (a SymInt argument, `t.size(i)`): only passed on, to a SymInt parameter, so that
+# dynamic shapes are never specialized by the backward.
+SYMINT = "SymInt"
 NUMBER = (FLT, INT, BOOL, SCALAR)
 LISTS = {"float[]": FLT, "int[]": INT}
 
@@ -403,7 +406,7 @@ class _Builder:
             return None
         if isinstance(base, BaseType):
             return {BaseTy.float: FLT, BaseTy.int: INT, BaseTy.bool: BOOL,
-                    BaseTy.Scalar: SCALAR, BaseTy.str: STR}.get(base.name)
+                    BaseTy.Scalar: SCALAR, BaseTy.str: STR, BaseTy.SymInt: SYMINT}.get(base.name)
         if isinstance(base, ListType) and isinstance(base.elem, BaseType):
             if base.elem.name is BaseTy.float:
                 return "float[]"
@@ -710,6 +713,11 @@ class _Builder:
                     return f"static_cast<int64_t>({sizes}.size())", INT
                 if func.name == "size" and not e.args:
                     return sizes, SIZES
+                if func.name == "size" and len(e.args) == 1 and not e.kwargs:
+                    ic, ik = self.expr(e.args[0])
+                    if ik == INT:
+                        n = f"static_cast<int64_t>({sizes}.size())"
+                        return f"{sizes}[c10::maybe_wrap_dim({ic}, {n})]", SYMINT
                 raise NotCpp(f".{func.name}(...) of a tensor saved for its sizes only")
             oc, ok = self.expr(func.obj)
             if ok != T:
@@ -718,6 +726,9 @@ class _Builder:
                 return f"{oc}.dim()", INT
             if func.name == "size" and not e.args and not e.kwargs:
                 return f"{oc}.sym_sizes()", SIZES
+            if func.name == "size" and len(e.args) == 1 and not e.kwargs \
+                    and self.expr(e.args[0])[1] == INT:
+                return f"{oc}.sym_size({self.expr(e.args[0])[0]})", SYMINT
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
@@ -793,7 +804,7 @@ def _arg_kind(t) -> str | None:
         return None
     if isinstance(base, BaseType):
         return {BaseTy.Tensor: "T", BaseTy.float: "f", BaseTy.int: "i", BaseTy.bool: "b",
-                BaseTy.Scalar: "n"}.get(base.name)
+                BaseTy.Scalar: "n", BaseTy.SymInt: "si"}.get(base.name)
     return None
 
 
@@ -819,6 +830,8 @@ def _fits(kind: str, spec: str) -> bool:
         if s == "f" and kind in (FLT, INT):
             return True
         if s in ("i",) and kind == INT:
+            return True
+        if s == "si" and kind in (INT, SYMINT):
             return True
         if s == "b" and kind == BOOL:
             return True

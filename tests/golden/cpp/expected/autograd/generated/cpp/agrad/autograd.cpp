@@ -22,6 +22,14 @@
 
 namespace {
 
+// The library op agrad::pool_backward, which formulas call (through its own autograd).
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt, c10::SymInt, int64_t)>& opgen_pool_backward_op() {
+  static const auto handle = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::pool_backward", "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt, c10::SymInt, int64_t)>();
+  return handle;
+}
+
 // The library op agrad::squash_backward, which formulas call (through its own autograd).
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& opgen_squash_backward_op() {
   static const auto handle = c10::Dispatcher::singleton()
@@ -675,6 +683,161 @@ at::Tensor squash_by_name_autograd(const at::Tensor& x, double limit) {
   return opgen_result;
 }
 
+// agrad::pool(Tensor input, Tensor rois, SymInt pooled_height, int sampling_ratio) -> Tensor
+struct PoolBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "PoolBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rois_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable rois_saved_;
+  std::vector<c10::SymInt> input_sizes_;
+  c10::SymInt pooled_height_value_;
+  int64_t sampling_ratio_value_;
+};
+
+torch::autograd::variable_list PoolBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto rois = rois_saved_.unpack();
+  const auto& pooled_height = pooled_height_value_;
+  const auto& sampling_ratio = sampling_ratio_value_;
+  torch::autograd::variable_list grad_inputs(2);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = opgen_pool_backward_op().call(grad, rois, pooled_height, input_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(input_sizes_.size()))], input_sizes_[c10::maybe_wrap_dim((-1), static_cast<int64_t>(input_sizes_.size()))], sampling_ratio);
+  }
+  return grad_inputs;
+}
+
+at::Tensor pool_autograd(const at::Tensor& input, const at::Tensor& rois, c10::SymInt pooled_height, int64_t sampling_ratio) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::pool", "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt, int64_t)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(input) || torch::autograd::isFwGradDefined(rois)),
+      "agrad::pool has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<PoolBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(input, rois)) {
+    opgen_grad_fn = c10::make_intrusive<PoolBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(input, rois));
+    opgen_grad_fn->rois_saved_ = torch::autograd::SavedVariable(rois, false);
+    opgen_grad_fn->input_sizes_ = input.sym_sizes().vec();
+    opgen_grad_fn->pooled_height_value_ = pooled_height;
+    opgen_grad_fn->sampling_ratio_value_ = sampling_ratio;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(input, rois, pooled_height, sampling_ratio);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::pool_backward(Tensor grad, Tensor rois, SymInt pooled_height, SymInt batch_size, SymInt width, int sampling_ratio) -> Tensor
+struct PoolBackwardBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "PoolBackwardBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+  }
+};
+
+torch::autograd::variable_list PoolBackwardBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad_ = grads[0];
+  torch::autograd::variable_list grad_inputs(2);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = opgen_not_implemented("the derivative of agrad::pool_backward is not implemented: double backward");
+  }
+  return grad_inputs;
+}
+
+at::Tensor pool_backward_autograd(const at::Tensor& grad, const at::Tensor& rois, c10::SymInt pooled_height, c10::SymInt batch_size, c10::SymInt width, int64_t sampling_ratio) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::pool_backward", "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt, c10::SymInt, int64_t)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(grad) || torch::autograd::isFwGradDefined(rois)),
+      "agrad::pool_backward has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<PoolBackwardBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(grad, rois)) {
+    opgen_grad_fn = c10::make_intrusive<PoolBackwardBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(grad, rois));
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(grad, rois, pooled_height, batch_size, width, sampling_ratio);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::rows_like(Tensor self, Tensor other) -> Tensor
+struct RowsLikeBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "RowsLikeBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    self_saved_.reset_data();
+    other_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable self_saved_;
+  torch::autograd::SavedVariable other_saved_;
+};
+
+torch::autograd::variable_list RowsLikeBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto self = self_saved_.unpack();
+  auto other = other_saved_.unpack();
+  torch::autograd::variable_list grad_inputs(2);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = opgen_pool_backward_op().call((grad * self), other, self.sym_size(0), 1, 2, 0);
+  }
+  return grad_inputs;
+}
+
+at::Tensor rows_like_autograd(const at::Tensor& self, const at::Tensor& other) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::rows_like", "")
+      .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self) || torch::autograd::isFwGradDefined(other)),
+      "agrad::rows_like has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<RowsLikeBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self, other)) {
+    opgen_grad_fn = c10::make_intrusive<RowsLikeBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self, other));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->other_saved_ = torch::autograd::SavedVariable(other, false);
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, other);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
@@ -689,4 +852,7 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("bind", TORCH_FN(bind_autograd));
   m.impl("center", TORCH_FN(center_autograd));
   m.impl("squash_by_name", TORCH_FN(squash_by_name_autograd));
+  m.impl("pool", TORCH_FN(pool_autograd));
+  m.impl("pool_backward", TORCH_FN(pool_backward_autograd));
+  m.impl("rows_like", TORCH_FN(rows_like_autograd));
 }
