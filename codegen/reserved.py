@@ -88,6 +88,12 @@ def op_packet_attributes() -> frozenset[str]:
     return _record()["op_packet"]
 
 
+def autograd_ctx_attributes() -> frozenset[str]:
+    """Attributes autograd's `ctx` has itself (`needs_input_grad`, `saved_tensors`, `name`, ...):
+    the generated setup_context keeps no value of its own under them."""
+    return _record()["autograd_ctx"]
+
+
 # --------------------------------------------------------------------------------------------------
 # C++
 
@@ -198,6 +204,7 @@ def record() -> dict[str, list[str]]:
         "op_namespace": sorted(set(dir(type(ns))) | set(vars(ns))),
         "op_packet": sorted(set(dir(type(packet))) | {
             k for k, v in vars(packet).items() if not isinstance(v, torch._ops.OpOverload)}),
+        "autograd_ctx": sorted(dir(torch.autograd.function.BackwardCFunction)),
     }
 
 

@@ -65,3 +65,49 @@ def test_locals_the_inputs_may_not_take():
     assert {"ctx", "needs", "saved", "grad", "result", "flat_grads", "outputs", "self_grad",
             "grads_grad", "grads_len"} <= flat.taken
     assert flat.flat == "grads"         # the only Tensor[] input is the flat tail itself
+
+
+def test_values_named_like_ctx_attributes_differentiate(tmp_path, monkeypatch):
+    """Non-Tensor inputs the formulas read are kept on autograd's ctx: one named like an attribute
+    ctx has itself (`saved_tensors` is read-only; `needs_input_grad` would silently replace
+    autograd's own) is kept under a fresh name, and the op differentiates through both paths."""
+    import textwrap
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "ctx_kernels.py").write_text(textwrap.dedent("""\
+        def scale(x, needs_input_grad, saved_tensors, name):
+            return x * needs_input_grad * saved_tensors
+
+        def scale_list(xs, needs_input_grad):
+            return xs[0] * needs_input_grad
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ctxattr
+        ops:
+          - func: scale(Tensor x, float needs_input_grad, float saved_tensors, str name) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "ctx_kernels:scale"}
+            fake: like(x)
+            derivatives:
+              x: "grad * needs_input_grad * saved_tensors if name == 'on' else grad * 0"
+          - func: scale_list(Tensor[] xs, float needs_input_grad) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "ctx_kernels:scale_list"}
+            fake: like(xs[0])
+            derivatives:
+              xs: "[grad * needs_input_grad] + [grad * 0 for _ in xs[1:]]"
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        x = torch.randn(3, dtype=torch.double, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: torch.ops.ctxattr.scale(t, 2.0, 3.0, "on"), (x,))
+        torch.ops.ctxattr.scale(x, 2.0, 3.0, "on").sum().backward()
+        assert x.grad.tolist() == [6.0] * 3
+        y = torch.randn(3, dtype=torch.double, requires_grad=True)
+        torch.ops.ctxattr.scale_list([y, y.detach()], 5.0).sum().backward()
+        assert y.grad.tolist() == [5.0] * 3
+    finally:
+        lib.close()

@@ -563,14 +563,30 @@ def _save_context(plan: F.Saved, d: F.Derivatives, schema: FunctionSchema,
         if arg.type != strip_optional(arg.type):
             value = f"None if {src} is None else {value}"
         lines.append(f"ctx.{a_name}_{what} = {value}")
-    for a_name in plan.values:
-        lines.append(f"ctx.{a_name} = {source(a_name)}")
+    for a_name, attr in _value_attributes(plan).items():
+        lines.append(f"ctx.{attr} = {source(a_name)}")
     non_diff = [i for i, flag in enumerate(d.output_differentiability)
                 if not flag and is_tensor_like(schema.returns[i].type)]
     if non_diff:
         lines.append("ctx.mark_non_differentiable("
                      + ", ".join(output(i) for i in non_diff) + ")")
     return lines
+
+
+def _value_attributes(plan: F.Saved) -> dict[str, str]:
+    """The ctx attribute each non-Tensor value the formulas read is kept in: its own name, unless
+    autograd's ctx has an attribute of that name (an input `needs_input_grad` or `name`), then
+    `<name>_value` (made fresh)."""
+    own = reserved.autograd_ctx_attributes()
+    taken = set(own) | set(plan.values)
+    out = {}
+    for a_name in plan.values:
+        if a_name in own:
+            out[a_name] = reserved.fresh(f"{a_name}_value", taken)
+            taken.add(out[a_name])
+        else:
+            out[a_name] = a_name
+    return out
 
 
 def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
@@ -595,8 +611,8 @@ def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
                 body.append(f"{local} = list(saved[{offset}:{end}])")
                 offset = end
             body.append(f"{lists[-1][0]} = list(saved[{offset}:])")
-    for a_name in plan.values:
-        body.append(f"{a_name} = ctx.{a_name}")
+    for a_name, attr in _value_attributes(plan).items():
+        body.append(f"{a_name} = ctx.{attr}")
     body.append("needs = ctx.needs_input_grad")
     return body
 
