@@ -627,6 +627,18 @@ class _OpVerifier:
                           "exclude each other",
                           "keep CompositeExplicitAutograd if you also give derivatives, else "
                           "CompositeImplicitAutograd")
+        # The dispatcher picks a device kernel from the Tensor arguments' devices; with none, it
+        # finds only a composite kernel (aten's factory ops need BackendSelect, which a custom op
+        # does not have).
+        device_keys = [k for k, _ in op.dispatch
+                       if k in (DispatchKey.CPU, DispatchKey.CUDA, DispatchKey.Meta)]
+        if device_keys and not any(is_tensor_like(a.type) for a in op.schema.arguments):
+            self.error_at(op.kernel(device_keys[0]).loc,  # type: ignore[union-attr]
+                          f"a {device_keys[0].value} kernel of an op without Tensor arguments is "
+                          "never called: the dispatcher chooses the kernel from the Tensor "
+                          "arguments' devices",
+                          "register it as CompositeExplicitAutograd, which runs for any device "
+                          "(the kernel may read the op's Device argument)")
         if fake_loc is not None:
             if DispatchKey.Meta in keys:
                 self.error_at(fake_loc, "an op with a Meta kernel cannot also have a fake rule",
