@@ -516,8 +516,8 @@ class _Reader:
              item: bool = False) -> str | None:
         loc = self.at.value(key, value if item and isinstance(value, str) else None)
         if not isinstance(value, str) or not value.strip():
-            self.error(loc, f"'{key}' must be {'paths' if item else 'a path'} (a non-empty "
-                       f"string{'s' if item else ''}), not {_repr(value)}")
+            self.error(loc, f"{'each entry of ' if item else ''}'{key}' must be a path (a "
+                       f"non-empty string), not {_repr(value)}")
             return None
         p = PurePosixPath(value.replace("\\", "/"))
         if p.is_absolute() or ".." in p.parts:
