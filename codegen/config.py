@@ -209,6 +209,12 @@ class _Locator:
                 table = re.sub(r"\s+", "", m[1]).replace('"', "")
                 if table == "tool.opgen":
                     loc.table_line = i
+                elif table.startswith("tool.opgen."):
+                    # `[tool.opgen.KEY]` gives KEY a table: locate KEY at its header.
+                    sub = table[len("tool.opgen."):].split(".")[0]
+                    col = line.find(sub, line.find("opgen") + 5)
+                    if col >= 0:
+                        loc.spans.setdefault(sub, (i, col + 1, len(sub)))
                 continue
             if table is None or not (table == "tool.opgen" or table.startswith("tool.opgen.")):
                 continue
