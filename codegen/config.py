@@ -503,10 +503,18 @@ class _Reader:
                 if is_below(PurePosixPath(own.replace("\\", "/")).as_posix(), generated):
                     what = ("the project itself" if key == PYPROJECT
                             else f"{own}, a '{key}' path")
-                    self.error(self.at.value("generated"), f"'generated' would hold {what}, and "
+                    # With `generated` left to its default, the other key is the one written.
+                    at = (self.at.value("generated") if "generated" in table or key == PYPROJECT
+                          else self.at.value(key, own if isinstance(table.get(key), list)
+                                             else None))
+                    hint = ("give the generated sources a directory of their own, e.g. "
+                            f"'{owned['package-dir']}/_generated'"
+                            if "generated" in table or key == PYPROJECT else
+                            f"move '{key}' out of {generated} (where 'generated' is by default), "
+                            "or give the generated sources another directory with 'generated'")
+                    self.error(at, f"'generated' would hold {what}, and "
                                "code generation removes every file there that it did not write",
-                               "give the generated sources a directory of their own, e.g. "
-                               f"'{owned['package-dir']}/_generated'")
+                               hint)
                     return
 
     def missing_package(self, package: str, pkg_path: str) -> None:
