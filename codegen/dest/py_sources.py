@@ -142,6 +142,10 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
             diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
                         did_you_mean(ref.name, sorted(names)))
         return  # assigned or imported under that name: not checkable from source
+    if isinstance(fn, ast.AsyncFunctionDef):
+        diags.error(ref.loc, f"{what} {ref} is an `async def`: calling it returns a coroutine, "
+                    f"not what {schema.name} returns", "make it a plain `def`")
+        return
     problem = _signature_problem(fn.args, schema, leading)
     if problem:
         diags.error(ref.loc, f"{what} {ref} cannot take the arguments of {schema.name}: {problem}",
