@@ -209,6 +209,12 @@ class _Locator:
                 table = re.sub(r"\s+", "", m[1]).replace('"', "")
                 if table == "tool.opgen":
                     loc.table_line = i
+                elif table.startswith("tool.opgen."):
+                    # `[tool.opgen.KEY]` gives KEY a table: locate KEY at its header.
+                    sub = table[len("tool.opgen."):].split(".")[0]
+                    col = line.find(sub, line.find("opgen") + 5)
+                    if col >= 0:
+                        loc.spans.setdefault(sub, (i, col + 1, len(sub)))
                 continue
             if table is None or not (table == "tool.opgen" or table.startswith("tool.opgen.")):
                 continue
@@ -497,10 +503,18 @@ class _Reader:
                 if is_below(PurePosixPath(own.replace("\\", "/")).as_posix(), generated):
                     what = ("the project itself" if key == PYPROJECT
                             else f"{own}, a '{key}' path")
-                    self.error(self.at.value("generated"), f"'generated' would hold {what}, and "
+                    # With `generated` left to its default, the other key is the one written.
+                    at = (self.at.value("generated") if "generated" in table or key == PYPROJECT
+                          else self.at.value(key, own if isinstance(table.get(key), list)
+                                             else None))
+                    hint = ("give the generated sources a directory of their own, e.g. "
+                            f"'{owned['package-dir']}/_generated'"
+                            if "generated" in table or key == PYPROJECT else
+                            f"move '{key}' out of {generated} (where 'generated' is by default), "
+                            "or give the generated sources another directory with 'generated'")
+                    self.error(at, f"'generated' would hold {what}, and "
                                "code generation removes every file there that it did not write",
-                               "give the generated sources a directory of their own, e.g. "
-                               f"'{owned['package-dir']}/_generated'")
+                               hint)
                     return
 
     def missing_package(self, package: str, pkg_path: str) -> None:
@@ -516,8 +530,8 @@ class _Reader:
              item: bool = False) -> str | None:
         loc = self.at.value(key, value if item and isinstance(value, str) else None)
         if not isinstance(value, str) or not value.strip():
-            self.error(loc, f"'{key}' must be {'paths' if item else 'a path'} (a non-empty "
-                       f"string{'s' if item else ''}), not {_repr(value)}")
+            self.error(loc, f"{'each entry of ' if item else ''}'{key}' must be a path (a "
+                       f"non-empty string), not {_repr(value)}")
             return None
         p = PurePosixPath(value.replace("\\", "/"))
         if p.is_absolute() or ".." in p.parts:

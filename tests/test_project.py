@@ -281,6 +281,23 @@ def test_sources_of_no_namespace(tmp_path: Path) -> None:
         "hint: move it to csrc/<namespace>/, one of: alphans, secondns\n"), gen.stderr
 
 
+def test_sources_when_no_op_file_loads(tmp_path: Path) -> None:
+    """An op file that does not load leaves the library with no namespace: its error alone is
+    reported, not every kernel source as belonging to no namespace of "several"."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text(encoding="utf-8").replace(
+        "    dispatch: {CPU: twice_cpu}", "      dispatch: {CPU: twice_cpu}"), encoding="utf-8")
+    gen = opgen("--project", str(root), "check", cwd=tmp_path)
+    assert (gen.returncode, gen.stdout) == (1, "")
+    assert gen.stderr == (
+        "ops/alphans.yaml:9:15: error: invalid YAML: mapping values are not allowed in this "
+        "context\n"
+        "          dispatch: {CPU: twice_cpu}\n"
+        "                  ^\n"
+        "1 error generated.\n")
+
+
 def test_sources_compiling_to_one_object(tmp_path: Path) -> None:
     """Two kernel sources whose objects would be the same file are refused, located."""
     root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")

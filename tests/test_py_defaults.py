@@ -156,3 +156,25 @@ def test_prelude_constants(tmp_path):
         """)
     constants = _parse_module(str(tmp_path / "c.py"), text).constants
     assert set(constants) == {"EPS", "ONE"}
+
+
+@pytest.mark.parametrize("module, errors", [
+    # A def rebound later is not what import finds: not checkable from source.
+    ("def f(x):\n    return x\n\n\nf = _impl\n", 0),
+    ("def f(x):\n    return x\n\n\nfrom math import sqrt as f\n", 0),
+    # The last def is the function, and a rebinding before it does not hide it.
+    ("f = _impl\n\n\ndef f(x):\n    return x\n", 1),
+    ("def f(x, bound=0.5):\n    return x\n\n\ndef f(x):\n    return x\n", 1),
+])
+def test_function_rebound_after_its_def(tmp_path, monkeypatch, module, errors):
+    name = f"rebound_{abs(hash(module))}"
+    (tmp_path / f"{name}.py").write_text("def _impl(x, bound=0.5):\n    return x\n\n\n" + module)
+    monkeypatch.chdir(tmp_path)
+    schema = parse_schema("ex::f(Tensor x, float bound=0.5) -> Tensor")
+    diags = Diagnostics()
+    check_signature(PyRef(name, "f", Loc("ops.yaml", 1, 1)), schema, diags, "kernel",
+                    sources=_sources(tmp_path))
+    assert len(diags.items) == errors, diags.render()
+    if errors:
+        assert diags.items[0].message.endswith("it takes 1 positional parameter, the op passes "
+                                               "up to 2")

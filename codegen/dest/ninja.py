@@ -246,6 +246,10 @@ def kernel_sources(project: Project, namespaces: list[str], root: Path = Path(".
                 ns, below = rel.parts[0], PurePosixPath(*rel.parts[1:]).as_posix()
             elif len(namespaces) == 1:
                 ns, below = namespaces[0], rel.as_posix()
+            elif not namespaces:
+                # No op (an empty library, or op files whose errors are reported already):
+                # nothing to compile it into, and nothing to tell the user about it.
+                continue
             else:
                 if diags is not None:
                     loc, cpp_ns = _whole_file_loc(source, p, diags, namespace=True)

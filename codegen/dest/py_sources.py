@@ -42,14 +42,22 @@ def find_module_source(module: str, roots: list[Path]) -> Path | None:
 
 class PyModule:
     """What the checks read of a Python module's source: its top-level functions (the last
-    definition of a name wins, as at import) and its constants, which a default may name."""
+    binding of a name wins, as at import: a def rebound later is not the function) and its
+    constants, which a default may name."""
 
     def __init__(self, path: Path, text: str, tree: ast.Module) -> None:
         self.path = path
         self.text = text
         self.tree = tree
-        self.functions = {n.name: n for n in tree.body
-                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        for n in tree.body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions[n.name] = n
+            else:
+                # A later statement that binds the name (`f = wrap(f)`, an import) decides what
+                # import finds: the function defined before is no longer it.
+                for name in module_level_names([n])[0]:
+                    self.functions.pop(name, None)
 
     @functools.cached_property
     def constants(self) -> dict[str, ast.expr]:
@@ -134,6 +142,10 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
             diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
                         did_you_mean(ref.name, sorted(names)))
         return  # assigned or imported under that name: not checkable from source
+    if isinstance(fn, ast.AsyncFunctionDef):
+        diags.error(ref.loc, f"{what} {ref} is an `async def`: calling it returns a coroutine, "
+                    f"not what {schema.name} returns", "make it a plain `def`")
+        return
     problem = _signature_problem(fn.args, schema, leading)
     if problem:
         diags.error(ref.loc, f"{what} {ref} cannot take the arguments of {schema.name}: {problem}",

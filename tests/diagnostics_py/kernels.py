@@ -35,3 +35,7 @@ def wrong_default(x, bound=0.25):
 
 def int_default(x, bound=1):
     return x
+
+
+async def coroutine(x):
+    return x
