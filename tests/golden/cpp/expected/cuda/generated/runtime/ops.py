@@ -18,7 +18,6 @@ _OPS = {
     "neither": ("gpu", "neither", "default"),  # gpu::neither(Tensor self, Tensor other) -> Tensor
     "one": ("gpu", "one", "default"),  # gpu::one(Tensor self, float factor) -> Tensor
     "unguarded": ("gpu", "unguarded", "default"),  # gpu::unguarded(Tensor self, Tensor other) -> Tensor
-    "window": ("gpu", "window", "default"),  # gpu::window(int size, *, Device? device=None) -> Tensor
 }
 
 __all__ = sorted(_OPS)

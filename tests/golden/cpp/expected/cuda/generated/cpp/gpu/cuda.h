@@ -12,4 +12,3 @@
 #include <gpu/cuda/gather_from.h>
 #include <gpu/cuda/unguarded.h>
 #include <gpu/cuda/neither.h>
-#include <gpu/cuda/window.h>

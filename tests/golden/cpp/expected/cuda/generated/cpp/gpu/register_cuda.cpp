@@ -26,7 +26,6 @@ TORCH_LIBRARY(gpu, m) {
   m.def("gather_from(Tensor self, Tensor other) -> Tensor");
   m.def("unguarded(Tensor self, Tensor other) -> Tensor");
   m.def("neither(Tensor self, Tensor other) -> Tensor");
-  m.def("window(int size, *, Device? device=None) -> Tensor");
 }
 
 namespace opgen {
@@ -50,8 +49,6 @@ constexpr at::Tensor (*gather_from_CUDA)(const at::Tensor&, const at::Tensor&) =
 constexpr at::Tensor (*unguarded_CUDA)(const at::Tensor&, const at::Tensor&) = &gpu::unguarded_cuda;
 // gpu::neither(Tensor self, Tensor other) -> Tensor
 constexpr at::Tensor (*neither_CUDA)(const at::Tensor&, const at::Tensor&) = &gpu::neither_cuda;
-// gpu::window(int size, *, Device? device=None) -> Tensor
-constexpr at::Tensor (*window_CUDA)(int64_t, std::optional<at::Device>) = &gpu::window_cuda;
 
 // Device checks and guards, as torchgen generates them for aten's CUDA kernels.
 static at::Tensor one_CUDA_guarded(const at::Tensor& self, double factor) {
@@ -84,7 +81,6 @@ TORCH_LIBRARY_IMPL(gpu, CUDA, m) {
   m.impl("gather_from", TORCH_FN(opgen::gather_from_CUDA_guarded));
   m.impl("unguarded", TORCH_FN(opgen::unguarded_CUDA_guarded));
   m.impl("neither", TORCH_FN(opgen::neither_CUDA));
-  m.impl("window", TORCH_FN(opgen::window_CUDA));
 }
 #endif  // OPGEN_WITH_CUDA
 
