@@ -184,29 +184,37 @@ TORCH_LIBRARY_IMPL({ns}, CUDA, m) {{
 """
 
 
-def test_hand_written_impl_of_a_generated_kernel_is_a_located_error(tmp_path: Path) -> None:
-    """A TORCH_LIBRARY_IMPL registration left beside the op file's `dispatch:` (or `fake:`,
-    compiled to a Meta kernel) would replace opgen's kernel at import with only a warning:
-    generate and the build refuse it, naming the op and the key."""
-    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
-    legacy = root / "csrc" / "cpu" / "legacy" / "register.cpp"
-    legacy.parent.mkdir()
-    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_IMPL.format(ns="alphans"), encoding="utf-8")
-    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
-    assert gen.returncode == 1 and gen.stdout == ""
-    expect.check_file(HERE / "diagnostics_config" / "kernel_torch_library_impl.expected",
-                      gen.stderr)
+def _refused_by_generate_and_the_build(tmp_path: Path, kernel: str, expected: str):
+    """A project with hand-written registration source `kernel`: generate refuses it with the
+    pinned diagnostics_config/<expected>.expected, and so does the build's own source check once
+    the outputs exist. (project root, the generate process)."""
     from codegen import build, config
     from codegen.diagnostics import Diagnostics, UserError
 
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    legacy = root / "csrc" / "cpu" / "legacy" / "register.cpp"
+    legacy.parent.mkdir()
+    legacy.write_text(kernel.format(ns="alphans"), encoding="utf-8")
+    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
+    assert gen.returncode == 1 and gen.stdout == ""
+    expect.check_file(HERE / "diagnostics_config" / f"{expected}.expected", gen.stderr)
     legacy.unlink()
     assert opgen("--project", str(root), "generate", cwd=tmp_path).returncode == 0
-    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_IMPL.format(ns="alphans"), encoding="utf-8")
+    legacy.write_text(kernel.format(ns="alphans"), encoding="utf-8")
     with config.use(config.resolve(str(root), Diagnostics())):
         assert build.check_generated(root, sys.stdout)
         with pytest.raises(UserError) as info:
             build.check_sources(root)
     assert info.value.diags.render() + "\n" == gen.stderr
+    return root, gen
+
+
+def test_hand_written_impl_of_a_generated_kernel_is_a_located_error(tmp_path: Path) -> None:
+    """A TORCH_LIBRARY_IMPL registration left beside the op file's `dispatch:` (or `fake:`,
+    compiled to a Meta kernel) would replace opgen's kernel at import with only a warning:
+    generate and the build refuse it, naming the op and the key."""
+    root, gen = _refused_by_generate_and_the_build(tmp_path, KERNEL_WITH_TORCH_LIBRARY_IMPL,
+                                                    "kernel_torch_library_impl")
     # Through the command, the build stops before compiling, on stderr.
     proc = opgen("build", cwd=root)
     assert (proc.returncode, proc.stdout) == (1, "") and proc.stderr == gen.stderr
@@ -232,26 +240,9 @@ def test_hand_written_def_of_a_declared_op_is_a_located_error(tmp_path: Path) ->
     """An m.def of an op the op files declare, left in a TORCH_LIBRARY_FRAGMENT block (as
     torchvision registers each op): it would build, then abort the process at import ("Tried to
     register an operator ... multiple times"). generate and the build refuse it at the schema."""
-    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
-    legacy = root / "csrc" / "cpu" / "legacy" / "register.cpp"
-    legacy.parent.mkdir()
-    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_FRAGMENT.format(ns="alphans"), encoding="utf-8")
-    gen = opgen("--project", str(root), "generate", cwd=tmp_path)
-    assert gen.returncode == 1 and gen.stdout == ""
-    expect.check_file(HERE / "diagnostics_config" / "kernel_torch_library_fragment.expected",
-                      gen.stderr)
+    root, gen = _refused_by_generate_and_the_build(tmp_path, KERNEL_WITH_TORCH_LIBRARY_FRAGMENT,
+                                                    "kernel_torch_library_fragment")
     assert opgen("check", cwd=root).stderr == gen.stderr
-    from codegen import build, config
-    from codegen.diagnostics import Diagnostics, UserError
-
-    legacy.unlink()
-    assert opgen("--project", str(root), "generate", cwd=tmp_path).returncode == 0
-    legacy.write_text(KERNEL_WITH_TORCH_LIBRARY_FRAGMENT.format(ns="alphans"), encoding="utf-8")
-    with config.use(config.resolve(str(root), Diagnostics())):
-        assert build.check_generated(root, sys.stdout)
-        with pytest.raises(UserError) as info:
-            build.check_sources(root)
-    assert info.value.diags.render() + "\n" == gen.stderr
 
 
 def test_sources_of_no_namespace(tmp_path: Path) -> None:

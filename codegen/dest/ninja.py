@@ -345,18 +345,8 @@ def impl_registrations(text: str) -> list[Registration]:
     out = []
     for block in _IMPL_BLOCK.finditer(code):
         ns, key, var = block.groups()
-        depth, end = 1, len(code)
-        for brace in _BRACE.finditer(code, block.end()):
-            depth += 1 if brace[0] == "{" else -1
-            if not depth:
-                end = brace.end()
-                break
-        call = re.compile(rf"\b{re.escape(var)}\s*\.\s*impl\s*\(")
-        for c in call.finditer(code, block.end(), end):
-            # The name, read from the text (the code has its string literals blanked).
-            literal = _NAME_ARGUMENT.match(text, c.end())
-            if literal is None:
-                continue      # a name computed at run time: nothing to compare
+        # Names computed at run time are left out: nothing to compare.
+        for literal in _block_calls(text, code, block, var, "impl"):
             name = literal[1]
             if "::" in name:
                 qualifier, _, name = name.partition("::")
