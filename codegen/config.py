@@ -115,6 +115,18 @@ def is_below(path: str, directory: str) -> bool:
         PurePosixPath(directory).parts
 
 
+def import_root(package: str, package_dir: str) -> str:
+    """The directory `import <package>` finds the package from: for `acme.ops` in
+    `src/acme/ops`, `src` (not `src/acme`, the parent of the package's own directory). A
+    package-dir not named after the package has its parent."""
+    parts = PurePosixPath(package_dir).parts
+    names = tuple(package.split("."))
+    if len(parts) >= len(names) and parts[len(parts) - len(names):] == names:
+        return PurePosixPath(*parts[:len(parts) - len(names)]).as_posix() if \
+            len(parts) > len(names) else "."
+    return str(PurePosixPath(package_dir).parent)
+
+
 def default_project(root: Path) -> Project:
     """The layout of opgen's own example library (used where no [tool.opgen] is found)."""
     return Project(root=root.resolve(), package="runtime", package_dir="runtime",
@@ -258,7 +270,8 @@ KEYS = {
     "package-dir": "the package's directory (default: src/<package> or <package>)",
     "schemas": "op files or directories (default: schemas)",
     "kernels": "kernel source directories, searched recursively (default: csrc)",
-    "python-roots": "where Python kernel modules are found (default: the package's parent)",
+    "python-roots": "where Python kernel modules are found (default: the directory the package is "
+                    "imported from)",
     "generated": "generated sources (default: <package-dir>/_generated)",
     "build": "objects and the toolchain (default: build)",
     "libraries": "where the built libraries go (default: <package-dir>)",
@@ -422,7 +435,7 @@ class _Reader:
         package_dir = package_dir or default_dir
         if "package-dir" not in table and not (self.root / default_dir).is_dir():
             self.missing_package(package, pkg_path)
-        parent = str(PurePosixPath(package_dir).parent)
+        parent = import_root(package, package_dir)
         schemas = self.paths("schemas", table.get("schemas", ["schemas"]), must="exists",
                              explicit="schemas" in table)
         if schemas == [] and table.get("schemas") == []:

@@ -86,6 +86,21 @@ def test_build_messages_name_the_projects_commands(tmp_path: Path) -> None:
         "to regenerate it\nhint: run `opgen generate`\n")
 
 
+def test_dotted_package_finds_its_python_kernels(tmp_path: Path) -> None:
+    """`package = "acme.alphaops"` in src/acme/alphaops: 'python-roots' defaults to src, where
+    `import acme.alphaops.kernels` starts (it was src/acme, so check refused the project's own
+    Python kernel as a module it cannot find)."""
+    root = scratch.write_dotted_project(tmp_path / "proj", "alphaops", "alphans")
+    proc = opgen("check", cwd=root)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3 ops in 1 file: ok\n", "")
+    from codegen import config
+    from codegen.diagnostics import Diagnostics
+
+    assert config.resolve(str(root), Diagnostics()).python_roots == ("src",)
+    assert config.import_root("acme.alphaops", "acme/alphaops") == "."
+    assert config.import_root("acme.alphaops", "lib/ops") == "lib"
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
