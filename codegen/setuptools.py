@@ -255,14 +255,18 @@ def setup(**kwargs) -> None:
     """setuptools.setup for an opgen project (see the module docstring)."""
     project = _project()
     _run(["--project", str(project.root), "generate"])
-    pkg_dir = PurePosixPath(project.package_dir)
-    parent = pkg_dir.parent
     if "packages" not in kwargs:
-        found = setuptools.find_packages(where=str(project.root / parent),
-                                         include=[project.package, f"{project.package}.*"])
-        kwargs["packages"] = found
-        if str(parent) != ".":
-            kwargs.setdefault("package_dir", {"": str(parent)})
+        # The package and its subpackages, found below the package's own directory: a dotted
+        # package (`acme.ops`) may sit in a namespace directory (`src/acme/`, no __init__.py)
+        # that find_packages does not enter.
+        subpackages = setuptools.find_packages(where=str(project.root / project.package_dir))
+        kwargs["packages"] = [project.package,
+                              *(f"{project.package}.{sub}" for sub in subpackages)]
+        base = config.import_root(project.package, project.package_dir)
+        if PurePosixPath(base, *project.package.split(".")).as_posix() != project.package_dir:
+            kwargs.setdefault("package_dir", {project.package: project.package_dir})
+        elif base != ".":
+            kwargs.setdefault("package_dir", {"": base})
     data = {k: list(v) for k, v in kwargs.get("package_data", {}).items()}
     if not config.is_below(project.libraries, project.package_dir):
         diags = Diagnostics()

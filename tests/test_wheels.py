@@ -157,6 +157,35 @@ def test_wheel_holds_only_the_libraries_of_the_projects_namespaces(tmp_path: Pat
     assert not any(fnmatch.fnmatch("libgone_ops.so", p) for p in patterns), patterns
 
 
+def test_dotted_package_in_a_namespace_directory_is_packaged(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """`package = "acme.alphaops"` in src/acme/alphaops, src/acme/ without __init__.py: the wheel
+    lists the package and its subpackages from the package's own directory (find_packages from
+    src/acme found none of them, and the wheel held no module at all)."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_dotted_project(tmp_path / "alphaops", "alphaops", "alphans")
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    assert captured["packages"] == ["acme.alphaops", "acme.alphaops._generated"]
+    assert captured["package_dir"] == {"": "src"}
+    # A package-dir not named after the package is mapped as it is (no module of the op file
+    # can be found there: no import path leads to it).
+    (root / "src" / "acme" / "alphaops").rename(root / "lib")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text(encoding="utf-8").split("  - func: cube")[0], encoding="utf-8")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace(
+        'package = "acme.alphaops"', 'package = "acme.alphaops"\npackage-dir = "lib"'),
+        encoding="utf-8")
+    captured.clear()
+    opgen_setuptools.setup()
+    assert captured["packages"] == ["acme.alphaops", "acme.alphaops._generated"]
+    assert captured["package_dir"] == {"acme.alphaops": "lib"}
+
+
 # --------------------------------------------------------------------------------------------------
 # Wheels (slow)
 
