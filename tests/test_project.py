@@ -101,6 +101,25 @@ def test_dotted_package_finds_its_python_kernels(tmp_path: Path) -> None:
     assert config.import_root("acme.alphaops", "lib/ops") == "lib"
 
 
+def test_python_module_not_found_names_python_roots(tmp_path: Path) -> None:
+    """In a project, the hint says where modules are looked up: its 'python-roots' first (it
+    spoke of the current directory, which is not where the command ran)."""
+    root = scratch.write_dotted_project(tmp_path / "proj", "alphaops", "alphans")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text(encoding="utf-8").replace("alphaops.kernels:", "alphaops.kernel:"),
+                   encoding="utf-8")
+    proc = opgen("check", cwd=root / "csrc")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        "ops/alphans.yaml:12:43: error: cannot find Python module 'acme.alphaops.kernel' of "
+        "kernel acme.alphaops.kernel:cube\n"
+        "        dispatch: {CompositeExplicitAutograd: 'acme.alphaops.kernel:cube'}\n"
+        "                                              ^~~~~~~~~~~~~~~~~~~~~~~~~~~\n"
+        "hint: it is looked up below 'python-roots' of [tool.opgen] (src), the project root and "
+        "the import path (sys.path), as `import` would\n"
+        "1 error generated.\n"), proc.stderr
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
