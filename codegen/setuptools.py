@@ -17,8 +17,8 @@ What it does on top of setuptools (all through setuptools' own extension points)
 - the distribution reports binary content, so the wheel gets the platform tag;
 - the wheel says which torch it runs on (Note [Honest wheels]).
 
-The libraries must be built inside the package (`libraries`, by default the package directory)
-to be packaged; docs/CONFIG.md has the keys. A build in an isolated environment would install
+The libraries must be built, and the generated modules generated, inside the package
+(`libraries` and `generated`, by default) to be packaged; setup() refuses either outside it; docs/CONFIG.md has the keys. A build in an isolated environment would install
 torch from PyPI into it (gigabytes): build with `pip wheel --no-build-isolation .` (the documented
 way, docs/MIGRATION.md), with torch and opgen installed.
 """
@@ -254,6 +254,22 @@ class build_py(_build_py):
 def setup(**kwargs) -> None:
     """setuptools.setup for an opgen project (see the module docstring)."""
     project = _project()
+    # What a wheel could not hold is refused before anything is generated or built.
+    diags = Diagnostics()
+    if not project.generated_in_package:
+        diags.error(config.locate_value(project, "generated", diags),
+                    f"'generated' is outside the package {project.package_dir}, so a wheel "
+                    "would not hold the generated modules (ops.py, the loader)",
+                    f"generate inside the package, e.g. generated = "
+                    f"\"{project.package_dir}/_generated\" (the default)")
+    if not config.is_below(project.libraries, project.package_dir):
+        diags.error(config.locate_value(project, "libraries", diags),
+                    f"'libraries' is outside the package {project.package_dir}, so a wheel "
+                    "would not hold the op libraries", f"build them inside the package, e.g. "
+                    f"libraries = \"{project.package_dir}\" (the default)")
+    if diags.has_errors:
+        print(diags.render(), file=sys.stderr)
+        raise SystemExit(1)
     _run(["--project", str(project.root), "generate"])
     if "packages" not in kwargs:
         # The package and its subpackages, found below the package's own directory: a dotted
@@ -268,14 +284,6 @@ def setup(**kwargs) -> None:
         elif base != ".":
             kwargs.setdefault("package_dir", {"": base})
     data = {k: list(v) for k, v in kwargs.get("package_data", {}).items()}
-    if not config.is_below(project.libraries, project.package_dir):
-        diags = Diagnostics()
-        diags.error(config.locate_value(project, "libraries", diags),
-                    f"'libraries' is outside the package {project.package_dir}, so a wheel "
-                    "would not hold the op libraries", f"build them inside the package, e.g. "
-                    f"libraries = \"{project.package_dir}\" (the default)")
-        print(diags.render(), file=sys.stderr)
-        raise SystemExit(1)
     from codegen.layout import library_file
 
     abis = _abis(project)
@@ -283,8 +291,7 @@ def setup(**kwargs) -> None:
     # its lib<ns>_ops.so behind in the package directory, which the wheel must not ship.
     data.setdefault(_package_of(project, project.libraries), []).extend(
         library_file(ns) for ns in sorted(abis))
-    if project.generated_in_package:
-        data.setdefault(project.module_prefix, []).append("*.pyi")
+    data.setdefault(project.module_prefix, []).append("*.pyi")
     data.setdefault(project.package, []).append("py.typed")
     kwargs["package_data"] = data
     cmdclass = dict(kwargs.get("cmdclass", {}))
