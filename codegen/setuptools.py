@@ -138,15 +138,24 @@ def _merge(theirs: SpecifierSet, ours: SpecifierSet, promise: TorchPromise,
         return ours
     # Stable: keep the project's bounds, raise its lower bound to min_torch.
     minimum = Version(promise.specifier[2:])
-    kept = [s for s in theirs if not (s.operator in (">=", ">") and Version(s.version) <= minimum)]
+    # Lower bounds below min_torch are raised: `>=`/`>` ones are replaced, a `~=` one keeps its
+    # upper bound and gets min_torch beside it. A bound at or above it stays as written (`>2.10`
+    # keeps excluding 2.10.0).
+    below = [s for s in theirs if s.operator in (">=", ">", "~=")
+             and Version(s.version) < minimum]
+    kept = [s for s in theirs if s not in below or s.operator == "~="]
     implied = any(s.operator in (">=", ">", "==", "~=") and not s.version.endswith("*")
                   and Version(s.version) >= minimum for s in kept)
     merged = SpecifierSet(",".join([str(s) for s in kept]
                                    + ([] if implied else [promise.specifier])))
-    if len(kept) < len(list(theirs)):
+    if below:
         warnings.append(f"the project requires torch{theirs}, but {promise.why}: the wheel "
                         f"requires torch{merged}")
-    probes = [minimum, *(Version(s.version.removesuffix(".*")) for s in merged)]
+    # Some torch satisfies both if one of the bounds, or the release just above one (`>2.10`
+    # takes 2.10.1 and 2.11), does.
+    bounds = [Version(s.version.removesuffix(".*")) for s in merged if s.operator != "==="]
+    probes = [minimum, *bounds, *(Version(f"{v.major}.{v.minor}.{v.micro + 1}") for v in bounds),
+              *(Version(f"{v.major}.{v.minor + 1}") for v in bounds)]
     if not any(merged.contains(v, prereleases=True) for v in probes):
         raise ValueError(f"the project requires torch{theirs}, but {promise.why}: no torch "
                          "satisfies both")

@@ -56,6 +56,25 @@ def test_stable_abi_requires_the_highest_minimum() -> None:
                         "torch 2.12 or newer: the wheel requires torch<3,>=2.12"]
 
 
+@pytest.mark.parametrize("declared, merged, warned", [
+    # At min_torch already: kept as written, no warning (it warned that nothing changed).
+    ("torch>=2.10", "torch>=2.10", False),
+    ("torch>=2.10.0,<3", "torch<3,>=2.10.0", False),
+    # Stricter than min_torch: kept (it became >=2.10, accepting the 2.10.0 it excluded).
+    ("torch>2.10", "torch>2.10", False),
+    ("torch>2.10,<2.11", "torch<2.11,>2.10", False),
+    # Below it: raised, with a warning; a compatible-release bound keeps its upper bound.
+    ("torch>2.9", "torch>=2.10", True),
+    ("torch~=2.9", "torch>=2.10,~=2.9", True),
+])
+def test_stable_lower_bounds(declared: str, merged: str, warned: bool) -> None:
+    reqs, warnings = merge_torch_requirement([declared], torch_promise({"a": (2, 10)}, "2.13.0"))
+    assert reqs == [merged]
+    assert warnings == ([f"the project requires {declared}, but the "
+                         "stable-ABI libraries need torch 2.10 or newer: the wheel requires "
+                         f"{merged}"] if warned else [])
+
+
 def test_mixed_abis_say_the_stricter() -> None:
     p = torch_promise({"full": None, "st": (2, 10)}, "2.14.1")
     assert p is not None and p.specifier == "==2.14.1" and not p.stable_only
@@ -68,6 +87,9 @@ def test_mixed_abis_say_the_stricter() -> None:
     ("torch<2.9", ({"a": (2, 10)}, "2.13.0"),
      "the project requires torch<2.9, but the stable-ABI libraries need torch 2.10 or newer: no "
      "torch satisfies both"),
+    ("torch===2.10-custom", ({"a": (2, 10)}, "2.13.0"),
+     "the project requires torch===2.10-custom, but the stable-ABI libraries need torch 2.10 or "
+     "newer: no torch satisfies both"),
 ])
 def test_contradicting_requirements_are_errors(declared, promise, message) -> None:
     with pytest.raises(ValueError) as info:
