@@ -36,6 +36,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from setuptools.command.build_py import build_py as _build_py
+from setuptools.command.sdist import sdist as _sdist
 from setuptools.dist import Distribution
 
 from codegen import config
@@ -260,6 +261,45 @@ class build_py(_build_py):
                 marker.write_text("", encoding="utf-8")
 
 
+def sdist_sources(project: config.Project) -> list[str]:
+    """What a wheel built from the sdist needs beyond the package (project-relative): the op
+    files (a directory's `*.yaml`, as `opgen` reads them, the known failures file included) and
+    every file of the kernel directories (sources and the headers they include), outside the
+    generated and build directories."""
+    root = project.root
+    out: list[str] = []
+    for entry in project.schemas:
+        path = root / entry
+        files = [p for p in path.glob("*.yaml") if p.is_file()] if path.is_dir() else [path]
+        out.extend(p.relative_to(root).as_posix() for p in files if p.is_file())
+    for kdir in project.kernels:
+        for p in sorted((root / kdir).rglob("*")):
+            rel = p.relative_to(root).as_posix()
+            if p.is_file() and not any(part.startswith(".") for part in
+                                       p.relative_to(root / kdir).parts) \
+                    and not config.is_below(rel, project.generated) \
+                    and not config.is_below(rel, project.build):
+                out.append(rel)
+    return sorted(set(out))
+
+
+class sdist(_sdist):
+    """setuptools' sdist, holding what `opgen generate` and `opgen build` read (the op files
+    and kernel sources: a wheel built from the sdist, as `python -m build` does, needs them)
+    and no built op library."""
+
+    def make_distribution(self) -> None:
+        project = _project()
+        # package_data names the built libraries; an sdist holds sources only.
+        self.filelist.files = [f for f in self.filelist.files if not (
+            PurePosixPath(Path(f).as_posix()).parent.as_posix() == project.libraries
+            and re.fullmatch(r"lib\w+_ops\.so", Path(f).name))]
+        self.filelist.extend(sdist_sources(project))
+        self.filelist.sort()
+        self.filelist.remove_duplicates()
+        super().make_distribution()
+
+
 def setup(**kwargs) -> None:
     """setuptools.setup for an opgen project (see the module docstring)."""
     project = _project()
@@ -306,6 +346,7 @@ def setup(**kwargs) -> None:
     cmdclass = dict(kwargs.get("cmdclass", {}))
     cmdclass.setdefault("build_py", build_py)
     cmdclass.setdefault("bdist_wheel", bdist_wheel)
+    cmdclass.setdefault("sdist", sdist)
     kwargs["cmdclass"] = cmdclass
     if "distclass" not in kwargs:
         kwargs["distclass"] = type("BinaryDistribution", (BinaryDistribution,),
@@ -349,4 +390,4 @@ def _package_of(project: config.Project, directory: str) -> str:
 
 
 __all__ = ["BinaryDistribution", "TorchPromise", "bdist_wheel", "build_py",
-           "merge_torch_requirement", "setup", "torch_promise"]
+           "merge_torch_requirement", "sdist", "sdist_sources", "setup", "torch_promise"]

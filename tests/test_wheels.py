@@ -234,6 +234,36 @@ def test_dotted_package_in_a_namespace_directory_is_packaged(tmp_path: Path,
     assert captured["package_dir"] == {"acme.alphaops": "lib"}
 
 
+def _sdist(root: Path, out: Path) -> Path:
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(out)], cwd=root,
+                          env=scratch.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (tarball,) = out.glob("*.tar.gz")
+    return tarball
+
+
+def test_sdist_holds_what_the_wheel_build_reads(tmp_path: Path) -> None:
+    """`python -m build` builds the wheel from the sdist: it must hold the op files and every
+    file of the kernel directories (headers too), and no built library (it held neither the
+    op files nor the kernels, and the wheel build failed with 'ops does not exist')."""
+    import tarfile
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "csrc" / "cpu" / "helpers.h").write_text("#pragma once\n", encoding="utf-8")
+    (root / "csrc" / ".hidden").write_text("", encoding="utf-8")
+    (root / "ops" / "sample_failures.yaml").write_text("{}\n", encoding="utf-8")
+    (root / "ops" / "notes.txt").write_text("not read by opgen\n", encoding="utf-8")
+    (root / "alphaops" / "libalphans_ops.so").write_bytes(b"built before")
+    tarball = _sdist(root, tmp_path / "dist")
+    with tarfile.open(tarball) as tar:
+        names = sorted(m.name.split("/", 1)[1] for m in tar.getmembers()
+                       if m.isfile() and "/" in m.name)
+    assert [n for n in names if n.startswith(("ops/", "csrc/"))] == [
+        "csrc/cpu/add.cpp", "csrc/cpu/helpers.h", "csrc/cpu/more/twice.cc", "ops/alphans.yaml",
+        "ops/sample_failures.yaml"], names
+    assert "alphaops/kernels.py" in names and not [n for n in names if n.endswith(".so")]
+
+
 # --------------------------------------------------------------------------------------------------
 # Wheels (slow)
 
@@ -471,3 +501,19 @@ def test_toolchain_writes_no_runpath() -> None:
     ldflags = [line for line in text.splitlines() if "ldflags = " in line]
     assert ldflags and all("-rpath-link," in line for line in ldflags), ldflags
     assert not re.search(r"-rpath,", text)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_wheel_builds_from_the_sdist(tmp_path: Path) -> None:
+    """What `python -m build` does: an sdist, unpacked elsewhere, then a wheel from it."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    tarball = _sdist(root, tmp_path / "dist")
+    shutil.rmtree(root)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                           "--no-deps", "--no-index", "-w", str(tmp_path / "wheels"),
+                           str(tarball)], env=scratch.env(), capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (wheel,) = (tmp_path / "wheels").glob("alphaops-*.whl")
+    assert "alphaops/libalphans_ops.so" in zipfile.ZipFile(wheel).namelist()
