@@ -335,7 +335,7 @@ def setup(**kwargs) -> None:
     data = {k: list(v) for k, v in kwargs.get("package_data", {}).items()}
     from codegen.layout import library_file
 
-    abis = _abis(project)
+    abis = _abis(project, (*(kwargs.get("packages") or ()), *(kwargs.get("py_modules") or ())))
     # The libraries of the namespaces declared now: a namespace since moved or deleted leaves
     # its lib<ns>_ops.so behind in the package directory, which the wheel must not ship.
     data.setdefault(_package_of(project, project.libraries), []).extend(
@@ -355,14 +355,20 @@ def setup(**kwargs) -> None:
     setuptools.setup(**kwargs)
 
 
-def _abis(project: config.Project) -> dict[str, tuple[int, int] | None]:
-    """Each namespace of the op files: the min_torch of its stable ABI, or None (the full API)."""
+def _abis(project: config.Project, shipped: tuple[str, ...] = ()
+          ) -> dict[str, tuple[int, int] | None]:
+    """Each namespace of the op files: the min_torch of its stable ABI, or None (the full API).
+    Exits with located errors when a Python function the op files name lies where the wheel
+    would not hold it (_modules_outside_the_package)."""
     from codegen.__main__ import _load
     from codegen.abi import namespace_abi
 
     with config.use(project):
         try:
             lib = _load([], project)     # from the cache `generate` has just filled
+            diags = Diagnostics()
+            _modules_outside_the_package(project, lib, diags, shipped)
+            diags.raise_if_errors()
         except UserError as e:
             print(e.diags.render(), file=sys.stderr)
             raise SystemExit(1) from None
@@ -371,6 +377,65 @@ def _abis(project: config.Project) -> dict[str, tuple[int, int] | None]:
             a = namespace_abi(lib, ns)
             abis[ns] = None if a is None else a.min_torch
     return abis
+
+
+def _py_refs(value: object, out: list) -> None:
+    """Every PyRef (`module:function`) in an op's model, whatever field holds it."""
+    import dataclasses
+
+    from codegen.model import PyRef
+
+    if isinstance(value, PyRef):
+        out.append(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _py_refs(getattr(value, f.name), out)
+    elif isinstance(value, (tuple, list, frozenset, set)):
+        for v in value:
+            _py_refs(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _py_refs(v, out)
+
+
+def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostics,
+                                 shipped: tuple[str, ...] = ()) -> None:
+    """The generated registrations import every module the op files name when the package is
+    imported: one found only in the project (a 'python-roots' directory outside the package)
+    is missing from the installed wheel, and `import <package>` fails there. `shipped`: the
+    packages and modules the wheel holds besides (setup()'s `packages` and `py_modules`)."""
+    import contextlib
+    import os
+
+    from codegen.dest.py_sources import find_module_source
+
+    root = project.root.resolve()
+    own = [root / r for r in project.python_roots] + [root]
+    elsewhere = []
+    for entry in sys.path:
+        p = Path(entry or ".").resolve()
+        if p != root and root not in p.parents:
+            elsewhere.append(p)
+    seen: set[str] = set()
+    for op in lib.ops:
+        refs: list = []
+        _py_refs(op, refs)
+        for ref in refs:
+            module = ref.module
+            if module in seen or any(module == p or module.startswith(p + ".")
+                                     for p in (project.package, *shipped)):
+                continue
+            seen.add(module)
+            found = find_module_source(module, own)
+            if found is None or find_module_source(module, elsewhere) is not None:
+                continue    # not the project's (check reports what is found nowhere)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                diags.add_source(ref.loc.path, Path(ref.loc.path).read_text(encoding="utf-8"))
+            diags.error(ref.loc, f"module '{module}' of {ref} is outside the package "
+                        f"{project.package} ({os.path.relpath(found, root)}), so the wheel would "
+                        f"not hold it and `import {project.package}` would fail once installed",
+                        f"move it into the package, e.g. as {project.package}."
+                        f"{module.rpartition('.')[2]}")
 
 
 def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:

@@ -234,6 +234,38 @@ def test_dotted_package_in_a_namespace_directory_is_packaged(tmp_path: Path,
     assert captured["package_dir"] == {"acme.alphaops": "lib"}
 
 
+def test_python_kernel_outside_the_package_fails_the_wheel(tmp_path: Path, monkeypatch,
+                                                           capsys) -> None:
+    """A Python kernel in a module of the project outside the package (found through
+    'python-roots'): the wheel would not hold it and the installed package would fail at import
+    (its registrations import the module). setup() refuses, at the reference; a module setup()
+    is told to ship as well passes."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "alphaops" / "kernels.py").rename(root / "pykernels.py")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text().replace("'alphaops.kernels:cube'", "'pykernels:cube'"))
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'python-roots = ["."]\n')
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    with pytest.raises(SystemExit) as info:
+        opgen_setuptools.setup()
+    assert info.value.code == 1 and not captured
+    assert capsys.readouterr().err == (
+        "ops/alphans.yaml:12:43: error: module 'pykernels' of pykernels:cube is outside the "
+        "package alphaops (pykernels.py), so the wheel would not hold it and `import alphaops` "
+        "would fail once installed\n"
+        "        dispatch: {CompositeExplicitAutograd: 'pykernels:cube'}\n"
+        "                                              ^~~~~~~~~~~~~~~~\n"
+        "hint: move it into the package, e.g. as alphaops.pykernels\n"
+        "1 error generated.\n")
+    opgen_setuptools.setup(py_modules=["pykernels"])
+    assert captured["py_modules"] == ["pykernels"]
+
+
 def _sdist(root: Path, out: Path) -> Path:
     proc = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(out)], cwd=root,
                           env=scratch.env(), capture_output=True, text=True, timeout=300)
