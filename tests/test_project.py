@@ -120,6 +120,27 @@ def test_python_module_not_found_names_python_roots(tmp_path: Path) -> None:
         "1 error generated.\n"), proc.stderr
 
 
+@pytest.mark.parametrize("cxx, message", [
+    ("no-such-cxx -O2", "the C++ compiler 'no-such-cxx' (CXX) is not found"),
+    ("", "CXX is empty"),
+])
+def test_build_without_a_compiler_says_so_once(cxx: str, message: str, tmp_path: Path) -> None:
+    """A compiler that is not there stops the build before ninja, on stderr (every source
+    failed alike with `/bin/sh: 1: ...: not found`)."""
+    import torch
+
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    assert opgen("generate", cwd=root).returncode == 0
+    env = {**scratch.env(), "CXX": cxx}
+    proc = subprocess.run([sys.executable, "-m", "codegen", "build"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: {message}\n"
+        f"hint: set CXX to an installed compiler that builds C++20, as torch {torch.__version__} "
+        "extensions need, or add its directory to PATH\n")
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
