@@ -141,6 +141,26 @@ def test_build_without_a_compiler_says_so_once(cxx: str, message: str, tmp_path:
         "extensions need, or add its directory to PATH\n")
 
 
+def test_generate_refuses_an_op_file_outside_the_project(tmp_path: Path) -> None:
+    """Generated files name their op files: one outside the project put an absolute path of this
+    machine into the package (the manifest, every banner) and the build file. check still reads
+    it."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    outside = tmp_path / "shared.yaml"
+    outside.write_text("namespace: sharedns\nops:\n  - func: f(Tensor x) -> Tensor\n"
+                       "    dispatch: {CompositeExplicitAutograd: 'alphaops.kernels:cube'}\n"
+                       "    fake: like(x)\n", encoding="utf-8")
+    assert opgen("check", str(outside), cwd=root).returncode == 0
+    proc = opgen("generate", str(outside), "ops", cwd=root)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        f"{outside}:1:1: error: this op file is outside the project, and generated files name "
+        "their op files by project-relative paths\n"
+        f"hint: move it below {root} (into 'schemas' of [tool.opgen])\n"
+        "1 error generated.\n")
+    assert not (root / "alphaops" / "_generated").exists()
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
