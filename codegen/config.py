@@ -201,6 +201,25 @@ def resolve(project_dir: str | None, diags: Diagnostics) -> Project:
     return load(found, diags)
 
 
+def no_project(project: Project, project_dir: str | None) -> str | None:
+    """The error (with its hint) for a command run where there is no project to work on: no
+    [tool.opgen] found, and none of the example layout's op files or generated set either (a
+    command run from the wrong directory, or `--project` naming the wrong one). None otherwise."""
+    if project.config_path is not None or any(
+            (project.root / p).exists() for p in (*project.schemas, project.generated)):
+        return None
+    if project_dir is None:
+        why = f"no {PYPROJECT} with a [tool.opgen] table there or in a directory above"
+    elif (project.root / PYPROJECT).is_file():
+        why = f"its {PYPROJECT} has no [tool.opgen] table"
+    else:
+        why = f"it has no {PYPROJECT}"
+    return (f"error: no opgen project in {project.root}: {why}, and no "
+            f"{project.schemas[0]}/ directory of op files\n"
+            "hint: run the command inside your project or name it with --project DIR; a project "
+            "declares itself with [tool.opgen] in its pyproject.toml (docs/CONFIG.md)")
+
+
 @dataclass
 class _Locator:
     """Positions of keys and values of [tool.opgen] in the text of pyproject.toml."""
