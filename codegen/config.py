@@ -466,6 +466,16 @@ class _Reader:
         generated = self.path("generated", table.get("generated", f"{package_dir}/_generated"))
         build = self.path("build", table.get("build", "build"))
         libraries = self.path("libraries", table.get("libraries", package_dir))
+        for key, value in (("generated", generated), ("build", build), ("libraries", libraries)):
+            # Directories opgen creates: the path, or the part of it that exists, must not be a
+            # file (writing failed with "cannot create or open ...: File exists").
+            target = self.root / value if key in table and value is not None else self.root
+            while not target.exists() and target != self.root:
+                target = target.parent
+            if not target.is_dir():
+                self.error(self.at.value(key), f"'{key}': "
+                           f"{target.relative_to(self.root).as_posix()} is a file, not a "
+                           "directory")
         if generated is not None and self.diags is not None and \
                 is_below(generated, package_dir) and generated != package_dir:
             rel = PurePosixPath(generated).relative_to(package_dir)
