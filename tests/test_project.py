@@ -161,6 +161,56 @@ def test_generate_refuses_an_op_file_outside_the_project(tmp_path: Path) -> None
     assert not (root / "alphaops" / "_generated").exists()
 
 
+def _spaced_project(tmp_path: Path) -> Path:
+    """A project whose op, kernel and build directories have spaces in their names."""
+    root = scratch.write_project(tmp_path / "my proj", "alphaops", "alphans")
+    (root / "ops").rename(root / "my ops")
+    (root / "csrc").rename(root / "c src")
+    (root / "c src" / "cpu" / "more").rename(root / "c src" / "cpu" / "mo re")
+    (root / "pyproject.toml").write_text(
+        '[tool.opgen]\npackage = "alphaops"\nschemas = ["my ops"]\nkernels = ["c src"]\n'
+        'build = "my build"\n', encoding="utf-8")
+    return root
+
+
+def test_build_file_takes_paths_with_spaces(tmp_path: Path) -> None:
+    """`build = "my build"` broke the build file (`include my build/toolchain.ninja`: ninja read
+    the include as `my`), and the codegen edge passed its depfile and op file directories as
+    several shell words."""
+    import shlex
+
+    from codegen.build import ninja_binary
+
+    root = _spaced_project(tmp_path)
+    assert opgen("generate", cwd=root).returncode == 0
+    ninja = root / "alphaops" / "_generated" / "build.ninja"
+    (root / "my build").mkdir(exist_ok=True)
+    (root / "my build" / "toolchain.ninja").write_text(
+        "codegen = opgen\ncxx = c++\n", encoding="utf-8")
+    proc = subprocess.run([ninja_binary(), "-f", str(ninja), "-t", "commands"], cwd=root,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    codegen = next(line for line in proc.stdout.splitlines() if " generate " in line)
+    assert shlex.split(codegen) == ["opgen", "generate", "--depfile", "my build/codegen.d",
+                                    "my ops"]
+    assert "c++ -MMD -MF 'my build/obj/alphans/cpu/mo re/twice.cc.o'.d" in proc.stdout
+
+
+@pytest.mark.slow
+def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
+    root = _spaced_project(tmp_path)
+    assert opgen("generate", cwd=root).returncode == 0
+    for _ in range(2):      # the second build finds nothing to do
+        build = opgen("build", cwd=root)
+        assert build.returncode == 0, build.stdout + build.stderr
+    assert build.stdout.endswith("ninja: no work to do.\n"), build.stdout
+    run = subprocess.run([sys.executable, "-c", "import torch, alphaops; "
+                          "print(alphaops.ops.twice(torch.ones(2)).tolist())"],
+                         cwd=tmp_path, env={**scratch.env(), "PYTHONPATH": str(root)},
+                         capture_output=True, text=True, timeout=300)
+    assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
