@@ -167,23 +167,25 @@ def _spaced_project(tmp_path: Path) -> Path:
     (root / "ops").rename(root / "my ops")
     (root / "csrc").rename(root / "c src")
     (root / "c src" / "cpu" / "more").rename(root / "c src" / "cpu" / "mo re")
+    (root / "my src").mkdir()
+    (root / "alphaops").rename(root / "my src" / "alphaops")
     (root / "pyproject.toml").write_text(
-        '[tool.opgen]\npackage = "alphaops"\nschemas = ["my ops"]\nkernels = ["c src"]\n'
-        'build = "my build"\n', encoding="utf-8")
+        '[tool.opgen]\npackage = "alphaops"\npackage-dir = "my src/alphaops"\n'
+        'schemas = ["my ops"]\nkernels = ["c src"]\nbuild = "my build"\n', encoding="utf-8")
     return root
 
 
 def test_build_file_takes_paths_with_spaces(tmp_path: Path) -> None:
     """`build = "my build"` broke the build file (`include my build/toolchain.ninja`: ninja read
-    the include as `my`), and the codegen edge passed its depfile and op file directories as
-    several shell words."""
+    the include as `my`, as it read `default my src/...` with a package directory `my src/...`),
+    and the codegen edge passed its depfile and op file directories as several shell words."""
     import shlex
 
     from codegen.build import ninja_binary
 
     root = _spaced_project(tmp_path)
     assert opgen("generate", cwd=root).returncode == 0
-    ninja = root / "alphaops" / "_generated" / "build.ninja"
+    ninja = root / "my src" / "alphaops" / "_generated" / "build.ninja"
     (root / "my build").mkdir(exist_ok=True)
     (root / "my build" / "toolchain.ninja").write_text(
         "codegen = opgen\ncxx = c++\n", encoding="utf-8")
@@ -206,7 +208,7 @@ def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
     assert build.stdout.endswith("ninja: no work to do.\n"), build.stdout
     run = subprocess.run([sys.executable, "-c", "import torch, alphaops; "
                           "print(alphaops.ops.twice(torch.ones(2)).tolist())"],
-                         cwd=tmp_path, env={**scratch.env(), "PYTHONPATH": str(root)},
+                         cwd=tmp_path, env={**scratch.env(), "PYTHONPATH": str(root / "my src")},
                          capture_output=True, text=True, timeout=300)
     assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
 

@@ -195,7 +195,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
                     "ldflags": "$stable_ldflags" + (" $stable_cuda_ldflags" if has_cu else "")})
         libraries.append(library_path(project, ns))
         w.newline()
-    w.default(libraries)
+    w.default([ninja_syntax.escape_path(p) for p in libraries])
     return out.getvalue()
 
 
