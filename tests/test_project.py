@@ -206,10 +206,10 @@ def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
         build = opgen("build", cwd=root)
         assert build.returncode == 0, build.stdout + build.stderr
     assert build.stdout.endswith("ninja: no work to do.\n"), build.stdout
+    env = {**scratch.env(), "PYTHONPATH": str(root / "my src")}
     run = subprocess.run([sys.executable, "-c", "import torch, alphaops; "
                           "print(alphaops.ops.twice(torch.ones(2)).tolist())"],
-                         cwd=tmp_path, env={**scratch.env(), "PYTHONPATH": str(root / "my src")},
-                         capture_output=True, text=True, timeout=300)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
 
 
