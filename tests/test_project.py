@@ -213,6 +213,37 @@ def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
     assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
 
 
+def test_package_that_does_not_load_its_ops_is_warned(tmp_path: Path) -> None:
+    """A package whose __init__.py imports nothing of the generated subpackage imports fine and
+    has no op (`torch.ops.<ns>` lacks every one): check warns, at the file. An import through
+    another module of the package, at any depth and inside a function, counts."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    init = root / "alphaops" / "__init__.py"
+    init.write_text('"""My ops."""\n__version__ = "0.1"\n', encoding="utf-8")
+    proc = opgen("check", cwd=root)
+    assert (proc.returncode, proc.stdout) == (0, "3 ops in 1 file: ok\n")
+    hint = "`from alphaops._generated import ops  # opgen: loads the op libraries`"
+    assert proc.stderr == (
+        "alphaops/__init__.py:1:1: warning: `import alphaops` loads no op library: "
+        "alphaops/__init__.py imports nothing of alphaops._generated\n"
+        '    """My ops."""\n'
+        "    ^\n"
+        f"hint: add {hint} (docs/CONFIG.md)\n"
+        "1 warning generated.\n"), proc.stderr
+    init.write_text("from .api import *\n", encoding="utf-8")
+    (root / "alphaops" / "api").mkdir()
+    (root / "alphaops" / "api" / "__init__.py").write_text(
+        "def load():\n    from .. import _generated\n", encoding="utf-8")
+    assert opgen("check", cwd=root).stderr == ""
+    init.unlink()
+    proc = opgen("check", cwd=root)
+    assert (proc.returncode, proc.stderr) == (0, (
+        "alphaops:1:1: warning: the package alphaops has no __init__.py, so `import alphaops` "
+        "loads no op library\n"
+        f"hint: create alphaops/__init__.py holding {hint}\n"
+        "1 warning generated.\n"))
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
