@@ -251,6 +251,17 @@ class build_py(_build_py):
 
     def run(self) -> None:
         project = _project()
+        if not project.generated_in_package and not getattr(self, "editable_mode", False):
+            # An editable install runs the package in place, where it finds them (as opgen's
+            # own example appends them to its path); a wheel would not hold them.
+            diags = Diagnostics()
+            diags.error(config.locate_value(project, "generated", diags),
+                        f"'generated' is outside the package {project.package_dir}, so a wheel "
+                        "would not hold the generated modules (ops.py, the loader)",
+                        f"generate inside the package, e.g. generated = "
+                        f"\"{project.package_dir}/_generated\" (the default)")
+            print(diags.render(), file=sys.stderr)
+            raise SystemExit(1)
         _run(["--project", str(project.root), "build"])
         self.__dict__.pop("data_files", None)   # list the package data again: the libraries
         super().run()
@@ -305,12 +316,6 @@ def setup(**kwargs) -> None:
     project = _project()
     # What a wheel could not hold is refused before anything is generated or built.
     diags = Diagnostics()
-    if not project.generated_in_package:
-        diags.error(config.locate_value(project, "generated", diags),
-                    f"'generated' is outside the package {project.package_dir}, so a wheel "
-                    "would not hold the generated modules (ops.py, the loader)",
-                    f"generate inside the package, e.g. generated = "
-                    f"\"{project.package_dir}/_generated\" (the default)")
     if not config.is_below(project.libraries, project.package_dir):
         diags.error(config.locate_value(project, "libraries", diags),
                     f"'libraries' is outside the package {project.package_dir}, so a wheel "
