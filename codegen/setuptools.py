@@ -18,7 +18,7 @@ What it does on top of setuptools (all through setuptools' own extension points)
 - the wheel says which torch it runs on (Note [Honest wheels]).
 
 The libraries must be built, and the generated modules generated, inside the package
-(`libraries` and `generated`, by default) to be packaged; setup() refuses either outside it; docs/CONFIG.md has the keys. A build in an isolated environment would install
+(`libraries` and `generated`, by default) to be packaged; either outside it is refused; docs/CONFIG.md has the keys. A build in an isolated environment would install
 torch from PyPI into it (gigabytes): build with `pip wheel --no-build-isolation .` (the documented
 way, docs/MIGRATION.md), with torch and opgen installed.
 """
