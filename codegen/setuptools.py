@@ -15,12 +15,14 @@ What it does on top of setuptools (all through setuptools' own extension points)
 - `build_py` compiles the libraries before copying the package (`pip install -e .` too: the
   libraries are built in place, inside the package, so the editable install finds them);
 - the distribution reports binary content, so the wheel gets the platform tag;
-- the wheel says which torch it runs on (Note [Honest wheels]).
+- the wheel says which torch it runs on (Note [Honest wheels]);
+- the sdist holds the op files and kernel directories (a wheel is built from it), no library.
 
 The libraries must be built, and the generated modules generated, inside the package
-(`libraries` and `generated`, by default) to be packaged; either outside it is refused; docs/CONFIG.md has the keys. A build in an isolated environment would install
-torch from PyPI into it (gigabytes): build with `pip wheel --no-build-isolation .` (the documented
-way, docs/MIGRATION.md), with torch and opgen installed.
+(`libraries` and `generated`, by default) to be packaged; either outside it is refused;
+docs/CONFIG.md has the keys. A build in an isolated environment would install torch from PyPI
+into it (gigabytes): build with `pip wheel --no-build-isolation .` (the documented way,
+docs/MIGRATION.md), with torch and opgen installed.
 """
 
 from __future__ import annotations
@@ -315,13 +317,12 @@ def setup(**kwargs) -> None:
     """setuptools.setup for an opgen project (see the module docstring)."""
     project = _project()
     # What a wheel could not hold is refused before anything is generated or built.
-    diags = Diagnostics()
     if not config.is_below(project.libraries, project.package_dir):
+        diags = Diagnostics()
         diags.error(config.locate_value(project, "libraries", diags),
                     f"'libraries' is outside the package {project.package_dir}, so a wheel "
                     "would not hold the op libraries", f"build them inside the package, e.g. "
                     f"libraries = \"{project.package_dir}\" (the default)")
-    if diags.has_errors:
         print(diags.render(), file=sys.stderr)
         raise SystemExit(1)
     _run(["--project", str(project.root), "generate"])
@@ -345,7 +346,8 @@ def setup(**kwargs) -> None:
     # its lib<ns>_ops.so behind in the package directory, which the wheel must not ship.
     data.setdefault(_package_of(project, project.libraries), []).extend(
         library_file(ns) for ns in sorted(abis))
-    data.setdefault(project.module_prefix, []).append("*.pyi")
+    if project.generated_in_package:
+        data.setdefault(project.module_prefix, []).append("*.pyi")
     data.setdefault(project.package, []).append("py.typed")
     kwargs["package_data"] = data
     cmdclass = dict(kwargs.get("cmdclass", {}))
