@@ -539,8 +539,8 @@ class Notes:
         ns = self.namespace(source)
         note = (kernel_note(line, self.index, self.root, self.defined)
                 or python_header_note(line, chain, self.root, ns in self.stable)
-                or stable_header_note(line, self.stable, ns)
                 or generated_header_note(line, self.root)
+                or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:
             return None

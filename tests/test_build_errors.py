@@ -336,3 +336,22 @@ def test_a_header_of_a_renamed_op_file_is_told_the_generated_ones(tmp_path: Path
         # Headers of other libraries are not opgen's to explain.
         assert notes.after("csrc/cpu/add.cpp:3:10: fatal error: ATen/Nope.h: No such file or "
                            "directory") is None
+
+
+def test_a_header_of_a_renamed_stable_op_file_is_not_called_unstable(tmp_path: Path) -> None:
+    """In a stable-ABI namespace, a missing generated header is not one of torch's that the
+    stable ABI leaves out: the note names the generated headers."""
+    from codegen import config
+    from codegen.build_notes import Notes
+    from codegen.diagnostics import Diagnostics
+    from tests.test_wheels import write_stable_project
+
+    root = write_stable_project(tmp_path / "proj", "stabops", "stabns")
+    (root / "ops" / "stabns.yaml").rename(root / "ops" / "core.yaml")
+    assert scratch.run(root, "-m", "codegen", "generate").returncode == 0
+    with config.use(config.resolve(str(root), Diagnostics())):
+        note = Notes(root).after("csrc/scale.cpp:1:10: fatal error: stabns/stabns.h: No such "
+                                 "file or directory")
+    assert note is not None and note.startswith(
+        "csrc/scale.cpp:1:10: note: <stabns/stabns.h> is not a header opgen generates"), note
+
