@@ -610,7 +610,20 @@ class _Reader:
         value = table.get("kernels")
         if value is None:
             return ["csrc"] if (self.root / "csrc").is_dir() else []
-        return self.paths("kernels", value, must="dir")
+        dirs = self.paths("kernels", value, must="dir")
+        if dirs is None or not isinstance(value, list) or len(dirs) != len(value):
+            return dirs
+        # Each directory is searched recursively: one named twice, or one inside another, would
+        # compile its sources twice into the library.
+        for i, (d, raw) in enumerate(zip(dirs, value)):
+            outer = next((o for j, o in enumerate(dirs) if j != i and is_below(d, o)
+                          and (o != d or j < i)), None)
+            if outer is not None:
+                self.error(self.at.value("kernels", raw),
+                           f"'kernels' names {d} twice" if outer == d else
+                           f"'kernels': {d} is inside {outer}, which is searched recursively "
+                           "already", f"remove '{raw}'")
+        return dirs
 
 
 def _repr(value: object) -> str:
