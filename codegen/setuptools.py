@@ -344,8 +344,11 @@ def setup(**kwargs) -> None:
     abis = _abis(project, (*(kwargs.get("packages") or ()), *(kwargs.get("py_modules") or ())))
     # The libraries of the namespaces declared now: a namespace since moved or deleted leaves
     # its lib<ns>_ops.so behind in the package directory, which the wheel must not ship.
-    data.setdefault(_package_of(project, project.libraries), []).extend(
-        library_file(ns) for ns in sorted(abis))
+    # Named from the package's own directory: `libraries` may be a plain directory inside it
+    # (`myops/lib`, no __init__.py), which setuptools lists as no package of its own.
+    below = PurePosixPath(project.libraries).relative_to(project.package_dir)
+    data.setdefault(project.package, []).extend(
+        (below / library_file(ns)).as_posix() for ns in sorted(abis))
     if project.generated_in_package:
         data.setdefault(project.module_prefix, []).append("*.pyi")
     data.setdefault(project.package, []).append("py.typed")
@@ -454,11 +457,6 @@ def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:
     except InvalidVersion:
         raise SystemExit(f"error: torch's version {torch.__version__!r} is not a PEP 440 "
                          "version; cannot say which torch the wheel needs") from None
-
-
-def _package_of(project: config.Project, directory: str) -> str:
-    rel = PurePosixPath(directory).relative_to(project.package_dir)
-    return ".".join((project.package, *rel.parts))
 
 
 __all__ = ["BinaryDistribution", "TorchPromise", "bdist_wheel", "build_py",

@@ -200,6 +200,24 @@ def test_wheel_holds_only_the_libraries_of_the_projects_namespaces(tmp_path: Pat
     assert not any(fnmatch.fnmatch("libgone_ops.so", p) for p in patterns), patterns
 
 
+def test_libraries_in_a_plain_directory_of_the_package_are_packaged(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """`libraries = "alphaops/lib"` (a directory, not a subpackage): the library is package data
+    of the package itself, by its path below it (as data of a package `alphaops.lib`, which
+    setuptools does not list, it was left out of the wheel)."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'libraries = "alphaops/lib"\n')
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    assert "lib/libalphans_ops.so" in captured["package_data"]["alphaops"]
+    assert captured["packages"] == ["alphaops", "alphaops._generated"]
+
+
 def test_dotted_package_in_a_namespace_directory_is_packaged(tmp_path: Path,
                                                             monkeypatch) -> None:
     """`package = "acme.alphaops"` in src/acme/alphaops, src/acme/ without __init__.py: the wheel
