@@ -331,8 +331,15 @@ def setup(**kwargs) -> None:
         # package (`acme.ops`) may sit in a namespace directory (`src/acme/`, no __init__.py)
         # that find_packages does not enter.
         subpackages = setuptools.find_packages(where=str(project.root / project.package_dir))
-        kwargs["packages"] = [project.package,
-                              *(f"{project.package}.{sub}" for sub in subpackages)]
+        packages = [project.package, *(f"{project.package}.{sub}" for sub in subpackages)]
+        # The generated subpackage, and the directories on the way to it (`gen/_generated`:
+        # find_packages does not enter a `gen/` without __init__.py).
+        prefix = project.package
+        for part in project.module_prefix.split(".")[len(project.package.split(".")):]:
+            prefix = f"{prefix}.{part}"
+            if prefix not in packages:
+                packages.append(prefix)
+        kwargs["packages"] = packages
         base = config.import_root(project.package, project.package_dir)
         if PurePosixPath(base, *project.package.split(".")).as_posix() != project.package_dir:
             kwargs.setdefault("package_dir", {project.package: project.package_dir})

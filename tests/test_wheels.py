@@ -218,6 +218,24 @@ def test_libraries_in_a_plain_directory_of_the_package_are_packaged(tmp_path: Pa
     assert captured["packages"] == ["alphaops", "alphaops._generated"]
 
 
+def test_generated_below_a_plain_directory_is_packaged(tmp_path: Path, monkeypatch) -> None:
+    """`generated = "alphaops/gen/_generated"`, `gen/` without __init__.py: the generated
+    subpackage is listed (find_packages did not enter gen/, and the wheel held no ops.py)."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'generated = "alphaops/gen/_generated"\n')
+    (root / "alphaops" / "__init__.py").write_text(
+        "from alphaops.gen._generated import ops  # opgen: loads the op libraries\n")
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    assert captured["packages"] == ["alphaops", "alphaops.gen", "alphaops.gen._generated"]
+    assert "*.pyi" in captured["package_data"]["alphaops.gen._generated"]
+
+
 def test_dotted_package_in_a_namespace_directory_is_packaged(tmp_path: Path,
                                                             monkeypatch) -> None:
     """`package = "acme.alphaops"` in src/acme/alphaops, src/acme/ without __init__.py: the wheel
