@@ -28,6 +28,7 @@ docs/MIGRATION.md), with torch and opgen installed.
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -266,6 +267,11 @@ class build_py(_build_py):
             raise SystemExit(1)
         _run(["--project", str(project.root), "build"])
         self.__dict__.pop("data_files", None)   # list the package data again: the libraries
+        if not getattr(self, "editable_mode", False):
+            # setuptools copies into build/lib and never removes what an earlier build left
+            # there: a module or library since deleted, a generated directory since moved,
+            # would go into this wheel too.
+            shutil.rmtree(Path(self.build_lib, *project.package.split(".")), ignore_errors=True)
         super().run()
         if not getattr(self, "editable_mode", False):
             # The wheel holds .pyi stubs, so it says it is typed (PEP 561).

@@ -580,3 +580,18 @@ def test_wheel_builds_from_the_sdist(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (wheel,) = (tmp_path / "wheels").glob("alphaops-*.whl")
     assert "alphaops/libalphans_ops.so" in zipfile.ZipFile(wheel).namelist()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_wheel_holds_nothing_an_earlier_build_left(tmp_path: Path) -> None:
+    """setuptools stages the package in build/lib and never empties it: a module deleted since
+    the last wheel, or a generated directory since moved, went into the next wheel too."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "alphaops" / "old.py").write_text("", encoding="utf-8")
+    first = build_wheel(root, tmp_path / "first")
+    assert "alphaops/old.py" in zipfile.ZipFile(first).namelist()
+    (root / "alphaops" / "old.py").unlink()
+    second = build_wheel(root, tmp_path / "second")
+    assert "alphaops/old.py" not in zipfile.ZipFile(second).namelist()
+    assert "alphaops/libalphans_ops.so" in zipfile.ZipFile(second).namelist()
