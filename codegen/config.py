@@ -178,7 +178,14 @@ def _declares_opgen(path: Path) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return re.search(r"^\s*\[\s*tool\s*\.\s*opgen\s*[\].]", text, re.M) is not None
+    try:
+        tool = tomllib.loads(text).get("tool")
+    except tomllib.TOMLDecodeError:
+        # Still the project's: loading it reports the TOML error, located.
+        return re.search(r"^\s*\[\s*tool\s*\.\s*opgen(?![\w-])|^\s*opgen\s*\.\s*package\s*=",
+                         text, re.M) is not None
+    # Also `opgen.package = ...` under [tool], or `tool.opgen = {...}`: TOML's other spellings.
+    return isinstance(tool, dict) and "opgen" in tool
 
 
 def resolve(project_dir: str | None, diags: Diagnostics) -> Project:
@@ -246,6 +253,15 @@ class _Locator:
                     col = line.find(sub, line.find("opgen") + 5)
                     if col >= 0:
                         loc.spans.setdefault(sub, (i, col + 1, len(sub)))
+                continue
+            if table == "tool":
+                # `opgen.KEY = ...` under [tool]: the same keys, dotted.
+                k = re.match(r'^\s*opgen\s*\.\s*("?)([A-Za-z0-9_-]+)\1\s*=', line)
+                if k:
+                    if not loc.spans:
+                        loc.table_line = i
+                    loc.spans.setdefault(k[2], (i, k.start(2) + 1 - len(k[1]),
+                                                len(k[2]) + 2 * len(k[1])))
                 continue
             if table is None or not (table == "tool.opgen" or table.startswith("tool.opgen.")):
                 continue

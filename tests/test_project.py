@@ -244,6 +244,30 @@ def test_package_that_does_not_load_its_ops_is_warned(tmp_path: Path) -> None:
         "1 warning generated.\n"))
 
 
+@pytest.mark.parametrize("table", [
+    '[tool]\nopgen.package = "alphaops"\nopgen.schemas = ["ops"]\nopgen.kernels = ["csrc"]\n',
+    '[tool]\nopgen = {package = "alphaops", schemas = ["ops"], kernels = ["csrc"]}\n',
+])
+def test_other_toml_spellings_of_the_table_are_found(table: str, tmp_path: Path) -> None:
+    """TOML's dotted keys and inline tables declare [tool.opgen] too (the project was not found,
+    and the commands fell back to opgen's example layout)."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "pyproject.toml").write_text(table, encoding="utf-8")
+    proc = opgen("check", cwd=root / "csrc")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3 ops in 1 file: ok\n", "")
+
+
+def test_dotted_key_spelling_locates_errors(tmp_path: Path) -> None:
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "pyproject.toml").write_text(
+        '[tool]\nopgen.package = "alphaops"\nopgen.kernels = ["nope"]\n', encoding="utf-8")
+    proc = opgen("check", cwd=root)
+    assert proc.stderr.startswith(
+        "pyproject.toml:3:18: error: 'kernels': nope does not exist\n"
+        '    opgen.kernels = ["nope"]\n'
+        "                     ^~~~~~\n"), proc.stderr
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every
