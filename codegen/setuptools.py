@@ -458,7 +458,8 @@ def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostic
                         f"{project.package} ({os.path.relpath(found, root)}), so the wheel would "
                         f"not hold it and `import {project.package}` would fail once installed",
                         f"move it into the package, e.g. as {project.package}."
-                        f"{module.rpartition('.')[2]}")
+                        f"{module.rpartition('.')[2]}, or have setup() ship it too "
+                        "(`packages=`, `py_modules=`)")
 
 
 def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:

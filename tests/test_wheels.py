@@ -291,7 +291,8 @@ def test_python_kernel_outside_the_package_fails_the_wheel(tmp_path: Path, monke
         "would fail once installed\n"
         "        dispatch: {CompositeExplicitAutograd: 'pykernels:cube'}\n"
         "                                              ^~~~~~~~~~~~~~~~\n"
-        "hint: move it into the package, e.g. as alphaops.pykernels\n"
+        "hint: move it into the package, e.g. as alphaops.pykernels, or have setup() ship it "
+        "too (`packages=`, `py_modules=`)\n"
         "1 error generated.\n")
     opgen_setuptools.setup(py_modules=["pykernels"])
     assert captured["py_modules"] == ["pykernels"]
