@@ -23,7 +23,7 @@ from codegen import build, cli, compat, config, files, load, sample_failures
 from codegen.dest import md_reference, ninja
 from codegen.gen import add_later_errors, check_and_render
 from codegen.rendering import output_dir
-from codegen.diagnostics import Diagnostics
+from codegen.diagnostics import Diagnostics, Loc
 
 
 def _cache_dir(project: config.Project) -> str | None:
@@ -85,7 +85,22 @@ def cmd_list(args: argparse.Namespace, project: config.Project) -> int:
     return 0
 
 
+def _outside_the_project(paths: list[str], project: config.Project) -> None:
+    """Generated files name their op files (comments, the manifest, the build's `codegen` edge):
+    an op file outside the project would put a path of this machine into them. `paths` are
+    project-relative where they lie below the root, else absolute (cli.run_in_project)."""
+    diags = Diagnostics()
+    for p in paths:
+        if os.path.isabs(p):
+            diags.error(Loc(p, 1, 1), "this op file is outside the project, and generated files "
+                        "name their op files by project-relative paths",
+                        f"move it below {project.root}"
+                        + (" (into 'schemas' of [tool.opgen])" if project.config_path else ""))
+    diags.raise_if_errors()
+
+
 def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
+    _outside_the_project(args.paths, project)
     lib = _load(args.paths, project, all_errors=True)
     diags = lib.diagnostics()
     fileset = check_and_render(lib, diags, project)

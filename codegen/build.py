@@ -145,7 +145,7 @@ def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> 
     try:
         _written, text = write_toolchain(root)
     except ToolchainError as e:
-        out.write(f"{e}\n")
+        err.write(f"{e}\n")
         return 1
     if stable_namespaces(root):
         write_stable_include(root)

@@ -15,7 +15,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from codegen import config
 from codegen.dest.ninja import blank_comments_and_strings, kernel_sources
@@ -130,6 +130,36 @@ def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None)
             "Python.h)\nhint: use the stable API (torch::stable::Tensor, torch/csrc/stable/ops.h, "
             "torch/headeronly/...), or build the namespace on the full API (remove 'abi: stable' "
             "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
+
+
+def generated_header_note(line: str, root: Path) -> str | None:
+    """The note after a missing-header error naming a header of a generated namespace
+    (`<ns>/...`) that generation does not write: an op file renamed (its header is named after
+    it) or an op renamed or removed. The headers there are named instead."""
+    m = _MISSING_HEADER.search(line)
+    if m is None:
+        return None
+    header = m["header"].strip("<>\"'‘’")
+    ns, _, rest = header.partition("/")
+    cpp = root / config.current().generated / "cpp"
+    if not rest or not (cpp / ns).is_dir() or (cpp / header).is_file():
+        return None
+    doc = next((d for d in namespace_indexes(root) if d["namespace"] == ns), None)
+    sources = {Path(f).stem: f for f in (doc or {}).get("op_files", [])}
+    files = sorted(p.stem for p in (cpp / ns).glob("*.h"))
+    if not files:
+        return None
+    have = ", ".join(f"<{ns}/{stem}.h>" + (f" ({sources[stem]})" if stem in sources else "")
+                     for stem in files)
+    op = PurePosixPath(rest)
+    near = ([f"{ns}/{p.parent.name}/{p.name}" for p in sorted((cpp / ns).glob(f"*/{op.name}"))]
+            if len(op.parts) == 2 else [])
+    hint = (f"did you mean <{near[0]}>?" if near else
+            f"include <{ns}/{files[0]}.h>" if len(files) == 1 else
+            f"include the header of the op file that declares the kernels")
+    return (f"{m['where']}: note: <{header}> is not a header opgen generates: namespace '{ns}' "
+            f"has {have}; each op file's header is named after the file, each op's after the "
+            f"op (<{ns}/<op file>/<op>.h>)\nhint: {hint}")
 
 
 def _kernel_dirs() -> str:
@@ -509,6 +539,7 @@ class Notes:
         ns = self.namespace(source)
         note = (kernel_note(line, self.index, self.root, self.defined)
                 or python_header_note(line, chain, self.root, ns in self.stable)
+                or generated_header_note(line, self.root)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:

@@ -85,6 +85,11 @@ def run_in_project(args: argparse.Namespace, body: Callable[[config.Project], in
         project = config.resolve(args.project, Diagnostics())
         if getattr(args, "paths", None):
             args.paths = [project.relative(p) for p in args.paths]
+        else:
+            missing = config.no_project(project, args.project)
+            if missing is not None:
+                print(missing, file=sys.stderr)
+                return 1
         with config.use(project):
             return body(project)
     except UserError as e:

@@ -115,6 +115,18 @@ def is_below(path: str, directory: str) -> bool:
         PurePosixPath(directory).parts
 
 
+def import_root(package: str, package_dir: str) -> str:
+    """The directory `import <package>` finds the package from: for `acme.ops` in
+    `src/acme/ops`, `src` (not `src/acme`, the parent of the package's own directory). A
+    package-dir not named after the package has its parent."""
+    parts = PurePosixPath(package_dir).parts
+    names = tuple(package.split("."))
+    if len(parts) >= len(names) and parts[len(parts) - len(names):] == names:
+        return PurePosixPath(*parts[:len(parts) - len(names)]).as_posix() if \
+            len(parts) > len(names) else "."
+    return str(PurePosixPath(package_dir).parent)
+
+
 def default_project(root: Path) -> Project:
     """The layout of opgen's own example library (used where no [tool.opgen] is found)."""
     return Project(root=root.resolve(), package="runtime", package_dir="runtime",
@@ -166,7 +178,14 @@ def _declares_opgen(path: Path) -> bool:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return re.search(r"^\s*\[\s*tool\s*\.\s*opgen\s*[\].]", text, re.M) is not None
+    try:
+        tool = tomllib.loads(text).get("tool")
+    except tomllib.TOMLDecodeError:
+        # Still the project's: loading it reports the TOML error, located.
+        return re.search(r"^\s*\[\s*tool\s*\.\s*opgen(?![\w-])|^\s*opgen\s*\.\s*package\s*=",
+                         text, re.M) is not None
+    # Also `opgen.package = ...` under [tool], or `tool.opgen = {...}`: TOML's other spellings.
+    return isinstance(tool, dict) and "opgen" in tool
 
 
 def resolve(project_dir: str | None, diags: Diagnostics) -> Project:
@@ -187,6 +206,25 @@ def resolve(project_dir: str | None, diags: Diagnostics) -> Project:
     if found is None:
         return default_project(Path.cwd())
     return load(found, diags)
+
+
+def no_project(project: Project, project_dir: str | None) -> str | None:
+    """The error (with its hint) for a command run where there is no project to work on: no
+    [tool.opgen] found, and none of the example layout's op files or generated set either (a
+    command run from the wrong directory, or `--project` naming the wrong one). None otherwise."""
+    if project.config_path is not None or any(
+            (project.root / p).exists() for p in (*project.schemas, project.generated)):
+        return None
+    if project_dir is None:
+        why = f"no {PYPROJECT} with a [tool.opgen] table there or in a directory above"
+    elif (project.root / PYPROJECT).is_file():
+        why = f"its {PYPROJECT} has no [tool.opgen] table"
+    else:
+        why = f"it has no {PYPROJECT}"
+    return (f"error: no opgen project in {project.root}: {why}, and no "
+            f"{project.schemas[0]}/ directory of op files\n"
+            "hint: run the command inside your project or name it with --project DIR; a project "
+            "declares itself with [tool.opgen] in its pyproject.toml (docs/CONFIG.md)")
 
 
 @dataclass
@@ -215,6 +253,15 @@ class _Locator:
                     col = line.find(sub, line.find("opgen") + 5)
                     if col >= 0:
                         loc.spans.setdefault(sub, (i, col + 1, len(sub)))
+                continue
+            if table == "tool":
+                # `opgen.KEY = ...` under [tool]: the same keys, dotted.
+                k = re.match(r'^\s*opgen\s*\.\s*("?)([A-Za-z0-9_-]+)\1\s*=', line)
+                if k:
+                    if not loc.spans:
+                        loc.table_line = i
+                    loc.spans.setdefault(k[2], (i, k.start(2) + 1 - len(k[1]),
+                                                len(k[2]) + 2 * len(k[1])))
                 continue
             if table is None or not (table == "tool.opgen" or table.startswith("tool.opgen.")):
                 continue
@@ -258,7 +305,8 @@ KEYS = {
     "package-dir": "the package's directory (default: src/<package> or <package>)",
     "schemas": "op files or directories (default: schemas)",
     "kernels": "kernel source directories, searched recursively (default: csrc)",
-    "python-roots": "where Python kernel modules are found (default: the package's parent)",
+    "python-roots": "where Python kernel modules are found (default: the directory the package is "
+                    "imported from)",
     "generated": "generated sources (default: <package-dir>/_generated)",
     "build": "objects and the toolchain (default: build)",
     "libraries": "where the built libraries go (default: <package-dir>)",
@@ -422,7 +470,7 @@ class _Reader:
         package_dir = package_dir or default_dir
         if "package-dir" not in table and not (self.root / default_dir).is_dir():
             self.missing_package(package, pkg_path)
-        parent = str(PurePosixPath(package_dir).parent)
+        parent = import_root(package, package_dir)
         schemas = self.paths("schemas", table.get("schemas", ["schemas"]), must="exists",
                              explicit="schemas" in table)
         if schemas == [] and table.get("schemas") == []:
@@ -434,6 +482,16 @@ class _Reader:
         generated = self.path("generated", table.get("generated", f"{package_dir}/_generated"))
         build = self.path("build", table.get("build", "build"))
         libraries = self.path("libraries", table.get("libraries", package_dir))
+        for key, value in (("generated", generated), ("build", build), ("libraries", libraries)):
+            # Directories opgen creates: the path, or the part of it that exists, must not be a
+            # file (writing failed with "cannot create or open ...: File exists").
+            target = self.root / value if key in table and value is not None else self.root
+            while not target.exists() and target != self.root:
+                target = target.parent
+            if not target.is_dir():
+                self.error(self.at.value(key), f"'{key}': "
+                           f"{target.relative_to(self.root).as_posix()} is a file, not a "
+                           "directory")
         if generated is not None and self.diags is not None and \
                 is_below(generated, package_dir) and generated != package_dir:
             rel = PurePosixPath(generated).relative_to(package_dir)
@@ -568,7 +626,20 @@ class _Reader:
         value = table.get("kernels")
         if value is None:
             return ["csrc"] if (self.root / "csrc").is_dir() else []
-        return self.paths("kernels", value, must="dir")
+        dirs = self.paths("kernels", value, must="dir")
+        if dirs is None or not isinstance(value, list) or len(dirs) != len(value):
+            return dirs
+        # Each directory is searched recursively: one named twice, or one inside another, would
+        # compile its sources twice into the library.
+        for i, (d, raw) in enumerate(zip(dirs, value)):
+            outer = next((o for j, o in enumerate(dirs) if j != i and is_below(d, o)
+                          and (o != d or j < i)), None)
+            if outer is not None:
+                self.error(self.at.value("kernels", raw),
+                           f"'kernels' names {d} twice" if outer == d else
+                           f"'kernels': {d} is inside {outer}, which is searched recursively "
+                           "already", f"remove '{raw}'")
+        return dirs
 
 
 def _repr(value: object) -> str:

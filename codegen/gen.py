@@ -9,6 +9,7 @@ writes.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from dataclasses import dataclass
@@ -164,6 +165,63 @@ def check_library(lib: OpLibrary, diags: Diagnostics, project: Project) -> None:
     check_file_names(lib, diags, project)
     cpp_stable.check(lib, diags)
     cpp_autograd.check(lib, diags)
+    check_package_loads(diags, project)
+
+
+def check_package_loads(diags: Diagnostics, project: Project) -> None:
+    """A warning when importing a project's package would not load its op libraries: its
+    `__init__.py` (or a module of the package it imports, at any depth) must import the generated
+    subpackage (docs/CONFIG.md). Without it `import <package>` succeeds, and every op is missing
+    (`torch.ops.<ns>` has no attribute ...) until something imports the generated modules."""
+    if project.config_path is None or not project.generated_in_package:
+        return
+    target = project.module_prefix
+    line = f"from {target} import ops  # opgen: loads the op libraries"
+    pkg_dir = Path(project.package_dir)
+    init = pkg_dir / "__init__.py"
+    if not init.is_file():
+        diags.warning(Loc(project.package_dir, 1, 1), f"the package {project.package} has no "
+                      f"__init__.py, so `import {project.package}` loads no op library",
+                      f"create {init.as_posix()} holding `{line}`")
+        return
+    seen: set[Path] = set()
+    todo = [(init, project.package)]
+    while todo:
+        path, package = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            return      # not ours to judge; check passes what it cannot read
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    up = parts[:len(parts) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            for name in names:
+                if name == target or name.startswith(target + "."):
+                    return
+                if name.startswith(project.package + "."):
+                    rel = name[len(project.package) + 1:].split(".")
+                    for candidate, pkg in ((pkg_dir.joinpath(*rel[:-1], rel[-1] + ".py"),
+                                            name.rpartition(".")[0]),
+                                           (pkg_dir.joinpath(*rel, "__init__.py"), name)):
+                        if candidate.is_file():
+                            todo.append((candidate, pkg))
+    text = init.read_text(encoding="utf-8")
+    if text.partition("\n")[0].strip():
+        diags.add_source(init.as_posix(), text)
+    diags.warning(Loc(init.as_posix(), 1, 1), f"`import {project.package}` loads no op library: "
+                  f"{init.as_posix()} imports nothing of {target}",
+                  f"add `{line}` (docs/CONFIG.md)")
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,20 @@ What it does on top of setuptools (all through setuptools' own extension points)
 - `build_py` compiles the libraries before copying the package (`pip install -e .` too: the
   libraries are built in place, inside the package, so the editable install finds them);
 - the distribution reports binary content, so the wheel gets the platform tag;
-- the wheel says which torch it runs on (Note [Honest wheels]).
+- the wheel says which torch it runs on (Note [Honest wheels]);
+- the sdist holds the op files and kernel directories (a wheel is built from it), no library.
 
-The libraries must be built inside the package (`libraries`, by default the package directory)
-to be packaged; docs/CONFIG.md has the keys. A build in an isolated environment would install
-torch from PyPI into it (gigabytes): build with `pip wheel --no-build-isolation .` (the documented
-way, docs/MIGRATION.md), with torch and opgen installed.
+The libraries must be built, and the generated modules generated, inside the package
+(`libraries` and `generated`, by default) to be packaged; either outside it is refused;
+docs/CONFIG.md has the keys. A build in an isolated environment would install torch from PyPI
+into it (gigabytes): build with `pip wheel --no-build-isolation .` (the documented way,
+docs/MIGRATION.md), with torch and opgen installed.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -36,6 +39,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from setuptools.command.build_py import build_py as _build_py
+from setuptools.command.sdist import sdist as _sdist
 from setuptools.dist import Distribution
 
 from codegen import config
@@ -138,15 +142,24 @@ def _merge(theirs: SpecifierSet, ours: SpecifierSet, promise: TorchPromise,
         return ours
     # Stable: keep the project's bounds, raise its lower bound to min_torch.
     minimum = Version(promise.specifier[2:])
-    kept = [s for s in theirs if not (s.operator in (">=", ">") and Version(s.version) <= minimum)]
+    # Lower bounds below min_torch are raised: `>=`/`>` ones are replaced, a `~=` one keeps its
+    # upper bound and gets min_torch beside it. A bound at or above it stays as written (`>2.10`
+    # keeps excluding 2.10.0).
+    below = [s for s in theirs if s.operator in (">=", ">", "~=")
+             and Version(s.version) < minimum]
+    kept = [s for s in theirs if s not in below or s.operator == "~="]
     implied = any(s.operator in (">=", ">", "==", "~=") and not s.version.endswith("*")
                   and Version(s.version) >= minimum for s in kept)
     merged = SpecifierSet(",".join([str(s) for s in kept]
                                    + ([] if implied else [promise.specifier])))
-    if len(kept) < len(list(theirs)):
+    if below:
         warnings.append(f"the project requires torch{theirs}, but {promise.why}: the wheel "
                         f"requires torch{merged}")
-    probes = [minimum, *(Version(s.version.removesuffix(".*")) for s in merged)]
+    # Some torch satisfies both if one of the bounds, or the release just above one (`>2.10`
+    # takes 2.10.1 and 2.11), does.
+    bounds = [Version(s.version.removesuffix(".*")) for s in merged if s.operator != "==="]
+    probes = [minimum, *bounds, *(Version(f"{v.major}.{v.minor}.{v.micro + 1}") for v in bounds),
+              *(Version(f"{v.major}.{v.minor + 1}") for v in bounds)]
     if not any(merged.contains(v, prereleases=True) for v in probes):
         raise ValueError(f"the project requires torch{theirs}, but {promise.why}: no torch "
                          "satisfies both")
@@ -241,8 +254,24 @@ class build_py(_build_py):
 
     def run(self) -> None:
         project = _project()
+        if not project.generated_in_package and not getattr(self, "editable_mode", False):
+            # An editable install runs the package in place, where it finds them (as opgen's
+            # own example appends them to its path); a wheel would not hold them.
+            diags = Diagnostics()
+            diags.error(config.locate_value(project, "generated", diags),
+                        f"'generated' is outside the package {project.package_dir}, so a wheel "
+                        "would not hold the generated modules (ops.py, the loader)",
+                        f"generate inside the package, e.g. generated = "
+                        f"\"{project.package_dir}/_generated\" (the default)")
+            print(diags.render(), file=sys.stderr)
+            raise SystemExit(1)
         _run(["--project", str(project.root), "build"])
         self.__dict__.pop("data_files", None)   # list the package data again: the libraries
+        if not getattr(self, "editable_mode", False):
+            # setuptools copies into build/lib and never removes what an earlier build left
+            # there: a module or library since deleted, a generated directory since moved,
+            # would go into this wheel too.
+            shutil.rmtree(Path(self.build_lib, *project.package.split(".")), ignore_errors=True)
         super().run()
         if not getattr(self, "editable_mode", False):
             # The wheel holds .pyi stubs, so it says it is typed (PEP 561).
@@ -251,19 +280,49 @@ class build_py(_build_py):
                 marker.write_text("", encoding="utf-8")
 
 
+def sdist_sources(project: config.Project) -> list[str]:
+    """What a wheel built from the sdist needs beyond the package (project-relative): the op
+    files (a directory's `*.yaml`, as `opgen` reads them, the known failures file included) and
+    every file of the kernel directories (sources and the headers they include), outside the
+    generated and build directories."""
+    root = project.root
+    out: list[str] = []
+    for entry in project.schemas:
+        path = root / entry
+        files = [p for p in path.glob("*.yaml") if p.is_file()] if path.is_dir() else [path]
+        out.extend(p.relative_to(root).as_posix() for p in files if p.is_file())
+    for kdir in project.kernels:
+        for p in sorted((root / kdir).rglob("*")):
+            rel = p.relative_to(root).as_posix()
+            if p.is_file() and not any(part.startswith(".") for part in
+                                       p.relative_to(root / kdir).parts) \
+                    and not config.is_below(rel, project.generated) \
+                    and not config.is_below(rel, project.build):
+                out.append(rel)
+    return sorted(set(out))
+
+
+class sdist(_sdist):
+    """setuptools' sdist, holding what `opgen generate` and `opgen build` read (the op files
+    and kernel sources: a wheel built from the sdist, as `python -m build` does, needs them)
+    and no built op library."""
+
+    def make_distribution(self) -> None:
+        project = _project()
+        # package_data names the built libraries; an sdist holds sources only.
+        self.filelist.files = [f for f in self.filelist.files if not (
+            PurePosixPath(Path(f).as_posix()).parent.as_posix() == project.libraries
+            and re.fullmatch(r"lib\w+_ops\.so", Path(f).name))]
+        self.filelist.extend(sdist_sources(project))
+        self.filelist.sort()
+        self.filelist.remove_duplicates()
+        super().make_distribution()
+
+
 def setup(**kwargs) -> None:
     """setuptools.setup for an opgen project (see the module docstring)."""
     project = _project()
-    _run(["--project", str(project.root), "generate"])
-    pkg_dir = PurePosixPath(project.package_dir)
-    parent = pkg_dir.parent
-    if "packages" not in kwargs:
-        found = setuptools.find_packages(where=str(project.root / parent),
-                                         include=[project.package, f"{project.package}.*"])
-        kwargs["packages"] = found
-        if str(parent) != ".":
-            kwargs.setdefault("package_dir", {"": str(parent)})
-    data = {k: list(v) for k, v in kwargs.get("package_data", {}).items()}
+    # What a wheel could not hold is refused before anything is generated or built.
     if not config.is_below(project.libraries, project.package_dir):
         diags = Diagnostics()
         diags.error(config.locate_value(project, "libraries", diags),
@@ -272,13 +331,37 @@ def setup(**kwargs) -> None:
                     f"libraries = \"{project.package_dir}\" (the default)")
         print(diags.render(), file=sys.stderr)
         raise SystemExit(1)
+    _run(["--project", str(project.root), "generate"])
+    if "packages" not in kwargs:
+        # The package and its subpackages, found below the package's own directory: a dotted
+        # package (`acme.ops`) may sit in a namespace directory (`src/acme/`, no __init__.py)
+        # that find_packages does not enter.
+        subpackages = setuptools.find_packages(where=str(project.root / project.package_dir))
+        packages = [project.package, *(f"{project.package}.{sub}" for sub in subpackages)]
+        # The generated subpackage, and the directories on the way to it (`gen/_generated`:
+        # find_packages does not enter a `gen/` without __init__.py).
+        prefix = project.package
+        for part in project.module_prefix.split(".")[len(project.package.split(".")):]:
+            prefix = f"{prefix}.{part}"
+            if prefix not in packages:
+                packages.append(prefix)
+        kwargs["packages"] = packages
+        base = config.import_root(project.package, project.package_dir)
+        if PurePosixPath(base, *project.package.split(".")).as_posix() != project.package_dir:
+            kwargs.setdefault("package_dir", {project.package: project.package_dir})
+        elif base != ".":
+            kwargs.setdefault("package_dir", {"": base})
+    data = {k: list(v) for k, v in kwargs.get("package_data", {}).items()}
     from codegen.layout import library_file
 
-    abis = _abis(project)
+    abis = _abis(project, (*(kwargs.get("packages") or ()), *(kwargs.get("py_modules") or ())))
     # The libraries of the namespaces declared now: a namespace since moved or deleted leaves
     # its lib<ns>_ops.so behind in the package directory, which the wheel must not ship.
-    data.setdefault(_package_of(project, project.libraries), []).extend(
-        library_file(ns) for ns in sorted(abis))
+    # Named from the package's own directory: `libraries` may be a plain directory inside it
+    # (`myops/lib`, no __init__.py), which setuptools lists as no package of its own.
+    below = PurePosixPath(project.libraries).relative_to(project.package_dir)
+    data.setdefault(project.package, []).extend(
+        (below / library_file(ns)).as_posix() for ns in sorted(abis))
     if project.generated_in_package:
         data.setdefault(project.module_prefix, []).append("*.pyi")
     data.setdefault(project.package, []).append("py.typed")
@@ -286,6 +369,7 @@ def setup(**kwargs) -> None:
     cmdclass = dict(kwargs.get("cmdclass", {}))
     cmdclass.setdefault("build_py", build_py)
     cmdclass.setdefault("bdist_wheel", bdist_wheel)
+    cmdclass.setdefault("sdist", sdist)
     kwargs["cmdclass"] = cmdclass
     if "distclass" not in kwargs:
         kwargs["distclass"] = type("BinaryDistribution", (BinaryDistribution,),
@@ -294,14 +378,20 @@ def setup(**kwargs) -> None:
     setuptools.setup(**kwargs)
 
 
-def _abis(project: config.Project) -> dict[str, tuple[int, int] | None]:
-    """Each namespace of the op files: the min_torch of its stable ABI, or None (the full API)."""
+def _abis(project: config.Project, shipped: tuple[str, ...] = ()
+          ) -> dict[str, tuple[int, int] | None]:
+    """Each namespace of the op files: the min_torch of its stable ABI, or None (the full API).
+    Exits with located errors when a Python function the op files name lies where the wheel
+    would not hold it (_modules_outside_the_package)."""
     from codegen.__main__ import _load
     from codegen.abi import namespace_abi
 
     with config.use(project):
         try:
             lib = _load([], project)     # from the cache `generate` has just filled
+            diags = Diagnostics()
+            _modules_outside_the_package(project, lib, diags, shipped)
+            diags.raise_if_errors()
         except UserError as e:
             print(e.diags.render(), file=sys.stderr)
             raise SystemExit(1) from None
@@ -310,6 +400,66 @@ def _abis(project: config.Project) -> dict[str, tuple[int, int] | None]:
             a = namespace_abi(lib, ns)
             abis[ns] = None if a is None else a.min_torch
     return abis
+
+
+def _py_refs(value: object, out: list) -> None:
+    """Every PyRef (`module:function`) in an op's model, whatever field holds it."""
+    import dataclasses
+
+    from codegen.model import PyRef
+
+    if isinstance(value, PyRef):
+        out.append(value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _py_refs(getattr(value, f.name), out)
+    elif isinstance(value, (tuple, list, frozenset, set)):
+        for v in value:
+            _py_refs(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _py_refs(v, out)
+
+
+def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostics,
+                                 shipped: tuple[str, ...] = ()) -> None:
+    """The generated registrations import every module the op files name when the package is
+    imported: one found only in the project (a 'python-roots' directory outside the package)
+    is missing from the installed wheel, and `import <package>` fails there. `shipped`: the
+    packages and modules the wheel holds besides (setup()'s `packages` and `py_modules`)."""
+    import contextlib
+    import os
+
+    from codegen.dest.py_sources import find_module_source
+
+    root = project.root.resolve()
+    own = [root / r for r in project.python_roots] + [root]
+    elsewhere = []
+    for entry in sys.path:
+        p = Path(entry or ".").resolve()
+        if p != root and root not in p.parents:
+            elsewhere.append(p)
+    seen: set[str] = set()
+    for op in lib.ops:
+        refs: list = []
+        _py_refs(op, refs)
+        for ref in refs:
+            module = ref.module
+            if module in seen or any(module == p or module.startswith(p + ".")
+                                     for p in (project.package, *shipped)):
+                continue
+            seen.add(module)
+            found = find_module_source(module, own)
+            if found is None or find_module_source(module, elsewhere) is not None:
+                continue    # not the project's (check reports what is found nowhere)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                diags.add_source(ref.loc.path, Path(ref.loc.path).read_text(encoding="utf-8"))
+            diags.error(ref.loc, f"module '{module}' of {ref} is outside the package "
+                        f"{project.package} ({os.path.relpath(found, root)}), so the wheel would "
+                        f"not hold it and `import {project.package}` would fail once installed",
+                        f"move it into the package, e.g. as {project.package}."
+                        f"{module.rpartition('.')[2]}, or have setup() ship it too "
+                        "(`packages=`, `py_modules=`)")
 
 
 def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:
@@ -323,10 +473,5 @@ def _promise(abis: dict[str, tuple[int, int] | None]) -> TorchPromise | None:
                          "version; cannot say which torch the wheel needs") from None
 
 
-def _package_of(project: config.Project, directory: str) -> str:
-    rel = PurePosixPath(directory).relative_to(project.package_dir)
-    return ".".join((project.package, *rel.parts))
-
-
 __all__ = ["BinaryDistribution", "TorchPromise", "bdist_wheel", "build_py",
-           "merge_torch_requirement", "setup", "torch_promise"]
+           "merge_torch_requirement", "sdist", "sdist_sources", "setup", "torch_promise"]

@@ -196,6 +196,16 @@ def make_toolchain(key: str) -> Toolchain:
     lib_dirs = cpp_extension.library_paths("cuda" if with_cuda else "cpu")
 
     cxx = shlex.split(os.environ.get("CXX", "c++"))
+    if not cxx or shutil.which(cxx[0]) is None:
+        # Else every compile fails alike with `/bin/sh: 1: ...: not found`.
+        given = "CXX" in os.environ
+        what = ("CXX is empty" if not cxx else f"the C++ compiler '{cxx[0]}' "
+                f"({'CXX' if given else 'c++, the default'}) is not found")
+        raise ToolchainError(
+            f"error: {what}\n"
+            f"hint: {'set CXX to an installed compiler' if given else 'install g++'} that "
+            f"builds C++20, as torch {torch_version} extensions need, or add its directory to "
+            "PATH")
     ccache = shutil.which("ccache") if not os.environ.get("OPGEN_NO_CCACHE") else None
     launcher = [ccache] if ccache else []
     version_def = f'-DOPGEN_TORCH_VERSION="{torch_version}"'

@@ -207,3 +207,21 @@ def write_project(root: Path, package: str, ns: str) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text.format(package=package, ns=ns), encoding="utf-8")
     return root
+
+
+def write_dotted_project(root: Path, package: str, ns: str) -> Path:
+    """write_project with a dotted package (`acme.<package>`) in a src/ layout whose parent
+    `src/acme/` is a namespace directory (no __init__.py), as PEP 420 organisations ship."""
+    write_project(root, package, ns)
+    dotted = f"acme.{package}"
+    (root / "src" / "acme").mkdir(parents=True)
+    shutil.move(root / package, root / "src" / "acme" / package)
+    (root / "src" / "acme" / package / "__init__.py").write_text(
+        f"from {dotted}._generated import ops  # opgen: loads the op libraries\n",
+        encoding="utf-8")
+    for rel in ("pyproject.toml", f"ops/{ns}.yaml"):
+        p = root / rel
+        p.write_text(p.read_text(encoding="utf-8").replace(
+            f'package = "{package}"', f'package = "{dotted}"').replace(
+            f"'{package}.kernels:", f"'{dotted}.kernels:"), encoding="utf-8")
+    return root

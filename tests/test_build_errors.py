@@ -308,3 +308,50 @@ def test_an_undefined_kernel_defined_out_of_reach_is_told_so() -> None:
         "hint: runtime/csrc/bad/kernels.cpp:3 defines a function named 'twice_cpu', but not "
         "this one: check that it is in namespace 'bad', neither 'static' nor in an anonymous "
         "namespace, and has the parameters above")
+
+
+def test_a_header_of_a_renamed_op_file_is_told_the_generated_ones(tmp_path: Path) -> None:
+    """An op file renamed (its header is named after it) leaves kernel sources including a header
+    generation no longer writes: the note after the compiler's error names those it does write
+    (the one of the op file, or the op's header under its new directory)."""
+    from codegen import config
+    from codegen.build_notes import Notes
+    from codegen.diagnostics import Diagnostics
+
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "ops" / "alphans.yaml").rename(root / "ops" / "core.yaml")
+    gen = scratch.run(root, "-m", "codegen", "generate")
+    assert gen.returncode == 0, gen.stderr
+    with config.use(config.resolve(str(root), Diagnostics())):
+        notes = Notes(root)
+        assert notes.after("csrc/cpu/add.cpp:1:10: fatal error: alphans/alphans.h: No such file "
+                           "or directory") == (
+            "csrc/cpu/add.cpp:1:10: note: <alphans/alphans.h> is not a header opgen generates: "
+            "namespace 'alphans' has <alphans/core.h> (ops/core.yaml); each op file's header is "
+            "named after the file, each op's after the op (<alphans/<op file>/<op>.h>)\n"
+            "hint: include <alphans/core.h>")
+        assert notes.after("csrc/cpu/add.cpp:2:10: fatal error: alphans/alphans/twice.h: No "
+                           "such file or directory").endswith(
+            "\nhint: did you mean <alphans/core/twice.h>?")
+        # Headers of other libraries are not opgen's to explain.
+        assert notes.after("csrc/cpu/add.cpp:3:10: fatal error: ATen/Nope.h: No such file or "
+                           "directory") is None
+
+
+def test_a_header_of_a_renamed_stable_op_file_is_not_called_unstable(tmp_path: Path) -> None:
+    """In a stable-ABI namespace, a missing generated header is not one of torch's that the
+    stable ABI leaves out: the note names the generated headers."""
+    from codegen import config
+    from codegen.build_notes import Notes
+    from codegen.diagnostics import Diagnostics
+    from tests.test_wheels import write_stable_project
+
+    root = write_stable_project(tmp_path / "proj", "stabops", "stabns")
+    (root / "ops" / "stabns.yaml").rename(root / "ops" / "core.yaml")
+    assert scratch.run(root, "-m", "codegen", "generate").returncode == 0
+    with config.use(config.resolve(str(root), Diagnostics())):
+        note = Notes(root).after("csrc/scale.cpp:1:10: fatal error: stabns/stabns.h: No such "
+                                 "file or directory")
+    assert note is not None and note.startswith(
+        "csrc/scale.cpp:1:10: note: <stabns/stabns.h> is not a header opgen generates"), note
+

@@ -79,10 +79,31 @@ def test_missing_paths(files, capsys):
     assert err == "nope.yaml:1:1: error: no such file or directory\n1 error generated.\n"
 
 
-def test_missing_default_directory(tmp_path, monkeypatch, capsys):
+HINT_NO_PROJECT = ("hint: run the command inside your project or name it with --project DIR; a "
+                   "project declares itself with [tool.opgen] in its pyproject.toml "
+                   "(docs/CONFIG.md)\n")
+
+
+@pytest.mark.parametrize("command", [["check"], ["generate"], ["build"], ["docs"], ["bc-check"]])
+def test_no_project_here(command, tmp_path, monkeypatch, capsys):
+    """Run from a directory that holds no project (it said `schemas:1:1: error: no such file or
+    directory`, or told a user of their own project to run `make codegen`)."""
     monkeypatch.chdir(tmp_path)
-    code, _, err = run(["check"], capsys)
-    assert code == 1 and err.startswith("schemas:1:1: error: no such file or directory")
+    assert run(command, capsys) == (1, "", (
+        f"error: no opgen project in {tmp_path}: no pyproject.toml with a [tool.opgen] table "
+        "there or in a directory above, and no schemas/ directory of op files\n"
+        + HINT_NO_PROJECT))
+
+
+def test_project_option_names_no_project(tmp_path, capsys):
+    (tmp_path / "bare").mkdir()
+    assert run(["--project", str(tmp_path / "bare"), "check"], capsys) == (1, "", (
+        f"error: no opgen project in {tmp_path / 'bare'}: it has no pyproject.toml, and no "
+        "schemas/ directory of op files\n" + HINT_NO_PROJECT))
+    (tmp_path / "bare" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert run(["--project", str(tmp_path / "bare"), "check"], capsys) == (1, "", (
+        f"error: no opgen project in {tmp_path / 'bare'}: its pyproject.toml has no [tool.opgen] "
+        "table, and no schemas/ directory of op files\n" + HINT_NO_PROJECT))
 
 
 def test_bad_usage_exits_2(capsys):

@@ -90,8 +90,10 @@ def test_cmake_file_is_generated_when_configured(tmp_path: Path) -> None:
     assert 'OUTPUT_NAME "alphans_ops"' in text
     assert 'install(TARGETS opgen_alphans LIBRARY DESTINATION "alphaops")' in text
     assert "target_link_libraries(opgen_alphans PUBLIC ${TORCH_LIBRARIES})" in text
-    # Regeneration: op files and the configuration are configure dependencies.
+    # Regeneration: op files, their directories and the configuration are configure
+    # dependencies.
     assert '"${OPGEN_PROJECT_ROOT}/ops/alphans.yaml"' in text
+    assert '"${OPGEN_PROJECT_ROOT}/ops"\n' in text      # an op file added there
     assert '"${OPGEN_PROJECT_ROOT}/pyproject.toml"' in text
     # Without the key nothing is written, and generate prunes the file it wrote before.
     pyproject = root / "pyproject.toml"

@@ -86,6 +86,188 @@ def test_build_messages_name_the_projects_commands(tmp_path: Path) -> None:
         "to regenerate it\nhint: run `opgen generate`\n")
 
 
+def test_dotted_package_finds_its_python_kernels(tmp_path: Path) -> None:
+    """`package = "acme.alphaops"` in src/acme/alphaops: 'python-roots' defaults to src, where
+    `import acme.alphaops.kernels` starts (it was src/acme, so check refused the project's own
+    Python kernel as a module it cannot find)."""
+    root = scratch.write_dotted_project(tmp_path / "proj", "alphaops", "alphans")
+    proc = opgen("check", cwd=root)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3 ops in 1 file: ok\n", "")
+    from codegen import config
+    from codegen.diagnostics import Diagnostics
+
+    assert config.resolve(str(root), Diagnostics()).python_roots == ("src",)
+    assert config.import_root("acme.alphaops", "acme/alphaops") == "."
+    assert config.import_root("acme.alphaops", "lib/ops") == "lib"
+
+
+def test_python_module_not_found_names_python_roots(tmp_path: Path) -> None:
+    """In a project, the hint says where modules are looked up: its 'python-roots' first (it
+    spoke of the current directory, which is not where the command ran)."""
+    root = scratch.write_dotted_project(tmp_path / "proj", "alphaops", "alphans")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text(encoding="utf-8").replace("alphaops.kernels:", "alphaops.kernel:"),
+                   encoding="utf-8")
+    proc = opgen("check", cwd=root / "csrc")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        "ops/alphans.yaml:12:43: error: cannot find Python module 'acme.alphaops.kernel' of "
+        "kernel acme.alphaops.kernel:cube\n"
+        "        dispatch: {CompositeExplicitAutograd: 'acme.alphaops.kernel:cube'}\n"
+        "                                              ^~~~~~~~~~~~~~~~~~~~~~~~~~~\n"
+        "hint: it is looked up below 'python-roots' of [tool.opgen] (src), the project root and "
+        "the import path (sys.path), as `import` would\n"
+        "1 error generated.\n"), proc.stderr
+
+
+@pytest.mark.parametrize("cxx, message", [
+    ("no-such-cxx -O2", "the C++ compiler 'no-such-cxx' (CXX) is not found"),
+    ("", "CXX is empty"),
+])
+def test_build_without_a_compiler_says_so_once(cxx: str, message: str, tmp_path: Path) -> None:
+    """A compiler that is not there stops the build before ninja, on stderr (every source
+    failed alike with `/bin/sh: 1: ...: not found`)."""
+    import torch
+
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    assert opgen("generate", cwd=root).returncode == 0
+    env = {**scratch.env(), "CXX": cxx}
+    proc = subprocess.run([sys.executable, "-m", "codegen", "build"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"error: {message}\n"
+        f"hint: set CXX to an installed compiler that builds C++20, as torch {torch.__version__} "
+        "extensions need, or add its directory to PATH\n")
+
+
+def test_generate_refuses_an_op_file_outside_the_project(tmp_path: Path) -> None:
+    """Generated files name their op files: one outside the project put an absolute path of this
+    machine into the package (the manifest, every banner) and the build file. check still reads
+    it."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    outside = tmp_path / "shared.yaml"
+    outside.write_text("namespace: sharedns\nops:\n  - func: f(Tensor x) -> Tensor\n"
+                       "    dispatch: {CompositeExplicitAutograd: 'alphaops.kernels:cube'}\n"
+                       "    fake: like(x)\n", encoding="utf-8")
+    assert opgen("check", str(outside), cwd=root).returncode == 0
+    proc = opgen("generate", str(outside), "ops", cwd=root)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        f"{outside}:1:1: error: this op file is outside the project, and generated files name "
+        "their op files by project-relative paths\n"
+        f"hint: move it below {root} (into 'schemas' of [tool.opgen])\n"
+        "1 error generated.\n")
+    assert not (root / "alphaops" / "_generated").exists()
+
+
+def _spaced_project(tmp_path: Path) -> Path:
+    """A project whose op, kernel and build directories have spaces in their names."""
+    root = scratch.write_project(tmp_path / "my proj", "alphaops", "alphans")
+    (root / "ops").rename(root / "my ops")
+    (root / "csrc").rename(root / "c src")
+    (root / "c src" / "cpu" / "more").rename(root / "c src" / "cpu" / "mo re")
+    (root / "my src").mkdir()
+    (root / "alphaops").rename(root / "my src" / "alphaops")
+    (root / "pyproject.toml").write_text(
+        '[tool.opgen]\npackage = "alphaops"\npackage-dir = "my src/alphaops"\n'
+        'schemas = ["my ops"]\nkernels = ["c src"]\nbuild = "my build"\n', encoding="utf-8")
+    return root
+
+
+def test_build_file_takes_paths_with_spaces(tmp_path: Path) -> None:
+    """`build = "my build"` broke the build file (`include my build/toolchain.ninja`: ninja read
+    the include as `my`, as it read `default my src/...` with a package directory `my src/...`),
+    and the codegen edge passed its depfile and op file directories as several shell words."""
+    import shlex
+
+    from codegen.build import ninja_binary
+
+    root = _spaced_project(tmp_path)
+    assert opgen("generate", cwd=root).returncode == 0
+    ninja = root / "my src" / "alphaops" / "_generated" / "build.ninja"
+    (root / "my build").mkdir(exist_ok=True)
+    (root / "my build" / "toolchain.ninja").write_text(
+        "codegen = opgen\ncxx = c++\n", encoding="utf-8")
+    proc = subprocess.run([ninja_binary(), "-f", str(ninja), "-t", "commands"], cwd=root,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    codegen = next(line for line in proc.stdout.splitlines() if " generate " in line)
+    assert shlex.split(codegen) == ["opgen", "generate", "--depfile", "my build/codegen.d",
+                                    "my ops"]
+    assert "c++ -MMD -MF 'my build/obj/alphans/cpu/mo re/twice.cc.o'.d" in proc.stdout
+
+
+@pytest.mark.slow
+def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
+    root = _spaced_project(tmp_path)
+    assert opgen("generate", cwd=root).returncode == 0
+    for _ in range(2):      # the second build finds nothing to do
+        build = opgen("build", cwd=root)
+        assert build.returncode == 0, build.stdout + build.stderr
+    assert build.stdout.endswith("ninja: no work to do.\n"), build.stdout
+    env = {**scratch.env(), "PYTHONPATH": str(root / "my src")}
+    run = subprocess.run([sys.executable, "-c", "import torch, alphaops; "
+                          "print(alphaops.ops.twice(torch.ones(2)).tolist())"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
+
+
+def test_package_that_does_not_load_its_ops_is_warned(tmp_path: Path) -> None:
+    """A package whose __init__.py imports nothing of the generated subpackage imports fine and
+    has no op (`torch.ops.<ns>` lacks every one): check warns, at the file. An import through
+    another module of the package, at any depth and inside a function, counts."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    init = root / "alphaops" / "__init__.py"
+    init.write_text('"""My ops."""\n__version__ = "0.1"\n', encoding="utf-8")
+    proc = opgen("check", cwd=root)
+    assert (proc.returncode, proc.stdout) == (0, "3 ops in 1 file: ok\n")
+    hint = "`from alphaops._generated import ops  # opgen: loads the op libraries`"
+    assert proc.stderr == (
+        "alphaops/__init__.py:1:1: warning: `import alphaops` loads no op library: "
+        "alphaops/__init__.py imports nothing of alphaops._generated\n"
+        '    """My ops."""\n'
+        "    ^\n"
+        f"hint: add {hint} (docs/CONFIG.md)\n"
+        "1 warning generated.\n"), proc.stderr
+    init.write_text("from .api import *\n", encoding="utf-8")
+    (root / "alphaops" / "api").mkdir()
+    (root / "alphaops" / "api" / "__init__.py").write_text(
+        "def load():\n    from .. import _generated\n", encoding="utf-8")
+    assert opgen("check", cwd=root).stderr == ""
+    init.unlink()
+    proc = opgen("check", cwd=root)
+    assert (proc.returncode, proc.stderr) == (0, (
+        "alphaops:1:1: warning: the package alphaops has no __init__.py, so `import alphaops` "
+        "loads no op library\n"
+        f"hint: create alphaops/__init__.py holding {hint}\n"
+        "1 warning generated.\n"))
+
+
+@pytest.mark.parametrize("table", [
+    '[tool]\nopgen.package = "alphaops"\nopgen.schemas = ["ops"]\nopgen.kernels = ["csrc"]\n',
+    '[tool]\nopgen = {package = "alphaops", schemas = ["ops"], kernels = ["csrc"]}\n',
+])
+def test_other_toml_spellings_of_the_table_are_found(table: str, tmp_path: Path) -> None:
+    """TOML's dotted keys and inline tables declare [tool.opgen] too (the project was not found,
+    and the commands fell back to opgen's example layout)."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "pyproject.toml").write_text(table, encoding="utf-8")
+    proc = opgen("check", cwd=root / "csrc")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "3 ops in 1 file: ok\n", "")
+
+
+def test_dotted_key_spelling_locates_errors(tmp_path: Path) -> None:
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "pyproject.toml").write_text(
+        '[tool]\nopgen.package = "alphaops"\nopgen.kernels = ["nope"]\n', encoding="utf-8")
+    proc = opgen("check", cwd=root)
+    assert proc.stderr.startswith(
+        "pyproject.toml:3:18: error: 'kernels': nope does not exist\n"
+        '    opgen.kernels = ["nope"]\n'
+        "                     ^~~~~~\n"), proc.stderr
+
+
 @pytest.mark.parametrize("case", CONFIG_CASES, ids=lambda p: p.stem)
 def test_config_diagnostics(case: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     """Each tests/diagnostics_config/<case>.toml, as a project's pyproject.toml, fails every

@@ -56,6 +56,25 @@ def test_stable_abi_requires_the_highest_minimum() -> None:
                         "torch 2.12 or newer: the wheel requires torch<3,>=2.12"]
 
 
+@pytest.mark.parametrize("declared, merged, warned", [
+    # At min_torch already: kept as written, no warning (it warned that nothing changed).
+    ("torch>=2.10", "torch>=2.10", False),
+    ("torch>=2.10.0,<3", "torch<3,>=2.10.0", False),
+    # Stricter than min_torch: kept (it became >=2.10, accepting the 2.10.0 it excluded).
+    ("torch>2.10", "torch>2.10", False),
+    ("torch>2.10,<2.11", "torch<2.11,>2.10", False),
+    # Below it: raised, with a warning; a compatible-release bound keeps its upper bound.
+    ("torch>2.9", "torch>=2.10", True),
+    ("torch~=2.9", "torch>=2.10,~=2.9", True),
+])
+def test_stable_lower_bounds(declared: str, merged: str, warned: bool) -> None:
+    reqs, warnings = merge_torch_requirement([declared], torch_promise({"a": (2, 10)}, "2.13.0"))
+    assert reqs == [merged]
+    assert warnings == ([f"the project requires {declared}, but the "
+                         "stable-ABI libraries need torch 2.10 or newer: the wheel requires "
+                         f"{merged}"] if warned else [])
+
+
 def test_mixed_abis_say_the_stricter() -> None:
     p = torch_promise({"full": None, "st": (2, 10)}, "2.14.1")
     assert p is not None and p.specifier == "==2.14.1" and not p.stable_only
@@ -68,6 +87,9 @@ def test_mixed_abis_say_the_stricter() -> None:
     ("torch<2.9", ({"a": (2, 10)}, "2.13.0"),
      "the project requires torch<2.9, but the stable-ABI libraries need torch 2.10 or newer: no "
      "torch satisfies both"),
+    ("torch===2.10-custom", ({"a": (2, 10)}, "2.13.0"),
+     "the project requires torch===2.10-custom, but the stable-ABI libraries need torch 2.10 or "
+     "newer: no torch satisfies both"),
 ])
 def test_contradicting_requirements_are_errors(declared, promise, message) -> None:
     with pytest.raises(ValueError) as info:
@@ -137,6 +159,27 @@ def test_libraries_outside_the_package_fail_the_wheel(tmp_path: Path) -> None:
         "1 error generated.\n"), proc.stderr
 
 
+def test_generated_outside_the_package_fails_the_wheel(tmp_path: Path) -> None:
+    """With 'generated' outside the package, the wheel held neither ops.py nor the loader (import
+    failed once installed): building it (build_py, not in editable mode) refuses, at the key,
+    before anything is built."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'generated = "gen"\n')
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_py"], cwd=root,
+                          env=scratch.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        "pyproject.toml:14:13: error: 'generated' is outside the package alphaops, so a wheel "
+        "would not hold the generated modules (ops.py, the loader)\n"
+        '    generated = "gen"\n'
+        "                ^~~~~\n"
+        'hint: generate inside the package, e.g. generated = "alphaops/_generated" (the '
+        "default)\n"
+        "1 error generated.\n"), proc.stderr
+    assert not (root / "build" / "obj").exists() and not list(root.rglob("*.so"))
+
+
 def test_wheel_holds_only_the_libraries_of_the_projects_namespaces(tmp_path: Path,
                                                                    monkeypatch) -> None:
     """A namespace moved away (or deleted) leaves its built lib<ns>_ops.so in the package
@@ -155,6 +198,134 @@ def test_wheel_holds_only_the_libraries_of_the_projects_namespaces(tmp_path: Pat
     patterns = captured["package_data"]["alphaops"]
     assert any(fnmatch.fnmatch("libalphans_ops.so", p) for p in patterns), patterns
     assert not any(fnmatch.fnmatch("libgone_ops.so", p) for p in patterns), patterns
+
+
+def test_libraries_in_a_plain_directory_of_the_package_are_packaged(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """`libraries = "alphaops/lib"` (a directory, not a subpackage): the library is package data
+    of the package itself, by its path below it (as data of a package `alphaops.lib`, which
+    setuptools does not list, it was left out of the wheel)."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'libraries = "alphaops/lib"\n')
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    assert "lib/libalphans_ops.so" in captured["package_data"]["alphaops"]
+    assert captured["packages"] == ["alphaops", "alphaops._generated"]
+
+
+def test_generated_below_a_plain_directory_is_packaged(tmp_path: Path, monkeypatch) -> None:
+    """`generated = "alphaops/gen/_generated"`, `gen/` without __init__.py: the generated
+    subpackage is listed (find_packages did not enter gen/, and the wheel held no ops.py)."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'generated = "alphaops/gen/_generated"\n')
+    (root / "alphaops" / "__init__.py").write_text(
+        "from alphaops.gen._generated import ops  # opgen: loads the op libraries\n")
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    assert captured["packages"] == ["alphaops", "alphaops.gen", "alphaops.gen._generated"]
+    assert "*.pyi" in captured["package_data"]["alphaops.gen._generated"]
+
+
+def test_dotted_package_in_a_namespace_directory_is_packaged(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """`package = "acme.alphaops"` in src/acme/alphaops, src/acme/ without __init__.py: the wheel
+    lists the package and its subpackages from the package's own directory (find_packages from
+    src/acme found none of them, and the wheel held no module at all)."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_dotted_project(tmp_path / "alphaops", "alphaops", "alphans")
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    opgen_setuptools.setup()
+    assert captured["packages"] == ["acme.alphaops", "acme.alphaops._generated"]
+    assert captured["package_dir"] == {"": "src"}
+    # A package-dir not named after the package is mapped as it is (no module of the op file
+    # can be found there: no import path leads to it).
+    (root / "src" / "acme" / "alphaops").rename(root / "lib")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text(encoding="utf-8").split("  - func: cube")[0], encoding="utf-8")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace(
+        'package = "acme.alphaops"', 'package = "acme.alphaops"\npackage-dir = "lib"'),
+        encoding="utf-8")
+    captured.clear()
+    opgen_setuptools.setup()
+    assert captured["packages"] == ["acme.alphaops", "acme.alphaops._generated"]
+    assert captured["package_dir"] == {"acme.alphaops": "lib"}
+
+
+def test_python_kernel_outside_the_package_fails_the_wheel(tmp_path: Path, monkeypatch,
+                                                           capsys) -> None:
+    """A Python kernel in a module of the project outside the package (found through
+    'python-roots'): the wheel would not hold it and the installed package would fail at import
+    (its registrations import the module). setup() refuses, at the reference; a module setup()
+    is told to ship as well passes."""
+    import codegen.setuptools as opgen_setuptools
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "alphaops" / "kernels.py").rename(root / "pykernels.py")
+    ops = root / "ops" / "alphans.yaml"
+    ops.write_text(ops.read_text().replace("'alphaops.kernels:cube'", "'pykernels:cube'"))
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'python-roots = ["."]\n')
+    captured: dict = {}
+    monkeypatch.setattr(opgen_setuptools.setuptools, "setup", captured.update)
+    monkeypatch.chdir(root)
+    with pytest.raises(SystemExit) as info:
+        opgen_setuptools.setup()
+    assert info.value.code == 1 and not captured
+    assert capsys.readouterr().err == (
+        "ops/alphans.yaml:12:43: error: module 'pykernels' of pykernels:cube is outside the "
+        "package alphaops (pykernels.py), so the wheel would not hold it and `import alphaops` "
+        "would fail once installed\n"
+        "        dispatch: {CompositeExplicitAutograd: 'pykernels:cube'}\n"
+        "                                              ^~~~~~~~~~~~~~~~\n"
+        "hint: move it into the package, e.g. as alphaops.pykernels, or have setup() ship it "
+        "too (`packages=`, `py_modules=`)\n"
+        "1 error generated.\n")
+    opgen_setuptools.setup(py_modules=["pykernels"])
+    assert captured["py_modules"] == ["pykernels"]
+
+
+def _sdist(root: Path, out: Path) -> Path:
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(out)], cwd=root,
+                          env=scratch.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (tarball,) = out.glob("*.tar.gz")
+    return tarball
+
+
+def test_sdist_holds_what_the_wheel_build_reads(tmp_path: Path) -> None:
+    """`python -m build` builds the wheel from the sdist: it must hold the op files and every
+    file of the kernel directories (headers too), and no built library (it held neither the
+    op files nor the kernels, and the wheel build failed with 'ops does not exist')."""
+    import tarfile
+
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "csrc" / "cpu" / "helpers.h").write_text("#pragma once\n", encoding="utf-8")
+    (root / "csrc" / ".hidden").write_text("", encoding="utf-8")
+    (root / "ops" / "sample_failures.yaml").write_text("{}\n", encoding="utf-8")
+    (root / "ops" / "notes.txt").write_text("not read by opgen\n", encoding="utf-8")
+    (root / "alphaops" / "libalphans_ops.so").write_bytes(b"built before")
+    tarball = _sdist(root, tmp_path / "dist")
+    with tarfile.open(tarball) as tar:
+        names = sorted(m.name.split("/", 1)[1] for m in tar.getmembers()
+                       if m.isfile() and "/" in m.name)
+    assert [n for n in names if n.startswith(("ops/", "csrc/"))] == [
+        "csrc/cpu/add.cpp", "csrc/cpu/helpers.h", "csrc/cpu/more/twice.cc", "ops/alphans.yaml",
+        "ops/sample_failures.yaml"], names
+    assert "alphaops/kernels.py" in names and not [n for n in names if n.endswith(".so")]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -394,3 +565,34 @@ def test_toolchain_writes_no_runpath() -> None:
     ldflags = [line for line in text.splitlines() if "ldflags = " in line]
     assert ldflags and all("-rpath-link," in line for line in ldflags), ldflags
     assert not re.search(r"-rpath,", text)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_wheel_builds_from_the_sdist(tmp_path: Path) -> None:
+    """What `python -m build` does: an sdist, unpacked elsewhere, then a wheel from it."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    tarball = _sdist(root, tmp_path / "dist")
+    shutil.rmtree(root)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
+                           "--no-deps", "--no-index", "-w", str(tmp_path / "wheels"),
+                           str(tarball)], env=scratch.env(), capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (wheel,) = (tmp_path / "wheels").glob("alphaops-*.whl")
+    assert "alphaops/libalphans_ops.so" in zipfile.ZipFile(wheel).namelist()
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_wheel_holds_nothing_an_earlier_build_left(tmp_path: Path) -> None:
+    """setuptools stages the package in build/lib and never empties it: a module deleted since
+    the last wheel, or a generated directory since moved, went into the next wheel too."""
+    root = scratch.write_project(tmp_path / "alphaops", "alphaops", "alphans")
+    (root / "alphaops" / "old.py").write_text("", encoding="utf-8")
+    first = build_wheel(root, tmp_path / "first")
+    assert "alphaops/old.py" in zipfile.ZipFile(first).namelist()
+    (root / "alphaops" / "old.py").unlink()
+    second = build_wheel(root, tmp_path / "second")
+    assert "alphaops/old.py" not in zipfile.ZipFile(second).namelist()
+    assert "alphaops/libalphans_ops.so" in zipfile.ZipFile(second).namelist()

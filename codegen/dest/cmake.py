@@ -105,7 +105,11 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
     w("  return()")
     w("endif()")
     w("set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS")
-    deps = [*op_files, *( [project.config_path] if project.config_path else []), *kernel_dirs]
+    # The op files' directories too: an op file added there is read by the next generate (as
+    # the ninja build's codegen edge depends on them).
+    op_dirs = sorted({str(PurePosixPath(f).parent) for f in op_files} - {"."})
+    deps = [*op_files, *op_dirs, *([project.config_path] if project.config_path else []),
+            *kernel_dirs]
     for d in deps:
         w(f"  {_root_relative(d)}")
     w(")")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 import sys
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -107,17 +108,20 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
     w.newline()
     w.variable("ninja_required_version", "1.10")
     w.variable("builddir", build_dir(project))
-    w.include(toolchain_file(project))
+    w.include(ninja_syntax.escape_path(toolchain_file(project)))
     w.newline()
 
     w.comment("Reruns code generation; unchanged files keep their mtime (restat), so nothing "
               "downstream rebuilds.")
     w.comment("Its depfile names every generator module, template and grammar it read: the list "
               "depends on the working tree, so it is not written here.")
-    w.rule("codegen", f"$codegen generate --depfile {codegen_depfile(project)} "
-           + " ".join(inputs.codegen_args),
-           description="CODEGEN " + " ".join(inputs.codegen_args), generator=True, restat=True,
-           depfile=codegen_depfile(project), deps="gcc")
+    # Paths in a command are the shell's words (a directory named with a space is one word);
+    # `$` is ninja's escape there.
+    args = " ".join(_shell(a) for a in (codegen_depfile(project), *inputs.codegen_args))
+    w.rule("codegen", f"$codegen generate --depfile {args}",
+           description="CODEGEN " + " ".join(inputs.codegen_args).replace("$", "$$"),
+           generator=True, restat=True, depfile=codegen_depfile(project).replace("$", "$$"),
+           deps="gcc")
     w.newline()
     w.rule("cxx", f"$cxx -MMD -MF $out{DEPFILE_SUFFIX} $cflags $extra_cflags -c $in -o $out",
            depfile=f"$out{DEPFILE_SUFFIX}", deps="gcc", description="CXX $in")
@@ -191,7 +195,7 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
                     "ldflags": "$stable_ldflags" + (" $stable_cuda_ldflags" if has_cu else "")})
         libraries.append(library_path(project, ns))
         w.newline()
-    w.default(libraries)
+    w.default([ninja_syntax.escape_path(p) for p in libraries])
     return out.getvalue()
 
 
@@ -514,6 +518,11 @@ def depfile_text(lib: OpLibrary, project: Project, root: Path = Path(".")) -> st
         inputs.add((project.root / project.config_path).resolve())
     deps = sorted(_rel(p, root) for p in inputs if p.is_file())
     return f"{_escape(ninja_file(project))}: " + " ".join(_escape(d) for d in deps) + "\n"
+
+
+def _shell(word: str) -> str:
+    """`word` as one shell word in a ninja rule's command."""
+    return shlex.quote(word).replace("$", "$$")
 
 
 def _escape(path: str) -> str:

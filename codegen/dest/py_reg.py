@@ -98,7 +98,8 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics,
     """`_reg_<ns>.py` of every namespace."""
     layout.check_formulas(lib, diags)
     names = python_names(lib, diags)
-    py_sources = PySources(python_roots(project))
+    py_sources = PySources(python_roots(project),
+                           project.python_roots if project.config_path is not None else None)
     out: dict[str, str] = {}
     for ns in lib.namespaces:
         ops = lib.in_namespace(ns)

@@ -97,8 +97,10 @@ def _parse_module(path: str, text: str) -> PyModule:
 class PySources:
     """Python modules named in the op files, looked up and parsed once per run."""
 
-    def __init__(self, roots: list[Path]) -> None:
+    def __init__(self, roots: list[Path], configured: tuple[str, ...] | None = None) -> None:
         self.roots = roots      # python_roots(project)
+        # A project's 'python-roots' (None without [tool.opgen]), for messages.
+        self.configured = configured
         self._found: dict[str, Path | None] = {}
         self.unreadable: set[Path] = set()     # reported once, not once per kernel named in it
 
@@ -121,9 +123,13 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
     cannot be read (compiled modules) pass."""
     path = sources.find(ref.module)
     if path is None:
+        own = [r for r in sources.configured or () if r != "."]
+        where = (f"below 'python-roots' of [tool.opgen] ({', '.join(own)}), the project root"
+                 if own else "from the project root" if sources.configured is not None
+                 else "from the current directory")
         diags.error(ref.loc, f"cannot find Python module '{ref.module}' of {what} {ref}",
-                    "it is looked up from the current directory and the import path "
-                    "(sys.path), as `import` would")
+                    f"it is looked up {where} and the import path (sys.path), as `import` "
+                    "would")
         return
     try:
         module = sources.parse(path)

@@ -30,6 +30,7 @@ if(NOT OPGEN_GENERATED)
 endif()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   "${OPGEN_PROJECT_ROOT}/ops/alphans.yaml"
+  "${OPGEN_PROJECT_ROOT}/ops"
   "${OPGEN_PROJECT_ROOT}/pyproject.toml"
   "${OPGEN_PROJECT_ROOT}/csrc"
   "${OPGEN_PROJECT_ROOT}/csrc/cpu"
