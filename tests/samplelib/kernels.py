@@ -129,3 +129,7 @@ def shrink(x, lambd=0.5):
 
 def shrink_out(x, lambd=0.5, *, out):
     return out.copy_(shrink(x, lambd))
+
+
+def complex_scale(z, s):
+    return z * s
