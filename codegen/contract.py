@@ -13,7 +13,7 @@ from codegen import formulas as F
 from codegen.formulas import Derivatives, library_calls
 from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, untraceable_return
 from codegen.shape import fake_of
-from codegen.tags import functional_variant
+from codegen.tags import functional_variant, registered_tags
 
 DEVICES = ("CPU", "CUDA", "Meta")
 
@@ -144,7 +144,8 @@ def compiles(op: Op, lib: OpLibrary) -> bool:
         return True
     if not any(r.is_write for r in s.returns):
         return True
-    return bool({"inplace", "out"} & set(op.tags)) or functional_variant(lib, op) is not None
+    return bool({"inplace", "out"} & set(registered_tags(op))) or \
+        functional_variant(lib, op) is not None
 
 
 @dataclass(frozen=True)

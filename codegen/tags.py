@@ -55,6 +55,29 @@ TAGS: frozenset[str] = frozenset({
 # generated/ is the same on every machine. A tag the op file writes is kept.
 
 
+# Note [Tags the stable ABI cannot register]
+# A stable namespace registers its tags through StableLibrary::def (torch 2.12 on), which converts
+# each at::Tag to the C shim's number with torch_tag_<name>() (FromImpl<Tag> in
+# torch/csrc/stable/stableivalue_conversions.h). torch 2.13's conversion has every tag but
+# `inplace` and `out`: registering either throws while the library loads, outside any try, and
+# the process aborts ("Not yet supported Tag") at `import`. So a stable registration leaves them
+# out, whatever min_torch; an op that needed one to be functionalized (Note [Tags from the
+# schema's shape]) gets the `not-functionalizable` warning unless the library declares its
+# functional variant.
+STABLE_UNREGISTRABLE_TAGS: frozenset[str] = frozenset({"inplace", "out"})
+
+
+def registered_tags(op: Op) -> tuple[str, ...]:
+    """The tags torch registers for the op: all of them on the full ABI; on the stable ABI none
+    before 2.12 and none of STABLE_UNREGISTRABLE_TAGS (Note [Tags the stable ABI cannot
+    register])."""
+    if op.abi is None:
+        return op.tags
+    if not op.abi.has("tags"):
+        return ()
+    return tuple(t for t in op.tags if t not in STABLE_UNREGISTRABLE_TAGS)
+
+
 def shape_tag(schema) -> str | None:
     """`inplace` or `out` when the schema has that shape (Note [Tags from the schema's shape])."""
     def plain_tensor(t) -> bool:

@@ -44,7 +44,7 @@ from codegen.dest import cpp_register
 from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, render
-from codegen.tags import shape_tag
+from codegen.tags import registered_tags, shape_tag
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            is_base)
 from codegen.dest.cpp_meta import SCALAR_TYPES
@@ -394,7 +394,7 @@ def defined(shard: L.Shard, diags: Diagnostics) -> list:
 def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     out = []
     for op in defined(shard, diags):
-        tags = [f"at::Tag::{t}" for t in op.tags] if op.abi.has("tags") else []
+        tags = [f"at::Tag::{t}" for t in registered_tags(op)]
         out.append({"schema": L.def_schema(op), "tags": tags})
     return out
 
