@@ -25,10 +25,23 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     Without one, an op tagged `inplace` or `out` (Note [Tags from the schema's shape]) is left
     to torch's auto_functionalize; any other gets a `not-functionalizable` warning."""
     schema = op.schema
-    if not schema.mutable_arguments:
-        return
     if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
         return  # decomposes, or has no kernel to trace
+    if not schema.mutable_arguments:
+        view = next((r for r in schema.returns if r.annotation is not None), None)
+        if view is not None:
+            # torch functionalizes aten's views with their view_copy and inverse; a custom op
+            # has neither, so FunctionalTensorMode refuses it (torch.compile, export's
+            # run_decompositions) with "Found a custom (non-ATen) operator whose output has
+            # alias annotations".
+            m.diags.warning(
+                returns_loc(op), f"{op.name} returns a view of its input ('{view.type}'), so "
+                "torch.compile and torch.export (run_decompositions) cannot functionalize it: "
+                "torch functionalizes no custom op whose output aliases an input",
+                "return a new Tensor (drop the alias annotation and copy), or make the op "
+                "CompositeImplicitAutograd over torch's own view ops",
+                name="not-functionalizable", suppress=op.suppress)
+        return
     returns = S.mutated_returns(schema)
     if not any(isinstance(r, str) for r in returns):
         # auto_functionalize takes ops that return nothing or new Tensors only.
