@@ -132,6 +132,26 @@ def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None)
             "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
 
 
+def generated_header_note(line: str, root: Path) -> str | None:
+    """The note after a missing `<ns>/....h` of a namespace opgen generated: the headers it has
+    (one per op file, named after the file, and one per op under it)."""
+    m = _MISSING_HEADER.search(line)
+    if m is None:
+        return None
+    header = m["header"].strip("<>\"'‘’")
+    ns, _, rest = header.partition("/")
+    directory = root / config.current().generated / "cpp" / ns
+    if not rest or not (directory / "index.json").is_file():
+        return None
+    files = sorted(f"<{ns}/{p.name}>" for p in directory.glob("*.h"))
+    if not files:
+        return None
+    return (f"{m['where']}: note: <{header}> is not a header opgen generated for namespace "
+            f"'{ns}', which declares its kernels in {', '.join(files)}: one per op file, named "
+            f"after it (and <{ns}/<op file>/<op>.h for one op)\n"
+            f"hint: include the header of the op file that declares the kernel's op")
+
+
 def _kernel_dirs() -> str:
     dirs = config.current().kernels
     return ", ".join(dirs) if dirs else "a kernel directory ([tool.opgen] kernels names none)"
@@ -509,6 +529,7 @@ class Notes:
         ns = self.namespace(source)
         note = (kernel_note(line, self.index, self.root, self.defined)
                 or python_header_note(line, chain, self.root, ns in self.stable)
+                or generated_header_note(line, self.root)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:
