@@ -700,8 +700,9 @@ def check_seeded(case: Case) -> int:
 
 def check_vmap(case: Case, *, batch: int = 3) -> int:
     """`torch.vmap` of the op (its batching rule) equals calling it on each batch element:
-    every Tensor argument batched at dim 0, then only the first one batched at its last dim.
-    Returns the number of configurations checked."""
+    every Tensor argument batched at dim 0, then only the first one batched at its last dim,
+    then (with several) every one but the first batched at dim 0. Returns the number of
+    configurations checked."""
     op = case.op
     overload = case.overload
     samples = [make_inputs(op, case.sample, seed=case.seed + i) for i in range(batch)]
@@ -709,6 +710,9 @@ def check_vmap(case: Case, *, batch: int = 3) -> int:
     tensor_at = [i for i, a in enumerate(args0) if isinstance(a, torch.Tensor)]
     assert tensor_at, f"{case.id}: the sample passes no positional Tensor to batch"
     configs = [{i: 0 for i in tensor_at}, {tensor_at[0]: -1}]
+    if len(tensor_at) > 1:
+        # An unbatched first operand (a shared input under vmap over another one).
+        configs.append({i: 0 for i in tensor_at[1:]})
     for dims in configs:
         def element(b: int) -> list:
             return [samples[b][0][i] if i in dims else args0[i] for i in range(len(args0))]

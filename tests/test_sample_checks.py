@@ -233,6 +233,13 @@ WRONG = {
           derivatives: {z: "unbroadcast(grad * s, z)", s: "unbroadcast(grad * z.conj(), s)"}
           samples: [{z: {shape: [N=3, 2], dtype: complex64}, s: {shape: [2], dtype: complex64}}]
         """, ["gradients"]),
+    "rule_needs_the_first_operand_batched": ("""\
+        - func: row_scale(Tensor x, Tensor weight) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale}
+          fake: broadcast(x, weight)
+          vmap: tests.samplelib.kernels:row_scale_vmap_needs_x_batched
+          samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
+        """, ["vmap"]),
     "folds_a_shared_weight": ("""\
         - func: row_scale(Tensor x, Tensor weight) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale}
