@@ -308,7 +308,8 @@ def test_an_out_op_with_a_functional_variant_compiles_with_inductor(tmp_path, mo
             dispatch: {CompositeExplicitAutograd: "outv_kernels:shrink_out"}
             fake: like(self)
         """))
-    assert [op.tags for op in load_library(["ops.yaml"]).ops] == [(), (), ("out",)]
+    assert [op.tags for op in load_library(["ops.yaml"]).ops] == [
+        ("needs_contiguous_strides",), (), ("out",)]
     lib = testing.load_python_library(["ops.yaml"])
     try:
         ops = torch.ops.outvtest
