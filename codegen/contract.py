@@ -13,7 +13,7 @@ from codegen import formulas as F
 from codegen.formulas import Derivatives, library_calls
 from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, untraceable_return
 from codegen.shape import fake_of
-from codegen.tags import functional_variant
+from codegen.tags import functional_variant, registered_tags
 
 DEVICES = ("CPU", "CUDA", "Meta")
 
@@ -134,17 +134,20 @@ def autocast_rule(op: Op) -> str | None:
 
 def compiles(op: Op, lib: OpLibrary) -> bool:
     """Whether torch.compile and torch.export can trace the op: fake tensors can run it, it
-    returns no lone non-Tensor (model.untraceable_return), and a
-    mutating op can be functionalized (a functional variant, or torch's auto_functionalize for an
+    returns no lone non-Tensor (model.untraceable_return), returns no view unless it decomposes,
+    and a mutating op can be functionalized (a functional variant, or torch's auto_functionalize for an
     op returning no alias of what it mutates, or tagged `inplace`/`out`)."""
     if "Meta" not in devices(op) or untraceable_return(op.schema.returns) is not None:
         return False
     s = op.schema
     if not s.mutable_arguments:
-        return True
+        # A view (an aliasing return) is functionalized only through a decomposition.
+        return not any(r.annotation is not None for r in s.returns) or \
+            not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}
     if not any(r.is_write for r in s.returns):
         return True
-    return bool({"inplace", "out"} & set(op.tags)) or functional_variant(lib, op) is not None
+    return bool({"inplace", "out"} & set(registered_tags(op))) or \
+        functional_variant(lib, op) is not None
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from codegen.model import (
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
 from codegen.load_samples import COMPLEX_DTYPES, FLOAT_DTYPES, SampleReader
-from codegen.tags import TAGS, functional_variant, shape_tag
+from codegen.tags import TAGS, functional_variant, rule_needs_contiguous_inputs, shape_tag
 from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node, Scalar, Seq,
                                  TooManyErrors, for_display, short)
 
@@ -434,6 +434,9 @@ class _FileLoader(SampleReader):
             derivatives = self.derivatives(fields["derivatives"][1], schema)
             if derivatives is not None:
                 late["derivatives"] = derivatives
+        if schema_ok and rule_needs_contiguous_inputs(op.schema, late.get("fake", op.fake),
+                                                      op.tags):
+            late["tags"] = tuple(late.get("tags", op.tags)) + ("needs_contiguous_strides",)
         return dataclasses.replace(op, **late) if late else op  # type: ignore[arg-type]
 
     def none_return(self, op: Op) -> Op:

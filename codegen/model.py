@@ -235,11 +235,19 @@ def is_tensor_like(t: Type) -> bool:
     return is_base(t, BaseTy.Tensor)
 
 
+def holds_dict(t: Type) -> bool:
+    return any(isinstance(p, GenericType) and p.kind is Generic.Dict for p in iter_types(t))
+
+
 def untraceable_return(returns: Sequence[Return]) -> Return | None:
-    """The op's only return when torch.compile cannot put it in a graph: Dynamo graph-breaks on
-    an op returning a lone int, SymInt, bool, str, Scalar, dtype, device (optional or not) or
+    """A return that keeps torch.compile from putting the op in a graph: Dynamo graph-breaks on
+    an op returning a Dict anywhere among its returns ("Unsupported torch.* op returned
+    non-Tensor"), or a lone int, SymInt, bool, str, Scalar, dtype, device (optional or not) or
     str[]; a float, a list of numbers or several returns trace (tests/test_traceable_returns.py
     holds the rule to torch)."""
+    for r in returns:
+        if holds_dict(r.type):
+            return r
     if len(returns) != 1:
         return None
     t = strip_optional(returns[0].type)
@@ -247,6 +255,23 @@ def untraceable_return(returns: Sequence[Return]) -> Return | None:
         return returns[0]
     if isinstance(t, ListType) and is_base(strip_optional(t.elem), BaseTy.str):
         return returns[0]
+    return None
+
+
+def untraceable_argument(arguments: Sequence[Argument]) -> Argument | None:
+    """The first argument holding Tensors inside a tuple or a Dict (`(Tensor, Tensor)?`,
+    `Dict(str, Tensor)`): functionalization does not unwrap them, so torch.compile fails in
+    AOTAutograd (inductor, aot_eager), and torch.export specializes the sizes of those inside a
+    tuple (tests/test_traceable_returns.py holds the rule to torch)."""
+    def container(t: Type) -> bool:
+        # A Dict keyed by an optional or a list is refused elsewhere, with its own error.
+        return isinstance(t, TupleType) or (isinstance(t, GenericType) and t.kind is Generic.Dict
+                                            and isinstance(t.args[0], BaseType))
+
+    for a in arguments:
+        if any(container(p) and any(is_base(q, BaseTy.Tensor) for q in iter_types(p))
+               for p in iter_types(a.type)):
+            return a
     return None
 
 
@@ -598,14 +623,14 @@ def _number_fresh(t: Type, n: list[int]) -> Type:
     alias = t.alias
     if alias is not None and alias.is_fresh:
         # Parts are numbered before the type around them: `Tensor![]!` is $0 inside, $1 outside.
-        inner = _number_fresh_parts(t, n)
+        inner = _number_freshiter_types(t, n)
         alias = Annotation((f"{FRESH}{n[0]}",), True, (), alias.span)
         n[0] += 1
         return with_annotation(inner, alias)
-    return _number_fresh_parts(t, n)
+    return _number_freshiter_types(t, n)
 
 
-def _number_fresh_parts(t: Type, n: list[int]) -> Type:
+def _number_freshiter_types(t: Type, n: list[int]) -> Type:
     if isinstance(t, ListType):
         return ListType(_number_fresh(t.elem, n), t.size, t.alias, t.span)
     if isinstance(t, TupleType):

@@ -55,6 +55,65 @@ TAGS: frozenset[str] = frozenset({
 # generated/ is the same on every machine. A tag the op file writes is kept.
 
 
+# Note [Contiguous inputs for rule outputs]
+# Every output a fake rule makes is a new contiguous tensor (codegen/shape.py), and inductor
+# asserts each custom op's output sizes and strides against its fake's. A kernel built from ATen
+# ops, empty_like or TensorIterator lays its output out like its input, so on a non-contiguous
+# input (a model passing `x.t()`) the compiled model failed at run time ("expected size 4==4,
+# stride 1==3"). A functional op whose fake is a rule gets the `needs_contiguous_strides` tag:
+# inductor then passes it contiguous inputs (a copy only where one is not), on which such a
+# kernel returns contiguous outputs, as the rule says. An op file that writes a layout tag
+# (LAYOUT_TAGS) keeps its own; a Python fake function says its strides itself and gets none.
+LAYOUT_TAGS: frozenset[str] = frozenset({
+    "needs_contiguous_strides", "needs_exact_strides", "needs_fixed_stride_order",
+    "flexible_layout"})
+
+
+def rule_needs_contiguous_inputs(schema, fake, tags) -> bool:
+    """Whether an op gets `needs_contiguous_strides` (Note [Contiguous inputs for rule
+    outputs]): its fake is a rule, it mutates nothing, it takes and returns Tensors, and its op
+    file gives it no layout tag."""
+    from codegen.model import is_tensor_like
+    from codegen.shape import FakeRule
+
+    return (isinstance(fake, FakeRule) and not schema.mutable_arguments
+            and not LAYOUT_TAGS & set(tags)
+            and any(is_tensor_like(a.type) for a in schema.arguments)
+            and any(is_tensor_like(r.type) for r in schema.returns))
+
+
+def implied_tags(op: Op) -> set[str]:
+    """The tags opgen adds from the op's schema and fake, whatever the op file writes."""
+    out = {t for t in (shape_tag(op.schema),) if t is not None}
+    if rule_needs_contiguous_inputs(op.schema, op.fake,
+                                    tuple(t for t in op.tags if t != "needs_contiguous_strides")):
+        out.add("needs_contiguous_strides")
+    return out
+
+
+# Note [Tags the stable ABI cannot register]
+# A stable namespace registers its tags through StableLibrary::def (torch 2.12 on), which converts
+# each at::Tag to the C shim's number with torch_tag_<name>() (FromImpl<Tag> in
+# torch/csrc/stable/stableivalue_conversions.h). torch 2.13's conversion has every tag but
+# `inplace` and `out`: registering either throws while the library loads, outside any try, and
+# the process aborts ("Not yet supported Tag") at `import`. So a stable registration leaves them
+# out, whatever min_torch; an op that needed one to be functionalized (Note [Tags from the
+# schema's shape]) gets the `not-functionalizable` warning unless the library declares its
+# functional variant.
+STABLE_UNREGISTRABLE_TAGS: frozenset[str] = frozenset({"inplace", "out"})
+
+
+def registered_tags(op: Op) -> tuple[str, ...]:
+    """The tags torch registers for the op: all of them on the full ABI; on the stable ABI none
+    before 2.12 and none of STABLE_UNREGISTRABLE_TAGS (Note [Tags the stable ABI cannot
+    register])."""
+    if op.abi is None:
+        return op.tags
+    if not op.abi.has("tags"):
+        return ()
+    return tuple(t for t in op.tags if t not in STABLE_UNREGISTRABLE_TAGS)
+
+
 def shape_tag(schema) -> str | None:
     """`inplace` or `out` when the schema has that shape (Note [Tags from the schema's shape])."""
     def plain_tensor(t) -> bool:

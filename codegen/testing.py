@@ -236,13 +236,12 @@ def make_tensor(t: TensorSample, *, generator: torch.Generator, dtype: torch.dty
                 requires_grad: bool | None = None) -> torch.Tensor:
     """A tensor for a sample: given values, or random ones in [low, high).
 
-    `dtype` overrides a floating sample's dtype (the gradient check's dtype); `sizes` gives the
-    named sizes (`N` in a shape) their values (default: the sample's).
+    `dtype` overrides a floating sample's dtype (the gradient check's dtype), and gives a
+    complex sample its precision (complex128 for float64); `sizes` gives the named sizes (`N`
+    in a shape) their values (default: the sample's).
     """
     sizes = sizes or {}
-    target = getattr(torch, t.dtype)
-    if dtype is not None and target.is_floating_point:
-        target = dtype
+    target = _check_dtype(getattr(torch, t.dtype), dtype)
     if t.values is not None:
         x = torch.tensor(t.values, dtype=target)
     else:
@@ -254,6 +253,10 @@ def make_tensor(t: TensorSample, *, generator: torch.Generator, dtype: torch.dty
             low = -1.0 if low is None else low
             high = 1.0 if high is None else high
             x = torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
+            if target.is_complex:
+                # Imaginary parts too: with real values, a formula missing a conj() passes.
+                imag = torch.rand(shape, generator=generator, dtype=torch.float64)
+                x = torch.complex(x, imag * (high - low) + low)
             x = x.to(target)
         else:
             lo = 0 if low is None else int(low)
@@ -264,6 +267,18 @@ def make_tensor(t: TensorSample, *, generator: torch.Generator, dtype: torch.dty
     if grad and (x.is_floating_point() or x.is_complex()):
         x.requires_grad_(True)
     return x
+
+
+def _check_dtype(chosen: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
+    """A sample's dtype in the gradient check's `dtype`: floating ones take it; complex ones take
+    its precision (gradcheck of a complex64 input at float64's tolerances fails on rounding)."""
+    if dtype is None:
+        return chosen
+    if chosen.is_floating_point:
+        return dtype
+    if chosen.is_complex:
+        return dtype if dtype.is_complex else dtype.to_complex()
+    return chosen
 
 
 def make_value(value: Any, t: Type, *, generator: torch.Generator, dtype: torch.dtype | None,
@@ -284,12 +299,9 @@ def make_value(value: Any, t: Type, *, generator: torch.Generator, dtype: torch.
     if isinstance(base, BaseType):
         name = base.name
         if name is BaseTy.ScalarType:
-            chosen = getattr(torch, value)
             # The gradient check's dtype reaches dtype arguments too (`out_dtype=float32` with
             # float64 inputs would cut the Jacobian's precision).
-            if dtype is not None and chosen.is_floating_point:
-                return dtype
-            return chosen
+            return _check_dtype(getattr(torch, value), dtype)
         if name is BaseTy.Device:
             return torch.device(value)
         if name in (BaseTy.Layout, BaseTy.MemoryFormat):
@@ -688,8 +700,9 @@ def check_seeded(case: Case) -> int:
 
 def check_vmap(case: Case, *, batch: int = 3) -> int:
     """`torch.vmap` of the op (its batching rule) equals calling it on each batch element:
-    every Tensor argument batched at dim 0, then only the first one batched at its last dim.
-    Returns the number of configurations checked."""
+    every Tensor argument batched at dim 0, then only the first one batched at its last dim,
+    then (with several) every one but the first batched at dim 0. Returns the number of
+    configurations checked."""
     op = case.op
     overload = case.overload
     samples = [make_inputs(op, case.sample, seed=case.seed + i) for i in range(batch)]
@@ -697,6 +710,9 @@ def check_vmap(case: Case, *, batch: int = 3) -> int:
     tensor_at = [i for i, a in enumerate(args0) if isinstance(a, torch.Tensor)]
     assert tensor_at, f"{case.id}: the sample passes no positional Tensor to batch"
     configs = [{i: 0 for i in tensor_at}, {tensor_at[0]: -1}]
+    if len(tensor_at) > 1:
+        # An unbatched first operand (a shared input under vmap over another one).
+        configs.append({i: 0 for i in tensor_at[1:]})
     for dims in configs:
         def element(b: int) -> list:
             return [samples[b][0][i] if i in dims else args0[i] for i in range(len(args0))]

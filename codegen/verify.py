@@ -55,9 +55,11 @@ from codegen.model import (
     StrDefault,
     Type,
     TypeVar,
+    holds_dict,
     is_tensor_like,
     iter_types,
     strip_optional,
+    untraceable_argument,
     untraceable_return,
     without_alias,
 )
@@ -455,14 +457,34 @@ class _OpVerifier:
                        f"'{a.name}'", _default_hint(d, a.type))
 
     def traceable(self) -> None:
+        if not self.ok:
+            return  # a type already refused says enough
         r = untraceable_return(self.schema.returns)
-        if r is not None:
+        if r is not None and holds_dict(r.type):
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.compile cannot trace a call of this op: it returns "
+                         f"'{r.type}', and Dynamo puts no op returning a Dict in a graph (a "
+                         "graph break, so fullgraph=True fails, and so does torch.export with "
+                         "strict=True)", "return Tensors (a Tensor[] with a str[] of the keys "
+                         "for a Dict of Tensors) where the op must compile")
+        elif r is not None:
             self.warning(r.type_span or r.span, "non-tensor-return",
                          f"torch.compile cannot trace a call of this op: it returns a lone "
                          f"'{r.type}', which Dynamo does not put in a graph (a graph break, so "
                          "fullgraph=True fails), and torch.export records its value as a "
                          "constant", "return a Tensor (a 0-dim one for a number) where the op "
                          "must compile")
+        a = untraceable_argument(self.schema.arguments)
+        if a is not None:
+            self.warning(a.type_span or a.span, "nested-tensor-argument",
+                         f"torch.compile cannot compile a call of this op that passes Tensors in "
+                         f"'{a.name}': functionalization does not unwrap Tensors inside a "
+                         f"{'Dict' if holds_dict(a.type) else 'tuple'} ('{a.type}'), so "
+                         "inductor and aot_eager fail"
+                         + ("" if holds_dict(a.type) else
+                            ", and torch.export makes their sizes static"),
+                         "pass the Tensors as Tensor, Tensor? or Tensor[] arguments"
+                         + (" (with a str[] of the keys)" if holds_dict(a.type) else ""))
 
     # -- aliasing and mutation (torchgen's conventions) --------------------------------------------
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from codegen.build_notes import generated_header_note
 from tests import scratch
 
 pytestmark = pytest.mark.e2e
@@ -161,6 +162,26 @@ def test_a_kernel_without_its_header_is_told_which_to_include(tmp_path: Path) ->
             "definition\n") in out
     assert "hint: add `#include <bad/bad/twice_.h>` to runtime/csrc/bad/kernels.cpp" in out
     assert "change the definition to match" not in out
+
+
+def test_a_header_opgen_did_not_generate_gets_the_ones_it_did(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """`#include <ns/ns.h>` in a library whose op files are not named after the namespace: the
+    compiler's 'No such file' gets a note naming the headers there are (no build: the note reads
+    the generated directory)."""
+    cpp = tmp_path / "generated" / "cpp" / "bad"
+    (cpp / "norm").mkdir(parents=True)
+    for name in ("index.json", "norm.h", "jagged.h", "norm/rms.h"):
+        (cpp / name).write_text("{}\n" if name.endswith(".json") else "#pragma once\n")
+    monkeypatch.chdir(tmp_path)
+    missing = "runtime/csrc/bad/k.cpp:1:10: fatal error: {}: No such file or directory"
+    assert generated_header_note(missing.format("bad/bad.h"), tmp_path) == (
+        "runtime/csrc/bad/k.cpp:1:10: note: <bad/bad.h> is not a header opgen generates: "
+        "namespace 'bad' has <bad/jagged.h>, <bad/norm.h>; each op file's header is named after "
+        "the file, each op's after the op (<bad/<op file>/<op>.h>)\n"
+        "hint: include the header of the op file that declares the kernels")
+    for other in ("c10/core/Scalar.h", "other/other.h", "bad.h"):
+        assert generated_header_note(missing.format(other), tmp_path) is None
 
 
 def test_a_header_included_through_a_local_header_counts(tmp_path: Path) -> None:

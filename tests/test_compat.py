@@ -84,7 +84,8 @@ def test_snapshot_is_one_field_per_line(lib):
     entry = json.loads(text)["ops"]["ex::f"]
     assert entry == {
         "schema": "ex::f(Tensor x, Tensor y, float alpha=1.0) -> Tensor",
-        "file": "schemas/ops.yaml", "tags": ["nondeterministic_seeded", "pointwise"],
+        "file": "schemas/ops.yaml",
+        "tags": ["needs_contiguous_strides", "nondeterministic_seeded", "pointwise"],
         "kernels": ["CPU", "CUDA"], "devices": ["CPU", "CUDA", "Meta"], "fake": "rule",
         "differentiable": ["x", "y"], "double_backward": True, "vmap": "pointwise",
         "autocast": "cuda:float16"}

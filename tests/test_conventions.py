@@ -201,6 +201,40 @@ def test_user_tags_are_kept(tmp_path):
     assert [op.tags for op in load_library([str(p)]).ops] == [("core", "inplace"), ("inplace",)]
 
 
+def test_rule_ops_get_needs_contiguous_strides(tmp_path):
+    """Note [Contiguous inputs for rule outputs]: a functional op whose fake is a rule gets the
+    tag; not one with a Python fake, a mutating op, an op without Tensor returns, nor one whose
+    op file gives a layout tag of its own; on the stable ABI before 2.12 it is implied, not
+    refused as a tag."""
+    p = tmp_path / "ops.yaml"
+    p.write_text(textwrap.dedent("""\
+        - func: ex::rule(Tensor x) -> Tensor
+          fake: like(x)
+        - func: ex::pyfake(Tensor x) -> Tensor
+          fake: conv_kernels:fake
+        - func: ex::fill_(Tensor(a!) self, float v) -> Tensor(a!)
+        - func: ex::count(Tensor x) -> SymInt
+          fake: x.numel()
+        - func: ex::own(Tensor x) -> Tensor
+          tags: [needs_fixed_stride_order]
+          fake: like(x)
+        - func: ex::ranked(Tensor x) -> Tensor
+          tags: [core]
+          fake: like(x)
+        """))
+    tags = {str(op.name): op.tags for op in load_library([str(p)]).ops}
+    assert tags == {"ex::rule": ("needs_contiguous_strides",), "ex::pyfake": (),
+                    "ex::fill_": ("inplace",), "ex::count": (),
+                    "ex::own": ("needs_fixed_stride_order",),
+                    "ex::ranked": ("core", "needs_contiguous_strides")}
+    old = tmp_path / "stable.yaml"
+    old.write_text('namespace: st\nabi: stable\nmin_torch: "2.10"\nops:\n'
+                   '  - func: scale(Tensor x) -> Tensor\n    dispatch: {CPU: scale_cpu}\n'
+                   '    fake: like(x)\n')
+    (op,) = load_library([str(old)]).ops
+    assert op.tags == ("needs_contiguous_strides",)
+
+
 def test_shape_tags_make_ops_compile(tmp_path, monkeypatch):
     """With the tag added from its shape, torch.compile functionalizes an op that returns what it
     mutates, though the library has no functional variant."""
@@ -274,7 +308,8 @@ def test_an_out_op_with_a_functional_variant_compiles_with_inductor(tmp_path, mo
             dispatch: {CompositeExplicitAutograd: "outv_kernels:shrink_out"}
             fake: like(self)
         """))
-    assert [op.tags for op in load_library(["ops.yaml"]).ops] == [(), (), ("out",)]
+    assert [op.tags for op in load_library(["ops.yaml"]).ops] == [
+        ("needs_contiguous_strides",), (), ("out",)]
     lib = testing.load_python_library(["ops.yaml"])
     try:
         ops = torch.ops.outvtest

@@ -47,6 +47,14 @@ def row_sums(x):
     return x.sum(1)
 
 
+def scaled_row_sums(x, scale, bias=None):
+    return x.sum(1) * scale if bias is None else x.sum(1) * scale + bias
+
+
+def offset(x, y=None):
+    return x.clone() if y is None else x + y
+
+
 def stretch(x, times):
     return x.repeat_interleave(times, dim=-1)
 
@@ -177,6 +185,20 @@ def test_leading_batching_rule(library, in_dim):
     shape.insert(in_dim, 6)
     x = torch.randn(shape)
     torch.testing.assert_close(torch.vmap(op, in_dim)(x), _loop(op, (in_dim,), x))
+
+
+def test_batching_rules_with_an_optional_left_out(library):
+    """The dispatcher leaves out a trailing `Tensor? x=None` at its default, and in_dims with
+    it: the rules run without an entry for it (they raised IndexError), with it given too."""
+    x, scale, bias = torch.randn(5, 3, 4), torch.randn(5), torch.randn(5, 3)
+    op = torch.ops.regtest.scaled_row_sums.default     # leading, shared `scale` batched: a loop
+    torch.testing.assert_close(torch.vmap(op)(x, scale), _loop(op, (0, 0), x, scale))
+    torch.testing.assert_close(torch.vmap(op, (1, 0))(x.movedim(0, 1), scale),
+                               _loop(op, (0, 0), x, scale))
+    torch.testing.assert_close(torch.vmap(op)(x, scale, bias), _loop(op, (0, 0, 0), x, scale, bias))
+    op = torch.ops.regtest.offset.default              # pointwise
+    torch.testing.assert_close(torch.vmap(op)(x), _loop(op, (0,), x))
+    torch.testing.assert_close(torch.vmap(op)(x, x), _loop(op, (0, 0), x, x))
 
 
 def test_python_batching_rule_and_fake(library):

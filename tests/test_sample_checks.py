@@ -3,14 +3,16 @@ tests/samplelib/ops.yaml, one op per kind of behaviour the checks must read from
 (structural sizes tied to int arguments, index tensors over a SymInt, data-dependent output, bool
 and index outputs, a `not_implemented` second derivative, a backward that calls an op without
 derivatives on the incoming gradient alone, a `Generator?`, a differentiable random
-op, a `Tensor[]` return, a float32-only kernel, dtype arguments, CompositeImplicitAutograd ops (one
-over ops differentiable once), a mutating op, a `leading` batching rule with a shared weight).
+op, a `Tensor[]` return, a float32-only kernel, dtype arguments, complex inputs,
+CompositeImplicitAutograd ops (one over ops differentiable once), a mutating op, a `leading`
+batching rule with a shared weight).
 Python kernels only: nothing is built.
 
 - Every check passes on every sample, with an empty failures file.
 - Each check fails when the op really is wrong (a wrong fake shape, a fake that fixes a size, a
-  wrong formula, a kernel that ignores its generator, an in-place kernel that writes nothing, a
-  batching rule folding a shared weight, a float32-only kernel gradchecked in float64, a random op
+  wrong formula, a complex formula missing a conj(), a kernel that ignores its generator, an
+  in-place kernel that writes nothing, a batching rule folding a shared weight, a float32-only
+  kernel gradchecked in float64, a random op
   (with gradients or without) lacking its tag, a kernel computing in float32 under autocast, an
   op that fails under inductor only), so none passes vacuously. The wrong ops reuse the names of
   the ones before them: the compile check must not be served a graph compiled for another.
@@ -223,6 +225,21 @@ WRONG = {
           autocast: {device_type: cpu, cast_inputs: bfloat16}
           samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
         """, ["autocast"]),
+    # The gradient of a complex product without the conjugate (PyTorch's convention needs it).
+    "complex_formula_without_conj": ("""\
+        - func: complex_scale(Tensor z, Tensor s) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:complex_scale}
+          fake: broadcast(z, s)
+          derivatives: {z: "unbroadcast(grad * s, z)", s: "unbroadcast(grad * z.conj(), s)"}
+          samples: [{z: {shape: [N=3, 2], dtype: complex64}, s: {shape: [2], dtype: complex64}}]
+        """, ["gradients"]),
+    "rule_needs_the_first_operand_batched": ("""\
+        - func: row_scale(Tensor x, Tensor weight) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale}
+          fake: broadcast(x, weight)
+          vmap: tests.samplelib.kernels:row_scale_vmap_needs_x_batched
+          samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
+        """, ["vmap"]),
     "folds_a_shared_weight": ("""\
         - func: row_scale(Tensor x, Tensor weight) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale}
@@ -281,6 +298,19 @@ def test_wrong_ops_fail_for_the_stated_reason(tmp_path):
             testing.check_compile(case)
     finally:
         lib.close()
+
+
+def test_complex_samples_take_the_gradient_checks_precision():
+    """A complex64 sample is gradchecked in complex128 under the default float64 (at float64's
+    tolerances a correct complex64 op failed on rounding), in complex64 under float32."""
+    case = next(c for c in CASES if c.id == "smp::complex_scale[0]")
+    for dtype, want in ((torch.float64, torch.complex128), (torch.float32, torch.complex64),
+                        (torch.complex128, torch.complex128)):
+        named = testing.make_named(case.op, case.sample, dtype=dtype)
+        assert {v.dtype for v in named.values()} == {want}
+    z = testing.make_named(case.op, case.sample)["z"]
+    assert z.dtype == torch.complex64
+    assert (z.imag != 0).all() and (z.imag >= -1).all() and (z.imag < 1).all()  # not real only
 
 
 def test_the_compile_check_uses_inductor(tmp_path):

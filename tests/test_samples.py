@@ -75,3 +75,28 @@ def test_gradients_cover_composite_ops():
     (case,) = [c for c in CASES if c.op.name.name == "scaled_smooth_clamp"]
     assert testing.applies(case, "gradients")
     assert testing.differentiable_inputs(case.op) == ["self", "scale"]
+
+
+@pytest.mark.parametrize("name", ["soft_shrink", "scaled_add", "row_normalize"])
+def test_rule_ops_compile_on_transposed_inputs(built, name):
+    """A kernel built from ATen ops (TensorIterator, at::add) lays its output out like its
+    input, while a rule's output is contiguous and inductor asserts it: the op's
+    `needs_contiguous_strides` tag (Note [Contiguous inputs for rule outputs] in codegen/tags.py)
+    makes inductor hand it contiguous inputs. x.t() through it, compiled, equals eager."""
+    import torch
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    op = getattr(torch.ops.exops, name).default
+    assert torch.Tag.needs_contiguous_strides in op.tags
+    assert not op(torch.randn(3, 4).t(), *([torch.randn(3)] if name == "scaled_add" else [])) \
+        .is_contiguous()                    # the kernel follows its input's layout
+    fn = (lambda a, b: op(a.t(), b) + 1) if name == "scaled_add" else (lambda a, b: op(a.t()) + 1)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="inductor", fullgraph=True, dynamic=True)
+    # Compiled for real: inductor's caches do not key on a custom op's tags.
+    with inductor_config.patch(fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False):
+        for n in (4, 6):
+            a, b = torch.randn(3, n), torch.randn(3)
+            torch.testing.assert_close(compiled(a, b), fn(a, b))

@@ -241,3 +241,80 @@ def test_files_of_a_namespace_must_agree_on_the_abi(tmp_path: Path, monkeypatch)
     assert text.startswith("b.yaml:1:12: error: namespace 'mix' is built on the full libtorch "
                            "API here, but on the stable ABI for torch >= 2.10 by a.yaml")
 
+
+
+# --------------------------------------------------------------------------------------------------
+# Tags (Note [Tags the stable ABI cannot register] in codegen/tags.py)
+
+TAGGED_OP_FILE = """\
+namespace: stag
+abi: stable
+min_torch: "2.13"
+ops:
+  - func: bump_(Tensor(a!) self, float v) -> Tensor(a!)
+    tags: [pointwise]
+    dispatch: {CPU: bump_cpu_}
+  - func: bump.out(Tensor self, float v, *, Tensor(a!) out) -> Tensor(a!)
+    dispatch: {CPU: bump_out_cpu}
+"""
+
+TAGGED_KERNELS = """\
+#include <stag/stag.h>
+
+#include <torch/csrc/stable/ops.h>
+
+namespace stag {
+
+torch::stable::Tensor bump_cpu_(torch::stable::Tensor& self, double v) {
+  torch::stable::fill_(self, v);
+  return self;
+}
+
+torch::stable::Tensor bump_out_cpu(const torch::stable::Tensor& self, double v,
+                                   torch::stable::Tensor& out) {
+  (void)self;
+  torch::stable::fill_(out, v);
+  return out;
+}
+
+}  // namespace stag
+"""
+
+
+def test_stable_registration_leaves_out_the_tags_it_cannot_register(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """torch 2.13's stable ABI converts every tag but `inplace` and `out`: the registration
+    keeps the others and leaves those two out (registering one aborted the process at import)."""
+    from codegen import config
+    from codegen.dest import cpp_stable
+    from codegen.diagnostics import Diagnostics
+
+    (tmp_path / "stag.yaml").write_text(TAGGED_OP_FILE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    lib = load_library(["stag.yaml"])
+    assert {str(op.name): op.tags for op in lib.ops} == {
+        "stag::bump_": ("pointwise", "inplace"), "stag::bump.out": ("out",)}
+    diags = Diagnostics()
+    out = cpp_stable.generate(lib, diags, config.default_project(tmp_path))
+    assert not diags.has_errors, diags.render()
+    reg = out["generated/cpp/stag/register_stag.cpp"]
+    assert 'm.def("bump_(Tensor(a!) self, float v) -> Tensor(a!)",\n        {at::Tag::pointwise});' \
+        in reg
+    assert 'm.def("bump.out(Tensor self, float v, *, Tensor(a!) out) -> Tensor(a!)");' in reg
+    assert "Tag::inplace" not in reg and "Tag::out" not in reg
+
+
+@pytest.mark.e2e
+def test_stable_library_with_an_in_place_op_imports(tmp_path: Path) -> None:
+    scratch.make_root(tmp_path, {"stag.yaml": TAGGED_OP_FILE},
+                      {"stag/kernels.cpp": TAGGED_KERNELS})
+    gen = scratch.generate(tmp_path)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    proc = scratch.build(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = scratch.python(tmp_path, "import torch, runtime\n"
+                         "x = torch.zeros(3)\n"
+                         "torch.ops.stag.bump_(x, 2.0)\n"
+                         "print(x.tolist(), list(torch.ops.stag.bump_.default.tags))")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == "[2.0, 2.0, 2.0] [<Tag.pointwise: 16>]\n"

@@ -1,5 +1,7 @@
-"""`model.untraceable_return` says what torch.compile does: for each return type, an op defined
-with torch.library compiles with fullgraph=True exactly when the rule says it traces."""
+"""`model.untraceable_return` and `model.untraceable_argument` say what torch.compile does: for
+each return type, an op defined with torch.library compiles with fullgraph=True exactly when the
+rule says it traces; for each argument type, it compiles with aot_eager (functionalization)
+exactly when the rule says so."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from codegen.model import untraceable_return
+from codegen.model import untraceable_argument, untraceable_return
 from codegen.parse import parse_schema
 
 RETURNS = {
@@ -16,6 +18,9 @@ RETURNS = {
     "Device": torch.device("cpu"), "int?": 3, "float": 1.5, "int[]": [1, 2], "SymInt[]": [2], "bool[]": [True],
     "float[]": [1.0], "str[]": ["a"],
     "Tensor": "tensor", "(Tensor, int)": "pair",
+    # pyg-team/pyg-lib pyg_lib/csrc/sampler/neighbor.cpp returns Dicts of Tensors.
+    "Dict(str, Tensor)": "dict", "Dict(str, int)": {"a": 1}, "Dict(str, Tensor)?": "dict",
+    "(Tensor, Dict(str, Tensor))": "tensor_and_dict",
 }
 _names = itertools.count()
 
@@ -30,6 +35,10 @@ def test_rule_matches_torch_compile(ret: str) -> None:
     def kernel(x):
         if value == "tensor":
             return x.clone()
+        if value == "dict":
+            return {"a": x.clone()}
+        if value == "tensor_and_dict":
+            return x.clone(), {"a": x.clone()}
         return (x.clone(), 3) if value == "pair" else value
 
     lib.impl("f", kernel, "CompositeExplicitAutograd")
@@ -44,3 +53,37 @@ def test_rule_matches_torch_compile(ret: str) -> None:
         lib._destroy()
     schema = parse_schema(f"{ns}::f(Tensor x) -> {ret}")
     assert (untraceable_return(schema.returns) is None) == traced, ret
+
+
+ARGUMENTS = {
+    # pyg-team/pyg-lib pyg_lib/csrc/sampler/neighbor.cpp (seed_dict, ...)
+    "Dict(str, Tensor)": lambda t: {"a": t}, "Dict(str, Tensor)?": lambda t: {"a": t},
+    # pytorch/torchcodec src/torchcodec/_core/custom_ops.cpp (custom_frame_mappings)
+    "(Tensor, Tensor, Tensor)?": lambda t: (t, t, t),
+    "(Tensor, int)": lambda t: (t, 3), "(Tensor, Tensor)[]": lambda t: [(t, t)],
+    "Tensor[]": lambda t: [t], "Tensor?[]": lambda t: [t, None], "Dict(str, int)": lambda t: {"a": 1},
+    # vllm-project/vllm csrc/torch_bindings.cpp (static_scaled_fp8_quant's group_shape)
+    "(int, int)?": lambda t: (1, 2), "(str, str, str)[]": lambda t: [("a", "b", "c")],
+}
+
+
+@pytest.mark.parametrize("arg", ARGUMENTS)
+def test_argument_rule_matches_torch_compile(arg: str) -> None:
+    ns = f"opgen_traceable_{next(_names)}"
+    lib = torch.library.Library(ns, "DEF")
+    lib.define(f"f(Tensor x, {arg} a) -> Tensor")
+    lib.impl("f", lambda x, a: x.clone(), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{ns}::f", lambda x, a: torch.empty_like(x), lib=lib)
+    op = getattr(torch.ops, ns).f.default
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda x, y: op(x, ARGUMENTS[arg](y * 2)), fullgraph=True,
+                      backend="aot_eager")(torch.ones(2), torch.ones(2))
+        traced = True
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        assert "convert all Tensors to FakeTensors" in str(e), e
+        traced = False
+    finally:
+        lib._destroy()
+    schema = parse_schema(f"{ns}::f(Tensor x, {arg} a) -> Tensor")
+    assert (untraceable_argument(schema.arguments) is None) == traced, arg

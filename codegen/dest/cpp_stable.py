@@ -44,7 +44,7 @@ from codegen.dest import cpp_register
 from codegen.dest.cpp_kernels import KernelDecl, group_by_namespace
 from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, render
-from codegen.tags import shape_tag
+from codegen.tags import implied_tags, registered_tags
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            is_base)
 from codegen.dest.cpp_meta import SCALAR_TYPES
@@ -95,9 +95,10 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             continue
         a: Abi = op.abi  # type: ignore[assignment]
         signature(op, diags)
-        # The `inplace`/`out` tag the schema's shape implies restates the schema: before 2.12 it
-        # is left out of the registration; any other tag is refused.
-        if set(op.tags) - {shape_tag(op.schema)} and not a.has("tags"):
+        # The tags opgen implies (the `inplace`/`out` of the schema's shape, the
+        # `needs_contiguous_strides` of a rule's outputs) are left out of the registration
+        # before 2.12; any other tag is refused.
+        if set(op.tags) - implied_tags(op) and not a.has("tags"):
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["tags"])
             diags.error(op.loc, f"{op.name} has tags, which torch's stable ABI registers from "
                         f"torch {need} on, but this namespace's min_torch is {a.min_text}",
@@ -394,7 +395,7 @@ def defined(shard: L.Shard, diags: Diagnostics) -> list:
 def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:
     out = []
     for op in defined(shard, diags):
-        tags = [f"at::Tag::{t}" for t in op.tags] if op.abi.has("tags") else []
+        tags = [f"at::Tag::{t}" for t in registered_tags(op)]
         out.append({"schema": L.def_schema(op), "tags": tags})
     return out
 

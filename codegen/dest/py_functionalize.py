@@ -12,7 +12,7 @@ from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
 from codegen.model import DispatchKey, Op, without_alias
-from codegen.tags import functional_variant
+from codegen.tags import functional_variant, registered_tags
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -25,10 +25,23 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     Without one, an op tagged `inplace` or `out` (Note [Tags from the schema's shape]) is left
     to torch's auto_functionalize; any other gets a `not-functionalizable` warning."""
     schema = op.schema
-    if not schema.mutable_arguments:
-        return
     if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
         return  # decomposes, or has no kernel to trace
+    if not schema.mutable_arguments:
+        view = next((r for r in schema.returns if r.annotation is not None), None)
+        if view is not None:
+            # torch functionalizes aten's views with their view_copy and inverse; a custom op
+            # has neither, so FunctionalTensorMode refuses it (torch.compile, export's
+            # run_decompositions) with "Found a custom (non-ATen) operator whose output has
+            # alias annotations".
+            m.diags.warning(
+                returns_loc(op), f"{op.name} returns a view of its input ('{view.type}'), so "
+                "torch.compile and torch.export (run_decompositions) cannot functionalize it: "
+                "torch functionalizes no custom op whose output aliases an input",
+                "return a new Tensor (drop the alias annotation and copy), or make the op "
+                "CompositeImplicitAutograd over torch's own view ops",
+                name="not-functionalizable", suppress=op.suppress)
+        return
     returns = S.mutated_returns(schema)
     if not any(isinstance(r, str) for r in returns):
         # auto_functionalize takes ops that return nothing or new Tensors only.
@@ -48,9 +61,17 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     if functional is not None and copyable:
         functionalize_as(m, op, api, sec, functional, returns)
         return
-    if {"inplace", "out"} & set(op.tags):
+    if {"inplace", "out"} & set(registered_tags(op)):
         return  # torch's auto_functionalize handles it
-    if not all(isinstance(r, str) for r in returns):
+    unregistered = sorted({"inplace", "out"} & set(op.tags))
+    if unregistered and all(isinstance(r, str) for r in returns) and functional is None:
+        # Note [Tags the stable ABI cannot register] in codegen/tags.py
+        why = (f"torch's stable ABI (2.13) cannot register the '{unregistered[0]}' tag that "
+               "torch's auto_functionalize needs, and the library declares no functional "
+               "variant")
+        hint = (f"declare `{op.name.base}(...)` with the same inputs returning new tensors (its "
+                "Functionalize kernel is then generated), or return ()")
+    elif not all(isinstance(r, str) for r in returns):
         why = "it also returns new values, which no functionalization kernel can produce"
         hint = "return only the new values; the caller keeps the mutated tensors"
     elif functional is not None:

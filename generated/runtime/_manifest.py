@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "exops": {
         "library": "libexops_ops.so",
-        "schema_hash": "1d31a9c904508b75",
+        "schema_hash": "eb30d234fd5eb913",
         "stamp_prefix": "@opgen-stamp ns=exops ",
         "python_module": "runtime._reg_exops",
         "python_required": True,
@@ -53,7 +53,7 @@ NAMESPACES = {
     },
     "exstable": {
         "library": "libexstable_ops.so",
-        "schema_hash": "20ff9abb9c2742df",
+        "schema_hash": "98ccbe1eaefde213",
         "stamp_prefix": "@opgen-stamp ns=exstable ",
         "python_module": "runtime._reg_exstable",
         "python_required": True,

@@ -39,3 +39,7 @@ def int_default(x, bound=1):
 
 async def coroutine(x):
     return x
+
+
+def weak_ref_fake(tensor):
+    return tensor.view(tensor.shape)

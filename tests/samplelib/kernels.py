@@ -114,6 +114,20 @@ def chunk_rows_wrong_fake(x, chunks):
     return [x.new_empty((x.size(0), *x.shape[1:])) for _ in range(chunks)]
 
 
+def row_scale_vmap_needs_x_batched(info, in_dims, x, weight):
+    """Wrong on purpose: right while x is batched, but with x unbatched it drops the batch of
+    a batched weight (uses its first element for every batch element)."""
+    xd, wd = in_dims
+    if xd is None:
+        if wd is not None:
+            weight = weight.select(wd, 0)
+        return row_scale(x, weight).expand(info.batch_size, *x.shape), 0
+    x = x.movedim(xd, 0)
+    if wd is not None:
+        weight = weight.movedim(wd, 0).unsqueeze(1)
+    return row_scale(x, weight), 0
+
+
 def row_scale_in_float32(x, weight):
     return (x * weight).float()
 
@@ -129,3 +143,7 @@ def shrink(x, lambd=0.5):
 
 def shrink_out(x, lambd=0.5, *, out):
     return out.copy_(shrink(x, lambd))
+
+
+def complex_scale(z, s):
+    return z * s

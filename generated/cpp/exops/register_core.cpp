@@ -22,24 +22,28 @@ TORCH_LIBRARY(exops, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_exops");
   m.def("scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
-        {at::Tag::pointwise});
-  m.def("weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction=\"mean\") -> Tensor");
+        {at::Tag::pointwise, at::Tag::needs_contiguous_strides});
+  m.def("weighted_mse(Tensor input, Tensor target, Tensor? weight=None, str reduction=\"mean\") -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("soft_shrink(Tensor self, float lambd=0.5) -> Tensor",
-        {at::Tag::pointwise});
+        {at::Tag::pointwise, at::Tag::needs_contiguous_strides});
   m.def("soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)",
         {at::Tag::pointwise, at::Tag::inplace});
   m.def("soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)",
         {at::Tag::pointwise});
-  m.def("moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)");
-  m.def("weighted_sum(Tensor[] tensors, float[] weights) -> Tensor");
-  m.def("pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor");
+  m.def("moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)",
+        {at::Tag::needs_contiguous_strides});
+  m.def("weighted_sum(Tensor[] tensors, float[] weights) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("pad_end(Tensor self, SymInt[] pad, float value=0.0) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("select_above(Tensor self, float threshold) -> Tensor",
-        {at::Tag::dynamic_output_shape});
+        {at::Tag::dynamic_output_shape, at::Tag::needs_contiguous_strides});
   m.def("gaussian_window(int size, float sigma, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor");
   m.def("smooth_clamp(Tensor self, float limit=1.0) -> Tensor",
-        {at::Tag::pointwise});
+        {at::Tag::pointwise, at::Tag::needs_contiguous_strides});
   m.def("smooth_clamp_backward(Tensor grad_output, Tensor self, float limit) -> Tensor",
-        {at::Tag::pointwise});
+        {at::Tag::pointwise, at::Tag::needs_contiguous_strides});
   m.def("scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor");
 }
 

@@ -19,10 +19,13 @@ TORCH_LIBRARY_FRAGMENT(exops, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_exops");
   m.def("signbit_mask(Tensor x) -> Tensor",
-        {at::Tag::pointwise});
-  m.def("row_normalize(Tensor x, float eps=1e-06) -> Tensor");
-  m.def("row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor");
-  m.def("segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor");
+        {at::Tag::pointwise, at::Tag::needs_contiguous_strides});
+  m.def("row_normalize(Tensor x, float eps=1e-06) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("row_normalize_backward(Tensor grad, Tensor x, float eps) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("segment_sum(Tensor values, Tensor segment_ids, SymInt num_segments) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("gated_residual(Tensor x, Tensor gate) -> Tensor");
 }
 

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_exops[] =
-    "@opgen-stamp ns=exops schemas=1d31a9c904508b75 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=exops schemas=eb30d234fd5eb913 torch=" OPGEN_TORCH_VERSION ";";

@@ -7,4 +7,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_exstable[] =
-    "@opgen-stamp ns=exstable schemas=20ff9abb9c2742df torch=>=2.10;";
+    "@opgen-stamp ns=exstable schemas=98ccbe1eaefde213 torch=>=2.10;";

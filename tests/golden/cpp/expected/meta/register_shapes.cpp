@@ -19,37 +19,57 @@
 TORCH_LIBRARY(shapetest, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_shapetest");
-  m.def("add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor");
-  m.def("addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor");
-  m.def("mul_scalar(Tensor self, Scalar other) -> Tensor");
-  m.def("biased(Tensor self, Tensor? bias=None) -> Tensor");
-  m.def("sum_dims(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
-  m.def("amax(Tensor self, int dim, bool keepdim=False) -> Tensor");
-  m.def("tile_rows(Tensor self, SymInt times) -> Tensor");
-  m.def("windows(Tensor self, SymInt size, SymInt step) -> Tensor");
-  m.def("grow(Tensor self, SymInt n) -> Tensor");
-  m.def("pad_last(Tensor self, SymInt[] pad) -> Tensor");
-  m.def("concat(Tensor[] tensors) -> Tensor");
+  m.def("add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("mul_scalar(Tensor self, Scalar other) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("biased(Tensor self, Tensor? bias=None) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("sum_dims(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("amax(Tensor self, int dim, bool keepdim=False) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("tile_rows(Tensor self, SymInt times) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("windows(Tensor self, SymInt size, SymInt step) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("grow(Tensor self, SymInt n) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("pad_last(Tensor self, SymInt[] pad) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("concat(Tensor[] tensors) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("filled(SymInt[] size, Scalar fill, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("astype(Tensor self, ScalarType dtype) -> Tensor");
+  m.def("astype(Tensor self, ScalarType dtype) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("nonzero_values(Tensor self) -> Tensor",
-        {at::Tag::dynamic_output_shape});
+        {at::Tag::dynamic_output_shape, at::Tag::needs_contiguous_strides});
   m.def("unique_counts(Tensor self) -> (Tensor values, Tensor counts)",
-        {at::Tag::dynamic_output_shape});
-  m.def("split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)");
-  m.def("loss(Tensor input, Tensor target, str reduction=\"mean\") -> Tensor");
-  m.def("maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor");
+        {at::Tag::dynamic_output_shape, at::Tag::needs_contiguous_strides});
+  m.def("split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)",
+        {at::Tag::needs_contiguous_strides});
+  m.def("loss(Tensor input, Tensor target, str reduction=\"mean\") -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("normalize_(Tensor(a!) self) -> Tensor(a!)",
         {at::Tag::inplace});
-  m.def("normalize(Tensor self) -> Tensor");
+  m.def("normalize(Tensor self) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("normalize.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)");
   m.def("accumulate(Tensor(a!) acc, Tensor x) -> ()");
-  m.def("matched_add(Tensor self, Tensor other) -> Tensor");
-  m.def("every_other(Tensor self) -> Tensor");
-  m.def("chunks(Tensor self, int n) -> Tensor[]");
-  m.def("doubled(Tensor[] tensors) -> Tensor[]");
+  m.def("matched_add(Tensor self, Tensor other) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("every_other(Tensor self) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
+  m.def("chunks(Tensor self, int n) -> Tensor[]",
+        {at::Tag::needs_contiguous_strides});
+  m.def("doubled(Tensor[] tensors) -> Tensor[]",
+        {at::Tag::needs_contiguous_strides});
   m.def("positives(Tensor self, int rows) -> Tensor[]",
-        {at::Tag::dynamic_output_shape});
+        {at::Tag::dynamic_output_shape, at::Tag::needs_contiguous_strides});
 }
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).

@@ -15,7 +15,9 @@ from tests.test_py_reg import (
     clip_,
     clip_out,
     halves,
+    offset,
     row_sums,
+    scaled_row_sums,
     shift,
     split_by_sizes,
     split_by_sizes_fake,
@@ -114,6 +116,16 @@ def _fold_leading(x, bdim, batch_size):
         return None
     x = x.movedim(bdim, 0) if bdim is not None else x.expand(batch_size, *x.shape)
     return x.flatten(0, 1)
+
+
+def _loop_batch(function, batch_size, *operands):
+    """`function` on each element of vmap's batch, stacked at dim 0: a `leading` rule whose
+    operands are not all batched (folding cannot tell a shared weight from rows to repeat)."""
+    outputs = [function(*(x if d is None or x is None else x.select(d, b) for x, d in operands))
+               for b in range(batch_size)]
+    if isinstance(outputs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outputs))
+    return torch.stack(outputs)
 
 
 def _loop_samples(op, info, in_dims, args, kwargs, random):
@@ -216,6 +228,50 @@ _lib.impl("row_sums", row_sums, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::row_sums", "Meta"):
     torch.library.register_fake("regtest::row_sums", _row_sums_fake, lib=_lib)
 torch.library.register_vmap("regtest::row_sums", _row_sums_vmap, lib=_lib)
+
+
+# regtest::scaled_row_sums(Tensor x, Tensor scale, Tensor? bias=None) -> Tensor
+
+
+def _scaled_row_sums_fake(x, scale, bias=None):
+    """fake: empty([x.size(0)])"""
+    return x.new_empty([x.size(0)])
+
+
+def _scaled_row_sums_vmap(info, in_dims, x, scale, bias=None):
+    """vmap: leading"""
+    in_dims = (*in_dims, *(None,) * (3 - len(in_dims)))  # defaults left out
+    if (scale is not None and in_dims[1] is not None) or (bias is not None and in_dims[2] is not None):
+        return _loop_batch(lambda x, scale, bias: _ops.scaled_row_sums.default(x, scale, bias), info.batch_size, (x, in_dims[0]), (scale, in_dims[1]), (bias, in_dims[2])), 0
+    x = _fold_leading(x, in_dims[0], info.batch_size)
+    return _ops.scaled_row_sums.default(x, scale, bias).unflatten(0, (info.batch_size, -1)), 0
+
+
+_lib.impl("scaled_row_sums", scaled_row_sums, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::scaled_row_sums", "Meta"):
+    torch.library.register_fake("regtest::scaled_row_sums", _scaled_row_sums_fake, lib=_lib)
+torch.library.register_vmap("regtest::scaled_row_sums", _scaled_row_sums_vmap, lib=_lib)
+
+
+# regtest::offset(Tensor x, Tensor? y=None) -> Tensor
+
+
+def _offset_fake(x, y=None):
+    """fake: broadcast(x, y)"""
+    return _broadcast(x, y)
+
+
+def _offset_vmap(info, in_dims, x, y=None):
+    """vmap: pointwise"""
+    in_dims = (*in_dims, *(None,) * (2 - len(in_dims)))  # defaults left out
+    x, y = _pointwise_batch(info.batch_size, (x, in_dims[0]), (y, in_dims[1]))
+    return _ops.offset.default(x, y), 0
+
+
+_lib.impl("offset", offset, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::offset", "Meta"):
+    torch.library.register_fake("regtest::offset", _offset_fake, lib=_lib)
+torch.library.register_vmap("regtest::offset", _offset_vmap, lib=_lib)
 
 
 # regtest::stretch(Tensor x, int times) -> Tensor

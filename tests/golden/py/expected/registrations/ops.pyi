@@ -37,10 +37,24 @@ def halves(x: Tensor) -> list[Tensor]:
     """
 
 
+def offset(x: Tensor, y: Tensor | None = None) -> Tensor:
+    """x + y, or x when y is left out.
+
+    regtest::offset(Tensor x, Tensor? y=None) -> Tensor
+    """
+
+
 def row_sums(x: Tensor) -> Tensor:
     """The sum of each row of a 2-D tensor.
 
     regtest::row_sums(Tensor x) -> Tensor
+    """
+
+
+def scaled_row_sums(x: Tensor, scale: Tensor, bias: Tensor | None = None) -> Tensor:
+    """The sum of each row, times `scale`, plus `bias`; called without `bias`, the dispatcher passes no in_dims for it.
+
+    regtest::scaled_row_sums(Tensor x, Tensor scale, Tensor? bias=None) -> Tensor
     """
 
 

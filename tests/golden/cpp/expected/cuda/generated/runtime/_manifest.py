@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "gpu": {
         "library": "libgpu_ops.so",
-        "schema_hash": "c59fa3428201da3a",
+        "schema_hash": "095601134a2ebf17",
         "stamp_prefix": "@opgen-stamp ns=gpu ",
         "python_module": "runtime._reg_gpu",
         "python_required": True,

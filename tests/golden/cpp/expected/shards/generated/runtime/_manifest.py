@@ -23,7 +23,7 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "alpha": {
         "library": "libalpha_ops.so",
-        "schema_hash": "dfb838d010a17157",
+        "schema_hash": "b648d6811a465e21",
         "stamp_prefix": "@opgen-stamp ns=alpha ",
         "python_module": "runtime._reg_alpha",
         "python_required": True,

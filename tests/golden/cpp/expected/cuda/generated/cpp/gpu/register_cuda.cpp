@@ -21,7 +21,8 @@
 TORCH_LIBRARY(gpu, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_gpu");
-  m.def("one(Tensor self, float factor) -> Tensor");
+  m.def("one(Tensor self, float factor) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("mix(Tensor a, Tensor? b, Tensor[] c) -> Tensor");
   m.def("gather_from(Tensor self, Tensor other) -> Tensor");
   m.def("unguarded(Tensor self, Tensor other) -> Tensor");

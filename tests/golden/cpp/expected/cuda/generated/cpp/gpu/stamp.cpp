@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_gpu[] =
-    "@opgen-stamp ns=gpu schemas=c59fa3428201da3a torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=gpu schemas=095601134a2ebf17 torch=" OPGEN_TORCH_VERSION ";";

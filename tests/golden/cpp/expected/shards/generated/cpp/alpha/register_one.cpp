@@ -19,7 +19,8 @@
 TORCH_LIBRARY(alpha, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_alpha");
-  m.def("add(Tensor self, Tensor other) -> Tensor");
+  m.def("add(Tensor self, Tensor other) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("scale.out(Tensor self, float factor, *, Tensor(a!) out) -> Tensor(a!)");
 }
 

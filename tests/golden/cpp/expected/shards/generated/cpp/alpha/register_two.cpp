@@ -20,7 +20,8 @@
 TORCH_LIBRARY_FRAGMENT(alpha, m) {
   // Fake kernels, autograd and other Python-side registrations live in this module.
   m.set_python_module("runtime._reg_alpha");
-  m.def("scale(Tensor self, float factor) -> Tensor");
+  m.def("scale(Tensor self, float factor) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("identity(Tensor self) -> Tensor");
 }
 

@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_alpha[] =
-    "@opgen-stamp ns=alpha schemas=dfb838d010a17157 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=alpha schemas=b648d6811a465e21 torch=" OPGEN_TORCH_VERSION ";";
