@@ -328,6 +328,20 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     if not infos:
         if kind == "undefined":
             return None
+        elsewhere = sorted(k for k in index if _unqualified(k) == _unqualified(qname))
+        if elsewhere:
+            # The kernel's own name in another namespace: a definition outside the namespace
+            # block (or in another one) declares a new function rather than the kernel.
+            scopes = " or ".join(f"`namespace {k.rpartition('::')[0]} {{ ... }}`"
+                                 for k in elsewhere)
+            what = "; ".join(u for k in elsewhere for info in index[k] for u in info.uses)
+            scope = qname.rpartition("::")[0]
+            at = f"in namespace '{scope}'" if scope else "at global scope"
+            names = " and ".join(f"'{k}'" for k in elsewhere)
+            return (f"{prefix}'{qname}' is not a kernel named in the op files; {names} "
+                    f"{'is' if len(elsewhere) == 1 else 'are'} (the {what}), but this "
+                    f"definition is {at}\n"
+                    f"hint: define it inside {scopes}, where its header declares it")
         meant = _misspelled_kernel(qname, index, defined)
         if meant is not None:
             kernel, meant_infos = meant

@@ -376,3 +376,29 @@ def test_a_header_of_a_renamed_stable_op_file_is_not_called_unstable(tmp_path: P
     assert note is not None and note.startswith(
         "csrc/scale.cpp:1:10: note: <stabns/stabns.h> is not a header opgen generates"), note
 
+
+
+def test_a_kernel_defined_outside_its_namespace_is_told_the_namespace() -> None:
+    """A kernel defined at global scope (the `namespace ns {` block forgotten) is told the
+    namespace its header declares it in, not the advice for helpers ('make it static')."""
+    from codegen.build_notes import KernelInfo, kernel_note
+
+    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
+                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
+                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
+                      "generated/cpp/bad/bad/twice.h", 20)
+    line = ("runtime/csrc/bad/kernels.cpp:3:12: error: no previous declaration for "
+            "‘at::Tensor twice_cpu(const at::Tensor&, double)’ [-Werror=missing-declarations]")
+    note = kernel_note(line, {"bad::twice_cpu": [info]}, None, {"twice_cpu": ["k.cpp:3"]})
+    assert note == (
+        "runtime/csrc/bad/kernels.cpp:3:12: note: 'twice_cpu' is not a kernel named in the op "
+        "files; 'bad::twice_cpu' is (the CPU kernel of bad::twice (schemas/bad.yaml:5)), but "
+        "this definition is at global scope\n"
+        "hint: define it inside `namespace bad { ... }`, where its header declares it")
+    other = kernel_note(line.replace("twice_cpu(const", "other::twice_cpu(const"),
+                        {"bad::twice_cpu": [info]})
+    assert other is not None and "but this definition is in namespace 'other'\n" in other
+    # A helper whose name no kernel has keeps the linkage advice.
+    helper = kernel_note(line.replace("twice_cpu(const", "scale(const"),
+                         {"bad::twice_cpu": [info]})
+    assert helper is not None and "need internal linkage" in helper
