@@ -94,6 +94,7 @@ _MISSING_DECL = re.compile(r"^(?P<where>\S+:\d+:\d+): error: no previous declara
 _AMBIGUATING = re.compile(r"^(?P<where>\S+:\d+:\d+): error: ambiguating new declaration of "
                           r"[‘'`](?P<decl>.+?)[’']")
 _UNDEFINED = re.compile(r"undefined reference to [‘'`](?P<decl>.+?)[’']")
+_DUPLICATE = re.compile(r"multiple definition of [‘'`](?P<decl>.+?)[’']")
 _QNAME = re.compile(r"([\w:]+)\(")
 
 
@@ -313,7 +314,7 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     the likely meant kernel of a misspelled one."""
     defined = defined or {}
     for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
-                          (_UNDEFINED, "undefined")):
+                          (_UNDEFINED, "undefined"), (_DUPLICATE, "duplicate")):
         m = pattern.search(line)
         if m:
             break
@@ -325,6 +326,8 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     where = m.groupdict().get("where")
     prefix = f"{where}: note: " if where else "note: "
     infos = index.get(qname)
+    if kind == "duplicate":
+        return _duplicate_note(qname, infos or [], defined.get(_unqualified(qname), []))
     if not infos:
         if kind == "undefined":
             return None
@@ -389,6 +392,22 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
                      f"    {info.decl}")
     parts.append("hint: change the definition to match, or the schema in the op file")
     return "\n".join(parts)
+
+
+def _duplicate_note(qname: str, infos: list[KernelInfo], places: list[str]) -> str:
+    """A function the linker found defined in two objects: where the kernel sources define a
+    function of that name (the linker names objects, not lines)."""
+    prefix = f"{places[0]}: note: " if places else "note: "
+    at = (f" (functions named '{_unqualified(qname)}': {', '.join(places)})"
+          if len(places) > 1 else "")
+    if infos:
+        what = "; ".join(u for info in infos for u in info.uses)
+        return (f"{prefix}'{qname}' is the {what}, and more than one kernel source defines "
+                f"it{at}\nhint: keep one definition; the other sources call it through its "
+                "header, which declares it")
+    return (f"{prefix}'{qname}' is defined in more than one kernel source{at}\n"
+            "hint: make each 'static' or move it into an anonymous namespace, or keep one "
+            "definition and declare it in a header the others include")
 
 
 def _include_note(prefix: str, qname: str, decl: str, infos: list[KernelInfo],
@@ -544,7 +563,8 @@ class Notes:
             self.chain.append((m[1], int(m[2])))
             return None
         chain, self.chain = self.chain, []
-        if "error" not in line and "undefined reference" not in line:
+        if ("error" not in line and "undefined reference" not in line
+                and "multiple definition" not in line):
             return None
         if self.index is None:
             self._load()

@@ -402,3 +402,35 @@ def test_a_kernel_defined_outside_its_namespace_is_told_the_namespace() -> None:
     helper = kernel_note(line.replace("twice_cpu(const", "scale(const"),
                          {"bad::twice_cpu": [info]})
     assert helper is not None and "need internal linkage" in helper
+
+
+def test_a_kernel_defined_in_two_sources_is_told_where() -> None:
+    """The linker's 'multiple definition' names objects; the note names the kernel's op and the
+    lines of the kernel sources that define it, and a helper defined twice gets the linkage
+    advice."""
+    from codegen.build_notes import KernelInfo, Notes, kernel_note
+
+    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
+                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
+                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
+                      "generated/cpp/bad/bad/twice.h", 20)
+    line = ("good.cpp:(.text+0x240): multiple definition of `bad::twice_cpu(at::Tensor const&, "
+            "double)'; build/obj/bad/extra.o:extra.cpp:(.text+0x0): first defined here")
+    places = {"twice_cpu": ["runtime/csrc/bad/extra.cpp:5", "runtime/csrc/bad/good.cpp:58"],
+              "scale": ["runtime/csrc/bad/a.cpp:3", "runtime/csrc/bad/b.cpp:4"]}
+    assert kernel_note(line, {"bad::twice_cpu": [info]}, None, places) == (
+        "runtime/csrc/bad/extra.cpp:5: note: 'bad::twice_cpu' is the CPU kernel of bad::twice "
+        "(schemas/bad.yaml:5), and more than one kernel source defines it (functions named "
+        "'twice_cpu': runtime/csrc/bad/extra.cpp:5, runtime/csrc/bad/good.cpp:58)\n"
+        "hint: keep one definition; the other sources call it through its header, which "
+        "declares it")
+    helper = line.replace("twice_cpu(at::Tensor const&, double)", "scale(double)")
+    assert kernel_note(helper, {"bad::twice_cpu": [info]}, None, places) == (
+        "runtime/csrc/bad/a.cpp:3: note: 'bad::scale' is defined in more than one kernel source "
+        "(functions named 'scale': runtime/csrc/bad/a.cpp:3, runtime/csrc/bad/b.cpp:4)\n"
+        "hint: make each 'static' or move it into an anonymous namespace, or keep one "
+        "definition and declare it in a header the others include")
+    # The build reads the line (it says neither 'error' nor 'undefined reference').
+    notes = Notes(Path("."))
+    notes.index, notes.defined = {"bad::twice_cpu": [info]}, places
+    assert notes.after(line + "\n") == kernel_note(line, {"bad::twice_cpu": [info]}, None, places)
