@@ -94,6 +94,8 @@ _MISSING_DECL = re.compile(r"^(?P<where>\S+:\d+:\d+): error: no previous declara
 _AMBIGUATING = re.compile(r"^(?P<where>\S+:\d+:\d+): error: ambiguating new declaration of "
                           r"[‘'`](?P<decl>.+?)[’']")
 _UNDEFINED = re.compile(r"undefined reference to [‘'`](?P<decl>.+?)[’']")
+_STATIC = re.compile(r"^(?P<where>\S+:\d+:\d+): error: [‘'`](?P<decl>.+?)[’'] was declared "
+                     r"[‘'`]extern[’'] and later [‘'`]static[’']")
 _DUPLICATE = re.compile(r"multiple definition of [‘'`](?P<decl>.+?)[’']")
 _QNAME = re.compile(r"([\w:]+)\(")
 
@@ -314,7 +316,8 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     the likely meant kernel of a misspelled one."""
     defined = defined or {}
     for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
-                          (_UNDEFINED, "undefined"), (_DUPLICATE, "duplicate")):
+                          (_UNDEFINED, "undefined"), (_DUPLICATE, "duplicate"),
+                          (_STATIC, "static")):
         m = pattern.search(line)
         if m:
             break
@@ -328,6 +331,13 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     infos = index.get(qname)
     if kind == "duplicate":
         return _duplicate_note(qname, infos or [], defined.get(_unqualified(qname), []))
+    if kind == "static":
+        if not infos:
+            return None
+        what = "; ".join(u for info in infos for u in info.uses)
+        return (f"{prefix}'{qname}' is the {what}: the generated registration calls it from "
+                "another file, so it cannot be 'static'\n"
+                "hint: remove 'static' (only helpers, functions that are not kernels, need it)")
     if not infos:
         if kind == "undefined":
             return None

@@ -434,3 +434,23 @@ def test_a_kernel_defined_in_two_sources_is_told_where() -> None:
     notes = Notes(Path("."))
     notes.index, notes.defined = {"bad::twice_cpu": [info]}, places
     assert notes.after(line + "\n") == kernel_note(line, {"bad::twice_cpu": [info]}, None, places)
+
+
+def test_a_static_kernel_is_told_to_drop_static() -> None:
+    """A kernel defined 'static' after its header declared it: g++ says only that it was
+    declared 'extern'; the note says which op's kernel it is and why it cannot be static, and a
+    helper the same error names gets no note."""
+    from codegen.build_notes import KernelInfo, kernel_note
+
+    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
+                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
+                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
+                      "generated/cpp/bad/bad/twice.h", 20)
+    line = ("runtime/csrc/bad/kernels.cpp:7:19: error: ‘at::Tensor bad::twice_cpu(const "
+            "at::Tensor&, double)’ was declared ‘extern’ and later ‘static’ [-fpermissive]")
+    assert kernel_note(line, {"bad::twice_cpu": [info]}) == (
+        "runtime/csrc/bad/kernels.cpp:7:19: note: 'bad::twice_cpu' is the CPU kernel of "
+        "bad::twice (schemas/bad.yaml:5): the generated registration calls it from another "
+        "file, so it cannot be 'static'\n"
+        "hint: remove 'static' (only helpers, functions that are not kernels, need it)")
+    assert kernel_note(line.replace("twice_cpu(", "scale("), {"bad::twice_cpu": [info]}) is None
