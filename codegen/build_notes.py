@@ -2,7 +2,8 @@
 
 A kernel defined with the wrong signature (caught by -Werror=missing-declarations, see
 codegen/dest/cpp_kernels.py) or never defined (caught at link time by -Wl,--no-undefined) is named
-together with its op, the schema's location, and the exact declaration it must have. A kernel
+together with its op, the schema's location, and the exact declaration it must have; so is one
+defined 'static', outside its namespace, or in two kernel sources. A kernel
 source that includes Python's headers, a header outside torch's stable ABI in a stable namespace,
 or an API newer than the namespace's min_torch gets a note and a hint too. What the notes know of
 the generated set comes from `generated/cpp/<ns>/index.json` (codegen.dest.cpp_kernel_index).
