@@ -331,6 +331,8 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     prefix = f"{where}: note: " if where else "note: "
     infos = index.get(qname)
     if kind == "duplicate":
+        if not infos and len(places := defined.get(_unqualified(qname), [])) < 2:
+            return None     # a helper the kernel sources do not define twice (a header's)
         return _duplicate_note(qname, infos or [], defined.get(_unqualified(qname), []))
     if kind == "static":
         if not infos:

@@ -430,6 +430,9 @@ def test_a_kernel_defined_in_two_sources_is_told_where() -> None:
         "(functions named 'scale': runtime/csrc/bad/a.cpp:3, runtime/csrc/bad/b.cpp:4)\n"
         "hint: make each 'static' or move it into an anonymous namespace, or keep one "
         "definition and declare it in a header the others include")
+    # Defined twice, but not twice in the kernel sources (in a header they include): no guess.
+    assert kernel_note(helper.replace("scale(", "clamp("), {"bad::twice_cpu": [info]}, None,
+                       places) is None
     # The build reads the line (it says neither 'error' nor 'undefined reference').
     notes = Notes(Path("."))
     notes.index, notes.defined = {"bad::twice_cpu": [info]}, places
