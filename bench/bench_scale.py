@@ -160,6 +160,9 @@ def fresh_dir(folder: Path) -> Path:
     n = sum(1 for _ in folder.glob("out*"))
     out = folder / f"out{n}"
     out.mkdir()
+    # The output root is the project, so the op files are linked into it (generate refuses op
+    # files outside the project).
+    (out / "schemas").symlink_to(folder / "schemas")
     return out
 
 
@@ -178,8 +181,8 @@ def time_size(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
         best: dict[str, tuple[float, float]] = {}
         for _ in range(rounds):
             for name in ("check", "generate"):
-                args = ["-m", "codegen", name, "--root", str(fresh_dir(folder)),
-                        str(folder / "schemas")]
+                out = fresh_dir(folder)
+                args = ["-m", "codegen", name, "--root", str(out), str(out / "schemas")]
                 keep_best(best, name, run(args, folder, codegen_root, cold=True))
         return n, best
 
@@ -197,7 +200,8 @@ def time_edit(n_ops: int, rounds: int, codegen_root: Path) -> tuple[int, dict[st
             # The floor of any run: the interpreter and the modules a generate imports.
             keep_best(best, "start-up", run(["-c", "import codegen.__main__"], folder,
                                             codegen_root))
-            args = ["-m", "codegen", "generate", "--root", str(fresh_dir(folder)), "schemas"]
+            out = fresh_dir(folder)
+            args = ["-m", "codegen", "generate", "--root", str(out), str(out / "schemas")]
             keep_best(best, "full", run(args, folder, codegen_root, cold=True))
             run(args, folder, codegen_root)          # fills the cache
             text = edited.read_text()

@@ -100,12 +100,14 @@ class Project:
 
     def relative(self, path: Path | str) -> str:
         """`path` (absolute, or relative to the working directory) relative to the root when it
-        lies below it, else absolute."""
-        p = Path(path).resolve()
-        try:
-            return p.relative_to(self.root).as_posix() or "."
-        except ValueError:
-            return p.as_posix()
+        lies below it, else absolute. Below it as written counts too: a symlink in the project
+        (a shared `schemas` linked in) names a file of the project."""
+        for p in (Path(os.path.abspath(path)), Path(path).resolve()):
+            try:
+                return p.relative_to(self.root).as_posix() or "."
+            except ValueError:
+                pass
+        return p.as_posix()
 
 
 def is_below(path: str, directory: str) -> bool:

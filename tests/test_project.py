@@ -159,6 +159,14 @@ def test_generate_refuses_an_op_file_outside_the_project(tmp_path: Path) -> None
         f"hint: move it below {root} (into 'schemas' of [tool.opgen])\n"
         "1 error generated.\n")
     assert not (root / "alphaops" / "_generated").exists()
+    # Linked into the project (a shared op file), it is the project's, named by the link.
+    linked = tmp_path / "linked.yaml"
+    linked.write_text(outside.read_text().replace("sharedns", "alphans").replace("f(", "g("),
+                      encoding="utf-8")
+    (root / "ops" / "linked.yaml").symlink_to(linked)
+    proc = opgen("generate", "ops", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    assert "ops/linked.yaml" in (root / "alphaops" / "_generated" / "_reg_alphans.py").read_text()
 
 
 def _spaced_project(tmp_path: Path) -> Path:
