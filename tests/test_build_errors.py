@@ -311,16 +311,13 @@ def test_notes_read_data_not_comments(tmp_path: Path, monkeypatch) -> None:
 def test_an_undefined_kernel_defined_out_of_reach_is_told_so() -> None:
     """A kernel the sources define under its own name, but out of the linker's reach (static,
     an anonymous or another namespace, other parameters), is not offered as its own near miss."""
-    from codegen.build_notes import KernelInfo, defined_functions, kernel_note
+    from codegen.build_notes import defined_functions, kernel_note
 
     source = ("namespace bad {\nnamespace {\n"
               "at::Tensor twice_cpu(const at::Tensor& self, double factor) {\n"
               "  if (factor) { return self; }\n  return self.mul(factor);\n}\n}  // namespace\n}\n")
     assert defined_functions(source) == [("twice_cpu", 3)]
-    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
-                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
-                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
-                      "generated/cpp/bad/bad/twice.h", 20)
+    info = _twice_kernel()
     note = kernel_note("kernels.o: undefined reference to `bad::twice_cpu(at::Tensor const&, "
                        "double)'", {"bad::twice_cpu": [info]}, None,
                        {"twice_cpu": ["runtime/csrc/bad/kernels.cpp:3"]})
@@ -377,16 +374,22 @@ def test_a_header_of_a_renamed_stable_op_file_is_not_called_unstable(tmp_path: P
         "csrc/scale.cpp:1:10: note: <stabns/stabns.h> is not a header opgen generates"), note
 
 
+def _twice_kernel():
+    """What the build knows of kernel bad::twice_cpu, as the generated index records it."""
+    from codegen.build_notes import KernelInfo
+
+    return KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
+                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
+                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
+                      "generated/cpp/bad/bad/twice.h", 20)
+
 
 def test_a_kernel_defined_outside_its_namespace_is_told_the_namespace() -> None:
     """A kernel defined at global scope (the `namespace ns {` block forgotten) is told the
     namespace its header declares it in, not the advice for helpers ('make it static')."""
-    from codegen.build_notes import KernelInfo, kernel_note
+    from codegen.build_notes import kernel_note
 
-    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
-                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
-                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
-                      "generated/cpp/bad/bad/twice.h", 20)
+    info = _twice_kernel()
     line = ("runtime/csrc/bad/kernels.cpp:3:12: error: no previous declaration for "
             "‘at::Tensor twice_cpu(const at::Tensor&, double)’ [-Werror=missing-declarations]")
     note = kernel_note(line, {"bad::twice_cpu": [info]}, None, {"twice_cpu": ["k.cpp:3"]})
@@ -408,12 +411,9 @@ def test_a_kernel_defined_in_two_sources_is_told_where() -> None:
     """The linker's 'multiple definition' names objects; the note names the kernel's op and the
     lines of the kernel sources that define it, and a helper defined twice gets the linkage
     advice."""
-    from codegen.build_notes import KernelInfo, Notes, kernel_note
+    from codegen.build_notes import Notes, kernel_note
 
-    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
-                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
-                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
-                      "generated/cpp/bad/bad/twice.h", 20)
+    info = _twice_kernel()
     line = ("good.cpp:(.text+0x240): multiple definition of `bad::twice_cpu(at::Tensor const&, "
             "double)'; build/obj/bad/extra.o:extra.cpp:(.text+0x0): first defined here")
     places = {"twice_cpu": ["runtime/csrc/bad/extra.cpp:5", "runtime/csrc/bad/good.cpp:58"],
@@ -443,12 +443,9 @@ def test_a_static_kernel_is_told_to_drop_static() -> None:
     """A kernel defined 'static' after its header declared it: g++ says only that it was
     declared 'extern'; the note says which op's kernel it is and why it cannot be static, and a
     helper the same error names gets no note."""
-    from codegen.build_notes import KernelInfo, kernel_note
+    from codegen.build_notes import kernel_note
 
-    info = KernelInfo("bad::twice_cpu", ("CPU kernel of bad::twice (schemas/bad.yaml:5)",),
-                      "bad::twice(Tensor self, float factor=2.0) -> Tensor",
-                      "at::Tensor twice_cpu(const at::Tensor& self, double factor);",
-                      "generated/cpp/bad/bad/twice.h", 20)
+    info = _twice_kernel()
     line = ("runtime/csrc/bad/kernels.cpp:7:19: error: ‘at::Tensor bad::twice_cpu(const "
             "at::Tensor&, double)’ was declared ‘extern’ and later ‘static’ [-fpermissive]")
     assert kernel_note(line, {"bad::twice_cpu": [info]}) == (
