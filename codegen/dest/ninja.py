@@ -84,7 +84,10 @@ def obj(project: Project, ns: str, source: str, rel: str | None = None) -> str:
 
 
 def gen_obj(project: Project, ns: str, generated: str) -> str:
-    return f"{build_dir(project)}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
+    """The object of a generated source. Kernel objects mirror the kernel directories below
+    obj/<ns>/, where any path can occur (a kernel `gen/stamp.cpp`); `<ns>.gen` is no namespace's
+    directory, since a namespace is an identifier."""
+    return f"{build_dir(project)}/obj/{ns}.gen/{PurePosixPath(generated).stem}.o"
 
 
 def headers_target(project: Project, ns: str) -> str:
