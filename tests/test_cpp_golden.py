@@ -107,3 +107,19 @@ def test_kernel_objects_never_collide_with_generated_ones(monkeypatch) -> None:
                for o in line[len("build "):].partition(":")[0].split()]
     assert "build/obj/alpha/gen/stamp.o" in outputs
     assert len(outputs) == len(set(outputs)), sorted(o for o in outputs if outputs.count(o) > 1)
+
+
+def test_codegen_inputs_may_be_deleted(monkeypatch) -> None:
+    """Ninja stops on a missing input that no edge makes ('missing and no known rule'), before
+    it could regenerate: each input of the codegen edge (op files, their directories, the kernel
+    directories) is a phony target, so deleting an op file or a kernel directory only reruns
+    code generation."""
+    monkeypatch.chdir(ROOT)
+    text = render(CASES["shards"])[ninja.ninja_file(EXAMPLE)].replace("$\n    ", "")
+    edges = [line[len("build "):].partition(":") for line in text.splitlines()
+             if line.startswith("build ")]
+    codegen = next(rest for _outs, _, rest in edges if rest.split()[0] == "codegen")
+    inputs = [w for w in codegen.split()[1:] if w not in ("|", "||")]
+    assert f"{INPUTS}/shards/one.yaml" in inputs and "runtime/csrc/alpha" in inputs
+    phony = {outs.strip() for outs, _, rest in edges if rest.split() == ["phony"]}
+    assert [i for i in inputs if i not in phony] == []

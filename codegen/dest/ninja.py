@@ -147,6 +147,11 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
     generated = [ninja_file(project), set_stamp(project), *sorted(inputs.outputs)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
+    # An input with no rule that goes missing (a deleted op file or kernel directory) stops
+    # ninja before it can regenerate; as a phony target it only makes this edge rerun.
+    w.comment("Phony: deleting one of these inputs reruns the edge above instead of stopping ninja.")
+    for path in dict.fromkeys([*sources, *dirs, *inputs.kernel_dirs]):
+        w.build(path, "phony")
     w.newline()
 
     libraries = []
