@@ -499,11 +499,26 @@ class _FileLoader(SampleReader):
                    "package.module:function")
         return None
 
+    def comma_split(self, key: Node, value: Node, name: str, what: str, example: str) -> bool:
+        """A key written without ':' (its null value starts where the key ends): in a flow
+        mapping YAML ends an entry at each comma, so `{CPU, CUDA: k}` is `CPU` with no value
+        and `CUDA: k`, where the block form `CPU, CUDA: k` is one key naming both."""
+        if not (type(value) is Scalar and value.tag == "null"
+                and value.start.index == key.end.index):
+            return False
+        self.error(key, f"'{short(name)}' has no {what}: in a flow mapping ({{...}}) a comma "
+                   f"ends an entry, so the key before it gets no value",
+                   f"to give several keys one {what}, quote them together ({example}), or write "
+                   f"the entry on a line of its own (block style)")
+        return True
+
     def dispatch(self, node: Node) -> tuple[tuple[DispatchKey, Kernel], ...]:
         fields = self.mapping(node, "'dispatch'", None)
         out: list[tuple[DispatchKey, Kernel]] = []
         for name, (key, value) in (fields or {}).items():
             keys = [k.strip() for k in name.split(",")] if "," in name else [name]
+            if self.comma_split(key, value, name, "kernel", "{\"CPU, CUDA\": my_kernel}"):
+                continue
             kernel = self.kernel(value, f"the {name} kernel")
             for k in keys:
                 try:
@@ -554,6 +569,8 @@ class _FileLoader(SampleReader):
                              for i in items]
                     if all(f is not None for f in flags):
                         output_differentiability = tuple(flags)  # type: ignore[arg-type]
+                continue
+            if self.comma_split(key, value, name, "formula", "{\"a, b\": formula}"):
                 continue
             names = tuple(n.strip() for n in name.split(","))
             bad = [n for n in names if not IDENT.match(n)]

@@ -88,3 +88,38 @@ def test_python_api_names_resolve_clashes(monkeypatch) -> None:
     assert names == {"alpha::add": "alpha_add", "beta::add": "beta_add",
                      "alpha::scale.out": "scale_out", "alpha::scale": "scale",
                      "alpha::identity": "identity"}
+
+
+def test_kernel_objects_never_collide_with_generated_ones(monkeypatch) -> None:
+    """Kernel objects mirror the kernel directory, so a kernel source `gen/stamp.cpp` may exist;
+    its object must not be the generated stamp's (ninja refuses two edges for one output)."""
+    monkeypatch.chdir(ROOT)
+    paths = CASES["shards"]
+    lib = load_library(paths)
+    sources = {ns: tuple((f"runtime/csrc/{ns}/{rel}", rel)
+                         for rel in ("gen/stamp.cpp", "gen/register_one.cpp", "gen/autograd.cpp",
+                                     "stamp.cpp"))
+               for ns in lib.namespaces}
+    inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
+                               tuple(paths), ())
+    text = ninja.build_ninja(lib, inputs, EXAMPLE).replace("$\n    ", "")
+    outputs = [o for line in text.splitlines() if line.startswith("build ")
+               for o in line[len("build "):].partition(":")[0].split()]
+    assert "build/obj/alpha/gen/stamp.o" in outputs
+    assert len(outputs) == len(set(outputs)), sorted(o for o in outputs if outputs.count(o) > 1)
+
+
+def test_codegen_inputs_may_be_deleted(monkeypatch) -> None:
+    """Ninja stops on a missing input that no edge makes ('missing and no known rule'), before
+    it could regenerate: each input of the codegen edge (op files, their directories, the kernel
+    directories) is a phony target, so deleting an op file or a kernel directory only reruns
+    code generation."""
+    monkeypatch.chdir(ROOT)
+    text = render(CASES["shards"])[ninja.ninja_file(EXAMPLE)].replace("$\n    ", "")
+    edges = [line[len("build "):].partition(":") for line in text.splitlines()
+             if line.startswith("build ")]
+    codegen = next(rest for _outs, _, rest in edges if rest.split()[0] == "codegen")
+    inputs = [w for w in codegen.split()[1:] if w not in ("|", "||")]
+    assert f"{INPUTS}/shards/one.yaml" in inputs and "runtime/csrc/alpha" in inputs
+    phony = {outs.strip() for outs, _, rest in edges if rest.split() == ["phony"]}
+    assert [i for i in inputs if i not in phony] == []

@@ -84,7 +84,10 @@ def obj(project: Project, ns: str, source: str, rel: str | None = None) -> str:
 
 
 def gen_obj(project: Project, ns: str, generated: str) -> str:
-    return f"{build_dir(project)}/obj/{ns}/gen/{PurePosixPath(generated).stem}.o"
+    """The object of a generated source. Kernel objects mirror the kernel directories below
+    obj/<ns>/, where any path can occur (a kernel `gen/stamp.cpp`); `<ns>.gen` is no namespace's
+    directory, since a namespace is an identifier."""
+    return f"{build_dir(project)}/obj/{ns}.gen/{PurePosixPath(generated).stem}.o"
 
 
 def headers_target(project: Project, ns: str) -> str:
@@ -144,6 +147,11 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
     generated = [ninja_file(project), set_stamp(project), *sorted(inputs.outputs)]
     dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
     w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
+    # An input with no rule that goes missing (a deleted op file or kernel directory) stops
+    # ninja before it can regenerate; as a phony target it only makes this edge rerun.
+    w.comment("Phony: deleting one of these inputs reruns the edge above instead of stopping ninja.")
+    for path in dict.fromkeys([*sources, *dirs, *inputs.kernel_dirs]):
+        w.build(path, "phony")
     w.newline()
 
     libraries = []
