@@ -143,6 +143,7 @@ def verify_op(op: Op, diags: Diagnostics, rules: Rules = DEFAULT_RULES, *,
     v.traceable()
     v.dispatch(fake_loc if fake_loc is not None else _fake_loc(op))
     v.vmap()
+    v.autocast()
     return v.ok
 
 
@@ -725,6 +726,19 @@ class _OpVerifier:
             self.error_at(op.vmap.loc, "vmap rules cannot cover keyword-only Tensor arguments "
                           f"('{kw_tensors[0]}')",
                           "torch.library.register_vmap refuses them; make them positional")
+
+    def autocast(self) -> None:
+        spec = self.op.autocast
+        if spec is None:
+            return
+        if self.schema.kwarg_only:
+            self.error_at(spec.loc, "autocast rules cannot cover ops with keyword-only "
+                          f"arguments ('{self.schema.kwarg_only[0].name}')",
+                          "torch.library.register_autocast passes positional arguments only; "
+                          "make them positional")
+        elif self.schema.mutable_arguments:
+            self.error_at(spec.loc, f"autocast casts the inputs of functional ops; {self.op.name} "
+                          "mutates its arguments")
 
 
 # --------------------------------------------------------------------------------------------------

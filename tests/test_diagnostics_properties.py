@@ -28,7 +28,7 @@ FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
 VALID = """\
 namespace: ex
 ops:
-  - func: scaled_add(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor
+  - func: scaled_add(Tensor self, Tensor other, float alpha=1.0) -> Tensor
     doc: self + alpha * other
     tags: [pointwise, pt2_compliant_tag]
     dispatch:
@@ -43,10 +43,10 @@ ops:
       given: {self: {values: [[1, 2], [3, 4]], dtype: float64}, other: {shape: [2]}}
     autocast: {device_type: cuda, cast_inputs: float16}
     vmap: pointwise
-  - func: scaled_add_(Tensor(a!) self, Tensor other, *, float alpha=1.0) -> Tensor(a!)
+  - func: scaled_add_(Tensor(a!) self, Tensor other, float alpha=1.0) -> Tensor(a!)
     dispatch: {CompositeExplicitAutograd: "pkg.kernels:scaled_add_"}
   - func: >-
-      scaled_add.out(Tensor self, Tensor other, *, float alpha=1.0, Tensor(a!) out) -> Tensor(a!)
+      scaled_add.out(Tensor self, Tensor other, float alpha=1.0, *, Tensor(a!) out) -> Tensor(a!)
   - func: "ex::topk(Tensor self, SymInt k, int dim=-1) -> (Tensor values, Tensor indices)"
     samples: [{self: {shape: [4, 5]}, k: 2}]
 """
