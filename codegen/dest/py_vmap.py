@@ -139,10 +139,7 @@ def vmap(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     body: list[str] = []
     # The dispatcher leaves out trailing arguments equal to their defaults, and in_dims with
     # them: a `Tensor? bias=None` left out has no entry to read.
-    first_left_out = len(positional)
-    while first_left_out and positional[first_left_out - 1].default is not None:
-        first_left_out -= 1
-    if tensors[-1][0] >= first_left_out:
+    if P.python_defaults(schema)[tensors[-1][0]]:
         body.append(f"{in_dims} = (*{in_dims}, *(None,) * ({len(positional)} - len({in_dims})))"
                     "  # defaults left out")
     call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
