@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from codegen.dest.py_common import Section, q, qualname
 from codegen.model import Op
 
-if TYPE_CHECKING:
-    from codegen.dest.py_common import ModuleScope
 
-
-def autocast(m: ModuleScope, op: Op, sec: Section) -> None:
+def autocast(op: Op, sec: Section) -> None:
     spec = op.autocast
     if spec is None:
         return
