@@ -13,8 +13,7 @@ from codegen.dest import cpp_meta, cpp_stable
 from codegen.dest.py_common import Function, Section, q, qualname
 from codegen.expr import Prec, PyPrinter
 from codegen.dest.py_sources import check_signature
-from codegen.model import (BaseTy, BaseType, DispatchKey, FunctionSchema, Op, OptionalType, PyRef,
-                           strip_optional)
+from codegen.model import BaseTy, BaseType, DispatchKey, FunctionSchema, Op, PyRef
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -179,9 +178,7 @@ def fake(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     fake = S.fake_of(op)
     if fake is None:
         if needs_fake(op) and op.fake is None:
-            tensors = [a.name for a in op.schema.arguments
-                       if strip_optional(a.type) == BaseType(BaseTy.Tensor)
-                       and not isinstance(a.type, OptionalType)]
+            tensors = [a.name for a in op.schema.arguments if a.type == BaseType(BaseTy.Tensor)]
             rule = f"like({tensors[0]})" if tensors else "empty([...], dtype=...)"
             m.diags.error(op.loc, f"{op.name} has no fake kernel, so torch.compile and "
                              "torch.export cannot trace it",
