@@ -22,7 +22,8 @@ namespace is on the stable ABI (which has no autograd API), its own kernels are 
 formula needs what this translator does not carry (a Python-only helper, a library op with a
 Python kernel or without derivatives, a torch function outside TORCH_FUNCTIONS, keyword
 arguments those tables do not name, ...): `reason` says why, and `check` prints it as a located
-note. Formulas are never translated approximately: anything not listed here is refused, and the op keeps the Python path.
+note. Formulas are never translated approximately: anything not listed here is refused, and the
+op keeps the Python path.
 """
 
 from __future__ import annotations
@@ -726,9 +727,10 @@ class _Builder:
                 return f"{oc}.dim()", INT
             if func.name == "size" and not e.args and not e.kwargs:
                 return f"{oc}.sym_sizes()", SIZES
-            if func.name == "size" and len(e.args) == 1 and not e.kwargs \
-                    and self.expr(e.args[0])[1] == INT:
-                return f"{oc}.sym_size({self.expr(e.args[0])[0]})", SYMINT
+            if func.name == "size" and len(e.args) == 1 and not e.kwargs:
+                ic, ik = self.expr(e.args[0])
+                if ik == INT:
+                    return f"{oc}.sym_size({ic})", SYMINT
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
