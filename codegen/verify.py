@@ -659,7 +659,8 @@ class _OpVerifier:
         # does not have).
         device_keys = [k for k, _ in op.dispatch
                        if k in (DispatchKey.CPU, DispatchKey.CUDA, DispatchKey.Meta)]
-        if device_keys and not self.rules.backend_select and not any(is_tensor_like(a.type) for a in op.schema.arguments):
+        if (device_keys and not self.rules.backend_select
+                and not any(is_tensor_like(a.type) for a in op.schema.arguments)):
             self.error_at(op.kernel(device_keys[0]).loc,  # type: ignore[union-attr]
                           f"a {device_keys[0].value} kernel of an op without Tensor arguments is "
                           "never called: the dispatcher chooses the kernel from the Tensor "
