@@ -623,14 +623,14 @@ def _number_fresh(t: Type, n: list[int]) -> Type:
     alias = t.alias
     if alias is not None and alias.is_fresh:
         # Parts are numbered before the type around them: `Tensor![]!` is $0 inside, $1 outside.
-        inner = _number_freshiter_types(t, n)
+        inner = _number_fresh_parts(t, n)
         alias = Annotation((f"{FRESH}{n[0]}",), True, (), alias.span)
         n[0] += 1
         return with_annotation(inner, alias)
-    return _number_freshiter_types(t, n)
+    return _number_fresh_parts(t, n)
 
 
-def _number_freshiter_types(t: Type, n: list[int]) -> Type:
+def _number_fresh_parts(t: Type, n: list[int]) -> Type:
     if isinstance(t, ListType):
         return ListType(_number_fresh(t.elem, n), t.size, t.alias, t.span)
     if isinstance(t, TupleType):
