@@ -477,15 +477,15 @@ class _OpVerifier:
                          "must compile")
         a = untraceable_argument(self.schema.arguments)
         if a is not None:
+            in_dict = holds_dict(a.type)
             self.warning(a.type_span or a.span, "nested-tensor-argument",
                          f"torch.compile cannot compile a call of this op that passes Tensors in "
                          f"'{a.name}': functionalization does not unwrap Tensors inside a "
-                         f"{'Dict' if holds_dict(a.type) else 'tuple'} ('{a.type}'), so "
+                         f"{'Dict' if in_dict else 'tuple'} ('{a.type}'), so "
                          "inductor and aot_eager fail"
-                         + ("" if holds_dict(a.type) else
-                            ", and torch.export makes their sizes static"),
+                         + ("" if in_dict else ", and torch.export makes their sizes static"),
                          "pass the Tensors as Tensor, Tensor? or Tensor[] arguments"
-                         + (" (with a str[] of the keys)" if holds_dict(a.type) else ""))
+                         + (" (with a str[] of the keys)" if in_dict else ""))
 
     # -- aliasing and mutation (torchgen's conventions) --------------------------------------------
 
