@@ -52,10 +52,11 @@ def generated_namespaces(root: Path) -> list[str]:
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
-def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
-    """Kernel name -> its declarations (from namespace_indexes)."""
+def kernel_index(root: Path,
+                 indexes: list[dict] | None = None) -> dict[str, list[KernelInfo]]:
+    """Kernel name -> its declarations (from `indexes`, else namespace_indexes)."""
     out: dict[str, list[KernelInfo]] = {}
-    for doc in namespace_indexes(root):
+    for doc in namespace_indexes(root) if indexes is None else indexes:
         for r in doc["kernels"]:
             info = KernelInfo(r["kernel"], tuple(_located(root, r["source"], u) for u in r["uses"]),
                               r["schema"], r["decl"], r["header"], r["line"])
@@ -116,9 +117,12 @@ def _missing_header(line: str) -> tuple[re.Match, str] | None:
     return None if m is None else (m, m["header"].strip("<>\"'‘’"))
 
 
-def stable_namespaces(root: Path) -> dict[str, str]:
-    """namespace -> min_torch of the stable-ABI namespaces."""
-    return {d["namespace"]: d["min_torch"] for d in namespace_indexes(root) if d["abi"] == "stable"}
+def stable_namespaces(root: Path, indexes: list[dict] | None = None) -> dict[str, str]:
+    """namespace -> min_torch of the stable-ABI namespaces (from `indexes`, else
+    namespace_indexes)."""
+    return {d["namespace"]: d["min_torch"]
+            for d in (namespace_indexes(root) if indexes is None else indexes)
+            if d["abi"] == "stable"}
 
 
 def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None) -> str | None:
@@ -142,10 +146,12 @@ def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None)
             "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
 
 
-def generated_header_note(line: str, root: Path) -> str | None:
+def generated_header_note(line: str, root: Path,
+                          indexes: list[dict] | None = None) -> str | None:
     """The note after a missing-header error naming a header of a generated namespace
     (`<ns>/...`) that generation does not write: an op file renamed (its header is named after
-    it) or an op renamed or removed. The headers there are named instead."""
+    it) or an op renamed or removed. The headers there are named instead (with their op files,
+    from `indexes`, else namespace_indexes)."""
     missing = _missing_header(line)
     if missing is None:
         return None
@@ -154,7 +160,9 @@ def generated_header_note(line: str, root: Path) -> str | None:
     cpp = root / config.current().generated / "cpp"
     if not rest or not (cpp / ns).is_dir() or (cpp / header).is_file():
         return None
-    doc = next((d for d in namespace_indexes(root) if d["namespace"] == ns), None)
+    if indexes is None:
+        indexes = namespace_indexes(root)
+    doc = next((d for d in indexes if d["namespace"] == ns), None)
     sources = {Path(f).stem: f for f in (doc or {}).get("op_files", [])}
     files = sorted(p.stem for p in (cpp / ns).glob("*.h"))
     if not files:
@@ -557,6 +565,7 @@ class Notes:
     def __init__(self, root: Path):
         self.root = root
         self.index: dict[str, list[KernelInfo]] | None = None
+        self.indexes: list[dict] = []         # namespace_indexes, read once
         self.stable: dict[str, str] = {}
         self.owner: dict[str, str] = {}       # kernel source -> its namespace
         self.chain: list[tuple[str, int]] = []
@@ -565,8 +574,9 @@ class Notes:
         self.said: set[str] = set()           # notes already shown (a linker repeats an error)
 
     def _load(self) -> None:
-        self.index = kernel_index(self.root)
-        self.stable = stable_namespaces(self.root)
+        self.indexes = namespace_indexes(self.root)
+        self.index = kernel_index(self.root, self.indexes)
+        self.stable = stable_namespaces(self.root, self.indexes)
         sources, _ = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
         self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
         self.defined = source_functions(self.root, list(self.owner))
@@ -599,7 +609,7 @@ class Notes:
         ns = self.namespace(source)
         note = (kernel_note(line, self.index, self.root, self.defined)
                 or python_header_note(line, chain, self.root, ns in self.stable)
-                or generated_header_note(line, self.root)
+                or generated_header_note(line, self.root, self.indexes)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:
