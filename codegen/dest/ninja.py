@@ -348,12 +348,14 @@ class Registration:
 Registered = AbstractSet[tuple[str, str, str]]     # (namespace, op name, dispatch key)
 
 
-def impl_registrations(text: str) -> list[Registration]:
+def impl_registrations(text: str, code: str | None = None) -> list[Registration]:
     """The kernels the TORCH_LIBRARY_IMPL blocks of C++ source `text` register by name (the
-    generated registration units and hand-written kernel sources are read the same way)."""
+    generated registration units and hand-written kernel sources are read the same way). `code`:
+    `text` through blank_comments_and_strings, when the caller has it."""
     if "TORCH_LIBRARY_IMPL" not in text:
         return []
-    code = blank_comments_and_strings(text)
+    if code is None:
+        code = blank_comments_and_strings(text)
     out = []
     for block in _IMPL_BLOCK.finditer(code):
         ns, key, var = block.groups()
@@ -391,12 +393,10 @@ def _block_calls(text: str, code: str, block: re.Match, var: str, method: str):
             yield literal
 
 
-def fragment_definitions(text: str) -> list[Registration]:
-    """The ops the TORCH_LIBRARY_FRAGMENT blocks of C++ source `text` define with a literal
-    schema or name (`m.def("nms(Tensor dets, ...) -> Tensor")`), key "def"."""
-    if "TORCH_LIBRARY_FRAGMENT" not in text:
-        return []
-    code = blank_comments_and_strings(text)
+def fragment_definitions(text: str, code: str) -> list[Registration]:
+    """The ops the TORCH_LIBRARY_FRAGMENT blocks of C++ source `text` (`code`: it through
+    blank_comments_and_strings) define with a literal schema or name
+    (`m.def("nms(Tensor dets, ...) -> Tensor")`), key "def"."""
     out = []
     for block in _FRAGMENT_BLOCK.finditer(code):
         ns, var = block.groups()
@@ -466,7 +466,7 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                             "delete the block: declare its ops in the op files, and name their "
                             "kernels in each op's `dispatch:`")
             # (a TORCH_LIBRARY block's own m.def calls go with the error on the block)
-            for r in fragment_definitions(text):
+            for r in fragment_definitions(text, code):
                 if (r.namespace, r.name, r.key) not in registered:
                     continue
                 diags.add_source(source, text)
@@ -477,7 +477,7 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                             "register an operator ... multiple times\")",
                             "delete this m.def (and the TORCH_LIBRARY_FRAGMENT block once it is "
                             "empty); the op file declares the op")
-            for r in impl_registrations(text):
+            for r in impl_registrations(text, code):
                 if (r.namespace, r.name, r.key) not in registered:
                     continue
                 what = ("`dispatch:` or its `fake:` rule" if r.key == "Meta" else "`dispatch:`")
