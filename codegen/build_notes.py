@@ -52,10 +52,11 @@ def generated_namespaces(root: Path) -> list[str]:
     return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
-def kernel_index(root: Path) -> dict[str, list[KernelInfo]]:
-    """Kernel name -> its declarations (from namespace_indexes)."""
+def kernel_index(root: Path,
+                 indexes: list[dict] | None = None) -> dict[str, list[KernelInfo]]:
+    """Kernel name -> its declarations (from `indexes`, else namespace_indexes)."""
     out: dict[str, list[KernelInfo]] = {}
-    for doc in namespace_indexes(root):
+    for doc in namespace_indexes(root) if indexes is None else indexes:
         for r in doc["kernels"]:
             info = KernelInfo(r["kernel"], tuple(_located(root, r["source"], u) for u in r["uses"]),
                               r["schema"], r["decl"], r["header"], r["line"])
@@ -110,24 +111,33 @@ _MISSING_HEADER = re.compile(r"^(?P<where>(?P<file>\S+?):\d+:\d+): fatal error: 
                              r"No such file or directory")
 
 
-def stable_namespaces(root: Path) -> dict[str, str]:
-    """namespace -> min_torch of the stable-ABI namespaces."""
-    return {d["namespace"]: d["min_torch"] for d in namespace_indexes(root) if d["abi"] == "stable"}
+def _missing_header(line: str) -> tuple[re.Match, str] | None:
+    """A missing-header error's match and the header it names, without its quotes."""
+    m = _MISSING_HEADER.search(line)
+    return None if m is None else (m, m["header"].strip("<>\"'‘’"))
+
+
+def stable_namespaces(root: Path, indexes: list[dict] | None = None) -> dict[str, str]:
+    """namespace -> min_torch of the stable-ABI namespaces (from `indexes`, else
+    namespace_indexes)."""
+    return {d["namespace"]: d["min_torch"]
+            for d in (namespace_indexes(root) if indexes is None else indexes)
+            if d["abi"] == "stable"}
 
 
 def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None) -> str | None:
     """The note after a missing-header error in a source of a stable-ABI namespace (`ns`, the
     namespace of the source; else guessed from a `csrc/<ns>/` or `cpp/<ns>/` in its path)."""
-    m = _MISSING_HEADER.search(line)
-    if m is None:
+    missing = _missing_header(line)
+    if missing is None:
         return None
+    m, header = missing
     if ns is None:
         parts = Path(m["file"]).parts
         ns = next((parts[i + 1] for i in range(len(parts) - 1)
                    if parts[i] in ("csrc", "cpp") and parts[i + 1] in stable), None)
     if ns is None or ns not in stable:
         return None
-    header = m["header"].strip("<>\"'‘’")
     return (f"{m['where']}: note: <{header}> is not part of torch's stable ABI; namespace '{ns}' "
             f"is built with 'abi: stable' (torch >= {stable[ns]}), so its sources see only "
             "torch/csrc/stable/* and torch/headeronly/* (no ATen, c10, torch/extension.h or "
@@ -136,19 +146,23 @@ def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None)
             "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
 
 
-def generated_header_note(line: str, root: Path) -> str | None:
+def generated_header_note(line: str, root: Path,
+                          indexes: list[dict] | None = None) -> str | None:
     """The note after a missing-header error naming a header of a generated namespace
     (`<ns>/...`) that generation does not write: an op file renamed (its header is named after
-    it) or an op renamed or removed. The headers there are named instead."""
-    m = _MISSING_HEADER.search(line)
-    if m is None:
+    it) or an op renamed or removed. The headers there are named instead (with their op files,
+    from `indexes`, else namespace_indexes)."""
+    missing = _missing_header(line)
+    if missing is None:
         return None
-    header = m["header"].strip("<>\"'‘’")
+    m, header = missing
     ns, _, rest = header.partition("/")
     cpp = root / config.current().generated / "cpp"
     if not rest or not (cpp / ns).is_dir() or (cpp / header).is_file():
         return None
-    doc = next((d for d in namespace_indexes(root) if d["namespace"] == ns), None)
+    if indexes is None:
+        indexes = namespace_indexes(root)
+    doc = next((d for d in indexes if d["namespace"] == ns), None)
     sources = {Path(f).stem: f for f in (doc or {}).get("op_files", [])}
     files = sorted(p.stem for p in (cpp / ns).glob("*.h"))
     if not files:
@@ -298,6 +312,17 @@ def _unqualified(qname: str) -> str:
     return qname.rpartition("::")[2]
 
 
+def _uses(infos: list[KernelInfo]) -> str:
+    """What the kernels of `infos` are ("CPU kernel of ns::op (file:line); ...")."""
+    return "; ".join(u for info in infos for u in info.uses)
+
+
+def _scope_text(qname: str) -> str:
+    """Where C++ name `qname` is declared, in words."""
+    scope = qname.rpartition("::")[0]
+    return f"in namespace '{scope}'" if scope else "at global scope"
+
+
 def _misspelled_kernel(qname: str, index: dict[str, list[KernelInfo]],
                        defined: dict[str, list[str]]) -> tuple[str, list[KernelInfo]] | None:
     """The kernel of the op files that function `qname` (not one of them) is likely meant to
@@ -331,15 +356,15 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
     prefix = f"{where}: note: " if where else "note: "
     infos = index.get(qname)
     if kind == "duplicate":
-        if not infos and len(places := defined.get(_unqualified(qname), [])) < 2:
+        places = defined.get(_unqualified(qname), [])
+        if not infos and len(places) < 2:
             return None     # a helper the kernel sources do not define twice (a header's)
-        return _duplicate_note(qname, infos or [], defined.get(_unqualified(qname), []))
+        return _duplicate_note(qname, infos or [], places)
     if kind == "static":
         if not infos:
             return None
-        what = "; ".join(u for info in infos for u in info.uses)
-        return (f"{prefix}'{qname}' is the {what}: the generated registration calls it from "
-                "another file, so it cannot be 'static'\n"
+        return (f"{prefix}'{qname}' is the {_uses(infos)}: the generated registration calls "
+                "it from another file, so it cannot be 'static'\n"
                 "hint: remove 'static' (only helpers, functions that are not kernels, need it)")
     if not infos:
         if kind == "undefined":
@@ -350,20 +375,17 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
             # block (or in another one) declares a new function rather than the kernel.
             scopes = " or ".join(f"`namespace {k.rpartition('::')[0]} {{ ... }}`"
                                  for k in elsewhere)
-            what = "; ".join(u for k in elsewhere for info in index[k] for u in info.uses)
-            scope = qname.rpartition("::")[0]
-            at = f"in namespace '{scope}'" if scope else "at global scope"
+            what = _uses([info for k in elsewhere for info in index[k]])
             names = " and ".join(f"'{k}'" for k in elsewhere)
             return (f"{prefix}'{qname}' is not a kernel named in the op files; {names} "
                     f"{'is' if len(elsewhere) == 1 else 'are'} (the {what}), but this "
-                    f"definition is {at}\n"
+                    f"definition is {_scope_text(qname)}\n"
                     f"hint: define it inside {scopes}, where its header declares it")
         meant = _misspelled_kernel(qname, index, defined)
         if meant is not None:
             kernel, meant_infos = meant
-            what = "; ".join(u for info in meant_infos for u in info.uses)
             return (f"{prefix}'{qname}' is not a kernel named in the op files; '{kernel}' is "
-                    f"(the {what}), and no kernel source defines it\n"
+                    f"(the {_uses(meant_infos)}), and no kernel source defines it\n"
                     f"hint: did you mean '{_unqualified(kernel)}'? rename the function or the "
                     "kernel in the op file's `dispatch:` so that the two match")
         fix = ("make it 'static' (nvcc turns anonymous namespaces into named ones)"
@@ -385,10 +407,9 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
                          f"it as\n    {info.decl}\n  in a kernel source under {_kernel_dirs()}")
         name, scope = _unqualified(qname), qname.rpartition("::")[0]
         if name in defined:
-            where_ns = f"in namespace '{scope}'" if scope else "at global scope"
             parts.append(f"hint: {', '.join(defined[name])} defines a function named '{name}', "
-                         f"but not this one: check that it is {where_ns}, neither 'static' nor "
-                         "in an anonymous namespace, and has the parameters above")
+                         f"but not this one: check that it is {_scope_text(qname)}, neither "
+                         "'static' nor in an anonymous namespace, and has the parameters above")
         else:
             kernels = {_unqualified(k) for k in index if k.rpartition("::")[0] == scope}
             close = difflib.get_close_matches(name, [f for f in defined if f not in kernels],
@@ -414,8 +435,7 @@ def _duplicate_note(qname: str, infos: list[KernelInfo], places: list[str]) -> s
     at = (f" (functions named '{_unqualified(qname)}': {', '.join(places)})"
           if len(places) > 1 else "")
     if infos:
-        what = "; ".join(u for info in infos for u in info.uses)
-        return (f"{prefix}'{qname}' is the {what}, and more than one kernel source defines "
+        return (f"{prefix}'{qname}' is the {_uses(infos)}, and more than one kernel source defines "
                 f"it{at}\nhint: keep one definition; the other sources call it through its "
                 "header, which declares it")
     return (f"{prefix}'{qname}' is defined in more than one kernel source{at}\n"
@@ -457,9 +477,10 @@ def python_header_note(line: str, chain: list[tuple[str, int]], root: Path,
                        stable: bool = False) -> str | None:
     """The note after `fatal error: Python.h: No such file or directory`, located at the kernel
     source's include (itself, or the torch header that pulls it in, as `chain` shows)."""
-    m = _MISSING_HEADER.search(line)
-    if m is None or m["header"].strip("<>\"'‘’") != "Python.h":
+    missing = _missing_header(line)
+    if missing is None or missing[1] != "Python.h":
         return None
+    m = missing[0]
     source = chain[-1][0] if chain else m["file"]
     try:
         text = (root / source).read_text(encoding="utf-8", errors="replace")
@@ -544,6 +565,7 @@ class Notes:
     def __init__(self, root: Path):
         self.root = root
         self.index: dict[str, list[KernelInfo]] | None = None
+        self.indexes: list[dict] = []         # namespace_indexes, read once
         self.stable: dict[str, str] = {}
         self.owner: dict[str, str] = {}       # kernel source -> its namespace
         self.chain: list[tuple[str, int]] = []
@@ -552,8 +574,9 @@ class Notes:
         self.said: set[str] = set()           # notes already shown (a linker repeats an error)
 
     def _load(self) -> None:
-        self.index = kernel_index(self.root)
-        self.stable = stable_namespaces(self.root)
+        self.indexes = namespace_indexes(self.root)
+        self.index = kernel_index(self.root, self.indexes)
+        self.stable = stable_namespaces(self.root, self.indexes)
         sources, _ = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
         self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
         self.defined = source_functions(self.root, list(self.owner))
@@ -586,7 +609,7 @@ class Notes:
         ns = self.namespace(source)
         note = (kernel_note(line, self.index, self.root, self.defined)
                 or python_header_note(line, chain, self.root, ns in self.stable)
-                or generated_header_note(line, self.root)
+                or generated_header_note(line, self.root, self.indexes)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:

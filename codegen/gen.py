@@ -195,33 +195,39 @@ def check_package_loads(diags: Diagnostics, project: Project) -> None:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
             return      # not ours to judge; check passes what it cannot read
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")
-                    up = parts[:len(parts) - node.level + 1]
-                    base = ".".join(up + ([base] if base else []))
-                names = [base] + [f"{base}.{a.name}" for a in node.names]
-            for name in names:
-                if name == target or name.startswith(target + "."):
-                    return
-                if name.startswith(project.package + "."):
-                    rel = name[len(project.package) + 1:].split(".")
-                    for candidate, pkg in ((pkg_dir.joinpath(*rel[:-1], rel[-1] + ".py"),
-                                            name.rpartition(".")[0]),
-                                           (pkg_dir.joinpath(*rel, "__init__.py"), name)):
-                        if candidate.is_file():
-                            todo.append((candidate, pkg))
+        for name in _imported_names(tree, package):
+            if name == target or name.startswith(target + "."):
+                return
+            if name.startswith(project.package + "."):
+                rel = name[len(project.package) + 1:].split(".")
+                for candidate, pkg in ((pkg_dir.joinpath(*rel[:-1], rel[-1] + ".py"),
+                                        name.rpartition(".")[0]),
+                                       (pkg_dir.joinpath(*rel, "__init__.py"), name)):
+                    if candidate.is_file():
+                        todo.append((candidate, pkg))
     text = init.read_text(encoding="utf-8")
     if text.partition("\n")[0].strip():
         diags.add_source(init.as_posix(), text)
     diags.warning(Loc(init.as_posix(), 1, 1), f"`import {project.package}` loads no op library: "
                   f"{init.as_posix()} imports nothing of {target}",
                   f"add `{line}` (docs/CONFIG.md)")
+
+
+def _imported_names(tree: ast.AST, package: str) -> list[str]:
+    """The absolute module names the imports of module `tree` (of `package`) name: for a
+    `from X import y`, both X and X.y (y may be a submodule)."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                up = parts[:len(parts) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            names += [base] + [f"{base}.{a.name}" for a in node.names]
+    return names
 
 
 @dataclass(frozen=True)

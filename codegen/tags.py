@@ -6,7 +6,9 @@ A static copy, so `check` needs no `import torch` (0.8 s); tests/test_load.py ch
 
 from __future__ import annotations
 
-from codegen.model import Argument, BaseTy, BaseType, Op, OpLibrary, without_alias
+from codegen.model import (Argument, BaseTy, BaseType, Op, OpLibrary, is_tensor_like,
+                           without_alias)
+from codegen.shape import FakeRule
 
 TAGS: frozenset[str] = frozenset({
     "core",
@@ -73,9 +75,6 @@ def rule_needs_contiguous_inputs(schema, fake, tags) -> bool:
     """Whether an op gets `needs_contiguous_strides` (Note [Contiguous inputs for rule
     outputs]): its fake is a rule, it mutates nothing, it takes and returns Tensors, and its op
     file gives it no layout tag."""
-    from codegen.model import is_tensor_like
-    from codegen.shape import FakeRule
-
     return (isinstance(fake, FakeRule) and not schema.mutable_arguments
             and not LAYOUT_TAGS & set(tags)
             and any(is_tensor_like(a.type) for a in schema.arguments)

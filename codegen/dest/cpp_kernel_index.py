@@ -57,13 +57,13 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
         records: list[dict] = []
         units: dict[str, list[list[str]]] = {}
         definitions: dict[str, list[str]] = {}
+        abi = namespace_abi(lib, ns)
+        unit = cpp_register if abi is None else cpp_stable
         for shard in shs:
-            unit = cpp_register if namespace_abi(lib, ns) is None else cpp_stable
-            pairs = unit.registrations(shard, diags)
-            units[shard.registration(project)] = [[name, key] for name, key in pairs]
-            definitions[shard.registration(project)] = [
-                L.impl_name(op) for op in unit.defined(shard, diags)]
-            if namespace_abi(lib, ns) is not None:
+            registration = shard.registration(project)
+            units[registration] = [[name, key] for name, key in unit.registrations(shard, diags)]
+            definitions[registration] = [L.impl_name(op) for op in unit.defined(shard, diags)]
+            if abi is not None:
                 header = shard.header(project)
                 if header in outputs:
                     records += _records(header, outputs[header],
@@ -74,7 +74,6 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project,
                 if header in outputs:
                     records += _records(header, outputs[header], decls, shard.file.path)
         sources = sorted({s.file.path for s in shs})
-        abi = namespace_abi(lib, ns)
         doc = {GENERATED_KEY: "by codegen from "
                               f"{', '.join(escape.banner_path(s) for s in sources)} - do not edit",
                "namespace": ns, "abi": "full" if abi is None else "stable",

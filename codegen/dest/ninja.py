@@ -348,12 +348,14 @@ class Registration:
 Registered = AbstractSet[tuple[str, str, str]]     # (namespace, op name, dispatch key)
 
 
-def impl_registrations(text: str) -> list[Registration]:
+def impl_registrations(text: str, code: str | None = None) -> list[Registration]:
     """The kernels the TORCH_LIBRARY_IMPL blocks of C++ source `text` register by name (the
-    generated registration units and hand-written kernel sources are read the same way)."""
+    generated registration units and hand-written kernel sources are read the same way). `code`:
+    `text` through blank_comments_and_strings, when the caller has it."""
     if "TORCH_LIBRARY_IMPL" not in text:
         return []
-    code = blank_comments_and_strings(text)
+    if code is None:
+        code = blank_comments_and_strings(text)
     out = []
     for block in _IMPL_BLOCK.finditer(code):
         ns, key, var = block.groups()
@@ -369,9 +371,9 @@ def impl_registrations(text: str) -> list[Registration]:
     return out
 
 
-# A `TORCH_LIBRARY(ns, m) {` or `TORCH_LIBRARY_FRAGMENT(ns, m) {` block (or the stable ABI's).
-_DEF_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
-                        r"([A-Za-z_]\w*)\s*\)\s*\{")
+# A `TORCH_LIBRARY_FRAGMENT(ns, m) {` block (or the stable ABI's).
+_FRAGMENT_BLOCK = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY_FRAGMENT\s*\(\s*([A-Za-z_]\w*)\s*,\s*"
+                             r"([A-Za-z_]\w*)\s*\)\s*\{")
 _DEF_OP_NAME = re.compile(r"\s*([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*(?:\(|\Z)")
 
 
@@ -391,17 +393,12 @@ def _block_calls(text: str, code: str, block: re.Match, var: str, method: str):
             yield literal
 
 
-def def_registrations(text: str, *, fragments_only: bool = False) -> list[Registration]:
-    """The ops the TORCH_LIBRARY and TORCH_LIBRARY_FRAGMENT blocks (only the latter with
-    `fragments_only`) of C++ source `text` define with a literal schema or name
+def fragment_definitions(text: str, code: str) -> list[Registration]:
+    """The ops the TORCH_LIBRARY_FRAGMENT blocks of C++ source `text` (`code`: it through
+    blank_comments_and_strings) define with a literal schema or name
     (`m.def("nms(Tensor dets, ...) -> Tensor")`), key "def"."""
-    if "TORCH_LIBRARY" not in text:
-        return []
-    code = blank_comments_and_strings(text)
     out = []
-    for block in _DEF_BLOCK.finditer(code):
-        if fragments_only and "_FRAGMENT" not in block[0]:
-            continue
+    for block in _FRAGMENT_BLOCK.finditer(code):
         ns, var = block.groups()
         for literal in _block_calls(text, code, block, var, "def"):
             schema = literal[1]
@@ -469,7 +466,7 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                             "delete the block: declare its ops in the op files, and name their "
                             "kernels in each op's `dispatch:`")
             # (a TORCH_LIBRARY block's own m.def calls go with the error on the block)
-            for r in def_registrations(text, fragments_only=True):
+            for r in fragment_definitions(text, code):
                 if (r.namespace, r.name, r.key) not in registered:
                     continue
                 diags.add_source(source, text)
@@ -480,7 +477,7 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
                             "register an operator ... multiple times\")",
                             "delete this m.def (and the TORCH_LIBRARY_FRAGMENT block once it is "
                             "empty); the op file declares the op")
-            for r in impl_registrations(text):
+            for r in impl_registrations(text, code):
                 if (r.namespace, r.name, r.key) not in registered:
                     continue
                 what = ("`dispatch:` or its `fake:` rule" if r.key == "Meta" else "`dispatch:`")
