@@ -25,8 +25,7 @@ from pathlib import Path
 
 from codegen import cli, config
 from codegen.build_notes import Notes, generated_namespaces, namespace_indexes, stable_namespaces
-from codegen.dest.ninja import (check_kernel_sources, indexed_definitions, indexed_registrations,
-                                kernel_sources, ninja_file)
+from codegen.dest.ninja import check_kernel_sources, kernel_sources, ninja_file
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
 from codegen.layout import library_file, stamp_prefix
@@ -62,10 +61,7 @@ def check_sources(root: Path) -> None:
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
     sources, _ = kernel_sources(config.current(), namespaces, root)
-    indexes = namespace_indexes(root)
-    check_kernel_sources(sources, set(namespaces), root, diags,
-                         indexed_registrations(indexes)
-                         | indexed_definitions(indexes))
+    check_kernel_sources(sources, set(namespaces), root, diags, namespace_indexes(root))
     diags.raise_if_errors()
 
 

@@ -13,7 +13,7 @@ from codegen import formulas as F
 from codegen.formulas import Derivatives, library_calls
 from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, untraceable_return
 from codegen.shape import fake_of
-from codegen.tags import functional_variant, registered_tags
+from codegen.tags import auto_functionalized, functional_variant
 
 DEVICES = ("CPU", "CUDA", "Meta")
 
@@ -146,7 +146,7 @@ def compiles(op: Op, lib: OpLibrary) -> bool:
             not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}
     if not any(r.is_write for r in s.returns):
         return True
-    return bool({"inplace", "out"} & set(registered_tags(op))) or \
+    return auto_functionalized(op) or \
         functional_variant(lib, op) is not None
 
 

@@ -113,6 +113,16 @@ def registered_tags(op: Op) -> tuple[str, ...]:
     return tuple(t for t in op.tags if t not in STABLE_UNREGISTRABLE_TAGS)
 
 
+# The tags with which torch's auto_functionalize handles a mutating op (Note [Tags from the
+# schema's shape]).
+FUNCTIONALIZING_TAGS: frozenset[str] = frozenset({"inplace", "out"})
+
+
+def auto_functionalized(op: Op) -> bool:
+    """Whether torch functionalizes the op itself: it registers the `inplace` or `out` tag."""
+    return not FUNCTIONALIZING_TAGS.isdisjoint(registered_tags(op))
+
+
 def shape_tag(schema) -> str | None:
     """`inplace` or `out` when the schema has that shape (Note [Tags from the schema's shape])."""
     def plain_tensor(t) -> bool:

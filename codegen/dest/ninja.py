@@ -23,7 +23,7 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Set as AbstractSet
+from collections.abc import Sequence, Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -221,9 +221,7 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
     if diags is not None:
         paths = [L.index_path(project, ns) for ns in L.shards(lib)]
         indexes = [json.loads(outputs[p]) for p in paths if p in outputs]
-        check_kernel_sources(sources, set(L.shards(lib)), root, diags,
-                             indexed_registrations(indexes)
-                             | indexed_definitions(indexes))
+        check_kernel_sources(sources, set(L.shards(lib)), root, diags, indexes)
     return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
 
 
@@ -413,14 +411,14 @@ def fragment_definitions(text: str, code: str) -> list[Registration]:
     return out
 
 
-def indexed_definitions(indexes: list[dict]) -> Registered:
+def _indexed_definitions(indexes: Sequence[dict]) -> Registered:
     """(namespace, op name, "def") of every op the generated registration units define, as the
     namespaces' index files record them (codegen.dest.cpp_kernel_index)."""
     return {(doc["namespace"], name, "def") for doc in indexes
             for names in doc.get("definitions", {}).values() for name in names}
 
 
-def indexed_registrations(indexes: list[dict]) -> Registered:
+def _indexed_registrations(indexes: Sequence[dict]) -> Registered:
     """(namespace, op name, key) of every kernel the generated registration units register, as
     the namespaces' index files record them (codegen.dest.cpp_kernel_index)."""
     # An index written before it recorded registrations has none: `opgen build` checks kernel
@@ -430,10 +428,10 @@ def indexed_registrations(indexes: list[dict]) -> Registered:
 
 
 def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], generated: set[str],
-                         root: Path, diags: Diagnostics,
-                         registered: Registered = frozenset()) -> None:
+                         root: Path, diags: Diagnostics, indexes: Sequence[dict] = ()) -> None:
     """Registrations in kernel sources that build fine and go wrong at import: an error here,
-    located.
+    located. What opgen registers comes from the namespaces' index files, `indexes`
+    (codegen.dest.cpp_kernel_index): `registered` below.
 
     - A `TORCH_LIBRARY(<ns>, m)` block for a namespace whose TORCH_LIBRARY opgen generates aborts
       the process ("Only a single TORCH_LIBRARY can be used to register the namespace").
@@ -445,6 +443,7 @@ def check_kernel_sources(sources: dict[str, tuple[tuple[str, str], ...]], genera
       registration units) replaces opgen's, with only a warning ("Overriding a previously
       registered kernel"), and which one runs depends on the order the code loads in.
     """
+    registered = _indexed_registrations(indexes) | _indexed_definitions(indexes)
     for ns_sources in sources.values():
         for source, _ in ns_sources:
             try:

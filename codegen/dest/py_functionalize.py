@@ -12,7 +12,7 @@ from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
 from codegen.model import DispatchKey, Op, without_alias
-from codegen.tags import functional_variant, registered_tags
+from codegen.tags import FUNCTIONALIZING_TAGS, auto_functionalized, functional_variant
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -61,9 +61,9 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     if functional is not None and copyable:
         functionalize_as(m, op, api, sec, functional, returns)
         return
-    if {"inplace", "out"} & set(registered_tags(op)):
+    if auto_functionalized(op):
         return  # torch's auto_functionalize handles it
-    unregistered = sorted({"inplace", "out"} & set(op.tags))
+    unregistered = sorted(FUNCTIONALIZING_TAGS.intersection(op.tags))
     if unregistered and all(isinstance(r, str) for r in returns) and functional is None:
         # Note [Tags the stable ABI cannot register] in codegen/tags.py
         why = (f"torch's stable ABI (2.13) cannot register the '{unregistered[0]}' tag that "
