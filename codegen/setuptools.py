@@ -32,6 +32,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
 import setuptools
 from packaging.requirements import InvalidRequirement, Requirement
@@ -249,33 +250,40 @@ def _run(argv: list[str]) -> None:
         raise SystemExit(f"error: `opgen {' '.join(argv[2:])}` failed (exit status {code})")
 
 
+def _outside_the_package(project: config.Project, key: str, what: str, hint: str) -> NoReturn:
+    """Exit with the located error for `key` of [tool.opgen] naming a directory outside the
+    package: the wheel would not hold `what`."""
+    diags = Diagnostics()
+    diags.error(config.locate_value(project, key, diags), f"'{key}' is outside the package "
+                f"{project.package_dir}, so a wheel would not hold {what}", hint)
+    print(diags.render(), file=sys.stderr)
+    raise SystemExit(1)
+
+
 class build_py(_build_py):
     """setuptools' build_py, after `opgen build` has compiled the op libraries."""
 
     def run(self) -> None:
         project = _project()
-        if not project.generated_in_package and not getattr(self, "editable_mode", False):
+        editable = getattr(self, "editable_mode", False)
+        if not project.generated_in_package and not editable:
             # An editable install runs the package in place, where it finds them (as opgen's
             # own example appends them to its path); a wheel would not hold them.
-            diags = Diagnostics()
-            diags.error(config.locate_value(project, "generated", diags),
-                        f"'generated' is outside the package {project.package_dir}, so a wheel "
-                        "would not hold the generated modules (ops.py, the loader)",
-                        f"generate inside the package, e.g. generated = "
-                        f"\"{project.package_dir}/_generated\" (the default)")
-            print(diags.render(), file=sys.stderr)
-            raise SystemExit(1)
+            _outside_the_package(project, "generated", "the generated modules (ops.py, the "
+                                 "loader)", "generate inside the package, e.g. generated = "
+                                 f"\"{project.package_dir}/_generated\" (the default)")
         _run(["--project", str(project.root), "build"])
         self.__dict__.pop("data_files", None)   # list the package data again: the libraries
-        if not getattr(self, "editable_mode", False):
+        staged = Path(self.build_lib, *project.package.split("."))
+        if not editable:
             # setuptools copies into build/lib and never removes what an earlier build left
             # there: a module or library since deleted, a generated directory since moved,
             # would go into this wheel too.
-            shutil.rmtree(Path(self.build_lib, *project.package.split(".")), ignore_errors=True)
+            shutil.rmtree(staged, ignore_errors=True)
         super().run()
-        if not getattr(self, "editable_mode", False):
+        if not editable:
             # The wheel holds .pyi stubs, so it says it is typed (PEP 561).
-            marker = Path(self.build_lib, *project.package.split("."), "py.typed")
+            marker = staged / "py.typed"
             if not marker.exists():
                 marker.write_text("", encoding="utf-8")
 
@@ -324,13 +332,8 @@ def setup(**kwargs) -> None:
     project = _project()
     # What a wheel could not hold is refused before anything is generated or built.
     if not config.is_below(project.libraries, project.package_dir):
-        diags = Diagnostics()
-        diags.error(config.locate_value(project, "libraries", diags),
-                    f"'libraries' is outside the package {project.package_dir}, so a wheel "
-                    "would not hold the op libraries", f"build them inside the package, e.g. "
-                    f"libraries = \"{project.package_dir}\" (the default)")
-        print(diags.render(), file=sys.stderr)
-        raise SystemExit(1)
+        _outside_the_package(project, "libraries", "the op libraries", "build them inside the "
+                             f"package, e.g. libraries = \"{project.package_dir}\" (the default)")
     _run(["--project", str(project.root), "generate"])
     if "packages" not in kwargs:
         # The package and its subpackages, found below the package's own directory: a dotted
