@@ -393,6 +393,7 @@ def _abis(project: config.Project, shipped: tuple[str, ...] = ()
         try:
             lib = _load([], project)     # from the cache `generate` has just filled
             diags = Diagnostics()
+            diags.absorb(lib.diagnostics(), [])     # the op files' text, for source lines
             _modules_outside_the_package(project, lib, diags, shipped)
             diags.raise_if_errors()
         except UserError as e:
@@ -429,8 +430,8 @@ def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostic
     """The generated registrations import every module the op files name when the package is
     imported: one found only in the project (a 'python-roots' directory outside the package)
     is missing from the installed wheel, and `import <package>` fails there. `shipped`: the
-    packages and modules the wheel holds besides (setup()'s `packages` and `py_modules`)."""
-    import contextlib
+    packages and modules the wheel holds besides (setup()'s `packages` and `py_modules`);
+    `diags` shows the op files' source lines."""
     import os
 
     from codegen.dest.py_sources import find_module_source
@@ -455,8 +456,6 @@ def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostic
             found = find_module_source(module, own)
             if found is None or find_module_source(module, elsewhere) is not None:
                 continue    # not the project's (check reports what is found nowhere)
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                diags.add_source(ref.loc.path, Path(ref.loc.path).read_text(encoding="utf-8"))
             diags.error(ref.loc, f"module '{module}' of {ref} is outside the package "
                         f"{project.package} ({os.path.relpath(found, root)}), so the wheel would "
                         f"not hold it and `import {project.package}` would fail once installed",
