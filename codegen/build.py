@@ -29,7 +29,7 @@ from codegen.dest.ninja import (check_kernel_sources, indexed_definitions, index
                                 kernel_sources, ninja_file)
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
-from codegen.layout import library_file, stamp_prefix
+from codegen.layout import library_file, stamp_path, stamp_prefix
 from codegen.loader import elf_problem, read_stamp
 from codegen.rendering import set_stamp
 from codegen.toolchain import ToolchainError, toolchain_var, write_stable_include, write_toolchain
@@ -176,7 +176,7 @@ def outdate_refused_libraries(root: Path) -> None:
         lib = root / project.libraries / library_file(ns)
         try:
             m = _STAMP_SCHEMAS.search(
-                (root / project.generated / "cpp" / ns / "stamp.cpp").read_text(encoding="utf-8"))
+                (root / stamp_path(project, ns)).read_text(encoding="utf-8"))
             if m is None or not lib.is_file():
                 continue
             stamp = read_stamp(lib, stamp_prefix(ns))
