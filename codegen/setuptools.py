@@ -297,7 +297,7 @@ def sdist_sources(project: config.Project) -> list[str]:
     out: list[str] = []
     for entry in project.schemas:
         path = root / entry
-        files = [p for p in path.glob("*.yaml") if p.is_file()] if path.is_dir() else [path]
+        files = path.glob("*.yaml") if path.is_dir() else [path]
         out.extend(p.relative_to(root).as_posix() for p in files if p.is_file())
     for kdir in project.kernels:
         for p in sorted((root / kdir).rglob("*")):
@@ -319,7 +319,7 @@ class sdist(_sdist):
         project = _project()
         # package_data names the built libraries; an sdist holds sources only.
         self.filelist.files = [f for f in self.filelist.files if not (
-            PurePosixPath(Path(f).as_posix()).parent.as_posix() == project.libraries
+            Path(f).parent.as_posix() == project.libraries
             and re.fullmatch(r"lib\w+_ops\.so", Path(f).name))]
         self.filelist.extend(sdist_sources(project))
         self.filelist.sort()
