@@ -171,13 +171,14 @@ def outdate_refused_libraries(root: Path) -> None:
     user to run the build, and ninja alone would find nothing to do. The file keeps its bytes
     (only its mtime goes back), so a build that then fails leaves it as it was."""
     project = config.current()
-    for index in namespace_indexes(root):
-        ns = index["namespace"]
+    for ns in generated_namespaces(root):
         lib = root / project.libraries / library_file(ns)
         try:
+            if not lib.is_file():
+                continue                # nothing built yet: ninja links it anyway
             m = _STAMP_SCHEMAS.search(
                 (root / stamp_path(project, ns)).read_text(encoding="utf-8"))
-            if m is None or not lib.is_file():
+            if m is None:
                 continue
             stamp = read_stamp(lib, stamp_prefix(ns))
             if stamp is None or stamp.schema_hash != m[2] or elf_problem(lib) is not None:
