@@ -488,12 +488,12 @@ class _Reader:
             # file (writing failed with "cannot create or open ...: File exists").
             if key not in table or value is None:
                 continue
-            target = self.root / value
-            while not target.exists() and target != self.root:
-                target = target.parent
-            if not target.is_dir():
+            existing = self.root / value
+            while not existing.exists() and existing != self.root:
+                existing = existing.parent
+            if not existing.is_dir():
                 self.error(self.at.value(key), f"'{key}': "
-                           f"{target.relative_to(self.root).as_posix()} is a file, not a "
+                           f"{existing.relative_to(self.root).as_posix()} is a file, not a "
                            "directory")
         if generated is not None and self.diags is not None and \
                 is_below(generated, package_dir) and generated != package_dir:
