@@ -28,7 +28,7 @@ from codegen.build_notes import Notes, generated_namespaces, namespace_indexes, 
 from codegen.dest.ninja import check_kernel_sources, kernel_sources, ninja_file
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
-from codegen.layout import library_file, stamp_prefix
+from codegen.layout import library_file, stamp_path, stamp_prefix
 from codegen.loader import elf_problem, read_stamp
 from codegen.rendering import set_stamp
 from codegen.toolchain import ToolchainError, toolchain_var, write_stable_include, write_toolchain
@@ -167,13 +167,14 @@ def outdate_refused_libraries(root: Path) -> None:
     user to run the build, and ninja alone would find nothing to do. The file keeps its bytes
     (only its mtime goes back), so a build that then fails leaves it as it was."""
     project = config.current()
-    for index in namespace_indexes(root):
-        ns = index["namespace"]
+    for ns in generated_namespaces(root):
         lib = root / project.libraries / library_file(ns)
         try:
+            if not lib.is_file():
+                continue                # nothing built yet: ninja links it anyway
             m = _STAMP_SCHEMAS.search(
-                (root / project.generated / "cpp" / ns / "stamp.cpp").read_text(encoding="utf-8"))
-            if m is None or not lib.is_file():
+                (root / stamp_path(project, ns)).read_text(encoding="utf-8"))
+            if m is None:
                 continue
             stamp = read_stamp(lib, stamp_prefix(ns))
             if stamp is None or stamp.schema_hash != m[2] or elf_problem(lib) is not None:

@@ -123,9 +123,8 @@ def import_root(package: str, package_dir: str) -> str:
     package-dir not named after the package has its parent."""
     parts = PurePosixPath(package_dir).parts
     names = tuple(package.split("."))
-    if len(parts) >= len(names) and parts[len(parts) - len(names):] == names:
-        return PurePosixPath(*parts[:len(parts) - len(names)]).as_posix() if \
-            len(parts) > len(names) else "."
+    if parts[-len(names):] == names:
+        return PurePosixPath(*parts[:-len(names)]).as_posix()     # "." for no parts
     return str(PurePosixPath(package_dir).parent)
 
 
@@ -487,12 +486,14 @@ class _Reader:
         for key, value in (("generated", generated), ("build", build), ("libraries", libraries)):
             # Directories opgen creates: the path, or the part of it that exists, must not be a
             # file (writing failed with "cannot create or open ...: File exists").
-            target = self.root / value if key in table and value is not None else self.root
-            while not target.exists() and target != self.root:
-                target = target.parent
-            if not target.is_dir():
+            if key not in table or value is None:
+                continue
+            existing = self.root / value
+            while not existing.exists() and existing != self.root:
+                existing = existing.parent
+            if not existing.is_dir():
                 self.error(self.at.value(key), f"'{key}': "
-                           f"{target.relative_to(self.root).as_posix()} is a file, not a "
+                           f"{existing.relative_to(self.root).as_posix()} is a file, not a "
                            "directory")
         if generated is not None and self.diags is not None and \
                 is_below(generated, package_dir) and generated != package_dir:
@@ -563,15 +564,15 @@ class _Reader:
                 if is_below(PurePosixPath(own.replace("\\", "/")).as_posix(), generated):
                     what = ("the project itself" if key == PYPROJECT
                             else f"{own}, a '{key}' path")
-                    # With `generated` left to its default, the other key is the one written.
-                    at = (self.at.value("generated") if "generated" in table or key == PYPROJECT
-                          else self.at.value(key, own if isinstance(table.get(key), list)
-                                             else None))
-                    hint = ("give the generated sources a directory of their own, e.g. "
-                            f"'{owned['package-dir']}/_generated'"
-                            if "generated" in table or key == PYPROJECT else
-                            f"move '{key}' out of {generated} (where 'generated' is by default), "
-                            "or give the generated sources another directory with 'generated'")
+                    if "generated" in table or key == PYPROJECT:
+                        at = self.at.value("generated")
+                        hint = ("give the generated sources a directory of their own, e.g. "
+                                f"'{owned['package-dir']}/_generated'")
+                    else:   # `generated` left to its default: the other key is the one written
+                        at = self.at.value(key, own if isinstance(table.get(key), list) else None)
+                        hint = (f"move '{key}' out of {generated} (where 'generated' is by "
+                                "default), or give the generated sources another directory with "
+                                "'generated'")
                     self.error(at, f"'generated' would hold {what}, and "
                                "code generation removes every file there that it did not write",
                                hint)

@@ -309,9 +309,9 @@ def _remove_emptied_dirs(base: str, prune_dir: str | None, removals: list[str]) 
     if prune_dir is None:
         return
     top = os.path.normpath(os.path.join(base, prune_dir))
-    dirs = {os.path.dirname(os.path.join(base, rel)) for rel in removals}
+    dirs = {os.path.normpath(os.path.dirname(os.path.join(base, rel))) for rel in removals}
     for d in sorted(dirs, key=len, reverse=True):
-        while os.path.normpath(d) != top and os.path.normpath(d).startswith(top + os.sep):
+        while d.startswith(top + os.sep):   # below top, not top itself
             try:
                 os.rmdir(d)
             except OSError:         # not empty (or already gone with a deeper one's parent)

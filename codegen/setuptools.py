@@ -32,6 +32,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
 import setuptools
 from packaging.requirements import InvalidRequirement, Requirement
@@ -249,33 +250,40 @@ def _run(argv: list[str]) -> None:
         raise SystemExit(f"error: `opgen {' '.join(argv[2:])}` failed (exit status {code})")
 
 
+def _outside_the_package(project: config.Project, key: str, what: str, hint: str) -> NoReturn:
+    """Exit with the located error for `key` of [tool.opgen] naming a directory outside the
+    package: the wheel would not hold `what`."""
+    diags = Diagnostics()
+    diags.error(config.locate_value(project, key, diags), f"'{key}' is outside the package "
+                f"{project.package_dir}, so a wheel would not hold {what}", hint)
+    print(diags.render(), file=sys.stderr)
+    raise SystemExit(1)
+
+
 class build_py(_build_py):
     """setuptools' build_py, after `opgen build` has compiled the op libraries."""
 
     def run(self) -> None:
         project = _project()
-        if not project.generated_in_package and not getattr(self, "editable_mode", False):
+        editable = getattr(self, "editable_mode", False)
+        if not project.generated_in_package and not editable:
             # An editable install runs the package in place, where it finds them (as opgen's
             # own example appends them to its path); a wheel would not hold them.
-            diags = Diagnostics()
-            diags.error(config.locate_value(project, "generated", diags),
-                        f"'generated' is outside the package {project.package_dir}, so a wheel "
-                        "would not hold the generated modules (ops.py, the loader)",
-                        f"generate inside the package, e.g. generated = "
-                        f"\"{project.package_dir}/_generated\" (the default)")
-            print(diags.render(), file=sys.stderr)
-            raise SystemExit(1)
+            _outside_the_package(project, "generated", "the generated modules (ops.py, the "
+                                 "loader)", "generate inside the package, e.g. generated = "
+                                 f"\"{project.package_dir}/_generated\" (the default)")
         _run(["--project", str(project.root), "build"])
         self.__dict__.pop("data_files", None)   # list the package data again: the libraries
-        if not getattr(self, "editable_mode", False):
+        staged = Path(self.build_lib, *project.package.split("."))
+        if not editable:
             # setuptools copies into build/lib and never removes what an earlier build left
             # there: a module or library since deleted, a generated directory since moved,
             # would go into this wheel too.
-            shutil.rmtree(Path(self.build_lib, *project.package.split(".")), ignore_errors=True)
+            shutil.rmtree(staged, ignore_errors=True)
         super().run()
-        if not getattr(self, "editable_mode", False):
+        if not editable:
             # The wheel holds .pyi stubs, so it says it is typed (PEP 561).
-            marker = Path(self.build_lib, *project.package.split("."), "py.typed")
+            marker = staged / "py.typed"
             if not marker.exists():
                 marker.write_text("", encoding="utf-8")
 
@@ -289,7 +297,7 @@ def sdist_sources(project: config.Project) -> list[str]:
     out: list[str] = []
     for entry in project.schemas:
         path = root / entry
-        files = [p for p in path.glob("*.yaml") if p.is_file()] if path.is_dir() else [path]
+        files = path.glob("*.yaml") if path.is_dir() else [path]
         out.extend(p.relative_to(root).as_posix() for p in files if p.is_file())
     for kdir in project.kernels:
         for p in sorted((root / kdir).rglob("*")):
@@ -311,7 +319,7 @@ class sdist(_sdist):
         project = _project()
         # package_data names the built libraries; an sdist holds sources only.
         self.filelist.files = [f for f in self.filelist.files if not (
-            PurePosixPath(Path(f).as_posix()).parent.as_posix() == project.libraries
+            Path(f).parent.as_posix() == project.libraries
             and re.fullmatch(r"lib\w+_ops\.so", Path(f).name))]
         self.filelist.extend(sdist_sources(project))
         self.filelist.sort()
@@ -324,13 +332,8 @@ def setup(**kwargs) -> None:
     project = _project()
     # What a wheel could not hold is refused before anything is generated or built.
     if not config.is_below(project.libraries, project.package_dir):
-        diags = Diagnostics()
-        diags.error(config.locate_value(project, "libraries", diags),
-                    f"'libraries' is outside the package {project.package_dir}, so a wheel "
-                    "would not hold the op libraries", f"build them inside the package, e.g. "
-                    f"libraries = \"{project.package_dir}\" (the default)")
-        print(diags.render(), file=sys.stderr)
-        raise SystemExit(1)
+        _outside_the_package(project, "libraries", "the op libraries", "build them inside the "
+                             f"package, e.g. libraries = \"{project.package_dir}\" (the default)")
     _run(["--project", str(project.root), "generate"])
     if "packages" not in kwargs:
         # The package and its subpackages, found below the package's own directory: a dotted
@@ -390,6 +393,7 @@ def _abis(project: config.Project, shipped: tuple[str, ...] = ()
         try:
             lib = _load([], project)     # from the cache `generate` has just filled
             diags = Diagnostics()
+            diags.absorb(lib.diagnostics(), [])     # the op files' text, for source lines
             _modules_outside_the_package(project, lib, diags, shipped)
             diags.raise_if_errors()
         except UserError as e:
@@ -426,8 +430,8 @@ def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostic
     """The generated registrations import every module the op files name when the package is
     imported: one found only in the project (a 'python-roots' directory outside the package)
     is missing from the installed wheel, and `import <package>` fails there. `shipped`: the
-    packages and modules the wheel holds besides (setup()'s `packages` and `py_modules`)."""
-    import contextlib
+    packages and modules the wheel holds besides (setup()'s `packages` and `py_modules`);
+    `diags` shows the op files' source lines."""
     import os
 
     from codegen.dest.py_sources import find_module_source
@@ -452,8 +456,6 @@ def _modules_outside_the_package(project: config.Project, lib, diags: Diagnostic
             found = find_module_source(module, own)
             if found is None or find_module_source(module, elsewhere) is not None:
                 continue    # not the project's (check reports what is found nowhere)
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                diags.add_source(ref.loc.path, Path(ref.loc.path).read_text(encoding="utf-8"))
             diags.error(ref.loc, f"module '{module}' of {ref} is outside the package "
                         f"{project.package} ({os.path.relpath(found, root)}), so the wheel would "
                         f"not hold it and `import {project.package}` would fail once installed",
