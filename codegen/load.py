@@ -839,8 +839,10 @@ def _out_tags(lib: OpLibrary) -> OpLibrary:
 
 # Note [Incremental loading]
 # Loading one op file (YAML, the schema grammar, fake rules, formulas, the per-op checks) depends on
-# the file's bytes, its path, the rules and opgen itself, nothing else: checks across files run
-# after (verify_across, the ABI checks). So a file's result, its OpFile and its diagnostics, is
+# the file's bytes, its path, the rules, opgen itself and the installed torch (a formula naming a
+# torch function opgen's record lacks is looked up there: Note [Formula vocabulary] in
+# codegen/formulas.py), nothing else: checks across files run after (verify_across, the ABI
+# checks). So a file's result, its OpFile and its diagnostics, is
 # stored under a digest of those, and a library where one file changed parses only that file. The
 # store is a cache: anything wrong with it (unreadable, truncated, from another Python) only means
 # the file is loaded again.
@@ -848,16 +850,32 @@ def _out_tags(lib: OpLibrary) -> OpLibrary:
 
 @functools.lru_cache(maxsize=1)
 def _opgen_digest() -> str:
-    """What opgen's own loading depends on: its sources, grammars and records, and the versions
-    of the parsers it uses."""
+    """What opgen's own loading depends on: its sources, grammars and records, the versions of
+    the parsers it uses, and the installed torch."""
     import lark
 
-    h = hashlib.sha256(f"{sys.version}\0{yaml.__version__}\0{lark.__version__}".encode())
+    h = hashlib.sha256(f"{sys.version}\0{yaml.__version__}\0{lark.__version__}\0"
+                       f"{_torch_identity()}".encode())
     root = Path(__file__).resolve().parent
     for path in sorted(root.rglob("*")):
         if path.suffix in (".py", ".lark", ".json") and "__pycache__" not in path.parts:
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
+
+
+def _torch_identity() -> str:
+    """Which torch is installed, without importing it (seconds): its directory and the bytes of
+    its `version.py` (version and git revision); empty without torch."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        where = list(spec.submodule_search_locations or []) if spec is not None else []
+        if not where:
+            return ""
+        return where[0] + "\0" + (Path(where[0]) / "version.py").read_text(errors="replace")
+    except (ImportError, ValueError, OSError):
+        return ""
 
 
 class _LoadCache:

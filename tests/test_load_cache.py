@@ -102,3 +102,56 @@ def test_rules_are_part_of_the_key(library):
     lib = load_library(["kw.yaml"], cache="cache", rules=allowed)
     assert [str(op.name) for op in lib.ops] == ["cachetest::pick"]
     assert parsed == ["kw.yaml", "kw.yaml"]
+
+
+def test_the_installed_torch_is_part_of_the_key(library, monkeypatch):
+    # A formula may name a torch function opgen's record lacks when the installed torch has it
+    # (Note [Formula vocabulary]); after a switch to a torch without it, the cached load of the
+    # other torch must not pass the file.
+    import importlib.util
+
+    import torch
+
+    folder, parsed = library
+    (folder / "newer.yaml").write_text(textwrap.dedent("""\
+        namespace: cachetest
+        ops:
+          - func: twice(Tensor self) -> Tensor
+            dispatch: {CPU: twice_cpu}
+            fake: like(self)
+            derivatives:
+              self: torch.qa_newer_function(grad)
+        """))
+    real_find_spec = importlib.util.find_spec
+
+    def install(version: str) -> None:
+        # What `pip install torch==<version>` changes on disk, as opgen sees it.
+        site = folder / version / "torch"
+        site.mkdir(parents=True)
+        (site / "version.py").write_text(f"__version__ = '{version}'\n")
+        spec = importlib.util.spec_from_file_location(
+            "torch", site / "__init__.py", submodule_search_locations=[str(site)])
+        monkeypatch.setattr(importlib.util, "find_spec",
+                            lambda name, *a: spec if name == "torch" else real_find_spec(name, *a))
+        load._opgen_digest.cache_clear()
+
+    install("2.99.0")
+    monkeypatch.setattr(torch, "qa_newer_function", torch.neg, raising=False)
+    assert [str(op.name) for op in load_library(["newer.yaml"], cache="cache").ops] == \
+        ["cachetest::twice"]
+
+    install("2.98.0")
+    monkeypatch.delattr(torch, "qa_newer_function")
+    messages = []
+    for cache in ("cache", None):
+        with pytest.raises(UserError) as e:
+            load_library(["newer.yaml"], cache=cache)
+        messages.append(e.value.diags.render())
+    monkeypatch.undo()
+    load._opgen_digest.cache_clear()
+    assert parsed == ["newer.yaml"] * 3
+    assert messages[0] == messages[1] == textwrap.dedent("""\
+        newer.yaml:7:13: error: 'torch.qa_newer_function' does not exist
+                  self: torch.qa_newer_function(grad)
+                        ^~~~~~~~~~~~~~~~~~~~~~~
+        1 error generated.""")
