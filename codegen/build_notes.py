@@ -30,6 +30,7 @@ class KernelInfo:
     decl: str
     header: str
     line: int
+    namespace: str = ""       # the op namespace whose library registers (and links) it
 
 
 def namespace_indexes(root: Path) -> list[dict]:
@@ -59,7 +60,7 @@ def kernel_index(root: Path,
     for doc in namespace_indexes(root) if indexes is None else indexes:
         for r in doc["kernels"]:
             info = KernelInfo(r["kernel"], tuple(_located(root, r["source"], u) for u in r["uses"]),
-                              r["schema"], r["decl"], r["header"], r["line"])
+                              r["schema"], r["decl"], r["header"], r["line"], doc["namespace"])
             out.setdefault(info.qualified, []).append(info)
     return out
 
@@ -336,11 +337,14 @@ def _misspelled_kernel(qname: str, index: dict[str, list[KernelInfo]],
 
 def kernel_note(line: str, index: dict[str, list[KernelInfo]],
                 root: Path | None = None,
-                defined: dict[str, list[str]] | None = None) -> str | None:
+                defined: dict[str, list[str]] | None = None,
+                owner: dict[str, str] | None = None) -> str | None:
     """The note to print after a compiler/linker error line about a kernel, if it is one.
     `defined` (function name -> where the kernel sources define one, source_functions) names
-    the likely meant kernel of a misspelled one."""
+    the likely meant kernel of a misspelled one; `owner` (kernel source -> the namespace whose
+    library it is compiled into) tells a definition built into another namespace's library."""
     defined = defined or {}
+    owner = owner or {}
     for pattern, kind in ((_MISSING_DECL, "signature"), (_AMBIGUATING, "signature"),
                           (_UNDEFINED, "undefined"), (_DUPLICATE, "duplicate"),
                           (_STATIC, "static")):
@@ -406,7 +410,19 @@ def kernel_note(line: str, index: dict[str, list[KernelInfo]],
                          f"{info.header}:{info.line} but defined by no kernel source; define "
                          f"it as\n    {info.decl}\n  in a kernel source under {_kernel_dirs()}")
         name, scope = _unqualified(qname), qname.rpartition("::")[0]
-        if name in defined:
+        needed = {info.namespace for info in infos}
+        # A definition in another namespace's kernel directory is compiled into that library,
+        # out of this one's linker's reach, however right the function itself is.
+        astray = [(place, owner[place.rpartition(":")[0]]) for place in defined.get(name, [])
+                  if owner.get(place.rpartition(":")[0]) not in (None, *needed)]
+        if astray and len(needed) == 1:
+            ns = next(iter(needed))
+            parts.append(f"hint: {', '.join(p for p, _ in astray)} defines a function named "
+                         f"'{name}', but in a kernel source of namespace '{astray[0][1]}' (a "
+                         "directory named after it), compiled into that namespace's library; "
+                         f"move the definition to a kernel source in a directory named '{ns}', "
+                         f"{_scope_text(qname)}")
+        elif name in defined:
             parts.append(f"hint: {', '.join(defined[name])} defines a function named '{name}', "
                          f"but not this one: check that it is {_scope_text(qname)}, neither "
                          "'static' nor in an anonymous namespace, and has the parameters above")
@@ -607,7 +623,7 @@ class Notes:
         assert self.index is not None
         source = chain[-1][0] if chain else line.split(":", 1)[0]
         ns = self.namespace(source)
-        note = (kernel_note(line, self.index, self.root, self.defined)
+        note = (kernel_note(line, self.index, self.root, self.defined, self.owner)
                 or python_header_note(line, chain, self.root, ns in self.stable)
                 or generated_header_note(line, self.root, self.indexes)
                 or stable_header_note(line, self.stable, ns)

@@ -454,3 +454,29 @@ def test_a_static_kernel_is_told_to_drop_static() -> None:
         "file, so it cannot be 'static'\n"
         "hint: remove 'static' (only helpers, functions that are not kernels, need it)")
     assert kernel_note(line.replace("twice_cpu(", "scale("), {"bad::twice_cpu": [info]}) is None
+
+
+def test_a_kernel_in_another_namespaces_directory_is_told_so(tmp_path: Path) -> None:
+    """A kernel source moved into the directory of another namespace of the library is compiled
+    into that namespace's library: its kernels are undefined where the registrations link, and
+    the note says where the definition went, not to check its C++ namespace (which is right)."""
+    from codegen import config
+    from codegen.build_notes import Notes
+    from codegen.diagnostics import Diagnostics
+
+    good = "namespace: good\nops:\n  - func: halve(Tensor x) -> Tensor\n    dispatch:\n" \
+        "      CPU: halve_cpu\n    fake: like(x)\n"
+    kernels = "#include <bad/bad.h>\n\nnamespace bad {\n\n" \
+        "at::Tensor twice_cpu(const at::Tensor& self, double factor) { return self * factor; }\n" \
+        "\n}  // namespace bad\n"
+    root = scratch.make_root(tmp_path, {"bad.yaml": OP_FILE, "good.yaml": good},
+                             {"good/moved.cpp": kernels})
+    assert scratch.generate(root).returncode == 0
+    with config.use(config.resolve(str(root), Diagnostics())):
+        note = Notes(root).after("register_bad.cpp:(.text+0x8): undefined reference to "
+                                 "`bad::twice_cpu(at::Tensor const&, double)'")
+    assert note is not None and note.endswith(
+        "\nhint: runtime/csrc/good/moved.cpp:5 defines a function named 'twice_cpu', but in a "
+        "kernel source of namespace 'good' (a directory named after it), compiled into that "
+        "namespace's library; move the definition to a kernel source in a directory named "
+        "'bad', in namespace 'bad'"), note
