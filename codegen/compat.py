@@ -132,10 +132,18 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
                             ("vmap", (str, type(None))), ("autocast", (str, type(None)))):
                 if not isinstance(values[k], kind):
                     raise TypeError(k)
+            # A schema that does not parse is damage too: compared as a change of the op, it
+            # would pass under the op's declared `breaks:`.
+            parse_schema(values["schema"])
             ops[name] = C.Contract(**values)
         except (KeyError, TypeError):
             diags.error(Loc(path, lines.get(name, 1), 5 if name in lines else 1),
                         f"the snapshot's entry for '{name}' is damaged",
+                        "it is written by `opgen snapshot`; restore it from version control")
+        except SchemaSyntaxError as e:
+            diags.error(Loc(path, lines.get(name, 1), 5 if name in lines else 1),
+                        f"the snapshot's entry for '{name}' is damaged: its schema "
+                        f"'{values['schema']}' does not parse: {e.message}",
                         "it is written by `opgen snapshot`; restore it from version control")
     if diags.has_errors:
         return None
@@ -481,16 +489,8 @@ def compare(lib: OpLibrary, snap: Snapshot) -> Report:
         old = snap.ops.get(name)
         r = OpReport(name, old, new, op, declared=op.breaks)
         if old is not None and old != new:
-            if old.schema != new.schema:
-                try:
-                    old_schema = parse_schema(old.schema)
-                except SchemaSyntaxError as e:
-                    r.changes.append(Change(
-                        f"the snapshot's schema '{old.schema}' does not parse: {e.message}",
-                        hint="the snapshot is written by `opgen snapshot`; restore it from "
-                             "version control"))
-                else:
-                    r.changes += schema_changes(old_schema, op.schema)
+            if old.schema != new.schema:    # read_snapshot refused one that does not parse
+                r.changes += schema_changes(parse_schema(old.schema), op.schema)
             r.changes += contract_changes(old, new)
         ops.append(r)
     removals = {d.op: d for f in lib.files for d in f.removed}

@@ -660,7 +660,9 @@ def test_damaged_snapshot_entries(lib):
                                  '"schema": "ex::g(Tensor x -> Tensor"'))
     code, _, err = lib(BASE)
     assert code == 1
-    assert "error: ex::g: the snapshot's schema 'ex::g(Tensor x -> Tensor' does not parse: " in err
+    assert err.startswith(
+        "schemas/opgen.lock:17:5: error: the snapshot's entry for 'ex::g' is damaged: its schema "
+        "'ex::g(Tensor x -> Tensor' does not parse: ")
     data = json.loads(text)
     data["ops"]["ex::g"] = ["not", "an", "entry"]
     lock.write_text(json.dumps(data))
@@ -675,6 +677,25 @@ def test_damaged_snapshot_entries(lib):
         lock.write_text(json.dumps(data))
         code, _, err = lib(BASE)
         assert code == 1 and "error: the snapshot's entry for 'ex::g' is damaged\n" in err, field
+
+
+def test_a_damaged_schema_is_not_taken_for_a_declared_break(lib):
+    """A snapshot schema that does not parse is damage of the snapshot, located there: an op
+    declaring a break must not make bc-check (or its changelog) accept it."""
+    lock = Path("schemas/opgen.lock")
+    lock.write_text(lock.read_text().replace('"schema": "ex::g(Tensor x) -> Tensor"',
+                                             '"schema": "ex::g(Tensor x -> Tensor"'))
+    declared = edit(("  - func: g(Tensor x) -> Tensor\n",
+                     "  - func: g(Tensor x) -> Tensor\n    breaks: {reason: \"on purpose\"}\n"))
+    for args in ((), ("--changelog",)):
+        assert lib(declared, *args) == (1, "", (
+            "schemas/opgen.lock:17:5: error: the snapshot's entry for 'ex::g' is damaged: its "
+            "schema 'ex::g(Tensor x -> Tensor' does not parse: expected ',' or ')' after "
+            "argument 'x', found '->'\n"
+            '        "ex::g": {\n'
+            "        ^\n"
+            "hint: it is written by `opgen snapshot`; restore it from version control\n"
+            "1 error generated.\n")), args
 
 
 def test_snapshot_option_is_relative_to_where_it_runs(lib, monkeypatch, capsys):
