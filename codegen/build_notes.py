@@ -181,6 +181,30 @@ def generated_header_note(line: str, root: Path,
             f"op (<{ns}/<op file>/<op>.h>)\nhint: {hint}")
 
 
+def unknown_namespace_header_note(line: str, root: Path, owner: dict[str, str]) -> str | None:
+    """The note after a missing-header error naming `<X/...>`, where X is no generated namespace
+    and the source lies in a kernel directory's `X/`: a library with one namespace compiles
+    every kernel source into it, so a directory left from a namespace without ops (deleted, or
+    with an empty `ops:`) joins that library, and its generated headers are missing."""
+    missing = _missing_header(line)
+    if missing is None:
+        return None
+    m, header = missing
+    ns, _, rest = header.partition("/")
+    source = m["file"]
+    into = owner.get(source)
+    if not rest or into is None or ns == into \
+            or (root / config.current().generated / "cpp" / ns).is_dir():
+        return None
+    kdir = next((d for d in config.current().kernels if source.startswith(f"{d}/{ns}/")), None)
+    if kdir is None:
+        return None
+    return (f"{m['where']}: note: <{header}> would be a header of namespace '{ns}', which has no "
+            f"ops, so opgen generates none; {source} lies in {kdir}/{ns}/ and is compiled into "
+            f"namespace '{into}', the library's only one\n"
+            f"hint: delete {kdir}/{ns}/ if namespace '{ns}' is gone, or give it ops in an op file")
+
+
 def _kernel_dirs() -> str:
     dirs = config.current().kernels
     return ", ".join(dirs) if dirs else "a kernel directory ([tool.opgen] kernels names none)"
@@ -626,6 +650,7 @@ class Notes:
         note = (kernel_note(line, self.index, self.root, self.defined, self.owner)
                 or python_header_note(line, chain, self.root, ns in self.stable)
                 or generated_header_note(line, self.root, self.indexes)
+                or unknown_namespace_header_note(line, self.root, self.owner)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:

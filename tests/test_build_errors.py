@@ -184,6 +184,23 @@ def test_a_header_opgen_did_not_generate_gets_the_ones_it_did(tmp_path: Path,
         assert generated_header_note(missing.format(other), tmp_path) is None
 
 
+def test_a_leftover_namespace_directory_is_told_where_it_compiles(tmp_path: Path) -> None:
+    """A library with one namespace compiles every kernel source into it: a directory left from
+    a namespace whose ops are gone joins that library, and the compiler's 'No such file' for its
+    generated header gets a note saying so."""
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE},
+                      {"bad/kernels.cpp": WRONG_SIGNATURE.replace("int64_t factor", "double factor"),
+                       "gone/k.cpp": "#include <gone/gone.h>\n"})
+    assert scratch.generate(tmp_path).returncode == 0
+    proc = scratch.build(tmp_path)
+    assert proc.returncode != 0
+    assert ("runtime/csrc/gone/k.cpp:1:10: note: <gone/gone.h> would be a header of namespace "
+            "'gone', which has no ops, so opgen generates none; runtime/csrc/gone/k.cpp lies in "
+            "runtime/csrc/gone/ and is compiled into namespace 'bad', the library's only one\n"
+            "hint: delete runtime/csrc/gone/ if namespace 'gone' is gone, or give it ops in an op "
+            "file\n") in proc.stdout, proc.stdout
+
+
 def test_a_header_included_through_a_local_header_counts(tmp_path: Path) -> None:
     """A wrong signature in a file that includes the generated header through its own header
     keeps the signature note (and no include hint)."""
