@@ -55,9 +55,11 @@ def _check_python_side(lib, project: config.Project, werror: bool = False,
     those directories too (what the sample checks would read). Returns the warnings (errors, with
     `werror`)."""
     diags = lib.diagnostics()
+    # The failures files after rendering: rendering stops at any error found before it, and a
+    # mistake there must not hide the op files' (a formula calling an op with a wrong keyword).
+    check_and_render(lib, diags, project)
     if paths is not None:
         sample_failures.check_failures(paths, lib.ops, diags)
-    check_and_render(lib, diags, project)
     if werror:
         diags.werror()
     diags.raise_if_errors()

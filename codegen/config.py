@@ -458,20 +458,22 @@ class _Reader:
             self.error(Loc(self.at.path, self.at.table_line, 1),
                        "[tool.opgen] needs 'package', the Python package that holds the ops",
                        'add `package = "<your package>"`')
-            return None
-        if not isinstance(package, str) or not package or not all(
+        elif not isinstance(package, str) or not package or not all(
                 _IDENT.match(p) and not keyword.iskeyword(p) for p in package.split(".")):
             self.error(self.at.value("package"), f"'package' must be a Python package name "
                        f"(dotted identifiers), not {_repr(package)}")
-            return None
-        pkg_path = package.replace(".", "/")
+            package = None
+        # Without a package the other keys are still read, so that one run reports every
+        # mistake of the table; the defaults made from the package are then left unchecked.
+        pkg_path = package.replace(".", "/") if package is not None else "_"
         default_dir = f"src/{pkg_path}" if (self.root / "src" / pkg_path).is_dir() else pkg_path
         package_dir = self.path("package-dir", table.get("package-dir", default_dir),
                                 must="dir", explicit="package-dir" in table)
         package_dir = package_dir or default_dir
-        if "package-dir" not in table and not (self.root / default_dir).is_dir():
+        if package is not None and "package-dir" not in table and \
+                not (self.root / default_dir).is_dir():
             self.missing_package(package, pkg_path)
-        parent = import_root(package, package_dir)
+        parent = import_root(package or pkg_path, package_dir)
         schemas = self.paths("schemas", table.get("schemas", ["schemas"]), must="exists",
                              explicit="schemas" in table)
         if schemas == [] and table.get("schemas") == []:
@@ -548,7 +550,8 @@ class _Reader:
                 commands["cuda_arch"] = arch
         if self.diags.has_errors:
             return None
-        assert generated and build and libraries and schemas is not None and roots is not None
+        assert package and generated and build and libraries and schemas is not None \
+            and roots is not None
         return Project(root=self.root, package=package, package_dir=package_dir,
                        schemas=tuple(schemas), kernels=tuple(kernels or ()),
                        python_roots=tuple(roots), generated=generated, build=build,

@@ -1079,8 +1079,9 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
                             else _tensor_inputs_hint(schema))
                 bad_name = True
             elif not is_tensor_like(arg.type):
-                diags.error(key, f"'{n}' is a {arg.type}, not a Tensor; only Tensor inputs "
-                            "have gradients")
+                article = "an" if str(arg.type)[:1] in "aeiouAEIOU" else "a"   # an int, a float
+                diags.error(key, f"'{n}' is {article} {arg.type}, not a Tensor; only Tensor "
+                            "inputs have gradients")
                 bad_name = True
             elif n in seen:
                 diags.error(key, f"input '{n}' has two derivative formulas",

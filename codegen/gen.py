@@ -89,7 +89,7 @@ def add_later_errors(e: LoadErrors, project: Project) -> None:
     lib = e.lib
     spans: dict[str, list[tuple[int, int]]] = {}    # op file -> line ranges of its op entries
     for f in lib.files:
-        starts = sorted(op.loc.line for op in f.ops)
+        starts = list(f.entries) or sorted(op.loc.line for op in f.ops)
         spans[f.path] = [(a, b - 1) for a, b in zip(starts, starts[1:] + [1 << 30])]
     tainted: dict[str, set[int] | None] = {}        # None: the whole file
     for d in e.diags.items:

@@ -118,9 +118,11 @@ class _FileLoader(SampleReader):
         ops: list[Op] = []
         root: Node | None = None
         abi: Abi | None = None
+        entries: list[int] = []
         for item in self.compose(text):
             if item[0] == "entry":
                 _, node, clean, in_ops = item
+                entries.append(node.start.line + 1)
                 if namespace_known or not in_ops:
                     self.add_op(ops, node, clean, namespace)
                 else:
@@ -173,7 +175,7 @@ class _FileLoader(SampleReader):
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), for_display(self.text), namespace_loc,
                       suppress, conventions, warnings, abi=abi, autograd=autograd,
-                      removed=removed)
+                      removed=removed, entries=tuple(sorted(entries)))
 
     def declared_break(self, key: Node, node: Node, what: str, op: str = ""
                        ) -> DeclaredBreak | None:

@@ -117,12 +117,16 @@ class SampleReader(YamlFile):
                 ok = False
             else:
                 values[arg_name] = v
-        missing = [a.name for a in schema.arguments
-                   if a.default is None and a.name not in fields]
+        missing = [a for a in schema.arguments if a.default is None and a.name not in fields]
         if missing:
+            # An optional without a default (flash-attn's `Generator? gen_`) is given as null.
+            nulls = [a.name for a in missing if isinstance(a.type, OptionalType)]
             self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
-                       "sample gives no value for " + ", ".join(f"'{m}'" for m in missing)
-                       + (" (no default)" if len(missing) == 1 else " (no defaults)"))
+                       "sample gives no value for " + ", ".join(f"'{m.name}'" for m in missing)
+                       + (" (no default)" if len(missing) == 1 else " (no defaults)"),
+                       "an optional argument takes null: " + ", ".join(f"{m}: null"
+                                                                      for m in nulls)
+                       if nulls else None)
             ok = False
         for dim, use in self.dim_uses:
             if dim not in self.dims:

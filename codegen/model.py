@@ -900,6 +900,9 @@ class OpFile:
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
     autograd: str | None = None     # `autograd:` ("cpp", "python"); None: not given (cpp)
     removed: tuple[DeclaredBreak, ...] = ()     # ops removed on purpose (codegen.compat)
+    # The first line of every op entry, those that did not load too: where each entry ends, so
+    # that an error in an entry that failed is not taken for one of the op before it.
+    entries: tuple[int, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ present (a file written on a machine with one stays valid on one without);
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Iterable
 
@@ -235,6 +236,19 @@ def read_failures(files: list[str], diags: Diagnostics,
 def check_failures(paths: Iterable[str], ops: Iterable[Op], diags: Diagnostics) -> None:
     """`check`'s part: the failures file of each directory in `paths` (where every op file of it
     is loaded), against the samples of `ops`."""
+    paths = list(paths)
+    files = {os.path.realpath(p) for p in paths if not os.path.isdir(p)}
     dirs = [p for p in paths if os.path.isdir(p)]
+    # A directory whose op files are all named one by one (`schemas = ["ops/a.yaml",
+    # "ops/b.yaml"]`) is loaded whole too: its failures file is checked as a listed directory's.
+    for p in paths:
+        d = os.path.dirname(p) or "."
+        if os.path.isdir(p) or d in dirs:
+            continue
+        with contextlib.suppress(OSError):
+            names = [n for n in os.listdir(d) if n.endswith(".yaml") and n != FAILURES_FILE
+                     and os.path.isfile(os.path.join(d, n))]
+            if all(os.path.realpath(os.path.join(d, n)) in files for n in names):
+                dirs.append(d)
     read_failures(failures_files(dirs), diags, sample_ids(ops))
 

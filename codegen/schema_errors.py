@@ -475,6 +475,12 @@ class _Reader:
             self.take()
             return True
         if t.kind == "ident":
+            dot, attr = self.peek(), self.peek(2)
+            if t.text == "torch" and dot.kind == "." and dot.pos == t.pos + len(t.text) \
+                    and attr.kind == "ident" and attr.pos == dot.pos + 1:
+                # Python's spelling (torch.float16): c10 says only "invalid numeric default".
+                self.fail(f"'torch.{attr.text}' is a Python value, not a schema default",
+                          f"write {attr.text}", end=attr.pos + len(attr.text))
             self.take()
             return True
         return False

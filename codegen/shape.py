@@ -1353,6 +1353,12 @@ class _Checker:
                                  "op is traced: a literal, an `int` argument, len() or dim()",
                                  "torch.compile passes tensor sizes and SymInt arguments as "
                                  "symbols, and new_dynamic_size() takes plain ints; leave it out")
+        low = constant(lo) if lo is not None else None
+        high = constant(hi) if hi is not None else None
+        if low is not None and high is not None and low > high:
+            # torch fails only when the op is traced, with no pointer to the rule.
+            raise self.error(named["max"].span, f"the max of dynamic() ({high}) is below its min "
+                             f"({low})")
         return Dynamic(lo, hi)
 
     def plain_int(self, e: Expr) -> bool:

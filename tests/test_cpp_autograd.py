@@ -69,6 +69,29 @@ def test_torch_function_note_names_it_once(tmp_path: Path) -> None:
         "which the C++ translation does not carry"]
 
 
+def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
+    """A torch constant (a dtype, torch.pi) or a slice in a formula is named as written, not by
+    the formula IR's class names (the note said 'the expression TorchRef')."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: frm\nops:\n"
+                    "  - func: a(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: a_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: (grad * self.to(torch.float64)).to(self.dtype)\n"
+                    "  - func: b(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: b_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad[..., 0:1] * self\n")
+    _, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == [
+        "frm::a: its Autograd kernel stays in Python: its formulas use torch.float64, which the "
+        "C++ translation does not carry",
+        "frm::b: its Autograd kernel stays in Python: its formulas use this form of indexing, "
+        "which the C++ translation does not carry"]
+
+
 def test_python_kernels_keep_python_autograd_without_a_note(tmp_path: Path, monkeypatch) -> None:
     """An op whose kernels are Python functions keeps Python autograd by its nature: no note (the
     example library printed one per such op on every `make codegen`); a C++-kernel op beside it

@@ -257,6 +257,7 @@ ERROR_CASES = [
     "f(Tensor(a -> ) x) -> ()",
     "f(int[a] x) -> ()",
     "f(Tensor x, int y=1_000) -> ()",
+    "f(Tensor x, ScalarType? dtype=torch.float16) -> Tensor",  # Python's spelling of a dtype
     "f(Tensor x, int[] y=[1, [2]]) -> ()",
     'f(Tensor x, str s="abc) -> ()',
     "f(Tensor!! x) -> ()",

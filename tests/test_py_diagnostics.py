@@ -128,3 +128,30 @@ ops:
             "ops.yaml:12:7: error: derivatives name 'y', which is not an input of st::c",
             "ops.yaml:14:13: error: unknown type 'Tensr' for argument 'x'"], command
     assert not (tmp_path / "generated").exists()
+
+
+def test_later_errors_before_an_entry_that_did_not_load(tmp_path, monkeypatch, capsys):
+    """An entry whose schema does not parse loads no op; its error is its own, not one inside the
+    entry before it, whose later-stage error (a's misspelled kernel, b's Dimname) is reported too."""
+    (tmp_path / "stk.py").write_text("def good(x):\n    return x.clone()\n")
+    (tmp_path / "ops.yaml").write_text("""\
+namespace: st
+ops:
+  - func: a(Tensor x) -> Tensor
+    dispatch: {CompositeExplicitAutograd: 'stk:goood'}
+    fake: like(x)
+  - func: b(Tensor x, int n=1.5.3) -> Tensor
+  - func: c(Tensor x, Dimname d) -> Tensor
+  - doc: the entry starts before its func
+    func: d(Tensor x, Tensor& y) -> Tensor
+""")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli(["check", "ops.yaml"]) == 1
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "error:" in line] == [
+        "ops.yaml:4:43: error: stk.py defines no function 'goood'",
+        "ops.yaml:6:29: error: malformed number '1.5.3'",
+        "ops.yaml:7:23: error: named dimensions ('Dimname') cannot be bound by a custom op kernel "
+        "(in op st::c)",
+        "ops.yaml:9:29: error: expected the argument's name after type 'Tensor', found '&'"]

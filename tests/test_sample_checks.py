@@ -446,6 +446,52 @@ def test_check_validates_the_failures_file(tmp_path, monkeypatch, capsys):
     assert main(["check", "ops"]) == 0
 
 
+def test_check_validates_the_failures_file_of_op_files_named_one_by_one(tmp_path, monkeypatch,
+                                                                        capsys):
+    """A project naming every op file of a directory (`schemas = ["ops/a.yaml", "ops/b.yaml"]`)
+    loads the directory whole: `check` reads its failures file as a listed directory's. With
+    one of them left out, an entry may name its ops, so the file is not read."""
+    from codegen.__main__ import main
+
+    (tmp_path / "ops").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "ops" / f"{name}.yaml").write_text(textwrap.dedent(f"""\
+            namespace: ex
+            ops:
+              - func: {name}(Tensor x) -> Tensor
+                samples: [{{x: {{shape: [3]}}}}]
+            """))
+    (tmp_path / "ops" / "sample_failures.yaml").write_text("ex::bb[0]: {compile: a misspelt op}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "ops/a.yaml", "ops/b.yaml"]) == 1
+    assert [line for line in capsys.readouterr().err.splitlines() if "error:" in line] == [
+        "ops/sample_failures.yaml:1:1: error: no sample 'ex::bb[0]' in the op files"]
+    assert main(["check", "ops/a.yaml"]) == 0
+
+
+def test_a_failures_file_error_does_not_hide_the_op_files(tmp_path, monkeypatch, capsys):
+    """A mistake in the failures file is reported beside the op files' mistakes found when the
+    library is rendered (a formula calling a library op with a misspelt keyword), not instead."""
+    from codegen.__main__ import main
+
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ex
+        ops:
+          - func: scale(Tensor x, float s) -> Tensor
+            derivatives:
+              x: ex.scale_back(grad, scal=s)
+            samples: [{x: {shape: [3]}, s: 2.0}]
+          - func: scale_back(Tensor g, float s) -> Tensor
+        """))
+    (tmp_path / "ops" / "sample_failures.yaml").write_text("ex::scal[0]: {compile: a typo}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "ops"]) == 1
+    assert [line for line in capsys.readouterr().err.splitlines() if "error:" in line] == [
+        "ops/ops.yaml:5:10: error: ex::scale_back has no argument 'scal'",
+        "ops/sample_failures.yaml:1:1: error: no sample 'ex::scal[0]' in the op files"]
+
+
 def test_a_gpu_check_may_be_listed_on_a_machine_without_one(tmp_path):
     """Entries are checked as if a GPU were present: a file written where the CUDA checks run
     stays valid where they do not (they are skipped there)."""

@@ -107,6 +107,14 @@ class NotCpp(Exception):
     """What keeps an op's autograd in Python."""
 
 
+# What a note calls the formula forms the translation does not carry (not the IR's class names).
+_FORMS = {F.EllipsisLit: "'...'", F.GradsRef: "'grads' as a whole",
+          F.ResultsRef: "'results' as a whole", F.Star: "'*' unpacking", F.Slice: "slicing",
+          F.Subscript: "this form of indexing", F.TupleLit: "a tuple",
+          F.BuiltinRef: "a builtin not called", F.PyBuiltinRef: "a builtin not called",
+          F.OpRef: "a library op not called"}
+
+
 class _Unresolved(Exception):
     """A formula calls an op the library lacks: an error of formulas.check_library, no note."""
 
@@ -576,7 +584,9 @@ class _Builder:
                 raise NotCpp("a list literal of non-tensors")
             case F.ListComp():
                 return self._listcomp(e)
-        raise NotCpp(f"the expression {type(e).__name__}")
+            case F.TorchRef(path=path):     # a value such as torch.float32 or torch.pi
+                raise NotCpp("torch" + "".join("." + p for p in path))
+        raise NotCpp(_FORMS.get(type(e), "this form of expression"))
 
     def _binop(self, op: F.BinOpKind, a: F.Expr, b: F.Expr) -> tuple[str, str]:
         if op in (F.BinOpKind.is_, F.BinOpKind.is_not):
