@@ -665,9 +665,12 @@ class _FileLoader(SampleReader):
         m = _PY_REF.match(text)
         if m:
             return VmapSpec(PyRef(m.group(1), m.group(2), self.loc(node)), self.loc(node))
+        expected = ("expected pointwise, leading, leading(x, ...) naming the inputs with rows, "
+                    "or a Python batching rule package.module:function")
+        name, rows, _ = text.partition("(")
+        close = suggest(name.strip(), ("leading",) if rows else VMAP_KINDS)  # only leading has rows
         self.error(node, f"unknown vmap rule '{short(text)}'",
-                   "expected pointwise, leading, leading(x, ...) naming the inputs with rows, or a "
-                   "Python batching rule package.module:function")
+                   f"{close} ({expected})" if close else expected)
         return None
 
 # --------------------------------------------------------------------------------------------------
