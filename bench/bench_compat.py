@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_scale  # noqa: E402
 
 from codegen import compat  # noqa: E402
+from codegen.dest.py_ops import python_names  # noqa: E402
 from codegen.diagnostics import Diagnostics  # noqa: E402
 from codegen.load import load_library  # noqa: E402
 from codegen.model import FunctionSchema  # noqa: E402
@@ -96,7 +97,8 @@ def main() -> None:
         os.chdir(folder)
         lib = load_library(["schemas"])
         lock = folder / "schemas" / "opgen.lock"
-        lock.write_text(compat.snapshot_text(lib))
+        api = python_names(lib, Diagnostics())
+        lock.write_text(compat.snapshot_text(lib, api))
         data = json.loads(lock.read_text())
         for entry in data["ops"].values():
             entry["schema"] = older(entry["schema"])
@@ -107,7 +109,7 @@ def main() -> None:
             diags = Diagnostics()
             snap = compat.read_snapshot(str(path), diags)
             assert snap is not None
-            report = compat.compare(lib, snap)
+            report = compat.compare(lib, snap, api)
             compat.diagnose(report, lib, snap, diags)
             assert not diags.has_errors, diags.render()[:2000]
 
@@ -122,7 +124,7 @@ def main() -> None:
 
         t = best({
             "load": lambda: load_library(["schemas"]),
-            "snapshot": lambda: compat.snapshot_text(lib),
+            "snapshot": lambda: compat.snapshot_text(lib, api),
             "bc-check, unchanged": lambda: bc_check(lock),
             "bc-check, all changed": lambda: bc_check(respelled),
             "torch is_backward_compatible_with": torch_check,

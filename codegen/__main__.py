@@ -21,6 +21,7 @@ from pathlib import Path
 
 from codegen import build, cli, compat, config, files, load, sample_failures
 from codegen.dest import md_reference, ninja
+from codegen.dest.py_ops import python_names
 from codegen.gen import add_later_errors, check_and_render
 from codegen.rendering import output_dir
 from codegen.diagnostics import Diagnostics, Loc
@@ -132,7 +133,8 @@ def cmd_snapshot(args: argparse.Namespace, project: config.Project) -> int:
     changes."""
     lib = _load(args.paths, project)
     path = _shown(project, args.snapshot, project.snapshot)
-    written = files.write(Path("."), files.FileSet({path: compat.snapshot_text(lib)}))
+    text = compat.snapshot_text(lib, python_names(lib, Diagnostics()))
+    written = files.write(Path("."), files.FileSet({path: text}))
     n = len(lib.ops)
     print(f"{'wrote' if written else 'up to date:'} {path} ({n} op{'s' if n != 1 else ''})")
     return 0
@@ -145,7 +147,7 @@ def cmd_bc_check(args: argparse.Namespace, project: config.Project) -> int:
     snap = compat.read_snapshot(_shown(project, args.snapshot, project.snapshot), diags)
     diags.raise_if_errors()
     assert snap is not None
-    report = compat.compare(lib, snap)
+    report = compat.compare(lib, snap, python_names(lib, Diagnostics()))
     compat.diagnose(report, lib, snap, diags)
     if args.changelog:
         print(compat.changelog(report))

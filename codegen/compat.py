@@ -23,8 +23,10 @@ where, all of it, and then goes on to the rest of the contract, which torch does
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,14 +66,16 @@ STAMP = "@generated"
 # The snapshot file
 
 
-def snapshot_text(lib: OpLibrary) -> str:
-    """The snapshot of `lib`: ops sorted by name, one field per line."""
+def snapshot_text(lib: OpLibrary, api: Mapping[str, str]) -> str:
+    """The snapshot of `lib`: ops sorted by name, one field per line. `api`: str(op.name) -> its
+    Python API name (codegen.dest.py_ops.python_names)."""
     sources = ", ".join(sorted({f.path for f in lib.files})) or "no op files"
     stamp = (f"by opgen snapshot from {sources}; do not edit, run `opgen snapshot` to accept "
              "the current contract")
     lines = ["{", f"  {json.dumps(STAMP)}: {json.dumps(stamp)},", f'  "format": {FORMAT},',
              '  "ops": {']
-    entries = sorted((str(op.name), C.contract(op, lib)) for op in lib.ops)
+    entries = sorted((str(op.name), C.contract(op, lib, api.get(str(op.name))))
+                     for op in lib.ops)
     for i, (name, c) in enumerate(entries):
         lines.append(f"    {json.dumps(name)}: {{")
         fields = [f"      {json.dumps(k)}: {json.dumps(getattr(c, k))}" for k in C.Contract.FIELDS]
@@ -121,7 +125,9 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
     ops: dict[str, C.Contract] = {}
     for name, entry in data["ops"].items():
         try:
-            values = {k: entry[k] for k in C.Contract.FIELDS}
+            # `api` came later: a snapshot without it compares no API names.
+            values = {k: entry[k] for k in C.Contract.FIELDS if k != "api"}
+            values["api"] = entry.get("api")
             for k in ("tags", "kernels", "devices", "differentiable"):
                 if not isinstance(values[k], list) or \
                         not all(isinstance(v, str) for v in values[k]):
@@ -129,7 +135,8 @@ def read_snapshot(path: str, diags: Diagnostics) -> Snapshot | None:
                 values[k] = tuple(values[k])
             for k, kind in (("schema", str), ("file", str), ("fake", (str, type(None))),
                             ("double_backward", (bool, type(None))),
-                            ("vmap", (str, type(None))), ("autocast", (str, type(None)))):
+                            ("vmap", (str, type(None))), ("autocast", (str, type(None))),
+                            ("api", (str, type(None)))):
                 if not isinstance(values[k], kind):
                     raise TypeError(k)
             # A schema that does not parse is damage too: compared as a change of the op, it
@@ -436,6 +443,12 @@ def contract_changes(old: C.Contract, new: C.Contract) -> list[Change]:
     for d in new.devices:
         if d not in old.devices:
             out.append(Change(f"now runs on {d}", breaking=False))
+    if old.api is not None and new.api is not None and old.api != new.api:
+        out.append(Change(f"its Python API name changed: ops.{old.api} is now ops.{new.api}, "
+                          f"and callers of ops.{old.api} break",
+                          hint="another op now has its name, and ops sharing a name are told "
+                          "apart by overload, then namespace (docs/FORMAT.md, Compatibility): "
+                          "rename one of them, or declare the break with 'breaks: {reason: ...}'"))
     return out
 
 
@@ -479,14 +492,17 @@ class Report:
         return [r for r in self.ops if r.breaks and r.declared is None]
 
 
-def compare(lib: OpLibrary, snap: Snapshot) -> Report:
+def compare(lib: OpLibrary, snap: Snapshot, api: Mapping[str, str]) -> Report:
+    """The library against the snapshot; `api` as for snapshot_text."""
     ops: list[OpReport] = []
     present = set()
     for op in lib.ops:
         name = str(op.name)
         present.add(name)
-        new = C.contract(op, lib)
         old = snap.ops.get(name)
+        new = C.contract(op, lib, api.get(name))
+        if old is not None and old.api is None:
+            new = dataclasses.replace(new, api=None)    # recorded before API names were
         r = OpReport(name, old, new, op, declared=op.breaks)
         if old is not None and old != new:
             if old.schema != new.schema:    # read_snapshot refused one that does not parse

@@ -164,15 +164,18 @@ class Contract:
     double_backward: bool | None
     vmap: str | None
     autocast: str | None
+    api: str | None = None          # its name in the package's `ops` module; None: not recorded
 
     FIELDS = ("schema", "file", "tags", "kernels", "devices", "fake", "differentiable",
-              "double_backward", "vmap", "autocast")
+              "double_backward", "vmap", "autocast", "api")
 
 
-def contract(op: Op, lib: OpLibrary) -> Contract:
+def contract(op: Op, lib: OpLibrary, api: str | None = None) -> Contract:
+    """`api`: the op's Python API name (Note [API names] in codegen/dest/py_ops.py, above this
+    module), which its caller allocates across the library."""
     return Contract(
         schema=str(op.schema), file=op.path, tags=tuple(sorted(op.tags)),
         kernels=tuple(sorted(k.value for k, _ in op.dispatch)), devices=devices(op),
         fake=fake_kind(op), differentiable=tuple(differentiable_inputs(op)),
         double_backward=double_backward(op, lib), vmap=vmap_rule(op),
-        autocast=autocast_rule(op))
+        autocast=autocast_rule(op), api=api)

@@ -88,7 +88,7 @@ def test_snapshot_is_one_field_per_line(lib):
         "tags": ["needs_contiguous_strides", "nondeterministic_seeded", "pointwise"],
         "kernels": ["CPU", "CUDA"], "devices": ["CPU", "CUDA", "Meta"], "fake": "rule",
         "differentiable": ["x", "y"], "double_backward": True, "vmap": "pointwise",
-        "autocast": "cuda:float16"}
+        "autocast": "cuda:float16", "api": "f"}
     assert '      "kernels": ["CPU", "CUDA"],\n' in text
 
 
@@ -101,11 +101,11 @@ def test_removed_op_is_located_in_the_snapshot(lib):
     code, out, err = lib(text)
     assert code == 1 and out == ""
     assert err == """\
-schemas/opgen.lock:29:5: error: ex::h: op 'ex::h' was removed: callers break
+schemas/opgen.lock:31:5: error: ex::h: op 'ex::h' was removed: callers break
         "ex::h": {
         ^~~~~~~
 hint: restore it, or declare it under the op file's 'removed:' with a reason
-schemas/opgen.lock:41:5: error: ex::h.out: op 'ex::h.out' was removed: callers break
+schemas/opgen.lock:44:5: error: ex::h.out: op 'ex::h.out' was removed: callers break
         "ex::h.out": {
         ^~~~~~~~~~~
 hint: restore it, or declare it under the op file's 'removed:' with a reason
@@ -522,6 +522,44 @@ def test_differentiable_inputs_agree_with_the_sample_checks(monkeypatch):
         assert contract.differentiable_inputs(op) == testing.differentiable_inputs(op), op.name
 
 
+OTHER_G = """\
+namespace: other
+ops:
+  - func: g(Tensor x) -> Tensor
+    dispatch: {CPU: g_cpu}
+"""
+
+
+def test_a_changed_python_api_name_breaks_callers(lib):
+    """An op of another namespace named like `ex::g` makes both `ops.<ns>_g` (Note [API names]):
+    `ops.g` is gone, though neither op's schema changed."""
+    Path("schemas/other.yaml").write_text(OTHER_G)
+    code, out, err = lib(BASE)
+    assert (code, out) == (1, "")
+    assert err == """\
+schemas/ops.yaml:12:11: error: ex::g: its Python API name changed: ops.g is now ops.ex_g, and \
+callers of ops.g break
+      - func: g(Tensor x) -> Tensor
+              ^
+hint: another op now has its name, and ops sharing a name are told apart by overload, then \
+namespace (docs/FORMAT.md, Compatibility): rename one of them, or declare the break with \
+'breaks: {reason: ...}'
+1 error generated.
+"""
+
+
+def test_a_snapshot_without_api_names_compares_none(lib):
+    """Snapshots written before the API name was recorded still read, and compare the rest."""
+    lock = Path("schemas/opgen.lock")
+    data = json.loads(lock.read_text())
+    for entry in data["ops"].values():
+        del entry["api"]
+    lock.write_text(json.dumps(data, indent=2))
+    Path("schemas/other.yaml").write_text(OTHER_G)
+    assert lib(BASE) == (0, "5 ops compatible with schemas/opgen.lock: 1 added, 0 changed, "
+                            "0 removed\n", "")
+
+
 # --------------------------------------------------------------------------------------------------
 # Agreement with torch (Note [Agreeing with torch] in codegen/compat.py)
 
@@ -661,7 +699,7 @@ def test_damaged_snapshot_entries(lib):
     code, _, err = lib(BASE)
     assert code == 1
     assert err.startswith(
-        "schemas/opgen.lock:17:5: error: the snapshot's entry for 'ex::g' is damaged: its schema "
+        "schemas/opgen.lock:18:5: error: the snapshot's entry for 'ex::g' is damaged: its schema "
         "'ex::g(Tensor x -> Tensor' does not parse: ")
     data = json.loads(text)
     data["ops"]["ex::g"] = ["not", "an", "entry"]
@@ -689,7 +727,7 @@ def test_a_damaged_schema_is_not_taken_for_a_declared_break(lib):
                      "  - func: g(Tensor x) -> Tensor\n    breaks: {reason: \"on purpose\"}\n"))
     for args in ((), ("--changelog",)):
         assert lib(declared, *args) == (1, "", (
-            "schemas/opgen.lock:17:5: error: the snapshot's entry for 'ex::g' is damaged: its "
+            "schemas/opgen.lock:18:5: error: the snapshot's entry for 'ex::g' is damaged: its "
             "schema 'ex::g(Tensor x -> Tensor' does not parse: expected ',' or ')' after "
             "argument 'x', found '->'\n"
             '        "ex::g": {\n'
