@@ -1041,7 +1041,12 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
         return None
     kw_tensors = [a.name for a in schema.kwarg_only if is_tensor_like(a.type)]
     if kw_tensors:
-        diags.error(spec.loc, f"derivatives cannot cover keyword-only Tensor arguments "
+        # At the formula's key of that argument where there is one.
+        keyed = [spec.keys[i][names.index(kw_tensors[0])]
+                 for i, (names, _) in enumerate(spec.formulas)
+                 if kw_tensors[0] in names and i < len(spec.keys)]
+        diags.error(keyed[0] if keyed else spec.loc,
+                    f"derivatives cannot cover keyword-only Tensor arguments "
                     f"('{kw_tensors[0]}')",
                     "the generated autograd takes tensors positionally; make them positional")
         return None
