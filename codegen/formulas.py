@@ -250,6 +250,8 @@ class Call(Node):
     args: tuple[Expr, ...]          # may hold Star
     kwargs: tuple[tuple[str, Expr], ...]
     loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+    # Where each keyword is (errors about one point there); () when unknown.
+    kwarg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -779,6 +781,7 @@ class _Checker:
         func = self.named(func_node)
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
+        kwarg_locs: list[Loc] = []
         for a in arg_nodes:
             if a is None:
                 continue
@@ -787,6 +790,7 @@ class _Checker:
                 if any(key == k for k, _ in kwargs):
                     raise self.error(a.span, f"keyword argument '{key}' given twice")
                 kwargs.append((key, self.expr(a.parts[1])))
+                kwarg_locs.append(self.loc(token_span(a.parts[0])))
             elif isinstance(a, _Node) and a.kind == "star":
                 if kwargs:
                     raise self.error(a.span, "'*' arguments go before keyword arguments")
@@ -803,7 +807,8 @@ class _Checker:
         if isinstance(func, TorchRef) and _is_module(func.path):
             raise self.error(func_node.span, f"the module '{self.src(func_node.span)}' is not "
                              "callable")
-        return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span))
+        return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span),
+                    kwarg_locs=tuple(kwarg_locs))
 
     def builtin(self, node: _Node, name: str, args: list[Expr], kwargs) -> None:
         if name == "unbroadcast":
@@ -1232,23 +1237,31 @@ def _check_call(lib: OpLibrary, op: Op, call: Call, ref: OpRef, diags: Diagnosti
                     f"its schema: {schema}")
         return False
     given = {a.name for a in positional[:len(call.args)]}
-    for key, _ in call.kwargs:
+    ok = True
+    meant: set[str] = set()     # arguments a misspelled keyword was taken for
+    # Every wrong keyword, each at its own name, then what is missing: one run says it all.
+    for i, (key, _) in enumerate(call.kwargs):
+        at = call.kwarg_locs[i] if i < len(call.kwarg_locs) else loc
         arg = schema.argument(key)
         if arg is None:
-            diags.error(loc, f"{schema.name} has no argument '{key}'",
-                        did_you_mean(key, [a.name for a in schema.arguments])
-                        or f"its schema: {schema}")
-            return False
-        if key in given:
-            diags.error(loc, f"{schema.name} got argument '{key}' twice")
-            return False
+            guess = closest(key, [a.name for a in schema.arguments])
+            if guess is not None:
+                meant.add(guess)
+            diags.error(at, f"{schema.name} has no argument '{key}'",
+                        f"did you mean '{guess}'?" if guess is not None
+                        else f"its schema: {schema}")
+            ok = False
+        elif key in given:
+            diags.error(at, f"{schema.name} got argument '{key}' twice")
+            ok = False
         given.add(key)
-    missing = [a.name for a in schema.arguments if a.default is None and a.name not in given]
+    missing = [a.name for a in schema.arguments
+               if a.default is None and a.name not in given and a.name not in meant]
     if missing:
         diags.error(loc, f"{schema.name} is missing argument '{missing[0]}'",
                     f"its schema: {schema}")
         return False
-    return True
+    return ok
 
 
 def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:

@@ -155,3 +155,34 @@ ops:
         "ops.yaml:7:23: error: named dimensions ('Dimname') cannot be bound by a custom op kernel "
         "(in op st::c)",
         "ops.yaml:9:29: error: expected the argument's name after type 'Tensor', found '&'"]
+
+
+def test_every_problem_of_a_library_op_call_in_one_run(tmp_path, monkeypatch, capsys):
+    """Each wrong keyword of a formula's call is an error at that keyword, and a missing argument
+    is one too, unless a misspelled keyword was meant for it."""
+    (tmp_path / "ops.yaml").write_text("""\
+namespace: ex
+ops:
+  - func: g(Tensor x, Tensor y) -> Tensor
+    derivatives:
+      x: 'h(grad, bb=y, q=1.0)'
+      y: 'grad'
+  - func: h(Tensor a, Tensor b, Tensor c, *, float s=1.0) -> Tensor
+""")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["check", "ops.yaml"]) == 1
+    assert capsys.readouterr().err == """\
+ops.yaml:5:11: error: ex::h is missing argument 'c'
+          x: 'h(grad, bb=y, q=1.0)'
+              ^~~~~~~~~~~~~~~~~~~~
+hint: its schema: ex::h(Tensor a, Tensor b, Tensor c, *, float s=1.0) -> Tensor
+ops.yaml:5:19: error: ex::h has no argument 'bb'
+          x: 'h(grad, bb=y, q=1.0)'
+                      ^~
+hint: did you mean 'b'?
+ops.yaml:5:25: error: ex::h has no argument 'q'
+          x: 'h(grad, bb=y, q=1.0)'
+                            ^
+hint: its schema: ex::h(Tensor a, Tensor b, Tensor c, *, float s=1.0) -> Tensor
+3 errors generated.
+"""
