@@ -111,3 +111,71 @@ def test_values_named_like_ctx_attributes_differentiate(tmp_path, monkeypatch):
         assert y.grad.tolist() == [5.0] * 3
     finally:
         lib.close()
+
+
+def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monkeypatch):
+    """An in-place op gets no formulas of its own (they go on its functional variant): its
+    generated Autograd kernel runs the functional op and copies into `self`, as torchgen
+    differentiates `mul_` with `mul`'s formulas. Before, torch's autograd fallback ran the
+    kernel and recorded nothing for it: the gradient skipped the op (silently wrong), eagerly
+    and under torch.compile. A formula reading `self` gets it from before the write."""
+    import textwrap
+    import warnings
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "ip_kernels.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def mul(self, other):
+            return self * other
+
+        def mul_(self, other):
+            with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+                self.mul_(other)
+            return self
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ipgrad
+        ops:
+          - func: mul(Tensor self, Tensor other) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "ip_kernels:mul"}
+            fake: broadcast(self, other)
+            derivatives:
+              self: grad * other
+              other: grad * self
+          - func: mul_(Tensor(a!) self, Tensor other) -> Tensor(a!)
+            dispatch: {CompositeExplicitAutograd: "ip_kernels:mul_"}
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        def f(x, w):
+            z = x * 1
+            torch.ops.ipgrad.mul_(z, w)
+            return z
+
+        x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.double, requires_grad=True)
+        w = torch.tensor([-2.0, 5.0, 7.0], dtype=torch.double, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch's fallback warns of "incorrect behavior"
+            assert [g.tolist() for g in torch.autograd.grad(f(x, w).sum(), (x, w))] == \
+                [[-2.0, 5.0, 7.0], [1.0, 2.0, 3.0]]
+            assert torch.autograd.gradcheck(f, (x, w))
+            assert torch.func.grad(lambda t: f(t, w.detach()).sum())(x.detach()).tolist() == \
+                [-2.0, 5.0, 7.0]
+            torch._dynamo.reset()
+            compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+            assert [g.tolist() for g in torch.autograd.grad(compiled(x, w).sum(), (x, w))] == \
+                [[-2.0, 5.0, 7.0], [1.0, 2.0, 3.0]]
+        with torch.no_grad():
+            y = torch.ones(3, dtype=torch.double)
+            torch.ops.ipgrad.mul_(y, w)
+        assert y.tolist() == [-2.0, 5.0, 7.0]
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+            torch.ops.ipgrad.mul_(x, w)
+    finally:
+        lib.close()

@@ -336,12 +336,25 @@ def _soft_shrink__functionalize(self, lambd=0.5):
     return self
 
 
+def _soft_shrink__autograd(self, lambd=0.5):
+    """Under autograd: exops::soft_shrink, which has the derivatives, copied into self; below autograd when no gradient is recorded."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _ops.soft_shrink.default(self.clone(), lambd)
+        self.copy_(result)
+        return self
+    with torch._C._AutoDispatchBelowAutograd():
+        _ops.soft_shrink_.default(self, lambd)
+    torch.autograd.graph.increment_version(self)
+    return self
+
+
 def _soft_shrink__fake(self, lambd=0.5):
     """Returns the mutated arguments (from the schema)."""
     return self
 
 
 _lib.impl("soft_shrink_", _soft_shrink__functionalize, "Functionalize")
+_lib.impl("soft_shrink_", _soft_shrink__autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink_", "Meta"):
     torch.library.register_fake("exops::soft_shrink_", _soft_shrink__fake, lib=_lib)
 
