@@ -1013,7 +1013,20 @@ def _tensor_has(name: str) -> bool:
     return _in_vocabulary("torch.Tensor", torch.Tensor, name)
 
 
+# derivatives.yaml's C++ spellings -> what a formula (Python) writes; difflib suggested
+# 'sum_to_size' for `sym_size` and 'storage_type' for `scalar_type`.
+_CPP_SPELLINGS = {
+    "sym_size": "size(d)", "sym_sizes": "shape", "sizes": "shape", "sym_numel": "numel()",
+    "sym_stride": "stride(d)", "sym_strides": "stride()", "strides": "stride()",
+    "sym_storage_offset": "storage_offset()", "scalar_type": "dtype",
+}
+
+
 def _tensor_hint(name: str) -> str | None:
+    if name in _CPP_SPELLINGS:
+        return (f"'{name}' is derivatives.yaml's C++; a formula is Python: write "
+                f"'.{_CPP_SPELLINGS[name]}'" + ("" if name == "scalar_type" else
+                                               " (sizes stay symbolic under torch.compile)"))
     return _suggest(name, _recorded_names()["torch.Tensor"] | VALUE_ATTRS)
 
 
