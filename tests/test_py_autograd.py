@@ -179,3 +179,60 @@ def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monk
             torch.ops.ipgrad.mul_(x, w)
     finally:
         lib.close()
+
+
+def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch):
+    """A Tensor[] input's formula must give a list as long as the input, or None: on the
+    Python path, as the C++ path's TORCH_CHECK says, the message names the op and the input.
+    Before, autograd said 'returned an incorrect number of gradients (expected 5, got 4)', a
+    Tensor was unpacked into its rows, and None failed with "Value after * must be an
+    iterable"."""
+    import textwrap
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "tl_kernels.py").write_text(textwrap.dedent("""\
+        def mix(tensors, weights):
+            return sum(t * w for t, w in zip(tensors, weights))
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: tlgrad
+        ops:
+          - func: mix(Tensor[] tensors, Tensor weights) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
+            fake: like(tensors[0])
+            derivatives:
+              tensors: '[grad * w for w in weights if w != 0]'
+              weights: torch.stack([(grad * t).sum() for t in tensors])
+          - func: mix_tensor(Tensor[] tensors, Tensor weights) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
+            fake: like(tensors[0])
+            derivatives:
+              tensors: grad * weights[0]
+              weights: torch.stack([(grad * t).sum() for t in tensors])
+          - func: mix_none(Tensor[] tensors, Tensor weights) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
+            fake: like(tensors[0])
+            derivatives:
+              tensors, weights: (None, torch.stack([(grad * t).sum() for t in tensors]))
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        ts = [torch.ones(3, dtype=torch.double, requires_grad=True) for _ in range(3)]
+        w = torch.tensor([1.0, 0.0, 2.0], dtype=torch.double, requires_grad=True)
+        with pytest.raises(RuntimeError) as e:
+            torch.ops.tlgrad.mix(ts, w).sum().backward()
+        assert str(e.value) == "tlgrad::mix: the formula for 'tensors' gives 2 gradients for 3 tensors"
+        with pytest.raises(RuntimeError) as e:
+            torch.ops.tlgrad.mix_tensor(ts, w).sum().backward()
+        assert str(e.value) == ("tlgrad::mix_tensor: the formula for 'tensors' gives a Tensor, "
+                                "not a list, for 3 tensors")
+        grads = torch.autograd.grad(torch.ops.tlgrad.mix_none(ts, w).sum(), [w, *ts],
+                                    allow_unused=True)
+        assert grads[0].tolist() == [3.0, 3.0, 3.0] and grads[1:] == (None, None, None)
+    finally:
+        lib.close()
