@@ -1199,7 +1199,13 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
             # `result` names the only output; with several, results[i] or a return's name.
             outputs = ["result"] if len(returns) == 1 else \
                 ["results"] + [r.name for r in returns if r.name]
-            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", *outputs, "torch"] \
+            # `grad` is ambiguous with several outputs: `grad_z` was told 'did you mean grad?'.
+            flags = op.derivatives.output_differentiability if isinstance(
+                op.derivatives, Derivatives) else _differentiable_returns(op.schema)
+            grads = ["grad"] if sum(flags) == 1 else []
+            grads += (["grads"] if len(returns) > 1 else []) + [
+                f"grad_{r.name}" for r, d in zip(returns, flags) if r.name and d]
+            choices = inputs + names_by_ns.get(ref.namespace, []) + [*grads, *outputs, "torch"] \
                 + sorted(BUILTINS)
             m = re.fullmatch(r"result([0-9]+)", ref.name)
             if m and len(returns) > 1 and int(m.group(1)) < len(returns):
