@@ -236,3 +236,54 @@ def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch
         assert grads[0].tolist() == [3.0, 3.0, 3.0] and grads[1:] == (None, None, None)
     finally:
         lib.close()
+
+
+def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch):
+    """An out= op beside a differentiable functional variant raises aten's error when an input
+    requires grad. Before, torch's autograd fallback returned `out` detached, and the error came
+    at backward ("element 0 of tensors does not require grad")."""
+    import textwrap
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "out_kernels.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def neg(self):
+            return -self
+
+        def neg_out(self, *, out):
+            with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+                torch.neg(self, out=out)
+            return out
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: outgrad
+        ops:
+          - func: neg(Tensor self) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "out_kernels:neg"}
+            fake: like(self)
+            derivatives:
+              self: -grad
+          - func: neg.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)
+            dispatch: {CompositeExplicitAutograd: "out_kernels:neg_out"}
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        x = torch.ones(3, requires_grad=True)
+        out = torch.empty(3)
+        with pytest.raises(RuntimeError) as e:
+            torch.ops.outgrad.neg.out(x, out=out)
+        assert str(e.value) == ("outgrad::neg.out: functions with out=... arguments don't "
+                                "support automatic differentiation, but one of the arguments "
+                                "requires grad.")
+        with torch.no_grad():
+            assert torch.ops.outgrad.neg.out(x, out=out) is out
+        assert out.tolist() == [-1.0] * 3
+        assert torch.ops.outgrad.neg.out(x.detach() * 2, out=out).tolist() == [-2.0] * 3
+    finally:
+        lib.close()

@@ -127,10 +127,12 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
            f"copied into {', '.join(mutated)}.")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Functionalize\")")
-    if shape_tag(schema) == "inplace" and (
-            functional.derivatives is not None
-            or DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}):
+    differentiable = functional.derivatives is not None or \
+        DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
+    if shape_tag(schema) == "inplace" and differentiable:
         _autograd_as(m, op, api, sec, functional, results[0])
+    elif shape_tag(schema) == "out" and differentiable:
+        _out_autograd(m, op, api, sec)
 
 
 def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
@@ -166,5 +168,30 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     name = m.define(f"_{api}_autograd")
     doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into "
            f"{self_}; below autograd when no gradient is recorded.")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+
+
+def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """An out= op's Autograd kernel: aten's error when a gradient would be recorded. Without it,
+    torch's autograd fallback returned `out` detached from a differentiable input, and the
+    error came later, at backward, as "element 0 of tensors does not require grad"."""
+    schema = op.schema
+    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    outs = [a.name for a in schema.mutable_arguments]
+    call = ", ".join(a.name if not a.kwarg_only else f"{a.name}={a.name}"
+                     for a in schema.arguments)
+    message = (f"{op.name}: functions with out=... arguments don't support automatic "
+               "differentiation, but one of the arguments requires grad.")
+    taken = {a.name for a in schema.arguments}
+    result = reserved.fresh("result", taken)
+    body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
+            f"    raise RuntimeError({q(message)})",
+            "with torch._C._AutoDispatchBelowAutograd():",
+            f"    {result} = _ops.{op_attr(op)}({call})",
+            f"torch.autograd.graph.increment_version([{', '.join(outs)}])",
+            f"return {result}"]
+    name = m.define(f"_{api}_autograd")
+    doc = "Under autograd: aten's error for out= with an input that requires grad."
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")

@@ -372,6 +372,16 @@ def _soft_shrink_out_functionalize(self, lambd=0.5, *, out):
     return out
 
 
+def _soft_shrink_out_autograd(self, lambd=0.5, *, out):
+    """Under autograd: aten's error for out= with an input that requires grad."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, out):
+        raise RuntimeError("exops::soft_shrink.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.soft_shrink.out(self, lambd, out=out)
+    torch.autograd.graph.increment_version([out])
+    return result
+
+
 def _soft_shrink_out_fake(self, lambd=0.5, *, out):
     """fake: like(self)"""
     out.resize_(self.new_empty(self.shape).shape)
@@ -379,6 +389,7 @@ def _soft_shrink_out_fake(self, lambd=0.5, *, out):
 
 
 _lib.impl("soft_shrink.out", _soft_shrink_out_functionalize, "Functionalize")
+_lib.impl("soft_shrink.out", _soft_shrink_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink.out", "Meta"):
     torch.library.register_fake("exops::soft_shrink.out", _soft_shrink_out_fake, lib=_lib)
 
