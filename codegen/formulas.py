@@ -54,7 +54,8 @@ Names in a formula
 - Attributes and methods of values: those of tensors (`grad.sum_to_size(...)`, `self.shape`),
   and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
   starting with `_` anywhere (`__class__`, `_base`).
-- Python operators, conditionals, literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list
+- Python operators (not the bitwise `& | ^ ~`: `torch.logical_and(a, b)`, ...), conditionals,
+  literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list
   comprehensions with an optional condition
   (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights) if w != 0]`) and the builtins
   `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
