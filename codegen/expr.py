@@ -384,7 +384,14 @@ def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str],
     """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...)."""
     if isinstance(e, UnexpectedCharacters):
         pos = e.pos_in_stream or 0
-        return ExprSyntaxError(f"{what}: unexpected character {text[pos]!r}", Span(pos, pos + 1))
+        # Neither language has bitwise operators; a formula's mask (`(x > a) & (x < b)`, as
+        # Python writes it) needs the named function.
+        logical = {"&": "torch.logical_and(a, b)", "|": "torch.logical_or(a, b)",
+                   "~": "torch.logical_not(a)", "^": "torch.logical_xor(a, b)"}
+        hint = (f"formulas have no bitwise operators: write {logical[text[pos]]}"
+                if what == "formula" and text[pos] in logical else None)
+        return ExprSyntaxError(f"{what}: unexpected character {text[pos]!r}", Span(pos, pos + 1),
+                               hint)
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         opened = unclosed_bracket(text)
         if opened is not None:

@@ -54,7 +54,8 @@ Names in a formula
 - Attributes and methods of values: those of tensors (`grad.sum_to_size(...)`, `self.shape`),
   and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
   starting with `_` anywhere (`__class__`, `_base`).
-- Python operators, conditionals, literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list
+- Python operators (not the bitwise `& | ^ ~`: `torch.logical_and(a, b)`, ...), conditionals,
+  literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list
   comprehensions with an optional condition
   (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights) if w != 0]`) and the builtins
   `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
@@ -1018,7 +1019,20 @@ def _tensor_has(name: str) -> bool:
     return _in_vocabulary("torch.Tensor", torch.Tensor, name)
 
 
+# derivatives.yaml's C++ spellings -> what a formula (Python) writes; difflib suggested
+# 'sum_to_size' for `sym_size` and 'storage_type' for `scalar_type`.
+_CPP_SPELLINGS = {
+    "sym_size": "size(d)", "sym_sizes": "shape", "sizes": "shape", "sym_numel": "numel()",
+    "sym_stride": "stride(d)", "sym_strides": "stride()", "strides": "stride()",
+    "sym_storage_offset": "storage_offset()", "scalar_type": "dtype",
+}
+
+
 def _tensor_hint(name: str) -> str | None:
+    if name in _CPP_SPELLINGS:
+        return (f"'{name}' is derivatives.yaml's C++; a formula is Python: write "
+                f"'.{_CPP_SPELLINGS[name]}'" + ("" if name == "scalar_type" else
+                                               " (sizes stay symbolic under torch.compile)"))
     return _suggest(name, _recorded_names()["torch.Tensor"] | VALUE_ATTRS)
 
 
@@ -1196,7 +1210,13 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
             # `result` names the only output; with several, results[i] or a return's name.
             outputs = ["result"] if len(returns) == 1 else \
                 ["results"] + [r.name for r in returns if r.name]
-            choices = inputs + names_by_ns.get(ref.namespace, []) + ["grad", *outputs, "torch"] \
+            # `grad` is ambiguous with several outputs: `grad_z` was told 'did you mean grad?'.
+            flags = op.derivatives.output_differentiability if isinstance(
+                op.derivatives, Derivatives) else _differentiable_returns(op.schema)
+            grads = ["grad"] if sum(flags) == 1 else []
+            grads += (["grads"] if len(returns) > 1 else []) + [
+                f"grad_{r.name}" for r, d in zip(returns, flags) if r.name and d]
+            choices = inputs + names_by_ns.get(ref.namespace, []) + [*grads, *outputs, "torch"] \
                 + sorted(BUILTINS)
             m = re.fullmatch(r"result([0-9]+)", ref.name)
             if m and len(returns) > 1 and int(m.group(1)) < len(returns):

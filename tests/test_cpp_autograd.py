@@ -291,3 +291,27 @@ def test_keywords_and_symints_take_the_cpp_path_and_differentiate(tmp_path: Path
     proc = scratch.python(root, KEYWORDS_CHECK)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
+
+
+def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
+    """A Python builtin called in a formula (`range`, `abs`) is named in the note; it said 'this
+    form of call', which did not tell the author what to rewrite."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trb\nops:\n"
+                    "  - func: wsum(Tensor[] tensors, Tensor weights) -> Tensor\n"
+                    "    dispatch: {CPU: wsum_cpu}\n"
+                    "    fake: like(tensors[0])\n"
+                    "    derivatives:\n"
+                    "      tensors: '[grad * weights[i] for i in range(len(tensors))]'\n"
+                    "      weights: non_differentiable\n"
+                    "  - func: nrm(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: nrm_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad * abs(self)\n")
+    _, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == [
+        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin range(), "
+        "which the C++ translation does not carry",
+        "trb::nrm: its Autograd kernel stays in Python: its formulas use the builtin abs(), "
+        "which the C++ translation does not carry"]

@@ -397,3 +397,15 @@ def test_the_deepest_formulas_emit_python_that_compiles(deepest, deeper):
     compile(FormulaEmitter(op, names, set()).expr(d.formulas[0].expr), "<formula>", "eval")
     if deeper is not None:
         assert _errors(deeper) == ["formula: nested more than 100 levels deep"]
+
+
+def test_derivatives_yaml_cpp_spellings_get_their_python_hint():
+    """derivatives.yaml writes `self.sym_sizes()`, `self.scalar_type()` (C++); a formula is
+    Python. The hint names the Python spelling (difflib said 'sum_to_size', 'storage_type')."""
+    for text, hint in [("grad.expand(x.sym_sizes())", "write '.shape'"),
+                       ("grad.to(x.scalar_type())", "write '.dtype'"),
+                       ("grad / x.sym_numel()", "write '.numel()'")]:
+        d, diags = parse(parse_schema("ex::f(Tensor x, Tensor y, int n=1) -> Tensor"),
+                         {"x": text, "y": "non_differentiable"})
+        assert d is None and [item.hint.split(": ", 1)[1] for item in diags.items] == \
+            [hint + ("" if "dtype" in hint else " (sizes stay symbolic under torch.compile)")]

@@ -111,3 +111,179 @@ def test_values_named_like_ctx_attributes_differentiate(tmp_path, monkeypatch):
         assert y.grad.tolist() == [5.0] * 3
     finally:
         lib.close()
+
+
+def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monkeypatch):
+    """An in-place op gets no formulas of its own (they go on its functional variant): its
+    generated Autograd kernel runs the functional op and copies into `self`, as torchgen
+    differentiates `mul_` with `mul`'s formulas. Before, torch's autograd fallback ran the
+    kernel and recorded nothing for it: the gradient skipped the op (silently wrong), eagerly
+    and under torch.compile. A formula reading `self` gets it from before the write."""
+    import textwrap
+    import warnings
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "ip_kernels.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def mul(self, other):
+            return self * other
+
+        def mul_(self, other):
+            with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+                self.mul_(other)
+            return self
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ipgrad
+        ops:
+          - func: mul(Tensor self, Tensor other) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "ip_kernels:mul"}
+            fake: broadcast(self, other)
+            derivatives:
+              self: grad * other
+              other: grad * self
+          - func: mul_(Tensor(a!) self, Tensor other) -> Tensor(a!)
+            dispatch: {CompositeExplicitAutograd: "ip_kernels:mul_"}
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        def f(x, w):
+            z = x * 1
+            torch.ops.ipgrad.mul_(z, w)
+            return z
+
+        x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.double, requires_grad=True)
+        w = torch.tensor([-2.0, 5.0, 7.0], dtype=torch.double, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # torch's fallback warns of "incorrect behavior"
+            assert [g.tolist() for g in torch.autograd.grad(f(x, w).sum(), (x, w))] == \
+                [[-2.0, 5.0, 7.0], [1.0, 2.0, 3.0]]
+            assert torch.autograd.gradcheck(f, (x, w))
+            assert torch.func.grad(lambda t: f(t, w.detach()).sum())(x.detach()).tolist() == \
+                [-2.0, 5.0, 7.0]
+            torch._dynamo.reset()
+            compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+            assert [g.tolist() for g in torch.autograd.grad(compiled(x, w).sum(), (x, w))] == \
+                [[-2.0, 5.0, 7.0], [1.0, 2.0, 3.0]]
+        with torch.no_grad():
+            y = torch.ones(3, dtype=torch.double)
+            torch.ops.ipgrad.mul_(y, w)
+        assert y.tolist() == [-2.0, 5.0, 7.0]
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+            torch.ops.ipgrad.mul_(x, w)
+    finally:
+        lib.close()
+
+
+def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch):
+    """A Tensor[] input's formula must give a list as long as the input, or None: on the
+    Python path, as the C++ path's TORCH_CHECK says, the message names the op and the input.
+    Before, autograd said 'returned an incorrect number of gradients (expected 5, got 4)', a
+    Tensor was unpacked into its rows, and None failed with "Value after * must be an
+    iterable"."""
+    import textwrap
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "tl_kernels.py").write_text(textwrap.dedent("""\
+        def mix(tensors, weights):
+            return sum(t * w for t, w in zip(tensors, weights))
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: tlgrad
+        ops:
+          - func: mix(Tensor[] tensors, Tensor weights) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
+            fake: like(tensors[0])
+            derivatives:
+              tensors: '[grad * w for w in weights if w != 0]'
+              weights: torch.stack([(grad * t).sum() for t in tensors])
+          - func: mix_tensor(Tensor[] tensors, Tensor weights) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
+            fake: like(tensors[0])
+            derivatives:
+              tensors: grad * weights[0]
+              weights: torch.stack([(grad * t).sum() for t in tensors])
+          - func: mix_none(Tensor[] tensors, Tensor weights) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
+            fake: like(tensors[0])
+            derivatives:
+              tensors, weights: (None, torch.stack([(grad * t).sum() for t in tensors]))
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        ts = [torch.ones(3, dtype=torch.double, requires_grad=True) for _ in range(3)]
+        w = torch.tensor([1.0, 0.0, 2.0], dtype=torch.double, requires_grad=True)
+        with pytest.raises(RuntimeError) as e:
+            torch.ops.tlgrad.mix(ts, w).sum().backward()
+        assert str(e.value) == "tlgrad::mix: the formula for 'tensors' gives 2 gradients for 3 tensors"
+        with pytest.raises(RuntimeError) as e:
+            torch.ops.tlgrad.mix_tensor(ts, w).sum().backward()
+        assert str(e.value) == ("tlgrad::mix_tensor: the formula for 'tensors' gives a Tensor, "
+                                "not a list, for 3 tensors")
+        grads = torch.autograd.grad(torch.ops.tlgrad.mix_none(ts, w).sum(), [w, *ts],
+                                    allow_unused=True)
+        assert grads[0].tolist() == [3.0, 3.0, 3.0] and grads[1:] == (None, None, None)
+    finally:
+        lib.close()
+
+
+def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch):
+    """An out= op beside a differentiable functional variant raises aten's error when an input
+    requires grad. Before, torch's autograd fallback returned `out` detached, and the error came
+    at backward ("element 0 of tensors does not require grad")."""
+    import textwrap
+
+    import torch
+
+    from codegen import testing
+
+    (tmp_path / "out_kernels.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def neg(self):
+            return -self
+
+        def neg_out(self, *, out):
+            with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+                torch.neg(self, out=out)
+            return out
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: outgrad
+        ops:
+          - func: neg(Tensor self) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "out_kernels:neg"}
+            fake: like(self)
+            derivatives:
+              self: -grad
+          - func: neg.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)
+            dispatch: {CompositeExplicitAutograd: "out_kernels:neg_out"}
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        x = torch.ones(3, requires_grad=True)
+        out = torch.empty(3)
+        with pytest.raises(RuntimeError) as e:
+            torch.ops.outgrad.neg.out(x, out=out)
+        assert str(e.value) == ("outgrad::neg.out: functions with out=... arguments don't "
+                                "support automatic differentiation, but one of the arguments "
+                                "requires grad.")
+        with torch.no_grad():
+            assert torch.ops.outgrad.neg.out(x, out=out) is out
+        assert out.tolist() == [-1.0] * 3
+        assert torch.ops.outgrad.neg.out(x.detach() * 2, out=out).tolist() == [-2.0] * 3
+    finally:
+        lib.close()

@@ -752,6 +752,9 @@ class _Builder:
             raise NotCpp(f"the method .{func.name}")
         if isinstance(func, F.TorchRef):
             raise NotCpp(f"torch.{'.'.join(func.path)}")
+        if isinstance(func, F.PyBuiltinRef):
+            # named: "this form of call" did not say which call to rewrite
+            raise NotCpp(f"the builtin {func.name}()")
         raise NotCpp("this form of call")
 
     def _listcomp(self, e: F.ListComp) -> tuple[str, str]:

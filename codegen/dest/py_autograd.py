@@ -395,7 +395,7 @@ class FlatFunction:
                 body.append(f"{grad_vars[a.name]} = "
                             + (f"[None] * {a.name}_len" if is_tensor_list(a.type) else "None"))
         _emit_formulas(body, d, self.schema, emitter, emit_names, grad_vars, self.needs,
-                       self.taken)
+                       self.taken, lambda n: f"{n}_len")
         returns = [grad_vars[a.name] if a.name in grad_vars and not is_tensor_list(a.type)
                    else "None" for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
         ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
@@ -510,7 +510,8 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
                 body.append(f"{grad_vars[a.name]} = {value}")
             else:
                 body.append(f"{grad_vars[a.name]} = None")
-    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, taken)
+    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, taken,
+                   lambda n: f"len(needs[{positional.index(schema.argument(n))}])")
     returns = [grad_vars.get(a.name, "None") for a in positional]
     ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
     if has_lists and any(a.default is not None for a in positional):
@@ -629,16 +630,33 @@ def _grad_names(schema: FunctionSchema) -> list[str]:
 
 
 def _emit_formulas(body: list[str], d, schema, emitter, emit_names, grad_vars: dict[str, str],
-                   needs, taken: set[str]) -> None:
+                   needs, taken: set[str], list_len: Callable[[str], str]) -> None:
     """Each formula under `if <its inputs need a gradient>:`, its bindings' locals chosen apart
-    from everything the backward already holds."""
+    from everything the backward already holds. A Tensor[] input's gradient is checked to be a
+    list of its length (`list_len(name)`), or None for none, with the C++ path's message: autograd's own ('returned
+    an incorrect number of gradients (expected 5, got 4)') named neither the op nor the input,
+    and a Tensor given for the list was unpacked into its rows."""
     emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
         a.name for a in schema.arguments})
+    n = schema.name
+    qual = f"{n.namespace}::{n.name}" + (f".{n.overload}" if n.overload else "")
     for f in d.formulas:
         targets = [grad_vars[n] for n in f.inputs]
         cond = " or ".join(needs(n) for n in f.inputs)
         body.append(f"if {cond}:")
         body.extend(f"    {line}" for line in emitter.formula(f, targets))
+        for name in f.inputs:
+            arg = schema.argument(name)
+            if arg is None or not is_tensor_list(arg.type):
+                continue
+            g, count = grad_vars[name], list_len(name)
+            # None (in a tuple formula) is no gradient for any element, as for a Tensor input.
+            body.append(f"    if {g} is None:")
+            body.append(f"        {g} = [None] * {count}")
+            body.append(f"    elif torch.is_tensor({g}) or len({g}) != {count}:")
+            body.append(f"        raise RuntimeError({q(f'{qual}: the formula for {name!r} gives ')} "
+                        f"+ ('a Tensor, not a list,' if torch.is_tensor({g}) else "
+                        f"f'{{len({g})}} gradients') + f' for {{{count}}} tensors')")
 
 
 def _binding_locals(d: F.Derivatives, taken: set[str]) -> dict[str, str]:

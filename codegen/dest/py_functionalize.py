@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from codegen import formulas as F
 from codegen import reserved
 from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
-from codegen.model import DispatchKey, Op, without_alias
-from codegen.tags import FUNCTIONALIZING_TAGS, auto_functionalized, functional_variant
+from codegen.model import DispatchKey, Op, is_tensor_like, without_alias
+from codegen.tags import (FUNCTIONALIZING_TAGS, auto_functionalized, functional_variant,
+                          shape_tag)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -125,3 +127,71 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
            f"copied into {', '.join(mutated)}.")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Functionalize\")")
+    differentiable = functional.derivatives is not None or \
+        DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
+    if shape_tag(schema) == "inplace" and differentiable:
+        _autograd_as(m, op, api, sec, functional, results[0])
+    elif shape_tag(schema) == "out" and differentiable:
+        _out_autograd(m, op, api, sec)
+
+
+def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
+                 result: str) -> None:
+    """An in-place op's Autograd kernel: its differentiable functional variant copied into
+    `self`, as torchgen differentiates `mul_` with `mul`'s formulas. Without it, torch's
+    autograd fallback ran the kernel and recorded nothing for it, so gradients through the
+    in-place op were silently wrong (eager, and under torch.compile)."""
+    schema = op.schema
+    self_ = schema.positional[0].name
+    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    # The functional op's backward may read `self`, which the copy then overwrites: it gets a
+    # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
+    first = functional.schema.positional[0].name
+    d = functional.derivatives
+    keeps_self = d is None or first in F.saved(d, functional.schema).tensors
+    inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
+    call_args = [(f"{mine.name}.clone()" if mine.name == self_ and keeps_self else mine.name)
+                 if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
+                 for mine, theirs in zip(inputs, functional.schema.arguments)]
+    call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
+    below = ", ".join(a.name if not a.kwarg_only else f"{a.name}={a.name}"
+                      for a in schema.arguments)
+    body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
+            f"    {result} = {call}",
+            f"    {self_}.copy_({result})",
+            f"    return {self_}",
+            "with torch._C._AutoDispatchBelowAutograd():",
+            f"    _ops.{op_attr(op)}({below})",
+            # what torch's autograd fallback did for the op: autograd sees the write
+            f"torch.autograd.graph.increment_version({self_})",
+            f"return {self_}"]
+    name = m.define(f"_{api}_autograd")
+    doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into "
+           f"{self_}; below autograd when no gradient is recorded.")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+
+
+def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """An out= op's Autograd kernel: aten's error when a gradient would be recorded. Without it,
+    torch's autograd fallback returned `out` detached from a differentiable input, and the
+    error came later, at backward, as "element 0 of tensors does not require grad"."""
+    schema = op.schema
+    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    outs = [a.name for a in schema.mutable_arguments]
+    call = ", ".join(a.name if not a.kwarg_only else f"{a.name}={a.name}"
+                     for a in schema.arguments)
+    message = (f"{op.name}: functions with out=... arguments don't support automatic "
+               "differentiation, but one of the arguments requires grad.")
+    taken = {a.name for a in schema.arguments}
+    result = reserved.fresh("result", taken)
+    body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
+            f"    raise RuntimeError({q(message)})",
+            "with torch._C._AutoDispatchBelowAutograd():",
+            f"    {result} = _ops.{op_attr(op)}({call})",
+            f"torch.autograd.graph.increment_version([{', '.join(outs)}])",
+            f"return {result}"]
+    name = m.define(f"_{api}_autograd")
+    doc = "Under autograd: aten's error for out= with an input that requires grad."
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")

@@ -124,12 +124,25 @@ def _scale__functionalize(self, alpha=1.0):
     return self
 
 
+def _scale__autograd(self, alpha=1.0):
+    """Under autograd: exstable::scale, which has the derivatives, copied into self; below autograd when no gradient is recorded."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _ops.scale.default(self, alpha)
+        self.copy_(result)
+        return self
+    with torch._C._AutoDispatchBelowAutograd():
+        _ops.scale_.default(self, alpha)
+    torch.autograd.graph.increment_version(self)
+    return self
+
+
 def _scale__fake(self, alpha=1.0):
     """Returns the mutated arguments (from the schema)."""
     return self
 
 
 _lib.impl("scale_", _scale__functionalize, "Functionalize")
+_lib.impl("scale_", _scale__autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exstable::scale_", "Meta"):
     torch.library.register_fake("exstable::scale_", _scale__fake, lib=_lib)
 
@@ -147,12 +160,23 @@ def _scale_out_functionalize(self, alpha=1.0, *, out):
     return out
 
 
+def _scale_out_autograd(self, alpha=1.0, *, out):
+    """Under autograd: aten's error for out= with an input that requires grad."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, out):
+        raise RuntimeError("exstable::scale.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.scale.out(self, alpha, out=out)
+    torch.autograd.graph.increment_version([out])
+    return result
+
+
 def _scale_out_fake(self, alpha=1.0, *, out):
     """Returns the mutated arguments (from the schema)."""
     return out
 
 
 _lib.impl("scale.out", _scale_out_functionalize, "Functionalize")
+_lib.impl("scale.out", _scale_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exstable::scale.out", "Meta"):
     torch.library.register_fake("exstable::scale.out", _scale_out_fake, lib=_lib)
 

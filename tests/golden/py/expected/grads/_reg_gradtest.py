@@ -552,6 +552,10 @@ class _LincombFunction(torch.autograd.Function):
         xs_grad = [None] * xs_len
         if any(needs[2:]):
             xs_grad = [(grad * w).sum_to_size(x.shape) for x, w in zip(xs, ws)]
+            if xs_grad is None:
+                xs_grad = [None] * xs_len
+            elif torch.is_tensor(xs_grad) or len(xs_grad) != xs_len:
+                raise RuntimeError("gradtest::lincomb: the formula for 'xs' gives " + ('a Tensor, not a list,' if torch.is_tensor(xs_grad) else f'{len(xs_grad)} gradients') + f' for {xs_len} tensors')
         return None, None, *xs_grad
 
     @staticmethod
@@ -936,10 +940,18 @@ class _CombineFunction(torch.autograd.Function):
         ys_grad = [None] * ys_len
         if any(needs[4:4 + xs_len]):
             xs_grad = [(grad * s).sum_to_size(x.shape) for x in xs]
+            if xs_grad is None:
+                xs_grad = [None] * xs_len
+            elif torch.is_tensor(xs_grad) or len(xs_grad) != xs_len:
+                raise RuntimeError("gradtest::combine: the formula for 'xs' gives " + ('a Tensor, not a list,' if torch.is_tensor(xs_grad) else f'{len(xs_grad)} gradients') + f' for {xs_len} tensors')
         if needs[1]:
             a_grad = grad * sum([y.sum() for y in ys])
         if any(needs[4 + xs_len:]):
             ys_grad = [(grad * a).sum() * torch.ones_like(y) for y in ys]
+            if ys_grad is None:
+                ys_grad = [None] * ys_len
+            elif torch.is_tensor(ys_grad) or len(ys_grad) != ys_len:
+                raise RuntimeError("gradtest::combine: the formula for 'ys' gives " + ('a Tensor, not a list,' if torch.is_tensor(ys_grad) else f'{len(ys_grad)} gradients') + f' for {ys_len} tensors')
         return None, a_grad, None, None, *xs_grad, *ys_grad
 
     @staticmethod
@@ -1103,6 +1115,10 @@ class _ScaleAllFunction(torch.autograd.Function):
         w_grad = None
         if any(needs[2:]):
             xs_grad = [g * w for g in grad]
+            if xs_grad is None:
+                xs_grad = [None] * xs_len
+            elif torch.is_tensor(xs_grad) or len(xs_grad) != xs_len:
+                raise RuntimeError("gradtest::scale_all: the formula for 'xs' gives " + ('a Tensor, not a list,' if torch.is_tensor(xs_grad) else f'{len(xs_grad)} gradients') + f' for {xs_len} tensors')
         if needs[1]:
             w_grad = sum([(g * x).sum() for g, x in zip(grad, xs) if x.numel() > 0])
         return None, w_grad, *xs_grad
