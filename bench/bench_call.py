@@ -5,11 +5,13 @@
   custom_op(...)                       the same C++ kernel wrapped with torch.library.custom_op
                                        (what an extension gets writing its ops in Python)
 
-Ops: select_above (functional, C++ only), soft_shrink_ (in place: its Autograd kernel is Python,
-soft_shrink's autograd copied into self, so every call pays for a Python call) and smooth_clamp
-(its Autograd kernel is generated C++, Note [C++ autograd] in codegen/dest/cpp_autograd.py, so a
-call without grad costs about what the op costs without autograd; the custom_op twin gets
-register_autograd, a Python autograd kernel). bench_autograd.py compares the C++ and the old Python autograd paths.
+Ops: select_above (functional, C++ only), soft_shrink_ (in place: its generated C++ Autograd kernel
+runs soft_shrink's autograd and copies into self, Note [Autograd of mutating ops]) and
+smooth_clamp (its Autograd kernel is generated C++, Note [C++ autograd] in
+codegen/dest/cpp_autograd.py, so a call without grad costs about what the op costs without
+autograd; the custom_op twin gets register_autograd, a Python autograd kernel). The stable-ABI
+comparison at the end runs exstable::scale_, whose Autograd kernel is Python (the stable ABI has
+no autograd API). bench_autograd.py compares the C++ and the old Python autograd paths.
 
 Targets: runtime.ops <= 1.1x the raw op; custom_op >= 3x slower than runtime.ops.
 Last, the stable ABI's boxing cost: a stable-ABI op against a full-API op of the same schema shape

@@ -165,3 +165,42 @@ def test_kernel_errors_reach_python() -> None:
         torch.ops.exops.weighted_mse(torch.ones(2), torch.ones(2), None, "max")
     with pytest.raises(RuntimeError, match="got 3 tensors but 2 weights"):
         torch.ops.exops.weighted_sum([torch.ones(1)] * 3, [1.0, 2.0])
+
+
+def test_inplace_and_out_ops_have_cpp_autograd_kernels() -> None:
+    """soft_shrink_ differentiates through soft_shrink, copied into self, and soft_shrink.out
+    raises aten's out= error, both in the generated C++ Autograd kernels (Note [Autograd of
+    mutating ops]); without a gradient they run the op below autograd and bump the version."""
+    for name in ("exops::soft_shrink_", "exops::soft_shrink.out"):
+        autograd = [line for line in torch._C._dispatch_dump(name).splitlines()
+                    if line.startswith("Autograd")]
+        assert len(autograd) == 1 and "cpp/exops/autograd.cpp" in autograd[0], autograd
+    x = torch.tensor([-2.0, -0.25, 0.25, 3.0], dtype=torch.float64, requires_grad=True)
+    y = x * 2
+    torch.ops.exops.soft_shrink_(y, 0.5)
+    (g,) = torch.autograd.grad((y * y).sum(), x)
+    expected = torch.where((x * 2).abs() > 0.5, 2 * 2 * torch.ops.exops.soft_shrink(x * 2, 0.5),
+                           torch.zeros_like(x)).detach()
+    torch.testing.assert_close(g, expected)
+    assert torch.autograd.gradcheck(
+        lambda t: torch.ops.exops.soft_shrink_(t * 1, 0.5), (x,))
+    compiled = torch.compile(lambda t: torch.ops.exops.soft_shrink_(t * 1, 0.5),
+                             backend="aot_eager", fullgraph=True)
+    (gc,) = torch.autograd.grad(compiled(x).sum(), x)
+    (ge,) = torch.autograd.grad(torch.ops.exops.soft_shrink(x, 0.5).sum(), x)
+    torch.testing.assert_close(gc, ge)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        torch.ops.exops.soft_shrink_(x, 0.5)
+    # No gradient recorded: the write is still seen by what saved the tensor.
+    z = x.exp()
+    with torch.no_grad():
+        torch.ops.exops.soft_shrink_(z, 0.5)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+    out = torch.empty(4, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="exops::soft_shrink.out: functions with out=... "
+                                           "arguments don't support automatic differentiation"):
+        torch.ops.exops.soft_shrink.out(x, 0.5, out=out)
+    with torch.no_grad():
+        assert torch.ops.exops.soft_shrink.out(x, 0.5, out=out) is out
+    torch.testing.assert_close(out, torch.ops.exops.soft_shrink(x, 0.5).detach())

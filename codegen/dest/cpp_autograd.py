@@ -40,8 +40,10 @@ from codegen.diagnostics import Diagnostics
 from codegen.layout import (cached_signature, check_formulas, first_order_only, impl_name,
                             library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
-from codegen.model import (BaseTy, BaseType, ListType, Op, OpLibrary, OptionalType, PyRef,
-                           is_tensor_like, strip_optional)
+from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
+                           PyRef, is_tensor_like, strip_optional, without_alias)
+from codegen.shape import mutated_returns
+from codegen.tags import functional_variant, shape_tag
 
 # Value kinds of translated expressions.
 T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
@@ -914,6 +916,96 @@ def kernel_context(p: Plan) -> dict:
     }
 
 
+# --------------------------------------------------------------------------------------------------
+# Mutating ops
+
+# Note [Autograd of mutating ops]
+# An in-place op `f_` takes no formulas: beside a differentiable functional variant `f` (codegen.tags
+# functional_variant), its Autograd kernel runs `f` (through its own autograd) and copies the
+# result into `self`, as torchgen differentiates `mul_` with `mul`'s formulas; `self` is cloned
+# first when `f`'s formulas save it (torchgen's `original_self`). Its out= variant raises aten's
+# error when an input requires grad. Without them torch's autograd fallback ran the kernel and
+# recorded nothing: gradients skipped the op. With no gradient to record, both call the op below
+# autograd and bump the mutated tensors' versions (what aten's ADInplaceOrView kernels do). They
+# are C++ here where the op's namespace builds a full-ABI library; else Python
+# (codegen.dest.py_functionalize), which costs a Python call on every call.
+
+
+def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
+    """("inplace" or "out", its functional variant) when `op`'s autograd goes through a
+    differentiable functional variant (Note [Autograd of mutating ops]); None otherwise."""
+    kind = shape_tag(op.schema)
+    if kind is None:
+        return None
+    functional = functional_variant(lib, op)
+    if functional is None:
+        return None
+    copyable = all(isinstance(r, str) for r in mutated_returns(op.schema)) and all(
+        without_alias(a.type) == BaseType(BaseTy.Tensor) for a in op.schema.mutable_arguments)
+    differentiable = functional.derivatives is not None or \
+        DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
+    return (kind, functional) if copyable and differentiable else None
+
+
+def mutating_in_cpp(lib: OpLibrary, op: Op) -> bool:
+    """Whether `op`'s Autograd kernel (Note [Autograd of mutating ops]) is generated C++."""
+    return (through_functional(lib, op) is not None and namespace_abi(lib, op.namespace) is None
+            and file_setting(lib, op) != "python" and not _is_python(op)
+            and not isinstance(cached_signature(op.schema), cpp.Unsupported))
+
+
+def saves_self(functional: Op) -> bool:
+    """Whether the functional variant's formulas read its first input (so an in-place op
+    clones it before the copy overwrites it)."""
+    d = functional.derivatives
+    first = functional.schema.positional[0].name
+    return not isinstance(d, F.Derivatives) or first in F.saved(d, functional.schema).tensors
+
+
+def mutating_context(lib: OpLibrary, op: Op) -> dict:
+    through = through_functional(lib, op)
+    assert through is not None
+    kind, functional = through
+    sig = cached_signature(op.schema)
+    assert not isinstance(sig, cpp.Unsupported)
+    cname = {b.argument.name: b.name for b in sig.arguments}
+    schema = op.schema
+    ctx = {
+        "kind": kind,
+        "schema": str(schema),
+        "qualname": f"{op.namespace}::{op.name.name}",
+        "overload": op.name.overload or "",
+        "impl_name": impl_name(op),
+        "kernel": f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd",
+        "returns": sig.returns.cpp(),
+        "function_type": sig.function_type(),
+        "params": ", ".join(b.decl() for b in sig.arguments),
+        "args": ", ".join(b.name for b in sig.arguments),
+        "tensors": ", ".join(cname[a.name] for a in schema.arguments if is_tensor_like(a.type)),
+        "mutated": [cname[a.name] for a in schema.mutable_arguments],
+    }
+    if kind == "inplace":
+        fsig = cached_signature(functional.schema)
+        assert not isinstance(fsig, cpp.Unsupported)
+        self_ = cname[schema.positional[0].name]
+        inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
+        ctx.update(
+            self=self_,
+            doc=f"Under autograd: {functional.name}, which has the derivatives, copied into "
+                f"{schema.positional[0].name}",
+            functional_qualname=f"{functional.namespace}::{functional.name.name}",
+            functional_overload=functional.name.overload or "",
+            functional_type=fsig.function_type(),
+            functional_args=", ".join(
+                f"{self_}.clone()" if a.name == schema.positional[0].name and saves_self(functional)
+                else cname[a.name] for a in inputs))
+    else:
+        ctx.update(doc="Under autograd: aten's error for out= with an input that requires grad",
+                   message=f"{op.name}: functions with out=... arguments don't support automatic "
+                           "differentiation, but one of the arguments requires grad.")
+    return ctx
+
+
 def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/cpp/<ns>/autograd.cpp` for each namespace with a C++ Autograd kernel."""
     check_formulas(lib, diags)
@@ -922,7 +1014,9 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
     out: dict[str, str] = {}
     for ns in lib.namespaces:
         plans = [p for p in (plan(lib, op) for op in lib.in_namespace(ns)) if p is not None]
-        if not plans:
+        mutating = [mutating_context(lib, op) for op in lib.in_namespace(ns)
+                    if mutating_in_cpp(lib, op)]
+        if not plans and not mutating:
             continue
         sources = sorted({s.file.path for s in shards(lib)[ns]})
         called: dict[str, Op] = {}
@@ -935,12 +1029,13 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
                    for name, t in sorted(called.items())]
         out[autograd_path(project, ns)] = render(
             "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,
-            ops=[kernel_context(p) for p in plans])
+            ops=[kernel_context(p) for p in plans], mutating=mutating)
     return out
 
 
 def paths(lib: OpLibrary, project: Project) -> dict[str, str]:
     """namespace -> its generated autograd source, for the namespaces that have one."""
     return {ns: autograd_path(project, ns) for ns in lib.namespaces
-            if any(plan(lib, op) is not None for op in lib.in_namespace(ns))}
+            if any(plan(lib, op) is not None or mutating_in_cpp(lib, op)
+                   for op in lib.in_namespace(ns))}
 

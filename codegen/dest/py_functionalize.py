@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen import formulas as F
 from codegen import reserved
 from codegen import shape as S
 from codegen.api import python as P
+from codegen.dest.cpp_autograd import mutating_in_cpp, saves_self, through_functional
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
 from codegen.model import DispatchKey, Op, is_tensor_like, without_alias
-from codegen.tags import (FUNCTIONALIZING_TAGS, auto_functionalized, functional_variant,
-                          shape_tag)
+from codegen.tags import FUNCTIONALIZING_TAGS, auto_functionalized, functional_variant
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -127,12 +126,13 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
            f"copied into {', '.join(mutated)}.")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Functionalize\")")
-    differentiable = functional.derivatives is not None or \
-        DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
-    if shape_tag(schema) == "inplace" and differentiable:
-        _autograd_as(m, op, api, sec, functional, results[0])
-    elif shape_tag(schema) == "out" and differentiable:
-        _out_autograd(m, op, api, sec)
+    # Note [Autograd of mutating ops] in codegen/dest/cpp_autograd.py; here where it is not C++.
+    through = through_functional(m.lib, op)
+    if through is not None and not mutating_in_cpp(m.lib, op):
+        if through[0] == "inplace":
+            _autograd_as(m, op, api, sec, functional, results[0])
+        else:
+            _out_autograd(m, op, api, sec)
 
 
 def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
@@ -146,9 +146,7 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
     # The functional op's backward may read `self`, which the copy then overwrites: it gets a
     # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
-    first = functional.schema.positional[0].name
-    d = functional.derivatives
-    keeps_self = d is None or first in F.saved(d, functional.schema).tensors
+    keeps_self = saves_self(functional)
     inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
     call_args = [(f"{mine.name}.clone()" if mine.name == self_ and keeps_self else mine.name)
                  if not theirs.kwarg_only else f"{theirs.name}={mine.name}"

@@ -336,25 +336,12 @@ def _soft_shrink__functionalize(self, lambd=0.5):
     return self
 
 
-def _soft_shrink__autograd(self, lambd=0.5):
-    """Under autograd: exops::soft_shrink, which has the derivatives, copied into self; below autograd when no gradient is recorded."""
-    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
-        result = _ops.soft_shrink.default(self.clone(), lambd)
-        self.copy_(result)
-        return self
-    with torch._C._AutoDispatchBelowAutograd():
-        _ops.soft_shrink_.default(self, lambd)
-    torch.autograd.graph.increment_version(self)
-    return self
-
-
 def _soft_shrink__fake(self, lambd=0.5):
     """Returns the mutated arguments (from the schema)."""
     return self
 
 
 _lib.impl("soft_shrink_", _soft_shrink__functionalize, "Functionalize")
-_lib.impl("soft_shrink_", _soft_shrink__autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink_", "Meta"):
     torch.library.register_fake("exops::soft_shrink_", _soft_shrink__fake, lib=_lib)
 
@@ -372,16 +359,6 @@ def _soft_shrink_out_functionalize(self, lambd=0.5, *, out):
     return out
 
 
-def _soft_shrink_out_autograd(self, lambd=0.5, *, out):
-    """Under autograd: aten's error for out= with an input that requires grad."""
-    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, out):
-        raise RuntimeError("exops::soft_shrink.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
-    with torch._C._AutoDispatchBelowAutograd():
-        result = _ops.soft_shrink.out(self, lambd, out=out)
-    torch.autograd.graph.increment_version([out])
-    return result
-
-
 def _soft_shrink_out_fake(self, lambd=0.5, *, out):
     """fake: like(self)"""
     out.resize_(self.new_empty(self.shape).shape)
@@ -389,7 +366,6 @@ def _soft_shrink_out_fake(self, lambd=0.5, *, out):
 
 
 _lib.impl("soft_shrink.out", _soft_shrink_out_functionalize, "Functionalize")
-_lib.impl("soft_shrink.out", _soft_shrink_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink.out", "Meta"):
     torch.library.register_fake("exops::soft_shrink.out", _soft_shrink_out_fake, lib=_lib)
 

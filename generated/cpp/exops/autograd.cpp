@@ -352,6 +352,43 @@ at::Tensor smooth_clamp_backward_autograd(const at::Tensor& grad_output, const a
   return opgen_result;
 }
 
+// exops::soft_shrink_(Tensor(a!) self, float lambd=0.5) -> Tensor(a!)
+// Under autograd: exops::soft_shrink, which has the derivatives, copied into self (Note [Autograd of mutating ops]).
+at::Tensor& soft_shrink__autograd(at::Tensor& self, double lambd) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("exops::soft_shrink_", "")
+      .typed<at::Tensor&(at::Tensor&, double)>();
+  if (torch::autograd::compute_requires_grad(self)) {
+    static const auto opgen_functional = c10::Dispatcher::singleton()
+        .findSchemaOrThrow("exops::soft_shrink", "")
+        .typed<at::Tensor(const at::Tensor&, double)>();
+    self.copy_(opgen_functional.call(self.clone(), lambd));
+    return self;
+  }
+  at::Tensor& opgen_result = [&]() -> at::Tensor& {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, lambd);
+  }();
+  torch::autograd::impl::bump_version(self);
+  return opgen_result;
+}
+
+// exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
+// Under autograd: aten's error for out= with an input that requires grad (Note [Autograd of mutating ops]).
+at::Tensor& soft_shrink__out_autograd(const at::Tensor& self, double lambd, at::Tensor& out) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("exops::soft_shrink", "out")
+      .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
+  TORCH_CHECK(!torch::autograd::compute_requires_grad(self, out),
+      "exops::soft_shrink.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.");
+  at::Tensor& opgen_result = [&]() -> at::Tensor& {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, lambd, out);
+  }();
+  torch::autograd::impl::bump_version(out);
+  return opgen_result;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(exops, Autograd, m) {
@@ -360,4 +397,6 @@ TORCH_LIBRARY_IMPL(exops, Autograd, m) {
   m.impl("weighted_sum", TORCH_FN(weighted_sum_autograd));
   m.impl("smooth_clamp", TORCH_FN(smooth_clamp_autograd));
   m.impl("smooth_clamp_backward", TORCH_FN(smooth_clamp_backward_autograd));
+  m.impl("soft_shrink_", TORCH_FN(soft_shrink__autograd));
+  m.impl("soft_shrink.out", TORCH_FN(soft_shrink__out_autograd));
 }
