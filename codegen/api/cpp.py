@@ -591,6 +591,9 @@ def default_expr(d: Default, t: Type) -> str | None:
     if isinstance(d, ComplexDefault):
         return None
     if isinstance(d, StrDefault):
+        if is_plain(base, BaseTy.Device):
+            # `at::Device d = "cpu"` needs two user conversions (via std::string): construct it.
+            return f"at::Device({string_literal(d.value)})"
         return string_literal(d.value)
     if isinstance(d, EnumDefault):
         if d.name in _ENUM_DEFAULTS:
