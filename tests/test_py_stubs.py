@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from codegen.api import python as P
 from codegen.load import load_library
+from codegen.parse import parse_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "generated" / "runtime" / "ops.pyi"
@@ -121,6 +123,22 @@ def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "mypy", "--cache-dir", str(cache), "--no-error-summary",
          "--follow-imports=silent", str(path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_enum_returns_are_annotated_as_what_torch_returns():
+    """An op returning a ScalarType, Layout or MemoryFormat gives back torch's number for it
+    (float16 is 5), so the stub says int: `torch.dtype` let a caller's `d.is_floating_point`
+    type-check and fail at run time."""
+    lib = torch.library.Library("stubenum", "FRAGMENT")
+    lib.define("f(Tensor x) -> (ScalarType a, Layout b, MemoryFormat c, ScalarType? d, "
+               "ScalarType[] e, Device g)")
+    lib.impl("f", lambda x: (torch.float16, torch.strided, torch.channels_last, None,
+                             [torch.int8], torch.device("cpu")), "CompositeExplicitAutograd")
+    got = torch.ops.stubenum.f(torch.ones(1))
+    assert got == (5, 0, 2, None, [1], torch.device("cpu"))
+    schema = parse_schema(str(torch.ops.stubenum.f.default._schema).removeprefix("stubenum::"))
+    assert P.returns_annotation(schema) == \
+        "tuple[int, int, int, int | None, list[int], torch.device]"
 
 
 def test_mypy_accepts_correct_usage(tmp_path):

@@ -84,6 +84,11 @@ _ARG_BASE: dict[BaseTy, str] = {
 _RET_BASE: dict[BaseTy, str] = _ARG_BASE | {
     BaseTy.Device: "torch.device",
     BaseTy.SymInt: "int | torch.SymInt",
+    # An op returning one of these enums gives back torch's number for it (ScalarType 6 is
+    # float32), not a torch.dtype: the dispatcher's return path does not convert it.
+    BaseTy.ScalarType: "int",
+    BaseTy.Layout: "int",
+    BaseTy.MemoryFormat: "int",
 }
 
 # Every annotation the stubs can hold is made of these (codegen.reserved keeps op names off the
