@@ -94,6 +94,8 @@ from runtime import ops
 
 x = torch.randn(3, 4)
 y: torch.Tensor = ops.scaled_add(x, x, alpha=2)
+# A Scalar takes a complex number too (torch.types.Number alone has none).
+yc: torch.Tensor = ops.scaled_add(x.to(torch.complex64), x, alpha=2j)
 mean, var = ops.moments(x, [1], keepdim=True, correction=0)
 w = ops.gaussian_window(7, 1.5, dtype=torch.float64, device="cpu")
 z = ops.weighted_sum([x, x], [0.5, 0.5])

@@ -66,7 +66,7 @@ _ARG_BASE: dict[BaseTy, str] = {
     BaseTy.float: "float",
     BaseTy.bool: "bool",
     BaseTy.str: "str",
-    BaseTy.Scalar: "Number",
+    BaseTy.Scalar: "Number | complex",   # torch.types.Number has no complex; a Scalar takes one
     BaseTy.ScalarType: "torch.dtype",
     BaseTy.Layout: "torch.layout",
     BaseTy.Device: "torch.device | str | int",

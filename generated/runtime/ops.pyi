@@ -105,7 +105,7 @@ def scale_out(self: Tensor, alpha: float = 1.0, *, out: Tensor) -> Tensor:
     """
 
 
-def scaled_add(self: Tensor, other: Tensor, *, alpha: Number = 1) -> Tensor:
+def scaled_add(self: Tensor, other: Tensor, *, alpha: Number | complex = 1) -> Tensor:
     """self + alpha * other, broadcasting and promoting dtypes like torch.add.
 
     exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
