@@ -148,6 +148,17 @@ def test_mypy_accepts_correct_usage(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_generated_loader_passes_mypy_strict():
+    """A user's `mypy --strict` follows `import <package>` into the generated `_loader.py` and
+    reports its errors there, in a file the user cannot edit."""
+    pytest.importorskip("mypy")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / "build" / "mypy_cache"),
+         "--strict", "--no-error-summary", str(ROOT / "generated/runtime/_loader.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr
+
+
 def test_mypy_rejects_misuse(tmp_path):
     result = _mypy(tmp_path, MISUSE)
     assert result.returncode == 1
