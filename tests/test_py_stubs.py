@@ -159,6 +159,21 @@ def test_generated_loader_passes_mypy_strict():
     assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr
 
 
+def test_star_import_type_checks(tmp_path):
+    """`from runtime.ops import *` binds every op at run time (ops.py's `__all__`); the stub lists
+    the same names, so mypy sees them too (a bare `__all__: list[str]` exported none)."""
+    stub_all = next(ast.literal_eval(n.value) for n in ast.parse(STUB.read_text()).body
+                    if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+    assert stub_all == sorted(_ops_table())
+    result = _mypy(tmp_path, """
+        import torch
+        from runtime.ops import *
+
+        y: torch.Tensor = scaled_add(torch.ones(2), torch.ones(2))
+        """)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_mypy_rejects_misuse(tmp_path):
     result = _mypy(tmp_path, MISUSE)
     assert result.returncode == 1

@@ -8,7 +8,35 @@ import torch
 from torch import Tensor
 from torch.types import Number
 
-__all__: list[str]
+__all__ = [
+    "accumulate",
+    "add",
+    "addcmul",
+    "amax",
+    "astype",
+    "biased",
+    "chunks",
+    "concat",
+    "doubled",
+    "every_other",
+    "filled",
+    "grow",
+    "loss",
+    "matched_add",
+    "maybe_cast",
+    "mul_scalar",
+    "nonzero_values",
+    "normalize",
+    "normalize_",
+    "normalize_out",
+    "pad_last",
+    "positives",
+    "split_rows",
+    "sum_dims",
+    "tile_rows",
+    "unique_counts",
+    "windows",
+]
 
 
 def accumulate(acc: Tensor, x: Tensor) -> None:
