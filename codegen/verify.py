@@ -709,6 +709,11 @@ class _OpVerifier:
         qualified = kernel.qualified(self.op.namespace)
         parts = qualified.lstrip(":").split("::")
         fn = parts[-1]
+        if fn in reserved.CPP_UNQUALIFIED_TYPES:
+            self.error_at(kernel.loc, f"kernel name '{fn}' is a type the generated header names "
+                          f"unqualified ({fn} n): declaring the kernel would hide it",
+                          "rename the function")
+            return
         if fn in reserved.object_macros() or fn in reserved.function_macros():
             self.error_at(kernel.loc, f"kernel name '{fn}' is a C/C++ macro (the headers the "
                           "generated code includes define it)", "rename the function")

@@ -21,6 +21,12 @@ ops:
   - func: dev(Tensor self, Device d="cpu", Device? e="cpu", Device? f=None) -> Tensor
     dispatch: {CPU: dev_cpu}
     fake: like(self)
+  - func: int64_t(Tensor self, int n=1) -> Tensor
+    dispatch: {CPU: k_int64}
+    fake: like(self)
+  - func: takes(Tensor self, int int64_t, int m) -> Tensor
+    dispatch: {CPU: k_takes}
+    fake: like(self)
 """
 
 
@@ -31,6 +37,41 @@ def _compile_flags() -> list[str]:
     return ([f"-std={std}", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
             + [f for inc in cpp_extension.include_paths("cpu") for f in ("-isystem", inc)])
+
+
+def _render_and_compile(tmp_path: Path, use: str) -> tuple[dict[str, str], str]:
+    """The rendered files of OPS, and the compiler's errors for `use` including its headers."""
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas/capi.yaml").write_text(OPS, encoding="utf-8")
+    lib = load_library(["schemas"])
+    diags = lib.diagnostics()
+    files = render(lib, diags, config.default_project(tmp_path))
+    assert not diags.has_errors, diags.render()
+    for rel, text in files.files.items():
+        if rel.endswith(".h"):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_text(text, encoding="utf-8")
+    (tmp_path / "use.cpp").write_text("#include <capi/capi.h>\n" + use, encoding="utf-8")
+    result = subprocess.run([os.environ.get("CXX", "c++"), *_compile_flags(), "-I",
+                             str(tmp_path / "generated/cpp"), str(tmp_path / "use.cpp")],
+                            capture_output=True, text=True, timeout=600)
+    return dict(files.files), result.stderr[-5000:] if result.returncode else ""
+
+
+def test_names_of_the_types_the_header_spells_move_aside(tmp_path, monkeypatch):
+    """An op or an argument named `int64_t`, which the header writes unqualified for every int:
+    the call-API function and parameter get a trailing underscore (as keywords and macros do), or
+    every declaration after them failed to compile."""
+    monkeypatch.chdir(tmp_path)
+    files, errors = _render_and_compile(tmp_path, (
+        "at::Tensor use(const at::Tensor& t) {\n"
+        "  return capi::ops::takes(capi::ops::int64_t_(t), 1, 2);\n"
+        "}\n"))
+    assert errors == ""
+    assert "inline at::Tensor int64_t_(const at::Tensor& self, int64_t n = 1) {" in \
+        files["generated/cpp/capi/capi/int64_t.h"]
+    assert "inline at::Tensor takes(const at::Tensor& self, int64_t int64_t_, int64_t m) {" in \
+        files["generated/cpp/capi/capi/takes.h"]
 
 
 def test_device_string_defaults_compile(tmp_path, monkeypatch):
