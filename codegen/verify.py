@@ -318,6 +318,9 @@ class _OpVerifier:
             self.error(span, f"namespace '{ns}' is a C/C++ macro (the headers the generated code "
                        "includes define it), so C++ cannot spell the namespace",
                        "rename the namespace")
+        elif ns in reserved.CPP_UNQUALIFIED_TYPES:
+            self.error(span, f"namespace '{ns}' is a type the generated C++ names unqualified "
+                       f"({ns} n), so C++ cannot declare the namespace", "rename the namespace")
         elif reserved.is_cpp_reserved(ns):
             self.error(span, f"namespace '{ns}' is reserved: the generated C++ keeps its own "
                        f"helpers in namespace '{reserved.CPP_NAMESPACE}' and its names start with "
