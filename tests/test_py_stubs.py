@@ -127,6 +127,19 @@ def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+def test_sized_list_scalar_defaults_are_expanded_as_torch_reads_them():
+    """`float[2] a=1.5` means [1.5, 1.5] as `int[2] k=1` means [1, 1]: the stub said `= 1.5`,
+    a default its own annotation refuses (mypy and pyright flag the stub) and not torch's value."""
+    text = "f(Tensor x, float[2] a=1.5, bool[3] b=True, float[2] c=1, SymInt[2] k=2) -> Tensor"
+    params = P.parameters(parse_schema(text), annotate=True)
+    assert params[1:] == ["a: Sequence[float] = (1.5, 1.5)",
+                          "b: Sequence[bool] = (True, True, True)",
+                          "c: Sequence[float] = (1.0, 1.0)",
+                          "k: int | torch.SymInt | Sequence[int | torch.SymInt] = (2, 2)"]
+    for p, a in zip(params[1:], torch._C.parse_schema(text).arguments[1:]):
+        assert list(eval(p.split(" = ")[1])) == a.default_value, p
+
+
 def test_enum_returns_are_annotated_as_what_torch_returns():
     """An op returning a ScalarType, Layout or MemoryFormat gives back torch's number for it
     (float16 is 5), so the stub says int: `torch.dtype` let a caller's `d.is_floating_point`

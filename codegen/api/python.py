@@ -178,6 +178,9 @@ def default_expr(d: Default, t: Type) -> str:
     base = t.elem if isinstance(t, OptionalType) else t
     if isinstance(d, NoneDefault):
         return "None"
+    if isinstance(base, ListType) and not isinstance(d, ListDefault):
+        # `int[2] stride=1` means [1, 1], `float[2] a=1.5` [1.5, 1.5], `bool[3] b=True` ...
+        return _tuple([default_expr(d, base.elem)] * (base.size or 1))
     if isinstance(d, BoolDefault):
         return "True" if d.value else "False"
     if isinstance(d, IntDefault):
@@ -186,9 +189,6 @@ def default_expr(d: Default, t: Type) -> str:
             if value is None:
                 raise Unsupported(d, f"{base.name.value} default {d.value} names no value")
             return value.python
-        if isinstance(base, ListType):
-            # `int[2] stride=1` means [1, 1]
-            return _tuple([str(d.value)] * (base.size or 1))
         if isinstance(base, BaseType) and base.name is BaseTy.float:
             return repr(float(d.value))
         return str(d.value)
