@@ -27,6 +27,9 @@ ops:
   - func: takes(Tensor self, int int64_t, int m) -> Tensor
     dispatch: {CPU: k_takes}
     fake: like(self)
+  - func: sized(Tensor self, float[2] a=1.5, bool[3] b=True, int[2] k=1) -> Tensor
+    dispatch: {CPU: k_sized}
+    fake: like(self)
 """
 
 
@@ -72,6 +75,19 @@ def test_names_of_the_types_the_header_spells_move_aside(tmp_path, monkeypatch):
         files["generated/cpp/capi/capi/int64_t.h"]
     assert "inline at::Tensor takes(const at::Tensor& self, int64_t int64_t_, int64_t m) {" in \
         files["generated/cpp/capi/capi/takes.h"]
+
+
+def test_sized_list_scalar_defaults_are_the_whole_list(tmp_path, monkeypatch):
+    """`float[2] a=1.5` means [1.5, 1.5]: `at::ArrayRef<double> a = 1.5` was the one-element
+    [1.5] (a call leaving it out passed the wrong list), `std::array<bool, 3> b = true` did not
+    compile, and `int[2] k=1` had no default."""
+    monkeypatch.chdir(tmp_path)
+    files, errors = _render_and_compile(tmp_path, (
+        "at::Tensor use(const at::Tensor& t) { return capi::ops::sized(t); }\n"))
+    assert errors == ""
+    assert ("inline at::Tensor sized(const at::Tensor& self, at::ArrayRef<double> a = {1.5, 1.5}, "
+            "std::array<bool, 3> b = std::array<bool, 3>{true, true, true}, "
+            "at::IntArrayRef k = {1, 1}) {") in files["generated/cpp/capi/capi/sized.h"]
 
 
 def test_device_string_defaults_compile(tmp_path, monkeypatch):
