@@ -109,15 +109,21 @@ typedef typeid typename union unsigned using virtual void volatile wchar_t while
 """.split())
 
 
+# What the generated C++ spells unqualified besides keywords (`int64_t n`, codegen.api.cpp): a
+# call-API function or parameter of that name would hide the type from the declarations after it.
+CPP_UNQUALIFIED_TYPES = frozenset({"int64_t"})
+
+
 @lru_cache(maxsize=1)
 def cpp_unusable() -> frozenset[str]:
-    """Names a generated C++ identifier must not be: keywords and every macro."""
-    return CPP_KEYWORDS | object_macros() | function_macros()
+    """Names a generated C++ identifier must not be: keywords, the types the generated code
+    names unqualified, and every macro."""
+    return CPP_KEYWORDS | CPP_UNQUALIFIED_TYPES | object_macros() | function_macros()
 
 
 def cpp_identifier(name: str) -> str:
     """A generated C++ identifier made from a user name: a trailing underscore until it is neither
-    a keyword nor a macro."""
+    a keyword, an unqualified type of the generated code, nor a macro."""
     bad = cpp_unusable()
     while name in bad:
         name += "_"

@@ -318,6 +318,9 @@ class _OpVerifier:
             self.error(span, f"namespace '{ns}' is a C/C++ macro (the headers the generated code "
                        "includes define it), so C++ cannot spell the namespace",
                        "rename the namespace")
+        elif ns in reserved.CPP_UNQUALIFIED_TYPES:
+            self.error(span, f"namespace '{ns}' is a type the generated C++ names unqualified "
+                       f"({ns} n), so C++ cannot declare the namespace", "rename the namespace")
         elif reserved.is_cpp_reserved(ns):
             self.error(span, f"namespace '{ns}' is reserved: the generated C++ keeps its own "
                        f"helpers in namespace '{reserved.CPP_NAMESPACE}' and its names start with "
@@ -452,6 +455,17 @@ class _OpVerifier:
         if isinstance(d, NoneDefault) and not isinstance(a.type, OptionalType):
             self.error(span, f"default None for argument '{a.name}' of non-optional type "
                        f"'{a.type}'", f"make the type optional: {a.type}?")
+            return
+        if isinstance(d, ListDefault) and _fits(d, a.type) and not _list_default_readable(a.type):
+            # c10's schema parser throws at m.def, which runs when the library is loaded: the
+            # process aborts (`terminate called after throwing ... ErrorReport`).
+            self.error(span, f"torch refuses a list default on type '{a.type}' of argument "
+                       f"'{a.name}' when the library is loaded (it reads one only on a "
+                       "non-optional list of int, SymInt, float, bool, ScalarType, Layout, "
+                       "MemoryFormat or DeviceIndex)",
+                       "make the default None, or give it none" if isinstance(a.type, OptionalType)
+                       else f"make it optional with the default None ({a.type}? {a.name}=None), "
+                       "or give it no default")
             return
         if not _fits(d, a.type):
             self.error(span, f"default value {d} does not fit type '{a.type}' of argument "
@@ -698,6 +712,11 @@ class _OpVerifier:
         qualified = kernel.qualified(self.op.namespace)
         parts = qualified.lstrip(":").split("::")
         fn = parts[-1]
+        if fn in reserved.CPP_UNQUALIFIED_TYPES:
+            self.error_at(kernel.loc, f"kernel name '{fn}' is a type the generated header names "
+                          f"unqualified ({fn} n): declaring the kernel would hide it",
+                          "rename the function")
+            return
         if fn in reserved.object_macros() or fn in reserved.function_macros():
             self.error_at(kernel.loc, f"kernel name '{fn}' is a C/C++ macro (the headers the "
                           "generated code includes define it)", "rename the function")
@@ -787,6 +806,19 @@ def _fits(d: Default, t: Type) -> bool:
         return False
     # Class types, type variables, tuples, generics: only None (optional), handled above.
     return False
+
+
+# The element types of a list c10's schema parser reads a `[...]` default for (convertToList in
+# torch/csrc/jit/frontend/function_schema_parser.cpp: ints, with the enums it reads as ints,
+# floats, complex numbers and bools); never on an optional list. (complex is refused as a type.)
+_LIST_DEFAULT_ELEMS = frozenset({BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool,
+                                 BaseTy.complex, BaseTy.ScalarType, BaseTy.Layout,
+                                 BaseTy.MemoryFormat, BaseTy.DeviceIndex})
+
+
+def _list_default_readable(t: Type) -> bool:
+    return (isinstance(t, ListType) and isinstance(t.elem, BaseType)
+            and t.elem.name in _LIST_DEFAULT_ELEMS)
 
 
 def _finite(d: Default) -> bool:

@@ -24,8 +24,9 @@ from codegen.gen import render
 from codegen.load import load_library
 
 FUZZ = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
-SCHEMA = ('ex::f(Tensor self, Tensor other, int n=1, int[] dims=[0], float s=1.0, str mode="a", '
-          "bool flag=False, Tensor[] ts=[], SymInt m=2) -> Tensor")
+# `ts` has no default: torch refuses one on a Tensor[] (`Tensor[] ts=[]`) when the library loads.
+SCHEMA = ('ex::f(Tensor self, Tensor other, Tensor[] ts, int n=1, int[] dims=[0], float s=1.0, '
+          'str mode="a", bool flag=False, SymInt m=2) -> Tensor')
 
 ATOMS = ["self", "other", "grad", "n", "s", "mode", "flag", "ts", "dims", "m", "torch", "result",
          "0", "1", "0777", "00", "9223372036854775807", "9223372036854775808", "9" * 5000,

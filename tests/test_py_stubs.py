@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from codegen.api import python as P
 from codegen.load import load_library
+from codegen.parse import parse_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "generated" / "runtime" / "ops.pyi"
@@ -92,6 +94,8 @@ from runtime import ops
 
 x = torch.randn(3, 4)
 y: torch.Tensor = ops.scaled_add(x, x, alpha=2)
+# A Scalar takes a complex number too (torch.types.Number alone has none).
+yc: torch.Tensor = ops.scaled_add(x.to(torch.complex64), x, alpha=2j)
 mean, var = ops.moments(x, [1], keepdim=True, correction=0)
 w = ops.gaussian_window(7, 1.5, dtype=torch.float64, device="cpu")
 z = ops.weighted_sum([x, x], [0.5, 0.5])
@@ -123,8 +127,63 @@ def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+def test_sized_list_scalar_defaults_are_expanded_as_torch_reads_them():
+    """`float[2] a=1.5` means [1.5, 1.5] as `int[2] k=1` means [1, 1]: the stub said `= 1.5`,
+    a default its own annotation refuses (mypy and pyright flag the stub) and not torch's value."""
+    text = "f(Tensor x, float[2] a=1.5, bool[3] b=True, float[2] c=1, SymInt[2] k=2) -> Tensor"
+    params = P.parameters(parse_schema(text), annotate=True)
+    assert params[1:] == ["a: Sequence[float] = (1.5, 1.5)",
+                          "b: Sequence[bool] = (True, True, True)",
+                          "c: Sequence[float] = (1.0, 1.0)",
+                          "k: int | torch.SymInt | Sequence[int | torch.SymInt] = (2, 2)"]
+    for p, a in zip(params[1:], torch._C.parse_schema(text).arguments[1:]):
+        assert list(eval(p.split(" = ")[1])) == a.default_value, p
+
+
+def test_enum_returns_are_annotated_as_what_torch_returns():
+    """An op returning a ScalarType, Layout or MemoryFormat gives back torch's number for it
+    (float16 is 5), so the stub says int: `torch.dtype` let a caller's `d.is_floating_point`
+    type-check and fail at run time."""
+    lib = torch.library.Library("stubenum", "FRAGMENT")
+    lib.define("f(Tensor x) -> (ScalarType a, Layout b, MemoryFormat c, ScalarType? d, "
+               "ScalarType[] e, Device g)")
+    lib.impl("f", lambda x: (torch.float16, torch.strided, torch.channels_last, None,
+                             [torch.int8], torch.device("cpu")), "CompositeExplicitAutograd")
+    got = torch.ops.stubenum.f(torch.ones(1))
+    assert got == (5, 0, 2, None, [1], torch.device("cpu"))
+    schema = parse_schema(str(torch.ops.stubenum.f.default._schema).removeprefix("stubenum::"))
+    assert P.returns_annotation(schema) == \
+        "tuple[int, int, int, int | None, list[int], torch.device]"
+
+
 def test_mypy_accepts_correct_usage(tmp_path):
     result = _mypy(tmp_path, USAGE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generated_loader_passes_mypy_strict():
+    """A user's `mypy --strict` follows `import <package>` into the generated `_loader.py` and
+    reports its errors there, in a file the user cannot edit."""
+    pytest.importorskip("mypy")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / "build" / "mypy_cache"),
+         "--strict", "--no-error-summary", str(ROOT / "generated/runtime/_loader.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr
+
+
+def test_star_import_type_checks(tmp_path):
+    """`from runtime.ops import *` binds every op at run time (ops.py's `__all__`); the stub lists
+    the same names, so mypy sees them too (a bare `__all__: list[str]` exported none)."""
+    stub_all = next(ast.literal_eval(n.value) for n in ast.parse(STUB.read_text()).body
+                    if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+    assert stub_all == sorted(_ops_table())
+    result = _mypy(tmp_path, """
+        import torch
+        from runtime.ops import *
+
+        y: torch.Tensor = scaled_add(torch.ones(2), torch.ones(2))
+        """)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

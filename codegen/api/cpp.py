@@ -573,6 +573,10 @@ def default_expr(d: Default, t: Type) -> str | None:
     base = t.elem if isinstance(t, OptionalType) else t
     if isinstance(d, NoneDefault):
         return "std::nullopt" if isinstance(t, OptionalType) else None
+    if isinstance(base, ListType) and not isinstance(d, ListDefault):
+        # `float[2] a=1.5` means [1.5, 1.5]: spelled as that list (`= 1.5` would be ArrayRef's
+        # one-element [1.5], and `std::array<bool, 3> b = true` does not compile).
+        return default_expr(ListDefault((d,) * (base.size or 1)), t)
     if isinstance(d, BoolDefault):
         return "true" if d.value else "false"
     if isinstance(d, IntDefault):
@@ -583,14 +587,15 @@ def default_expr(d: Default, t: Type) -> str | None:
             return None
         if is_plain(base, BaseTy.float):
             return _float_literal(float(d.value))
-        # `int[2] stride=1` means [1, 1]: ArrayRef's one-element constructor reads it as [1],
-        # so a scalar list default has no faithful C++ spelling.
-        return None if isinstance(base, ListType) else str(d.value)
+        return str(d.value)
     if isinstance(d, FloatDefault):
         return _float_literal(d.value)
     if isinstance(d, ComplexDefault):
         return None
     if isinstance(d, StrDefault):
+        if is_plain(base, BaseTy.Device):
+            # `at::Device d = "cpu"` needs two user conversions (via std::string): construct it.
+            return f"at::Device({string_literal(d.value)})"
         return string_literal(d.value)
     if isinstance(d, EnumDefault):
         if d.name in _ENUM_DEFAULTS:

@@ -66,7 +66,7 @@ _ARG_BASE: dict[BaseTy, str] = {
     BaseTy.float: "float",
     BaseTy.bool: "bool",
     BaseTy.str: "str",
-    BaseTy.Scalar: "Number",
+    BaseTy.Scalar: "Number | complex",   # torch.types.Number has no complex; a Scalar takes one
     BaseTy.ScalarType: "torch.dtype",
     BaseTy.Layout: "torch.layout",
     BaseTy.Device: "torch.device | str | int",
@@ -84,6 +84,11 @@ _ARG_BASE: dict[BaseTy, str] = {
 _RET_BASE: dict[BaseTy, str] = _ARG_BASE | {
     BaseTy.Device: "torch.device",
     BaseTy.SymInt: "int | torch.SymInt",
+    # An op returning one of these enums gives back torch's number for it (ScalarType 6 is
+    # float32), not a torch.dtype: the dispatcher's return path does not convert it.
+    BaseTy.ScalarType: "int",
+    BaseTy.Layout: "int",
+    BaseTy.MemoryFormat: "int",
 }
 
 # Every annotation the stubs can hold is made of these (codegen.reserved keeps op names off the
@@ -173,6 +178,9 @@ def default_expr(d: Default, t: Type) -> str:
     base = t.elem if isinstance(t, OptionalType) else t
     if isinstance(d, NoneDefault):
         return "None"
+    if isinstance(base, ListType) and not isinstance(d, ListDefault):
+        # `int[2] stride=1` means [1, 1], `float[2] a=1.5` [1.5, 1.5], `bool[3] b=True` ...
+        return _tuple([default_expr(d, base.elem)] * (base.size or 1))
     if isinstance(d, BoolDefault):
         return "True" if d.value else "False"
     if isinstance(d, IntDefault):
@@ -181,9 +189,6 @@ def default_expr(d: Default, t: Type) -> str:
             if value is None:
                 raise Unsupported(d, f"{base.name.value} default {d.value} names no value")
             return value.python
-        if isinstance(base, ListType):
-            # `int[2] stride=1` means [1, 1]
-            return _tuple([str(d.value)] * (base.size or 1))
         if isinstance(base, BaseType) and base.name is BaseTy.float:
             return repr(float(d.value))
         return str(d.value)

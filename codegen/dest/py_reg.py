@@ -66,6 +66,7 @@ class _Module(ModuleScope):
         those call (the module's own, such as `torch` and `_ops`, or a builtin such as `len`).
         Per-op function names avoid every argument name (`define`), so only these can clash."""
         own = reg_module_names()
+        ok = True
         for a in op.schema.arguments:
             if a.name == "torch":
                 what = "the torch module"
@@ -78,8 +79,8 @@ class _Module(ModuleScope):
             self.diags.error(layout.locate(op, a.name_span or a.span),
                              f"argument '{a.name}' of {op.name} would hide {what} in the "
                              "generated Python registrations", "rename it")
-            return False
-        return True
+            ok = False      # report every clashing argument at once, not one per run
+        return ok
 
 
 def _closure(names: set[str]) -> list[str]:

@@ -33,6 +33,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 
@@ -118,10 +119,10 @@ def _distribution(package: str) -> str | None:
     return dists[0] if dists else None
 
 
-def check_library(at: Where, ns: str, info: dict, torch_version: str) -> Path:
+def check_library(at: Where, ns: str, info: dict[str, Any], torch_version: str) -> Path:
     """The library's path once it is known to match the manifest; LibraryError otherwise."""
     root = at.root
-    path = at.libraries / info["library"]
+    path: Path = at.libraries / info["library"]
     hint = at.build_hint
     where = _display(path, root)
     if not path.is_file():
@@ -250,7 +251,7 @@ def needed_libraries(path: Path) -> tuple[str, ...]:
 _CUDA_NEEDED = re.compile(r"lib(cudart|torch_cuda|c10_cuda)\.so(\.\d+)*$")
 
 
-def check_cuda_runtime(at: Where, path: Path, torch_module) -> None:
+def check_cuda_runtime(at: Where, path: Path, torch_module: Any) -> None:
     """LibraryError naming the CUDA library that the library at `path` needs and this process
     cannot load. Called once dlopen has failed (whose error names only the first library
     missing): a library that loads costs no read of its file."""
@@ -274,7 +275,8 @@ def check_cuda_runtime(at: Where, path: Path, torch_module) -> None:
             ) from None
 
 
-def check_unregistered(root: Path, namespaces: dict[str, dict], paths: dict[str, Path]) -> None:
+def check_unregistered(root: Path, namespaces: dict[str, dict[str, Any]],
+                       paths: dict[str, Path]) -> None:
     """LibraryError unless every library can register its namespace and its ops in this process.
 
     Loading one whose TORCH_LIBRARY meets another for its namespace, or which defines an op that
@@ -334,7 +336,7 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
-def locate(manifest) -> Where:
+def locate(manifest: Any) -> Where:
     """The paths and commands a generated manifest records, resolved from its own location."""
     here = Path(manifest.__file__).resolve().parent
     return Where(Path(os.path.normpath(here / manifest.PROJECT_ROOT)),
@@ -355,13 +357,14 @@ def load_package(package: str) -> list[str]:
 
     import torch
 
-    namespaces: dict[str, dict] = manifest.NAMESPACES
+    namespaces: dict[str, dict[str, Any]] = manifest.NAMESPACES
     paths = {ns: check_library(at, ns, info, torch.__version__)
              for ns, info in namespaces.items()}
     check_unregistered(root, namespaces, paths)
     for ns, path in paths.items():
         try:
-            torch.ops.load_library(str(path))
+            # Untyped in torch 2.13 (a user's mypy --strict reads this module); typed elsewhere.
+            torch.ops.load_library(str(path))  # type: ignore[no-untyped-call, unused-ignore]
         except (OSError, RuntimeError) as e:
             check_cuda_runtime(at, path, torch)
             raise LibraryError(f"loading {_display(path, root)} failed: {e}\n(namespace '{ns}'; "

@@ -8,7 +8,30 @@ import torch
 from torch import Tensor
 from torch.types import Number
 
-__all__: list[str]
+__all__ = [
+    "gated_residual",
+    "gaussian_window",
+    "masked_sum",
+    "moments",
+    "pad_end",
+    "row_normalize",
+    "row_normalize_backward",
+    "scale",
+    "scale_",
+    "scale_out",
+    "scaled_add",
+    "scaled_smooth_clamp",
+    "segment_sum",
+    "select_above",
+    "signbit_mask",
+    "smooth_clamp",
+    "smooth_clamp_backward",
+    "soft_shrink",
+    "soft_shrink_",
+    "soft_shrink_out",
+    "weighted_mse",
+    "weighted_sum",
+]
 
 
 def gated_residual(x: Tensor, gate: Tensor) -> Tensor:
@@ -105,7 +128,7 @@ def scale_out(self: Tensor, alpha: float = 1.0, *, out: Tensor) -> Tensor:
     """
 
 
-def scaled_add(self: Tensor, other: Tensor, *, alpha: Number = 1) -> Tensor:
+def scaled_add(self: Tensor, other: Tensor, *, alpha: Number | complex = 1) -> Tensor:
     """self + alpha * other, broadcasting and promoting dtypes like torch.add.
 
     exops::scaled_add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor

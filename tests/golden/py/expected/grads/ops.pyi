@@ -8,7 +8,26 @@ import torch
 from torch import Tensor
 from torch.types import Number
 
-__all__: list[str]
+__all__ = [
+    "combine",
+    "cube",
+    "doubled_up",
+    "expand_to",
+    "frozen",
+    "halves",
+    "lincomb",
+    "max_with_index",
+    "minmax",
+    "mul_add",
+    "product",
+    "scale_all",
+    "scaled",
+    "soft_limit",
+    "square",
+    "square_backward",
+    "times_x_backward",
+    "weighted",
+]
 
 
 def combine(xs: Sequence[Tensor], a: Tensor, ys: Sequence[Tensor], s: float) -> Tensor:

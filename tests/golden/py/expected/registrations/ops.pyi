@@ -8,7 +8,19 @@ import torch
 from torch import Tensor
 from torch.types import Number
 
-__all__: list[str]
+__all__ = [
+    "accumulate",
+    "clip",
+    "clip_",
+    "clip_out",
+    "halves",
+    "offset",
+    "row_sums",
+    "scaled_row_sums",
+    "shift",
+    "split_by_sizes",
+    "stretch",
+]
 
 
 def accumulate(acc: Tensor, x: Tensor) -> None:

@@ -8,18 +8,52 @@ import torch
 from torch import Tensor
 from torch.types import Number
 
-__all__: list[str]
+__all__ = [
+    "accumulate",
+    "add",
+    "addcmul",
+    "amax",
+    "astype",
+    "biased",
+    "chunks",
+    "concat",
+    "doubled",
+    "every_other",
+    "filled",
+    "grow",
+    "loss",
+    "matched_add",
+    "maybe_cast",
+    "mul_scalar",
+    "nonzero_values",
+    "normalize",
+    "normalize_",
+    "normalize_out",
+    "pad_last",
+    "positives",
+    "split_rows",
+    "sum_dims",
+    "tile_rows",
+    "unique_counts",
+    "windows",
+]
 
 
 def accumulate(acc: Tensor, x: Tensor) -> None:
     """shapetest::accumulate(Tensor(a!) acc, Tensor x) -> ()"""
 
 
-def add(self: Tensor, other: Tensor, *, alpha: Number = 1) -> Tensor:
+def add(self: Tensor, other: Tensor, *, alpha: Number | complex = 1) -> Tensor:
     """shapetest::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"""
 
 
-def addcmul(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Number = 1) -> Tensor:
+def addcmul(
+    self: Tensor,
+    tensor1: Tensor,
+    tensor2: Tensor,
+    *,
+    value: Number | complex = 1,
+) -> Tensor:
     """shapetest::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor"""
 
 
@@ -53,7 +87,7 @@ def every_other(self: Tensor) -> Tensor:
 
 def filled(
     size: Sequence[int | torch.SymInt],
-    fill: Number,
+    fill: Number | complex,
     *,
     dtype: torch.dtype | None = None,
     device: torch.device | str | int | None = None,
@@ -77,7 +111,7 @@ def maybe_cast(self: Tensor, dtype: torch.dtype | None = None) -> Tensor:
     """shapetest::maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor"""
 
 
-def mul_scalar(self: Tensor, other: Number) -> Tensor:
+def mul_scalar(self: Tensor, other: Number | complex) -> Tensor:
     """shapetest::mul_scalar(Tensor self, Scalar other) -> Tensor"""
 
 
