@@ -488,7 +488,8 @@ def test_a_failures_file_error_does_not_hide_the_op_files(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     assert main(["check", "ops"]) == 1
     assert [line for line in capsys.readouterr().err.splitlines() if "error:" in line] == [
-        "ops/ops.yaml:5:10: error: ex::scale_back has no argument 'scal'",
+        "ops/ops.yaml:5:10: error: ex::scale_back is missing argument 's'",
+        "ops/ops.yaml:5:30: error: ex::scale_back has no argument 'scal'",
         "ops/sample_failures.yaml:1:1: error: no sample 'ex::scal[0]' in the op files"]
 
 
