@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from codegen.model import (Argument, BaseTy, BaseType, Op, OpLibrary, is_tensor_like,
                            without_alias)
-from codegen.shape import FakeRule
+from codegen.shape import FakeRule, mutated_returns
 
 TAGS: frozenset[str] = frozenset({
     "core",
@@ -121,6 +121,13 @@ FUNCTIONALIZING_TAGS: frozenset[str] = frozenset({"inplace", "out"})
 def auto_functionalized(op: Op) -> bool:
     """Whether torch functionalizes the op itself: it registers the `inplace` or `out` tag."""
     return not FUNCTIONALIZING_TAGS.isdisjoint(registered_tags(op))
+
+
+def copies_back(schema) -> bool:
+    """Whether a kernel can run the op's functional variant and copy its results into what the
+    op mutates: every return is a mutated argument, and each of those a plain Tensor."""
+    return all(isinstance(r, str) for r in mutated_returns(schema)) and all(
+        without_alias(a.type) == BaseType(BaseTy.Tensor) for a in schema.mutable_arguments)
 
 
 def shape_tag(schema) -> str | None:

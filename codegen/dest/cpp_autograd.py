@@ -41,9 +41,8 @@ from codegen.layout import (cached_signature, check_formulas, first_order_only, 
                             library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
-                           PyRef, is_tensor_like, strip_optional, without_alias)
-from codegen.shape import mutated_returns
-from codegen.tags import functional_variant, shape_tag
+                           PyRef, is_tensor_like, strip_optional)
+from codegen.tags import copies_back, functional_variant, shape_tag
 
 # Value kinds of translated expressions.
 T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
@@ -285,8 +284,7 @@ class _Builder:
         saved = F.saved(d, schema)
         self.meta_only = {a for a, _ in saved.meta}
         cls = f"{_camel(op.name.name)}{'_' + _camel(op.name.overload) if op.name.overload else ''}Backward"
-        # `__` before the overload: op `a_b` and op `a.b` get different names.
-        kernel = f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd"
+        kernel = kernel_name(op)
         members: list[Member] = []
         releases: list[str] = []
         # Names of members: the argument's C++ name with a suffix no argument name makes.
@@ -810,6 +808,12 @@ class _Builder:
         return text, TL
 
 
+def kernel_name(op: Op) -> str:
+    """The op's Autograd kernel function; `__` before the overload: op `a_b` and op `a.b` get
+    different names."""
+    return f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd"
+
+
 def handle_name(op: Op) -> str:
     """The function returning the typed dispatcher handle of a library op formulas call."""
     return f"opgen_{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_op"
@@ -940,11 +944,9 @@ def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
     functional = functional_variant(lib, op)
     if functional is None:
         return None
-    copyable = all(isinstance(r, str) for r in mutated_returns(op.schema)) and all(
-        without_alias(a.type) == BaseType(BaseTy.Tensor) for a in op.schema.mutable_arguments)
     differentiable = functional.derivatives is not None or \
         DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
-    return (kind, functional) if copyable and differentiable else None
+    return (kind, functional) if copies_back(op.schema) and differentiable else None
 
 
 def mutating_in_cpp(lib: OpLibrary, op: Op) -> bool:
@@ -976,7 +978,7 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "qualname": f"{op.namespace}::{op.name.name}",
         "overload": op.name.overload or "",
         "impl_name": impl_name(op),
-        "kernel": f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd",
+        "kernel": kernel_name(op),
         "returns": sig.returns.cpp(),
         "function_type": sig.function_type(),
         "params": ", ".join(b.decl() for b in sig.arguments),
@@ -985,17 +987,13 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "mutated": [cname[a.name] for a in schema.mutable_arguments],
     }
     if kind == "inplace":
-        fsig = cached_signature(functional.schema)
-        assert not isinstance(fsig, cpp.Unsupported)
         self_ = cname[schema.positional[0].name]
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
         ctx.update(
             self=self_,
             doc=f"Under autograd: {functional.name}, which has the derivatives, copied into "
                 f"{schema.positional[0].name}",
-            functional_qualname=f"{functional.namespace}::{functional.name.name}",
-            functional_overload=functional.name.overload or "",
-            functional_type=fsig.function_type(),
+            functional=handle_name(functional),
             functional_args=", ".join(
                 f"{self_}.clone()" if a.name == schema.positional[0].name and saves_self(functional)
                 else cname[a.name] for a in inputs))
@@ -1014,22 +1012,24 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
     out: dict[str, str] = {}
     for ns in lib.namespaces:
         plans = [p for p in (plan(lib, op) for op in lib.in_namespace(ns)) if p is not None]
-        mutating = [mutating_context(lib, op) for op in lib.in_namespace(ns)
-                    if mutating_in_cpp(lib, op)]
+        mutating = [op for op in lib.in_namespace(ns) if mutating_in_cpp(lib, op)]
         if not plans and not mutating:
             continue
         sources = sorted({s.file.path for s in shards(lib)[ns]})
         called: dict[str, Op] = {}
-        for p in plans:
-            for target in p.calls:
-                called.setdefault(handle_name(target), target)
+        # The library ops formulas call, and the functional variants in-place ops run.
+        for target in [t for p in plans for t in p.calls] + [
+                through_functional(lib, op)[1] for op in mutating   # type: ignore[index]
+                if shape_tag(op.schema) == "inplace"]:
+            called.setdefault(handle_name(target), target)
         handles = [{"name": name, "qualname": f"{t.namespace}::{t.name.name}",
                     "overload": t.name.overload or "",
                     "function_type": cached_signature(t.schema).function_type()}
                    for name, t in sorted(called.items())]
         out[autograd_path(project, ns)] = render(
             "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,
-            ops=[kernel_context(p) for p in plans], mutating=mutating)
+            ops=[kernel_context(p) for p in plans],
+            mutating=[mutating_context(lib, op) for op in mutating])
     return out
 
 

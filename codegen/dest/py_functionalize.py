@@ -13,7 +13,8 @@ from codegen.api import python as P
 from codegen.dest.cpp_autograd import mutating_in_cpp, saves_self, through_functional
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
 from codegen.model import DispatchKey, Op, is_tensor_like, without_alias
-from codegen.tags import FUNCTIONALIZING_TAGS, auto_functionalized, functional_variant
+from codegen.tags import (FUNCTIONALIZING_TAGS, auto_functionalized, copies_back,
+                          functional_variant)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -57,9 +58,7 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         return
     functional = functional_variant(m.lib, op)
     # The kernel copies each result into a mutated Tensor and returns only those.
-    copyable = all(isinstance(r, str) for r in returns) and all(
-        without_alias(a.type) == TENSOR for a in schema.mutable_arguments)
-    if functional is not None and copyable:
+    if functional is not None and copies_back(schema):
         functionalize_as(m, op, api, sec, functional, returns)
         return
     if auto_functionalized(op):
@@ -95,10 +94,7 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
     """The Functionalize kernel: `functional`, then a copy into each mutated argument."""
     schema = op.schema
     mutated = [a.name for a in schema.mutable_arguments]
-    inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
-    call_args = [mine.name if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
-                 for mine, theirs in zip(inputs, functional.schema.arguments)]
-    call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
+    call = _functional_call(op, functional)
     body: list[str] = []
     taken = {a.name for a in schema.arguments}
     results = [reserved.fresh("result", taken)] if len(mutated) == 1 else \
@@ -135,6 +131,16 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
             _out_autograd(m, op, api, sec)
 
 
+def _functional_call(op: Op, functional: Op, first: str | None = None) -> str:
+    """The call of `op`'s functional variant on `op`'s inputs (its out= arguments left out);
+    `first`: what to pass for the first input instead of itself."""
+    inputs = [a for a in op.schema.arguments if not (a.kwarg_only and a.is_write)]
+    args = [first if i == 0 and first is not None else mine.name for i, mine in enumerate(inputs)]
+    return f"_ops.{op_attr(functional)}(" + ", ".join(
+        f"{theirs.name}={arg}" if theirs.kwarg_only else arg
+        for arg, theirs in zip(args, functional.schema.arguments)) + ")"
+
+
 def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
                  result: str) -> None:
     """An in-place op's Autograd kernel: its differentiable functional variant copied into
@@ -146,14 +152,8 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
     # The functional op's backward may read `self`, which the copy then overwrites: it gets a
     # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
-    keeps_self = saves_self(functional)
-    inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
-    call_args = [(f"{mine.name}.clone()" if mine.name == self_ and keeps_self else mine.name)
-                 if not theirs.kwarg_only else f"{theirs.name}={mine.name}"
-                 for mine, theirs in zip(inputs, functional.schema.arguments)]
-    call = f"_ops.{op_attr(functional)}({', '.join(call_args)})"
-    below = ", ".join(a.name if not a.kwarg_only else f"{a.name}={a.name}"
-                      for a in schema.arguments)
+    call = _functional_call(op, functional, f"{self_}.clone()" if saves_self(functional) else None)
+    below = ", ".join(P.call_arguments(schema))
     body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
             f"    {result} = {call}",
             f"    {self_}.copy_({result})",
@@ -177,8 +177,7 @@ def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     schema = op.schema
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
     outs = [a.name for a in schema.mutable_arguments]
-    call = ", ".join(a.name if not a.kwarg_only else f"{a.name}={a.name}"
-                     for a in schema.arguments)
+    call = ", ".join(P.call_arguments(schema))
     message = (f"{op.name}: functions with out=... arguments don't support automatic "
                "differentiation, but one of the arguments requires grad.")
     taken = {a.name for a in schema.arguments}

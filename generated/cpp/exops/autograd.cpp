@@ -22,11 +22,21 @@
 
 namespace {
 
-// The library op exops::smooth_clamp_backward, which formulas call (through its own autograd).
+// The library op exops::smooth_clamp_backward, which the kernels below call (through its own
+// autograd).
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& opgen_smooth_clamp_backward_op() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  return handle;
+}
+
+// The library op exops::soft_shrink, which the kernels below call (through its own
+// autograd).
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& opgen_soft_shrink_op() {
+  static const auto handle = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("exops::soft_shrink", "")
+      .typed<at::Tensor(const at::Tensor&, double)>();
   return handle;
 }
 
@@ -359,10 +369,7 @@ at::Tensor& soft_shrink__autograd(at::Tensor& self, double lambd) {
       .findSchemaOrThrow("exops::soft_shrink_", "")
       .typed<at::Tensor&(at::Tensor&, double)>();
   if (torch::autograd::compute_requires_grad(self)) {
-    static const auto opgen_functional = c10::Dispatcher::singleton()
-        .findSchemaOrThrow("exops::soft_shrink", "")
-        .typed<at::Tensor(const at::Tensor&, double)>();
-    self.copy_(opgen_functional.call(self.clone(), lambd));
+    self.copy_(opgen_soft_shrink_op().call(self.clone(), lambd));
     return self;
   }
   at::Tensor& opgen_result = [&]() -> at::Tensor& {

@@ -22,7 +22,8 @@
 
 namespace {
 
-// The library op agrad::pool_backward, which formulas call (through its own autograd).
+// The library op agrad::pool_backward, which the kernels below call (through its own
+// autograd).
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt, c10::SymInt, c10::SymInt, int64_t)>& opgen_pool_backward_op() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::pool_backward", "")
@@ -30,7 +31,8 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
   return handle;
 }
 
-// The library op agrad::squash_backward, which formulas call (through its own autograd).
+// The library op agrad::squash_backward, which the kernels below call (through its own
+// autograd).
 const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& opgen_squash_backward_op() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("agrad::squash_backward", "")
