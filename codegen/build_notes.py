@@ -147,20 +147,23 @@ def stable_header_note(line: str, stable: dict[str, str], ns: str | None = None)
             "and 'min_torch' from its op files); see docs/STABLE_ABI.md")
 
 
-def generated_header_note(line: str, root: Path,
-                          indexes: list[dict] | None = None) -> str | None:
+def generated_header_note(line: str, root: Path, indexes: list[dict] | None = None,
+                          owner: dict[str, str] | None = None) -> str | None:
     """The note after a missing-header error naming a header of a generated namespace
     (`<ns>/...`) that generation does not write: an op file renamed (its header is named after
     it) or an op renamed or removed. The headers there are named instead (with their op files,
-    from `indexes`, else namespace_indexes)."""
+    from `indexes`, else namespace_indexes). For a namespace opgen generates nothing for, see
+    _unknown_namespace (`owner`: kernel source -> the namespace it is compiled into)."""
     missing = _missing_header(line)
     if missing is None:
         return None
     m, header = missing
     ns, _, rest = header.partition("/")
     cpp = root / config.current().generated / "cpp"
-    if not rest or not (cpp / ns).is_dir() or (cpp / header).is_file():
+    if not rest or (cpp / header).is_file():
         return None
+    if not (cpp / ns).is_dir():
+        return _unknown_namespace(m, header, ns, owner or {})
     if indexes is None:
         indexes = namespace_indexes(root)
     doc = next((d for d in indexes if d["namespace"] == ns), None)
@@ -181,20 +184,14 @@ def generated_header_note(line: str, root: Path,
             f"op (<{ns}/<op file>/<op>.h>)\nhint: {hint}")
 
 
-def unknown_namespace_header_note(line: str, root: Path, owner: dict[str, str]) -> str | None:
-    """The note after a missing-header error naming `<X/...>`, where X is no generated namespace
-    and the source lies in a kernel directory's `X/`: a library with one namespace compiles
-    every kernel source into it, so a directory left from a namespace without ops (deleted, or
-    with an empty `ops:`) joins that library, and its generated headers are missing."""
-    missing = _missing_header(line)
-    if missing is None:
-        return None
-    m, header = missing
-    ns, _, rest = header.partition("/")
+def _unknown_namespace(m: re.Match, header: str, ns: str, owner: dict[str, str]) -> str | None:
+    """`<ns/...>` where opgen generates no namespace `ns`, included by a source in a kernel
+    directory's `ns/`: a library with one namespace compiles every kernel source into it, so a
+    directory left from a namespace without ops (deleted, or with an empty `ops:`) joins that
+    library, and its generated headers are missing."""
     source = m["file"]
     into = owner.get(source)
-    if not rest or into is None or ns == into \
-            or (root / config.current().generated / "cpp" / ns).is_dir():
+    if into is None or ns == into:
         return None
     kdir = next((d for d in config.current().kernels if source.startswith(f"{d}/{ns}/")), None)
     if kdir is None:
@@ -649,8 +646,7 @@ class Notes:
         ns = self.namespace(source)
         note = (kernel_note(line, self.index, self.root, self.defined, self.owner)
                 or python_header_note(line, chain, self.root, ns in self.stable)
-                or generated_header_note(line, self.root, self.indexes)
-                or unknown_namespace_header_note(line, self.root, self.owner)
+                or generated_header_note(line, self.root, self.indexes, self.owner)
                 or stable_header_note(line, self.stable, ns)
                 or min_torch_note(line, ns, self.stable, self.root, self.noted))
         if note in self.said:

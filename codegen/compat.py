@@ -23,7 +23,6 @@ where, all of it, and then goes on to the rest of the contract, which torch does
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 from collections.abc import Mapping
@@ -500,9 +499,8 @@ def compare(lib: OpLibrary, snap: Snapshot, api: Mapping[str, str]) -> Report:
         name = str(op.name)
         present.add(name)
         old = snap.ops.get(name)
-        new = C.contract(op, lib, api.get(name))
-        if old is not None and old.api is None:
-            new = dataclasses.replace(new, api=None)    # recorded before API names were
+        # A snapshot recorded before API names were has none to compare.
+        new = C.contract(op, lib, None if old is not None and old.api is None else api.get(name))
         r = OpReport(name, old, new, op, declared=op.breaks)
         if old is not None and old != new:
             if old.schema != new.schema:    # read_snapshot refused one that does not parse

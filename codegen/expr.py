@@ -19,7 +19,7 @@ import enum
 from dataclasses import fields
 from functools import cached_property, partial
 from importlib import resources
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 from lark import Lark, Token, Tree
 from lark.parse_tree_builder import (ChildFilterLALR, ChildFilterLALR_NoPlaceholders,
@@ -229,10 +229,12 @@ class ExprParser:
     of text it covers and its children: Tokens of named terminals, the nodes built for its rules,
     None for an absent `[optional]` part; `default(kind, span, children)` takes the others."""
 
-    def __init__(self, grammar: str, builder: object, what: str, depth_hint: str | None = None):
+    def __init__(self, grammar: str, builder: object, what: str, depth_hint: str | None = None,
+                 char_hints: Mapping[str, str] | None = None):
         self.grammar = grammar
         self.what = what                # how messages name the text: "fake rule", "formula"
         self.depth_hint = depth_hint
+        self.char_hints = char_hints or {}     # an unexpected character -> a hint for it
         self.builder = builder
         self.lark = Lark(self._grammar_text(), parser="lalr", lexer="contextual",
                          maybe_placeholders=True, cache=True)
@@ -323,7 +325,8 @@ class ExprParser:
         try:
             top: _Reduced = lalr_parse(self.lark, text)  # type: ignore[assignment]
         except UnexpectedInput as e:
-            raise syntax_error(text, e, self.terminal_names, self.what) from None
+            raise syntax_error(text, e, self.terminal_names, self.what,
+                               self.char_hints) from None
         if top.height > MAX_DEPTH:
             raise self._too_deep(text)
         return top.node
@@ -379,19 +382,14 @@ def unclosed_bracket(text: str) -> tuple[int, str] | None:
     return stack[0] if stack else None
 
 
-def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str],
-                 what: str) -> ExprSyntaxError:
-    """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...)."""
+def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str,
+                 char_hints: Mapping[str, str] | None = None) -> ExprSyntaxError:
+    """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...);
+    `char_hints`: the language's hint for an unexpected character."""
     if isinstance(e, UnexpectedCharacters):
         pos = e.pos_in_stream or 0
-        # Neither language has bitwise operators; a formula's mask (`(x > a) & (x < b)`, as
-        # Python writes it) needs the named function.
-        logical = {"&": "torch.logical_and(a, b)", "|": "torch.logical_or(a, b)",
-                   "~": "torch.logical_not(a)", "^": "torch.logical_xor(a, b)"}
-        hint = (f"formulas have no bitwise operators: write {logical[text[pos]]}"
-                if what == "formula" and text[pos] in logical else None)
         return ExprSyntaxError(f"{what}: unexpected character {text[pos]!r}", Span(pos, pos + 1),
-                               hint)
+                               (char_hints or {}).get(text[pos]))
     if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
         opened = unclosed_bracket(text)
         if opened is not None:

@@ -493,7 +493,12 @@ class _ToSyntax:
 
 @lru_cache(maxsize=1)
 def _parser() -> ExprParser:
-    return ExprParser("grammar/formula.lark", _ToSyntax(), "formula")
+    # No bitwise operators: a mask written as Python does (`(x > a) & (x < b)`) needs the
+    # named function.
+    return ExprParser("grammar/formula.lark", _ToSyntax(), "formula", char_hints={
+        c: f"formulas have no bitwise operators: write torch.{f}"
+        for c, f in (("&", "logical_and(a, b)"), ("|", "logical_or(a, b)"),
+                     ("~", "logical_not(a)"), ("^", "logical_xor(a, b)"))})
 
 
 class _Checker:

@@ -237,13 +237,13 @@ def check_failures(paths: Iterable[str], ops: Iterable[Op], diags: Diagnostics) 
     """`check`'s part: the failures file of each directory in `paths` (where every op file of it
     is loaded), against the samples of `ops`."""
     paths = list(paths)
-    files = {os.path.realpath(p) for p in paths if not os.path.isdir(p)}
     dirs = [p for p in paths if os.path.isdir(p)]
+    named = [p for p in paths if p not in dirs]
+    files = {os.path.realpath(p) for p in named}
     # A directory whose op files are all named one by one (`schemas = ["ops/a.yaml",
     # "ops/b.yaml"]`) is loaded whole too: its failures file is checked as a listed directory's.
-    for p in paths:
-        d = os.path.dirname(p) or "."
-        if os.path.isdir(p) or d in dirs:
+    for d in dict.fromkeys(os.path.dirname(p) or "." for p in named):
+        if d in dirs:
             continue
         with contextlib.suppress(OSError):
             names = [n for n in os.listdir(d) if n.endswith(".yaml") and n != FAILURES_FILE

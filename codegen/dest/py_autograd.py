@@ -638,8 +638,7 @@ def _emit_formulas(body: list[str], d, schema, emitter, emit_names, grad_vars: d
     and a Tensor given for the list was unpacked into its rows."""
     emit_names.locals = _binding_locals(d, taken | set(body_locals(body)) | {
         a.name for a in schema.arguments})
-    n = schema.name
-    qual = f"{n.namespace}::{n.name}" + (f".{n.overload}" if n.overload else "")
+    qual = str(schema.name)
     for f in d.formulas:
         targets = [grad_vars[n] for n in f.inputs]
         cond = " or ".join(needs(n) for n in f.inputs)
