@@ -11,6 +11,20 @@ import pytest
 from codegen import parse_schema
 from codegen.dest.py_autograd import FlatFunction
 
+
+def _python_library(tmp_path, monkeypatch, module: str, kernels: str, ops: str):
+    """The op file `ops` loaded by codegen.testing.load_python_library (close it), its Python
+    kernels in module `module` (`kernels`); both written to `tmp_path`, the working directory."""
+    import textwrap
+
+    from codegen import testing
+
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(kernels))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent(ops))
+    return testing.load_python_library(["ops.yaml"])
+
 SCHEMA = "ns::f(Tensor[] xs, Tensor w, Tensor[] ys, int n) -> (Tensor a, Tensor[] b, Tensor c)"
 
 
@@ -71,22 +85,16 @@ def test_values_named_like_ctx_attributes_differentiate(tmp_path, monkeypatch):
     """Non-Tensor inputs the formulas read are kept on autograd's ctx: one named like an attribute
     ctx has itself (`saved_tensors` is read-only; `needs_input_grad` would silently replace
     autograd's own) is kept under a fresh name, and the op differentiates through both paths."""
-    import textwrap
 
     import torch
 
-    from codegen import testing
-
-    (tmp_path / "ctx_kernels.py").write_text(textwrap.dedent("""\
+    lib = _python_library(tmp_path, monkeypatch, "ctx_kernels", """\
         def scale(x, needs_input_grad, saved_tensors, name):
             return x * needs_input_grad * saved_tensors
 
         def scale_list(xs, needs_input_grad):
             return xs[0] * needs_input_grad
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        """, """\
         namespace: ctxattr
         ops:
           - func: scale(Tensor x, float needs_input_grad, float saved_tensors, str name) -> Tensor
@@ -99,8 +107,7 @@ def test_values_named_like_ctx_attributes_differentiate(tmp_path, monkeypatch):
             fake: like(xs[0])
             derivatives:
               xs: "[grad * needs_input_grad] + [grad * 0 for _ in xs[1:]]"
-        """))
-    lib = testing.load_python_library(["ops.yaml"])
+        """)
     try:
         x = torch.randn(3, dtype=torch.double, requires_grad=True)
         assert torch.autograd.gradcheck(lambda t: torch.ops.ctxattr.scale(t, 2.0, 3.0, "on"), (x,))
@@ -119,14 +126,11 @@ def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monk
     differentiates `mul_` with `mul`'s formulas. Before, torch's autograd fallback ran the
     kernel and recorded nothing for it: the gradient skipped the op (silently wrong), eagerly
     and under torch.compile. A formula reading `self` gets it from before the write."""
-    import textwrap
     import warnings
 
     import torch
 
-    from codegen import testing
-
-    (tmp_path / "ip_kernels.py").write_text(textwrap.dedent("""\
+    lib = _python_library(tmp_path, monkeypatch, "ip_kernels", """\
         import torch
 
         def mul(self, other):
@@ -136,10 +140,7 @@ def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monk
             with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
                 self.mul_(other)
             return self
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        """, """\
         namespace: ipgrad
         ops:
           - func: mul(Tensor self, Tensor other) -> Tensor
@@ -150,8 +151,7 @@ def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monk
               other: grad * self
           - func: mul_(Tensor(a!) self, Tensor other) -> Tensor(a!)
             dispatch: {CompositeExplicitAutograd: "ip_kernels:mul_"}
-        """))
-    lib = testing.load_python_library(["ops.yaml"])
+        """)
     try:
         def f(x, w):
             z = x * 1
@@ -187,19 +187,13 @@ def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch
     Before, autograd said 'returned an incorrect number of gradients (expected 5, got 4)', a
     Tensor was unpacked into its rows, and None failed with "Value after * must be an
     iterable"."""
-    import textwrap
 
     import torch
 
-    from codegen import testing
-
-    (tmp_path / "tl_kernels.py").write_text(textwrap.dedent("""\
+    lib = _python_library(tmp_path, monkeypatch, "tl_kernels", """\
         def mix(tensors, weights):
             return sum(t * w for t, w in zip(tensors, weights))
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        """, """\
         namespace: tlgrad
         ops:
           - func: mix(Tensor[] tensors, Tensor weights) -> Tensor
@@ -219,8 +213,7 @@ def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch
             fake: like(tensors[0])
             derivatives:
               tensors, weights: (None, torch.stack([(grad * t).sum() for t in tensors]))
-        """))
-    lib = testing.load_python_library(["ops.yaml"])
+        """)
     try:
         ts = [torch.ones(3, dtype=torch.double, requires_grad=True) for _ in range(3)]
         w = torch.tensor([1.0, 0.0, 2.0], dtype=torch.double, requires_grad=True)
@@ -242,13 +235,10 @@ def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch
     """An out= op beside a differentiable functional variant raises aten's error when an input
     requires grad. Before, torch's autograd fallback returned `out` detached, and the error came
     at backward ("element 0 of tensors does not require grad")."""
-    import textwrap
 
     import torch
 
-    from codegen import testing
-
-    (tmp_path / "out_kernels.py").write_text(textwrap.dedent("""\
+    lib = _python_library(tmp_path, monkeypatch, "out_kernels", """\
         import torch
 
         def neg(self):
@@ -258,10 +248,7 @@ def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch
             with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
                 torch.neg(self, out=out)
             return out
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        """, """\
         namespace: outgrad
         ops:
           - func: neg(Tensor self) -> Tensor
@@ -271,8 +258,7 @@ def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch
               self: -grad
           - func: neg.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)
             dispatch: {CompositeExplicitAutograd: "out_kernels:neg_out"}
-        """))
-    lib = testing.load_python_library(["ops.yaml"])
+        """)
     try:
         x = torch.ones(3, requires_grad=True)
         out = torch.empty(3)
