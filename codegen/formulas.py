@@ -74,6 +74,16 @@ expression may use it. A binding's name is new: not an input, not a name the lan
 (`grad`, `result`, `torch`, builtins, return names), not starting with `_`. Bindings belong to
 their formula; another formula of the op writes its own.
 
+Conditions
+----------
+A conditional's condition, a comprehension's `if`, the operands of `and`, `or` and `not`, and
+what `max` and `min` compare are tested in Python when the formula runs. They may read sizes
+(`x.dim()`, `x.size(0)`, `x.shape`, `x.numel()`), dtypes, devices, `x is None`, `x.requires_grad`
+and non-Tensor arguments, not tensor values (`x.sum() > 0`, `x.any()`, `x.item()`, `float(x)`,
+the truth of a `Tensor?` input): torch.compile cannot trace a branch on them and C++ autograd
+cannot take one. Select elementwise instead: `torch.where(x.sum() > 0, grad, -grad)`,
+`torch.logical_and(a, b)`, `torch.maximum(a, b)`.
+
 Literals
 --------
 Python's, within what generated code can carry: integers are decimal, without leading zeros, and
@@ -101,7 +111,8 @@ Checks
 Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file is loaded:
 unknown names, names outside the vocabulary above, literals, inputs without formulas, formulas
 for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`,
-Tensor lists used as tensors, binding names the language owns, slice steps of zero;
+Tensor lists used as tensors, binding names the language owns, slice steps of zero, conditions on
+tensor values;
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
 keywords, missing required arguments) once the whole library is loaded.
 """
@@ -126,6 +137,7 @@ from codegen.model import (
     Located,
     Op,
     OpLibrary,
+    OptionalType,
     Span,
     is_base,
     is_tensor_like,
@@ -501,6 +513,12 @@ def _parser() -> ExprParser:
                      ("~", "logical_not(a)"), ("^", "logical_xor(a, b)"))})
 
 
+_CONDITION = ("this condition", "branch on sizes, dtypes and non-Tensor arguments only, or "
+              "select elementwise: torch.where(cond, a, b)")
+_COMPREHENSION = ("this comprehension condition", "filter on sizes, dtypes and non-Tensor "
+                  "arguments only, or select inside the element: [torch.where(cond, a, b) for ...]")
+
+
 class _Checker:
     """Resolves the names of one formula against the op's schema."""
 
@@ -514,6 +532,9 @@ class _Checker:
         self.returns = schema.returns
         self.loop_vars: set[str] = set()
         self.locals: dict[str, bool] = {}      # binding -> whether it holds a Tensor list
+        self.kinds = _Kinds(schema, {})
+        # The and/or/not making up a condition (syntax node ids): their operands are its parts.
+        self.conditions: dict[int, tuple[str, str]] = {}
 
     def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
         self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
@@ -653,21 +674,34 @@ class _Checker:
                     raise self.error(Span(tok.start_pos, tok.end_pos),
                                      f"'{tok}' is already a name of the formula; pick another")
             saved = set(self.loop_vars)
+            saved_kinds = dict(self.kinds.bound)
             self.loop_vars |= set(bound)
+            self.kinds.bound.update(zip(bound, self.kinds.loop_kinds(it, len(bound))))
             try:
                 body = self.expr(elem)
+                if cond_node is not None:
+                    self.condition(cond_node, *_COMPREHENSION)
                 cond = self.expr(cond_node) if cond_node is not None else None
+                if cond is not None:
+                    self.truth_test(cond_node, cond, *_COMPREHENSION)
             finally:
                 self.loop_vars = saved
+                self.kinds.bound = saved_kinds
             return ListComp(body, bound, it, cond)
         if k == "ifexp":
-            return IfExp(self.expr(p[1]), self.expr(p[0]), self.expr(p[2]))
+            self.condition(p[1], *_CONDITION)
+            cond = self.expr(p[1])
+            self.truth_test(p[1], cond, *_CONDITION)
+            return IfExp(cond, self.expr(p[0]), self.expr(p[2]))
         if k == "compare":
             return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
         if k in ("neg", "pos", "invert", "not_"):
             operand = self.expr(p[0])
             if k != "not_":
                 self.not_a_list(p[0], operand)
+            else:
+                self.truth_test(p[0], operand, *self.conditions.get(id(node), (
+                    "the operand of 'not'", "negate a tensor elementwise: torch.logical_not(a)")))
             return UnaryOp(UnaryKind[k], operand)
         if k in ("is_", "is_not"):
             left, right = self.expr(p[0]), self.expr(p[1])
@@ -684,6 +718,12 @@ class _Checker:
             if k not in ("and_", "or_"):
                 self.not_a_list(p[0], left)
                 self.not_a_list(p[1], right)
+            else:
+                # Python tests the left operand's truth; the right one's only where the result's is.
+                word = k.rstrip("_")
+                self.truth_test(p[0], left, *self.conditions.get(id(node), (
+                    f"the left operand of '{word}'",
+                    f"combine tensors elementwise: torch.logical_{word}(a, b)")))
             return BinOp(BinOpKind[k], left, right)
         if k in ("slice", "ellipsis"):
             raise self.error(node.span, "slices and '...' only go inside brackets: x[1:], x[..., 0]")
@@ -748,6 +788,36 @@ class _Checker:
                 return self.locals.get(n, False)
         return False
 
+    def truth_test(self, node, e: Expr, what: str, hint: str) -> None:
+        """Refuse a truth test (`e` as a condition) of a value read from tensor data (Note
+        [Data-dependent conditions]); `what` names the place, `hint` what to write instead."""
+        match e:
+            case BinOp(op=BinOpKind.and_ | BinOpKind.or_, right=b):
+                # The left operand was tested where it was parsed; the right one is the result.
+                self.truth_test(node.parts[1], b, what, hint)
+                return
+            case UnaryOp(op=UnaryKind.not_):
+                return      # its operand was tested where it was parsed
+            case IfExp(then=a, orelse=b):
+                self.truth_test(node.parts[0], a, what, hint)
+                self.truth_test(node.parts[2], b, what, hint)
+                return
+        if self.kinds.of(e) not in _VALUES:
+            return
+        arg = self.schema.argument(e.name) if isinstance(e, InputRef) else None
+        if arg is not None and isinstance(arg.type, OptionalType):
+            hint = f"test whether '{e.name}' was given with `{e.name} is not None`"
+        raise self.error(node.span, f"{what} depends on tensor values: neither torch.compile "
+                         "nor C++ autograd can branch on them", hint)
+
+    def condition(self, node, what: str, hint: str) -> None:
+        """Mark the and/or/not making up the condition `node`, so that an error in an operand
+        speaks of the condition."""
+        if isinstance(node, _Node) and node.kind in ("and_", "or_", "not_"):
+            self.conditions[id(node)] = (what, hint)
+            for part in node.parts:
+                self.condition(part, what, hint)
+
     def not_a_list(self, node, e: Expr) -> None:
         """Refuse a Tensor list where a formula treats it as a tensor (`grad * 2` would repeat
         the list, `grad.sum()` fail at backward)."""
@@ -775,6 +845,7 @@ class _Checker:
             raise self.error(span, f"'{name}' is already a name of the formula; pick another")
         value = self.expr(value_node)
         self.locals[name] = self.tensor_list(value)
+        self.kinds.bound[name] = self.kinds.of(value)
         return name, value
 
     def _is_tensor(self, ref: InputRef) -> bool:
@@ -810,6 +881,16 @@ class _Checker:
             raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
         if isinstance(func, BuiltinRef):
             self.builtin(node, func.name, args, kwargs)
+        if isinstance(func, PyBuiltinRef) and func.name in ("max", "min"):
+            # Python's max and min compare their arguments (or elements) with `>`, `<`.
+            for arg_node, arg in zip(node.parts[1:], args):
+                value = arg.value if isinstance(arg, Star) else arg
+                if self.kinds.of(value) in (Kind.TENSOR, Kind.TENSORS, Kind.DATA):
+                    elementwise = "maximum" if func.name == "max" else "minimum"
+                    raise self.error(arg_node.span, f"{func.name}() compares tensor values: "
+                                     "neither torch.compile nor C++ autograd can branch on them",
+                                     f"compare elementwise: torch.{elementwise}(a, b); reduce "
+                                     f"one tensor: x.{func.name}()")
         if isinstance(func, TorchRef) and _is_module(func.path):
             raise self.error(func_node.span, f"the module '{self.src(func_node.span)}' is not "
                              "callable")
@@ -913,6 +994,215 @@ def _int_index(items: tuple[Expr, ...]) -> bool:
     if isinstance(i, Const):
         return isinstance(i.value, int)
     return isinstance(i, Slice) or not _folds(i) and not isinstance(i, (ListLit, ListComp))
+
+
+# Note [Data-dependent conditions]
+# A formula runs at backward, which torch.compile traces with symbolic values: a Python truth test
+# of a tensor (a conditional's or a comprehension's condition, an operand of `and`, `or`, `not`,
+# `max`/`min` comparing tensors) needs its value, which tracing does not have
+# (GuardOnDataDependentSymNode), and C++ autograd cannot branch on it either. So the checker
+# refuses a truth test of a value read from tensor data, and keeps those of what the trace knows:
+# sizes, dtypes, devices, `is None`, non-Tensor arguments and literals. `_Kinds` tells them apart;
+# where it cannot tell (a library op's result, an unusual call), it accepts.
+
+
+class Kind(enum.Enum):
+    TENSOR = "tensor"
+    TENSORS = "tensors"     # a sequence of tensors: its truth is its length
+    DATA = "data"           # a Python value read from tensor values (`x.item()`, `float(x)`)
+    META = "meta"           # reads no tensor's values: sizes, dtypes, arguments, literals
+    NONE = "none"           # the literal None
+    UNKNOWN = "unknown"
+
+
+_VALUES = (Kind.TENSOR, Kind.DATA)      # what a truth test refuses
+# Tensor attributes and methods that read metadata only; any other `is_*` does too, but for
+# `is_nonzero`.
+_META_TENSOR_ATTRS = frozenset({"shape", "ndim", "dtype", "device", "layout", "requires_grad",
+                                "is_leaf", "names", "itemsize", "nbytes", "retains_grad",
+                                "grad_fn", "output_nr"})
+_META_TENSOR_METHODS = frozenset({"dim", "ndimension", "size", "numel", "nelement", "stride",
+                                  "storage_offset", "element_size", "get_device", "has_names",
+                                  "dim_order", "data_ptr"})
+_DATA_TENSOR_METHODS = frozenset({"item", "tolist", "is_nonzero", "equal", "allclose"})
+_TENSORS_FUNCTIONS = frozenset({"unbind", "split", "chunk", "tensor_split", "split_with_sizes",
+                                "unsafe_split", "unsafe_chunk", "hsplit", "vsplit", "dsplit",
+                                "broadcast_tensors", "meshgrid", "grad"})
+# torch functions of tensors or dtypes that give metadata (besides `is_*`).
+_META_TORCH_FUNCTIONS = frozenset({"numel", "result_type", "can_cast", "promote_types", "finfo",
+                                   "iinfo", "typename", "Size", "device", "get_device",
+                                   "broadcast_shapes"})
+
+
+def _join(a: Kind, b: Kind) -> Kind:
+    """The kind of a value that is either `a` or `b`."""
+    if a is b or b is Kind.NONE:
+        return a
+    return b if a is Kind.NONE else Kind.UNKNOWN
+
+
+def _arith(kinds) -> Kind:
+    """The kind of what an operator computes from operands of `kinds`."""
+    kinds = set(kinds)
+    for k in (Kind.TENSOR, Kind.DATA, Kind.UNKNOWN, Kind.TENSORS):
+        if k in kinds:
+            return k
+    return Kind.META
+
+
+def _elements(k: Kind) -> Kind:
+    """The kind of what iterating a value of kind `k` gives."""
+    if k in (Kind.TENSOR, Kind.TENSORS):
+        return Kind.TENSOR
+    return k if k in (Kind.META, Kind.DATA) else Kind.UNKNOWN
+
+
+def _sequence(items) -> Kind:
+    kinds = {Kind.TENSOR if k is Kind.NONE else k for k in items}
+    if kinds <= {Kind.TENSOR}:
+        return Kind.TENSORS
+    return Kind.META if kinds == {Kind.META} else Kind.UNKNOWN
+
+
+def _tensor_method(name: str) -> Kind:
+    if name in _DATA_TENSOR_METHODS:
+        return Kind.DATA
+    if name in _META_TENSOR_METHODS or name.startswith("is_"):
+        return Kind.META
+    return Kind.TENSORS if name in _TENSORS_FUNCTIONS else Kind.TENSOR
+
+
+class _Kinds:
+    """What each value of a formula is (Note [Data-dependent conditions]): `bound` holds the
+    kinds of its bindings and loop variables."""
+
+    def __init__(self, schema: FunctionSchema, bound: dict[str, Kind]):
+        self.schema = schema
+        self.bound = bound
+
+    def _type(self, t) -> Kind:
+        if is_tensor_list(t):
+            return Kind.TENSORS
+        return Kind.TENSOR if is_tensor_like(t) else Kind.META
+
+    def _return(self, i: int) -> Kind:
+        t = self.schema.returns[i].type
+        return self._type(t) if is_tensor_like(t) else Kind.UNKNOWN
+
+    def of(self, e: Expr) -> Kind:
+        match e:
+            case Const(value=None):
+                return Kind.NONE
+            case Const() | EllipsisLit() | Slice() | TorchRef():
+                return Kind.META
+            case InputRef(name=n):
+                arg = self.schema.argument(n)
+                assert arg is not None
+                return self._type(arg.type)
+            case GradRef(index=i) | ResultRef(index=i):
+                return self._return(i)
+            case GradsRef():
+                return Kind.TENSORS
+            case ResultsRef():
+                tensors = all(is_tensor_like(r.type) for r in self.schema.returns)
+                return Kind.TENSORS if tensors else Kind.UNKNOWN
+            case LocalRef(name=n) | LoopVar(name=n):
+                return self.bound.get(n, Kind.UNKNOWN)
+            case Attr(obj=obj, name=name):
+                k = self.of(obj)
+                if k is Kind.TENSOR:
+                    meta = name in _META_TENSOR_ATTRS or name.startswith("is_")
+                    return Kind.META if meta else Kind.TENSOR
+                return k if k in (Kind.META, Kind.DATA) else Kind.UNKNOWN
+            case Call():
+                return self._call(e)
+            case BinOp(op=BinOpKind.is_ | BinOpKind.is_not):
+                return Kind.META
+            case BinOp(op=BinOpKind.and_ | BinOpKind.or_, left=a, right=b):
+                return _join(self.of(a), self.of(b))
+            case BinOp(op=op, left=a, right=b):
+                kinds = {self.of(a), self.of(b)}
+                if op in _COMPARISONS and Kind.TENSORS in kinds:
+                    return Kind.DATA    # sequences compare their tensors
+                return _arith(Kind.META if k is Kind.NONE else k for k in kinds)
+            case UnaryOp(op=UnaryKind.not_, operand=o):
+                k = self.of(o)
+                return Kind.DATA if k in _VALUES else Kind.UNKNOWN if k is Kind.UNKNOWN \
+                    else Kind.META
+            case UnaryOp(operand=o):
+                return self.of(o)
+            case IfExp(then=a, orelse=b):
+                return _join(self.of(a), self.of(b))
+            case Subscript(obj=obj, items=items):
+                k = self.of(obj)
+                if k is Kind.TENSORS:
+                    return Kind.TENSORS if any(isinstance(i, Slice) for i in items) \
+                        else Kind.TENSOR
+                if k is Kind.META and any(self.of(i) in _VALUES for i in items):
+                    return Kind.DATA
+                return k if k is not Kind.NONE else Kind.UNKNOWN
+            case TupleLit(items=items) | ListLit(items=items):
+                return _sequence(self.of(i) for i in items)
+            case ListComp(elem=elem, names=names, iterable=it):
+                saved = dict(self.bound)
+                self.bound.update(zip(names, self.loop_kinds(it, len(names))))
+                try:
+                    return _sequence([self.of(elem)])
+                finally:
+                    self.bound = saved
+        return Kind.UNKNOWN
+
+    def loop_kinds(self, it: Expr, n: int) -> list[Kind]:
+        """The kinds of the `n` names a comprehension binds by iterating `it`."""
+        match it:
+            case Call(func=PyBuiltinRef(name="zip"), args=args) \
+                    if len(args) == n and not any(isinstance(a, Star) for a in args):
+                return [_elements(self.of(a)) for a in args]
+            case Call(func=PyBuiltinRef(name="enumerate"), args=(seq,)) if n == 2:
+                return [Kind.META, _elements(self.of(seq))]
+        k = _elements(self.of(it))
+        return [k] * n if n == 1 or k is Kind.TENSOR else [Kind.UNKNOWN] * n
+
+    def _call(self, e: Call) -> Kind:
+        args = [self.of(a.value if isinstance(a, Star) else a) for a in e.args]
+        kinds = args + [self.of(v) for _, v in e.kwargs]
+        match e.func:
+            case BuiltinRef(name="unbroadcast"):
+                return Kind.TENSOR
+            case PyBuiltinRef(name="len" | "range"):
+                return Kind.META
+            case PyBuiltinRef(name="int" | "float"):
+                return Kind.DATA if _arith(kinds) in _VALUES else _arith(kinds)
+            case PyBuiltinRef(name="abs" | "sum" | "max" | "min"):
+                k = _arith(kinds)
+                if len(args) == 1 and k in (Kind.TENSOR, Kind.TENSORS):
+                    return Kind.TENSOR if e.func.name in ("abs", "sum") else Kind.DATA
+                return Kind.TENSOR if k is Kind.TENSORS else k
+            case PyBuiltinRef(name="list" | "tuple"):
+                return _sequence([_elements(args[0])]) if len(args) == 1 else Kind.META
+            case TorchRef(path=("Tensor", name)):
+                return _tensor_method(name)
+            case TorchRef(path=path) if path:
+                name = path[-1]
+                if name == "is_nonzero" or name in _DATA_TENSOR_METHODS:
+                    return Kind.DATA
+                if name in _META_TORCH_FUNCTIONS or name.startswith("is_"):
+                    return Kind.META
+                if name in _TENSORS_FUNCTIONS:
+                    return Kind.TENSORS
+                # Other functions give tensors: of tensors, values read from them.
+                tensors = {Kind.TENSOR, Kind.TENSORS, Kind.DATA} & set(kinds)
+                return Kind.TENSOR if tensors else Kind.UNKNOWN
+            case Attr(obj=obj, name=name):
+                k = self.of(obj)
+                if k is Kind.TENSOR:
+                    return _tensor_method(name)
+                return k if k in (Kind.META, Kind.DATA) else Kind.UNKNOWN
+        return Kind.UNKNOWN
+
+
+_COMPARISONS = (BinOpKind.eq, BinOpKind.ne, BinOpKind.lt, BinOpKind.le, BinOpKind.gt,
+                BinOpKind.ge)
 
 
 # The torch a formula can name (Note [Formula vocabulary]), recorded from the pinned torch

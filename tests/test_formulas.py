@@ -309,15 +309,18 @@ def _exprs():
 
 @given(_exprs())
 def test_emitted_python_has_the_parsed_meaning(text):
-    schema = parse_schema("ex::f(Tensor x, Tensor y) -> Tensor")
-    d, diags = parse(schema, {"x": text, "y": "non_differentiable"})
+    # `x` and `y` are numbers: conditions and `and`/`or`/`not` on them are fine, on `grad` not
+    # (Note [Data-dependent conditions]).
+    schema = parse_schema("ex::f(Tensor t, int x, float y) -> Tensor")
+    d, diags = parse(schema, {"t": text})
     # `x is 1`: Python warns at compile time, so the checker refuses it (Note [Constant folding]).
     if d is None:
-        assert all("with a literal" in m.message for m in diags.items), diags.render()
+        assert all("with a literal" in m.message or "tensor values" in m.message
+                   for m in diags.items), diags.render()
         assume(False)
     op = Op(schema=schema, loc=Loc("t.yaml", 1, 1))
-    names = Names(inputs={"x": "x", "y": "y"}, meta=set(), grads=["grad"], results=["result"],
-                  ops={})
+    names = Names(inputs={"t": "t", "x": "x", "y": "y"}, meta=set(), grads=["grad"],
+                  results=["result"], ops={})
     emitted = FormulaEmitter(op, names, set()).expr(d.formulas[0].expr)
     assert ast.dump(ast.parse(emitted, mode="eval")) == ast.dump(ast.parse(text, mode="eval"))
 
@@ -409,3 +412,64 @@ def test_derivatives_yaml_cpp_spellings_get_their_python_hint():
                          {"x": text, "y": "non_differentiable"})
         assert d is None and [item.hint.split(": ", 1)[1] for item in diags.items] == \
             [hint + ("" if "dtype" in hint else " (sizes stay symbolic under torch.compile)")]
+
+
+# --------------------------------------------------------------------------------------------------
+# Conditions (Note [Data-dependent conditions])
+
+CONDITIONS = "ex::f(Tensor x, Tensor y, Tensor? b, Tensor[] ts, int n=1, float[] ws=[]) -> Tensor"
+DEPENDS = "depends on tensor values: neither torch.compile nor C++ autograd can branch on them"
+
+
+def _condition_errors(text: str) -> list[str]:
+    d, diags = parse(parse_schema(CONDITIONS), {"x": text, "y, b, ts": "non_differentiable"})
+    assert (d is None) == bool(diags.items)
+    return [m.message for m in diags.items]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("grad if x.sum() > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if x.sum().item() > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if float(x.max()) else -grad", "this condition " + DEPENDS),
+    ("grad if torch.equal(x, y) else -grad", "this condition " + DEPENDS),
+    ("grad if x.any() else -grad", "this condition " + DEPENDS),
+    ("grad if n > 0 and x.all() else -grad", "this condition " + DEPENDS),
+    ("grad if not (x > 0).all() else -grad", "this condition " + DEPENDS),
+    ("grad if (x if n else y) else -grad", "this condition " + DEPENDS),
+    ("s = x.sum(); grad if s > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if b else -grad", "this condition " + DEPENDS),
+    ("torch.stack([t for t in ts if t.sum() > 0]).sum(0)",
+     "this comprehension condition " + DEPENDS),
+    ("torch.stack([r for r in x if r.max() > 0]).sum(0)",
+     "this comprehension condition " + DEPENDS),
+    ("grad * (x > 0 or y > 0)", "the left operand of 'or' " + DEPENDS),
+    ("grad * (not x)", "the operand of 'not' " + DEPENDS),
+    ("max(grad, x)", "max() compares tensor values: neither torch.compile nor C++ autograd can "
+                     "branch on them"),
+    ("grad * min(ts)", "min() compares tensor values: neither torch.compile nor C++ autograd can "
+                       "branch on them"),
+])
+def test_conditions_on_tensor_values_are_refused(text, message):
+    """Each passed `check` before, then failed under torch.compile (GuardOnDataDependentSymNode)
+    and kept the op off C++ autograd."""
+    assert _condition_errors(text) == [message]
+
+
+@pytest.mark.parametrize("text", [
+    "grad if n > 0 else -grad",
+    "grad if x.dim() == 2 and x.ndim > 1 else -grad",
+    "grad if x.size(0) > 1 and x.shape[-1] > 1 and x.numel() else -grad",
+    "grad if x.shape == y.shape and len(ts) > 1 and ts else -grad",
+    "grad if x.dtype == torch.float64 and x.dtype.is_floating_point else -grad",
+    "grad if x.is_complex() or torch.is_floating_point(x) else -grad",
+    "grad if x.requires_grad and x.device.type == 'cpu' else -grad",
+    "grad if torch.finfo(x.dtype).eps > 1e-10 else -grad",
+    "grad if b is None else grad * b",
+    "s = x.size(0); grad if s > 1 else -grad",
+    "torch.stack([t for t, w in zip(ts, ws) if w != 0]).sum(0)",
+    "torch.stack([t for i, t in enumerate(ts) if i > 0 and t.dim() > 0]).sum(0)",
+    "grad * max(n, x.size(0)) * min(x.shape) * max(ws)",
+    "torch.where(x > 0, grad, -grad)",
+])
+def test_conditions_on_sizes_dtypes_and_arguments_are_kept(text):
+    assert _condition_errors(text) == []

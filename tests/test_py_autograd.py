@@ -200,7 +200,7 @@ def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch
             dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
             fake: like(tensors[0])
             derivatives:
-              tensors: '[grad * w for w in weights if w != 0]'
+              tensors: '[grad * w for w in weights[1:]]'
               weights: torch.stack([(grad * t).sum() for t in tensors])
           - func: mix_tensor(Tensor[] tensors, Tensor weights) -> Tensor
             dispatch: {CompositeExplicitAutograd: "tl_kernels:mix"}
@@ -271,5 +271,46 @@ def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch
             assert torch.ops.outgrad.neg.out(x, out=out) is out
         assert out.tolist() == [-1.0] * 3
         assert torch.ops.outgrad.neg.out(x.detach() * 2, out=out).tolist() == [-2.0] * 3
+    finally:
+        lib.close()
+
+
+def test_conditions_on_metadata_trace_under_compile(tmp_path, monkeypatch):
+    """What the checker keeps of a formula's conditions (sizes, dtypes, `is None`, non-Tensor
+    arguments: Note [Data-dependent conditions] in codegen/formulas.py) traces in a compiled
+    backward with dynamic shapes; one on tensor values (`x.sum() > 0`) raised
+    GuardOnDataDependentSymNode there, and `check` now refuses it."""
+
+    import torch
+
+    lib = _python_library(tmp_path, monkeypatch, "cond_kernels", """\
+        def scaled(x, bias, ws, n):
+            return x * 2 if bias is None else x * 2 + bias
+        """, """\
+        namespace: condgrad
+        ops:
+          - func: scaled(Tensor x, Tensor? bias, float[] ws, int n) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "cond_kernels:scaled"}
+            fake: like(x)
+            derivatives:
+              x: >-
+                grad * 2 if x.dim() == 1 and x.size(0) > 1 and x.numel()
+                and x.dtype == torch.float64 and not x.is_complex() and n > 0 and max(ws) > 0
+                else grad * 0
+              bias: 'None if bias is None else unbroadcast(grad, bias)'
+        """)
+    try:
+        def f(x, bias):
+            return torch.ops.condgrad.scaled(x, bias, [0.5, 1.0], 1).sum()
+
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=True)
+        for n in (3, 5):
+            x = torch.ones(n, dtype=torch.double, requires_grad=True)
+            b = torch.ones(1, dtype=torch.double, requires_grad=True)
+            gx, gb = torch.autograd.grad(compiled(x, b), (x, b))
+            assert gx.tolist() == [2.0] * n and gb.tolist() == [float(n)]
+            (gx,) = torch.autograd.grad(compiled(x, None), (x,))
+            assert gx.tolist() == [2.0] * n
     finally:
         lib.close()
