@@ -12,7 +12,7 @@ name to a Python expression for its gradient.
     - func: scaled_mul(Tensor self, Tensor other, *, float alpha=1.0) -> Tensor
       derivatives:
         self: unbroadcast(grad * other * alpha, self)
-        other: exops.scaled_mul_backward(grad, self, alpha)   # an op of this library
+        other: exops.scaled_mul_backward(grad, self, other, alpha)   # an op of this library
     - func: minmax(Tensor self) -> (Tensor min, Tensor max)
       derivatives:
         self: grad_min * (self == min) + grad_max * (self == max)
@@ -24,7 +24,8 @@ name to a Python expression for its gradient.
 Keys
 ----
 - `<input>: <formula>`: the gradient of one Tensor input (`Tensor`, `Tensor?`, `Tensor[]`, whose
-  formula gives a list of gradients).
+  formula gives a list of gradients, one per tensor, `None` for one without:
+  `[unbroadcast(grad * w, t) if w != 0 else None for t, w in zip(tensors, weights)]`).
 - `<a>, <b>: <formula>`: one formula returning a tuple, one gradient per named input (`None` for
   no gradient).
 - `<input>: non_differentiable`: the input gets no gradient (integer indices, masks, ...).
@@ -55,10 +56,10 @@ Names in a formula
   and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
   starting with `_` anywhere (`__class__`, `_base`).
 - Python operators (not the bitwise `& | ^ ~`: `torch.logical_and(a, b)`, ...), conditionals,
-  literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list
-  comprehensions with an optional condition
-  (`[unbroadcast(grad * w, t) for t, w in zip(tensors, weights) if w != 0]`) and the builtins
-  `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
+  literals, slices with steps (`x[::2]`, `x[1:-1:2]`), list comprehensions with an optional
+  condition (the gradient of `self` of `spread(Tensor self, float[] weights) -> Tensor[]`:
+  `sum([g * w for g, w in zip(grad, weights) if w != 0], torch.zeros_like(self))`) and the
+  builtins `abs enumerate float int len list max min range sum tuple zip`. `unbroadcast` and
   `not_implemented` are only called.
 - Ops of this library: `<namespace>.<name>(...)` (`exops.scaled_mul_backward`), with an overload
   `<namespace>.<name>.<overload>(...)`, or a bare name that names an op of the same namespace.

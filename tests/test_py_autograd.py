@@ -5,6 +5,9 @@ text as a whole is pinned by the golden files (tests/test_py_reg.py)."""
 from __future__ import annotations
 
 import itertools
+import re
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +18,6 @@ from codegen.dest.py_autograd import FlatFunction
 def _python_library(tmp_path, monkeypatch, module: str, kernels: str, ops: str):
     """The op file `ops` loaded by codegen.testing.load_python_library (close it), its Python
     kernels in module `module` (`kernels`); both written to `tmp_path`, the working directory."""
-    import textwrap
 
     from codegen import testing
 
@@ -312,5 +314,109 @@ def test_conditions_on_metadata_trace_under_compile(tmp_path, monkeypatch):
             assert gx.tolist() == [2.0] * n and gb.tolist() == [float(n)]
             (gx,) = torch.autograd.grad(compiled(x, None), (x,))
             assert gx.tolist() == [2.0] * n
+    finally:
+        lib.close()
+
+
+def _reference_block(doc: str) -> str:
+    """The op entries of the language reference's first example (codegen/formulas.py)."""
+    start = doc.index("    - func: ")
+    return textwrap.dedent(doc[start:doc.index("\nKeys\n", start)])
+
+
+def test_the_reference_examples_are_right(tmp_path, monkeypatch):
+    """The formulas the language reference (codegen/formulas.py) and docs/FORMAT.md show, run:
+    gradcheck, with a zero weight where the formula tests one. The reference's Tensor[] example
+    once filtered zero weights out (`[... for t, w in zip(tensors, weights) if w != 0]`), which
+    gives fewer gradients than tensors: an error at run time."""
+
+    import torch
+
+    from codegen import formulas as F
+
+    doc = F.__doc__
+    format_md = (Path(__file__).resolve().parent.parent / "docs" / "FORMAT.md").read_text()
+    inline = {
+        "mix": "[unbroadcast(grad * w, t) if w != 0 else None for t, w in zip(tensors, weights)]",
+        "spread": "sum([g * w for g, w in zip(grad, weights) if w != 0], torch.zeros_like(self))",
+        "soft_limit": "t = torch.tanh(self / limit); grad * (1 - t * t)",
+    }
+    for text in inline.values():
+        assert text in " ".join(doc.split()), text
+    for text in ("t = torch.tanh(self); grad * (1 - t * t)", "x: torch.cat(grad, 0)"):
+        assert text in format_md, text
+    block = _reference_block(doc).replace("exops.", "docgrad.")
+    ops = "namespace: docgrad\nops:\n" + textwrap.indent(block + f"""\
+- func: scaled_mul_backward(Tensor grad, Tensor self, Tensor other, float alpha) -> Tensor
+- func: mix(Tensor[] tensors, float[] weights) -> Tensor
+  derivatives:
+    tensors: '{inline["mix"]}'
+- func: spread(Tensor self, float[] weights) -> Tensor[]
+  derivatives:
+    self: '{inline["spread"]}'
+- func: soft_limit(Tensor self, float limit) -> Tensor
+  derivatives:
+    self: '{inline["soft_limit"]}'
+- func: tanh(Tensor self) -> Tensor
+  derivatives:
+    self: 't = torch.tanh(self); grad * (1 - t * t)'
+- func: rows(Tensor x) -> Tensor[]
+  derivatives:
+    x: torch.cat(grad, 0)
+""", "  ")
+    # Every op's kernel is the function of its name in doc_kernels.
+    ops = re.sub(r"(?m)^(  - func: (\w+)\(.*\n)",
+                 lambda m: f'{m.group(1)}    dispatch: {{CompositeExplicitAutograd: '
+                           f'"doc_kernels:{m.group(2)}"}}\n', ops)
+    lib = _python_library(tmp_path, monkeypatch, "doc_kernels", """\
+        import torch
+
+        def scaled_mul(self, other, *, alpha=1.0):
+            return self * other * alpha
+
+        def scaled_mul_backward(grad, self, other, alpha):
+            return (grad * self * alpha).sum_to_size(other.shape)
+
+        def minmax(self):
+            return self.amin(), self.amax()
+
+        def lookup(table, index):
+            return table[index]
+
+        def mix(tensors, weights):
+            return sum(t * w for t, w in zip(torch.broadcast_tensors(*tensors), weights))
+
+        def spread(self, weights):
+            return [self * w for w in weights]
+
+        def soft_limit(self, limit):
+            return limit * torch.tanh(self / limit)
+
+        def tanh(self):
+            return torch.tanh(self)
+
+        def rows(x):
+            return [r.clone() for r in x.split(1, 0)]
+        """, textwrap.dedent(ops))
+    try:
+        d = torch.float64
+        ns = torch.ops.docgrad
+
+        def check(fn, *inputs):
+            assert torch.autograd.gradcheck(fn, inputs)
+
+        x, y = (torch.randn(3, 4, dtype=d, requires_grad=True) for _ in range(2))
+        row = torch.randn(4, dtype=d, requires_grad=True)
+        check(lambda a, b: ns.scaled_mul(a, b, alpha=2.0), x, row)
+        check(lambda a: ns.minmax(a), x)
+        table = torch.randn(5, 3, dtype=d, requires_grad=True)
+        index = torch.tensor([0, 2, 2, 4])
+        check(lambda t: ns.lookup(t, index), table)
+        check(lambda a, b, c: ns.mix([a, b, c], [0.5, 0.0, 2.0]), x, row, y)
+        check(lambda a: ns.spread(a, [0.5, 0.0, 2.0]), x)
+        check(lambda a: ns.spread(a, [0.0]), x)
+        check(lambda a: ns.soft_limit(a, 2.0), x)
+        check(lambda a: ns.tanh(a), x)
+        check(lambda a: ns.rows(a), x)
     finally:
         lib.close()

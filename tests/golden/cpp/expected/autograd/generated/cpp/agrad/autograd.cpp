@@ -220,9 +220,7 @@ torch::autograd::variable_list MixBackward::apply(torch::autograd::variable_list
       for (size_t i = 0; i < std::min({seq.size(), seq_.size()}); ++i) {
         const auto& t = seq[i];
         const auto& w = seq_[i];
-        if ((w != 0)) {
-          out.push_back((grad * at::Scalar(w)).sum_to_size_symint(t.sym_sizes()));
-        }
+        out.push_back(((w != 0) ? (grad * at::Scalar(w)).sum_to_size_symint(t.sym_sizes()) : at::Tensor()));
       }
       return out;
     }();
