@@ -115,7 +115,8 @@ for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-r
 Tensor lists used as tensors, binding names the language owns, slice steps of zero, conditions on
 tensor values;
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
-keywords, missing required arguments) once the whole library is loaded.
+keywords, missing required arguments) once the whole library is loaded (`check` given some op
+files knows their ops only: a call of another file's op is unknown there, and its error says so).
 """
 
 from __future__ import annotations
@@ -1488,8 +1489,16 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
     return ok
 
 
+# `check PATHS` loads only the files named: a library op of another file is unknown there.
+_ELSEWHERE = ("an op defined in another op file is known only when that file is checked too: "
+              "`opgen check` without paths checks every op file of the project ([tool.opgen] "
+              "schemas)")
+
+
 def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
-               names_by_ns: dict[str, list[str]]) -> bool:
+               names_by_ns: dict[str, list[str]], called: bool = False) -> bool:
+    """Whether `ref` names one op of the library; `called`: it is called (`ref(...)`), so
+    most likely meant as an op."""
     loc = ref.loc or op.loc
     ops = lookup(lib, ref)
     if ops and resolve(lib, ref) is not None:
@@ -1521,10 +1530,10 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
             else:
                 hint = did_you_mean(ref.name, choices)
             diags.error(loc, f"unknown name '{ref.name}'",
-                        hint or "formulas name inputs, grad, result, torch, and ops of this "
-                        "library")
+                        hint or (_ELSEWHERE if called else "formulas name inputs, grad, result, "
+                                 "torch, and ops of this library"))
         else:
-            diags.error(loc, f"unknown name '{ref.name}'")
+            diags.error(loc, f"unknown name '{ref.name}'", _ELSEWHERE if called else None)
         return False
     same = lib.named(ref.namespace, ref.name)
     if same:
@@ -1532,13 +1541,13 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
                     "overloads: " + ", ".join(o.name.overload or "default" for o in same))
     else:
         diags.error(loc, f"the library has no op '{ref.namespace}::{ref.name}'",
-                    did_you_mean(ref.name, names_by_ns.get(ref.namespace, [])))
+                    did_you_mean(ref.name, names_by_ns.get(ref.namespace, [])) or _ELSEWHERE)
     return False
 
 
 def _check_call(lib: OpLibrary, op: Op, call: Call, ref: OpRef, diags: Diagnostics,
                 names_by_ns: dict[str, list[str]]) -> bool:
-    if not _check_ref(lib, op, ref, diags, names_by_ns):
+    if not _check_ref(lib, op, ref, diags, names_by_ns, called=True):
         return False
     target = resolve(lib, ref)
     assert target is not None

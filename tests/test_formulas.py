@@ -378,6 +378,24 @@ def test_other_names_must_be_ops_of_the_library(tmp_path, capsys, text):
     assert "error: unknown name" in capsys.readouterr().err
 
 
+def test_an_op_of_another_op_file_is_known_when_both_are_checked(tmp_path, capsys):
+    """`check` of one op file does not know the ops of the library's other files: the error
+    says so (it said only 'unknown'), and checking both passes."""
+    from codegen.__main__ import main
+
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("- func: ex::f(Tensor x) -> Tensor\n  derivatives:\n"
+                 "    x: ex.f_backward(grad, x)\n"
+                 "- func: ex::g(Tensor x) -> Tensor\n  derivatives:\n"
+                 "    x: g_backward(grad, x)\n")
+    b.write_text("- func: ex::f_backward(Tensor grad, Tensor x) -> Tensor\n"
+                 "- func: ex::g_backward(Tensor grad, Tensor x) -> Tensor\n")
+    assert main(["check", str(a)]) == 1
+    hints = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hint: ")]
+    assert hints == [f"hint: {F._ELSEWHERE}"] * 2
+    assert main(["check", str(a), str(b)]) == 0
+
+
 def test_the_vocabulary_covers_what_formulas_use():
     assert not _errors("torch.nn.functional.gelu(grad) * torch.finfo(x.dtype).eps "
                        "+ torch.Tensor.sum(grad) + grad.new_zeros(x.shape) * torch.pi")
