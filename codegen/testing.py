@@ -701,29 +701,48 @@ def check_seeded(case: Case) -> int:
 def check_vmap(case: Case, *, batch: int = 3) -> int:
     """`torch.vmap` of the op (its batching rule) equals calling it on each batch element:
     every Tensor argument batched at dim 0, then only the first one batched at its last dim,
-    then (with several) every one but the first batched at dim 0. Returns the number of
-    configurations checked."""
+    then (with several) every one but the first batched at dim 0; for an op that writes to its
+    arguments, the written ones too (each batched whenever another argument is: vmap cannot
+    write a batch into one shared Tensor). Returns the number of configurations checked."""
     op = case.op
     overload = case.overload
     samples = [make_inputs(op, case.sample, seed=case.seed + i) for i in range(batch)]
     args0, kwargs = samples[0]
     tensor_at = [i for i, a in enumerate(args0) if isinstance(a, torch.Tensor)]
     assert tensor_at, f"{case.id}: the sample passes no positional Tensor to batch"
+    written = [i for i, a in enumerate(op.schema.positional[:len(args0)])
+               if a.is_write and args0[i] is not None]
+    unbatched = [op.schema.positional[i].name for i in written if i not in tensor_at]
+    assert not unbatched, (f"{case.id}: the op writes to '{unbatched[0]}', which the check "
+                           "cannot batch: pass it a Tensor")
     configs = [{i: 0 for i in tensor_at}, {tensor_at[0]: -1}]
     if len(tensor_at) > 1:
         # An unbatched first operand (a shared input under vmap over another one).
         configs.append({i: 0 for i in tensor_at[1:]})
+    configs = [dims for dims in configs if all(i in dims for i in written)]
+    out_dims = 0 if op.schema.returns else None
     for dims in configs:
         def element(b: int) -> list:
-            return [samples[b][0][i] if i in dims else args0[i] for i in range(len(args0))]
-        batched = [torch.stack([element(b)[i] for b in range(batch)], dim=dims[i])
+            # copies: the op may write to them
+            return [_clone(samples[b][0][i]) if i in dims else args0[i] for i in range(len(args0))]
+        inputs = [element(b) for b in range(batch)]
+        batched = [torch.stack([inputs[b][i] for b in range(batch)], dim=dims[i])
                    if i in dims else args0[i] for i in range(len(args0))]
         in_dims = tuple(dims.get(i) for i in range(len(args0)))
-        actual = torch.vmap(lambda *a: overload(*a, **kwargs), in_dims=in_dims)(*batched)
-        each = [overload(*element(b), **kwargs) for b in range(batch)]
-        expected: Any = (tuple(torch.stack([e[k] for e in each]) for k in range(len(each[0])))
-                         if isinstance(each[0], tuple) else torch.stack(each))
+        actual = torch.vmap(lambda *a: overload(*a, **kwargs), in_dims=in_dims,
+                            out_dims=out_dims)(*batched)
+        inputs = [element(b) for b in range(batch)]
+        each = [overload(*inputs[b], **kwargs) for b in range(batch)]
+        expected: Any = None
+        if isinstance(each[0], tuple):
+            expected = tuple(torch.stack([e[k] for e in each]) for k in range(len(each[0])))
+        elif out_dims is not None:
+            expected = torch.stack(each)
         _assert_same(actual, expected, f"{case.id} under vmap, in_dims={in_dims}")
+        for i in written:
+            _assert_same(batched[i], torch.stack([inputs[b][i] for b in range(batch)], dim=dims[i]),
+                         f"{case.id} under vmap, in_dims={in_dims}: "
+                         f"'{op.schema.positional[i].name}' written")
     return len(configs)
 
 

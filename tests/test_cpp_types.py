@@ -153,6 +153,50 @@ def test_every_binding_round_trips(cty_root: Path) -> None:
     assert out["myadd_out"] == [None, [2.0] * 3]
 
 
+SHIM_CALLS = r"""
+import ctypes, json, os, torch, runtime
+from runtime import _aoti, _loader, _manifest
+so = ctypes.CDLL(str(_loader.locate(_manifest).libraries / _aoti.LIBRARIES[0]), mode=os.RTLD_NOLOAD)
+i32 = ctypes.c_int32
+# torch hands tensor handles (new at::Tensor*) to Python as unnamed capsules
+capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+capsule_pointer.restype, capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+capsule = ctypes.pythonapi.PyCapsule_New
+capsule.restype, capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+def call(*enums):
+    handle = torch._C._aoti.unsafe_alloc_void_ptr_from_tensor(torch.ones(1, 2, 3, 4))
+    result = ctypes.c_void_p()
+    err = so.aoti_torch_cpu_shim_enums(ctypes.c_void_p(capsule_pointer(handle, None)), *enums,
+                                       ctypes.byref(result))
+    torch._C._aoti.alloc_tensor_by_stealing_from_void_ptr(handle)
+    if err:
+        return err
+    r = torch._C._aoti.alloc_tensor_by_stealing_from_void_ptr(capsule(result.value, None, None))
+    return [str(r.dtype), r.is_contiguous(), r.is_contiguous(memory_format=torch.channels_last)]
+def some(v):
+    return ctypes.byref(i32(v))
+out = [
+    # double, strided, cpu (index -1), channels_last; the optionals None
+    call(i32(7), None, i32(0), None, i32(0), i32(-1), None, i32(0), i32(2), None),
+    # the optionals given: half, strided, cpu:0, contiguous
+    call(i32(6), some(5), i32(1), some(0), i32(0), i32(0), some(0), i32(0), i32(2), some(0)),
+    # the kernel refuses the sparse layout: an error code, not an exception through C
+    call(i32(6), None, i32(1), None, i32(0), i32(-1), None, i32(0), i32(0), None),
+]
+print("RESULT" + json.dumps(out))
+"""
+
+
+def test_aoti_shim_takes_enums_and_devices_as_torch_numbers_them(cty_root: Path) -> None:
+    """The op's AOTInductor C shim (Note [AOTInductor C shims]), called as a compiled model calls
+    it: ScalarType, Layout and MemoryFormat as their int32_t numbers, a Device as its type's
+    number and an index, an optional one through a pointer (NULL for None)."""
+    proc = scratch.python(cty_root, SHIM_CALLS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.split("RESULT", 1)[1]) == [
+        ["torch.float64", False, True], ["torch.float16", True, False], 1]
+
+
 def test_declared_schemas_match_torch(cty_root: Path) -> None:
     """What torch registered is the canonical schema text, op for op."""
     code = ("import torch, runtime, json\n"

@@ -300,6 +300,40 @@ def test_wrong_ops_fail_for_the_stated_reason(tmp_path):
         lib.close()
 
 
+ACCUMULATE = """\
+namespace: smpwrite
+ops:
+  - func: accumulate(Tensor(a!) buf, Tensor x) -> ()
+    dispatch: {{CompositeExplicitAutograd: tests.samplelib.kernels:accumulate}}
+    vmap: tests.samplelib.kernels:{rule}
+    samples: [{{buf: {{shape: [N=4, 3]}}, x: {{shape: [N, 3]}}}}]
+"""
+
+
+def test_the_vmap_check_of_an_op_that_writes_and_returns_nothing(tmp_path):
+    """vmap of such an op returns None: the check compares what it wrote (it crashed stacking the
+    Nones), and leaves out configurations where what it writes is unbatched."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(ACCUMULATE.format(rule="accumulate_vmap"))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        assert testing.check_vmap(case) == 2    # all batched at dim 0; buf alone at dim -1
+    finally:
+        lib.close()
+    path.write_text(ACCUMULATE.format(rule="accumulate_vmap_writes_a_copy"))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        with pytest.raises(AssertionError, match=r"smpwrite::accumulate\[0\] under vmap, "
+                           r"in_dims=\(-1, None\): 'buf' written"):
+            testing.check_vmap(case)
+    finally:
+        lib.close()
+
+
 def test_complex_samples_take_the_gradient_checks_precision():
     """A complex64 sample is gradchecked in complex128 under the default float64 (at float64's
     tolerances a correct complex64 op failed on rounding), in complex64 under float32."""

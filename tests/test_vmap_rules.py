@@ -46,6 +46,12 @@ ops:
     tags: [nondeterministic_seeded]
     dispatch: {CPU: "tests.test_vmap_rules:noisy"}
     fake: '[like(x)]'
+  - func: fill_(Tensor(a!) self, float value) -> ()
+    dispatch: {CPU: "tests.test_vmap_rules:fill_"}
+  - func: accumulate(Tensor(a!) buf, Tensor x, Tensor(b!)? count=None) -> ()
+    dispatch: {CPU: "tests.test_vmap_rules:accumulate"}
+  - func: zero_each_(Tensor(a!)[] xs) -> ()
+    dispatch: {CPU: "tests.test_vmap_rules:zero_each_"}
 """
 
 CALLS: list[str] = []
@@ -91,6 +97,22 @@ def noisy(x, generator=None):
     return [x + torch.rand(x.shape, generator=generator)]
 
 
+def fill_(self, value):
+    CALLS.append("fill_")
+    self.fill_(value)
+
+
+def accumulate(buf, x, count=None):
+    buf.add_(x)
+    if count is not None:
+        count.add_(1)
+
+
+def zero_each_(xs):
+    for x in xs:
+        x.zero_()
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
     path = tmp_path_factory.mktemp("vmaprules") / "ops.yaml"
@@ -110,7 +132,8 @@ def test_every_op_without_a_rule_that_the_fallback_refuses_gets_one(library):
     kinds = {op.name.name: py_vmap.generated_rule(op) for op in library.ops}
     assert kinds == {"split_by_sizes": "loop", "weighted": "loop", "numel_of": "loop",
                      "positives": "loop", "pieces": "loop", "halves": "decompose",
-                     "noisy": "loop"}
+                     "noisy": "loop", "fill_": "loop", "accumulate": "loop",
+                     "zero_each_": "loop"}
 
 
 @pytest.mark.parametrize("in_dim", [0, 1, -1])
@@ -203,6 +226,55 @@ def test_a_random_op_needs_randomness_different(library):
     assert out.shape == (3, 2) and not torch.equal(out[0], out[1])
 
 
+@pytest.mark.parametrize("in_dim", [0, 1, -1])
+def test_vmap_of_ops_that_write_and_return_nothing(library, in_dim):
+    """Each batch element writes through its slice of the batch (torch's fallback refused such
+    ops: "Batching rule not implemented ... doesn't work on out= or view ops")."""
+    ops = torch.ops.vmaprules
+    buf = torch.randn(4, 5, 3).movedim(0, in_dim)
+    x = torch.randn(4, 5, 3).movedim(0, in_dim)
+    count = torch.zeros(4)
+    want = buf + x
+    assert vmap(ops.accumulate, in_dims=(in_dim, in_dim, 0), out_dims=None)(buf, x, count) is None
+    torch.testing.assert_close(buf, want)
+    assert count.tolist() == [1.0] * 4
+    shared = torch.randn(5, 3)      # unbatched, read only: added to every batch element
+    want = buf + shared.unsqueeze(in_dim)
+    vmap(ops.accumulate, in_dims=(in_dim, None), out_dims=None)(buf, shared)   # count left out
+    torch.testing.assert_close(buf, want)
+    CALLS.clear()
+    vmap(lambda t: ops.fill_(t, 2.5), in_dims=in_dim, out_dims=None)(buf)
+    assert CALLS == ["fill_"] * 4 and bool((buf == 2.5).all())
+    a, b = torch.ones(4, 2), torch.ones(3, 4)
+    vmap(lambda p, q: ops.zero_each_([p, q]), in_dims=(0, 1), out_dims=None)(a, b)
+    assert not a.any() and not b.any()
+
+
+def test_a_written_argument_must_be_batched_with_the_others(library):
+    """As torch's in-place rules: each batch element would write to the one shared Tensor."""
+    ops = torch.ops.vmaprules
+    buf, before = torch.zeros(3), torch.zeros(3)
+    with pytest.raises(RuntimeError, match="vmap: vmaprules::accumulate writes to 'buf', which is "
+                       "not batched, while another argument is: every batch element would "
+                       "write to the same Tensor"):
+        vmap(ops.accumulate, in_dims=(None, 0), out_dims=None)(buf, torch.ones(4, 3))
+    assert torch.equal(buf, before)
+    with pytest.raises(RuntimeError, match="writes to 'xs', which is not batched in every "
+                       "element"):
+        vmap(lambda p: ops.zero_each_([p, torch.ones(2)]), out_dims=None)(torch.ones(4, 2))
+
+
+def test_a_function_calling_a_writing_op_on_a_copy_batches(library):
+    def f(buf, x):
+        buf = buf.clone()
+        torch.ops.vmaprules.accumulate(buf, x * x)
+        return buf
+
+    bufs, xs = torch.randn(3, 4), torch.randn(3, 4)
+    torch.testing.assert_close(vmap(f)(bufs, xs), bufs + xs * xs)
+    torch.testing.assert_close(vmap(vmap(f))(bufs[None], xs[None]), (bufs + xs * xs)[None])
+
+
 # --------------------------------------------------------------------------------------------------
 # torch as the oracle: the schemas its fallback refuses are exactly those that get a rule
 
@@ -216,6 +288,7 @@ SCHEMAS = {
     "int_out": ("(Tensor x) -> int", "3"),
     "mixed_out": ("(Tensor x) -> (Tensor, int)", "(x * 2, 3)"),
     "no_out": ("(Tensor x) -> ()", "None"),
+    "writes_no_out": ("(Tensor(a!) x) -> ()", "None"),
     "list_in": ("(Tensor x, Tensor[] xs) -> Tensor", "x * 2"),
     "optional_list_in": ("(Tensor x, Tensor?[] xs) -> Tensor", "x * 2"),
 }

@@ -11,6 +11,10 @@ argument conventions of torch's own shims (torchgen/gen_aoti_c_shim.py):
   int64_t, float and Scalar -> double, bool -> int32_t, an optional scalar -> a pointer to it,
   int[] / SymInt[] / float[] -> a pointer and an int64_t length, Tensor[] -> const
   AtenTensorHandle* and a length, str -> const char*;
+- ScalarType, Layout, MemoryFormat -> int32_t, the enum's number (the wrapper passes
+  `cached_torch_dtype_float32` and the like); Device -> int32_t, its DeviceType's number, and an
+  int32_t `<name>_index_`; ScalarType? and the others -> int32_t* (Device?: the index stays a
+  value);
 - each returned Tensor -> a trailing AtenTensorHandle* the shim fills with a new handle;
 - the function returns AOTITorchError, an exception becoming an error code
   (AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE).
@@ -23,9 +27,10 @@ in eager. `<python dir>/_aoti.py` holds the declarations and `use_c_shims()`.
 
 An op gets no shim, and keeps the proxy executor, when: its namespace is on the stable ABI (the
 library links no libtorch C++), it mutates an argument (inductor functionalizes those), it returns
-anything but Tensors, an argument's type is outside the list above (ScalarType, Device, Layout,
-Generator, Tensor?[], ...), it is not its name's default overload, or its op name is taken by
-another namespace's op of this library or by an aten op (the shim names would collide). The
+anything but Tensors, an argument's type is outside the list above (Generator, Tensor?[], ...),
+two of its C parameters would share a name (`a` beside an int[] `a`'s `a_len_`), it is not its
+name's default overload, or its op name is taken by another namespace's op of this library or by
+an aten op (the shim names would collide). The
 generated module's docstring lists them with the reason. Across libraries, `use_c_shims()` refuses
 an op name another namespace's shim already has in inductor's config.
 """
@@ -56,6 +61,9 @@ _BASE: dict[BaseTy, tuple[str, str]] = {
     BaseTy.Scalar: ("double", "c10::Scalar({})"),
     BaseTy.bool: ("int32_t", "static_cast<bool>({})"),
     BaseTy.str: ("const char*", "c10::string_view({})"),
+    BaseTy.ScalarType: ("int32_t", "static_cast<c10::ScalarType>({})"),
+    BaseTy.Layout: ("int32_t", "static_cast<c10::Layout>({})"),
+    BaseTy.MemoryFormat: ("int32_t", "static_cast<c10::MemoryFormat>({})"),
 }
 # list element -> (C element type, the op's list expression from `{p}`, `{n}` (pointer, length))
 _LIST: dict[BaseTy, tuple[str, str]] = {
@@ -64,13 +72,19 @@ _LIST: dict[BaseTy, tuple[str, str]] = {
     BaseTy.float: ("double", "c10::ArrayRef<double>({p}, {n})"),
     BaseTy.Tensor: ("AtenTensorHandle", "resolve_tensor_list_dispatch_flags({p}, {n})"),
 }
-# optional scalars: the C pointer's pointee and the op's optional
-_OPTIONAL: dict[BaseTy, tuple[str, str]] = {
-    BaseTy.int: ("int64_t", "int64_t"),
-    BaseTy.SymInt: ("int64_t", "c10::SymInt"),
-    BaseTy.float: ("double", "double"),
-    BaseTy.bool: ("int32_t", "bool"),
+# optional scalars: the C pointer's pointee, the op's optional, its value from the pointee `{}`
+_OPTIONAL: dict[BaseTy, tuple[str, str, str]] = {
+    BaseTy.int: ("int64_t", "int64_t", "int64_t({})"),
+    BaseTy.SymInt: ("int64_t", "c10::SymInt", "c10::SymInt({})"),
+    BaseTy.float: ("double", "double", "double({})"),
+    BaseTy.bool: ("int32_t", "bool", "bool({})"),
+    BaseTy.ScalarType: ("int32_t", "c10::ScalarType", "static_cast<c10::ScalarType>({})"),
+    BaseTy.Layout: ("int32_t", "c10::Layout", "static_cast<c10::Layout>({})"),
+    BaseTy.MemoryFormat: ("int32_t", "c10::MemoryFormat", "static_cast<c10::MemoryFormat>({})"),
 }
+# Device: from its type's number `{v}` and the parameter `{n}_index_`
+_DEVICE = ("c10::Device(static_cast<c10::DeviceType>({v}), "
+           "static_cast<c10::DeviceIndex>({n}_index_))")
 
 
 @dataclass(frozen=True)
@@ -84,13 +98,19 @@ def _param(arg: str, t) -> Param | str:
     if isinstance(t, BaseType) and t.alias is None and t.name in _BASE:
         ctype, expr = _BASE[t.name]
         return Param((f"{ctype} {name}",), expr.format(name))
+    if isinstance(t, BaseType) and t.alias is None and t.name is BaseTy.Device:
+        return Param((f"int32_t {name}", f"int32_t {name}_index_"), _DEVICE.format(v=name, n=name))
     if isinstance(t, OptionalType) and isinstance(t.elem, BaseType):
         if t.elem.name is BaseTy.Tensor:
             return Param((f"AtenTensorHandle* {name}",), f"resolve_tensor_dispatch_flags({name})")
+        if t.elem.name is BaseTy.Device:
+            device = _DEVICE.format(v=f"*{name}", n=name)
+            return Param((f"int32_t* {name}", f"int32_t {name}_index_"),
+                         f"({name} ? std::optional<c10::Device>({device}) : std::nullopt)")
         if t.elem.name in _OPTIONAL:
-            ctype, otype = _OPTIONAL[t.elem.name]
-            return Param((f"{ctype}* {name}",),
-                         f"({name} ? std::optional<{otype}>({otype}(*{name})) : std::nullopt)")
+            ctype, otype, value = _OPTIONAL[t.elem.name]
+            return Param((f"{ctype}* {name}",), f"({name} ? std::optional<{otype}>("
+                                                f"{value.format('*' + name)}) : std::nullopt)")
     if isinstance(t, ListType) and isinstance(t.elem, BaseType) and t.elem.name in _LIST:
         ctype, expr = _LIST[t.elem.name]
         n = f"{name}_len_"
@@ -129,6 +149,10 @@ def _shim_or_reason(lib: OpLibrary, op: Op, namespaces: dict[str, set[str]]) -> 
         if isinstance(p, str):
             return p
         params.append(p)
+    names = [d.rpartition(" ")[2] for p in params for d in p.decls]
+    clash = next((n for n in names if names.count(n) > 1), None)
+    if clash is not None:   # `a` and `a_len_`, or a Device `d` and `d_index_`
+        return f"two of its arguments would both be the C parameter '{clash}'"
     return Shim(op, tuple(params), len(s.returns))
 
 

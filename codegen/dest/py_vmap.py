@@ -8,15 +8,19 @@ functorch runs an op without a batching rule through its C++ loop fallback, whic
 `Tensor[]` or `Tensor?[]` argument, or any return that is not a plain `Tensor` (`Tensor[]`,
 `Tensor?`, `int`, ...), or no return at all. So that `vmap`, `vmap(grad(...))` and `jacrev` work
 on such an op, it gets a rule here when it is functional (no alias annotation: a per-sample copy
-would lose a view's aliasing or a write's target), takes a Tensor (else vmap never reaches it)
-and names no argument like what generated functions call (`list`, `torch`, `_ops`):
+would lose a view's aliasing) or writes to its Tensor arguments and returns nothing (`fill_(Tensor(a!)
+self, float v) -> ()`), takes a Tensor (else vmap never reaches it) and names no argument like
+what generated functions call (`list`, `torch`, `_ops`):
 - a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
   decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
   them with their own rules, as functorch's decompositions do;
 - any other op (without keyword-only Tensors) runs once per batch element, its outputs stacked
   at dim 0, as torch's fallback does; the elements' outputs must then agree in what cannot be
   batched (a list's length, a non-Tensor value, a Tensor's shape, dtype and device), else the
-  rule raises.
+  rule raises. An op that writes gets each element's slice of a batched Tensor (a view, so the
+  writes land in the batch) and returns nothing; a written argument must be batched whenever
+  another one is (every batch element would write to the same Tensor), as torch's in-place
+  rules require, else the rule raises.
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ def generated_rule(op: Op) -> str | None:
     schema = op.schema
     if op.vmap is not None or schema.is_vararg or schema.is_varret or not fallback_refuses(op):
         return None
-    if any(a.annotation is not None for a in schema.arguments) or any(
-            r.annotation is not None for r in schema.returns):
+    if any(r.annotation is not None for r in schema.returns):
+        return None
+    if any(a.annotation is not None and not (a.is_write and is_tensor_like(a.type)
+                                             and not schema.returns) for a in schema.arguments):
         return None
     if not any(is_tensor_like(a.type) for a in schema.arguments):
         return None
@@ -88,10 +94,19 @@ def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> Non
     kwargs = "{" + ", ".join(f"{q(a.name)}: {a.name}" for a in schema.kwarg_only) + "}"
     random = "nondeterministic_seeded" in op.tags or any(
         is_base(strip_optional(a.type), BaseTy.Generator) for a in schema.arguments)
-    call = (f"_ops.{op_attr(op)}, {info}, {in_dims}, {operands}, {kwargs}, "
-            f"random={random})")
-    line = f"return _loop_samples({call}"
-    body = [line] if len(line) <= 96 else ["return _loop_samples(", f"    {call}"]
+    parts = [f"_ops.{op_attr(op)}, {info}, {in_dims}, {operands}, {kwargs}, random={random}"]
+    # written Tensors: their positions and names (no keyword-only Tensor gets a rule)
+    written = [(i, a.name) for i, a in enumerate(schema.positional) if a.is_write]
+    if written:
+        parts.append("written=(" + ", ".join(f"({i}, {q(n)})" for i, n in written)
+                     + ("," if len(written) == 1 else "") + ")")
+    line = f"return _loop_samples({', '.join(parts)})"
+    if len(line) <= 96:
+        body = [line]
+    elif len(", ".join(parts)) <= 91:
+        body = ["return _loop_samples(", f"    {', '.join(parts)})"]
+    else:
+        body = ["return _loop_samples("] + [f"    {p}," for p in parts[:-1]] + [f"    {parts[-1]})"]
     sec.functions.append(Function(name, f"{info}, {in_dims}, {params}", body,
                                   "vmap: a loop over the batch (generated: no `vmap:`)"))
     sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "

@@ -136,16 +136,27 @@ def _fold_leading(x, bdim, batch_size):
     return x.flatten(0, 1)
 
 
-def _loop_samples(op, info, in_dims, args, kwargs, random):
+def _loop_samples(op, info, in_dims, args, kwargs, random, written=()):
     """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
     out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
-    lists, returns other than Tensors). What cannot be batched must agree across the batch."""
+    lists, returns other than Tensors, writes with no return). What cannot be batched must agree
+    across the batch. `written`: (position, name) of the arguments the op writes to, which each
+    element writes through its slice of the batch; the op returns nothing."""
     name = op.name()
     if random and info.randomness != "different":
         raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
                            f"separately for each batch element: call vmap with "
                            f"randomness='different' (got {info.randomness!r}), or give the op "
                            f"a `vmap:` rule")
+    for i, arg in written:
+        if i >= len(in_dims):
+            continue   # left out, its default (None)
+        x, d = args[i], in_dims[i]
+        if x is not None and (d is None or (not isinstance(x, torch.Tensor) and None in d)):
+            part = "" if d is None else " in every element"
+            raise RuntimeError(f"vmap: {name} writes to '{arg}', which is not batched{part}, "
+                               f"while another argument is: every batch element would write to "
+                               f"the same Tensor. Batch '{arg}' too, or call the op outside vmap")
 
     def element(x, d, b):
         if d is None or x is None:
@@ -186,6 +197,8 @@ def _loop_samples(op, info, in_dims, args, kwargs, random):
 
     outputs = [op(*(element(x, d, b) for x, d in zip(args, in_dims)), **kwargs)
                for b in range(info.batch_size)]
+    if written:
+        return None, None
     return stack(outputs, ""), 0
 
 

@@ -82,6 +82,14 @@ std::tuple<at::ScalarType, std::string> enums_cpu(
   return std::make_tuple(b.value_or(a), s.str());
 }
 
+at::Tensor shim_enums_cpu(const at::Tensor& t, at::ScalarType a, std::optional<at::ScalarType> b,
+                          at::Layout c, std::optional<at::Layout> d, at::Device e,
+                          std::optional<at::Device> f, at::MemoryFormat g,
+                          std::optional<at::MemoryFormat> h) {
+  TORCH_CHECK(d.value_or(c) == at::kStrided, "shim_enums: layout ", d.value_or(c));
+  return t.to(f.value_or(e), b.value_or(a)).contiguous(h.value_or(g));
+}
+
 std::string objects_cpu(const at::Tensor& t, std::optional<at::Generator> g, std::optional<at::Generator> h,
                         at::Stream s, at::Storage st) {
   std::ostringstream out;

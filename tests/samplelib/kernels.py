@@ -147,3 +147,24 @@ def shrink_out(x, lambd=0.5, *, out):
 
 def complex_scale(z, s):
     return z * s
+
+
+def accumulate(buf, x):
+    buf.add_(x)
+
+
+def accumulate_vmap(info, in_dims, buf, x):
+    """The batch of `buf` written in place; an unbatched `x` is added to every batch element."""
+    bd, xd = in_dims
+    x = x if xd is None else x.movedim(xd, 0)
+    buf.movedim(bd, 0).add_(x)
+    return None, None
+
+
+def accumulate_vmap_writes_a_copy(info, in_dims, buf, x):
+    """Wrong on purpose: writes to a copy of the batch (`movedim(...).contiguous()` copies a
+    batch that is not at dim 0), so `buf` at in_dims -1 is left as it was."""
+    bd, xd = in_dims
+    x = x if xd is None else x.movedim(xd, 0)
+    buf.movedim(bd, 0).contiguous().add_(x)
+    return None, None

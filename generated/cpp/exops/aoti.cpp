@@ -159,17 +159,40 @@ AOTITorchError shim_6(AtenTensorHandle a_self, double a_threshold, AtenTensorHan
   return AOTI_TORCH_SUCCESS;
 }
 
+// exops::gaussian_window
+const c10::TypedOperatorHandle<at::Tensor(int64_t, double, std::optional<at::ScalarType>, std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>)>& op_7() {
+  static const auto handle = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("exops::gaussian_window", "")
+      .typed<at::Tensor(int64_t, double, std::optional<at::ScalarType>, std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>)>();
+  return handle;
+}
+
+AOTITorchError shim_7(int64_t a_size, double a_sigma, int32_t* a_dtype, int32_t* a_layout, int32_t* a_device, int32_t a_device_index_, int32_t* a_pin_memory, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_7().call(
+        a_size,
+        a_sigma,
+        (a_dtype ? std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(*a_dtype)) : std::nullopt),
+        (a_layout ? std::optional<c10::Layout>(static_cast<c10::Layout>(*a_layout)) : std::nullopt),
+        (a_device ? std::optional<c10::Device>(c10::Device(static_cast<c10::DeviceType>(*a_device), static_cast<c10::DeviceIndex>(a_device_index_))) : std::nullopt),
+        (a_pin_memory ? std::optional<bool>(bool(*a_pin_memory)) : std::nullopt)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // exops::smooth_clamp
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_7() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_8() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return handle;
 }
 
-AOTITorchError shim_7(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
+AOTITorchError shim_8(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_7().call(
+    auto result = op_8().call(
         resolve_tensor_dispatch_flags(a_self),
         a_limit
     );
@@ -179,16 +202,16 @@ AOTITorchError shim_7(AtenTensorHandle a_self, double a_limit, AtenTensorHandle*
 }
 
 // exops::smooth_clamp_backward
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_8() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_9() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::smooth_clamp_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return handle;
 }
 
-AOTITorchError shim_8(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
+AOTITorchError shim_9(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_8().call(
+    auto result = op_9().call(
         resolve_tensor_dispatch_flags(a_grad_output),
         resolve_tensor_dispatch_flags(a_self),
         a_limit
@@ -199,16 +222,16 @@ AOTITorchError shim_8(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, d
 }
 
 // exops::scaled_smooth_clamp
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_9() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_10() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::scaled_smooth_clamp", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return handle;
 }
 
-AOTITorchError shim_9(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
+AOTITorchError shim_10(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_9().call(
+    auto result = op_10().call(
         resolve_tensor_dispatch_flags(a_self),
         resolve_tensor_dispatch_flags(a_scale),
         a_limit
@@ -219,16 +242,16 @@ AOTITorchError shim_9(AtenTensorHandle a_self, AtenTensorHandle a_scale, double 
 }
 
 // exops::signbit_mask
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_10() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_11() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::signbit_mask", "")
       .typed<at::Tensor(const at::Tensor&)>();
   return handle;
 }
 
-AOTITorchError shim_10(AtenTensorHandle a_x, AtenTensorHandle* r0) {
+AOTITorchError shim_11(AtenTensorHandle a_x, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_10().call(
+    auto result = op_11().call(
         resolve_tensor_dispatch_flags(a_x)
     );
     *r0 = new_tensor_handle(std::move(result));
@@ -237,16 +260,16 @@ AOTITorchError shim_10(AtenTensorHandle a_x, AtenTensorHandle* r0) {
 }
 
 // exops::row_normalize
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_11() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& op_12() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize", "")
       .typed<at::Tensor(const at::Tensor&, double)>();
   return handle;
 }
 
-AOTITorchError shim_11(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
+AOTITorchError shim_12(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_11().call(
+    auto result = op_12().call(
         resolve_tensor_dispatch_flags(a_x),
         a_eps
     );
@@ -256,16 +279,16 @@ AOTITorchError shim_11(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0)
 }
 
 // exops::row_normalize_backward
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_12() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, double)>& op_13() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::row_normalize_backward", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
   return handle;
 }
 
-AOTITorchError shim_12(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
+AOTITorchError shim_13(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_12().call(
+    auto result = op_13().call(
         resolve_tensor_dispatch_flags(a_grad),
         resolve_tensor_dispatch_flags(a_x),
         a_eps
@@ -276,16 +299,16 @@ AOTITorchError shim_12(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_e
 }
 
 // exops::segment_sum
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>& op_13() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>& op_14() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::segment_sum", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymInt)>();
   return handle;
 }
 
-AOTITorchError shim_13(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
+AOTITorchError shim_14(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_13().call(
+    auto result = op_14().call(
         resolve_tensor_dispatch_flags(a_values),
         resolve_tensor_dispatch_flags(a_segment_ids),
         c10::SymInt(a_num_segments)
@@ -296,16 +319,16 @@ AOTITorchError shim_13(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids
 }
 
 // exops::gated_residual
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_14() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&)>& op_15() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::gated_residual", "")
       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
   return handle;
 }
 
-AOTITorchError shim_14(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
+AOTITorchError shim_15(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_14().call(
+    auto result = op_15().call(
         resolve_tensor_dispatch_flags(a_x),
         resolve_tensor_dispatch_flags(a_gate)
     );
@@ -374,68 +397,76 @@ __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_select_abo
   return shim_6(a_self, a_threshold, r0);
 }
 
+__attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_gaussian_window(int64_t a_size, double a_sigma, int32_t* a_dtype, int32_t* a_layout, int32_t* a_device, int32_t a_device_index_, int32_t* a_pin_memory, AtenTensorHandle* r0) {
+  return shim_7(a_size, a_sigma, a_dtype, a_layout, a_device, a_device_index_, a_pin_memory, r0);
+}
+
+__attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_gaussian_window(int64_t a_size, double a_sigma, int32_t* a_dtype, int32_t* a_layout, int32_t* a_device, int32_t a_device_index_, int32_t* a_pin_memory, AtenTensorHandle* r0) {
+  return shim_7(a_size, a_sigma, a_dtype, a_layout, a_device, a_device_index_, a_pin_memory, r0);
+}
+
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_smooth_clamp(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  return shim_7(a_self, a_limit, r0);
+  return shim_8(a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_smooth_clamp(AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  return shim_7(a_self, a_limit, r0);
+  return shim_8(a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_smooth_clamp_backward(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  return shim_8(a_grad_output, a_self, a_limit, r0);
+  return shim_9(a_grad_output, a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_smooth_clamp_backward(AtenTensorHandle a_grad_output, AtenTensorHandle a_self, double a_limit, AtenTensorHandle* r0) {
-  return shim_8(a_grad_output, a_self, a_limit, r0);
+  return shim_9(a_grad_output, a_self, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_scaled_smooth_clamp(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
-  return shim_9(a_self, a_scale, a_limit, r0);
+  return shim_10(a_self, a_scale, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_scaled_smooth_clamp(AtenTensorHandle a_self, AtenTensorHandle a_scale, double a_limit, AtenTensorHandle* r0) {
-  return shim_9(a_self, a_scale, a_limit, r0);
+  return shim_10(a_self, a_scale, a_limit, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_signbit_mask(AtenTensorHandle a_x, AtenTensorHandle* r0) {
-  return shim_10(a_x, r0);
+  return shim_11(a_x, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_signbit_mask(AtenTensorHandle a_x, AtenTensorHandle* r0) {
-  return shim_10(a_x, r0);
+  return shim_11(a_x, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_row_normalize(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  return shim_11(a_x, a_eps, r0);
+  return shim_12(a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_row_normalize(AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  return shim_11(a_x, a_eps, r0);
+  return shim_12(a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_row_normalize_backward(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  return shim_12(a_grad, a_x, a_eps, r0);
+  return shim_13(a_grad, a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_row_normalize_backward(AtenTensorHandle a_grad, AtenTensorHandle a_x, double a_eps, AtenTensorHandle* r0) {
-  return shim_12(a_grad, a_x, a_eps, r0);
+  return shim_13(a_grad, a_x, a_eps, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_segment_sum(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
-  return shim_13(a_values, a_segment_ids, a_num_segments, r0);
+  return shim_14(a_values, a_segment_ids, a_num_segments, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_segment_sum(AtenTensorHandle a_values, AtenTensorHandle a_segment_ids, int64_t a_num_segments, AtenTensorHandle* r0) {
-  return shim_13(a_values, a_segment_ids, a_num_segments, r0);
+  return shim_14(a_values, a_segment_ids, a_num_segments, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_gated_residual(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
-  return shim_14(a_x, a_gate, r0);
+  return shim_15(a_x, a_gate, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_gated_residual(AtenTensorHandle a_x, AtenTensorHandle a_gate, AtenTensorHandle* r0) {
-  return shim_14(a_x, a_gate, r0);
+  return shim_15(a_x, a_gate, r0);
 }
 
 }  // extern "C"

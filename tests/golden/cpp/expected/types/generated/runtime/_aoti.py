@@ -21,7 +21,6 @@ Ops without a shim (they keep the proxy executor):
 - cty::split: torch's own AOTInductor shims use its shim name (an aten op of that name)
 - cty::split.out: it mutates an argument
 - cty::zero_all_: it mutates an argument
-- cty::defaults: argument 'e' has type ScalarType?, which the C shim ABI does not carry
 - cty::pick.int: shims are named per op name, and this is not the default overload
 - cty::pick.Tensor: shims are named per op name, and this is not the default overload
 - cty::nested: it returns something other than Tensors
@@ -43,6 +42,14 @@ import os
 
 # (namespace, op name) -> the declarations of its shims, one per device.
 C_SHIMS: dict[tuple[str, str], list[str]] = {
+    ("cty", "shim_enums"): [
+        "AOTITorchError aoti_torch_cpu_shim_enums(AtenTensorHandle a_t, int32_t a_a, int32_t* a_b, int32_t a_c, int32_t* a_d, int32_t a_e, int32_t a_e_index_, int32_t* a_f, int32_t a_f_index_, int32_t a_g, int32_t* a_h, AtenTensorHandle* r0)",
+        "AOTITorchError aoti_torch_cuda_shim_enums(AtenTensorHandle a_t, int32_t a_a, int32_t* a_b, int32_t a_c, int32_t* a_d, int32_t a_e, int32_t a_e_index_, int32_t* a_f, int32_t a_f_index_, int32_t a_g, int32_t* a_h, AtenTensorHandle* r0)",
+    ],
+    ("cty", "defaults"): [
+        "AOTITorchError aoti_torch_cpu_defaults(AtenTensorHandle a_self, int64_t a_a, double a_b, int32_t a_c, const char* a_d, int32_t* a_e, const int64_t* a_f, int64_t a_f_len_, int32_t a_h, int32_t a_m, int32_t a_s, double a_t, double a_u, const int64_t* a_v, int64_t a_v_len_, AtenTensorHandle* r0)",
+        "AOTITorchError aoti_torch_cuda_defaults(AtenTensorHandle a_self, int64_t a_a, double a_b, int32_t a_c, const char* a_d, int32_t* a_e, const int64_t* a_f, int64_t a_f_len_, int32_t a_h, int32_t a_m, int32_t a_s, double a_t, double a_u, const int64_t* a_v, int64_t a_v_len_, AtenTensorHandle* r0)",
+    ],
     ("cty", "composite"): [
         "AOTITorchError aoti_torch_cpu_composite(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0)",
         "AOTITorchError aoti_torch_cuda_composite(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0)",

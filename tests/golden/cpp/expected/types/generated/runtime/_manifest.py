@@ -23,11 +23,11 @@ CODEGEN_COMMAND = "make codegen"
 NAMESPACES = {
     "cty": {
         "library": "libcty_ops.so",
-        "schema_hash": "cd090fb68d7b2342",
+        "schema_hash": "f3fe5e714f595e4e",
         "stamp_prefix": "@opgen-stamp ns=cty ",
         "python_module": "runtime._reg_cty",
         "python_required": True,
-        "ops": 30,
+        "ops": 31,
         "claims_namespace": True,
         "op_names": [
             "tensors",
@@ -36,6 +36,7 @@ NAMESPACES = {
             "bools",
             "strings",
             "enums",
+            "shim_enums",
             "objects",
             "returns",
             "fill",

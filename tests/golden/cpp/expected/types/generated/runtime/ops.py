@@ -36,6 +36,7 @@ _OPS = {
     "scale_into": ("cty", "scale_into", "default"),  # cty::scale_into(Tensor a, Tensor(a!) out) -> Tensor(a!)
     "shared_a": ("cty", "shared_a", "default"),  # cty::shared_a(Tensor self) -> Tensor
     "shared_b": ("cty", "shared_b", "default"),  # cty::shared_b(Tensor self) -> Tensor
+    "shim_enums": ("cty", "shim_enums", "default"),  # cty::shim_enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h) -> Tensor
     "split": ("cty", "split", "default"),  # cty::split(Tensor self) -> (Tensor lo, Tensor hi)
     "split_out": ("cty", "split", "out"),  # cty::split.out(Tensor self, *, Tensor(a!) lo, Tensor(b!) hi) -> (Tensor(a!) lo, Tensor(b!) hi)
     "step_": ("cty", "step_", "default"),  # cty::step_(Tensor(a!) self) -> (Tensor(a!), Tensor)

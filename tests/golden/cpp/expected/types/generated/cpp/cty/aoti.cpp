@@ -19,17 +19,73 @@ using torch::aot_inductor::resolve_tensor_list_dispatch_flags;
 
 namespace {
 
+// cty::shim_enums
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, at::ScalarType, std::optional<at::ScalarType>, at::Layout, std::optional<at::Layout>, at::Device, std::optional<at::Device>, at::MemoryFormat, std::optional<at::MemoryFormat>)>& op_0() {
+  static const auto handle = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::shim_enums", "")
+      .typed<at::Tensor(const at::Tensor&, at::ScalarType, std::optional<at::ScalarType>, at::Layout, std::optional<at::Layout>, at::Device, std::optional<at::Device>, at::MemoryFormat, std::optional<at::MemoryFormat>)>();
+  return handle;
+}
+
+AOTITorchError shim_0(AtenTensorHandle a_t, int32_t a_a, int32_t* a_b, int32_t a_c, int32_t* a_d, int32_t a_e, int32_t a_e_index_, int32_t* a_f, int32_t a_f_index_, int32_t a_g, int32_t* a_h, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_0().call(
+        resolve_tensor_dispatch_flags(a_t),
+        static_cast<c10::ScalarType>(a_a),
+        (a_b ? std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(*a_b)) : std::nullopt),
+        static_cast<c10::Layout>(a_c),
+        (a_d ? std::optional<c10::Layout>(static_cast<c10::Layout>(*a_d)) : std::nullopt),
+        c10::Device(static_cast<c10::DeviceType>(a_e), static_cast<c10::DeviceIndex>(a_e_index_)),
+        (a_f ? std::optional<c10::Device>(c10::Device(static_cast<c10::DeviceType>(*a_f), static_cast<c10::DeviceIndex>(a_f_index_))) : std::nullopt),
+        static_cast<c10::MemoryFormat>(a_g),
+        (a_h ? std::optional<c10::MemoryFormat>(static_cast<c10::MemoryFormat>(*a_h)) : std::nullopt)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
+// cty::defaults
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, int64_t, double, bool, c10::string_view, std::optional<at::ScalarType>, at::IntArrayRef, at::Layout, at::MemoryFormat, at::ScalarType, const at::Scalar&, double, at::IntArrayRef)>& op_1() {
+  static const auto handle = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("cty::defaults", "")
+      .typed<at::Tensor(const at::Tensor&, int64_t, double, bool, c10::string_view, std::optional<at::ScalarType>, at::IntArrayRef, at::Layout, at::MemoryFormat, at::ScalarType, const at::Scalar&, double, at::IntArrayRef)>();
+  return handle;
+}
+
+AOTITorchError shim_1(AtenTensorHandle a_self, int64_t a_a, double a_b, int32_t a_c, const char* a_d, int32_t* a_e, const int64_t* a_f, int64_t a_f_len_, int32_t a_h, int32_t a_m, int32_t a_s, double a_t, double a_u, const int64_t* a_v, int64_t a_v_len_, AtenTensorHandle* r0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto result = op_1().call(
+        resolve_tensor_dispatch_flags(a_self),
+        a_a,
+        a_b,
+        static_cast<bool>(a_c),
+        c10::string_view(a_d),
+        (a_e ? std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(*a_e)) : std::nullopt),
+        c10::IntArrayRef(a_f, a_f_len_),
+        static_cast<c10::Layout>(a_h),
+        static_cast<c10::MemoryFormat>(a_m),
+        static_cast<c10::ScalarType>(a_s),
+        c10::Scalar(a_t),
+        a_u,
+        c10::IntArrayRef(a_v, a_v_len_)
+    );
+    *r0 = new_tensor_handle(std::move(result));
+  });
+  return AOTI_TORCH_SUCCESS;
+}
+
 // cty::composite
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, int64_t)>& op_0() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, int64_t)>& op_2() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::composite", "")
       .typed<at::Tensor(const at::Tensor&, int64_t)>();
   return handle;
 }
 
-AOTITorchError shim_0(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
+AOTITorchError shim_2(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_0().call(
+    auto result = op_2().call(
         resolve_tensor_dispatch_flags(a_self),
         a_dim
     );
@@ -39,16 +95,16 @@ AOTITorchError shim_0(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* 
 }
 
 // cty::shared_a
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_1() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_3() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::shared_a", "")
       .typed<at::Tensor(const at::Tensor&)>();
   return handle;
 }
 
-AOTITorchError shim_1(AtenTensorHandle a_self, AtenTensorHandle* r0) {
+AOTITorchError shim_3(AtenTensorHandle a_self, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_1().call(
+    auto result = op_3().call(
         resolve_tensor_dispatch_flags(a_self)
     );
     *r0 = new_tensor_handle(std::move(result));
@@ -57,16 +113,16 @@ AOTITorchError shim_1(AtenTensorHandle a_self, AtenTensorHandle* r0) {
 }
 
 // cty::shared_b
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_2() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&)>& op_4() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::shared_b", "")
       .typed<at::Tensor(const at::Tensor&)>();
   return handle;
 }
 
-AOTITorchError shim_2(AtenTensorHandle a_self, AtenTensorHandle* r0) {
+AOTITorchError shim_4(AtenTensorHandle a_self, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_2().call(
+    auto result = op_4().call(
         resolve_tensor_dispatch_flags(a_self)
     );
     *r0 = new_tensor_handle(std::move(result));
@@ -75,16 +131,16 @@ AOTITorchError shim_2(AtenTensorHandle a_self, AtenTensorHandle* r0) {
 }
 
 // cty::declared_only
-const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Scalar&)>& op_3() {
+const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Scalar&)>& op_5() {
   static const auto handle = c10::Dispatcher::singleton()
       .findSchemaOrThrow("cty::declared_only", "")
       .typed<at::Tensor(const at::Tensor&, const at::Scalar&)>();
   return handle;
 }
 
-AOTITorchError shim_3(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
+AOTITorchError shim_5(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    auto result = op_3().call(
+    auto result = op_5().call(
         resolve_tensor_dispatch_flags(a_self),
         c10::Scalar(a_alpha)
     );
@@ -97,36 +153,52 @@ AOTITorchError shim_3(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle*
 
 extern "C" {
 
+__attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_shim_enums(AtenTensorHandle a_t, int32_t a_a, int32_t* a_b, int32_t a_c, int32_t* a_d, int32_t a_e, int32_t a_e_index_, int32_t* a_f, int32_t a_f_index_, int32_t a_g, int32_t* a_h, AtenTensorHandle* r0) {
+  return shim_0(a_t, a_a, a_b, a_c, a_d, a_e, a_e_index_, a_f, a_f_index_, a_g, a_h, r0);
+}
+
+__attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_shim_enums(AtenTensorHandle a_t, int32_t a_a, int32_t* a_b, int32_t a_c, int32_t* a_d, int32_t a_e, int32_t a_e_index_, int32_t* a_f, int32_t a_f_index_, int32_t a_g, int32_t* a_h, AtenTensorHandle* r0) {
+  return shim_0(a_t, a_a, a_b, a_c, a_d, a_e, a_e_index_, a_f, a_f_index_, a_g, a_h, r0);
+}
+
+__attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_defaults(AtenTensorHandle a_self, int64_t a_a, double a_b, int32_t a_c, const char* a_d, int32_t* a_e, const int64_t* a_f, int64_t a_f_len_, int32_t a_h, int32_t a_m, int32_t a_s, double a_t, double a_u, const int64_t* a_v, int64_t a_v_len_, AtenTensorHandle* r0) {
+  return shim_1(a_self, a_a, a_b, a_c, a_d, a_e, a_f, a_f_len_, a_h, a_m, a_s, a_t, a_u, a_v, a_v_len_, r0);
+}
+
+__attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_defaults(AtenTensorHandle a_self, int64_t a_a, double a_b, int32_t a_c, const char* a_d, int32_t* a_e, const int64_t* a_f, int64_t a_f_len_, int32_t a_h, int32_t a_m, int32_t a_s, double a_t, double a_u, const int64_t* a_v, int64_t a_v_len_, AtenTensorHandle* r0) {
+  return shim_1(a_self, a_a, a_b, a_c, a_d, a_e, a_f, a_f_len_, a_h, a_m, a_s, a_t, a_u, a_v, a_v_len_, r0);
+}
+
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_composite(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
-  return shim_0(a_self, a_dim, r0);
+  return shim_2(a_self, a_dim, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_composite(AtenTensorHandle a_self, int64_t a_dim, AtenTensorHandle* r0) {
-  return shim_0(a_self, a_dim, r0);
+  return shim_2(a_self, a_dim, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_shared_a(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  return shim_1(a_self, r0);
+  return shim_3(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_shared_a(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  return shim_1(a_self, r0);
+  return shim_3(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_shared_b(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  return shim_2(a_self, r0);
+  return shim_4(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_shared_b(AtenTensorHandle a_self, AtenTensorHandle* r0) {
-  return shim_2(a_self, r0);
+  return shim_4(a_self, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cpu_declared_only(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
-  return shim_3(a_self, a_alpha, r0);
+  return shim_5(a_self, a_alpha, r0);
 }
 
 __attribute__((visibility("default"))) AOTITorchError aoti_torch_cuda_declared_only(AtenTensorHandle a_self, double a_alpha, AtenTensorHandle* r0) {
-  return shim_3(a_self, a_alpha, r0);
+  return shim_5(a_self, a_alpha, r0);
 }
 
 }  // extern "C"

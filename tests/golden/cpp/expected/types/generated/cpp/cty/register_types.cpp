@@ -27,6 +27,7 @@ TORCH_LIBRARY(cty, m) {
   m.def("bools(Tensor t, bool a, bool? b, bool[3] c, bool[] d, SymBool e) -> bool");
   m.def("strings(Tensor t, str a, str? b, str[] c, str d=\"q\\\"x\") -> str");
   m.def("enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)");
+  m.def("shim_enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h) -> Tensor");
   m.def("objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str");
   m.def("returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)");
   m.def("fill(Tensor self, Scalar value) -> Tensor");
@@ -68,6 +69,8 @@ constexpr bool (*bools_CPU)(const at::Tensor&, bool, std::optional<bool>, std::a
 constexpr std::string (*strings_CPU)(const at::Tensor&, c10::string_view, std::optional<c10::string_view>, at::ArrayRef<c10::string_view>, c10::string_view) = &cty::strings_cpu;
 // cty::enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h, DeviceIndex i) -> (ScalarType first, str text)
 constexpr std::tuple<at::ScalarType, std::string> (*enums_CPU)(const at::Tensor&, at::ScalarType, std::optional<at::ScalarType>, at::Layout, std::optional<at::Layout>, at::Device, std::optional<at::Device>, at::MemoryFormat, std::optional<at::MemoryFormat>, at::DeviceIndex) = &cty::enums_cpu;
+// cty::shim_enums(Tensor t, ScalarType a, ScalarType? b, Layout c, Layout? d, Device e, Device? f, MemoryFormat g, MemoryFormat? h) -> Tensor
+constexpr at::Tensor (*shim_enums_CPU)(const at::Tensor&, at::ScalarType, std::optional<at::ScalarType>, at::Layout, std::optional<at::Layout>, at::Device, std::optional<at::Device>, at::MemoryFormat, std::optional<at::MemoryFormat>) = &cty::shim_enums_cpu;
 // cty::objects(Tensor t, Generator? g, Generator? h, Stream s, Storage st) -> str
 constexpr std::string (*objects_CPU)(const at::Tensor&, std::optional<at::Generator>, std::optional<at::Generator>, at::Stream, at::Storage) = &cty::objects_cpu;
 // cty::returns(Tensor self) -> (Tensor a, Tensor[] b, int c, float d, bool e, Scalar f, SymInt g, int[] h, str i)
@@ -119,6 +122,7 @@ TORCH_LIBRARY_IMPL(cty, CPU, m) {
   m.impl("bools", TORCH_FN(opgen::bools_CPU));
   m.impl("strings", TORCH_FN(opgen::strings_CPU));
   m.impl("enums", TORCH_FN(opgen::enums_CPU));
+  m.impl("shim_enums", TORCH_FN(opgen::shim_enums_CPU));
   m.impl("objects", TORCH_FN(opgen::objects_CPU));
   m.impl("returns", TORCH_FN(opgen::returns_CPU));
   m.impl("fill", TORCH_FN(opgen::fill_CPU));

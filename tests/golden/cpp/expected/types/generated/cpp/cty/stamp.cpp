@@ -10,4 +10,4 @@
 
 extern "C" __attribute__((used, visibility("default")))
 const char opgen_stamp_cty[] =
-    "@opgen-stamp ns=cty schemas=cd090fb68d7b2342 torch=" OPGEN_TORCH_VERSION ";";
+    "@opgen-stamp ns=cty schemas=f3fe5e714f595e4e torch=" OPGEN_TORCH_VERSION ";";

@@ -13,6 +13,7 @@
 #include <cty/types/bools.h>
 #include <cty/types/strings.h>
 #include <cty/types/enums.h>
+#include <cty/types/shim_enums.h>
 #include <cty/types/objects.h>
 #include <cty/types/returns.h>
 #include <cty/types/fill.h>
