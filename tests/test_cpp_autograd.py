@@ -70,8 +70,9 @@ def test_torch_function_note_names_it_once(tmp_path: Path) -> None:
 
 
 def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
-    """A torch constant (a dtype, torch.pi) or a slice in a formula is named as written, not by
-    the formula IR's class names (the note said 'the expression TorchRef')."""
+    """A torch constant (a dtype, torch.pi) or an index the translation does not carry (a
+    Tensor's mask, a slice of a Tensor[] or of sizes) is named as written, not by the formula
+    IR's class names (the note said 'the expression TorchRef')."""
     path = tmp_path / "ops.yaml"
     path.write_text("namespace: frm\nops:\n"
                     "  - func: a(Tensor self) -> Tensor\n"
@@ -83,13 +84,62 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
                     "    dispatch: {CPU: b_cpu}\n"
                     "    fake: like(self)\n"
                     "    derivatives:\n"
-                    "      self: grad[..., 0:1] * self\n")
+                    "      self: grad[self > 0].sum() * self\n"
+                    "  - func: c(Tensor[] tensors) -> Tensor\n"
+                    "    dispatch: {CPU: c_cpu}\n"
+                    "    fake: like(tensors[0])\n"
+                    "    derivatives:\n"
+                    "      tensors: '[grad for t in tensors[1:]]'\n"
+                    "  - func: d(Tensor self) -> Tensor\n"
+                    "    dispatch: {CPU: d_cpu}\n"
+                    "    fake: like(self)\n"
+                    "    derivatives:\n"
+                    "      self: grad.reshape(self.shape[1:] + self.shape[:1])\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
         "frm::a: its Autograd kernel stays in Python: its formulas use torch.float64, which the "
         "C++ translation does not carry",
-        "frm::b: its Autograd kernel stays in Python: its formulas use this form of indexing, "
-        "which the C++ translation does not carry"]
+        "frm::b: its Autograd kernel stays in Python: its formulas use indexing a Tensor with a "
+        "Tensor, which the C++ translation does not carry",
+        "frm::c: its Autograd kernel stays in Python: its formulas use slicing a Tensor[], which "
+        "the C++ translation does not carry",
+        "frm::d: its Autograd kernel stays in Python: its formulas use slicing sizes, which the "
+        "C++ translation does not carry"]
+
+
+def test_sizes_arithmetic_cat_and_indexing_are_carried(tmp_path: Path) -> None:
+    """Formulas mixing floats with SymInt sizes and arguments, `torch.cat` and indexing take the
+    C++ path (they kept the Python one, with a note), and print as the C++ of Python's meaning:
+    `/` of numbers is a true division, indexing is at::indexing's."""
+    formulas = {
+        "a": ("grad / x.size(0)", "(grad / at::Scalar(x_sizes_[c10::maybe_wrap_dim(0, "
+              "static_cast<int64_t>(x_sizes_.size()), /*wrap_scalar=*/false)]))"),
+        "b": ("grad * (1.0 / n)",
+              "(grad * at::Scalar(opgen_true_divide(c10::SymFloat(1.0), c10::SymFloat(n))))"),
+        "c": ("grad * (x.numel() * 0.5)",
+              "(grad * at::Scalar((c10::SymFloat(x.sym_numel()) * c10::SymFloat(0.5))))"),
+        "d": ("torch.cat([grad, grad[..., :n]], -1)[..., :x.shape[-1]]",
+              "at::cat(std::vector<at::Tensor>{grad, grad.index({at::indexing::Ellipsis, "
+              "at::indexing::Slice(std::nullopt, n)})}, (-1)).index({at::indexing::Ellipsis, "
+              "at::indexing::Slice(std::nullopt, x_sizes_[c10::maybe_wrap_dim((-1), "
+              "static_cast<int64_t>(x_sizes_.size()), /*wrap_scalar=*/false)])})"),
+        "e": ("grad[0] * x[:, 1:][-1, ::2]",
+              "(grad.index({0}) * x.index({at::indexing::Slice(), at::indexing::Slice(1)})"
+              ".index({(-1), at::indexing::Slice(std::nullopt, std::nullopt, 2)}))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: sym\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, SymInt n) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
 
 
 def test_python_kernels_keep_python_autograd_without_a_note(tmp_path: Path, monkeypatch) -> None:
@@ -315,3 +365,137 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
         "which the C++ translation does not carry",
         "trb::nrm: its Autograd kernel stays in Python: its formulas use the builtin abs(), "
         "which the C++ translation does not carry"]
+
+
+# The same ops in two namespaces, `ctr` on the C++ path and `ptr` (`autograd: python`) on the
+# Python one, so that one build compares them.
+INDEXING_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: mean_rows(Tensor self) -> Tensor
+    dispatch: {{CPU: mean_rows_cpu}}
+    fake: reduce(self, 0)
+    derivatives:
+      self: (grad / self.size(0))[None].expand(self.shape)
+  - func: scale_count(Tensor self, SymInt n, float w) -> Tensor
+    dispatch: {{CPU: scale_count_cpu}}
+    fake: like(self)
+    derivatives:
+      self: grad * (1 / (n + 1)) * (self.numel() * 0.5) * (w / self.shape[-1]) if n > 1 else -grad
+  - func: head(Tensor self, SymInt n) -> Tensor
+    dispatch: {{CPU: head_cpu}}
+    fake: empty([self.size(0), n])
+    derivatives:
+      self: torch.cat([grad, torch.zeros_like(self[..., n:])], -1)
+  - func: rowdiff(Tensor self) -> Tensor
+    dispatch: {{CPU: rowdiff_cpu}}
+    fake: empty([self.size(0) - 1, self.size(1)])
+    derivatives:
+      self: torch.cat((-grad[:1], grad[:-1] - grad[1:], grad[-1:]), dim=0)
+  - func: shift_mul(Tensor self) -> Tensor
+    dispatch: {{CPU: shift_mul_cpu}}
+    fake: empty([self.size(0), self.size(1) - 1])
+    derivatives:
+      self: z = grad[:, :1] * 0; torch.cat([z, grad * self[:, :-1]], 1) + torch.cat([grad * self[:, 1:], z], 1)
+  - func: stack3(Tensor self) -> Tensor
+    dispatch: {{CPU: stack3_cpu}}
+    fake: empty([3, self.size(0), self.size(1)])
+    derivatives:
+      self: grad[0] + 2 * grad[1] + 3 * grad[-1]
+  - func: pairs(Tensor self) -> Tensor
+    dispatch: {{CPU: pairs_cpu}}
+    fake: empty([self.size(0) * 2, self.size(1)])
+    derivatives:
+      self: grad[::2] + grad[1::2]
+"""
+INDEXING_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+
+namespace {ns} {{
+
+at::Tensor mean_rows_cpu(const at::Tensor& self) {{ return self.mean(0); }}
+at::Tensor scale_count_cpu(const at::Tensor& self, c10::SymInt n, double w) {{
+  auto k = n.expect_int();
+  if (k <= 1) return -self;
+  return self * (1.0 / static_cast<double>(k + 1) * (static_cast<double>(self.numel()) * 0.5) *
+                 (w / static_cast<double>(self.size(-1))));
+}}
+at::Tensor head_cpu(const at::Tensor& self, c10::SymInt n) {{
+  return self.narrow(-1, 0, n.expect_int()).clone();
+}}
+at::Tensor rowdiff_cpu(const at::Tensor& self) {{ return self.slice(0, 1) - self.slice(0, 0, -1); }}
+at::Tensor shift_mul_cpu(const at::Tensor& self) {{
+  return self.slice(1, 1) * self.slice(1, 0, -1);
+}}
+at::Tensor stack3_cpu(const at::Tensor& self) {{ return at::stack({{self, self * 2, self * 3}}); }}
+at::Tensor pairs_cpu(const at::Tensor& self) {{ return self.repeat_interleave(2, 0); }}
+
+}}  // namespace {ns}
+"""
+INDEXING_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.autograd import gradcheck, gradgradcheck
+
+cases = {  # op -> a call of it, and the (input, int argument)s it is differentiated at
+    "mean_rows": (lambda ns, t, n: ns.mean_rows(t), [((4, 5), 0), ((6, 3), 0)]),
+    "scale_count": (lambda ns, t, n: ns.scale_count(t, n, 0.7), [((3, 4), 3), ((5, 2), 6)]),
+    "head": (lambda ns, t, n: ns.head(t, n), [((3, 6), 4), ((4, 7), 2)]),
+    "rowdiff": (lambda ns, t, n: ns.rowdiff(t), [((5, 3), 0), ((7, 2), 0)]),
+    "shift_mul": (lambda ns, t, n: ns.shift_mul(t), [((3, 5), 0), ((2, 6), 0)]),
+    "stack3": (lambda ns, t, n: ns.stack3(t), [((3, 4), 0), ((5, 2), 0)]),
+    "pairs": (lambda ns, t, n: ns.pairs(t), [((3, 4), 0), ((5, 2), 0)]),
+}
+cpp, python = torch.ops.ctr, torch.ops.ptr
+for name, (call, points) in cases.items():
+    node = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda t, n: call(cpp, t, n), backend=counter, dynamic=True,
+                             fullgraph=True)
+    for k, (shape, n) in enumerate(points):
+        x = torch.randn(shape, dtype=torch.double, generator=torch.Generator().manual_seed(k),
+                        requires_grad=True)
+        # The C++ Node carries the graph; the other namespace's op is an autograd.Function.
+        assert call(cpp, x, n).grad_fn.name() == node, (name, call(cpp, x, n).grad_fn.name())
+        assert type(call(python, x, n).grad_fn).__name__ != "CppFunction", name
+        assert gradcheck(lambda t: call(cpp, t, n), (x,)), name
+        assert gradgradcheck(lambda t: call(cpp, t, n), (x,)), name
+        out = call(cpp, x, n)
+        g = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(9))
+        (on_cpp,) = torch.autograd.grad(out, x, g)
+        (on_python,) = torch.autograd.grad(call(python, x, n), x, g)
+        assert torch.equal(on_cpp, on_python), (name, on_cpp, on_python)
+        # Under dynamic shapes the backward is traced with symbolic sizes: the same gradient,
+        # and one graph for both points (nothing specialized).
+        (on_compiled,) = torch.autograd.grad(compiled(x, n), x, g)
+        assert torch.allclose(on_compiled, on_cpp), (name, on_compiled, on_cpp)
+    assert counter.frame_count == 1, (name, counter.frame_count)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_symbolic_numbers_cat_and_indexing_take_the_cpp_path(tmp_path: Path) -> None:
+    """Arithmetic of SymInt sizes and arguments with ints and floats (true division included),
+    `.numel()`, `.shape[i]`, `torch.cat`, and indexing (integers, negative ones, slices with
+    negative, SymInt and missing bounds and steps, `...`, `None`) are carried to C++: gradients
+    pass gradcheck and gradgradcheck, equal those of the Python path exactly, and are the same
+    under torch.compile with dynamic shapes, without specializing them."""
+    from tests import scratch
+
+    root = scratch.make_root(
+        tmp_path,
+        {"ctr.yaml": INDEXING_OPS.format(ns="ctr", setting=""),
+         "ptr.yaml": INDEXING_OPS.format(ns="ptr", setting="autograd: python\n")},
+        {f"{ns}/kernels.cpp": INDEXING_KERNELS.format(ns=ns) for ns in ("ctr", "ptr")})
+    lib = load_library([str(root / "schemas" / "ctr.yaml")])
+    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
+        f"ctr::{name}": None for name in ("mean_rows", "scale_count", "head", "rowdiff",
+                                          "shift_mul", "stack3", "pairs")}
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = scratch.python(root, INDEXING_CHECK, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

@@ -48,16 +48,21 @@ from codegen.tags import copies_back, functional_variant, shape_tag
 T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
     "Tensor", "Tensor[]", "float", "int", "bool", "Scalar", "str", "sizes", "dtype", "device",
     "None")
-# A symbolic size (a SymInt argument, `t.size(i)`): only passed on, to a SymInt parameter, so that
-# dynamic shapes are never specialized by the backward.
-SYMINT = "SymInt"
+# A symbolic size (a SymInt argument, `t.size(i)`, `t.shape[i]`, `t.numel()`) is a c10::SymInt,
+# and a float computed from one a c10::SymFloat: their arithmetic stays symbolic, so that dynamic
+# shapes are not specialized by the backward (comparing them guards, as in Python).
+SYMINT, SYMFLOAT = "SymInt", "SymFloat"
 NUMBER = (FLT, INT, BOOL, SCALAR)
+# Numbers Python's + - * / take (bools aside), and what meets a Tensor as a Scalar.
+ARITH = (FLT, INT, SYMINT, SYMFLOAT)
+SCALARS = (*NUMBER, SYMINT, SYMFLOAT)
 LISTS = {"float[]": FLT, "int[]": INT}
 
 # torch.<name>(...) -> at::<name>(...), and tensor methods, with the kinds of their arguments after
-# `self` (`n`: a number, `T`: a Tensor, `s`: sizes or int[], `d`: dims, an int or int[], `b`: a
-# bool, `T|n`: either). `name:kind` may also be passed as `name=`: C++ takes it in its place, so
-# the keywords must name exactly the parameters that follow the positional arguments.
+# `self` (`n`: a number, `T`: a Tensor, `TL`: a list of tensors, `s`: sizes or int[], `d`: dims,
+# an int or int[], `i`: an int, `b`: a bool, `T|n`: either). `name:kind` may also be passed as
+# `name=`: C++ takes it in its place, so the keywords must name exactly the parameters that follow
+# the positional arguments.
 _UNARY = ("abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "sinh",
           "cosh", "sigmoid", "sqrt", "rsqrt", "sign", "sgn", "reciprocal", "relu", "erf",
           "square", "conj", "logical_not", "isnan", "floor", "ceil", "round", "trunc", "atan",
@@ -73,6 +78,7 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     "matmul": (("T", "T"),), "mm": (("T", "T"),), "bmm": (("T", "T"),),
     "clamp": (("T", "n", "n"),),
     **{name: (("T",), ("T", "dim:d"), ("T", "dim:d", "keepdim:b")) for name in ("sum", "mean")},
+    "cat": (("TL",), ("TL", "dim:i")),
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: ((),) for name in _UNARY if not name.endswith("_like")},
@@ -111,9 +117,8 @@ class NotCpp(Exception):
 # What a note calls the formula forms the translation does not carry (not the IR's class names).
 _FORMS = {F.EllipsisLit: "'...'", F.GradsRef: "'grads' as a whole",
           F.ResultsRef: "'results' as a whole", F.Star: "'*' unpacking", F.Slice: "slicing",
-          F.Subscript: "this form of indexing", F.TupleLit: "a tuple",
-          F.BuiltinRef: "a builtin not called", F.PyBuiltinRef: "a builtin not called",
-          F.OpRef: "a library op not called"}
+          F.TupleLit: "a tuple", F.BuiltinRef: "a builtin not called",
+          F.PyBuiltinRef: "a builtin not called", F.OpRef: "a library op not called"}
 
 
 class _Unresolved(Exception):
@@ -548,9 +553,11 @@ class _Builder:
                 return self._binop(op, a, b)
             case F.UnaryOp(op=op, operand=o):
                 code, kind = self.expr(o)
-                if op is F.UnaryKind.neg and (kind == T or kind in (FLT, INT)):
+                if op is F.UnaryKind.neg and kind == SYMFLOAT:   # which has no unary minus
+                    return f"(c10::SymFloat(-1.0) * {code})", kind
+                if op is F.UnaryKind.neg and (kind == T or kind in (FLT, INT, SYMINT)):
                     return f"(-{code})", kind
-                if op is F.UnaryKind.pos and (kind == T or kind in (FLT, INT)):
+                if op is F.UnaryKind.pos and (kind == T or kind in ARITH):
                     return code, kind
                 if op is F.UnaryKind.not_ and kind == BOOL:
                     return f"(!{code})", BOOL
@@ -570,12 +577,8 @@ class _Builder:
                 if kind in (FLT, INT) and tk != ok:
                     raise NotCpp("a conditional mixing int and float")
                 return f"({cc} ? {tc} : {oc})", kind
-            case F.Subscript(obj=obj, items=(F.Const(value=int() as i),)) \
-                    if not isinstance(i, bool):
-                code, kind = self.expr(obj)
-                if kind == TL:
-                    return f"{code}.at({i})" if i >= 0 else f"{code}.at({code}.size() - {-i})", T
-                raise NotCpp("indexing")
+            case F.Subscript(obj=obj, items=items):
+                return self._subscript(obj, items)
             case F.ListLit(items=items):
                 parts = [self.expr(i) for i in items]
                 if all(k in (T, NONE) for _, k in parts):
@@ -587,6 +590,60 @@ class _Builder:
             case F.TorchRef(path=path):     # a value such as torch.float32 or torch.pi
                 raise NotCpp("torch" + "".join("." + p for p in path))
         raise NotCpp(_FORMS.get(type(e), "this form of expression"))
+
+    def _subscript(self, obj: F.Expr, items: tuple[F.Expr, ...]) -> tuple[str, str]:
+        single = items[0] if len(items) == 1 else None
+        if isinstance(obj, F.Attr) and obj.name == "shape" and single is not None \
+                and not isinstance(single, (F.Slice, F.EllipsisLit)):
+            ic, ik = self.expr(single)
+            if ik != INT:
+                raise NotCpp(f"indexing sizes with a {ik}")
+            if isinstance(obj.obj, F.InputRef) and obj.obj.name in self.meta_only:
+                return _size_at(self.meta_locals[(obj.obj.name, "shape")], ic), SYMINT
+            tc, tk = self.expr(obj.obj)
+            if tk == T:
+                return f"{tc}.sym_size({ic})", SYMINT
+        code, kind = self.expr(obj)
+        if kind == TL:
+            if isinstance(single, F.Const) and isinstance(single.value, int) \
+                    and not isinstance(single.value, bool):
+                i = single.value
+                return f"{code}.at({i})" if i >= 0 else f"{code}.at({code}.size() - {-i})", T
+            if any(isinstance(i, F.Slice) for i in items):
+                raise NotCpp("slicing a Tensor[]")
+            raise NotCpp("indexing a Tensor[] other than with an integer literal")
+        if kind == SIZES:
+            raise NotCpp("slicing sizes" if isinstance(single, F.Slice) else
+                         "indexing sizes other than a tensor's .shape with an int")
+        if kind != T:
+            raise NotCpp(f"indexing a {kind}")
+        # Tensor::index is Python's indexing (the same at::indexing code, Ellipsis and None
+        # included), so negative and out-of-range bounds and zero steps behave as they do there.
+        return f"{code}.index({{{', '.join(self._index(i) for i in items)}}})", T
+
+    def _index(self, item: F.Expr) -> str:
+        """One item of a Tensor's subscript as an at::indexing::TensorIndex."""
+        if isinstance(item, F.EllipsisLit):
+            return "at::indexing::Ellipsis"
+        if isinstance(item, F.Const) and item.value is None:
+            return "at::indexing::None"
+        if isinstance(item, F.Slice):
+            bounds = [self._slice_bound(b) for b in (item.lo, item.hi, item.step)]
+            while bounds and bounds[-1] is None:
+                bounds.pop()
+            return f"at::indexing::Slice({', '.join(b or 'std::nullopt' for b in bounds)})"
+        code, kind = self.expr(item)
+        if kind in (INT, SYMINT):
+            return code
+        raise NotCpp(f"indexing a Tensor with a {kind}")
+
+    def _slice_bound(self, bound: F.Expr | None) -> str | None:
+        if bound is None or isinstance(bound, F.Const) and bound.value is None:
+            return None
+        code, kind = self.expr(bound)
+        if kind in (INT, SYMINT):
+            return code
+        raise NotCpp(f"a slice bound that is a {kind}")
 
     def _binop(self, op: F.BinOpKind, a: F.Expr, b: F.Expr) -> tuple[str, str]:
         if op in (F.BinOpKind.is_, F.BinOpKind.is_not):
@@ -600,13 +657,16 @@ class _Builder:
         ac, ak = self.expr(a)
         bc, bk = self.expr(b)
         tensors = ak == T or bk == T
+        symbolic = bool({ak, bk} & {SYMINT, SYMFLOAT})
         if op in _COMPARE:
             fn, sym, flipped = _COMPARE[op]
-            if ak == T and (bk == T or bk in NUMBER):
-                return f"at::{fn}({ac}, {bc})", T
-            if bk == T and ak in NUMBER:
-                return f"at::{flipped}({bc}, {ac})", T
-            if ak in (FLT, INT) and bk in (FLT, INT) or (ak == bk and ak in (BOOL, STR)):
+            if ak == T and (bk == T or bk in SCALARS):
+                return f"at::{fn}({ac}, {_sym_scalar(bc, bk)})", T
+            if bk == T and ak in SCALARS:
+                return f"at::{flipped}({bc}, {_sym_scalar(ac, ak)})", T
+            if SYMFLOAT in (ak, bk) and ak in ARITH and bk in ARITH:
+                return f"({_symfloat(ac, ak)} {sym} {_symfloat(bc, bk)})", BOOL
+            if ak in ARITH and bk in ARITH or (ak == bk and ak in (BOOL, STR)):
                 return f"({ac} {sym} {bc})", BOOL
             raise NotCpp(f"comparing a {ak} with a {bk}")
         if op in (F.BinOpKind.and_, F.BinOpKind.or_):
@@ -616,10 +676,10 @@ class _Builder:
         if op is F.BinOpKind.matmul and ak == T and bk == T:
             return f"at::matmul({ac}, {bc})", T
         if op is F.BinOpKind.pow:
-            if ak == T and (bk == T or bk in NUMBER):
-                return f"{ac}.pow({bc})", T
-            if bk == T and ak in NUMBER:
-                return f"at::pow({ac}, {bc})", T
+            if ak == T and (bk == T or bk in SCALARS):
+                return f"{ac}.pow({_sym_scalar(bc, bk)})", T
+            if bk == T and ak in SCALARS:
+                return f"at::pow({_sym_scalar(ac, ak)}, {bc})", T
             if ak in (FLT, INT) and bk in (FLT, INT):
                 if ak == INT and bk == INT:
                     raise NotCpp("an integer power")
@@ -628,20 +688,24 @@ class _Builder:
         if op in _BINARY_CPP:
             sym = _BINARY_CPP[op]
             if tensors:
-                if not ({ak, bk} <= {T, *NUMBER}):
+                if not ({ak, bk} <= {T, *SCALARS}):
                     raise NotCpp(f"{op.value} on a {ak} and a {bk}")
                 if ak != T and bk != T:
                     raise AssertionError
                 # Python numbers meet tensors as Scalars.
-                if ak in (INT, FLT, BOOL):
-                    ac = f"at::Scalar({ac})"
-                if bk in (INT, FLT, BOOL):
-                    bc = f"at::Scalar({bc})"
-                return f"({ac} {sym} {bc})", T
-            if ak in (FLT, INT) and bk in (FLT, INT):
-                if op is F.BinOpKind.div:
-                    return f"(static_cast<double>({ac}) / {bc})", FLT
-                return f"({ac} {sym} {bc})", FLT if FLT in (ak, bk) else INT
+                return f"({_scalar(ac, ak)} {sym} {_scalar(bc, bk)})", T
+            if ak in ARITH and bk in ARITH:
+                floats = bool({ak, bk} & {FLT, SYMFLOAT})
+                if op is F.BinOpKind.div:   # Python's: a float, even of two ints
+                    if symbolic:
+                        return f"opgen_true_divide({_symfloat(ac, ak)}, {_symfloat(bc, bk)})", \
+                            SYMFLOAT
+                    return f"opgen_true_divide({ac}, {bc})", FLT
+                if symbolic and floats:
+                    return f"({_symfloat(ac, ak)} {sym} {_symfloat(bc, bk)})", SYMFLOAT
+                if symbolic:
+                    return f"({ac} {sym} {bc})", SYMINT
+                return f"({ac} {sym} {bc})", FLT if floats else INT
             raise NotCpp(f"{op.value} on a {ak} and a {bk}")
         raise NotCpp(f"the operator {op.value}")
 
@@ -714,7 +778,11 @@ class _Builder:
             return f"{handle_name(target)}().call({', '.join(args)})", T
         if isinstance(func, F.TorchRef) and len(func.path) == 1 and func.path[0] in TORCH_FUNCTIONS:
             name = func.path[0]
-            args = self._args(e.args, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
+            given = e.args
+            if name == "cat" and given and isinstance(given[0], F.TupleLit):
+                # torch.cat((a, b)) is torch.cat([a, b])
+                given = (F.ListLit(given[0].items), *given[1:])
+            args = self._args(given, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
             return f"at::{name}({', '.join(args)})", T
         if isinstance(func, F.Attr):
             if isinstance(func.obj, F.InputRef) and func.obj.name in self.meta_only \
@@ -727,8 +795,7 @@ class _Builder:
                 if func.name == "size" and len(e.args) == 1 and not e.kwargs:
                     ic, ik = self.expr(e.args[0])
                     if ik == INT:
-                        n = f"static_cast<int64_t>({sizes}.size())"
-                        return f"{sizes}[c10::maybe_wrap_dim({ic}, {n})]", SYMINT
+                        return _size_at(sizes, ic), SYMINT
                 raise NotCpp(f".{func.name}(...) of a tensor saved for its sizes only")
             oc, ok = self.expr(func.obj)
             if ok != T:
@@ -741,6 +808,8 @@ class _Builder:
                 ic, ik = self.expr(e.args[0])
                 if ik == INT:
                     return f"{oc}.sym_size({ic})", SYMINT
+            if func.name == "numel" and not e.args and not e.kwargs:
+                return f"{oc}.sym_numel()", SYMINT
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
@@ -833,7 +902,7 @@ def _converted(code: str, kind: str, spec: str) -> str:
     """An argument of `kind` as the C++ parameter of `spec` takes it."""
     if kind == INT and "n" in spec.split("|") and spec != "n":
         return f"at::Scalar({code})"
-    if kind in (FLT, BOOL) and spec == "T|n":
+    if kind in (FLT, BOOL, SYMINT, SYMFLOAT) and spec == "T|n":
         return f"at::Scalar({code})"
     if kind == "int[]" and spec in ("s", "d"):
         return f"at::IntArrayRef({code})"
@@ -842,11 +911,31 @@ def _converted(code: str, kind: str, spec: str) -> str:
     return code
 
 
+def _scalar(code: str, kind: str) -> str:
+    """A number as the Scalar a tensor operation takes (a Tensor or Scalar as it is)."""
+    return f"at::Scalar({code})" if kind in (INT, FLT, BOOL, SYMINT, SYMFLOAT) else code
+
+
+def _sym_scalar(code: str, kind: str) -> str:
+    """A symbolic number as a Scalar (other numbers convert to one as they are)."""
+    return f"at::Scalar({code})" if kind in (SYMINT, SYMFLOAT) else code
+
+
+def _symfloat(code: str, kind: str) -> str:
+    """A number as a c10::SymFloat: arithmetic with a float or a true division of symbolic
+    values (c10::SymInt's / truncates, and SymInt and SymFloat do not mix)."""
+    return code if kind == SYMFLOAT else f"c10::SymFloat({code})"
+
+
 def _fits(kind: str, spec: str) -> bool:
     for s in spec.split("|"):
         if s == "T" and kind == T:
             return True
         if s == "n" and kind in NUMBER:
+            return True
+        if s == "n" and spec == "T|n" and kind in (SYMINT, SYMFLOAT):   # a Scalar parameter
+            return True
+        if s == "TL" and kind == TL:
             return True
         if s == "f" and kind in (FLT, INT):
             return True
@@ -863,6 +952,13 @@ def _fits(kind: str, spec: str) -> bool:
         if s == "dtype" and kind == DTYPE:
             return True
     return False
+
+
+def _size_at(sizes: str, index: str) -> str:
+    """Size `index` of a saved std::vector of sizes, wrapped as Python indexes a tuple (a 0-dim
+    tensor has none: maybe_wrap_dim's default would read sizes[0] of it)."""
+    n = f"static_cast<int64_t>({sizes}.size())"
+    return f"{sizes}[c10::maybe_wrap_dim({index}, {n}, /*wrap_scalar=*/false)]"
 
 
 def _fold(expr: str) -> str:

@@ -6,6 +6,7 @@
 
 #include <torch/library.h>
 #include <ATen/Functions.h>
+#include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/function.h>
@@ -57,6 +58,18 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, double)>& opgen_sof
     out.push_back(s.unpack());
   }
   return out;
+}
+
+// Python's / of two numbers: a float, also of ints, and an error (not an infinity) for a zero
+// divisor; a symbolic divisor is left to the graph, as Python leaves it.
+[[maybe_unused]] double opgen_true_divide(double a, double b) {
+  TORCH_CHECK(b != 0, "division by zero");
+  return a / b;
+}
+
+[[maybe_unused]] c10::SymFloat opgen_true_divide(const c10::SymFloat& a, const c10::SymFloat& b) {
+  TORCH_CHECK(b.is_symbolic() || b.as_float_unchecked() != 0, "division by zero");
+  return a / b;
 }
 
 [[maybe_unused]] at::Tensor opgen_not_implemented(const char* why) {
@@ -333,7 +346,7 @@ torch::autograd::variable_list SmoothClampBackwardBackward::apply(torch::autogra
     grad_inputs[0] = opgen_smooth_clamp_backward_op().call(grad, self, limit).sum_to_size_symint(grad_output.sym_sizes());
   }
   if (task_should_compute_output({torch::autograd::IndexRange{1, 2}})) {
-    grad_inputs[1] = ((((at::Scalar((static_cast<double>((-2)) / limit)) * grad) * grad_output) * at::tanh((self / at::Scalar(limit)))) * (at::Scalar(1) - at::tanh((self / at::Scalar(limit))).pow(2))).sum_to_size_symint(self.sym_sizes());
+    grad_inputs[1] = ((((at::Scalar(opgen_true_divide((-2), limit)) * grad) * grad_output) * at::tanh((self / at::Scalar(limit)))) * (at::Scalar(1) - at::tanh((self / at::Scalar(limit))).pow(2))).sum_to_size_symint(self.sym_sizes());
   }
   return grad_inputs;
 }

@@ -6,6 +6,7 @@
 
 #include <torch/library.h>
 #include <ATen/Functions.h>
+#include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/function.h>
@@ -57,6 +58,18 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
     out.push_back(s.unpack());
   }
   return out;
+}
+
+// Python's / of two numbers: a float, also of ints, and an error (not an infinity) for a zero
+// divisor; a symbolic divisor is left to the graph, as Python leaves it.
+[[maybe_unused]] double opgen_true_divide(double a, double b) {
+  TORCH_CHECK(b != 0, "division by zero");
+  return a / b;
+}
+
+[[maybe_unused]] c10::SymFloat opgen_true_divide(const c10::SymFloat& a, const c10::SymFloat& b) {
+  TORCH_CHECK(b.is_symbolic() || b.as_float_unchecked() != 0, "division by zero");
+  return a / b;
 }
 
 [[maybe_unused]] at::Tensor opgen_not_implemented(const char* why) {
@@ -338,7 +351,7 @@ torch::autograd::variable_list SquashBackwardBackward::apply(torch::autograd::va
     grad_inputs[0] = opgen_squash_backward_op().call(grad, x, limit);
   }
   if (task_should_compute_output({torch::autograd::IndexRange{1, 2}})) {
-    grad_inputs[1] = (((at::Scalar((static_cast<double>(2) / limit)) * grad) * grad_output) * at::tanh((x / at::Scalar(limit))).pow(2));
+    grad_inputs[1] = (((at::Scalar(opgen_true_divide(2, limit)) * grad) * grad_output) * at::tanh((x / at::Scalar(limit))).pow(2));
   }
   return grad_inputs;
 }
@@ -710,7 +723,7 @@ torch::autograd::variable_list PoolBackward::apply(torch::autograd::variable_lis
   const auto& sampling_ratio = sampling_ratio_value_;
   torch::autograd::variable_list grad_inputs(2);
   if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
-    grad_inputs[0] = opgen_pool_backward_op().call(grad, rois, pooled_height, input_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(input_sizes_.size()))], input_sizes_[c10::maybe_wrap_dim((-1), static_cast<int64_t>(input_sizes_.size()))], sampling_ratio);
+    grad_inputs[0] = opgen_pool_backward_op().call(grad, rois, pooled_height, input_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(input_sizes_.size()), /*wrap_scalar=*/false)], input_sizes_[c10::maybe_wrap_dim((-1), static_cast<int64_t>(input_sizes_.size()), /*wrap_scalar=*/false)], sampling_ratio);
   }
   return grad_inputs;
 }
@@ -838,6 +851,257 @@ at::Tensor rows_like_autograd(const at::Tensor& self, const at::Tensor& other) {
   return opgen_result;
 }
 
+// agrad::mean_rows(Tensor self) -> Tensor
+struct MeanRowsBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "MeanRowsBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+  }
+  std::vector<c10::SymInt> self_sizes_;
+};
+
+torch::autograd::variable_list MeanRowsBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = (grad / at::Scalar(self_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(self_sizes_.size()), /*wrap_scalar=*/false)])).index({at::indexing::None}).expand_symint(self_sizes_);
+  }
+  return grad_inputs;
+}
+
+at::Tensor mean_rows_autograd(const at::Tensor& self) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::mean_rows", "")
+      .typed<at::Tensor(const at::Tensor&)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::mean_rows has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<MeanRowsBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<MeanRowsBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_sizes_ = self.sym_sizes().vec();
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::scale_count(Tensor self, SymInt n, int k, float w) -> Tensor
+struct ScaleCountBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "ScaleCountBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    self_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable self_saved_;
+  c10::SymInt n_value_;
+  int64_t k_value_;
+  double w_value_;
+};
+
+torch::autograd::variable_list ScaleCountBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto self = self_saved_.unpack();
+  const auto& n = n_value_;
+  const auto& k = k_value_;
+  const auto& w = w_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    auto h = (c10::SymFloat(self.sym_numel()) * c10::SymFloat(0.5));
+    grad_inputs[0] = (((n - k) > w) ? (((grad * at::Scalar(opgen_true_divide(c10::SymFloat(1), c10::SymFloat((n + 1))))) * at::Scalar(h)) + ((grad * at::Scalar(opgen_true_divide(c10::SymFloat(k), c10::SymFloat(n)))) * at::Scalar((c10::SymFloat(-1.0) * opgen_true_divide(c10::SymFloat(w), c10::SymFloat(self.sym_size((-1)))))))) : ((grad / at::Scalar(((2 * n) - 1))) + (at::Scalar(opgen_true_divide(k, 2)) * grad)));
+  }
+  return grad_inputs;
+}
+
+at::Tensor scale_count_autograd(const at::Tensor& self, c10::SymInt n, int64_t k, double w) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::scale_count", "")
+      .typed<at::Tensor(const at::Tensor&, c10::SymInt, int64_t, double)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::scale_count has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<ScaleCountBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<ScaleCountBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->n_value_ = n;
+    opgen_grad_fn->k_value_ = k;
+    opgen_grad_fn->w_value_ = w;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, n, k, w);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::head(Tensor self, SymInt n) -> Tensor
+struct HeadBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "HeadBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    self_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable self_saved_;
+  c10::SymInt n_value_;
+};
+
+torch::autograd::variable_list HeadBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto self = self_saved_.unpack();
+  const auto& n = n_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = at::cat(std::vector<at::Tensor>{grad, at::zeros_like(self.index({at::indexing::Ellipsis, at::indexing::Slice(n)}))}, (-1));
+  }
+  return grad_inputs;
+}
+
+at::Tensor head_autograd(const at::Tensor& self, c10::SymInt n) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::head", "")
+      .typed<at::Tensor(const at::Tensor&, c10::SymInt)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::head has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<HeadBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<HeadBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->n_value_ = n;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, n);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::rowdiff(Tensor self) -> Tensor
+struct RowdiffBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "RowdiffBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+  }
+};
+
+torch::autograd::variable_list RowdiffBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = at::cat(std::vector<at::Tensor>{(-grad.index({at::indexing::Slice(std::nullopt, 1)})), (grad.index({at::indexing::Slice(std::nullopt, (-1))}) - grad.index({at::indexing::Slice(1)})), grad.index({at::indexing::Slice((-1))})}, 0);
+  }
+  return grad_inputs;
+}
+
+at::Tensor rowdiff_autograd(const at::Tensor& self) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::rowdiff", "")
+      .typed<at::Tensor(const at::Tensor&)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::rowdiff has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<RowdiffBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<RowdiffBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
+// agrad::pick(Tensor self, SymInt n) -> Tensor
+struct PickBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "PickBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+  }
+  c10::SymInt n_value_;
+};
+
+torch::autograd::variable_list PickBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  const auto& n = n_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = ((((grad.index({0, at::indexing::Slice(), at::indexing::None}) + grad.index({(-1), at::indexing::Slice(1, std::nullopt, 2)})) + grad.index({at::indexing::Slice(), at::indexing::Slice(0, n, 2)})) + grad.index({at::indexing::Ellipsis, (n - 1)})) + grad.index({1}));
+  }
+  return grad_inputs;
+}
+
+at::Tensor pick_autograd(const at::Tensor& self, c10::SymInt n) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::pick", "")
+      .typed<at::Tensor(const at::Tensor&, c10::SymInt)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::pick has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<PickBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<PickBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->n_value_ = n;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, n);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
@@ -855,4 +1119,9 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("pool", TORCH_FN(pool_autograd));
   m.impl("pool_backward", TORCH_FN(pool_backward_autograd));
   m.impl("rows_like", TORCH_FN(rows_like_autograd));
+  m.impl("mean_rows", TORCH_FN(mean_rows_autograd));
+  m.impl("scale_count", TORCH_FN(scale_count_autograd));
+  m.impl("head", TORCH_FN(head_autograd));
+  m.impl("rowdiff", TORCH_FN(rowdiff_autograd));
+  m.impl("pick", TORCH_FN(pick_autograd));
 }
