@@ -221,6 +221,38 @@ def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
     assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
 
 
+OPS_AS_MODULE = """
+import torch
+import acme.alphaops.ops
+from acme.alphaops.ops import cube
+from acme.alphaops import ops
+assert ops is acme.alphaops.ops
+print(cube(torch.tensor([2.0])).item(), acme.alphaops.ops.twice(torch.ones(1)).item())
+"""
+
+
+def test_ops_imports_as_a_module_of_the_package(tmp_path: Path) -> None:
+    """`import <package>.ops` and `from <package>.ops import <op>` find the ops the package binds
+    as an attribute (both raised ModuleNotFoundError), but never shadow a module `ops` that the
+    package has of its own, even one added after generation."""
+    root = scratch.write_dotted_project(tmp_path / "proj", "alphaops", "alphans")
+    assert opgen("generate", cwd=root).returncode == 0
+    built = opgen("build", cwd=root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    env = {**scratch.env(), "PYTHONPATH": str(root / "src")}
+
+    def run(code: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert run(OPS_AS_MODULE) == "8.0 2.0\n"
+    (root / "src" / "acme" / "alphaops" / "ops.py").write_text("MINE = True\n", encoding="utf-8")
+    assert run("import acme.alphaops._generated.ops as generated, acme.alphaops.ops as ops\n"
+               "print(ops.MINE, generated.cube.__name__)") == "True cube.default\n"
+
+
 def test_package_that_does_not_load_its_ops_is_warned(tmp_path: Path) -> None:
     """A package whose __init__.py imports nothing of the generated subpackage imports fine and
     has no op (`torch.ops.<ns>` lacks every one): check warns, at the file. An import through
