@@ -147,6 +147,11 @@ def current() -> Project:
     return p if p is not None else default_project(Path.cwd())
 
 
+def active() -> Project | None:
+    """The project `use` made active, or None (where `current` gives the example layout)."""
+    return _current.get()
+
+
 @contextlib.contextmanager
 def use(project: Project):
     """Make `project` the active one, with its root as the working directory (op file paths,

@@ -38,6 +38,8 @@ Sample inputs are deterministic: random contents come from a generator seeded wi
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import io
 import sys
 import types
@@ -57,6 +59,7 @@ from codegen.model import (
     GradcheckSpec,
     ListType,
     Op,
+    OpLibrary,
     Sample,
     SymDim,
     TensorSample,
@@ -147,6 +150,9 @@ class PythonLibrary:
     ops: list[Op]
     modules: dict[str, types.ModuleType]           # namespace -> its registrations module
     libraries: list[torch.library.Library] = field(default_factory=list)
+    # The registrations modules this library put in sys.modules, which close() removes.
+    module_names: list[str] = field(default_factory=list)
+    stand_in: _StandIn | None = None    # the generated subpackage from memory, if any
 
     def cases(self) -> list[Case]:
         return [Case(op, s, i) for op in self.ops for i, s in enumerate(op.samples)]
@@ -158,6 +164,14 @@ class PythonLibrary:
         for lib in self.libraries:
             lib._destroy()
         self.libraries.clear()
+        if self.stand_in is not None:
+            if self.stand_in in sys.meta_path:
+                sys.meta_path.remove(self.stand_in)
+            for name in [n for n in sys.modules if self.stand_in.made(n)]:
+                del sys.modules[name]
+        for name in self.module_names:
+            sys.modules.pop(name, None)
+        self.module_names.clear()
         _LOADED[:] = [lib for lib in _LOADED if lib is not self]
 
 
@@ -167,52 +181,140 @@ class PythonLibrary:
 _LOADED: list[PythonLibrary] = []
 
 
+class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """The generated subpackage of a project's package (`<package>._generated`) made from
+    memory, for a library `load_python_library` defines: its generated `__init__` and `ops`, over
+    a loader with nothing to load. A Python kernel in the package imports the package, whose
+    `__init__.py` imports the generated subpackage; from disk that would load the built
+    libraries (not built yet, or defining the namespaces a second time).
+
+    The package's modules imported while it stands (the package's own included) bound this
+    library's ops: `made` tells them, for close() to forget."""
+
+    def __init__(self, package: str, generated: str, texts: dict[str, str]) -> None:
+        self.package = package          # the project's package
+        self.generated = generated      # the generated subpackage's name
+        self.texts = texts              # module name -> its source
+        self.before = frozenset(n for n in sys.modules if self._in_package(n))
+
+    def _in_package(self, name: str) -> bool:
+        return name == self.package or name.startswith(self.package + ".")
+
+    def made(self, name: str) -> bool:
+        return self._in_package(name) and name not in self.before
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.texts:
+            return None
+        return importlib.util.spec_from_loader(name, self, origin=f"<generated {name}>",
+                                               is_package=name == self.generated)
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__name__
+        exec(compile(self.texts[name], f"<generated {name}>", "exec"), module.__dict__)
+
+
 def load_python_library(paths: Iterable[str],
                         project: config.Project | None = None) -> PythonLibrary:
     """Define the ops of op files whose kernels are all Python, in this process, and run their
     generated registrations from memory: a library to try or test before any C++ exists.
 
     Each namespace is defined with `torch.library.Library(ns, "DEF")` (so it must not be loaded
-    already; a namespace torch defines gets a "FRAGMENT") and gets the module `runtime._reg_<ns>`
-    would be, from the same generator. Nothing else is loaded: other namespaces need not be built.
-    `project` (a codegen.config.Project) names the modules; the active one when not given.
+    already; a namespace torch defines gets a "FRAGMENT") and gets the module `<package>._reg_<ns>`
+    would be, from the same generator, under that name in sys.modules. Nothing else is loaded:
+    other namespaces need not be built.
+    `project` (a codegen.config.Project) names the modules; by default the active one, else the
+    op files' own (the nearest pyproject.toml with [tool.opgen] above the first of them, else
+    above the working directory), else the example layout.
+    Where the project generates into its package (the default layout), its generated subpackage
+    comes from memory too, until close(): the package, which a Python kernel inside it imports,
+    then binds the ops of this library and loads no built one. close() also forgets the modules
+    of the package imported meanwhile, as they bound those ops.
     The library stays loaded until its `close()`, whether or not the caller keeps the result.
     """
     from codegen import config
-    from codegen.dest.py_common import module_name
+    from codegen.dest import py_ops
     from codegen.dest.py_reg import generate_registrations
     from codegen.rendering import python_dir
     from codegen.load import load_library
-    from codegen.model import OperatorName
-    from codegen.torch_namespaces import is_torch_namespace
 
-    project = project if project is not None else config.current()
+    paths = list(paths)
     with _user_errors():
-        lib = load_library(list(paths))
-        diags = lib.diagnostics()
-        texts = generate_registrations(lib, diags, project)
-        diags.raise_if_errors()
+        if project is None:
+            project = config.active() or _project_of(paths)
+        relative = [project.relative(p) for p in paths]     # before `use` moves to its root
+        with config.use(project):
+            lib = load_library(relative)
+            diags = lib.diagnostics()
+            texts = generate_registrations(lib, diags, project)
+            if project.generated_in_package:
+                texts |= py_ops.generate_ops(lib, diags, project)
+                texts |= py_ops.generate_init(lib, diags, project)
+            diags.raise_if_errors()
     note_library(lib.ops)
     out = PythonLibrary(list(lib.ops), {})
+    prefix = project.module_prefix
+    here = python_dir(project)
+    if project.generated_in_package and prefix not in sys.modules:
+        # The loader is the one part not generated: the ops are defined here, nothing loads.
+        loader = ("from codegen.loader import LibraryError\n\n\ndef load_package(package):\n"
+                  f"    return {list(lib.namespaces)!r}\n")
+        out.stand_in = _StandIn(project.package, prefix,
+                                {prefix: texts[f"{here}/__init__.py"],
+                                 f"{prefix}.ops": texts[f"{here}/ops.py"],
+                                 f"{prefix}._loader": loader})
+        sys.meta_path.insert(0, out.stand_in)
     try:
-        for ns in lib.namespaces:
-            defs = torch.library.Library(ns, "FRAGMENT" if is_torch_namespace(ns) else "DEF")
-            out.libraries.append(defs)
-            for op in lib.ops:
-                if op.namespace == ns:
-                    n = op.name
-                    schema = op.schema.with_name(OperatorName(None, n.name, n.overload))
-                    defs.define(str(schema), tags=tuple(getattr(torch.Tag, t) for t in op.tags))
-            text = texts[f"{python_dir(project)}/_reg_{ns}.py"]
-            name = module_name(project, ns)
-            module = types.ModuleType(name)
-            exec(compile(text, f"<generated {name}>", "exec"), module.__dict__)
-            out.modules[ns] = module
+        _define(out, lib, project, texts)
     except BaseException:
         out.close()
         raise
     _LOADED.append(out)
     return out
+
+
+def _project_of(paths: list[str]) -> config.Project:
+    """The project of op files `paths`: the nearest [tool.opgen] above the first of them, else
+    above the working directory, else the example layout there."""
+    from pathlib import Path
+
+    from codegen import config
+
+    first = Path(paths[0]) if paths else Path.cwd()
+    found = config.find_config(first if first.is_dir() else first.parent) or \
+        config.find_config(Path.cwd())
+    if found is None:
+        return config.default_project(Path.cwd())
+    return config.load(found, Diagnostics())
+
+
+def _define(out: PythonLibrary, lib: OpLibrary, project: config.Project,
+            texts: dict[str, str]) -> None:
+    """Define `lib`'s namespaces and run their registrations modules (into `out`)."""
+    from codegen.dest.py_common import module_name
+    from codegen.model import OperatorName
+    from codegen.rendering import python_dir
+    from codegen.torch_namespaces import is_torch_namespace
+
+    for ns in lib.namespaces:
+        defs = torch.library.Library(ns, "FRAGMENT" if is_torch_namespace(ns) else "DEF")
+        out.libraries.append(defs)
+        for op in lib.ops:
+            if op.namespace == ns:
+                n = op.name
+                schema = op.schema.with_name(OperatorName(None, n.name, n.overload))
+                defs.define(str(schema), tags=tuple(getattr(torch.Tag, t) for t in op.tags))
+        text = texts[f"{python_dir(project)}/_reg_{ns}.py"]
+        name = module_name(project, ns)
+        module = types.ModuleType(name)
+        # In sys.modules while it runs, as an import puts it: a kernel module may import it.
+        if sys.modules.setdefault(name, module) is module:
+            out.module_names.append(name)
+        exec(compile(text, f"<generated {name}>", "exec"), module.__dict__)
+        out.modules[ns] = module
 
 
 def _seed(text: str) -> int:

@@ -221,6 +221,95 @@ def test_build_and_import_with_spaces_in_paths(tmp_path: Path) -> None:
     assert run.stdout == "[2.0, 2.0]\n", run.stdout + run.stderr
 
 
+OPS_AS_MODULE = """
+import torch
+import acme.alphaops.ops
+from acme.alphaops.ops import cube
+from acme.alphaops import ops
+assert ops is acme.alphaops.ops
+print(cube(torch.tensor([2.0])).item(), acme.alphaops.ops.twice(torch.ones(1)).item())
+"""
+
+
+def test_ops_imports_as_a_module_of_the_package(tmp_path: Path) -> None:
+    """`import <package>.ops` and `from <package>.ops import <op>` find the ops the package binds
+    as an attribute (both raised ModuleNotFoundError), but never shadow a module `ops` that the
+    package has of its own, even one added after generation."""
+    root = scratch.write_dotted_project(tmp_path / "proj", "alphaops", "alphans")
+    assert opgen("generate", cwd=root).returncode == 0
+    built = opgen("build", cwd=root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    env = {**scratch.env(), "PYTHONPATH": str(root / "src")}
+
+    def run(code: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert run(OPS_AS_MODULE) == "8.0 2.0\n"
+    (root / "src" / "acme" / "alphaops" / "ops.py").write_text("MINE = True\n", encoding="utf-8")
+    assert run("import acme.alphaops._generated.ops as generated, acme.alphaops.ops as ops\n"
+               "print(ops.MINE, generated.cube.__name__)") == "True cube.default\n"
+
+
+PYTHON_ONLY_OPS = """\
+namespace: pyns
+ops:
+  - func: cube(Tensor x) -> Tensor
+    dispatch: {CompositeExplicitAutograd: 'acme.pyops.kernels:cube'}
+    fake: like(x)
+    samples:
+      - {x: {shape: [3]}}
+"""
+
+LOAD_PYTHON_LIBRARY = """
+import sys
+import torch
+from codegen import testing
+
+for _ in range(2):      # closed, it loads again
+    lib = testing.load_python_library(["../ops/pyns.yaml"])
+    import acme.pyops.ops
+    from acme.pyops.ops import cube
+    for case in lib.cases():
+        testing.check_opcheck(case)
+    print(lib.modules["pyns"].__name__, cube(torch.tensor([2.0])).item())
+    lib.close()
+    print(sorted(m for m in sys.modules if m.startswith("acme.pyops")))
+"""
+
+
+def test_load_python_library_of_a_package(tmp_path: Path) -> None:
+    """`codegen.testing.load_python_library` in a project whose Python kernels live in its package
+    (as a wheel needs them), before anything is built: importing the kernels imports the package,
+    whose __init__.py imports the generated subpackage, which failed (not generated, or a library
+    not built). The generated subpackage now comes from memory, and the module names are the
+    project's, found from its op files (they were runtime's)."""
+    root = tmp_path / "proj"
+    pkg = root / "src" / "acme" / "pyops"
+    pkg.mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[tool.opgen]\npackage = "acme.pyops"\n'
+                                         'schemas = ["ops"]\n', encoding="utf-8")
+    (root / "ops").mkdir()
+    (root / "ops" / "pyns.yaml").write_text(PYTHON_ONLY_OPS, encoding="utf-8")
+    (pkg / "__init__.py").write_text(
+        "from acme.pyops._generated import ops  # opgen: loads the op libraries\n",
+        encoding="utf-8")
+    (pkg / "kernels.py").write_text("from .power import power\n\n\ndef cube(x):\n"
+                                    "    return power(x, 3)\n", encoding="utf-8")
+    (pkg / "power.py").write_text("def power(x, n):\n    return x ** n\n", encoding="utf-8")
+    (root / "tests").mkdir()
+    env = {**scratch.env(), "PYTHONPATH": f"{scratch.REPO}:{root / 'src'}"}
+    expected = ("acme.pyops._generated._reg_pyns 8.0\n[]\n" * 2)
+    for step in ("nothing generated", "generated, not built"):
+        if step == "generated, not built":
+            assert opgen("generate", cwd=root).returncode == 0
+        proc = subprocess.run([sys.executable, "-c", LOAD_PYTHON_LIBRARY], cwd=root / "tests",
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert (proc.returncode, proc.stdout) == (0, expected), (step, proc.stderr)
+
+
 def test_package_that_does_not_load_its_ops_is_warned(tmp_path: Path) -> None:
     """A package whose __init__.py imports nothing of the generated subpackage imports fine and
     has no op (`torch.ops.<ns>` lacks every one): check warns, at the file. An import through

@@ -149,6 +149,11 @@ def test_runtime_ops_are_the_op_overloads(runtime_module) -> None:
     assert set(ops.__all__) >= {"scaled_add", "soft_shrink", "soft_shrink_", "soft_shrink_out"}
     with pytest.raises(AttributeError, match="no op 'nope'"):
         ops.nope
+    # The module spellings reach the same module (runtime's __path__ holds generated/runtime).
+    import runtime.ops
+    from runtime.ops import scaled_add
+
+    assert runtime.ops is ops and scaled_add is ops.scaled_add
 
 
 def test_composite_op_differentiates_through_its_parts() -> None:

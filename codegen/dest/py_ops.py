@@ -133,8 +133,10 @@ def generate_loader(lib: OpLibrary, diags: Diagnostics, project: Project) -> dic
 def generate_init(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:
     """`<generated>/__init__.py` when the generated directory is a subpackage of the project's
     package: importing it loads the libraries and binds `ops` (the package's `__init__.py`
-    has the one line `from <package>.<generated> import ops`). Opgen's own example keeps its
-    generated modules outside the package, and runtime/__init__.py does this by hand."""
+    has the one line `from <package>.<generated> import ops`), also as the module `<package>.ops`
+    where the package has none of its own. Opgen's own example keeps its generated modules outside
+    the package, and runtime/__init__.py does this by hand (`runtime.ops` is then a module of
+    the package itself)."""
     if not project.generated_in_package:
         return {}
     text = render("py_init.py.j2", banner=banner("#", [f.path for f in lib.files]),
