@@ -148,6 +148,7 @@ from codegen.model import (
 )
 from codegen.expr import ExprParser, ExprSyntaxError, Node, children, token_span, walk
 from codegen.literals import LiteralError, float_literal, int_literal, string_literal
+from codegen.tags import shape_tag
 
 NON_DIFFERENTIABLE = "non_differentiable"
 BUILTINS = ("unbroadcast", "not_implemented")
@@ -1352,8 +1353,17 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     """Parse and check the `derivatives:` of the op `schema`; errors go to `diags` (then None)."""
     n_errors = len(diags.items)
     if schema.mutable_arguments:
-        diags.error(spec.loc, f"'{schema.name}' mutates its arguments; derivatives go on its "
-                    "functional variant", "autograd reaches a mutating op through its functional variant")
+        if shape_tag(schema) is not None:
+            diags.error(spec.loc, f"'{schema.name}' mutates its arguments; derivatives go on its "
+                        "functional variant",
+                        "autograd reaches a mutating op through its functional variant")
+        else:
+            # Note [Autograd of mutating ops] in codegen/dest/cpp_autograd.py
+            diags.error(spec.loc, f"'{schema.name}' writes to its arguments and is neither "
+                        "in-place nor out=, so it takes no derivatives: autograd raises when one "
+                        "of its arguments requires grad",
+                        "declare an op that returns what this one writes, give it the "
+                        "derivatives, and call it where gradients are needed")
         return None
     kw_tensors = [a.name for a in schema.kwarg_only if is_tensor_like(a.type)]
     if kw_tensors:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -498,4 +499,46 @@ def test_symbolic_numbers_cat_and_indexing_take_the_cpp_path(tmp_path: Path) -> 
         proc = step(root)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = scratch.python(root, INDEXING_CHECK, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+NO_GRADIENT_KERNELS = """\
+#include <ATen/ATen.h>
+#include <nograd/ops.h>
+
+namespace nograd {
+
+void rms_norm_cpu(at::Tensor& result, const at::Tensor& input, const at::Tensor& weight,
+                  double epsilon) {
+  at::NoGradGuard no_grad;  // a kernel autograd sees nothing of
+  result.copy_(input * at::rsqrt(input.pow(2).mean(-1, true) + epsilon) * weight);
+}
+void fill_cpu(at::Tensor& self, double value) {
+  at::NoGradGuard no_grad;
+  self.fill_(value);
+}
+
+}  // namespace nograd
+"""
+
+
+@pytest.mark.slow
+def test_cpp_ops_writing_arguments_without_derivatives_refuse_gradients(tmp_path: Path) -> None:
+    """The C++ Autograd kernels of ops writing to their arguments without derivatives raise
+    when an argument requires grad, and run below autograd otherwise (the Python path's test,
+    tests/test_py_autograd.py, checks the same)."""
+    from tests import scratch
+    from tests.test_py_autograd import NO_GRADIENT_OPS
+
+    ops = textwrap.dedent(NO_GRADIENT_OPS).replace('"ng_kernels:rms_norm"', "rms_norm_cpu") \
+        .replace('"ng_kernels:fill_"', "fill_cpu").replace("CompositeExplicitAutograd", "CPU")
+    root = scratch.make_root(tmp_path, {"ops.yaml": ops},
+                             {"nograd/kernels.cpp": NO_GRADIENT_KERNELS})
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (root / "generated" / "cpp" / "nograd" / "autograd.cpp").exists()
+    proc = scratch.python(root, "import torch, runtime\n"
+                                "from tests.test_py_autograd import check_no_gradient\n"
+                                "check_no_gradient(torch.ops.nograd)\nprint('ok')\n")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

@@ -277,6 +277,96 @@ def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch
         lib.close()
 
 
+NO_GRADIENT_KERNELS = """\
+    import torch
+
+    def rms_norm(result, input, weight, epsilon):
+        with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+            rms = torch.rsqrt(input.pow(2).mean(-1, keepdim=True) + epsilon)
+            result.copy_(input * rms * weight)
+
+    def fill_(self, value):
+        with torch.no_grad():
+            self.fill_(value)
+    """
+NO_GRADIENT_OPS = """\
+    namespace: nograd
+    ops:
+      - func: rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()
+        dispatch: {CompositeExplicitAutograd: "ng_kernels:rms_norm"}
+      - func: fill_(Tensor(a!) self, float value) -> ()
+        dispatch: {CompositeExplicitAutograd: "ng_kernels:fill_"}
+    """
+
+
+def check_no_gradient(ops) -> None:
+    """What tests/test_py_autograd.py and tests/test_cpp_autograd.py both check of the ops of
+    NO_GRADIENT_OPS (`ops`: their torch.ops namespace)."""
+    import torch
+
+    def norm(x, w):
+        out = torch.empty_like(x)
+        ops.rms_norm(out, x, w, 1e-6)
+        return out
+
+    def overwrite(x):
+        z = x * 2
+        ops.fill_(z, 3.0)
+        return z.sum()
+
+    x = torch.randn(2, 4, dtype=torch.double)
+    w = torch.rand(4, dtype=torch.double) + 0.5
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    said = "nograd::rms_norm writes to 'result' and has no derivatives, but an argument requires grad"
+    with pytest.raises(RuntimeError, match=re.escape(said)):
+        norm(xg, w).sum().backward()
+    with pytest.raises(RuntimeError, match=re.escape(said)):
+        norm(x, wg)
+    with pytest.raises(RuntimeError, match=re.escape(said)):
+        torch.func.grad(lambda t: norm(t, w).sum())(x)
+    with pytest.raises(RuntimeError, match=re.escape("nograd::fill_ writes to 'self'")):
+        overwrite(xg)           # the written tensor requires grad: its history would be kept
+    with pytest.raises(RuntimeError, match=re.escape("nograd::fill_ writes to 'self'")):
+        torch.func.grad(overwrite)(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=re.escape(said)):
+        torch.compile(lambda a, b: norm(a, b).sum(), backend="aot_eager", fullgraph=True)(xg, wg)
+
+    # Without a gradient to record, the op runs (and autograd sees the write).
+    expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    with torch.no_grad():
+        assert torch.allclose(norm(xg, wg), expected)
+    with torch.inference_mode():
+        assert torch.allclose(norm(x, w), expected)
+    out = torch.empty_like(x)
+    version = out._version
+    ops.rms_norm(out, x, w, 1e-6)
+    assert torch.allclose(out, expected) and out._version > version
+    torch._dynamo.reset()
+    compiled = torch.compile(norm, backend="aot_eager", fullgraph=True)
+    assert torch.allclose(compiled(x, w), expected)
+    torch.library.opcheck(ops.rms_norm, (torch.empty_like(x), x, w, 1e-6))
+    torch.library.opcheck(ops.fill_, (x.clone(), 2.0))
+
+
+def test_ops_writing_arguments_without_derivatives_refuse_gradients(tmp_path, monkeypatch):
+    """An op writing to its arguments with nothing to differentiate it (vLLM's
+    `rms_norm(Tensor! result, ...) -> ()`) raises, naming itself, when grad mode is on and an
+    argument requires grad, as aten's autograd_not_implemented_fallback does. Before, torch's
+    autograd fallback recorded nothing for the write: torch.func.grad gave zeros, backward
+    through the written tensor kept its old history (fill_: a gradient of 2 where it is 0), or
+    failed at backward with "element 0 of tensors does not require grad". Inference (no_grad,
+    no input requiring grad, torch.compile with fullgraph) runs as before, and opcheck passes."""
+    lib = _python_library(tmp_path, monkeypatch, "ng_kernels", NO_GRADIENT_KERNELS,
+                          NO_GRADIENT_OPS)
+    try:
+        import torch
+
+        check_no_gradient(torch.ops.nograd)
+    finally:
+        lib.close()
+
+
 def test_conditions_on_metadata_trace_under_compile(tmp_path, monkeypatch):
     """What the checker keeps of a formula's conditions (sizes, dtypes, `is None`, non-Tensor
     arguments: Note [Data-dependent conditions] in codegen/formulas.py) traces in a compiled

@@ -1024,11 +1024,16 @@ def kernel_context(p: Plan) -> dict:
 # functional_variant), its Autograd kernel runs `f` (through its own autograd) and copies the
 # result into `self`, as torchgen differentiates `mul_` with `mul`'s formulas; `self` is cloned
 # first when `f`'s formulas save it (torchgen's `original_self`). Its out= variant raises aten's
-# error when an input requires grad. Without them torch's autograd fallback ran the kernel and
-# recorded nothing: gradients skipped the op. With no gradient to record, both call the op below
-# autograd and bump the mutated tensors' versions (what aten's ADInplaceOrView kernels do). They
-# are C++ here where the op's namespace builds a full-ABI library; else Python
-# (codegen.dest.py_functionalize), which costs a Python call on every call.
+# error when an input requires grad. Any other op writing to Tensor arguments (vLLM's
+# `rms_norm(Tensor! result, Tensor input, ...) -> ()`, an in-place op without a differentiable
+# `f`) has no gradient at all, and its Autograd kernel raises when grad mode is on and an argument
+# requires grad, as aten's autograd_not_implemented_fallback does. Without these kernels torch's
+# autograd fallback ran the kernel and recorded nothing: the gradient skipped the op, or was
+# silently zero (torch.func.grad), or the written tensor kept its old history. With no gradient
+# to record, all of them call the op below autograd and bump the mutated tensors' versions (what
+# aten's ADInplaceOrView kernels do). They are C++ here where the op's namespace builds a
+# full-ABI library; else Python (codegen.dest.py_functionalize), which costs a Python call on
+# every call.
 
 
 def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
@@ -1045,9 +1050,47 @@ def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
     return (kind, functional) if copies_back(op.schema) and differentiable else None
 
 
+def refuses_gradient(lib: OpLibrary, op: Op) -> bool:
+    """Whether `op` writes to Tensor arguments and nothing differentiates it: its Autograd kernel
+    raises when an argument requires grad (Note [Autograd of mutating ops]). A composite op is
+    differentiated through its decomposition; one without kernels has nothing to guard."""
+    keys = {k for k, _ in op.dispatch}
+    return (any(is_tensor_like(a.type) for a in op.schema.mutable_arguments) and bool(keys)
+            and DispatchKey.CompositeImplicitAutograd not in keys
+            and through_functional(lib, op) is None)
+
+
+def no_gradient_doc(op: Op) -> str:
+    """What the generated Autograd kernel of an op that refuses_gradient says it does."""
+    if shape_tag(op.schema) == "out":
+        return "Under autograd: aten's error for out= with an input that requires grad"
+    return ("Under autograd: an error when an argument requires grad, as the op writes to its "
+            "arguments and has no derivatives")
+
+
+def no_gradient_message(op: Op) -> str:
+    """The run-time error of an op that refuses_gradient, naming it and what to do."""
+    if shape_tag(op.schema) == "out":
+        return (f"{op.name}: functions with out=... arguments don't support automatic "
+                "differentiation, but one of the arguments requires grad.")
+    written = ", ".join(f"'{a.name}'" for a in op.schema.mutable_arguments
+                        if is_tensor_like(a.type))
+    if shape_tag(op.schema) == "inplace":
+        how = (f"declare its functional variant '{op.name.base}' with derivatives (this op then "
+               "differentiates through it)")
+    else:
+        how = ("call instead an op that returns what this one writes and has derivatives "
+               "(an op writing to its arguments takes none)")
+    return (f"{op.name} writes to {written} and has no derivatives, but an argument requires "
+            "grad (its gradient would be wrong): call it under torch.no_grad() or "
+            "torch.inference_mode(), or pass tensors that do not require grad; to differentiate "
+            f"it, {how}")
+
+
 def mutating_in_cpp(lib: OpLibrary, op: Op) -> bool:
     """Whether `op`'s Autograd kernel (Note [Autograd of mutating ops]) is generated C++."""
-    return (through_functional(lib, op) is not None and namespace_abi(lib, op.namespace) is None
+    return ((through_functional(lib, op) is not None or refuses_gradient(lib, op))
+            and namespace_abi(lib, op.namespace) is None
             and file_setting(lib, op) != "python" and not _is_python(op)
             and not isinstance(cached_signature(op.schema), cpp.Unsupported))
 
@@ -1060,10 +1103,23 @@ def saves_self(functional: Op) -> bool:
     return not isinstance(d, F.Derivatives) or first in F.saved(d, functional.schema).tensors
 
 
+def _bump(name: str, t) -> str:
+    """Bumping the version of the written argument `name` of type `t`."""
+    if isinstance(t, OptionalType):
+        return f"if ({name}.has_value()) {{ torch::autograd::impl::bump_version(*{name}); }}"
+    if isinstance(t, ListType):
+        inner = ("if (opgen_t.has_value()) { torch::autograd::impl::bump_version(*opgen_t); }"
+                 if isinstance(t.elem, OptionalType)
+                 else "torch::autograd::impl::bump_version(opgen_t);")
+        # c10::List's elements are references to convert, not optionals.
+        elem = "std::optional<at::Tensor>" if isinstance(t.elem, OptionalType) else "const auto&"
+        return f"for ({elem} opgen_t : {name}) {{ {inner} }}"
+    return f"torch::autograd::impl::bump_version({name});"
+
+
 def mutating_context(lib: OpLibrary, op: Op) -> dict:
     through = through_functional(lib, op)
-    assert through is not None
-    kind, functional = through
+    kind, functional = through if through is not None else ("refuse", None)
     sig = cached_signature(op.schema)
     assert not isinstance(sig, cpp.Unsupported)
     cname = {b.argument.name: b.name for b in sig.arguments}
@@ -1080,9 +1136,11 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "params": ", ".join(b.decl() for b in sig.arguments),
         "args": ", ".join(b.name for b in sig.arguments),
         "tensors": ", ".join(cname[a.name] for a in schema.arguments if is_tensor_like(a.type)),
-        "mutated": [cname[a.name] for a in schema.mutable_arguments],
+        "bumps": [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
+                  if is_tensor_like(a.type)],
     }
     if kind == "inplace":
+        assert functional is not None
         self_ = cname[schema.positional[0].name]
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
         ctx.update(
@@ -1093,10 +1151,10 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
             functional_args=", ".join(
                 f"{self_}.clone()" if a.name == schema.positional[0].name and saves_self(functional)
                 else cname[a.name] for a in inputs))
+    elif kind == "out":
+        ctx.update(doc=no_gradient_doc(op), message=no_gradient_message(op))
     else:
-        ctx.update(doc="Under autograd: aten's error for out= with an input that requires grad",
-                   message=f"{op.name}: functions with out=... arguments don't support automatic "
-                           "differentiation, but one of the arguments requires grad.")
+        ctx.update(doc=no_gradient_doc(op), message=no_gradient_message(op))
     return ctx
 
 
@@ -1114,9 +1172,9 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
         sources = sorted({s.file.path for s in shards(lib)[ns]})
         called: dict[str, Op] = {}
         # The library ops formulas call, and the functional variants in-place ops run.
+        throughs = [through_functional(lib, op) for op in mutating]
         for target in [t for p in plans for t in p.calls] + [
-                through_functional(lib, op)[1] for op in mutating   # type: ignore[index]
-                if shape_tag(op.schema) == "inplace"]:
+                t[1] for t in throughs if t is not None and t[0] == "inplace"]:
             called.setdefault(handle_name(target), target)
         handles = [{"name": name, "qualname": f"{t.namespace}::{t.name.name}",
                     "overload": t.name.overload or "",

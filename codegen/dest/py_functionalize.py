@@ -1,6 +1,7 @@
 """`Functionalize` kernels for in-place and out= ops: their functional variant plus copies into
 the mutated arguments (Note [Functionalizing mutable ops]), so torch.compile and export take them;
-warnings for mutating ops torch cannot functionalize.
+warnings for mutating ops torch cannot functionalize; the Autograd kernels of mutating ops where
+they are not C++ (Note [Autograd of mutating ops] in codegen/dest/cpp_autograd.py).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from typing import TYPE_CHECKING
 from codegen import reserved
 from codegen import shape as S
 from codegen.api import python as P
-from codegen.dest.cpp_autograd import mutating_in_cpp, saves_self, through_functional
+from codegen.dest.cpp_autograd import (mutating_in_cpp, no_gradient_doc, no_gradient_message,
+                                       refuses_gradient, saves_self, through_functional)
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
-from codegen.model import DispatchKey, Op, is_tensor_like, without_alias
+from codegen.model import (DispatchKey, ListType, Op, OptionalType, is_tensor_like,
+                           without_alias)
 from codegen.tags import (FUNCTIONALIZING_TAGS, auto_functionalized, copies_back,
                           functional_variant)
 
@@ -174,21 +177,51 @@ def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """An out= op's Autograd kernel: aten's error when a gradient would be recorded. Without it,
     torch's autograd fallback returned `out` detached from a differentiable input, and the
     error came later, at backward, as "element 0 of tensors does not require grad"."""
+    _refusing_autograd(m, op, api, sec)
+
+
+def no_gradient(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """The Autograd kernel of an op that writes to Tensor arguments and that nothing
+    differentiates (vLLM's `rms_norm(Tensor! result, ...) -> ()`), where it is not C++: an error
+    when an argument requires grad. Without it, torch's autograd fallback recorded nothing for the
+    write: torch.func.grad gave zeros, backward through the written tensor skipped the op."""
+    if refuses_gradient(m.lib, op) and not mutating_in_cpp(m.lib, op):
+        _refusing_autograd(m, op, api, sec)
+
+
+def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """An Autograd kernel raising no_gradient_message when grad mode is on and an argument
+    requires grad; else the op below autograd, the written tensors' versions bumped."""
     schema = op.schema
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
-    outs = [a.name for a in schema.mutable_arguments]
-    call = ", ".join(P.call_arguments(schema))
-    message = (f"{op.name}: functions with out=... arguments don't support automatic "
-               "differentiation, but one of the arguments requires grad.")
+    call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
     taken = {a.name for a in schema.arguments}
     result = reserved.fresh("result", taken)
     body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
-            f"    raise RuntimeError({q(message)})",
+            f"    raise RuntimeError({q(no_gradient_message(op))})",
             "with torch._C._AutoDispatchBelowAutograd():",
-            f"    {result} = _ops.{op_attr(op)}({call})",
-            f"torch.autograd.graph.increment_version([{', '.join(outs)}])",
-            f"return {result}"]
+            f"    {result} = {call}" if schema.returns else f"    {call}",
+            f"torch.autograd.graph.increment_version({_written(op)})"]
+    if schema.returns:
+        body.append(f"return {result}")
     name = m.define(f"_{api}_autograd")
-    doc = "Under autograd: aten's error for out= with an input that requires grad."
-    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body,
+                                  no_gradient_doc(op) + "."))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+
+
+def _written(op: Op) -> str:
+    """The list of the Tensors `op` writes to, for increment_version (None: nothing written)."""
+    parts: list[str] = []
+    optional = False
+    for a in op.schema.mutable_arguments:
+        if not is_tensor_like(a.type):
+            continue
+        parts.append(f"*{a.name}" if isinstance(a.type, ListType) else a.name)
+        optional = optional or isinstance(a.type, OptionalType) or (
+            isinstance(a.type, ListType) and isinstance(a.type.elem, OptionalType))
+    if not optional:
+        return f"[{', '.join(parts)}]"
+    taken = {a.name for a in op.schema.arguments}
+    t = reserved.fresh("t", taken)
+    return f"[{t} for {t} in ({', '.join(parts)},) if {t} is not None]"

@@ -5,7 +5,8 @@ by its `m.set_python_module`). It registers, on one `torch.library.Library(ns, "
 one generator module per concern renders for each op, in this order:
 - `py_kernels`: Python kernels (dispatch values `package.module:function`), with `Library.impl`;
 - `py_functionalize`: `Functionalize` kernels for in-place and out= ops (their functional variant
-  plus copies, Note [Functionalizing mutable ops]), so torch.compile and export take them;
+  plus copies, Note [Functionalizing mutable ops]), so torch.compile and export take them, and the
+  Autograd kernels of mutating ops where they are not C++ (Note [Autograd of mutating ops]);
 - `py_fake`: fake kernels from shape rules, the schema or Python functions
   (`torch.library.register_fake`), unless `codegen.dest.cpp_meta` made the rule a C++ Meta kernel;
 - `py_autograd`: autograd from derivative formulas (Note [Generated autograd]);
@@ -47,6 +48,7 @@ class _Module(ModuleScope):
             # One generator per concern, in the order their registrations must run.
             py_kernels.kernels(self, op, sec)
             py_functionalize.functionalize(self, op, api, sec)
+            py_functionalize.no_gradient(self, op, api, sec)
             py_fake.fake(self, op, api, sec)
             py_autograd.autograd(self, op, api, sec)
             py_vmap.vmap(self, op, api, sec)

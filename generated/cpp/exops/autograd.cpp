@@ -4,6 +4,12 @@
 // (Note [C++ autograd] in codegen/dest/cpp_autograd.py): a Node per op saving what the formulas
 // read, and a kernel recording it when a gradient may be asked for.
 
+// GCC 12 at -O3 warns, wrongly, inside torch's boxing of some arguments (the boxArgs of a
+// std::optional<int64_t> that the mutating ops' dispatcher calls instantiate).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
 #include <torch/library.h>
 #include <ATen/Functions.h>
 #include <ATen/TensorIndexing.h>

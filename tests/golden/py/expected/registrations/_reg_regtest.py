@@ -316,6 +316,16 @@ def _clip__functionalize(self, bound):
     return self
 
 
+def _clip__autograd(self, bound):
+    """Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        raise RuntimeError("regtest::clip_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'clip' with derivatives (this op then differentiates through it)")
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.clip_.default(self, bound)
+    torch.autograd.graph.increment_version([self])
+    return result
+
+
 def _clip__fake(self, bound):
     """Returns the mutated arguments (from the schema)."""
     return self
@@ -323,6 +333,7 @@ def _clip__fake(self, bound):
 
 _lib.impl("clip_", clip_, "CPU")
 _lib.impl("clip_", _clip__functionalize, "Functionalize")
+_lib.impl("clip_", _clip__autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip_", "Meta"):
     torch.library.register_fake("regtest::clip_", _clip__fake, lib=_lib)
 
@@ -340,6 +351,16 @@ def _clip_out_functionalize(x, bound, *, out):
     return out
 
 
+def _clip_out_autograd(x, bound, *, out):
+    """Under autograd: aten's error for out= with an input that requires grad."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x, out):
+        raise RuntimeError("regtest::clip.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.clip.out(x, bound, out=out)
+    torch.autograd.graph.increment_version([out])
+    return result
+
+
 def _clip_out_fake(x, bound, *, out):
     """fake: like(x)"""
     out.resize_(x.new_empty(x.shape).shape)
@@ -348,11 +369,21 @@ def _clip_out_fake(x, bound, *, out):
 
 _lib.impl("clip.out", clip_out, "CPU")
 _lib.impl("clip.out", _clip_out_functionalize, "Functionalize")
+_lib.impl("clip.out", _clip_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip.out", "Meta"):
     torch.library.register_fake("regtest::clip.out", _clip_out_fake, lib=_lib)
 
 
 # regtest::accumulate(Tensor(a!) acc, Tensor x) -> ()
+
+
+def _accumulate_autograd(acc, x):
+    """Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(acc, x):
+        raise RuntimeError("regtest::accumulate writes to 'acc' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)")
+    with torch._C._AutoDispatchBelowAutograd():
+        _ops.accumulate.default(acc, x)
+    torch.autograd.graph.increment_version([acc])
 
 
 def _accumulate_fake(acc, x):
@@ -367,6 +398,7 @@ def _accumulate_vmap(info, in_dims, acc, x):
 
 
 _lib.impl("accumulate", accumulate, "CPU")
+_lib.impl("accumulate", _accumulate_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::accumulate", "Meta"):
     torch.library.register_fake("regtest::accumulate", _accumulate_fake, lib=_lib)
 torch.library.register_vmap("regtest::accumulate", _accumulate_vmap, lib=_lib)

@@ -450,6 +450,16 @@ def _normalize__functionalize(self):
     return self
 
 
+def _normalize__autograd(self):
+    """Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        raise RuntimeError("shapetest::normalize_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'normalize' with derivatives (this op then differentiates through it)")
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.normalize_.default(self)
+    torch.autograd.graph.increment_version([self])
+    return result
+
+
 def _normalize__fake(self):
     """Returns the mutated arguments (from the schema)."""
     return self
@@ -457,6 +467,7 @@ def _normalize__fake(self):
 
 _lib.impl("normalize_", normalize_, "CPU")
 _lib.impl("normalize_", _normalize__functionalize, "Functionalize")
+_lib.impl("normalize_", _normalize__autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize_", "Meta"):
     torch.library.register_fake("shapetest::normalize_", _normalize__fake, lib=_lib)
 
@@ -487,6 +498,16 @@ def _normalize_out_functionalize(self, *, out):
     return out
 
 
+def _normalize_out_autograd(self, *, out):
+    """Under autograd: aten's error for out= with an input that requires grad."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, out):
+        raise RuntimeError("shapetest::normalize.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.normalize.out(self, out=out)
+    torch.autograd.graph.increment_version([out])
+    return result
+
+
 def _normalize_out_fake(self, *, out):
     """fake: like(self)"""
     out.resize_(self.new_empty(self.shape).shape)
@@ -495,11 +516,21 @@ def _normalize_out_fake(self, *, out):
 
 _lib.impl("normalize.out", normalize_out, "CPU")
 _lib.impl("normalize.out", _normalize_out_functionalize, "Functionalize")
+_lib.impl("normalize.out", _normalize_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize.out", "Meta"):
     torch.library.register_fake("shapetest::normalize.out", _normalize_out_fake, lib=_lib)
 
 
 # shapetest::accumulate(Tensor(a!) acc, Tensor x) -> ()
+
+
+def _accumulate_autograd(acc, x):
+    """Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives."""
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(acc, x):
+        raise RuntimeError("shapetest::accumulate writes to 'acc' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)")
+    with torch._C._AutoDispatchBelowAutograd():
+        _ops.accumulate.default(acc, x)
+    torch.autograd.graph.increment_version([acc])
 
 
 def _accumulate_fake(acc, x):
@@ -514,6 +545,7 @@ def _accumulate_vmap(info, in_dims, acc, x):
 
 
 _lib.impl("accumulate", accumulate, "CPU")
+_lib.impl("accumulate", _accumulate_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::accumulate", "Meta"):
     torch.library.register_fake("shapetest::accumulate", _accumulate_fake, lib=_lib)
 torch.library.register_vmap("shapetest::accumulate", _accumulate_vmap, lib=_lib)

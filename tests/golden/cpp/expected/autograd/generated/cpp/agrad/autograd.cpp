@@ -4,6 +4,12 @@
 // (Note [C++ autograd] in codegen/dest/cpp_autograd.py): a Node per op saving what the formulas
 // read, and a kernel recording it when a gradient may be asked for.
 
+// GCC 12 at -O3 warns, wrongly, inside torch's boxing of some arguments (the boxArgs of a
+// std::optional<int64_t> that the mutating ops' dispatcher calls instantiate).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
 #include <torch/library.h>
 #include <ATen/Functions.h>
 #include <ATen/TensorIndexing.h>
@@ -1102,6 +1108,70 @@ at::Tensor pick_autograd(const at::Tensor& self, c10::SymInt n) {
   return opgen_result;
 }
 
+// agrad::rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()
+// Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
+void rms_norm_autograd(at::Tensor& result, const at::Tensor& input, const at::Tensor& weight, double epsilon) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::rms_norm", "")
+      .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&, double)>();
+  TORCH_CHECK(!torch::autograd::compute_requires_grad(result, input, weight),
+      "agrad::rms_norm writes to 'result' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+  {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    opgen_op.call(result, input, weight, epsilon);
+  }
+  torch::autograd::impl::bump_version(result);
+}
+
+// agrad::zero_some_(Tensor(a!)[] self, Tensor(b!)? extra, Tensor(c!)?[] maybe) -> ()
+// Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
+void zero_some__autograd(at::TensorList self, const std::optional<at::Tensor>& extra, const c10::List<std::optional<at::Tensor>>& maybe) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::zero_some_", "")
+      .typed<void(at::TensorList, const std::optional<at::Tensor>&, const c10::List<std::optional<at::Tensor>>&)>();
+  TORCH_CHECK(!torch::autograd::compute_requires_grad(self, extra, maybe),
+      "agrad::zero_some_ writes to 'self', 'extra', 'maybe' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+  {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    opgen_op.call(self, extra, maybe);
+  }
+  for (const auto& opgen_t : self) { torch::autograd::impl::bump_version(opgen_t); }
+  if (extra.has_value()) { torch::autograd::impl::bump_version(*extra); }
+  for (std::optional<at::Tensor> opgen_t : maybe) { if (opgen_t.has_value()) { torch::autograd::impl::bump_version(*opgen_t); } }
+}
+
+// agrad::step_(Tensor(a!) self) -> (Tensor(a!), Tensor)
+// Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
+std::tuple<at::Tensor, at::Tensor> step__autograd(at::Tensor& self) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::step_", "")
+      .typed<std::tuple<at::Tensor, at::Tensor>(at::Tensor&)>();
+  TORCH_CHECK(!torch::autograd::compute_requires_grad(self),
+      "agrad::step_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+  std::tuple<at::Tensor, at::Tensor> opgen_result = [&]() -> std::tuple<at::Tensor, at::Tensor> {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self);
+  }();
+  torch::autograd::impl::bump_version(self);
+  return opgen_result;
+}
+
+// agrad::fill_(Tensor(a!) self, float value) -> Tensor(a!)
+// Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
+at::Tensor& fill__autograd(at::Tensor& self, double value) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::fill_", "")
+      .typed<at::Tensor&(at::Tensor&, double)>();
+  TORCH_CHECK(!torch::autograd::compute_requires_grad(self),
+      "agrad::fill_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'fill' with derivatives (this op then differentiates through it)");
+  at::Tensor& opgen_result = [&]() -> at::Tensor& {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, value);
+  }();
+  torch::autograd::impl::bump_version(self);
+  return opgen_result;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
@@ -1124,4 +1194,8 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("head", TORCH_FN(head_autograd));
   m.impl("rowdiff", TORCH_FN(rowdiff_autograd));
   m.impl("pick", TORCH_FN(pick_autograd));
+  m.impl("rms_norm", TORCH_FN(rms_norm_autograd));
+  m.impl("zero_some_", TORCH_FN(zero_some__autograd));
+  m.impl("step_", TORCH_FN(step__autograd));
+  m.impl("fill_", TORCH_FN(fill__autograd));
 }
