@@ -113,7 +113,7 @@ Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file 
 unknown names, names outside the vocabulary above, literals, inputs without formulas, formulas
 for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`,
 Tensor lists used as tensors, binding names the language owns, slice steps of zero, conditions on
-tensor values;
+tensor values, numbers given to torch functions taking tensors only (`torch.maximum(x, 0.5)`);
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
 keywords, missing required arguments) once the whole library is loaded (`check` given some op
 files knows their ops only: a call of another file's op is unknown there, and its error says so).
@@ -862,6 +862,8 @@ class _Checker:
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         kwarg_locs: list[Loc] = []
+        spans: list[Span] = []      # of args, then of kwargs' values
+        kwarg_spans: list[Span] = []
         for a in arg_nodes:
             if a is None:
                 continue
@@ -871,14 +873,17 @@ class _Checker:
                     raise self.error(a.span, f"keyword argument '{key}' given twice")
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
+                kwarg_spans.append(a.span)
             elif isinstance(a, _Node) and a.kind == "star":
                 if kwargs:
                     raise self.error(a.span, "'*' arguments go before keyword arguments")
                 args.append(Star(self.expr(a.parts[0])))
+                spans.append(a.span)
             else:
                 if kwargs:
                     raise self.error(a.span, "positional arguments go before keyword arguments")
                 args.append(self.expr(a))
+                spans.append(a.span)
         if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const, LoopVar,
                              TupleLit, ListLit, ListComp)) or _folds(func):
             raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
@@ -897,8 +902,35 @@ class _Checker:
         if isinstance(func, TorchRef) and _is_module(func.path):
             raise self.error(func_node.span, f"the module '{self.src(func_node.span)}' is not "
                              "callable")
+        self.tensor_operands(func, list(zip(spans, args)) + list(zip(kwarg_spans, kwargs)))
         return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span),
                     kwarg_locs=tuple(kwarg_locs))
+
+    def tensor_operands(self, func: Expr,
+                        given: list[tuple[Span, Expr | tuple[str, Expr]]]) -> None:
+        """Refuse a number (or another non-Tensor value) where a torch function of
+        `_TENSOR_OPERANDS` takes a Tensor: torch has no overload for it, so the formula would
+        fail at backward in Python and not compile in C++. `given`: (span, positional argument
+        or (keyword, value))."""
+        match func:
+            case TorchRef(path=(name,)) if name in _TENSOR_OPERANDS:
+                params, what = ("input", "other"), f"torch.{name}()"
+            case Attr(obj=obj, name=name) if name in _TENSOR_OPERANDS and \
+                    self.kinds.of(obj) is Kind.TENSOR:
+                params, what = ("other",), f"Tensor.{name}()"
+            case _:
+                return
+        for i, (span, arg) in enumerate(given):
+            key, value = arg if isinstance(arg, tuple) else (
+                params[i] if i < len(params) else None, arg)
+            if key not in params or isinstance(value, Star):
+                continue
+            if self.kinds.of(value) in (Kind.META, Kind.NONE, Kind.DATA):
+                hint = (f"clamp instead: x.clamp({'min' if name in ('maximum', 'fmax') else 'max'}"
+                        "=value)" if name in ("maximum", "minimum", "fmax", "fmin")
+                        else "make it a tensor: torch.full_like(x, value)")
+                raise self.error(span, f"{what} takes a Tensor as '{key}', and this is not one: "
+                                 "torch has no overload taking a number", hint)
 
     def builtin(self, node: _Node, name: str, args: list[Expr], kwargs) -> None:
         if name == "unbroadcast":
@@ -1028,6 +1060,11 @@ _META_TENSOR_METHODS = frozenset({"dim", "ndimension", "size", "numel", "nelemen
                                   "storage_offset", "element_size", "get_device", "has_names",
                                   "dim_order", "data_ptr"})
 _DATA_TENSOR_METHODS = frozenset({"item", "tolist", "is_nonzero", "equal", "allclose"})
+# torch functions (and Tensor methods) whose `input` and `other` are Tensors only: no overload
+# takes a number (torch.maximum(x, 0.5) is a TypeError).
+_TENSOR_OPERANDS = frozenset({"maximum", "minimum", "fmax", "fmin", "atan2", "arctan2",
+                              "logical_and", "logical_or", "logical_xor", "hypot", "nextafter",
+                              "ldexp", "igamma", "igammac", "heaviside"})
 _TENSORS_FUNCTIONS = frozenset({"unbind", "split", "chunk", "tensor_split", "split_with_sizes",
                                 "unsafe_split", "unsafe_chunk", "hsplit", "vsplit", "dsplit",
                                 "broadcast_tensors", "meshgrid", "grad"})

@@ -70,10 +70,11 @@ _UNARY = ("abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "ta
           "ones_like")
 TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: (("T",),) for name in _UNARY},
-    **{name: (("T", "T|n"),) for name in ("mul", "add", "sub", "div", "pow", "maximum",
-                                          "minimum", "gt", "ge", "lt", "le", "eq", "ne",
-                                          "logical_and", "logical_or", "atan2", "fmod",
-                                          "remainder")},
+    **{name: (("T", "T|n"),) for name in ("mul", "add", "sub", "div", "pow", "gt", "ge", "lt",
+                                          "le", "eq", "ne", "fmod", "remainder")},
+    # No overload of these takes a number (formulas.py refuses one at check).
+    **{name: (("T", "T"),) for name in ("maximum", "minimum", "logical_and", "logical_or",
+                                        "atan2")},
     "where": (("T", "T|n", "T|n"),),
     "matmul": (("T", "T"),), "mm": (("T", "T"),), "bmm": (("T", "T"),),
     "clamp": (("T", "n", "n"),),
@@ -82,9 +83,9 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: ((),) for name in _UNARY if not name.endswith("_like")},
-    **{name: (("T|n",),) for name in ("mul", "add", "sub", "div", "pow", "maximum", "minimum",
-                                      "gt", "ge", "lt", "le", "eq", "ne", "logical_and",
-                                      "logical_or", "fmod", "remainder")},
+    **{name: (("T|n",),) for name in ("mul", "add", "sub", "div", "pow", "gt", "ge", "lt", "le",
+                                      "eq", "ne", "fmod", "remainder")},
+    **{name: (("T",),) for name in ("maximum", "minimum", "logical_and", "logical_or")},
     "matmul": (("T",),), "mm": (("T",),), "bmm": (("T",),), "type_as": (("T",),),
     "expand_as": (("T",),), "reshape_as": (("T",),), "view_as": (("T",),),
     **{name: ((), ("dim:d",), ("dim:d", "keepdim:b")) for name in ("sum", "mean")},
