@@ -816,8 +816,11 @@ class _ToSyntax:
 
 @lru_cache(maxsize=1)
 def _parser() -> ExprParser:
+    # Sizes are integers: a rule has no true division (`x.size(0) / 2` would be a float).
     return ExprParser("grammar/shape.lark", _ToSyntax(), "fake rule",
-                      depth_hint="name parts first: `n = ...; empty([n])`")
+                      depth_hint="name parts first: `n = ...; empty([n])`",
+                      char_hints={"/": "sizes are integers: divide them with // "
+                                       "(`x.size(0) // 2`)"})
 
 
 # --------------------------------------------------------------------------------------------------
