@@ -113,7 +113,8 @@ Formulas are parsed (LALR, `grammar/formula.lark`) and checked when the op file 
 unknown names, names outside the vocabulary above, literals, inputs without formulas, formulas
 for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`,
 Tensor lists used as tensors, binding names the language owns, slice steps of zero, conditions on
-tensor values, numbers given to torch functions taking tensors only (`torch.maximum(x, 0.5)`);
+tensor values, numbers given to torch functions taking tensors only (`torch.maximum(x, 0.5)`),
+floats as indices or slice bounds (`x[:x.size(0) / 2]`: sizes divide with `//`);
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
 keywords, missing required arguments) once the whole library is loaded (`check` given some op
 files knows their ops only: a call of another file's op is unknown there, and its error says so).
@@ -535,6 +536,7 @@ class _Checker:
         self.returns = schema.returns
         self.loop_vars: set[str] = set()
         self.locals: dict[str, bool] = {}      # binding -> whether it holds a Tensor list
+        self.float_locals: set[str] = set()     # bindings holding a Python float (not a Tensor)
         self.kinds = _Kinds(schema, {})
         # The and/or/not making up a condition (syntax node ids): their operands are its parts.
         self.conditions: dict[int, tuple[str, str]] = {}
@@ -849,6 +851,8 @@ class _Checker:
         value = self.expr(value_node)
         self.locals[name] = self.tensor_list(value)
         self.kinds.bound[name] = self.kinds.of(value)
+        if self.float_number(value):
+            self.float_locals.add(name)
         return name, value
 
     def _is_tensor(self, ref: InputRef) -> bool:
@@ -932,6 +936,42 @@ class _Checker:
                 raise self.error(span, f"{what} takes a Tensor as '{key}', and this is not one: "
                                  "torch has no overload taking a number", hint)
 
+    def float_number(self, e: Expr) -> bool:
+        """Whether `e` is surely a Python float, not a Tensor: a float literal or argument, a
+        true division of numbers (`x.size(0) / 2`: a float in Python, a SymFloat when traced),
+        `float(...)`, arithmetic with one, or a binding of one."""
+        numbers = (Kind.META, Kind.DATA)
+        match e:
+            case Const(value=v):
+                return type(v) is float
+            case LocalRef(name=n):
+                return n in self.float_locals
+            case InputRef(name=n):
+                arg = self.schema.argument(n)
+                return arg is not None and str(arg.type) == "float"
+            case BinOp(op=BinOpKind.div, left=a, right=b):
+                return self.kinds.of(a) in numbers and self.kinds.of(b) in numbers
+            case BinOp(op=BinOpKind.add | BinOpKind.sub | BinOpKind.mul | BinOpKind.floordiv
+                       | BinOpKind.mod | BinOpKind.pow, left=a, right=b):
+                return (self.kinds.of(a) in numbers and self.kinds.of(b) in numbers
+                        and (self.float_number(a) or self.float_number(b)))
+            case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o):
+                return self.float_number(o)
+            case Call(func=PyBuiltinRef(name="float")):
+                return True
+        return False
+
+    def not_a_float_index(self, node, e: Expr | None, what: str) -> None:
+        """Refuse a float as an index or slice bound: Python raises a TypeError at backward
+        (`x[:x.size(0) / 2]`), and C++ autograd cannot take one either."""
+        if node is None or e is None or not self.float_number(e):
+            return
+        divides = isinstance(e, LocalRef) or "/" in self.src(node.span)
+        raise self.error(node.span, f"{what} must be an integer, and this is a float: torch "
+                         "refuses it when the formula runs",
+                         "`/` gives a float even of two ints; divide sizes with //: "
+                         "x[:x.size(0) // 2]" if divides else None)
+
     def builtin(self, node: _Node, name: str, args: list[Expr], kwargs) -> None:
         if name == "unbroadcast":
             if len(args) != 2 or kwargs or any(isinstance(a, Star) for a in args):
@@ -958,12 +998,17 @@ class _Checker:
                 if isinstance(step_e, Const) and step_e.value == 0 and \
                         type(step_e.value) is int:
                     raise self.error(step[0].span, "a slice step cannot be zero")
-                items.append(Slice(self.expr(lo) if lo is not None else None,
-                                   self.expr(hi) if hi is not None else None, step_e))
+                lo_e = self.expr(lo) if lo is not None else None
+                hi_e = self.expr(hi) if hi is not None else None
+                for part, e in ((lo, lo_e), (hi, hi_e), (step[0] if step else None, step_e)):
+                    self.not_a_float_index(part, e, "a slice bound")
+                items.append(Slice(lo_e, hi_e, step_e))
             elif isinstance(s, _Node) and s.kind == "ellipsis":
                 items.append(EllipsisLit())
             else:
                 items.append(self.expr(s))
+                if not isinstance(obj, (GradsRef, ResultsRef)):     # their own error below
+                    self.not_a_float_index(s, items[-1], "an index")
         if isinstance(obj, (GradsRef, ResultsRef)):
             n = len(self.returns)
             what = "grads" if isinstance(obj, GradsRef) else "results"
