@@ -474,6 +474,15 @@ class _OpVerifier:
     def traceable(self) -> None:
         if not self.ok:
             return  # a type already refused says enough
+        s = self.schema
+        if not s.returns and not any(a.is_write for a in s.arguments):
+            self.warning(self._empty_returns(), "no-effect",
+                         f"'{s.name}' returns nothing and marks no argument as written, so "
+                         "torch.compile and torch.export take a call of it for one without "
+                         "effect and drop it, with any write its kernel makes",
+                         "mark what the kernel writes (`Tensor! output`); an op called for a "
+                         "side effect outside tensors (logging, communication) keeps this "
+                         "warning off with `suppress: [no-effect]`")
         r = untraceable_return(self.schema.returns)
         if r is not None and holds_dict(r.type):
             self.warning(r.type_span or r.span, "non-tensor-return",
@@ -500,6 +509,12 @@ class _OpVerifier:
                          + ("" if in_dict else ", and torch.export makes their sizes static"),
                          "pass the Tensors as Tensor, Tensor? or Tensor[] arguments"
                          + (" (with a str[] of the keys)" if in_dict else ""))
+
+    def _empty_returns(self) -> Span | None:
+        """Where the schema's `()` returns are, if it spells them so."""
+        text = self.op.func.text if self.op.func is not None else ""
+        at = text.rfind("()")
+        return Span(at, at + 2) if at > text.rfind("->") >= 0 else None
 
     # -- aliasing and mutation (torchgen's conventions) --------------------------------------------
 
