@@ -218,6 +218,68 @@ def test_overload_is_looked_up_by_name_and_overload(tmp_path: Path) -> None:
     assert 'm.impl("shrink.lo", TORCH_FN(shrink__lo_autograd));' in text
 
 
+def test_floordiv_and_mod_of_integers_are_carried(tmp_path: Path) -> None:
+    """`//` and `%` of ints and SymInts (literals, arguments, sizes, `.numel()`, `.dim()`,
+    bindings) take the C++ path through opgen_floordiv / opgen_mod, Python's floor division and
+    modulo (c10::SymInt's truncate for concrete values), defined only where a kernel calls them;
+    with a float or a Tensor operand the op keeps the Python path, with a note saying so."""
+    size0 = ("x_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(x_sizes_.size()), "
+             "/*wrap_scalar=*/false)]")
+    formulas = {
+        "a": ("h = x.size(0) // 2; torch.cat([grad[h:], grad[:h]], 0)",
+              [f"  auto h = opgen_floordiv({size0}, c10::SymInt(2));",
+               "  grad_inputs[0] = at::cat(std::vector<at::Tensor>{grad.index({"
+               "at::indexing::Slice(h)}), grad.index({at::indexing::Slice(std::nullopt, h)})}, "
+               "0);"]),
+        "b": ("grad * (k // -3) * (k % n)",
+              ["  grad_inputs[0] = ((grad * at::Scalar(opgen_floordiv(k, (-3)))) * "
+               "at::Scalar(opgen_mod(c10::SymInt(k), n)));"]),
+        "c": ("grad[:-(-x.shape[0] // n)] * (x.numel() % 4) * (x.dim() % k)",
+              ["  grad_inputs[0] = ((grad.index({at::indexing::Slice(std::nullopt, "
+               "(-opgen_floordiv((-x.sym_size(0)), n)))}) * at::Scalar(opgen_mod("
+               "x.sym_numel(), c10::SymInt(4)))) * at::Scalar(opgen_mod(x.dim(), k)));"]),
+    }
+    notes = {"d": ("grad * (x.size(0) // w)", "// with a float operand"),
+             "e": ("grad * (k % 2.0)", "% with a float operand"),
+             "f": ("grad * (x % 2)", "% on a Tensor"),
+             "g": ("grad // 2", "// on a Tensor")}
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: fdm\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, SymInt n, int k, float w) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n" for name, (formula, _) in {**formulas, **notes}.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        name = op.name.name
+        if name in notes:
+            assert cpp_autograd.reason(lib, op) == (
+                f"its formulas use {notes[name][1]}, which the C++ translation does not carry")
+            continue
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        body = "\n".join(plan.body)
+        assert "\n".join(formulas[name][1]) in body, body
+    # The helpers are defined where a kernel calls them, and only there.
+    project = config.default_project(ROOT)
+    (source,) = cpp_autograd.generate(lib, Diagnostics(), project).values()
+    assert source.count("opgen_floordiv(int64_t a, int64_t b) {") == 1
+    assert source.count("opgen_mod(const c10::SymInt& a, const c10::SymInt& b) {") == 1
+    # A namespace calling // only defines opgen_floordiv; one calling neither, neither.
+    for ns, formula, defined in (("fdo", formulas["a"][0], {"opgen_floordiv"}),
+                                 ("fdn", "grad * x.size(0)", set())):
+        other = tmp_path / f"{ns}.yaml"
+        other.write_text(f"namespace: {ns}\nops:\n  - func: a(Tensor x) -> Tensor\n"
+                         "    dispatch: {CPU: a_cpu}\n    fake: like(x)\n"
+                         f"    derivatives:\n      x: {formula}\n")
+        (source,) = cpp_autograd.generate(load_library([str(other)]), Diagnostics(),
+                                          project).values()
+        assert {h for h in ("opgen_floordiv", "opgen_mod") if h in source} == defined
+        assert ("#include <limits>" in source) == bool(defined)   # for opgen_floordiv
+
+
 @pytest.mark.slow
 def test_golden_autograd_compiles(tmp_path: Path, monkeypatch) -> None:
     """The translator's output is valid C++ over ATen, free of warnings (-Werror)."""
@@ -408,9 +470,15 @@ namespace: {ns}
     fake: empty([self.size(0) * 2, self.size(1)])
     derivatives:
       self: grad[::2] + grad[1::2]
+  - func: roll_half(Tensor self, SymInt k) -> Tensor
+    dispatch: {{CPU: roll_half_cpu}}
+    fake: like(self)
+    derivatives:
+      self: m = -(-self.size(0) // 2); torch.cat([grad[m:], grad[:m]], 0) * (k // -3 + k % -4 + self.numel() % k + self.dim() // -3 + (self.dim() - 5) % 4)
 """
 INDEXING_KERNELS = """\
 #include <ATen/ATen.h>
+#include <cmath>
 #include <{ns}/{ns}.h>
 
 namespace {ns} {{
@@ -431,6 +499,17 @@ at::Tensor shift_mul_cpu(const at::Tensor& self) {{
 }}
 at::Tensor stack3_cpu(const at::Tensor& self) {{ return at::stack({{self, self * 2, self * 3}}); }}
 at::Tensor pairs_cpu(const at::Tensor& self) {{ return self.repeat_interleave(2, 0); }}
+// Python's // and % computed apart from the generated helpers: cat(self[h:], self[:h]), h = n // 2,
+// scaled by the formula's integer.
+at::Tensor roll_half_cpu(const at::Tensor& self, c10::SymInt k) {{
+  auto div = [](int64_t a, int64_t b) {{
+    return static_cast<int64_t>(std::floor(static_cast<double>(a) / static_cast<double>(b)));
+  }};
+  auto mod = [&](int64_t a, int64_t b) {{ return a - b * div(a, b); }};
+  const int64_t kk = k.expect_int(), h = self.size(0) / 2, d = self.dim();
+  const int64_t c = div(kk, -3) + mod(kk, -4) + mod(self.numel(), kk) + div(d, -3) + mod(d - 5, 4);
+  return at::cat({{self.slice(0, h), self.slice(0, 0, h)}}, 0) * c;
+}}
 
 }}  // namespace {ns}
 """
@@ -448,6 +527,8 @@ cases = {  # op -> a call of it, and the (input, int argument)s it is differenti
     "shift_mul": (lambda ns, t, n: ns.shift_mul(t), [((3, 5), 0), ((2, 6), 0)]),
     "stack3": (lambda ns, t, n: ns.stack3(t), [((3, 4), 0), ((5, 2), 0)]),
     "pairs": (lambda ns, t, n: ns.pairs(t), [((3, 4), 0), ((5, 2), 0)]),
+    # an odd and an even number of rows, a positive and a negative k (7 % -4 == -1, 12 % -5 == -3)
+    "roll_half": (lambda ns, t, n: ns.roll_half(t, n), [((5, 3), 7), ((6, 2), -5)]),
 }
 cpp, python = torch.ops.ctr, torch.ops.ptr
 for name, (call, points) in cases.items():
@@ -480,8 +561,9 @@ print("ok")
 @pytest.mark.slow
 def test_symbolic_numbers_cat_and_indexing_take_the_cpp_path(tmp_path: Path) -> None:
     """Arithmetic of SymInt sizes and arguments with ints and floats (true division included),
-    `.numel()`, `.shape[i]`, `torch.cat`, and indexing (integers, negative ones, slices with
-    negative, SymInt and missing bounds and steps, `...`, `None`) are carried to C++: gradients
+    `.numel()`, `.shape[i]`, `torch.cat`, indexing (integers, negative ones, slices with
+    negative, SymInt and missing bounds and steps, `...`, `None`), and `//` and `%` of integers
+    (negative operands included) are carried to C++: gradients
     pass gradcheck and gradgradcheck, equal those of the Python path exactly, and are the same
     under torch.compile with dynamic shapes, without specializing them."""
     from tests import scratch
@@ -494,7 +576,7 @@ def test_symbolic_numbers_cat_and_indexing_take_the_cpp_path(tmp_path: Path) -> 
     lib = load_library([str(root / "schemas" / "ctr.yaml")])
     assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
         f"ctr::{name}": None for name in ("mean_rows", "scale_count", "head", "rowdiff",
-                                          "shift_mul", "stack3", "pairs")}
+                                          "shift_mul", "stack3", "pairs", "roll_half")}
     for step in (scratch.generate, scratch.build):
         proc = step(root)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -173,6 +173,8 @@ class Plan:
     diff_returns: list[int]                     # returns that get history, in node-input order
     returns_tuple: bool
     calls: list[Op]                             # library ops the formulas call
+    helpers: frozenset[str] = frozenset()       # opgen_ helpers the body calls, beyond the
+                                                # ones every autograd.cpp defines
 
 
 def reason(lib: OpLibrary, op: Op) -> str | None:
@@ -256,6 +258,7 @@ class _Builder:
         self.used_names: set[str] = set(reserved.CPP_KEYWORDS) | _APPLY_NAMES | _NAMESPACES
         self.locals: dict[str, str] = {}
         self.refs: dict[F.OpRef, Op] = {}
+        self.helpers: set[str] = set()
 
     # -- naming
     def fresh(self, name: str) -> str:
@@ -412,7 +415,8 @@ class _Builder:
             if m.name in self.used_names:
                 raise NotCpp(f"a formula binding has the name '{m.name}' of a generated member")
         return Plan(op, cls, kernel, self.sig, members, saved_results, releases, slots, body,
-                    diff, len(schema.returns) > 1, list(dict.fromkeys(self.refs.values())))
+                    diff, len(schema.returns) > 1, list(dict.fromkeys(self.refs.values())),
+                    frozenset(self.helpers))
 
     def _value_kind(self, t) -> str | None:
         opt = isinstance(t, OptionalType)
@@ -686,6 +690,8 @@ class _Builder:
                     raise NotCpp("an integer power")
                 return f"std::pow({ac}, {bc})", FLT
             raise NotCpp(f"** on a {ak} and a {bk}")
+        if op in (F.BinOpKind.floordiv, F.BinOpKind.mod):
+            return self._int_division(op, ac, ak, bc, bk)
         if op in _BINARY_CPP:
             sym = _BINARY_CPP[op]
             if tensors:
@@ -709,6 +715,25 @@ class _Builder:
                 return f"({ac} {sym} {bc})", FLT if floats else INT
             raise NotCpp(f"{op.value} on a {ak} and a {bk}")
         raise NotCpp(f"the operator {op.value}")
+
+    def _int_division(self, op: F.BinOpKind, ac: str, ak: str, bc: str, bk: str) \
+            -> tuple[str, str]:
+        """`//` and `%` of two integers (ints, SymInts), with Python's meaning: the quotient
+        rounds toward negative infinity, the remainder takes the divisor's sign, and a zero
+        divisor raises. C++'s `/` and `%` truncate, and c10::SymInt's do too for concrete values
+        (for symbolic ones they are the graph's FloorDiv and PythonMod, Python's): so both go
+        through the generated opgen_floordiv / opgen_mod, defined where a kernel calls them."""
+        if ak in (INT, SYMINT) and bk in (INT, SYMINT):
+            fn = "opgen_floordiv" if op is F.BinOpKind.floordiv else "opgen_mod"
+            self.helpers.add(fn)
+            if SYMINT in (ak, bk):
+                return f"{fn}({_symint(ac, ak)}, {_symint(bc, bk)})", SYMINT
+            return f"{fn}({ac}, {bc})", INT
+        if ak in ARITH and bk in ARITH:
+            raise NotCpp(f"{op.value} with a float operand")
+        if T in (ak, bk):
+            raise NotCpp(f"{op.value} on a Tensor")
+        raise NotCpp(f"{op.value} on a {ak} and a {bk}")
 
     def _args(self, args: tuple[F.Expr, ...], kwargs: tuple[tuple[str, F.Expr], ...],
               specs: tuple[tuple[str, ...], ...], what: str) -> list[str]:
@@ -926,6 +951,11 @@ def _symfloat(code: str, kind: str) -> str:
     """A number as a c10::SymFloat: arithmetic with a float or a true division of symbolic
     values (c10::SymInt's / truncates, and SymInt and SymFloat do not mix)."""
     return code if kind == SYMFLOAT else f"c10::SymFloat({code})"
+
+
+def _symint(code: str, kind: str) -> str:
+    """An int or SymInt as a c10::SymInt (an int meeting a SymInt in // or %)."""
+    return code if kind == SYMINT else f"c10::SymInt({code})"
 
 
 def _fits(kind: str, spec: str) -> bool:
@@ -1184,6 +1214,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
         out[autograd_path(project, ns)] = render(
             "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,
             ops=[kernel_context(p) for p in plans],
+            helpers=sorted(set().union(*(p.helpers for p in plans))),
             mutating=[mutating_context(lib, op) for op in mutating])
     return out
 

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -76,6 +77,48 @@ const c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&, 
 [[maybe_unused]] c10::SymFloat opgen_true_divide(const c10::SymFloat& a, const c10::SymFloat& b) {
   TORCH_CHECK(b.is_symbolic() || b.as_float_unchecked() != 0, "division by zero");
   return a / b;
+}
+
+// Python's // of two ints: the quotient rounds toward negative infinity, and a zero divisor is an
+// error (C++'s / truncates, as c10::SymInt's does for concrete values). Of a symbolic value it is
+// c10::SymInt's /, the graph's FloorDiv: Python's, left to the graph as Python leaves it.
+[[maybe_unused]] int64_t opgen_floordiv(int64_t a, int64_t b) {
+  TORCH_CHECK(b != 0, "integer division or modulo by zero");
+  TORCH_CHECK(b != -1 || a != std::numeric_limits<int64_t>::min(), "integer overflow in //");
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+[[maybe_unused]] c10::SymInt opgen_floordiv(const c10::SymInt& a, const c10::SymInt& b) {
+  const auto ma = a.maybe_as_int();
+  const auto mb = b.maybe_as_int();
+  if (ma && mb) {
+    return c10::SymInt(opgen_floordiv(*ma, *mb));
+  }
+  TORCH_CHECK(!mb || *mb != 0, "integer division or modulo by zero");
+  return a / b;
+}
+
+// Python's % of two ints: the remainder takes the divisor's sign, and a zero divisor is an error
+// (C++'s % truncates, as c10::SymInt's does for concrete values). Of a symbolic value it is
+// c10::SymInt's %, the graph's PythonMod: Python's, left to the graph as Python leaves it.
+[[maybe_unused]] int64_t opgen_mod(int64_t a, int64_t b) {
+  TORCH_CHECK(b != 0, "integer division or modulo by zero");
+  if (b == -1) {
+    return 0;  // (and not the overflow of INT64_MIN % -1)
+  }
+  const int64_t r = a % b;
+  return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
+}
+
+[[maybe_unused]] c10::SymInt opgen_mod(const c10::SymInt& a, const c10::SymInt& b) {
+  const auto ma = a.maybe_as_int();
+  const auto mb = b.maybe_as_int();
+  if (ma && mb) {
+    return c10::SymInt(opgen_mod(*ma, *mb));
+  }
+  TORCH_CHECK(!mb || *mb != 0, "integer division or modulo by zero");
+  return a % b;
 }
 
 [[maybe_unused]] at::Tensor opgen_not_implemented(const char* why) {
@@ -1108,6 +1151,59 @@ at::Tensor pick_autograd(const at::Tensor& self, c10::SymInt n) {
   return opgen_result;
 }
 
+// agrad::halves(Tensor self, int k) -> Tensor
+struct HalvesBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "HalvesBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    self_saved_.reset_data();
+  }
+  torch::autograd::SavedVariable self_saved_;
+  int64_t k_value_;
+};
+
+torch::autograd::variable_list HalvesBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto self = self_saved_.unpack();
+  const auto& k = k_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    auto h = opgen_floordiv(self.sym_size(0), c10::SymInt(2));
+    grad_inputs[0] = ((at::cat(std::vector<at::Tensor>{grad.index({at::indexing::Slice(h)}), grad.index({at::indexing::Slice(std::nullopt, h)})}, 0) * at::Scalar(opgen_floordiv(k, (-2)))) + ((grad * at::Scalar(opgen_mod(k, 3))) * at::Scalar(opgen_mod(self.sym_numel(), c10::SymInt(k)))));
+  }
+  return grad_inputs;
+}
+
+at::Tensor halves_autograd(const at::Tensor& self, int64_t k) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::halves", "")
+      .typed<at::Tensor(const at::Tensor&, int64_t)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::halves has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<HalvesBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(self)) {
+    opgen_grad_fn = c10::make_intrusive<HalvesBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(self));
+    opgen_grad_fn->self_saved_ = torch::autograd::SavedVariable(self, false);
+    opgen_grad_fn->k_value_ = k;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(self, k);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
 // agrad::rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()
 // Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
 void rms_norm_autograd(at::Tensor& result, const at::Tensor& input, const at::Tensor& weight, double epsilon) {
@@ -1194,6 +1290,7 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("head", TORCH_FN(head_autograd));
   m.impl("rowdiff", TORCH_FN(rowdiff_autograd));
   m.impl("pick", TORCH_FN(pick_autograd));
+  m.impl("halves", TORCH_FN(halves_autograd));
   m.impl("rms_norm", TORCH_FN(rms_norm_autograd));
   m.impl("zero_some_", TORCH_FN(zero_some__autograd));
   m.impl("step_", TORCH_FN(step__autograd));
