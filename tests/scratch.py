@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +30,19 @@ def clean_env() -> dict[str, str]:
 
 
 def fresh_venv(path: Path, python: str = sys.executable) -> Path:
-    """A venv that sees the system's torch (not its opgen: PYTHONPATH is dropped when it runs)."""
+    """A venv that sees the system's torch (not its opgen: PYTHONPATH is dropped when it runs).
+    Made from the venv these tests run in (`.ci/run`'s), its system site is the base
+    interpreter's, which need not have torch: it then also sees this venv's packages, where
+    opgen is not installed."""
     subprocess.run([python, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
                    check=True, timeout=300)
-    return path / "bin" / "python"
+    exe = path / "bin" / "python"
+    if python == sys.executable and sys.prefix != sys.base_prefix:
+        purelib = subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                  "['purelib'])"], capture_output=True, text=True, check=True,
+                                 timeout=60).stdout.strip()
+        Path(purelib, "_parent_venv.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return exe
 
 
 def copy_repo(dst: Path, *ls_files: str) -> None:
