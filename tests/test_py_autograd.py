@@ -367,6 +367,79 @@ def test_ops_writing_arguments_without_derivatives_refuse_gradients(tmp_path, mo
         lib.close()
 
 
+NO_FORWARD_KERNELS = NO_GRADIENT_KERNELS.rstrip(" ") + """\
+
+    def scale(self, alpha):
+        return self * alpha
+
+    def scale_(self, alpha):
+        with torch.no_grad():
+            return self.mul_(alpha)
+    """
+NO_FORWARD_OPS = NO_GRADIENT_OPS.rstrip(" ") + """\
+      - func: clampmin_(Tensor(a!) self, float value) -> Tensor(a!)
+        dispatch: {CompositeExplicitAutograd: "nf_kernels:fill_"}
+      - func: scale(Tensor self, float alpha) -> Tensor
+        dispatch: {CompositeExplicitAutograd: "nf_kernels:scale"}
+        fake: like(self)
+        derivatives:
+          self: grad * alpha
+      - func: scale_(Tensor(a!) self, float alpha) -> Tensor(a!)
+        dispatch: {CompositeExplicitAutograd: "nf_kernels:scale_"}
+    """
+
+
+def test_ops_writing_arguments_refuse_forward_mode_ad(tmp_path, monkeypatch):
+    """Forward-mode AD (torch.func.jvp, forward_ad) through an op writing to its arguments:
+    the Python Autograd kernels (every stable-ABI namespace has them) checked only for
+    requires_grad, so a tangent reaching rms_norm or fill_ ran the op below autograd and the
+    written tensor kept its old tangent: jvp gave 0 for rms_norm, and for scale_ (through its
+    differentiable functional `scale`) the tangent unscaled, 12 where it is 24. Now the op
+    without derivatives raises NotImplementedError naming itself, and scale_ goes through
+    scale, whose Function says it has no forward-mode derivative; without a tangent the ops
+    run as before inside jvp."""
+    lib = _python_library(tmp_path, monkeypatch, "nf_kernels",
+                          NO_FORWARD_KERNELS.replace("ng_kernels", "nf_kernels"),
+                          NO_FORWARD_OPS.replace("ng_kernels", "nf_kernels"))
+    try:
+        import torch
+        import torch.autograd.forward_ad as fwAD
+
+        ops = torch.ops.nograd
+        x, w = torch.randn(3, 4), torch.rand(4) + 0.5
+
+        def norm(t):
+            out = torch.empty_like(t)
+            ops.rms_norm(out, t, w, 1e-6)
+            return out
+
+        def clamped(t):
+            return ops.clampmin_(t.clone(), 0.0)
+
+        said = ("nograd::rms_norm writes to its arguments and has no forward-mode derivative "
+                "(torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
+        with pytest.raises(NotImplementedError, match=re.escape(said)):
+            torch.func.jvp(norm, (x,), (torch.ones_like(x),))
+        with pytest.raises(NotImplementedError, match=re.escape(said)):
+            with fwAD.dual_level():
+                norm(fwAD.make_dual(x, torch.ones_like(x)))
+        with pytest.raises(NotImplementedError, match=re.escape("nograd::clampmin_ writes to")):
+            torch.func.jvp(clamped, (x,), (torch.ones_like(x),))
+        with pytest.raises(NotImplementedError, match=re.escape(
+                "nograd::scale has no forward-mode derivative")):
+            torch.func.jvp(lambda t: ops.scale_(t.clone(), 2.0), (x,), (torch.ones_like(x),))
+        # No tangent reaches the op: it runs inside jvp as outside.
+        expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        out, tangent = torch.func.jvp(lambda t: norm(x) + t, (x,), (torch.ones_like(x),))
+        assert torch.allclose(out, expected + x) and torch.equal(tangent, torch.ones_like(x))
+        y = x.clone()
+        with fwAD.dual_level():
+            ops.scale_(y, 2.0)
+        assert torch.equal(y, x * 2)
+    finally:
+        lib.close()
+
+
 def test_conditions_on_metadata_trace_under_compile(tmp_path, monkeypatch):
     """What the checker keeps of a formula's conditions (sizes, dtypes, `is None`, non-Tensor
     arguments: Note [Data-dependent conditions] in codegen/formulas.py) traces in a compiled

@@ -1118,6 +1118,13 @@ def no_gradient_message(op: Op) -> str:
             f"it, {how}")
 
 
+def no_forward_message(op: Op) -> str:
+    """The run-time error of an op that refuses_gradient under forward-mode AD, where a tangent
+    reaches it: below autograd, the tangents of what it writes would stay as they were."""
+    return (f"{op.name} writes to its arguments and has no forward-mode derivative "
+            "(torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
+
+
 def mutating_in_cpp(lib: OpLibrary, op: Op) -> bool:
     """Whether `op`'s Autograd kernel (Note [Autograd of mutating ops]) is generated C++."""
     return ((through_functional(lib, op) is not None or refuses_gradient(lib, op))

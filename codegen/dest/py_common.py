@@ -154,6 +154,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "not_implemented": (),
     "first_order": (),
     "apply": (),
+    "has_tangent": (),
 }
 
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from codegen import reserved
 from codegen import shape as S
 from codegen.api import python as P
-from codegen.dest.cpp_autograd import (mutating_in_cpp, no_gradient_doc, no_gradient_message,
-                                       refuses_gradient, saves_self, through_functional)
+from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_gradient_doc,
+                                       no_gradient_message, refuses_gradient, saves_self,
+                                       through_functional)
 from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
 from codegen.model import (DispatchKey, ListType, Op, OptionalType, is_tensor_like,
                            without_alias)
@@ -157,7 +158,12 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
     call = _functional_call(op, functional, f"{self_}.clone()" if saves_self(functional) else None)
     below = ", ".join(P.call_arguments(schema))
-    body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
+    # Forward-mode AD goes through the functional variant too: its jvp raises (or its
+    # decomposition carries the tangent); below autograd the tangent of `self` stayed as it was.
+    m.helpers.add("has_tangent")
+    body = [f"if (torch._C.is_grad_enabled() and "
+            f"torch._C._any_requires_grad({', '.join(tensors)})) or "
+            f"_has_tangent({', '.join(tensors)}):",
             f"    {result} = {call}",
             f"    {self_}.copy_({result})",
             f"    return {self_}",
@@ -197,8 +203,12 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
     taken = {a.name for a in schema.arguments}
     result = reserved.fresh("result", taken)
+    m.helpers.add("has_tangent")
     body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
             f"    raise RuntimeError({q(no_gradient_message(op))})",
+            # forward-mode AD: below autograd the written tensors' tangents stayed as they were
+            f"if _has_tangent({', '.join(tensors)}):",
+            f"    raise NotImplementedError({q(no_forward_message(op))})",
             "with torch._C._AutoDispatchBelowAutograd():",
             f"    {result} = {call}" if schema.returns else f"    {call}",
             f"torch.autograd.graph.increment_version({_written(op)})"]

@@ -66,6 +66,16 @@ def _apply(function, *args):
         torch._C._functorch.set_single_level_autograd_function_allowed(allowed)
 
 
+def _has_tangent(*tensors):
+    """Whether forward-mode AD (torch.func.jvp, jacfwd, torch.autograd.forward_ad) carries a
+    tangent on one of `tensors` (Tensors, None, lists of them), as aten's isFwGradDefined asks."""
+    if torch.autograd.forward_ad._current_level < 0:
+        return False
+    unpack = torch.autograd.forward_ad.unpack_dual
+    return any(u is not None and unpack(u, level=0).tangent is not None
+               for t in tensors for u in (t if isinstance(t, (list, tuple)) else (t,)))
+
+
 # exstable::scale(Tensor self, float alpha=1.0) -> Tensor
 
 
@@ -126,7 +136,7 @@ def _scale__functionalize(self, alpha=1.0):
 
 def _scale__autograd(self, alpha=1.0):
     """Under autograd: exstable::scale, which has the derivatives, copied into self; below autograd when no gradient is recorded."""
-    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+    if (torch._C.is_grad_enabled() and torch._C._any_requires_grad(self)) or _has_tangent(self):
         result = _ops.scale.default(self, alpha)
         self.copy_(result)
         return self
@@ -164,6 +174,8 @@ def _scale_out_autograd(self, alpha=1.0, *, out):
     """Under autograd: aten's error for out= with an input that requires grad."""
     if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, out):
         raise RuntimeError("exstable::scale.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+    if _has_tangent(self, out):
+        raise NotImplementedError("exstable::scale.out writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
     with torch._C._AutoDispatchBelowAutograd():
         result = _ops.scale.out(self, alpha, out=out)
     torch.autograd.graph.increment_version([out])

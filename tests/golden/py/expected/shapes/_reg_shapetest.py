@@ -199,6 +199,16 @@ def _sample_output(value):
     return repr(value)
 
 
+def _has_tangent(*tensors):
+    """Whether forward-mode AD (torch.func.jvp, jacfwd, torch.autograd.forward_ad) carries a
+    tangent on one of `tensors` (Tensors, None, lists of them), as aten's isFwGradDefined asks."""
+    if torch.autograd.forward_ad._current_level < 0:
+        return False
+    unpack = torch.autograd.forward_ad.unpack_dual
+    return any(u is not None and unpack(u, level=0).tangent is not None
+               for t in tensors for u in (t if isinstance(t, (list, tuple)) else (t,)))
+
+
 # shapetest::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 
 
@@ -454,6 +464,8 @@ def _normalize__autograd(self):
     """Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives."""
     if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
         raise RuntimeError("shapetest::normalize_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'normalize' with derivatives (this op then differentiates through it)")
+    if _has_tangent(self):
+        raise NotImplementedError("shapetest::normalize_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
     with torch._C._AutoDispatchBelowAutograd():
         result = _ops.normalize_.default(self)
     torch.autograd.graph.increment_version([self])
@@ -502,6 +514,8 @@ def _normalize_out_autograd(self, *, out):
     """Under autograd: aten's error for out= with an input that requires grad."""
     if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, out):
         raise RuntimeError("shapetest::normalize.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
+    if _has_tangent(self, out):
+        raise NotImplementedError("shapetest::normalize.out writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
     with torch._C._AutoDispatchBelowAutograd():
         result = _ops.normalize.out(self, out=out)
     torch.autograd.graph.increment_version([out])
@@ -528,6 +542,8 @@ def _accumulate_autograd(acc, x):
     """Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives."""
     if torch._C.is_grad_enabled() and torch._C._any_requires_grad(acc, x):
         raise RuntimeError("shapetest::accumulate writes to 'acc' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)")
+    if _has_tangent(acc, x):
+        raise NotImplementedError("shapetest::accumulate writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
     with torch._C._AutoDispatchBelowAutograd():
         _ops.accumulate.default(acc, x)
     torch.autograd.graph.increment_version([acc])
