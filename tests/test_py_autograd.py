@@ -331,6 +331,10 @@ def check_no_gradient(ops) -> None:
     torch._dynamo.reset()
     with pytest.raises(Exception, match=re.escape(said)):
         torch.compile(lambda a, b: norm(a, b).sum(), backend="aot_eager", fullgraph=True)(xg, wg)
+    # A forward-mode tangent reaching the op: below autograd it would keep its old tangent.
+    with pytest.raises(NotImplementedError, match=re.escape(
+            "nograd::rms_norm writes to its arguments and has no forward-mode derivative")):
+        torch.func.jvp(lambda t: norm(t, w), (x,), (torch.ones_like(x),))
 
     # Without a gradient to record, the op runs (and autograd sees the write).
     expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -196,6 +198,16 @@ def test_inplace_and_out_ops_have_cpp_autograd_kernels() -> None:
     torch.testing.assert_close(gc, ge)
     with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
         torch.ops.exops.soft_shrink_(x, 0.5)
+    # A forward-mode tangent goes through soft_shrink too (below autograd it stayed unchanged),
+    # which says it has none; the out= op refuses it.
+    t = x.detach()
+    with pytest.raises(NotImplementedError, match="exops::soft_shrink has no forward-mode"):
+        torch.func.jvp(lambda a: torch.ops.exops.soft_shrink_(a * 1, 0.5), (t,),
+                       (torch.ones_like(t),))
+    with pytest.raises(NotImplementedError, match=re.escape(
+            "exops::soft_shrink.out writes to its arguments and has no forward-mode derivative")):
+        torch.func.jvp(lambda a: torch.ops.exops.soft_shrink.out(a, 0.5, out=torch.empty_like(a)),
+                       (t,), (torch.ones_like(t),))
     # No gradient recorded: the write is still seen by what saved the tensor.
     z = x.exp()
     with torch.no_grad():

@@ -1006,6 +1006,15 @@ def _fold(expr: str) -> str:
 # Rendering
 
 
+def _tangent_test(schema, cname: dict[str, str]) -> str:
+    """C++ testing whether a forward-mode tangent reaches a Tensor argument of `schema`."""
+    return " || ".join(
+        (f"torch::autograd::isFwGradDefinedTensorList({cname[a.name]})"
+         if isinstance(strip_optional(a.type), ListType)
+         else f"torch::autograd::isFwGradDefined({cname[a.name]})")
+        for a in schema.arguments if is_tensor_like(a.type))
+
+
 def kernel_context(p: Plan) -> dict:
     op = p.op
     sig = p.sig
@@ -1013,10 +1022,7 @@ def kernel_context(p: Plan) -> dict:
     args = ", ".join(b.name for b in sig.arguments)
     cname = {b.argument.name: b.name for b in sig.arguments}
     tensors = [cname[a.name] for a in op.schema.arguments if is_tensor_like(a.type)]
-    fw = " || ".join(
-        (f"torch::autograd::isFwGradDefinedTensorList({t})"
-         if isinstance(strip_optional(a.type), ListType) else f"torch::autograd::isFwGradDefined({t})")
-        for t, a in zip(tensors, [a for a in op.schema.arguments if is_tensor_like(a.type)]))
+    fw = _tangent_test(op.schema, cname)
     body: list[str] = []
     for line in p.body:
         indent = line[: len(line) - len(line.lstrip())]
@@ -1174,6 +1180,7 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "params": ", ".join(b.decl() for b in sig.arguments),
         "args": ", ".join(b.name for b in sig.arguments),
         "tensors": ", ".join(cname[a.name] for a in schema.arguments if is_tensor_like(a.type)),
+        "fw": _tangent_test(schema, cname),
         "bumps": [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
                   if is_tensor_like(a.type)],
     }
@@ -1189,10 +1196,9 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
             functional_args=", ".join(
                 f"{self_}.clone()" if a.name == schema.positional[0].name and saves_self(functional)
                 else cname[a.name] for a in inputs))
-    elif kind == "out":
-        ctx.update(doc=no_gradient_doc(op), message=no_gradient_message(op))
     else:
-        ctx.update(doc=no_gradient_doc(op), message=no_gradient_message(op))
+        ctx.update(doc=no_gradient_doc(op), message=no_gradient_message(op),
+                   no_forward=no_forward_message(op))
     return ctx
 
 

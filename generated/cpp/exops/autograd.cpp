@@ -387,7 +387,8 @@ at::Tensor& soft_shrink__autograd(at::Tensor& self, double lambd) {
   static const auto opgen_op = c10::Dispatcher::singleton()
       .findSchemaOrThrow("exops::soft_shrink_", "")
       .typed<at::Tensor&(at::Tensor&, double)>();
-  if (torch::autograd::compute_requires_grad(self)) {
+  // A tangent goes through the functional variant too: below autograd it would stay unchanged.
+  if (torch::autograd::compute_requires_grad(self) || torch::autograd::isFwGradDefined(self)) {
     self.copy_(opgen_soft_shrink_op().call(self.clone(), lambd));
     return self;
   }
@@ -407,6 +408,8 @@ at::Tensor& soft_shrink__out_autograd(const at::Tensor& self, double lambd, at::
       .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self, out),
       "exops::soft_shrink.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self) || torch::autograd::isFwGradDefined(out)),
+      "exops::soft_shrink.out writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   at::Tensor& opgen_result = [&]() -> at::Tensor& {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     return opgen_op.call(self, lambd, out);

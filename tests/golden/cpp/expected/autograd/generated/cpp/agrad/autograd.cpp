@@ -1212,6 +1212,8 @@ void rms_norm_autograd(at::Tensor& result, const at::Tensor& input, const at::Te
       .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&, double)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(result, input, weight),
       "agrad::rms_norm writes to 'result' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(result) || torch::autograd::isFwGradDefined(input) || torch::autograd::isFwGradDefined(weight)),
+      "agrad::rms_norm writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     opgen_op.call(result, input, weight, epsilon);
@@ -1227,6 +1229,8 @@ void zero_some__autograd(at::TensorList self, const std::optional<at::Tensor>& e
       .typed<void(at::TensorList, const std::optional<at::Tensor>&, const c10::List<std::optional<at::Tensor>>&)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self, extra, maybe),
       "agrad::zero_some_ writes to 'self', 'extra', 'maybe' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefinedTensorList(self) || torch::autograd::isFwGradDefined(extra) || torch::autograd::isFwGradDefinedTensorList(maybe)),
+      "agrad::zero_some_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     opgen_op.call(self, extra, maybe);
@@ -1244,6 +1248,8 @@ std::tuple<at::Tensor, at::Tensor> step__autograd(at::Tensor& self) {
       .typed<std::tuple<at::Tensor, at::Tensor>(at::Tensor&)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self),
       "agrad::step_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::step_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   std::tuple<at::Tensor, at::Tensor> opgen_result = [&]() -> std::tuple<at::Tensor, at::Tensor> {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     return opgen_op.call(self);
@@ -1260,6 +1266,8 @@ at::Tensor& fill__autograd(at::Tensor& self, double value) {
       .typed<at::Tensor&(at::Tensor&, double)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self),
       "agrad::fill_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'fill' with derivatives (this op then differentiates through it)");
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
+      "agrad::fill_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   at::Tensor& opgen_result = [&]() -> at::Tensor& {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     return opgen_op.call(self, value);
