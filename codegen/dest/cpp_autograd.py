@@ -1115,6 +1115,10 @@ def no_gradient_message(op: Op) -> str:
     if shape_tag(op.schema) == "inplace":
         how = (f"declare its functional variant '{op.name.base}' with derivatives (this op then "
                "differentiates through it)")
+    elif op.name.inplace and op.schema.positional and op.schema.positional[0].is_write:
+        # Named in-place, but not shaped so (`f_(Tensor(a!) self) -> ()`): no functional route.
+        how = (f"return what it writes (`-> Tensor(a!)`), so that it differentiates through its "
+               f"functional variant '{op.name.base}' once that has derivatives")
     else:
         how = ("call instead an op that returns what this one writes and has derivatives "
                "(an op writing to its arguments takes none)")

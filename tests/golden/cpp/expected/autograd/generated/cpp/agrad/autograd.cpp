@@ -1228,7 +1228,7 @@ void zero_some__autograd(at::TensorList self, const std::optional<at::Tensor>& e
       .findSchemaOrThrow("agrad::zero_some_", "")
       .typed<void(at::TensorList, const std::optional<at::Tensor>&, const c10::List<std::optional<at::Tensor>>&)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self, extra, maybe),
-      "agrad::zero_some_ writes to 'self', 'extra', 'maybe' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+      "agrad::zero_some_ writes to 'self', 'extra', 'maybe' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, return what it writes (`-> Tensor(a!)`), so that it differentiates through its functional variant 'zero_some' once that has derivatives");
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefinedTensorList(self) || torch::autograd::isFwGradDefined(extra) || torch::autograd::isFwGradDefinedTensorList(maybe)),
       "agrad::zero_some_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   {
@@ -1247,7 +1247,7 @@ std::tuple<at::Tensor, at::Tensor> step__autograd(at::Tensor& self) {
       .findSchemaOrThrow("agrad::step_", "")
       .typed<std::tuple<at::Tensor, at::Tensor>(at::Tensor&)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self),
-      "agrad::step_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
+      "agrad::step_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, return what it writes (`-> Tensor(a!)`), so that it differentiates through its functional variant 'step' once that has derivatives");
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(self)),
       "agrad::step_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   std::tuple<at::Tensor, at::Tensor> opgen_result = [&]() -> std::tuple<at::Tensor, at::Tensor> {
