@@ -6,38 +6,39 @@ SCHEMAS ?= schemas
 	snapshot bc-check docs docs-check
 
 # Idempotent: installs the pinned environment unless this interpreter already has it (0.1 s).
+# Every target that runs opgen runs it first, so each works on a fresh machine.
 setup:
 	@$(PYTHON) .ci/env_ok.py || $(PYTHON) -m pip install -r requirements-dev.txt
 
-check:
+check: setup
 	$(PYTHON) -m codegen check $(SCHEMAS)
 
-list:
+list: setup
 	$(PYTHON) -m codegen list $(SCHEMAS)
 
-codegen:
+codegen: setup
 	$(PYTHON) -m codegen generate $(SCHEMAS)
 
-codegen-check:
+codegen-check: setup
 	$(PYTHON) -m codegen generate --check $(SCHEMAS)
 
 # The op contracts: schemas/opgen.lock records them (refresh on purpose, with a release);
 # bc-check fails on a break the op files do not declare (docs/FORMAT.md, Compatibility).
-snapshot:
+snapshot: setup
 	$(PYTHON) -m codegen snapshot $(SCHEMAS)
 
-bc-check:
+bc-check: setup
 	$(PYTHON) -m codegen bc-check $(SCHEMAS)
 
 # The op reference, docs/ops/<namespace>.md (docs-check: exit 1 when it is stale).
-docs:
+docs: setup
 	$(PYTHON) -m codegen docs $(SCHEMAS)
 
-docs-check:
+docs-check: setup
 	$(PYTHON) -m codegen docs --check $(SCHEMAS)
 
 # Compile build/lib<ns>_ops.so with ninja (toolchain from torch.utils.cpp_extension).
-build:
+build: setup
 	$(PYTHON) -m codegen.build
 
 # Set up, generate, build, and call every example op eagerly.

@@ -1,7 +1,8 @@
 """Exit 0 when this interpreter already has every pin of requirements-dev.txt, else 1.
 
-`make demo` and `make test` run it first, so the set-up is installed once and costs a fraction
-of a second afterwards (pip itself takes seconds even when there is nothing to do). The file pins
+Every make target that runs opgen runs it first, so the set-up is installed once and costs a
+fraction of a second afterwards (pip itself takes seconds even when there is nothing to do). The
+file pins
 exact versions (`name==version`), so no requirement parser is needed.
 """
 
