@@ -2,8 +2,7 @@
 
 Every make target that runs opgen runs it first, so the set-up is installed once and costs a
 fraction of a second afterwards (pip itself takes seconds even when there is nothing to do). The
-file pins
-exact versions (`name==version`), so no requirement parser is needed.
+file pins exact versions (`name==version`), so no requirement parser is needed.
 """
 
 import sys
