@@ -895,11 +895,11 @@ class _Checker:
             self.builtin(node, func.name, args, kwargs)
         if isinstance(func, PyBuiltinRef) and func.name in ("max", "min"):
             # Python's max and min compare their arguments (or elements) with `>`, `<`.
-            for arg_node, arg in zip(node.parts[1:], args):
+            for span, arg in zip(spans, args):
                 value = arg.value if isinstance(arg, Star) else arg
                 if self.kinds.of(value) in (Kind.TENSOR, Kind.TENSORS, Kind.DATA):
                     elementwise = "maximum" if func.name == "max" else "minimum"
-                    raise self.error(arg_node.span, f"{func.name}() compares tensor values: "
+                    raise self.error(span, f"{func.name}() compares tensor values: "
                                      "neither torch.compile nor C++ autograd can branch on them",
                                      f"compare elementwise: torch.{elementwise}(a, b); reduce "
                                      f"one tensor: x.{func.name}()")
@@ -1257,7 +1257,8 @@ class _Kinds:
             case PyBuiltinRef(name="len" | "range"):
                 return Kind.META
             case PyBuiltinRef(name="int" | "float"):
-                return Kind.DATA if _arith(kinds) in _VALUES else _arith(kinds)
+                k = _arith(kinds)
+                return Kind.DATA if k in _VALUES else k
             case PyBuiltinRef(name="abs" | "sum" | "max" | "min"):
                 k = _arith(kinds)
                 if len(args) == 1 and k in (Kind.TENSOR, Kind.TENSORS):
