@@ -81,9 +81,10 @@ A conditional's condition, a comprehension's `if`, the operands of `and`, `or` a
 what `max` and `min` compare are tested in Python when the formula runs. They may read sizes
 (`x.dim()`, `x.size(0)`, `x.shape`, `x.numel()`), dtypes, devices, `x is None`, `x.requires_grad`
 and non-Tensor arguments, not tensor values (`x.sum() > 0`, `x.any()`, `x.item()`, `float(x)`,
-the truth of a `Tensor?` input): torch.compile cannot trace a branch on them and C++ autograd
-cannot take one. Select elementwise instead: `torch.where(x.sum() > 0, grad, -grad)`,
-`torch.logical_and(a, b)`, `torch.maximum(a, b)`.
+the truth of a `Tensor?` input, a Tensor a library op returns: `exops.norm(x).sum() > 0`, an
+`int` return its fake rule makes with `dynamic()`; one made of sizes is a size): torch.compile
+cannot trace a branch on them and C++ autograd cannot take one. Select elementwise instead:
+`torch.where(x.sum() > 0, grad, -grad)`, `torch.logical_and(a, b)`, `torch.maximum(a, b)`.
 
 Literals
 --------
@@ -149,6 +150,7 @@ from codegen.model import (
 )
 from codegen.expr import ExprParser, ExprSyntaxError, Node, children, token_span, walk
 from codegen.literals import LiteralError, float_literal, int_literal, string_literal
+from codegen.shape import FakeRule, fake_of
 from codegen.tags import shape_tag
 
 NON_DIFFERENTIABLE = "non_differentiable"
@@ -354,6 +356,8 @@ class Formula:
     text: str = ""
     bindings: tuple[tuple[str, Expr], ...] = ()     # `name = value;` before `expr`, in order
     loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
+    # The text as read from the op file: `check_library` checks it again knowing the library.
+    source: Located | None = field(default=None, compare=False, hash=False, repr=False)
 
     def exprs(self) -> tuple[Expr, ...]:
         """The binding values, then the expression: everything the formula evaluates."""
@@ -527,7 +531,7 @@ class _Checker:
     """Resolves the names of one formula against the op's schema."""
 
     def __init__(self, text: Located, schema: FunctionSchema, diff_outputs: tuple[bool, ...],
-                 diags: Diagnostics):
+                 diags: Diagnostics, lib: OpLibrary | None = None):
         self.text = text
         self.schema = schema
         self.diags = diags
@@ -537,7 +541,7 @@ class _Checker:
         self.loop_vars: set[str] = set()
         self.locals: dict[str, bool] = {}      # binding -> whether it holds a Tensor list
         self.float_locals: set[str] = set()     # bindings holding a Python float (not a Tensor)
-        self.kinds = _Kinds(schema, {})
+        self.kinds = _Kinds(schema, {}, lib)
         # The and/or/not making up a condition (syntax node ids): their operands are its parts.
         self.conditions: dict[int, tuple[str, str]] = {}
 
@@ -1083,7 +1087,14 @@ def _int_index(items: tuple[Expr, ...]) -> bool:
 # (GuardOnDataDependentSymNode), and C++ autograd cannot branch on it either. So the checker
 # refuses a truth test of a value read from tensor data, and keeps those of what the trace knows:
 # sizes, dtypes, devices, `is None`, non-Tensor arguments and literals. `_Kinds` tells them apart;
-# where it cannot tell (a library op's result, an unusual call), it accepts.
+# where it cannot tell (an unusual call), it accepts.
+#
+# A call of a library op is known once the whole library is (`check_library` checks formulas
+# calling one again, with the library): its Tensor returns are tensors, `()` is None, and an
+# `int`/`SymInt` return that a fake rule makes is a size (a trace guards on it, as on
+# `x.size(0)`) or, made with `dynamic()`, read from the data (an unbacked symbol: no branch).
+# Other non-Tensor returns (a Python fake, a Meta kernel, a `bool` or `float`) may be either,
+# and are accepted.
 
 
 class Kind(enum.Enum):
@@ -1161,9 +1172,11 @@ class _Kinds:
     """What each value of a formula is (Note [Data-dependent conditions]): `bound` holds the
     kinds of its bindings and loop variables."""
 
-    def __init__(self, schema: FunctionSchema, bound: dict[str, Kind]):
+    def __init__(self, schema: FunctionSchema, bound: dict[str, Kind],
+                 lib: OpLibrary | None = None):
         self.schema = schema
         self.bound = bound
+        self.lib = lib      # where calls of library ops are looked up; None: they are unknown
 
     def _type(self, t) -> Kind:
         if is_tensor_list(t):
@@ -1225,6 +1238,11 @@ class _Kinds:
                         else Kind.TENSOR
                 if k is Kind.META and any(self.of(i) in _VALUES for i in items):
                     return Kind.DATA
+                returns = self._library_returns(obj)
+                if returns is not None and len(returns) > 1 and len(items) == 1 \
+                        and isinstance(items[0], Const) and type(items[0].value) is int \
+                        and -len(returns) <= items[0].value < len(returns):
+                    return returns[items[0].value]     # one output of several
                 return k if k is not Kind.NONE else Kind.UNKNOWN
             case TupleLit(items=items) | ListLit(items=items):
                 return _sequence(self.of(i) for i in items)
@@ -1284,7 +1302,42 @@ class _Kinds:
                 if k is Kind.TENSOR:
                     return _tensor_method(name)
                 return k if k in (Kind.META, Kind.DATA) else Kind.UNKNOWN
+            case OpRef():
+                returns = self._library_returns(e)
+                if returns is None:
+                    return Kind.UNKNOWN
+                if not returns:
+                    return Kind.NONE
+                return returns[0] if len(returns) == 1 else _sequence(returns)
         return Kind.UNKNOWN
+
+    def _library_returns(self, e: Expr) -> list[Kind] | None:
+        """The kind of each output of `e` where it calls an op of the library (Note
+        [Data-dependent conditions]); None for any other value, or without the library."""
+        if self.lib is None or not (isinstance(e, Call) and isinstance(e.func, OpRef)):
+            return None
+        target = resolve(self.lib, e.func)
+        if target is None:
+            return None
+        fake = fake_of(target)
+        out: list[Kind] = []
+        for i, r in enumerate(target.schema.returns):
+            if is_tensor_like(r.type):
+                out.append(self._type(r.type))
+            elif is_base(r.type, BaseTy.int) or is_base(r.type, BaseTy.SymInt):
+                if not isinstance(fake, FakeRule):
+                    out.append(Kind.UNKNOWN)
+                elif fake.output_uses_dynamic(i):
+                    out.append(Kind.DATA)
+                else:
+                    # A size of the arguments: of Tensors, their sizes only.
+                    given = [self.of(a.value if isinstance(a, Star) else a)
+                             for a in (*e.args, *(v for _, v in e.kwargs))]
+                    out.append(_arith(Kind.META if k in (Kind.TENSOR, Kind.TENSORS, Kind.NONE)
+                                      else k for k in given))
+            else:
+                out.append(Kind.UNKNOWN)
+        return out
 
 
 _COMPARISONS = (BinOpKind.eq, BinOpKind.ne, BinOpKind.lt, BinOpKind.le, BinOpKind.gt,
@@ -1514,10 +1567,8 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message,
                         err.hint)
             continue
-        checker = _Checker(text, schema, diff_outputs, diags)
         try:
-            bindings = tuple(checker.binding(b) for b in syn.parts[:-1])
-            expr = checker.expr(syn.parts[-1])
+            bindings, expr = _check_formula(syn, text, schema, diff_outputs, diags)
         except _Bad:
             continue
         if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
@@ -1525,7 +1576,7 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             diags.error(text.loc, f"the formula for {', '.join(names)} gives {given} "
                         f"gradient{'s' if given != 1 else ''} for {len(names)} inputs")
             continue
-        formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc))
+        formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc, source=text))
 
     for a in schema.arguments:
         if is_tensor_like(a.type) and a.name not in seen and a.name not in meant:
@@ -1535,6 +1586,16 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     if len(diags.items) != n_errors:
         return None
     return Derivatives(tuple(formulas), tuple(non_diff), diff_outputs, loc=spec.loc)
+
+
+def _check_formula(syn, text: Located, schema: FunctionSchema, diff_outputs: tuple[bool, ...],
+                   diags: Diagnostics, lib: OpLibrary | None = None
+                   ) -> tuple[tuple[tuple[str, Expr], ...], Expr]:
+    """The bindings and expression of the parsed formula `syn`; raises _Bad after an error.
+    `lib`: the library its op calls are looked up in (None: what they return is unknown)."""
+    checker = _Checker(text, schema, diff_outputs, diags, lib)
+    bindings = tuple(checker.binding(b) for b in syn.parts[:-1])
+    return bindings, checker.expr(syn.parts[-1])
 
 
 def _tensor_inputs_hint(schema: FunctionSchema) -> str:
@@ -1574,12 +1635,30 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
         for f in d.formulas:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
+            calls_ok = True
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
-                    ok = _check_call(lib, op, node, node.func, diags, names_by_ns) and ok
+                    calls_ok = _check_call(lib, op, node, node.func, diags, names_by_ns) \
+                        and calls_ok
                 elif isinstance(node, OpRef) and id(node) not in called:
-                    ok = _check_ref(lib, op, node, diags, names_by_ns) and ok
+                    calls_ok = _check_ref(lib, op, node, diags, names_by_ns) and calls_ok
+            if calls_ok and f.source is not None and any(
+                    isinstance(n, Call) and isinstance(n.func, OpRef) for n in nodes):
+                calls_ok = _check_knowing_library(lib, op, f, diags)
+            ok = calls_ok and ok
     return ok
+
+
+def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula, diags: Diagnostics) -> bool:
+    """Check `f` again now that what its library op calls return is known: a condition on a
+    Tensor one is refused as one on `x.sum()` is (Note [Data-dependent conditions])."""
+    assert isinstance(op.derivatives, Derivatives) and f.source is not None
+    try:
+        _check_formula(_parser().parse(f.source.text), f.source, op.schema,
+                       op.derivatives.output_differentiability, diags, lib)
+    except _Bad:
+        return False
+    return True
 
 
 # `check PATHS` loads only the files named: a library op of another file is unknown there.

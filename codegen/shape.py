@@ -572,6 +572,20 @@ class FakeRule:
         return any(isinstance(n, Dynamic) for n in walk(
             *(b.value for b in self.bindings), *(c.cond for c in self.checks), *self.outputs))
 
+    def output_uses_dynamic(self, i: int) -> bool:
+        """Whether output `i` is made with `dynamic()`, itself or through the bindings it reads:
+        an `int` return made so is read from the data, one made of sizes is known to a trace."""
+        values = {b.name: b.value for b in self.bindings}
+        todo, seen = [self.outputs[i]], set()
+        while todo:
+            for n in walk(todo.pop()):
+                if isinstance(n, Dynamic):
+                    return True
+                if isinstance(n, Local) and n.name in values and n.name not in seen:
+                    seen.add(n.name)
+                    todo.append(values[n.name])
+        return False
+
 
 # --------------------------------------------------------------------------------------------------
 # Syntax: what the grammar produces (spans are offsets into the rule text)

@@ -491,3 +491,66 @@ def test_conditions_on_tensor_values_are_refused(text, message):
 ])
 def test_conditions_on_sizes_dtypes_and_arguments_are_kept(text):
     assert _condition_errors(text) == []
+
+
+# What a library op returns is known from its schema and fake rule once the library is loaded.
+CALLED = """\
+- func: ex::h(Tensor a) -> Tensor
+  fake: like(a)
+- func: ex::parts(Tensor a) -> Tensor[]
+  fake: '[like(a), like(a)]'
+- func: ex::stats(Tensor a) -> (Tensor, int, SymInt)
+  fake: (like(a), a.size(0) * 2, dynamic())
+- func: ex::numel_of(Tensor a, int k=1) -> int
+  fake: n = a.numel(); n * k
+- func: ex::nonzero_count(Tensor a) -> SymInt
+  fake: k = dynamic(); k
+- func: ex::bump_(Tensor(a!) a) -> ()
+- func: ex::meta_count(Tensor a) -> int
+  dispatch: {CPU: meta_count_cpu, Meta: meta_count_meta}
+"""
+
+
+def _library_condition_errors(tmp_path, text: str) -> list[str]:
+    from codegen.load import load_library
+
+    p = tmp_path / "ops.yaml"
+    p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1) -> Tensor\n  derivatives:\n"
+                 f"    x: '{text}'\n    y: non_differentiable\n" + CALLED)
+    diags = Diagnostics()
+    assert F.check_library(load_library([str(p)]), diags) == (not diags.items)
+    return [m.message for m in diags.items]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("grad if ex.h(x).sum() > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if h(x).any() else -grad", "this condition " + DEPENDS),
+    ("grad if ex.h.default(x) else -grad", "this condition " + DEPENDS),
+    ("t = ex.h(x); grad if t.sum() > 0 else -grad", "this condition " + DEPENDS),
+    ("torch.stack([p for p in ex.parts(x) if p.sum() > 0]).sum(0)",
+     "this comprehension condition " + DEPENDS),
+    ("grad if ex.stats(x)[0].max() > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if ex.stats(x)[2] > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if ex.nonzero_count(x) > 0 else -grad", "this condition " + DEPENDS),
+    ("grad if ex.numel_of(x, int(y.sum())) > 0 else -grad", "this condition " + DEPENDS),
+    ("grad * (ex.h(x) > 0 or y > 0)", "the left operand of 'or' " + DEPENDS),
+    ("grad * max(ex.h(x), n)", "max() compares tensor values: neither torch.compile nor C++ "
+                               "autograd can branch on them"),
+])
+def test_conditions_on_library_op_tensors_are_refused(tmp_path, text, message):
+    """Each passed `check` (the call's kind was unknown when the op file was read) and then
+    failed under torch.compile or C++ autograd."""
+    assert _library_condition_errors(tmp_path, text) == [message]
+
+
+@pytest.mark.parametrize("text", [
+    "grad if ex.numel_of(x) > 1 and ex.numel_of(x, k=n) > 1 else -grad",
+    "grad if ex.stats(x)[1] > 2 and ex.stats(x)[0].dim() > 1 else -grad",
+    "grad if ex.h(x) is None or ex.bump_(y) is None else -grad",
+    "grad if len(ex.parts(x)) > 1 else -grad",
+    # a Meta kernel's int: what it computes is not known here
+    "grad if ex.meta_count(x) > 0 else -grad",
+    "torch.where(ex.h(x).sum() > 0, grad, -grad)",
+])
+def test_conditions_on_library_op_sizes_are_kept(tmp_path, text):
+    assert _library_condition_errors(tmp_path, text) == []
