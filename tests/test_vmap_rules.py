@@ -52,6 +52,8 @@ ops:
     dispatch: {CPU: "tests.test_vmap_rules:accumulate"}
   - func: zero_each_(Tensor(a!)[] xs) -> ()
     dispatch: {CPU: "tests.test_vmap_rules:zero_each_"}
+  - func: cumsum_into(Tensor(a!) out, Tensor x) -> ()
+    dispatch: {CPU: "tests.test_vmap_rules:cumsum_into"}
 """
 
 CALLS: list[str] = []
@@ -113,6 +115,13 @@ def zero_each_(xs):
         x.zero_()
 
 
+def cumsum_into(out, x):
+    """Writes as a C++ kernel through `out.data_ptr()` does: element after element in memory from
+    out's first one, so assuming `out` contiguous."""
+    CALLS.append(out.data_ptr())
+    out.as_strided((out.numel(),), (1,)).copy_(x.reshape(-1).cumsum(0))
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
     path = tmp_path_factory.mktemp("vmaprules") / "ops.yaml"
@@ -133,7 +142,7 @@ def test_every_op_without_a_rule_that_the_fallback_refuses_gets_one(library):
     assert kinds == {"split_by_sizes": "loop", "weighted": "loop", "numel_of": "loop",
                      "positives": "loop", "pieces": "loop", "halves": "decompose",
                      "noisy": "loop", "fill_": "loop", "accumulate": "loop",
-                     "zero_each_": "loop"}
+                     "zero_each_": "loop", "cumsum_into": "loop"}
 
 
 @pytest.mark.parametrize("in_dim", [0, 1, -1])
@@ -248,6 +257,30 @@ def test_vmap_of_ops_that_write_and_return_nothing(library, in_dim):
     a, b = torch.ones(4, 2), torch.ones(3, 4)
     vmap(lambda p, q: ops.zero_each_([p, q]), in_dims=(0, 1), out_dims=None)(a, b)
     assert not a.any() and not b.any()
+
+
+@pytest.mark.parametrize("in_dim", [1, -1])
+def test_a_kernel_writing_as_if_contiguous_gets_contiguous_outputs(library, in_dim):
+    """A slice of the batch at a dim other than 0 is not contiguous: a kernel writing through
+    its data pointer wrote other elements of the batch, silently. It writes to a contiguous
+    copy, copied back into the slice, as a per-sample loop writes."""
+    ops = torch.ops.vmaprules
+    shape = [4, 2]
+    shape.insert(in_dim % 3, 3)     # a batch of 3 at in_dim, in memory too
+    x = torch.randn(shape)
+    want = torch.zeros(3, 4, 2)
+    for b in range(3):
+        ops.cumsum_into(want[b], x.select(in_dim, b))
+    buf = torch.zeros(shape)
+    assert not buf.select(in_dim, 0).is_contiguous()
+    vmap(ops.cumsum_into, in_dims=(in_dim, in_dim), out_dims=None)(buf, x)
+    torch.testing.assert_close(buf.movedim(in_dim, 0), want)
+    # A contiguous slice is written in place, with no copy.
+    CALLS.clear()
+    buf = torch.zeros(3, 4, 2)
+    vmap(ops.cumsum_into, in_dims=(0, in_dim), out_dims=None)(buf, x)
+    assert CALLS == [buf[b].data_ptr() for b in range(3)]
+    torch.testing.assert_close(buf, want)
 
 
 def test_a_written_argument_must_be_batched_with_the_others(library):

@@ -18,7 +18,9 @@ what generated functions call (`list`, `torch`, `_ops`):
   at dim 0, as torch's fallback does; the elements' outputs must then agree in what cannot be
   batched (a list's length, a non-Tensor value, a Tensor's shape, dtype and device), else the
   rule raises. An op that writes gets each element's slice of a batched Tensor (a view, so the
-  writes land in the batch) and returns nothing; a written argument must be batched whenever
+  writes land in the batch; where the slice is not contiguous, as at a batch dim other than 0,
+  a contiguous copy copied back after the call: kernels writing through their output's data
+  pointer assume it contiguous) and returns nothing; a written argument must be batched whenever
   another one is (every batch element would write to the same Tensor), as torch's in-place
   rules require, else the rule raises.
 """

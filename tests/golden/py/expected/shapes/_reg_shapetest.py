@@ -130,7 +130,8 @@ def _loop_samples(op, info, in_dims, args, kwargs, random, written=()):
     out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
     lists, returns other than Tensors, writes with no return). What cannot be batched must agree
     across the batch. `written`: (position, name) of the arguments the op writes to, which each
-    element writes through its slice of the batch; the op returns nothing."""
+    element writes through its slice of the batch (through a contiguous copy of a slice that is
+    not contiguous, copied back after the call); the op returns nothing."""
     name = op.name()
     if random and info.randomness != "different":
         raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
@@ -184,8 +185,29 @@ def _loop_samples(op, info, in_dims, args, kwargs, random, written=()):
                     f"cannot be batched, so it must be the same for every batch element")
         return first
 
-    outputs = [op(*(element(x, d, b) for x, d in zip(args, in_dims)), **kwargs)
-               for b in range(info.batch_size)]
+    def contiguous(x, copies):
+        # A kernel may write through data_ptr as if its output were contiguous, as a Tensor made
+        # to be written usually is; a slice at a batch dim other than 0 is not: give it a copy.
+        if isinstance(x, torch.Tensor) and not x.is_contiguous():
+            dense = x.contiguous()
+            copies.append((x, dense))
+            return dense
+        if isinstance(x, (list, tuple)):
+            return type(x)(contiguous(v, copies) for v in x)
+        return x
+
+    def call(b):
+        sample = [element(x, d, b) for x, d in zip(args, in_dims)]
+        copies = []
+        for i, _ in written:
+            if i < len(sample):
+                sample[i] = contiguous(sample[i], copies)
+        output = op(*sample, **kwargs)
+        for x, dense in copies:
+            x.copy_(dense)
+        return output
+
+    outputs = [call(b) for b in range(info.batch_size)]
     if written:
         return None, None
     return stack(outputs, ""), 0
