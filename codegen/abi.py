@@ -88,6 +88,8 @@ def check_namespaces(lib, diags: Diagnostics) -> None:
     """Every op file of a namespace makes the same ABI choice: they build one shared library."""
     first: dict[str, tuple[object, str]] = {}   # namespace -> (choice, first file making it)
     for f in lib.files:
+        if f.abi_refused:
+            continue
         for ns in dict.fromkeys(op.namespace for op in f.ops):
             choice = (STABLE, f.abi.min_torch) if f.abi is not None else (FULL, None)
             here = f.abi.loc if f.abi is not None else f.namespace_loc

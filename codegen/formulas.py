@@ -1462,6 +1462,20 @@ _CPP_SPELLINGS = {
 }
 
 
+# `ns::op` as C++ and schemas name an op, where the parser stopped (at the first ':').
+_QUALIFIED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)::([A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def _qualified_name_hint(text: str, at: int) -> str | None:
+    """The hint for `ns::op(...)` in a formula, which is Python and names library ops with a
+    dot; the parser only sees an unexpected ':'."""
+    for m in _QUALIFIED.finditer(text):
+        if m.end(1) == at:
+            return (f"a formula is Python: call the library op as '{m[1]}.{m[2]}(...)' "
+                    f"('{m[1]}::{m[2]}' is how C++ names it)")
+    return None
+
+
 def _tensor_hint(name: str) -> str | None:
     if name in _CPP_SPELLINGS:
         return (f"'{name}' is derivatives.yaml's C++; a formula is Python: write "
@@ -1565,7 +1579,7 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             syn = _parser().parse(text.text)
         except ExprSyntaxError as err:
             diags.error(text.at(err.span.start, err.span.end - err.span.start), err.message,
-                        err.hint)
+                        _qualified_name_hint(text.text, err.span.start) or err.hint)
             continue
         try:
             bindings, expr = _check_formula(syn, text, schema, diff_outputs, diags)

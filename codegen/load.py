@@ -145,6 +145,7 @@ class _FileLoader(SampleReader):
         conventions: str | None = None
         autograd: str | None = None
         removed: tuple[DeclaredBreak, ...] = ()
+        abi_refused = False
         if type(root) is Map:
             top = self.mapping(root, "the op file", FILE_KEYS)
             if top is None:
@@ -159,7 +160,9 @@ class _FileLoader(SampleReader):
                 suppress = self.suppress(top["suppress"][1])
             if "conventions" in top:
                 conventions = self.conventions_key(top["conventions"][1])
+            before = len(self.diags.items)
             abi = self.abi(root, top)
+            abi_refused = any(d.severity == "error" for d in self.diags.items[before:])
             if "autograd" in top:
                 autograd = self.autograd_key(top["autograd"][1])
             if "removed" in top:
@@ -174,7 +177,8 @@ class _FileLoader(SampleReader):
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
         return OpFile(self.path, namespace, tuple(ops), for_display(self.text), namespace_loc,
-                      suppress, conventions, warnings, abi=abi, autograd=autograd,
+                      suppress, conventions, warnings, abi=abi, abi_refused=abi_refused,
+                      autograd=autograd,
                       removed=removed, entries=tuple(sorted(entries)))
 
     def declared_break(self, key: Node, node: Node, what: str, op: str = ""

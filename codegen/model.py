@@ -857,6 +857,9 @@ class Op:
     # Warning names silenced for this op: its own `suppress:` and its file's.
     suppress: frozenset[str] = frozenset()
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
+    # Its `abi:`/`min_torch:` was refused: which ABI it meant is unknown, so it is left out of
+    # the check that a namespace's files agree (it would be taken for a full-API file).
+    abi_refused: bool = False
     breaks: DeclaredBreak | None = None     # an intended break of the snapshot's contract
     # CUDA kernels run under a device guard for the first tensor argument and check that every
     # tensor argument is on one device (Note [CUDA device guard] in codegen/dest/cpp_register.py).
@@ -898,6 +901,9 @@ class OpFile:
     # Warnings found while loading it, for `diagnostics()` to report with the later ones.
     warnings: tuple = field(default=(), compare=False, hash=False, repr=False)
     abi: object = None              # codegen.abi.Abi for `abi: stable`, None for the full API
+    # Its `abi:`/`min_torch:` was refused: which ABI it meant is unknown, so it is left out of
+    # the check that a namespace's files agree (it would be taken for a full-API file).
+    abi_refused: bool = False
     autograd: str | None = None     # `autograd:` ("cpp", "python"); None: not given (cpp)
     removed: tuple[DeclaredBreak, ...] = ()     # ops removed on purpose (codegen.compat)
     # The first line of every op entry, those that did not load too: where each entry ends, so

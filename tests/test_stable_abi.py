@@ -242,6 +242,24 @@ def test_files_of_a_namespace_must_agree_on_the_abi(tmp_path: Path, monkeypatch)
                            "API here, but on the stable ABI for torch >= 2.10 by a.yaml")
 
 
+def test_a_refused_min_torch_is_not_taken_for_the_full_api(tmp_path: Path, monkeypatch) -> None:
+    """A file whose `min_torch:` is refused meant some stable ABI, not the full API: the other
+    files of its namespace do not disagree with it."""
+    monkeypatch.chdir(tmp_path)
+    Path("a.yaml").write_text('namespace: mix\nabi: stable\nmin_torch: "2.10"\nops:\n'
+                              "  - func: f(Tensor self) -> Tensor\n")
+    Path("b.yaml").write_text("namespace: mix\nabi: stable\nmin_torch: 2.10\nops:\n"
+                              "  - func: g(Tensor self) -> Tensor\n")
+    with pytest.raises(UserError) as e:
+        load_library(["a.yaml", "b.yaml"])
+    assert e.value.diags.render() == """\
+b.yaml:3:12: error: min_torch 2.10 is a number to YAML (2.10 reads as 2.1); write the version as a string
+    min_torch: 2.10
+               ^~~~
+hint: quote it: min_torch: "2.10"
+1 error generated."""
+
+
 
 # --------------------------------------------------------------------------------------------------
 # Tags (Note [Tags the stable ABI cannot register] in codegen/tags.py)

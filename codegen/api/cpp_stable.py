@@ -23,6 +23,8 @@ signature record are codegen.api.cpp's.
 
 from __future__ import annotations
 
+import dataclasses
+
 from codegen.abi import STABLE_FEATURES, Abi, version_text
 from codegen.api import cpp
 from codegen.api.cpp import (BaseC, ConstRefC, CppSignature, CType, MutRefC, OptionalC, TupleC,
@@ -52,26 +54,43 @@ _LIST_ELEMENTS: dict[BaseTy, BaseC] = {
 
 _FULL_API = "or build the namespace on the full libtorch API (remove 'abi: stable')"
 
-# Base types the schema language has and the full API binds, but the stable ABI cannot box.
-_NOT_BOXED: dict[BaseTy, tuple[str, str]] = {
+# Base types the schema language has and the full API binds, but the stable ABI cannot box: the
+# message, the types to declare instead, and the hint where there are none.
+_NOT_BOXED: dict[BaseTy, tuple[str, tuple[BaseTy, ...], str]] = {
     BaseTy.Scalar: ("'Scalar' cannot be boxed by torch's stable ABI (torch 2.13 has no stable "
-                    "Scalar type)", f"declare it 'float' (or 'int'), {_FULL_API}"),
+                    "Scalar type)", (BaseTy.float, BaseTy.int), ""),
     BaseTy.SymInt: ("'SymInt' cannot be boxed by torch's stable ABI (it has no symbolic "
-                    "integers)", f"declare it 'int', {_FULL_API}"),
-    BaseTy.SymBool: ("'SymBool' cannot be boxed by torch's stable ABI", f"declare it 'bool', "
-                     f"{_FULL_API}"),
-    BaseTy.DeviceIndex: ("'DeviceIndex' cannot be boxed by torch's stable ABI",
-                         f"declare it 'int', {_FULL_API}"),
-    BaseTy.Storage: ("'Storage' cannot be boxed by torch's stable ABI", _FULL_API),
-    BaseTy.Stream: ("'Stream' cannot be boxed by torch's stable ABI",
+                    "integers)", (BaseTy.int,), ""),
+    BaseTy.SymBool: ("'SymBool' cannot be boxed by torch's stable ABI", (BaseTy.bool,), ""),
+    BaseTy.DeviceIndex: ("'DeviceIndex' cannot be boxed by torch's stable ABI", (BaseTy.int,),
+                         ""),
+    BaseTy.Storage: ("'Storage' cannot be boxed by torch's stable ABI", (), _FULL_API),
+    BaseTy.Stream: ("'Stream' cannot be boxed by torch's stable ABI", (),
                     f"take the stream from torch::stable::accelerator in the kernel, {_FULL_API}"),
 }
 
 
-def _base(t: BaseType, abi: Abi) -> BaseC:
+def _rebased(t: Type, base: BaseTy) -> Type:
+    """`t` with `base` for its base type (`SymInt[]` -> `int[]`, `SymInt?` -> `int?`)."""
+    if isinstance(t, BaseType):
+        return BaseType(base)
+    assert isinstance(t, (ListType, OptionalType)), t
+    return dataclasses.replace(t, elem=_rebased(t.elem, base))
+
+
+def _not_boxed(t: BaseType, written: Type) -> Unsupported:
+    """The refusal of `t`, found in the `written` type: the hint says what to declare instead
+    in the written shape, so that a list stays a list and an optional stays optional."""
+    msg, instead, hint = _NOT_BOXED[t.name]
+    if instead:
+        names = [f"'{_rebased(written, b)}'" for b in instead]
+        hint = f"declare it {' (or '.join(names)}{')' * (len(names) - 1)}, {_FULL_API}"
+    return Unsupported(t, msg, hint)
+
+
+def _base(t: BaseType, abi: Abi, written: Type | None = None) -> BaseC:
     if t.name in _NOT_BOXED:
-        msg, hint = _NOT_BOXED[t.name]
-        raise Unsupported(t, msg, hint)
+        raise _not_boxed(t, written or t)
     if t.name is BaseTy.Generator and not abi.has("Generator"):
         need = version_text(STABLE_FEATURES["Generator"])
         raise Unsupported(t, f"'Generator' can be boxed by torch's stable ABI from torch {need} "
@@ -84,25 +103,27 @@ def _base(t: BaseType, abi: Abi) -> BaseC:
     raise Unsupported(t, f"'{t.name.value}' cannot be boxed by torch's stable ABI", _FULL_API)
 
 
-def _list(t: ListType, abi: Abi) -> CType:
+def _list(t: ListType, abi: Abi, written: Type) -> CType:
     e = t.elem
     if is_plain(e, BaseTy.bool):
         return VectorC(BaseC("bool"))
     if isinstance(e, BaseType) and e.name in _LIST_ELEMENTS:
         return BaseC(f"torch::headeronly::HeaderOnlyArrayRef<{_LIST_ELEMENTS[e.name].cpp()}>")
     if isinstance(e, BaseType) and e.name in _NOT_BOXED:
-        _base(e, abi)
+        raise _not_boxed(e, written)
     raise Unsupported(t, f"lists of '{e}' cannot be boxed by torch's stable ABI",
                       f"the stable ABI boxes int[], float[], bool[] and Tensor[]; {_FULL_API}")
 
 
-def argument_type(t: Type, abi: Abi, *, mutable: bool) -> CType:
+def argument_type(t: Type, abi: Abi, *, mutable: bool, written: Type | None = None) -> CType:
+    """`written`: the whole type `t` is part of (`t` itself when None), for the hints."""
+    written = written or t
     if isinstance(t, BaseType):
         if t.name is BaseTy.Tensor:
             return MutRefC(tensorT) if mutable else ConstRefC(tensorT)
         if t.name is BaseTy.str:
             return BaseC("std::string_view")
-        return _base(t, abi)
+        return _base(t, abi, written)
     if isinstance(t, OptionalType):
         e = t.elem
         if isinstance(e, OptionalType):
@@ -112,11 +133,11 @@ def argument_type(t: Type, abi: Abi, *, mutable: bool) -> CType:
         if is_plain(e, BaseTy.str):
             return ConstRefC(OptionalC(BaseC("std::string")))
         if isinstance(e, ListType) and is_plain(e.elem, BaseTy.bool):
-            return ConstRefC(OptionalC(_list(e, abi)))
-        return OptionalC(argument_type(e, abi, mutable=False))
+            return ConstRefC(OptionalC(_list(e, abi, written)))
+        return OptionalC(argument_type(e, abi, mutable=False, written=written))
     if isinstance(t, ListType):
         return ConstRefC(VectorC(BaseC("bool"))) if is_plain(t.elem, BaseTy.bool) \
-            else _list(t, abi)
+            else _list(t, abi, written)
     cpp._refuse_other(t)
     raise AssertionError("unreachable")
 
@@ -132,7 +153,7 @@ def return_type(r: Return, abi: Abi) -> CType:
         return VectorC(tensorT)
     if isinstance(t, (BaseType, ListType, OptionalType)):
         if isinstance(t, BaseType) and t.name in _NOT_BOXED:
-            _base(t, abi)
+            raise _not_boxed(t, t)
         raise Unsupported(t, f"'{t}' returns cannot be boxed by torch's stable ABI",
                           "return Tensor, Tensor[], int, float or bool (several as a tuple); "
                           + _FULL_API)
