@@ -1574,12 +1574,36 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
         for f in d.formulas:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
+            fine = True
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
-                    ok = _check_call(lib, op, node, node.func, diags, names_by_ns) and ok
+                    fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
                 elif isinstance(node, OpRef) and id(node) not in called:
-                    ok = _check_ref(lib, op, node, diags, names_by_ns) and ok
+                    fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
+            if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
+                fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
+            ok = ok and fine
     return ok
+
+
+def _check_gradient_count(lib: OpLibrary, op: Op, f: Formula, call: Call, ref: OpRef,
+                          diags: Diagnostics) -> bool:
+    """A formula that is a library op's call gives one gradient per return of that op: the
+    generated backward unpacks them into the formula's inputs (a lone Tensor would be unpacked
+    along its first dimension), or takes a tuple for one gradient."""
+    target = resolve(lib, ref)
+    assert target is not None
+    returns = target.schema.returns
+    given, wanted = len(returns), len(f.inputs)
+    if given == wanted or (wanted > 1 and given == 1 and is_tensor_list(returns[0].type)):
+        return True     # a Tensor[] return unpacks into as many gradients as it holds
+    if wanted == 1 and given == 0:
+        return True     # None: no gradient
+    diags.error(call.loc or f.loc or op.loc,
+                f"the formula for {', '.join(f.inputs)} gives {given} "
+                f"gradient{'s' if given != 1 else ''} for {wanted} input{'s' if wanted != 1 else ''}",
+                f"its schema: {target.schema}")
+    return False
 
 
 # `check PATHS` loads only the files named: a library op of another file is unknown there.
