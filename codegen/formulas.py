@@ -1525,6 +1525,15 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             diags.error(text.loc, f"the formula for {', '.join(names)} gives {given} "
                         f"gradient{'s' if given != 1 else ''} for {len(names)} inputs")
             continue
+        # One Tensor's gradient is one tensor: a tuple would reach autograd as the gradient.
+        one = schema.argument(names[0]) if len(names) == 1 else None
+        if one is not None and isinstance(expr, TupleLit) and not is_tensor_list(one.type):
+            given = len(expr.items)
+            diags.error(text.loc, f"the formula for {names[0]} gives {given} "
+                        f"gradient{'s' if given != 1 else ''} for 1 input",
+                        f"'{names[0]}' is a {one.type}: give it one gradient, or name the "
+                        "inputs the others are for (`x, y: (gx, gy)`)")
+            continue
         formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc))
 
     for a in schema.arguments:
