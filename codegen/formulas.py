@@ -1520,6 +1520,11 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
             expr = checker.expr(syn.parts[-1])
         except _Bad:
             continue
+        if len(names) > 1 and _one_tensor(expr, checker.kinds):
+            diags.error(text.loc, f"the formula for {', '.join(names)} gives 1 gradient for "
+                        f"{len(names)} inputs",
+                        f"give one per input: `({', '.join(f'g_{n}' for n in names)})`")
+            continue
         if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
             given = len(expr.items)
             diags.error(text.loc, f"the formula for {', '.join(names)} gives {given} "
@@ -1544,6 +1549,17 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     if len(diags.items) != n_errors:
         return None
     return Derivatives(tuple(formulas), tuple(non_diff), diff_outputs, loc=spec.loc)
+
+
+def _one_tensor(e: Expr, kinds: _Kinds) -> bool:
+    """Whether `e` is surely one Tensor: unpacked into several gradients, it would be split
+    along its first dimension. Calls are left out (torch.sort, torch.var_mean give tuples)."""
+    match e:
+        case InputRef() | GradRef() | ResultRef() | LocalRef() | BinOp() | UnaryOp():
+            return kinds.of(e) is Kind.TENSOR
+        case IfExp(then=a, orelse=b):
+            return _one_tensor(a, kinds) or _one_tensor(b, kinds)
+    return False
 
 
 def _tensor_inputs_hint(schema: FunctionSchema) -> str:
