@@ -1600,15 +1600,40 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
             fine = True
+            kinds = _Kinds(op.schema, {})
+            for name, value in f.bindings:
+                kinds.bound[name] = kinds.of(value)
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
                     fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
+                    fine = fine and _check_tensor_arguments(lib, node, node.func, kinds, diags)
                 elif isinstance(node, OpRef) and id(node) not in called:
                     fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
                 fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
             ok = ok and fine
     return ok
+
+
+def _check_tensor_arguments(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
+                            diags: Diagnostics) -> bool:
+    """No Tensor parameter of a library op is given what is surely not a Tensor (a number, a
+    size, a shape: an argument out of order): torch.ops would refuse it at backward."""
+    target = resolve(lib, ref)
+    assert target is not None
+    schema = target.schema
+    given = [(arg, value, call.loc, f"argument {i + 1} ('{arg.name}')")
+             for i, (arg, value) in enumerate(zip(schema.positional, call.args))]
+    given += [(schema.argument(key), value,
+               call.kwarg_locs[i] if i < len(call.kwarg_locs) else call.loc, f"argument '{key}'")
+              for i, (key, value) in enumerate(call.kwargs)]
+    for arg, value, loc, what in given:
+        if arg is not None and is_tensor_like(arg.type) and kinds.of(value) is Kind.META:
+            diags.error(loc, f"{what} of {schema.name} is a {arg.type}, but is given a value "
+                        "that is not a Tensor (a number, size, shape, dtype or string)",
+                        f"its schema: {schema}")
+            return False
+    return True
 
 
 def _check_gradient_count(lib: OpLibrary, op: Op, f: Formula, call: Call, ref: OpRef,
