@@ -1582,13 +1582,27 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
                         _qualified_name_hint(text.text, err.span.start) or err.hint)
             continue
         try:
-            bindings, expr = _check_formula(syn, text, schema, diff_outputs, diags)
+            bindings, expr, kinds = _check_formula(syn, text, schema, diff_outputs, diags)
         except _Bad:
+            continue
+        if len(names) > 1 and _one_tensor(expr, kinds):
+            diags.error(text.loc, f"the formula for {', '.join(names)} gives 1 gradient for "
+                        f"{len(names)} inputs",
+                        f"give one per input: `({', '.join(f'g_{n}' for n in names)})`")
             continue
         if len(names) > 1 and isinstance(expr, TupleLit) and len(expr.items) != len(names):
             given = len(expr.items)
             diags.error(text.loc, f"the formula for {', '.join(names)} gives {given} "
                         f"gradient{'s' if given != 1 else ''} for {len(names)} inputs")
+            continue
+        # One Tensor's gradient is one tensor: a tuple would reach autograd as the gradient.
+        one = schema.argument(names[0]) if len(names) == 1 else None
+        if one is not None and isinstance(expr, TupleLit) and not is_tensor_list(one.type):
+            given = len(expr.items)
+            diags.error(text.loc, f"the formula for {names[0]} gives {given} "
+                        f"gradient{'s' if given != 1 else ''} for 1 input",
+                        f"'{names[0]}' is a {one.type}: give it one gradient, or name the "
+                        "inputs the others are for (`x, y: (gx, gy)`)")
             continue
         formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc, source=text))
 
@@ -1604,12 +1618,24 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
 
 def _check_formula(syn, text: Located, schema: FunctionSchema, diff_outputs: tuple[bool, ...],
                    diags: Diagnostics, lib: OpLibrary | None = None
-                   ) -> tuple[tuple[tuple[str, Expr], ...], Expr]:
-    """The bindings and expression of the parsed formula `syn`; raises _Bad after an error.
+                   ) -> tuple[tuple[tuple[str, Expr], ...], Expr, _Kinds]:
+    """The bindings and expression of the parsed formula `syn`, and what its values are;
+    raises _Bad after an error.
     `lib`: the library its op calls are looked up in (None: what they return is unknown)."""
     checker = _Checker(text, schema, diff_outputs, diags, lib)
     bindings = tuple(checker.binding(b) for b in syn.parts[:-1])
-    return bindings, checker.expr(syn.parts[-1])
+    return bindings, checker.expr(syn.parts[-1]), checker.kinds
+
+
+def _one_tensor(e: Expr, kinds: _Kinds) -> bool:
+    """Whether `e` is surely one Tensor: unpacked into several gradients, it would be split
+    along its first dimension. Calls are left out (torch.sort, torch.var_mean give tuples)."""
+    match e:
+        case InputRef() | GradRef() | ResultRef() | LocalRef() | BinOp() | UnaryOp():
+            return kinds.of(e) is Kind.TENSOR
+        case IfExp(then=a, orelse=b):
+            return _one_tensor(a, kinds) or _one_tensor(b, kinds)
+    return False
 
 
 def _tensor_inputs_hint(schema: FunctionSchema) -> str:
@@ -1649,17 +1675,22 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
         for f in d.formulas:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
-            calls_ok = True
+            fine = True
+            kinds = _Kinds(op.schema, {})
+            for name, value in f.bindings:
+                kinds.bound[name] = kinds.of(value)
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
-                    calls_ok = _check_call(lib, op, node, node.func, diags, names_by_ns) \
-                        and calls_ok
+                    fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
+                    fine = fine and _check_tensor_arguments(lib, node, node.func, kinds, diags)
                 elif isinstance(node, OpRef) and id(node) not in called:
-                    calls_ok = _check_ref(lib, op, node, diags, names_by_ns) and calls_ok
-            if calls_ok and f.source is not None and any(
+                    fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
+            if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
+                fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
+            if fine and f.source is not None and any(
                     isinstance(n, Call) and isinstance(n.func, OpRef) for n in nodes):
-                calls_ok = _check_knowing_library(lib, op, f, diags)
-            ok = calls_ok and ok
+                fine = _check_knowing_library(lib, op, f, diags)
+            ok = ok and fine
     return ok
 
 
@@ -1673,6 +1704,47 @@ def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula, diags: Diagnostic
     except _Bad:
         return False
     return True
+
+
+def _check_tensor_arguments(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
+                            diags: Diagnostics) -> bool:
+    """No Tensor parameter of a library op is given what is surely not a Tensor (a number, a
+    size, a shape: an argument out of order): torch.ops would refuse it at backward."""
+    target = resolve(lib, ref)
+    assert target is not None
+    schema = target.schema
+    given = [(arg, value, call.loc, f"argument {i + 1} ('{arg.name}')")
+             for i, (arg, value) in enumerate(zip(schema.positional, call.args))]
+    given += [(schema.argument(key), value,
+               call.kwarg_locs[i] if i < len(call.kwarg_locs) else call.loc, f"argument '{key}'")
+              for i, (key, value) in enumerate(call.kwargs)]
+    for arg, value, loc, what in given:
+        if arg is not None and is_tensor_like(arg.type) and kinds.of(value) is Kind.META:
+            diags.error(loc, f"{what} of {schema.name} is a {arg.type}, but is given a value "
+                        "that is not a Tensor (a number, size, shape, dtype or string)",
+                        f"its schema: {schema}")
+            return False
+    return True
+
+
+def _check_gradient_count(lib: OpLibrary, op: Op, f: Formula, call: Call, ref: OpRef,
+                          diags: Diagnostics) -> bool:
+    """A formula that is a library op's call gives one gradient per return of that op: the
+    generated backward unpacks them into the formula's inputs (a lone Tensor would be unpacked
+    along its first dimension), or takes a tuple for one gradient."""
+    target = resolve(lib, ref)
+    assert target is not None
+    returns = target.schema.returns
+    given, wanted = len(returns), len(f.inputs)
+    if given == wanted or (wanted > 1 and given == 1 and is_tensor_list(returns[0].type)):
+        return True     # a Tensor[] return unpacks into as many gradients as it holds
+    if wanted == 1 and given == 0:
+        return True     # None: no gradient
+    diags.error(call.loc or f.loc or op.loc,
+                f"the formula for {', '.join(f.inputs)} gives {given} "
+                f"gradient{'s' if given != 1 else ''} for {wanted} input{'s' if wanted != 1 else ''}",
+                f"its schema: {target.schema}")
+    return False
 
 
 # `check PATHS` loads only the files named: a library op of another file is unknown there.
