@@ -68,15 +68,34 @@ def check_sources(root: Path) -> None:
 _SOURCE_EXCERPT = re.compile(r"^\s*\d*\s*\|")   # gcc's `  5 | code` and `    |   ^~~` lines
 
 
+def _codegen_failure(line: str, build_file: str) -> bool:
+    """Whether `line` is ninja's `FAILED: [code=N] outputs...` of the edge that regenerates the
+    build file (opgen's own `generate`)."""
+    return line.startswith("FAILED: ") and build_file in line.split()
+
+
 def run_ninja(root: Path, extra: list[str], *, out=None) -> int:
     out = out or sys.stdout
     notes = Notes(root)
-    proc = subprocess.Popen([ninja_binary(), "-f", ninja_file(config.current()), *extra],
+    build_file = ninja_file(config.current())
+    proc = subprocess.Popen([ninja_binary(), "-f", build_file, *extra],
                             cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", bufsize=1)
     assert proc.stdout is not None
     pending: str | None = None      # a note waits until the compiler has shown its source lines
+    # A failed regeneration has said what is wrong in located messages: ninja's list of every
+    # generated file, the command line and its closing "rebuilding ...: subcommand failed"
+    # would bury them.
+    skip_command = False
     for line in proc.stdout:
+        if skip_command:
+            skip_command = False
+            continue
+        if _codegen_failure(line, build_file):
+            skip_command = True
+            continue
+        if line.startswith(f"ninja: error: rebuilding '{build_file}'"):
+            continue
         if pending is not None and not _SOURCE_EXCERPT.match(line):
             out.write(pending + "\n")
             pending = None

@@ -497,3 +497,24 @@ def test_a_kernel_in_another_namespaces_directory_is_told_so(tmp_path: Path) -> 
         "kernel source of namespace 'good' (a directory named after it), compiled into that "
         "namespace's library; move the definition to a kernel source in a directory named "
         "'bad', in namespace 'bad'"), note
+
+
+def test_an_op_file_error_found_by_the_build_is_not_buried(tmp_path: Path) -> None:
+    """An op file broken after `generate`: the build's regeneration fails with the located
+    message alone, not under ninja's list of every generated file and the codegen command."""
+    scratch.make_root(tmp_path, {"bad.yaml": OP_FILE}, {"bad/kernels.cpp": NO_DEFINITION})
+    gen = scratch.generate(tmp_path)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    op_file = tmp_path / "schemas" / "bad.yaml"
+    op_file.write_text(OP_FILE.replace("fake: like(self)", "fake: lik(self)"))
+    proc = scratch.build(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("] CODEGEN schemas"), lines
+    assert lines[1:] == [
+        "schemas/bad.yaml:6:11: error: unknown function 'lik'",
+        "        fake: lik(self)",
+        "              ^~~",
+        "hint: did you mean 'like'?",
+        "1 error generated.",
+    ], lines
