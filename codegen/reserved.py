@@ -11,6 +11,9 @@ The generators keep them apart by construction:
   the module defines or calls (`codegen.dest.py_common.reg_module_names`, builtins, every argument name); user functions
   imported under a taken name are imported under a mangled one; `runtime.ops` names that would
   hit a name the module or its stub owns (`codegen.dest.py_ops.ops_module_names`) get a trailing underscore.
+  Arguments are parameters of the generated functions under their own names (callers pass them
+  by keyword): the functions' locals are chosen fresh around them, and what an argument hides
+  (`torch`, `len`, `_ops`) they reach through a module-level alias (`py_common.Reach`).
 
 What cannot be made safe is refused by `codegen.verify`, naming the clash:
 - C and C++ macros (`EOF`, `NULL`, `INT_MAX`, `errno`, `TORCH_CHECK`) as namespaces or kernel
@@ -19,9 +22,7 @@ What cannot be made safe is refused by `codegen.verify`, naming the clash:
   (`python -m codegen.reserved --refresh`, which needs both; tests check the record);
 - names torch's op registry owns (`torch.ops.load_library`, `torch.ops.<ns>.name`,
   `torch.ops.<ns>.<op>.overloads`): torch.ops, FX graphs and the generated Python reach ops by
-  attribute, and those attributes are torch's (also recorded in `reserved.json`);
-- argument names a generated Python function needs for itself (`PY_BODY_BUILTINS`, and the
-  module-level names of `runtime._reg_<ns>` such as `_ops`).
+  attribute, and those attributes are torch's (also recorded in `reserved.json`).
 """
 
 from __future__ import annotations
@@ -42,11 +43,6 @@ CPP_NAMESPACE = "opgen"
 
 # Macros the build defines on the command line (generated/build.ninja, codegen.toolchain).
 COMMAND_LINE_MACROS = ("OPGEN_TORCH_VERSION", "OPGEN_WITH_CUDA")
-
-# Builtins that generated per-op Python functions (fake, autograd, vmap, functionalize) call;
-# tests/test_hygiene.py checks every builtin the generated modules use is listed.
-PY_BODY_BUILTINS = frozenset({"NotImplementedError", "RuntimeError", "any", "len", "list", "range",
-                              "sum", "tuple", "zip"})
 
 PY_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 PY_BUILTINS = frozenset(dir(builtins))

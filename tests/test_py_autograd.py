@@ -76,11 +76,34 @@ def test_forward_splits_the_flat_elements(n_xs, n_ys):
     assert got == [xs, ys]
 
 
-def test_locals_the_inputs_may_not_take():
+def test_generated_locals_keep_their_names_beside_other_inputs():
     flat = FlatFunction(parse_schema("ns::g(Tensor self, Tensor[] grads) -> Tensor[]"))
-    assert {"ctx", "needs", "saved", "grad", "result", "flat_grads", "outputs", "self_grad",
-            "grads_grad", "grads_len"} <= flat.taken
+    own = flat.own
+    assert (own.ctx, own.needs, own.saved, own.grads, own.results, own.flat_grads, own.outputs) \
+        == ("ctx", "needs", "saved", ["grad"], ["result"], "flat_grads", "outputs")
+    assert own.grad_vars == {"self": "self_grad", "grads": "grads_grad"}
+    assert own.lens == {"grads": "grads_len"}
     assert flat.flat == "grads"         # the only Tensor[] input is the flat tail itself
+
+
+def test_generated_locals_move_off_the_inputs_names():
+    """An input named like a local of the generated functions keeps its name (callers pass it by
+    keyword); the local gets another, unlike every input's and every other local's."""
+    schema = parse_schema("ns::g(Tensor ctx, Tensor needs, Tensor saved, Tensor result, "
+                          "Tensor outputs, Tensor flat_grads, Tensor flat, Tensor[] xs, "
+                          "Tensor xs_len, Tensor[] ys, Tensor ys_grad, Tensor grad) -> Tensor[]")
+    flat = FlatFunction(schema)
+    own = flat.own
+    assert (own.ctx, own.needs, own.saved, own.grads, own.results, own.flat_grads, own.outputs,
+            flat.flat) == ("ctx_", "needs_", "saved_", ["grad_"], ["result_"], "flat_grads_",
+                           "outputs_", "flat_")
+    assert own.lens == {"xs": "xs_len_", "ys": "ys_len"}
+    assert own.grad_vars["ys"] == "ys_grad_" and own.grad_vars["ys_grad"] == "ys_grad_grad"
+    assert flat.slot_names[7] == "xs_len_" and flat.slot_names[8] == "xs_len"
+    generated = [own.ctx, own.needs, own.saved, *own.grads, *own.results, own.flat_grads,
+                 own.outputs, flat.flat, *own.lens.values(), *own.grad_vars.values()]
+    assert len(set(generated)) == len(generated)
+    assert not set(generated) & {a.name for a in schema.arguments}
 
 
 def test_values_named_like_ctx_attributes_differentiate(tmp_path, monkeypatch):

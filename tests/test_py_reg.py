@@ -244,31 +244,3 @@ def test_out_of_the_wrong_shape_under_functionalization(library):
     with pytest.raises(RuntimeError, match="'out' must have the result's shape"):
         with FunctionalTensorMode():
             torch.ops.regtest.clip.out(x, 0.5, out=out)
-
-
-def test_every_argument_hiding_a_name_is_reported_at_once(tmp_path, monkeypatch, capsys):
-    """Three arguments of one op hide names the generated registrations call: `check` names all
-    three (it used to stop at the first, so each rename revealed the next)."""
-    from codegen.__main__ import main as cli
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "hide.yaml").write_text(
-        "- func: 'ex::f(Tensor torch, Tensor list, Tensor _ops) -> Tensor'\n"
-        "  dispatch: {CPU: f_cpu}\n"
-        "  fake: 'like(list)'\n", encoding="utf-8")
-    assert cli(["check", "hide.yaml"]) == 1
-    assert capsys.readouterr().err == """\
-hide.yaml:1:23: error: argument 'torch' of ex::f would hide the torch module in the generated Python registrations
-    - func: 'ex::f(Tensor torch, Tensor list, Tensor _ops) -> Tensor'
-                          ^~~~~
-hint: rename it
-hide.yaml:1:37: error: argument 'list' of ex::f would hide the builtin 'list' in the generated Python registrations
-    - func: 'ex::f(Tensor torch, Tensor list, Tensor _ops) -> Tensor'
-                                        ^~~~
-hint: rename it
-hide.yaml:1:50: error: argument '_ops' of ex::f would hide the module-level name '_ops' in the generated Python registrations
-    - func: 'ex::f(Tensor torch, Tensor list, Tensor _ops) -> Tensor'
-                                                     ^~~~
-hint: rename it
-3 errors generated.
-"""

@@ -7,16 +7,17 @@ lists cannot pass through it flat use `torch.library.register_autograd`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Callable
 
 from codegen import formulas as F
 from codegen import layout, reserved
 from codegen.api import python as P
 from codegen.dest import cpp_autograd
-from codegen.dest.py_common import (Class, Function, Section, camel, op_attr, op_name, q, qualname,
-                                    reg_module_names)
+from codegen.dest.py_common import (PLAIN, Class, Function, Reach, Section, camel, op_attr,
+                                    op_name, q, qualname, reg_module_names)
 from codegen.expr import Prec, PyPrinter
-from codegen.model import (FunctionSchema, ListType, Op, is_tensor_like, is_tensor_list,
+from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like, is_tensor_list,
                            strip_optional)
 
 if TYPE_CHECKING:
@@ -31,19 +32,21 @@ class Names:
     grads: list[str]                        # per output
     results: list[str]                      # per output (locals; unused ones unset)
     ops: dict[F.OpRef, Op]                  # library references -> ops
+    ctx: str = "ctx"                        # backward's ctx parameter
     locals: dict[str, str] = field(default_factory=dict)    # binding -> local name
 
 
 class FormulaEmitter(PyPrinter):
     """Renders formulas as Python statements of the generated backward."""
 
-    def __init__(self, op: Op, names: Names, helpers: set[str]):
+    def __init__(self, op: Op, names: Names, helpers: set[str], reach: Reach):
         self.op = op
         self.names = names
         self.helpers = helpers
+        self.r = reach
 
     def _meta(self, name: str, what: str) -> str:
-        return f"ctx.{name}_{what}"
+        return f"{self.names.ctx}.{name}_{what}"
 
     def form(self, e: F.Expr) -> tuple[str, int]:  # type: ignore[override]
         n = self.names
@@ -67,10 +70,12 @@ class FormulaEmitter(PyPrinter):
                 return ("(" + ", ".join(n.results) + ("," if len(n.results) == 1 else "") + ")",
                         Prec.ATOM)
             case F.TorchRef(path=path):
-                return ".".join(("torch",) + path), Prec.POSTFIX
+                return ".".join((self.r.torch,) + path), Prec.POSTFIX
             case F.BuiltinRef(name=name):
                 raise AssertionError(f"builtin {name} outside a call")
-            case F.PyBuiltinRef(name=name) | F.LoopVar(name=name):
+            case F.PyBuiltinRef(name=name):
+                return getattr(self.r, name), Prec.ATOM
+            case F.LoopVar(name=name):
                 return name, Prec.ATOM
             case F.LocalRef(name=name):
                 return n.locals[name], Prec.ATOM
@@ -79,10 +84,10 @@ class FormulaEmitter(PyPrinter):
                 return (f"[{self.expr(elem)} for {', '.join(names)} in "
                         f"{self.expr(it, Prec.COND + 1)}{test}]", Prec.ATOM)
             case F.OpRef():
-                return f"_ops.{op_attr(n.ops[e])}", Prec.POSTFIX
+                return f"{self.r._ops}.{op_attr(n.ops[e])}", Prec.POSTFIX
             case F.Attr(obj=F.InputRef(name=name), name=attr) if name in n.meta:
                 if attr == "ndim":
-                    return f"len({self._meta(name, 'shape')})", Prec.POSTFIX
+                    return f"{self.r.len}({self._meta(name, 'shape')})", Prec.POSTFIX
                 return self._meta(name, F.META_ATTRS[attr]), Prec.POSTFIX
             case F.Attr(obj=obj, name=attr):
                 return f"{self.expr(obj, Prec.POSTFIX)}.{attr}", Prec.POSTFIX
@@ -130,13 +135,14 @@ class FormulaEmitter(PyPrinter):
                 return f"{self.expr(grad, Prec.POSTFIX)}.sum_to_size({shape})"
             if func.name == "not_implemented":
                 self.helpers.add("not_implemented")
-                return f"_not_implemented({q(qualname(self.op))}, {self.expr(e.args[0])})"
+                return (f"{self.r._not_implemented}({q(qualname(self.op))}, "
+                        f"{self.expr(e.args[0])})")
             raise AssertionError(func.name)
         if isinstance(func, F.Attr) and isinstance(func.obj, F.InputRef) and \
                 func.obj.name in n.meta and func.name in F.META_METHODS:
             shape = self._meta(func.obj.name, "shape")
             if func.name == "dim":
-                return f"len({shape})"
+                return f"{self.r.len}({shape})"
             if not e.args and not e.kwargs:
                 return shape
             index = self.expr(e.args[0]) if e.args else self.expr(e.kwargs[0][1])
@@ -190,12 +196,7 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
                             name="no-torch-func", suppress=op.suppress)
         register_autograd(m, op, api, sec, d, refs, plan)
         return
-    flat = FlatFunction(op.schema)
-    clash = [a.name for a in flat.args if a.name in flat.taken]
-    if clash:
-        m.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
-                      "generated backward", "rename it")
-        return
+    flat = FlatFunction(op.schema, m.reach(op))
     backward_decorators = ["staticmethod"]
     why = first_order_reason(m, op)
     if why:
@@ -203,7 +204,8 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     forward_params, forward = flat.forward(op)
     singles, saved_lists, setup = flat.setup_context(plan, d)
     body = flat.backward(op, d, plan, refs, m.helpers, singles, saved_lists)
-    grads = "ctx, " + (", ".join(flat.grads) if flat.at is None else "*flat_grads")
+    own = flat.own
+    grads = f"{own.ctx}, " + (", ".join(own.grads) if flat.at is None else f"*{own.flat_grads}")
     cls = Class(
         m.define(f"_{camel(api)}Function"), "torch.autograd.Function",
         f"{qualname(op)} under autograd, from its derivative formulas.",
@@ -250,28 +252,21 @@ class FlatFunction:
     flat, and the Autograd kernel puts the list back together; the list's length is what the
     other returns leave."""
 
-    def __init__(self, schema: FunctionSchema):
+    def __init__(self, schema: FunctionSchema, reach: Reach = PLAIN):
         self.schema = schema
+        self.r = reach
         self.args = list(schema.arguments)
         list_returns = [i for i, r in enumerate(schema.returns) if is_tensor_list(r.type)]
         self.at = list_returns[0] if list_returns else None    # the Tensor[] return
         self.n_returns = len(schema.returns)
         self.tail = self.n_returns - 1 - self.at if self.at is not None else 0
         self.lists = [a for a in self.args if is_tensor_list(a.type)]
-        self.slot_names = [f"{a.name}_len" if is_tensor_list(a.type) else a.name
+        self.own = own = OwnNames(schema, self.args, self.lists, self.at is not None)
+        self.slot_names = [own.lens[a.name] if is_tensor_list(a.type) else a.name
                            for a in self.args]
         self.slot = {a.name: i for i, a in enumerate(self.args)}
         self.n_slots = len(self.args)
-        self.flat = self.lists[0].name if len(self.lists) == 1 else "flat"
-        self.grads = _grad_names(schema)
-        self.results = _result_names(schema)
-        # Locals of the generated methods, which the op's inputs must not be named.
-        self.taken = {"ctx", "needs", "saved", *self.grads, *self.results,
-                      *(("flat_grads", "outputs") if self.at is not None else ()),
-                      *(f"{a.name}_grad" for a in self.args),
-                      *(f"{a.name}_len" for a in self.lists)}
-        if len(self.lists) > 1:
-            self.taken.add(self.flat)
+        self.flat = self.lists[0].name if len(self.lists) == 1 else own.flat
 
     # -- where things are in the flat inputs and outputs
 
@@ -297,71 +292,76 @@ class FlatFunction:
                                    self.n_slots)
         return f"inputs[{self.slot[a_name]}]"
 
-    def flat_output(self, seq: str, i: int) -> str:
-        """Return `i` in the flat outputs `seq` (a slice for the Tensor[] one)."""
+    def flat_output(self, seq: str, i: int, r: Reach | None = None) -> str:
+        """Return `i` in the flat outputs `seq` (a slice for the Tensor[] one), in a function
+        reaching builtins as `r` does (by default, one with the op's arguments)."""
         at, tail, n_returns = self.at, self.tail, self.n_returns
+        r = r or self.r
         if at is None:
             return seq if n_returns == 1 else f"{seq}[{i}]"
         if i == at:
             if not tail:
                 return f"{seq}[{at}:]" if at else seq
-            return f"{seq}[{at}:len({seq}) - {tail}]"
+            return f"{seq}[{at}:{r.len}({seq}) - {tail}]"
         return f"{seq}[{i}]" if i < at else f"{seq}[-{n_returns - i}]"
 
     def output(self, i: int) -> str:
-        return self.flat_output("output", i)
+        """Return `i` in setup_context, whose parameters are its own."""
+        return self.flat_output("output", i, PLAIN)
 
     def needs(self, a_name: str) -> str:
         """Whether backward must compute the gradient of input `a_name`."""
         arg = self.schema.argument(a_name)
         assert arg is not None
         if is_tensor_list(arg.type):
-            elements = self.list_slice("needs", self.lists.index(arg), lambda n: f"{n}_len",
-                                       self.n_slots)
-            return f"any({elements})"
-        return f"needs[{self.slot[a_name]}]"
+            elements = self.list_slice(self.own.needs, self.lists.index(arg),
+                                       self.own.lens.__getitem__, self.n_slots)
+            return f"{self.r.any}({elements})"
+        return f"{self.own.needs}[{self.slot[a_name]}]"
 
     # -- the Function's methods
 
     def call(self, op: Op) -> str:
         """The op below autograd."""
-        return f"_ops.{op_attr(op)}({', '.join(P.call_arguments(self.schema))})"
+        return f"{self.r._ops}.{op_attr(op)}({', '.join(P.call_arguments(self.schema))})"
 
     def forward(self, op: Op) -> tuple[str, list[str]]:
         """forward's parameters and body: the op below autograd."""
-        lists, flat, at = self.lists, self.flat, self.at
+        lists, flat, at, r = self.lists, self.flat, self.at, self.r
         forward: list[str] = []
         if len(lists) > 1:
             for k, a in enumerate(lists):
-                forward.append(
-                    f"{a.name} = list({self.list_slice('flat', k, lambda n: f'{n}_len', 0)})")
+                elements = self.list_slice(flat, k, self.own.lens.__getitem__, 0)
+                forward.append(f"{a.name} = {r.list}({elements})")
         elif lists:
-            forward.append(f"{flat} = list({flat})")
+            forward.append(f"{flat} = {r.list}({flat})")
         call = self.call(op)
         # Grad mode on, as in a C++ autograd kernel (apply turns it off): under torch.func the
         # op then records at the transform levels below this one.
-        forward.append("with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():")
+        forward.append(f"with {r.torch}.enable_grad(), {r.torch}._C._AutoDispatchBelowAutograd():")
         if at is None:
             forward.append(f"    return {call}")
         elif self.n_returns == 1:
-            forward.append(f"    return tuple({call})")
+            forward.append(f"    return {r.tuple}({call})")
         else:
-            forward.append(f"    outputs = {call}")
-            forward.append(f"    return (*outputs[:{at}], *outputs[{at}], *outputs[{at + 1}:])")
+            outputs = self.own.outputs
+            forward.append(f"    {outputs} = {call}")
+            forward.append(f"    return (*{outputs}[:{at}], *{outputs}[{at}], "
+                           f"*{outputs}[{at + 1}:])")
         return ", ".join(self.slot_names + ([f"*{flat}"] if lists else [])), forward
 
     def setup_context(self, plan: F.Saved, d: F.Derivatives) -> tuple[
             list[tuple[str, str]], list[tuple[str, str]], list[str]]:
         """The Tensors saved (local, source), the Tensor lists saved, and setup_context's
         body."""
-        at, results, output = self.at, self.results, self.output
+        at, results, output = self.at, self.own.results, self.output
         singles = [(n, self.source(n)) for n in plan.tensors] + \
             [(results[i], output(i)) for i in plan.results if i != at]
         saved_lists = [(n, self.source(n)) for n in plan.tensor_lists] + \
             [(results[i], output(i)) for i in plan.results if i == at]
         setup = _save_tensors(singles, saved_lists)
         for a in self.lists[:-1]:
-            setup.append(f"ctx.{a.name}_len = {self.input_count(a.name)}")
+            setup.append(f"ctx.{self.own.lens[a.name]} = {self.input_count(a.name)}")
         setup += _save_context(plan, d, self.schema, self.source,
                                lambda i: f"*{output(i)}" if i == at else output(i))
         return singles, saved_lists, setup or ["pass"]
@@ -370,32 +370,34 @@ class FlatFunction:
                  helpers: set[str], singles: list[tuple[str, str]],
                  saved_lists: list[tuple[str, str]]) -> list[str]:
         """backward's body: what setup_context saved, back in locals, then the formulas."""
-        args, lists, n_slots = self.args, self.lists, self.n_slots
-        body = _restore_saved(singles, saved_lists, plan)
+        args, lists, n_slots, own, r = self.args, self.lists, self.n_slots, self.own, self.r
+        lens = own.lens
+        body = _restore_saved(singles, saved_lists, plan, own, r)
         if self.at is not None:
             # The gradients of the flat outputs, regrouped: the Tensor[] return's is a list.
-            for i, g in enumerate(self.grads):
-                value = self.flat_output("flat_grads", i)
-                body.append(f"{g} = " + (f"list({value})" if i == self.at else value))
+            for i, g in enumerate(own.grads):
+                value = self.flat_output(own.flat_grads, i)
+                body.append(f"{g} = " + (f"{r.list}({value})" if i == self.at else value))
         if lists:
             # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
             for a in lists[:-1]:
-                body.append(f"{a.name}_len = ctx.{a.name}_len")
-            rest = " - ".join([f"len(needs) - {n_slots}"] + [f"{a.name}_len" for a in lists[:-1]])
-            body.append(f"{lists[-1].name}_len = {rest}")
+                body.append(f"{lens[a.name]} = {own.ctx}.{lens[a.name]}")
+            rest = " - ".join([f"{r.len}({own.needs}) - {n_slots}"]
+                              + [lens[a.name] for a in lists[:-1]])
+            body.append(f"{lens[lists[-1].name]} = {rest}")
 
         meta_only = {a for a, _ in plan.meta}
         emit_names = Names(inputs={a.name: a.name for a in args}, meta=meta_only,
-                           grads=self.grads, results=self.results, ops=refs)
-        emitter = FormulaEmitter(op, emit_names, helpers)
-        grad_vars = {a.name: f"{a.name}_grad" for a in args if is_tensor_like(a.type)}
+                           grads=own.grads, results=own.results, ops=refs, ctx=own.ctx)
+        emitter = FormulaEmitter(op, emit_names, helpers, r)
+        grad_vars = own.grad_vars
         for a in args:
             if a.name in grad_vars:
                 # A Tensor[] input's gradient is a list of the same length.
                 body.append(f"{grad_vars[a.name]} = "
-                            + (f"[None] * {a.name}_len" if is_tensor_list(a.type) else "None"))
+                            + (f"[None] * {lens[a.name]}" if is_tensor_list(a.type) else "None"))
         _emit_formulas(body, d, self.schema, emitter, emit_names, grad_vars, self.needs,
-                       self.taken, lambda n: f"{n}_len")
+                       own.taken, lens.__getitem__, r)
         returns = [grad_vars[a.name] if a.name in grad_vars and not is_tensor_list(a.type)
                    else "None" for a in args] + [f"*{grad_vars[a.name]}" for a in lists]
         ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
@@ -405,25 +407,26 @@ class FlatFunction:
     def kernel(self, op: Op, function: str) -> list[str]:
         """The Autograd kernel's body: the Function `function` when a gradient may be asked
         for, else the op below autograd."""
-        args, lists, at = self.args, self.lists, self.at
+        args, lists, at, r = self.args, self.lists, self.at, self.r
         tensors = [a.name for a in args if is_tensor_like(a.type)]
-        applied = [f"len({a.name})" if is_tensor_list(a.type) else a.name for a in args] + \
+        applied = [f"{r.len}({a.name})" if is_tensor_list(a.type) else a.name for a in args] + \
             [f"*{a.name}" for a in lists]
-        applying = f"_apply({function}, {', '.join(applied)})"
+        applying = f"{r._apply}({function}, {', '.join(applied)})"
         if at is None:
             differentiating = [f"    return {applying}"]
         elif self.n_returns == 1:
-            differentiating = [f"    return list({applying})"]
+            differentiating = [f"    return {r.list}({applying})"]
         else:
-            differentiating = [f"    outputs = {applying}",
-                               f"    return (*outputs[:{at}], list("
-                               f"{self.flat_output('outputs', at)}), "
-                               + (f"*outputs[len(outputs) - {self.tail}:])" if self.tail
+            outputs = self.own.outputs
+            differentiating = [f"    {outputs} = {applying}",
+                               f"    return (*{outputs}[:{at}], {r.list}("
+                               f"{self.flat_output(outputs, at)}), "
+                               + (f"*{outputs}[{r.len}({outputs}) - {self.tail}:])" if self.tail
                                   else ")")]
         return [
-            f"if _differentiating({', '.join(tensors)}):",
+            f"if {r._differentiating}({', '.join(tensors)}):",
             *differentiating,
-            "with torch._C._AutoDispatchBelowAutograd():",
+            f"with {r.torch}._C._AutoDispatchBelowAutograd():",
             f"    return {self.call(op)}",
         ]
 
@@ -459,9 +462,9 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
     def output(i: int) -> str:
         return "output" if len(schema.returns) == 1 else f"output[{i}]"
 
-    # Locals of backward.
-    grads = _grad_names(schema)
-    results = _result_names(schema)
+    # Names of backward's own, and how it reaches the module's names and builtins.
+    own = OwnNames(schema, positional, [])
+    grads, results, r = own.grads, own.results, m.reach(op)
 
     # setup_context
     singles = [(n, source(n)) for n in plan.tensors] + \
@@ -476,53 +479,47 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
         else "ctx, inputs, output"
 
     # backward
-    body = _restore_saved(singles, lists, plan)
-
-    taken = {"ctx", "needs", "saved", *grads, *results, *(f"{a.name}_grad" for a in positional)}
-    clash = [a.name for a in schema.arguments if a.name in taken]
-    if clash:
-        m.diags.error(d.loc or op.loc, f"input '{clash[0]}' has the name of a local of the "
-                         "generated backward", "rename it")
-        return
+    body = _restore_saved(singles, lists, plan, own, r)
     meta_only = {a for a, _ in plan.meta}
     emit_names = Names(inputs={a.name: a.name for a in schema.arguments}, meta=meta_only,
-                       grads=grads, results=results, ops=refs)
-    emitter = FormulaEmitter(op, emit_names, m.helpers)
+                       grads=grads, results=results, ops=refs, ctx=own.ctx)
+    emitter = FormulaEmitter(op, emit_names, m.helpers, r)
+    needs_ = own.needs
 
     def needs(a_name: str) -> str:
         arg = schema.argument(a_name)
         assert arg is not None
         i = positional.index(arg)
         is_list = isinstance(strip_optional(arg.type), ListType)
-        test = f"any(needs[{i}])" if is_list else f"needs[{i}]"
+        test = f"{r.any}({needs_}[{i}])" if is_list else f"{needs_}[{i}]"
         # The dispatcher leaves trailing arguments equal to their defaults out of the call.
-        return f"len(needs) > {i} and {test}" if arg.default is not None else test
+        return f"{r.len}({needs_}) > {i} and {test}" if arg.default is not None else test
 
-    grad_vars = {a.name: f"{a.name}_grad" for a in positional if is_tensor_like(a.type)}
+    grad_vars = own.grad_vars
     for a in positional:
         if a.name in grad_vars:
             if isinstance(strip_optional(a.type), ListType):
                 # A Tensor[] input's gradient is a list of the same length.
                 i = positional.index(a)
-                value = f"[None] * len(needs[{i}])"
+                value = f"[None] * {r.len}({needs_}[{i}])"
                 if a.default is not None:
-                    value += f" if len(needs) > {i} else None"
+                    value += f" if {r.len}({needs_}) > {i} else None"
                 body.append(f"{grad_vars[a.name]} = {value}")
             else:
                 body.append(f"{grad_vars[a.name]} = None")
-    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, taken,
-                   lambda n: f"len(needs[{positional.index(schema.argument(n))}])")
+    _emit_formulas(body, d, schema, emitter, emit_names, grad_vars, needs, own.taken,
+                   lambda n: f"{r.len}({needs_}[{positional.index(schema.argument(n))}])", r)
     returns = [grad_vars.get(a.name, "None") for a in positional]
     ret = ", ".join(returns) + ("," if len(returns) == 1 else "")
     if has_lists and any(a.default is not None for a in positional):
-        body.append(f"return ({ret})[:len(needs)]")
+        body.append(f"return ({ret})[:{r.len}({needs_})]")
     else:
         body.append(f"return {ret}")
 
     setup_name = m.define(f"_{api}_setup_context")
     backward_name = m.define(f"_{api}_backward")
     sec.functions.append(Function(setup_name, setup_params, setup))
-    sec.functions.append(Function(backward_name, "ctx, " + ", ".join(grads), body,
+    sec.functions.append(Function(backward_name, f"{own.ctx}, " + ", ".join(grads), body,
                                   _formulas_doc(d)))
     backward = backward_name
     why = first_order_reason(m, op)
@@ -532,11 +529,39 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
                              f"{backward}, setup_context={setup_name}, lib=_lib)")
 
 
-def _result_names(schema: FunctionSchema) -> list[str]:
-    """Locals of backward naming the op's outputs."""
-    if len(schema.returns) == 1:
-        return ["result"]
-    return [f"result_{r.name}" if r.name else f"result{i}" for i, r in enumerate(schema.returns)]
+class OwnNames:
+    """The names the generated autograd functions give their own parameters and locals: each
+    its usual one (`ctx`, `needs`, `x_grad`) unless an input of the op has it, then made fresh
+    (`ctx_`). An input's name is part of the op's API and stays; the generated names move.
+    `inputs`: those with a gradient local (`<input>_grad`); `lists`: the Tensor[] inputs, whose
+    lengths have locals (`<input>_len`); `flat_outputs`: whether the outputs pass flat (with a
+    Tensor[] among them)."""
+
+    def __init__(self, schema: FunctionSchema, inputs: Sequence[Argument],
+                 lists: list[Argument], flat_outputs: bool = False):
+        self.taken = {a.name for a in schema.arguments}
+        self.grads = _grad_names(schema)
+        self.taken.update(self.grads)
+        if len(schema.returns) == 1:
+            self.results = [self.fresh("result")]
+        else:
+            self.results = [self.fresh(f"result_{r.name}" if r.name else f"result{i}")
+                            for i, r in enumerate(schema.returns)]
+        self.ctx = self.fresh("ctx")
+        self.needs = self.fresh("needs")
+        self.saved = self.fresh("saved")
+        # Only the names a Function uses are given out: the others stay free for bindings.
+        self.outputs = self.fresh("outputs") if flat_outputs else ""
+        self.flat_grads = self.fresh("flat_grads") if flat_outputs else ""
+        self.flat = self.fresh("flat") if len(lists) > 1 else ""
+        self.grad_vars = {a.name: self.fresh(f"{a.name}_grad") for a in inputs
+                          if is_tensor_like(a.type)}
+        self.lens = {a.name: self.fresh(f"{a.name}_len") for a in lists}
+
+    def fresh(self, base: str) -> str:
+        name = reserved.fresh(base, self.taken)
+        self.taken.add(name)
+        return name
 
 
 def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]]) -> list[str]:
@@ -591,30 +616,31 @@ def _value_attributes(plan: F.Saved) -> dict[str, str]:
 
 
 def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
-                   plan: F.Saved) -> list[str]:
+                   plan: F.Saved, own: OwnNames, r: Reach) -> list[str]:
     """The opening lines of backward: what `_save_tensors` and `_save_context` stored, back in
     locals, and `needs` (ctx.needs_input_grad)."""
     body = []
+    ctx, saved = own.ctx, own.saved
     if singles or lists:
         targets = [local for local, _ in singles]
         if not lists:
             body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
-                        "= ctx.saved_tensors")
+                        f"= {ctx}.saved_tensors")
         elif not targets and len(lists) == 1:
-            body.append(f"{lists[0][0]} = list(ctx.saved_tensors)")
+            body.append(f"{lists[0][0]} = {r.list}({ctx}.saved_tensors)")
         else:
-            body.append("saved = ctx.saved_tensors")
+            body.append(f"{saved} = {ctx}.saved_tensors")
             for i, local in enumerate(targets):
-                body.append(f"{local} = saved[{i}]")
+                body.append(f"{local} = {saved}[{i}]")
             offset = str(len(targets))
             for local, _ in lists[:-1]:
-                end = f"{offset} + ctx.{local}_count"
-                body.append(f"{local} = list(saved[{offset}:{end}])")
+                end = f"{offset} + {ctx}.{local}_count"
+                body.append(f"{local} = {r.list}({saved}[{offset}:{end}])")
                 offset = end
-            body.append(f"{lists[-1][0]} = list(saved[{offset}:])")
+            body.append(f"{lists[-1][0]} = {r.list}({saved}[{offset}:])")
     for a_name, attr in _value_attributes(plan).items():
-        body.append(f"{a_name} = ctx.{attr}")
-    body.append("needs = ctx.needs_input_grad")
+        body.append(f"{a_name} = {ctx}.{attr}")
+    body.append(f"{own.needs} = {ctx}.needs_input_grad")
     return body
 
 
@@ -630,7 +656,7 @@ def _grad_names(schema: FunctionSchema) -> list[str]:
 
 
 def _emit_formulas(body: list[str], d, schema, emitter, emit_names, grad_vars: dict[str, str],
-                   needs, taken: set[str], list_len: Callable[[str], str]) -> None:
+                   needs, taken: set[str], list_len: Callable[[str], str], r: Reach) -> None:
     """Each formula under `if <its inputs need a gradient>:`, its bindings' locals chosen apart
     from everything the backward already holds. A Tensor[] input's gradient is checked to be a
     list of its length (`list_len(name)`), or None for none, with the C++ path's message: autograd's own ('returned
@@ -652,10 +678,11 @@ def _emit_formulas(body: list[str], d, schema, emitter, emit_names, grad_vars: d
             # None (in a tuple formula) is no gradient for any element, as for a Tensor input.
             body.append(f"    if {g} is None:")
             body.append(f"        {g} = [None] * {count}")
-            body.append(f"    elif torch.is_tensor({g}) or len({g}) != {count}:")
-            body.append(f"        raise RuntimeError({q(f'{qual}: the formula for {name!r} gives ')} "
-                        f"+ ('a Tensor, not a list,' if torch.is_tensor({g}) else "
-                        f"f'{{len({g})}} gradients') + f' for {{{count}}} tensors')")
+            body.append(f"    elif {r.torch}.is_tensor({g}) or {r.len}({g}) != {count}:")
+            body.append(f"        raise {r.RuntimeError}("
+                        f"{q(f'{qual}: the formula for {name!r} gives ')} "
+                        f"+ ('a Tensor, not a list,' if {r.torch}.is_tensor({g}) else "
+                        f"f'{{{r.len}({g})}} gradients') + f' for {{{count}}} tensors')")
 
 
 def _binding_locals(d: F.Derivatives, taken: set[str]) -> dict[str, str]:

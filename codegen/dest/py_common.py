@@ -163,8 +163,37 @@ def reg_module_names() -> frozenset[str]:
     """Module-level names of every `runtime._reg_<ns>` module before its ops' sections: imports,
     `_lib`, `_ops`, and every helper (rendered with all of them)."""
     text = render("py_reg.py.j2", banner="#", ns="ns", module="runtime._reg_ns", imports=[],
-                  helpers=list(HELPERS), sections=[])
+                  helpers=list(HELPERS), aliases=[], sections=[])
     return reserved.bound_names(text)
+
+
+class Reach:
+    """How one generated function spells the module-level names and builtins it reads
+    (`r.torch`, `r.len`, `r._ops`, `r._apply`): by their own names, except those an argument of
+    the op hides there (a parameter `Tensor list`, `int sum`, `Tensor torch`), which it reaches
+    through their module-level alias (`ModuleScope.alias`). Argument names are the op's API
+    (callers pass them by keyword), so they stay; what the generated code reads moves instead."""
+
+    def __init__(self, scope: ModuleScope | None, hidden: frozenset[str]):
+        self._scope = scope
+        self._hidden = hidden
+
+    def __getattr__(self, name: str) -> str:
+        if name not in _reachable():
+            raise AttributeError(f"{name!r} is neither a builtin nor a name of the module")
+        if name not in self._hidden:
+            return name
+        assert self._scope is not None
+        return self._scope.alias(name)
+
+
+# A function that reads every name as itself (no argument of an op among its parameters).
+PLAIN = Reach(None, frozenset())
+
+
+@lru_cache(maxsize=1)
+def _reachable() -> frozenset[str]:
+    return reg_module_names() | reserved.PY_BUILTINS
 
 
 class ModuleScope:
@@ -188,6 +217,22 @@ class ModuleScope:
                                    | reserved.PY_KEYWORDS)
         self.taken.update(a.name for op in lib.ops if op.namespace == ns
                           for a in op.schema.arguments)
+        self.aliases: dict[str, str] = {}       # module-level name or builtin -> its alias
+
+    def alias(self, name: str) -> str:
+        """The module-level alias of `name` (`torch`, `_ops`, a helper, a builtin) for the
+        functions in which an argument hides it: `_len = len`, `_ops_ = _ops`. Given out like
+        any module-level name, so no argument of the namespace hides the alias."""
+        if name not in self.aliases:
+            # `_x_`, not `__x`: a method of a generated class would mangle a `__` name.
+            self.aliases[name] = self.define(f"{name}_" if name.startswith("_") else f"_{name}")
+        return self.aliases[name]
+
+    def reach(self, op: Op, *user_locals: str) -> Reach:
+        """How a generated function of `op` whose parameters or locals are named after its
+        arguments (and `user_locals`, names an op file gives its locals) spells what it reads
+        from the module and the builtins."""
+        return Reach(self, frozenset(a.name for a in op.schema.arguments) | set(user_locals))
 
     def define(self, name: str) -> str:
         """A new module-level name: `name`, or `name_`, ... when that is taken."""

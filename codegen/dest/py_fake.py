@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from codegen import shape as S
 from codegen.api import python as P
 from codegen.dest import cpp_meta, cpp_stable
-from codegen.dest.py_common import Function, Section, q, qualname
+from codegen.dest.py_common import PLAIN, Function, Reach, Section, q, qualname
 from codegen.expr import Prec, PyPrinter
 from codegen.dest.py_sources import check_signature
 from codegen.model import BaseTy, BaseType, DispatchKey, FunctionSchema, Op, PyRef
@@ -43,8 +43,9 @@ def uses_cpp_meta(op: Op) -> bool:
 class FakeEmitter(PyPrinter):
     """Renders one fake rule as Python statements over the op's parameters."""
 
-    def __init__(self, helpers: set[str]):
+    def __init__(self, helpers: set[str], reach: Reach = PLAIN):
         self.helpers = helpers
+        self.r = reach
 
     def form(self, e: S.Expr) -> tuple[str, int]:  # type: ignore[override]
         match e:
@@ -61,7 +62,7 @@ class FakeEmitter(PyPrinter):
             case S.NoneLit():
                 return "None", Prec.ATOM
             case S.DtypeLit(name=n):
-                return f"torch.{n}", Prec.POSTFIX
+                return f"{self.r.torch}.{n}", Prec.POSTFIX
             case S.TensorProp(tensor=t, prop=p):
                 obj = self.expr(t, Prec.POSTFIX)
                 if p in (S.Prop.ndim, S.Prop.numel):
@@ -77,24 +78,24 @@ class FakeEmitter(PyPrinter):
                 st_t = f":{self.expr(st)}" if st is not None else ""
                 return f"{self.expr(s, Prec.POSTFIX)}[{lo_t}:{hi_t}{st_t}]", Prec.POSTFIX
             case S.Len(seq=s):
-                return f"len({self.expr(s)})", Prec.POSTFIX
+                return f"{self.r.len}({self.expr(s)})", Prec.POSTFIX
             case S.Spread(seq=s):
                 return f"*{self.expr(s, Prec.POSTFIX)}", Prec.ATOM
             case S.ListLit(items=items) | S.OutList(items=items):
                 return "[" + ", ".join(self.expr(i) for i in items) + "]", Prec.ATOM
             case S.Range(count=c):
-                return f"range({self.expr(c)})", Prec.POSTFIX
+                return f"{self.r.range}({self.expr(c)})", Prec.POSTFIX
             case S.PromoteTypes(items=items):
                 text = self.expr(items[-1])
                 for item in reversed(items[:-1]):
-                    text = f"torch.promote_types({self.expr(item)}, {text})"
+                    text = f"{self.r.torch}.promote_types({self.expr(item)}, {text})"
                 return text, Prec.POSTFIX
             case S.ListComp(elem=elem, names=names, seqs=seqs):
                 seq = (self.expr(seqs[0]) if len(seqs) == 1
-                       else f"zip({', '.join(self.expr(x) for x in seqs)})")
+                       else f"{self.r.zip}({', '.join(self.expr(x) for x in seqs)})")
                 return f"[{self.expr(elem)} for {', '.join(names)} in {seq}]", Prec.ATOM
             case S.Sum(seq=seq):
-                return f"sum({self.expr(seq)})", Prec.POSTFIX
+                return f"{self.r.sum}({self.expr(seq)})", Prec.POSTFIX
             case S.Compare(op=op, left=a, right=b):
                 return self.binary(op.value, a, b)
             case S.Not(operand=o):
@@ -111,7 +112,7 @@ class FakeEmitter(PyPrinter):
                 # torch.sym_max/sym_min keep sizes symbolic; Python's max() would specialize.
                 text = self.expr(items[-1])
                 for item in reversed(items[:-1]):
-                    text = f"torch.sym_{fn}({self.expr(item)}, {text})"
+                    text = f"{self.r.torch}.sym_{fn}({self.expr(item)}, {text})"
                 return text, Prec.POSTFIX
             case S.Dynamic(min=lo, max=hi):
                 kwargs = []
@@ -119,7 +120,7 @@ class FakeEmitter(PyPrinter):
                     kwargs.append(f"min={self.expr(lo)}")
                 if hi is not None:
                     kwargs.append(f"max={self.expr(hi)}")
-                return (f"torch.library.get_ctx().new_dynamic_size({', '.join(kwargs)})",
+                return (f"{self.r.torch}.library.get_ctx().new_dynamic_size({', '.join(kwargs)})",
                         Prec.POSTFIX)
             case S.Fallback(value=v, default=d):
                 value = self.expr(v, Prec.ADD)
@@ -130,15 +131,15 @@ class FakeEmitter(PyPrinter):
             case S.Broadcast(operands=ops, dtype=dt):
                 self.helpers.add("broadcast")
                 args = ", ".join(self.expr(o) for o in ops)
-                return f"_broadcast({args}{self._options(dt, None)})", Prec.POSTFIX
+                return f"{self.r._broadcast}({args}{self._options(dt, None)})", Prec.POSTFIX
             case S.Reduce(tensor=t, dims=dims, keepdim=k, dtype=dt):
                 self.helpers.add("reduce")
-                return (f"_reduce({self.expr(t)}, {self.expr(dims)}, {self.expr(k)}"
+                return (f"{self.r._reduce}({self.expr(t)}, {self.expr(dims)}, {self.expr(k)}"
                         f"{self._options(dt, None)})", Prec.POSTFIX)
             case S.Empty(shape=shape, dtype=dt, device=dv, like=like):
                 # `x.new_empty` takes dtype/device from `x` when they are None; `torch.empty`
                 # takes torch's defaults: exactly the rule's defaults.
-                func = f"{like}.new_empty" if like is not None else "torch.empty"
+                func = f"{like}.new_empty" if like is not None else f"{self.r.torch}.empty"
                 return f"{func}({self.expr(shape)}{self._options(dt, dv)})", Prec.POSTFIX
         raise TypeError(f"not a fake-rule node: {e!r}")
 
@@ -152,7 +153,7 @@ class FakeEmitter(PyPrinter):
 
     def check(self, c: S.Check) -> str:
         # The message is built only when the check fails.
-        return f"torch._check({self.expr(c.cond)}, lambda: {q(c.message)})"
+        return f"{self.r.torch}._check({self.expr(c.cond)}, lambda: {q(c.message)})"
 
     def body(self, rule: S.FakeRule, schema: FunctionSchema) -> list[str]:
         lines = []
@@ -192,7 +193,9 @@ def fake(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
                                  f"{m.ref_expr(fake)}, lib=_lib)")
         return
     name = m.define(f"_{api}_fake")
-    body = FakeEmitter(m.helpers).body(fake, op.schema)
+    # The rule's bindings are locals too (`range = ...` would hide the builtin).
+    reach = m.reach(op, *(b.name for b in fake.bindings))
+    body = FakeEmitter(m.helpers, reach).body(fake, op.schema)
     doc = f"fake: {fake.text}" if fake.text else _schema_fake_doc(op.schema)
     sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
     register = f"torch.library.register_fake({q(qualname(op))}, {name}, lib=_lib)"

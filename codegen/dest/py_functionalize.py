@@ -14,7 +14,8 @@ from codegen.api import python as P
 from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_gradient_doc,
                                        no_gradient_message, refuses_gradient, saves_self,
                                        through_functional)
-from codegen.dest.py_common import TENSOR, Function, Section, op_attr, op_name, q, returns_loc
+from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
+                                    returns_loc)
 from codegen.model import (DispatchKey, ListType, Op, OptionalType, is_tensor_like,
                            without_alias)
 from codegen.tags import (FUNCTIONALIZING_TAGS, auto_functionalized, copies_back,
@@ -98,7 +99,8 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
     """The Functionalize kernel: `functional`, then a copy into each mutated argument."""
     schema = op.schema
     mutated = [a.name for a in schema.mutable_arguments]
-    call = _functional_call(op, functional)
+    r = m.reach(op)
+    call = _functional_call(r, op, functional)
     body: list[str] = []
     taken = {a.name for a in schema.arguments}
     results = [reserved.fresh("result", taken)] if len(mutated) == 1 else \
@@ -112,9 +114,10 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
             body.append(f"if {name}.shape != {result}.shape:")
             message = (f"{op.name}: under torch.compile and torch.export, '{name}' must "
                        "have the result's shape ")
-            body.append(f"    raise RuntimeError({q(message)}")
-            body.append(f"                       f\"{{list({result}.shape)}}, got "
-                        f"{{list({name}.shape)}}\")")
+            raise_ = f"    raise {r.RuntimeError}("
+            body.append(f"{raise_}{q(message)}")
+            body.append(" " * len(raise_) + f"f\"{{{r.list}({result}.shape)}}, got "
+                        f"{{{r.list}({name}.shape)}}\")")
         body.append(f"{name}.copy_({result})")
     outs = list(returns)  # every return is a mutated argument (the caller checked)
     if len(outs) == 1:
@@ -135,12 +138,12 @@ def functionalize_as(m: ModuleScope, op: Op, api: str, sec: Section, functional:
             _out_autograd(m, op, api, sec)
 
 
-def _functional_call(op: Op, functional: Op, first: str | None = None) -> str:
+def _functional_call(r: Reach, op: Op, functional: Op, first: str | None = None) -> str:
     """The call of `op`'s functional variant on `op`'s inputs (its out= arguments left out);
     `first`: what to pass for the first input instead of itself."""
     inputs = [a for a in op.schema.arguments if not (a.kwarg_only and a.is_write)]
     args = [first if i == 0 and first is not None else mine.name for i, mine in enumerate(inputs)]
-    return f"_ops.{op_attr(functional)}(" + ", ".join(
+    return f"{r._ops}.{op_attr(functional)}(" + ", ".join(
         f"{theirs.name}={arg}" if theirs.kwarg_only else arg
         for arg, theirs in zip(args, functional.schema.arguments)) + ")"
 
@@ -156,21 +159,23 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
     # The functional op's backward may read `self`, which the copy then overwrites: it gets a
     # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
-    call = _functional_call(op, functional, f"{self_}.clone()" if saves_self(functional) else None)
+    r = m.reach(op)
+    call = _functional_call(r, op, functional,
+                            f"{self_}.clone()" if saves_self(functional) else None)
     below = ", ".join(P.call_arguments(schema))
     # Forward-mode AD goes through the functional variant too: its jvp raises (or its
     # decomposition carries the tangent); below autograd the tangent of `self` stayed as it was.
     m.helpers.add("has_tangent")
-    body = [f"if (torch._C.is_grad_enabled() and "
-            f"torch._C._any_requires_grad({', '.join(tensors)})) or "
-            f"_has_tangent({', '.join(tensors)}):",
+    body = [f"if ({r.torch}._C.is_grad_enabled() and "
+            f"{r.torch}._C._any_requires_grad({', '.join(tensors)})) or "
+            f"{r._has_tangent}({', '.join(tensors)}):",
             f"    {result} = {call}",
             f"    {self_}.copy_({result})",
             f"    return {self_}",
-            "with torch._C._AutoDispatchBelowAutograd():",
-            f"    _ops.{op_attr(op)}({below})",
+            f"with {r.torch}._C._AutoDispatchBelowAutograd():",
+            f"    {r._ops}.{op_attr(op)}({below})",
             # what torch's autograd fallback did for the op: autograd sees the write
-            f"torch.autograd.graph.increment_version({self_})",
+            f"{r.torch}.autograd.graph.increment_version({self_})",
             f"return {self_}"]
     name = m.define(f"_{api}_autograd")
     doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into "
@@ -200,18 +205,20 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     requires grad; else the op below autograd, the written tensors' versions bumped."""
     schema = op.schema
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
-    call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
+    r = m.reach(op)
+    call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
     taken = {a.name for a in schema.arguments}
     result = reserved.fresh("result", taken)
     m.helpers.add("has_tangent")
-    body = [f"if torch._C.is_grad_enabled() and torch._C._any_requires_grad({', '.join(tensors)}):",
-            f"    raise RuntimeError({q(no_gradient_message(op))})",
+    body = [f"if {r.torch}._C.is_grad_enabled() and "
+            f"{r.torch}._C._any_requires_grad({', '.join(tensors)}):",
+            f"    raise {r.RuntimeError}({q(no_gradient_message(op))})",
             # forward-mode AD: below autograd the written tensors' tangents stayed as they were
-            f"if _has_tangent({', '.join(tensors)}):",
-            f"    raise NotImplementedError({q(no_forward_message(op))})",
-            "with torch._C._AutoDispatchBelowAutograd():",
+            f"if {r._has_tangent}({', '.join(tensors)}):",
+            f"    raise {r.NotImplementedError}({q(no_forward_message(op))})",
+            f"with {r.torch}._C._AutoDispatchBelowAutograd():",
             f"    {result} = {call}" if schema.returns else f"    {call}",
-            f"torch.autograd.graph.increment_version({_written(op)})"]
+            f"{r.torch}.autograd.graph.increment_version({_written(op)})"]
     if schema.returns:
         body.append(f"return {result}")
     name = m.define(f"_{api}_autograd")

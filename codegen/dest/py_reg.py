@@ -22,7 +22,7 @@ checks of Python functions named in op files.
 
 from __future__ import annotations
 
-from codegen import layout, reserved
+from codegen import layout
 from codegen.api import python as P
 from codegen.config import Project
 from codegen.dest import py_autocast, py_autograd, py_fake, py_functionalize, py_kernels, py_vmap
@@ -59,30 +59,7 @@ class _Module(ModuleScope):
             return None
         if not sec.functions and not sec.registrations:
             return None
-        if sec.functions and not self._check_names(op):
-            return None
         return sec
-
-    def _check_names(self, op: Op) -> bool:
-        """Arguments become parameters of the generated functions: they must not hide a name
-        those call (the module's own, such as `torch` and `_ops`, or a builtin such as `len`).
-        Per-op function names avoid every argument name (`define`), so only these can clash."""
-        own = reg_module_names()
-        ok = True
-        for a in op.schema.arguments:
-            if a.name == "torch":
-                what = "the torch module"
-            elif a.name in own:
-                what = f"the module-level name '{a.name}'"
-            elif a.name in reserved.PY_BODY_BUILTINS:
-                what = f"the builtin '{a.name}'"
-            else:
-                continue
-            self.diags.error(layout.locate(op, a.name_span or a.span),
-                             f"argument '{a.name}' of {op.name} would hide {what} in the "
-                             "generated Python registrations", "rename it")
-            ok = False      # report every clashing argument at once, not one per run
-        return ok
 
 
 def _closure(names: set[str]) -> list[str]:
@@ -120,6 +97,7 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics,
         text = render("py_reg.py.j2",
             banner=banner("#", sources), ns=ns, module=module_name(project, ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
-            helpers=_closure(module.helpers), sections=module.sections)
+            helpers=_closure(module.helpers), aliases=sorted(module.aliases.items()),
+            sections=module.sections)
         out[f"{python_dir(project)}/_reg_{ns}.py"] = text
     return out

@@ -9,8 +9,7 @@ functorch runs an op without a batching rule through its C++ loop fallback, whic
 `Tensor?`, `int`, ...), or no return at all. So that `vmap`, `vmap(grad(...))` and `jacrev` work
 on such an op, it gets a rule here when it is functional (no alias annotation: a per-sample copy
 would lose a view's aliasing) or writes to its Tensor arguments and returns nothing (`fill_(Tensor(a!)
-self, float v) -> ()`), takes a Tensor (else vmap never reaches it) and names no argument like
-what generated functions call (`list`, `torch`, `_ops`):
+self, float v) -> ()`) and takes a Tensor (else vmap never reaches it):
 - a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
   decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
   them with their own rules, as functorch's decompositions do;
@@ -31,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from codegen import reserved
 from codegen.api import python as P
-from codegen.dest.py_common import Function, Section, op_attr, op_name, q, qualname, reg_module_names
+from codegen.dest.py_common import Function, Section, op_attr, op_name, q, qualname
 from codegen.dest.py_sources import check_signature
 from codegen.model import (BaseTy, DispatchKey, ListType, Op, PyRef, is_base, is_tensor_like,
                            is_tensor_list, strip_optional)
@@ -63,11 +62,6 @@ def generated_rule(op: Op) -> str | None:
         return None
     if not any(is_tensor_like(a.type) for a in schema.arguments):
         return None
-    # An argument named like what generated functions call is an error for ops that need them
-    # (py_reg's _check_names); this rule is no reason to refuse an op torch accepts.
-    hidden = reg_module_names() | reserved.PY_BODY_BUILTINS | {"torch"}
-    if any(a.name in hidden for a in schema.arguments):
-        return None
     if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
         return "decompose"
     if any(a.kwarg_only and is_tensor_like(a.type) for a in schema.arguments):
@@ -80,11 +74,12 @@ def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> Non
     params = ", ".join(P.parameters(schema))
     arguments = ", ".join(P.call_arguments(schema))
     name = m.define(f"_{api}_vmap")
+    r = m.reach(op)
     if kind == "decompose":
         # A kernel at vmap's own key, as functorch's decompositions are: the decomposition gets
         # the batched Tensors, so the ops it calls batch them with their rules.
         sec.functions.append(Function(
-            name, params, [f"return _ops.{op_attr(op)}.decompose({arguments})"],
+            name, params, [f"return {r._ops}.{op_attr(op)}.decompose({arguments})"],
             "vmap: the decomposition, batched by the ops it calls (generated: no `vmap:`)"))
         sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"FuncTorchBatched\")")
         return
@@ -96,19 +91,20 @@ def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> Non
     kwargs = "{" + ", ".join(f"{q(a.name)}: {a.name}" for a in schema.kwarg_only) + "}"
     random = "nondeterministic_seeded" in op.tags or any(
         is_base(strip_optional(a.type), BaseTy.Generator) for a in schema.arguments)
-    parts = [f"_ops.{op_attr(op)}, {info}, {in_dims}, {operands}, {kwargs}, random={random}"]
+    parts = [f"{r._ops}.{op_attr(op)}, {info}, {in_dims}, {operands}, {kwargs}, random={random}"]
     # written Tensors: their positions and names (no keyword-only Tensor gets a rule)
     written = [(i, a.name) for i, a in enumerate(schema.positional) if a.is_write]
     if written:
         parts.append("written=(" + ", ".join(f"({i}, {q(n)})" for i, n in written)
                      + ("," if len(written) == 1 else "") + ")")
-    line = f"return _loop_samples({', '.join(parts)})"
+    call = f"return {r._loop_samples}("
+    line = f"{call}{', '.join(parts)})"
     if len(line) <= 96:
         body = [line]
     elif len(", ".join(parts)) <= 91:
-        body = ["return _loop_samples(", f"    {', '.join(parts)})"]
+        body = [call, f"    {', '.join(parts)})"]
     else:
-        body = ["return _loop_samples("] + [f"    {p}," for p in parts[:-1]] + [f"    {parts[-1]})"]
+        body = [call] + [f"    {p}," for p in parts[:-1]] + [f"    {parts[-1]})"]
     sec.functions.append(Function(name, f"{info}, {in_dims}, {params}", body,
                                   "vmap: a loop over the batch (generated: no `vmap:`)"))
     sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "
@@ -152,21 +148,23 @@ def vmap(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     # The rule's own parameters and locals, clear of the op's argument names.
     taken = {a.name for a in schema.arguments}
     info, in_dims, outputs = (reserved.fresh(n, taken) for n in ("info", "in_dims", "outputs"))
+    r = m.reach(op)
     dims = [f"{in_dims}[{i}]" for i, _ in tensors]
     body: list[str] = []
     # The dispatcher leaves out trailing arguments equal to their defaults, and in_dims with
     # them: a `Tensor? bias=None` left out has no entry to read.
     if P.python_defaults(schema)[tensors[-1][0]]:
-        body.append(f"{in_dims} = (*{in_dims}, *(None,) * ({len(positional)} - len({in_dims})))"
+        body.append(f"{in_dims} = (*{in_dims}, *(None,) * ({len(positional)} - "
+                    f"{r.len}({in_dims})))"
                     "  # defaults left out")
-    call = f"_ops.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
+    call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
     n_out = len(schema.returns)
     out_dims = "0" if n_out == 1 else "(" + ", ".join(["0"] * n_out) + ")"
     if spec.kind == "pointwise":
         m.helpers.add("pointwise_batch")
         lhs = ", ".join(names) + ("," if len(names) == 1 else "")
         pairs = ", ".join(f"({n}, {d})" for n, d in zip(names, dims))
-        body.append(f"{lhs} = _pointwise_batch({info}.batch_size, {pairs})")
+        body.append(f"{lhs} = {r._pointwise_batch}({info}.batch_size, {pairs})")
         body.append(f"return {call}, {out_dims}")
     elif spec.kind == "leading":
         # Rows at dim 0 of the first Tensor (or of the named ones); others are shared by every
@@ -185,16 +183,16 @@ def vmap(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             pairs = ", ".join(f"({n}, {d})" for n, d in zip(names, dims))
             body.append("if " + " or ".join(f"({n} is not None and {d} is not None)"
                                              for n, d in shared) + ":")
-            body.append(f"    return _loop_batch(lambda {', '.join(names)}: {call}, "
+            body.append(f"    return {r._loop_batch}(lambda {', '.join(names)}: {call}, "
                         f"{info}.batch_size, {pairs}), {out_dims}")
         for n, d in zip(names, dims):
             if n in rows:
-                body.append(f"{n} = _fold_leading({n}, {d}, {info}.batch_size)")
+                body.append(f"{n} = {r._fold_leading}({n}, {d}, {info}.batch_size)")
         if n_out == 1:
             body.append(f"return {call}.unflatten(0, ({info}.batch_size, -1)), 0")
         else:
             body.append(f"{outputs} = {call}")
-            body.append(f"return tuple(o.unflatten(0, ({info}.batch_size, -1)) for o in "
+            body.append(f"return {r.tuple}(o.unflatten(0, ({info}.batch_size, -1)) for o in "
                         f"{outputs}), {out_dims}")
     else:
         raise AssertionError(f"unknown vmap kind {spec.kind!r}")
