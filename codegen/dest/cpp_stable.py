@@ -98,11 +98,17 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
         # The tags opgen implies (the `inplace`/`out` of the schema's shape, the
         # `needs_contiguous_strides` of a rule's outputs) are left out of the registration
         # before 2.12; any other tag is refused.
-        if set(op.tags) - implied_tags(op) and not a.has("tags"):
+        refused_tags = [t for t in op.tags if t not in implied_tags(op)]
+        if refused_tags and not a.has("tags"):
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["tags"])
-            diags.error(op.loc, f"{op.name} has tags, which torch's stable ABI registers from "
-                        f"torch {need} on, but this namespace's min_torch is {a.min_text}",
-                        f'set min_torch: "{need}", or remove the tags')
+            # At the first tag the op file writes; `func:` only for an op built without one.
+            loc = next((l for t, l in op.tag_locs if t in refused_tags), op.loc)
+            named = ", ".join(f"'{t}'" for t in refused_tags)
+            diags.error(loc, f"{op.name} has tag{'s' if len(refused_tags) > 1 else ''} {named}, "
+                        f"which torch's stable ABI registers from torch {need} on, but this "
+                        f"namespace's min_torch is {a.min_text}",
+                        f'set min_torch: "{need}", or remove the tag'
+                        f"{'s' if len(refused_tags) > 1 else ''}")
         if not a.has("set_python_module") and S.fake_of(op) is not None \
                 and not isinstance(cached_signature(op), cpp.Unsupported) \
                 and translate_meta(op) is None:
