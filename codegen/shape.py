@@ -89,7 +89,8 @@ Values
   `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
   (`reduction == "none"`), between devices (`t.device`, `Device` arguments: fake tensors carry
   their real device), or `x is None` / `x is not None` for an optional argument. Sizes are
-  never compared: that would specialize them.
+  never compared: that would specialize them. There is no `and` and no boolean `or` (`or` is
+  the optional's default above): nest conditionals instead (`(a if c2 else b) if c1 else b`).
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
   `[t.size(0) for t in tensors]`, and `sum(sizes)`.
 
@@ -848,7 +849,15 @@ def _parser() -> ExprParser:
     return ExprParser("grammar/shape.lark", _ToSyntax(), "fake rule",
                       depth_hint="name parts first: `n = ...; empty([n])`",
                       char_hints={"/": "sizes are integers: divide them with // "
-                                       "(`x.size(0) // 2`)"})
+                                       "(`x.size(0) // 2`)"},
+                      word_hints={"and": _NO_AND})
+
+
+# Conditions have `not` but no `and` and no boolean `or` (`or` is the optional's default).
+_NO_AND = ("a condition has no `and`: nest the conditionals, `(a if c2 else b) if c1 else b` for "
+           "`a if c1 and c2 else b`; in check(...), write one check per condition")
+_NO_BOOL_OR = ("a condition has no boolean `or`: nest the conditionals, `a if c1 else (a if c2 "
+               "else b)` for `a if c1 or c2 else b`")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1245,7 +1254,8 @@ class _Checker:
         value = self.expr(node.left)
         if not value.ty.optional:
             raise self.error(node.left.span, f"'or' gives a default to an optional value; "
-                             f"{describe(value)} is never None")
+                             f"{describe(value)} is never None",
+                             _NO_BOOL_OR if value.ty.base is T.BOOL else None)
         default = self.expr(node.right)
         if default.ty.base is not value.ty.base:
             raise self.error(node.right.span, f"the default of {describe(value)} must be "
