@@ -25,7 +25,7 @@ from pathlib import Path
 
 from codegen import cli, config
 from codegen.build_notes import Notes, generated_namespaces, namespace_indexes, stable_namespaces
-from codegen.dest.ninja import check_kernel_sources, kernel_sources, ninja_file
+from codegen.dest.ninja import check_kernel_sources, kernel_sources, ninja_file, refresh_listing
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
 from codegen.layout import library_file, stamp_path, stamp_prefix
@@ -173,6 +173,7 @@ def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> 
             out.write(f"note: {why}: skipping CUDA kernels ({', '.join(skipped)}); their ops "
                       f"get no CUDA kernel in this build{hint}\n")
     outdate_refused_libraries(root)
+    refresh_listing(config.current(), root)
     out.flush()
     return run_ninja(root, list(extra or []), out=out)
 

@@ -398,7 +398,9 @@ class _FileLoader(SampleReader):
             if doc is not None:
                 changes["doc"] = doc
         if "tags" in fields:
-            changes["tags"] = self.tags(fields["tags"][1])
+            tag_locs = self.tags(fields["tags"][1])
+            changes["tags"] = tuple(t for t, _ in tag_locs)
+            changes["tag_locs"] = tag_locs
         if "dispatch" in fields:
             changes["dispatch"] = self.dispatch(fields["dispatch"][1])
         if "samples" in fields:
@@ -473,10 +475,11 @@ class _FileLoader(SampleReader):
             self.error(func.at(e.offset, e.length), e.message, e.hint)
             return None
 
-    def tags(self, node: Node) -> tuple[str, ...]:
+    def tags(self, node: Node) -> tuple[tuple[str, Loc], ...]:
+        """Each tag with where it is written."""
         items = [node] if type(node) is Scalar and node.tag == "str" else self.sequence(
             node, "'tags'")
-        out: list[str] = []
+        out: dict[str, Loc] = {}
         for item in items or ():
             tag = self.string(item, "a tag")
             if tag is None:
@@ -487,8 +490,8 @@ class _FileLoader(SampleReader):
             elif tag in out:
                 self.error(item, f"tag '{tag}' given twice")
             else:
-                out.append(tag)
-        return tuple(out)
+                out[tag] = self.loc(item)
+        return tuple(out.items())
 
     def kernel(self, node: Node, what: str) -> Kernel | None:
         text = self.string(node, what)

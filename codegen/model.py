@@ -847,6 +847,9 @@ class Op:
     func: Located | None = field(default=None, compare=False, hash=False)
     dispatch: tuple[tuple[DispatchKey, Kernel], ...] = ()
     tags: tuple[str, ...] = ()
+    # Where each tag the op file writes is (errors about a tag point there); tags opgen adds
+    # (codegen.tags.implied_tags) have none.
+    tag_locs: tuple[tuple[str, Loc], ...] = field(default=(), compare=False, hash=False)
     doc: str = ""
     fake: object = None             # codegen.shape.FakeRule | PyRef | None
     derivatives: object = None      # codegen.formulas.Derivatives | None

@@ -89,7 +89,8 @@ Values
   `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
   (`reduction == "none"`), between devices (`t.device`, `Device` arguments: fake tensors carry
   their real device), or `x is None` / `x is not None` for an optional argument. Sizes are
-  never compared: that would specialize them.
+  never compared: that would specialize them. There is no `and` and no boolean `or` (`or` is
+  the optional's default above): nest conditionals instead (`(a if c2 else b) if c1 else b`).
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
   `[t.size(0) for t in tensors]`, and `sum(sizes)`.
 
@@ -566,6 +567,20 @@ class FakeRule:
     outputs: tuple[Output, ...]
     text: str = ""                  # the rule as written ("" when it follows from the schema)
     checks: tuple[Check, ...] = ()
+    # The `fake:` value, and each IR node with the span of the text it was made from (found by
+    # identity, which pickling keeps): what a later stage refuses in a rule is located there.
+    located: Located | None = field(default=None, compare=False, hash=False, repr=False)
+    spans: tuple[tuple[Node, Span], ...] = field(default=(), compare=False, hash=False,
+                                                 repr=False)
+
+    def loc_of(self, node: Node):
+        """Where `node` of this rule is written; the whole rule, or None, when not known."""
+        if self.located is None:
+            return None
+        for n, span in self.spans:
+            if n is node:
+                return self.located.at(span.start, max(1, span.end - span.start))
+        return self.located.loc
 
     @property
     def uses_dynamic(self) -> bool:
@@ -834,7 +849,15 @@ def _parser() -> ExprParser:
     return ExprParser("grammar/shape.lark", _ToSyntax(), "fake rule",
                       depth_hint="name parts first: `n = ...; empty([n])`",
                       char_hints={"/": "sizes are integers: divide them with // "
-                                       "(`x.size(0) // 2`)"})
+                                       "(`x.size(0) // 2`)"},
+                      word_hints={"and": _NO_AND})
+
+
+# Conditions have `not` but no `and` and no boolean `or` (`or` is the optional's default).
+_NO_AND = ("a condition has no `and`: nest the conditionals, `(a if c2 else b) if c1 else b` for "
+           "`a if c1 and c2 else b`; in check(...), write one check per condition")
+_NO_BOOL_OR = ("a condition has no boolean `or`: nest the conditionals, `a if c1 else (a if c2 "
+               "else b)` for `a if c1 or c2 else b`")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -864,6 +887,13 @@ class _Checker:
         self.loop_vars: dict[str, Ty] = {}
         self.first_tensor = next((a.name for a in schema.arguments
                                   if arg_ty(a.type) == TENSOR), None)
+        self.spans: list[tuple[Node, Span]] = []
+
+    def made(self, out: Expr, node: _Syn) -> Expr:
+        span = getattr(node, "span", None)
+        if span is not None:
+            self.spans.append((out, span))
+        return out
 
     # -- reporting
 
@@ -906,6 +936,9 @@ class _Checker:
     # -- expressions
 
     def expr(self, node: _Syn) -> Expr:
+        return self.made(self._expr(node), node)
+
+    def _expr(self, node: _Syn) -> Expr:
         match node:
             case _Name():
                 return self.name(node)
@@ -1002,6 +1035,9 @@ class _Checker:
 
     def condition(self, node: _Syn, in_check: bool = False) -> Expr:
         """A bool that is fixed when the op is traced: never a comparison of sizes."""
+        return self.made(self._condition(node, in_check), node)
+
+    def _condition(self, node: _Syn, in_check: bool = False) -> Expr:
         if isinstance(node, _Not):
             return Not(self.condition(node.operand, in_check))
         if isinstance(node, _Compare):
@@ -1058,6 +1094,9 @@ class _Checker:
     def check_condition(self, node: _Syn) -> Expr:
         """The condition of check(...): sizes, shapes and dtypes may be compared here (a check
         asserts, it does not branch), besides what `if` conditions take."""
+        return self.made(self._check_condition(node), node)
+
+    def _check_condition(self, node: _Syn) -> Expr:
         if isinstance(node, _Not):
             return Not(self.check_condition(node.operand))
         if isinstance(node, _Compare) and node.op not in ("is", "is not"):
@@ -1215,7 +1254,8 @@ class _Checker:
         value = self.expr(node.left)
         if not value.ty.optional:
             raise self.error(node.left.span, f"'or' gives a default to an optional value; "
-                             f"{describe(value)} is never None")
+                             f"{describe(value)} is never None",
+                             _NO_BOOL_OR if value.ty.base is T.BOOL else None)
         default = self.expr(node.right)
         if default.ty.base is not value.ty.base:
             raise self.error(node.right.span, f"the default of {describe(value)} must be "
@@ -1483,7 +1523,7 @@ class _Checker:
                 except _Bad:
                     ok = False
             return FakeRule(tuple(bindings), tuple(resized), self.text.text,
-                            tuple(checks)) if ok else None
+                            tuple(checks), self.text, tuple(self.spans)) if ok else None
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
             t = self.first_tensor or "x"
@@ -1505,7 +1545,8 @@ class _Checker:
                 ok = False
         if not ok:
             return None
-        return FakeRule(tuple(bindings), tuple(outputs), self.text.text, tuple(checks))
+        return FakeRule(tuple(bindings), tuple(outputs), self.text.text, tuple(checks),
+                        self.text, tuple(self.spans))
 
     def output(self, item: _Syn, ret: Return) -> Expr:
         ty = arg_ty(ret.type)

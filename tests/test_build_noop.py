@@ -166,3 +166,46 @@ def test_a_built_project_has_nothing_to_do(tmp_path: Path) -> None:
     again = opgen("build")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout == "ninja: no work to do.\n", again.stdout
+
+
+@pytest.mark.e2e
+def test_an_edit_that_renames_over_a_kernel_reruns_no_codegen(tmp_path: Path) -> None:
+    """Note [Input listing]: fixing a kernel that failed to compile, saved as editors save (a
+    temporary renamed over the file, a hidden swap file beside it), recompiles the kernel and
+    reruns no code generation, though the kernel directory's mtime moved; a kernel source
+    added later still does."""
+    root = tmp_path / "proj"
+    good = STABLE_KERNEL.format(ns="editstab")
+    files = {
+        "pyproject.toml": PROJECT.replace("dualops", "editops"),
+        "ops/stab.yaml": STABLE_OPS.format(ns="editstab"),
+        "csrc/editstab/k.cpp": good.replace("return x; }", "return x }"),
+        "editops/__init__.py": "from editops._generated import ops\n",
+    }
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+
+    def opgen(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=root,
+                              env=scratch.env(), capture_output=True, text=True, timeout=900)
+
+    assert opgen("generate").returncode == 0
+    failed = opgen("build")
+    assert failed.returncode != 0 and "FAILED" in failed.stdout, failed.stdout + failed.stderr
+    kernel = root / "csrc/editstab/k.cpp"
+    (kernel.parent / ".k.cpp.swp").write_bytes(b"")
+    tmp = kernel.with_name("k.cpp.tmp~")
+    tmp.write_text(good, encoding="utf-8")
+    tmp.replace(kernel)
+    fixed = opgen("build")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "CXX csrc/editstab/k.cpp" in fixed.stdout and "CODEGEN" not in fixed.stdout, \
+        fixed.stdout
+    again = opgen("build")
+    assert again.stdout == "ninja: no work to do.\n", again.stdout
+    (kernel.parent / "more.cpp").write_text("#include <editstab/stab.h>\n", encoding="utf-8")
+    added = opgen("build")
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert added.stdout.count("] CODEGEN ") == 1 and "CXX csrc/editstab/more.cpp" in added.stdout, \
+        added.stdout

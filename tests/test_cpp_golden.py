@@ -47,8 +47,7 @@ def render(paths: list[str]) -> dict[str, str]:
     sources = {ns: ((f"runtime/csrc/{ns}/kernels.cpp", "kernels.cpp"),
                     (f"runtime/csrc/{ns}/kernels.cu", "kernels.cu"))
                for ns in lib.namespaces}
-    inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
-                               tuple(paths), tuple(out))
+    inputs = ninja.BuildInputs(sources, tuple(paths), tuple(out))
     out[ninja.ninja_file(EXAMPLE)] = ninja.build_ninja(lib, inputs, EXAMPLE)
     assert not diags.has_errors, diags.render()
     return out
@@ -100,8 +99,7 @@ def test_kernel_objects_never_collide_with_generated_ones(monkeypatch) -> None:
                          for rel in ("gen/stamp.cpp", "gen/register_one.cpp", "gen/autograd.cpp",
                                      "stamp.cpp"))
                for ns in lib.namespaces}
-    inputs = ninja.BuildInputs(sources, tuple(f"runtime/csrc/{ns}" for ns in lib.namespaces),
-                               tuple(paths), ())
+    inputs = ninja.BuildInputs(sources, tuple(paths), ())
     text = ninja.build_ninja(lib, inputs, EXAMPLE).replace("$\n    ", "")
     outputs = [o for line in text.splitlines() if line.startswith("build ")
                for o in line[len("build "):].partition(":")[0].split()]
@@ -111,15 +109,15 @@ def test_kernel_objects_never_collide_with_generated_ones(monkeypatch) -> None:
 
 def test_codegen_inputs_may_be_deleted(monkeypatch) -> None:
     """Ninja stops on a missing input that no edge makes ('missing and no known rule'), before
-    it could regenerate: each input of the codegen edge (op files, their directories, the kernel
-    directories) is a phony target, so deleting an op file or a kernel directory only reruns
-    code generation."""
+    it could regenerate: each input of the codegen edge (op files, the listing of op files and
+    kernel sources of Note [Input listing]) is a phony target, so deleting an op file or the
+    listing only reruns code generation."""
     monkeypatch.chdir(ROOT)
     text = render(CASES["shards"])[ninja.ninja_file(EXAMPLE)].replace("$\n    ", "")
     edges = [line[len("build "):].partition(":") for line in text.splitlines()
              if line.startswith("build ")]
     codegen = next(rest for _outs, _, rest in edges if rest.split()[0] == "codegen")
     inputs = [w for w in codegen.split()[1:] if w not in ("|", "||")]
-    assert f"{INPUTS}/shards/one.yaml" in inputs and "runtime/csrc/alpha" in inputs
+    assert f"{INPUTS}/shards/one.yaml" in inputs and ninja.input_listing(EXAMPLE) in inputs
     phony = {outs.strip() for outs, _, rest in edges if rest.split() == ["phony"]}
     assert [i for i in inputs if i not in phony] == []

@@ -28,7 +28,7 @@ def cpp_outputs(tmp_path: Path, text: str) -> dict[str, str]:
     for gen in (cpp_kernels.generate, cpp_register.generate, cpp_stamp.generate_stamps):
         out.update(gen(lib, diags, EXAMPLE))
     inputs = ninja.BuildInputs({"exops": (("runtime/csrc/exops/k.cpp", "k.cpp"),)},
-                               ("runtime/csrc/exops",), (str(path),), tuple(out))
+                               (str(path),), tuple(out))
     out[ninja.ninja_file(EXAMPLE)] = ninja.build_ninja(lib, inputs, EXAMPLE)
     assert not diags.has_errors, diags.render()
     return out

@@ -336,3 +336,110 @@ def test_stable_library_with_an_in_place_op_imports(tmp_path: Path) -> None:
                          "print(x.tolist(), list(torch.ops.stag.bump_.default.tags))")
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "[2.0, 2.0, 2.0] [<Tag.pointwise: 16>]\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Stable Meta kernels of conditional and promote_types rules (Note [Stable Meta kernels])
+
+PROMOTE_OPS = """\
+namespace: spro
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: pmix(Tensor self, Tensor w) -> Tensor
+    dispatch: {CPU: pmix_cpu}
+    fake: like(self, dtype=promote_types(self.dtype, w.dtype))
+  - func: pcond(Tensor self, bool flag) -> Tensor
+    dispatch: {CPU: pcond_cpu}
+    fake: like(self) if flag else like(self, dtype=float64)
+  - func: pdef(Tensor self, ScalarType? dtype=None) -> Tensor
+    dispatch: {CPU: pdef_cpu}
+    fake: like(self, dtype=dtype or float32)
+"""
+
+PROMOTE_KERNELS = """\
+#include <spro/spro.h>
+
+#include <torch/csrc/stable/ops.h>
+
+#include <array>
+
+namespace spro {
+
+torch::stable::Tensor pmix_cpu(const torch::stable::Tensor& self, const torch::stable::Tensor& w) {
+  std::array<StableIValue, 2> stack{torch::stable::detail::from(self.scalar_type()),
+                                    torch::stable::detail::from(w.scalar_type())};
+  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher("aten::promote_types", "", stack.data(),
+                                                      TORCH_ABI_VERSION));
+  return torch::stable::to(self, torch::stable::detail::to<torch::headeronly::ScalarType>(stack[0]));
+}
+
+torch::stable::Tensor pcond_cpu(const torch::stable::Tensor& self, bool flag) {
+  return flag ? torch::stable::clone(self)
+              : torch::stable::to(self, torch::headeronly::ScalarType::Double);
+}
+
+torch::stable::Tensor pdef_cpu(const torch::stable::Tensor& self,
+                               std::optional<torch::headeronly::ScalarType> dtype) {
+  return torch::stable::to(self, dtype.value_or(torch::headeronly::ScalarType::Float));
+}
+
+}  // namespace spro
+"""
+
+
+def test_conditional_and_promote_types_rules_are_stable_meta_kernels(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    from codegen.dest import cpp_stable
+
+    (tmp_path / "spro.yaml").write_text(PROMOTE_OPS, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    ops = {str(op.name): op for op in load_library(["spro.yaml"]).ops}
+    pmix = cpp_stable.translate_meta(ops["spro::pmix"])
+    assert pmix is not None and pmix.body == (
+        "return torch::stable::to(torch::stable::empty_like(torch::stable::contiguous(self)), "
+        "meta_promote_types(self.scalar_type(), w.scalar_type()));",)
+    pcond = cpp_stable.translate_meta(ops["spro::pcond"])
+    assert pcond is not None and pcond.body == (
+        "return (flag ? torch::stable::empty_like(torch::stable::contiguous(self)) : "
+        "torch::stable::to(torch::stable::empty_like(torch::stable::contiguous(self)), "
+        "torch::headeronly::ScalarType::Double));",)
+    pdef = cpp_stable.translate_meta(ops["spro::pdef"])
+    assert pdef is not None and pdef.body == (
+        "return torch::stable::to(torch::stable::empty_like(torch::stable::contiguous(self)), "
+        "dtype.value_or(torch::headeronly::ScalarType::Float));",)
+
+
+@pytest.mark.e2e
+def test_conditional_and_promote_types_meta_kernels_pass_opcheck(tmp_path: Path) -> None:
+    scratch.make_root(tmp_path, {"spro.yaml": PROMOTE_OPS}, {"spro/kernels.cpp": PROMOTE_KERNELS})
+    gen = scratch.generate(tmp_path)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    proc = scratch.build(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = scratch.python(tmp_path, """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from torch._subclasses.fake_tensor import FakeTensorMode
+ops = torch.ops.spro
+for name in ("spro::pmix", "spro::pcond", "spro::pdef"):
+    # A C++ Meta kernel, and no Python fake (min_torch 2.10 names no Python module).
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"), name
+    assert singleton.find(name).fake_impl.kernel is None, name
+x = torch.randn(3, 4)
+cases = [(ops.pmix, (x, torch.randn(4, dtype=torch.float64))),
+         (ops.pmix, (x.to(torch.int32), torch.randn(2, dtype=torch.float16))),
+         (ops.pmix, (x.to(torch.bfloat16), torch.randn(2, dtype=torch.float16))),
+         (ops.pcond, (x, True)), (ops.pcond, (x, False)),
+         (ops.pdef, (x.to(torch.float16), None)), (ops.pdef, (x, torch.int64))]
+out = []
+for f, args in cases:
+    torch.library.opcheck(f, args)
+    with FakeTensorMode() as mode:
+        fake = f(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
+    out.append(str(fake.dtype))
+print(out)
+""")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout == ("['torch.float64', 'torch.float16', 'torch.float32', 'torch.float32', "
+                          "'torch.float64', 'torch.float32', 'torch.int64']\n"), run.stdout

@@ -14,7 +14,9 @@ codegen/abi.py), in the same files as the full API's (Note [Shards] in codegen/l
 Note [Stable Meta kernels]
 A fake rule becomes a C++ Meta kernel when it is made of `like(t, dtype=)` (an `empty_like` of
 the contiguous `t`, then `to(dtype)`), `reduce(t, dims, keepdim, dtype=)` (torch::stable::sum on
-the fake tensor), or is the schema's own (every return a mutated argument, or none: in-place
+the fake tensor), `a if cond else b` over them (a C++ conditional), with dtypes from literals,
+`ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)` (aten::promote_types
+through the dispatcher: the stable headers have no promotion table), or is the schema's own (every return a mutated argument, or none: in-place
 and out= ops return the argument, `-> ()` ops nothing). These call back into torch's
 dispatcher, so FakeTensor keeps symbolic sizes symbolic. The rule's `check(...)`s come first,
 when their conditions are fixed at trace time without reading a size: dtypes (`scalar_type()`),
@@ -25,7 +27,8 @@ on sizes) or check them stay Python fakes: the stable Tensor gives sizes only as
 would specialize a dynamic shape; so do device checks (FakeTensor shows every tensor on `meta`
 while a Meta kernel runs). A Python fake on a C++ op needs `m.set_python_module`, which the
 stable ABI has from torch 2.13 on, so with an older `min_torch` every op's fake must be C++
-(checked at `check`, naming the check that keeps a rule in Python).
+(checked at `check`, naming and pointing at the check or the part of the rule that keeps it in
+Python).
 """
 
 from __future__ import annotations
@@ -98,29 +101,60 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
         # The tags opgen implies (the `inplace`/`out` of the schema's shape, the
         # `needs_contiguous_strides` of a rule's outputs) are left out of the registration
         # before 2.12; any other tag is refused.
-        if set(op.tags) - implied_tags(op) and not a.has("tags"):
+        refused_tags = [t for t in op.tags if t not in implied_tags(op)]
+        if refused_tags and not a.has("tags"):
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["tags"])
-            diags.error(op.loc, f"{op.name} has tags, which torch's stable ABI registers from "
-                        f"torch {need} on, but this namespace's min_torch is {a.min_text}",
-                        f'set min_torch: "{need}", or remove the tags')
+            # At the first tag the op file writes; `func:` only for an op built without one.
+            loc = next((l for t, l in op.tag_locs if t in refused_tags), op.loc)
+            named = ", ".join(f"'{t}'" for t in refused_tags)
+            diags.error(loc, f"{op.name} has tag{'s' if len(refused_tags) > 1 else ''} {named}, "
+                        f"which torch's stable ABI registers from torch {need} on, but this "
+                        f"namespace's min_torch is {a.min_text}",
+                        f'set min_torch: "{need}", or remove the tag'
+                        f"{'s' if len(refused_tags) > 1 else ''}")
         if not a.has("set_python_module") and S.fake_of(op) is not None \
                 and not isinstance(cached_signature(op), cpp.Unsupported) \
                 and translate_meta(op) is None:
             need = abi_mod.version_text(abi_mod.STABLE_FEATURES["set_python_module"])
-            loc = getattr(op.fake, "loc", None) or op.loc
+            rule = op.fake if isinstance(op.fake, S.FakeRule) else None
+            loc = (rule.located.loc if rule is not None and rule.located is not None
+                   else getattr(op.fake, "loc", None) or op.loc)
             refused = refused_check(op)
+            why_not = _translate(op)
             if refused is not None:
                 # The check stays: the whole fake stays Python rather than drop it.
                 why = f"its check({refused.check.text}) {refused.reason}"  # type: ignore[union-attr]
+                if rule is not None:
+                    loc = rule.loc_of(refused.check.cond) or loc  # type: ignore[union-attr]
                 hint = (f'set min_torch: "{need}", or leave the check to the kernel (remove it '
                         "from the rule)")
+            elif rule is not None and isinstance(why_not, _NoCpp) and why_not.reason:
+                # Name and point at the part of the rule that keeps it Python.
+                if why_not.node is not None:
+                    loc = rule.loc_of(why_not.node) or loc
+                    why = f"`{_written(rule, why_not.node)}` {why_not.reason}"
+                    hint = (f'set min_torch: "{need}", or write that part with what a stable '
+                            "Meta kernel has: like(), reduce(), conditions fixed at trace time, "
+                            "promote_types()")
+                else:
+                    why = why_not.reason
+                    hint = f'set min_torch: "{need}", or write the rule without it'
+
             else:
-                why = ("only like(), reduce(), in-place, out= and `-> ()` fakes become stable "
+                why = ("only rules and the fakes of in-place, out= and `-> ()` ops become stable "
                        "C++ Meta kernels")
-                hint = f'set min_torch: "{need}", or write the rule with like() or reduce()'
+                hint = f'set min_torch: "{need}", or write the fake as a rule with like() or reduce()'
             diags.error(loc, f"the fake kernel of {op.name} stays in Python: {why}; torch's "
                         f"stable ABI can name a Python module only from torch {need} on, but "
                         f"this namespace's min_torch is {a.min_text}", hint)
+
+
+def _written(rule: S.FakeRule, node: S.Expr) -> str:
+    """The text of `node` as the rule writes it."""
+    for n, span in rule.spans:
+        if n is node:
+            return rule.text[span.start:span.end]
+    return type(node).__name__
 
 
 # --------------------------------------------------------------------------------------------------
@@ -131,10 +165,12 @@ class _NoCpp(Exception):
     """The rule needs what a stable Meta kernel cannot do; `check` is the precondition that
     needs it, when one does (check() names it)."""
 
-    def __init__(self, reason: str = "", check: S.Check | None = None):
+    def __init__(self, reason: str = "", check: S.Check | None = None,
+                 node: S.Expr | None = None):
         super().__init__(reason)
         self.reason = reason
         self.check = check
+        self.node = node            # the part of the rule refused, when one is
 
 
 @dataclass(frozen=True)
@@ -186,8 +222,12 @@ class _MetaEmitter:
         self.helpers: set[str] = set()
 
     def kernel(self, rule: S.FakeRule) -> StableMeta:
-        if rule.bindings or rule.uses_dynamic:
-            raise _NoCpp("bindings and dynamic sizes")
+        if rule.bindings:
+            raise _NoCpp("a binding (`name = ...;`) has no stable C++ Meta kernel translation")
+        if rule.uses_dynamic:
+            raise _NoCpp("dynamic() sizes need torch.library.get_ctx(), which only a Python "
+                         "fake has", node=next(n for n in S.walk(*rule.outputs)
+                                               if isinstance(n, S.Dynamic)))
         checks: list[str] = []
         for c in rule.checks:
             try:
@@ -238,15 +278,25 @@ class _MetaEmitter:
 
     def tensor(self, e: S.Expr) -> str:
         match e:
-            case S.Like(tensor=S.Arg() as t, dtype=dt, device=None) if t.ty == S.TENSOR:
-                out = f"torch::stable::empty_like(torch::stable::contiguous({self.name(t.name)}))"
+            case S.Arg(name=n) if e.ty == S.TENSOR:
+                return self.name(n)
+            case S.Like(tensor=t, dtype=dt, device=None):
+                out = f"torch::stable::empty_like(torch::stable::contiguous({self.tensor(t)}))"
                 return out if dt is None else f"torch::stable::to({out}, {self.dtype(dt)})"
             case S.Reduce(tensor=S.Arg() as t, dims=dims, keepdim=k, dtype=dt) \
                     if t.ty == S.TENSOR:
                 x = self.name(t.name)
                 dtype = f"{x}.scalar_type()" if dt is None else self.dtype(dt)
                 return f"torch::stable::sum({x}, {self.dims(dims)}, {self.cond(k)}, {dtype})"
-        raise _NoCpp(f"an output {type(e).__name__}")
+            case S.Cond(cond=c, then=a, orelse=b):
+                # Fixed when the op is traced: one branch runs, as in the Python fake.
+                return f"({self.cond(c)} ? {self.tensor(a)} : {self.tensor(b)})"
+            case S.Like(device=d) if d is not None:
+                raise _NoCpp("places its output on a device, which a Meta kernel cannot: "
+                             "FakeTensor puts a Meta kernel's outputs on the inputs' device", node=e)
+            case S.Empty() | S.Broadcast():
+                raise _NoCpp(_COMPUTES_SIZES, node=e)
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def dtype(self, e: S.Expr) -> str:
         match e:
@@ -258,7 +308,17 @@ class _MetaEmitter:
                 return self.name(n)
             case S.TensorProp(tensor=S.Arg() as t, prop=S.Prop.dtype) if t.ty == S.TENSOR:
                 return f"{self.name(t.name)}.scalar_type()"
-        raise _NoCpp(f"a dtype {type(e).__name__}")
+            case S.Fallback(value=S.Arg() as v, default=d) if v.ty.optional:
+                return f"{self.name(v.name)}.value_or({self.dtype(d)})"
+            case S.PromoteTypes(items=items):
+                # aten::promote_types through the dispatcher: the headers have no promotion
+                # table of their own, and torch's is the one the Python fake uses.
+                self.helpers.add("promote_types")
+                text = self.dtype(items[0])
+                for item in items[1:]:
+                    text = f"meta_promote_types({text}, {self.dtype(item)})"
+                return text
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def dims(self, e: S.Expr) -> str:
         match e:
@@ -274,7 +334,7 @@ class _MetaEmitter:
                     return f"std::vector<int64_t>{{{self.name(n)}}}"
                 if isinstance(strip(t), ListType) and strip(t).elem == BaseType(BaseTy.int):
                     return self.name(n)
-        raise _NoCpp(f"dims {type(e).__name__}")
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def cond(self, e: S.Expr) -> str:
         """A bool fixed when the op is traced (the conditions of `if` and check())."""
@@ -290,9 +350,9 @@ class _MetaEmitter:
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.name(a.name)}.has_value()"
             case S.Compare(left=a) if a.ty.base is S.T.DEVICE:
                 # FakeTensor shows every tensor on `meta` while a Meta kernel runs.
-                raise _NoCpp("compares devices, which a Meta kernel sees only as `meta`")
+                raise _NoCpp("compares devices, which a Meta kernel sees only as `meta`", node=e)
             case S.Compare(left=a, right=b) if S.T.INT_LIST in (a.ty.base, b.ty.base):
-                raise _NoCpp(_SIZES)
+                raise _NoCpp(_SIZES, node=e)
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
                     if a.ty.base is S.T.DTYPE:
                 return f"{self.dtype(a)} {op.value} {self.dtype(b)}"
@@ -300,7 +360,7 @@ class _MetaEmitter:
                 return f"{self.static(a)} {op.value} {self.static(b)}"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b):
                 return f"{self.value(a)} {op.value} {self.value(b)}"
-        raise _NoCpp(f"a condition {type(e).__name__}")
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def value(self, e: S.Expr) -> str:
         """A side of `==` between str or bool arguments and literals."""
@@ -312,7 +372,7 @@ class _MetaEmitter:
             case S.Arg(name=n) if strip(self.args[n].argument.type) in (
                     BaseType(BaseTy.str), BaseType(BaseTy.bool)):
                 return self.name(n)
-        raise _NoCpp(f"a compared value {type(e).__name__}")
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def static(self, e: S.Expr) -> str:
         """An int64_t fixed when the op is traced: literals, int arguments, `t.dim()`,
@@ -332,12 +392,14 @@ class _MetaEmitter:
             case S.Neg(operand=o):
                 return f"(-{self.static(o)})"
             case S.TensorSize() | S.TensorProp(prop=S.Prop.numel | S.Prop.shape) | S.Item():
-                raise _NoCpp(_SIZES)
-        raise _NoCpp(f"an int {type(e).__name__}")
+                raise _NoCpp(_SIZES, node=e)
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
 
 _SIZES = ("compares sizes, which a stable Meta kernel can read only as int64_t, specializing "
           "dynamic shapes")
+_COMPUTES_SIZES = ("computes sizes, which a stable Meta kernel can read only as int64_t, "
+                   "specializing dynamic shapes")
 
 
 def strip(t):
@@ -428,5 +490,6 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
                 blocks=impl_blocks(shard, diags),
                 meta=(meta := meta_kernels(shard)),
                 meta_throws=any("throw " in line for k in meta for line in k.body),
+                meta_helpers=sorted(set().union(*(k.helpers for k in meta))),
             )
     return out

@@ -12,8 +12,9 @@ The file is the same on every machine: compilers, flags and include paths come f
 changes; codegen writes only files whose text changed and the edge has `restat = 1`, so ninja
 recompiles nothing whose inputs kept their bytes.
 
-Kernel sources may be added or removed: each kernel directory is an input of the codegen edge (a
-directory's mtime changes when its entries do), so the next build regenerates this file first.
+Op files and kernel sources may be added or removed: the codegen edge depends on a listing of
+them that the build rescans (Note [Input listing]), so the next build regenerates this file
+first, and a build after an edit that only renamed files over themselves regenerates nothing.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ class BuildInputs:
     # namespace -> its kernel sources (runtime/csrc/<ns>/**/*.{cpp,cc,cu}), each with the path
     # its object gets below build/obj/<ns>/
     kernel_sources: dict[str, tuple[tuple[str, str], ...]]
-    kernel_dirs: tuple[str, ...]                 # every directory searched (their mtimes)
     codegen_args: tuple[str, ...]                # what `python -m codegen generate` is given
     # every other file code generation writes (gen.render's set): the codegen edge's outputs
     outputs: tuple[str, ...]
@@ -145,12 +145,13 @@ def build_ninja(lib: OpLibrary, inputs: BuildInputs, project: Project) -> str:
     # The completion stamp is written last (Note [Set-atomic writes] in codegen/files.py): an
     # interrupted generate leaves it missing, so this edge reruns before anything compiles.
     generated = [ninja_file(project), set_stamp(project), *sorted(inputs.outputs)]
-    dirs = sorted({str(PurePosixPath(p).parent) for p in sources})
-    w.build(generated, "codegen", sources, implicit=dirs + list(inputs.kernel_dirs))
-    # An input with no rule that goes missing (a deleted op file or kernel directory) stops
-    # ninja before it can regenerate; as a phony target it only makes this edge rerun.
+    # Not the directories: the set of files in them (Note [Input listing]).
+    w.build(generated, "codegen", sources, implicit=[input_listing(project)])
+    # An input with no rule that goes missing (a deleted op file, the listing before the first
+    # build) stops ninja before it can regenerate; as a phony target it only makes this edge
+    # rerun.
     w.comment("Phony: deleting one of these inputs reruns the edge above instead of stopping ninja.")
-    for path in dict.fromkeys([*sources, *dirs, *inputs.kernel_dirs]):
+    for path in dict.fromkeys([*sources, input_listing(project)]):
         w.build(path, "phony")
     w.newline()
 
@@ -217,12 +218,12 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
     committed build file is machine-independent. With `diags`, kernel sources that belong to no
     namespace and hand-written TORCH_LIBRARY blocks for a generated namespace are errors.
     """
-    sources, dirs = kernel_sources(project, list(lib.namespaces), root, diags)
+    sources, _ = kernel_sources(project, list(lib.namespaces), root, diags)
     if diags is not None:
         paths = [L.index_path(project, ns) for ns in L.shards(lib)]
         indexes = [json.loads(outputs[p]) for p in paths if p in outputs]
         check_kernel_sources(sources, set(L.shards(lib)), root, diags, indexes)
-    return BuildInputs(sources, dirs, _codegen_args(lib, root), tuple(outputs))
+    return BuildInputs(sources, _codegen_args(lib, root), tuple(outputs))
 
 
 def kernel_sources(project: Project, namespaces: list[str], root: Path = Path("."),
@@ -235,51 +236,110 @@ def kernel_sources(project: Project, namespaces: list[str], root: Path = Path(".
     out: dict[str, list[tuple[str, str]]] = {}
     dirs: list[str] = []
     owner: dict[str, str] = {}
+    for kdir, p, rel in _kernel_tree(project, root):
+        if p.is_dir():
+            dirs.append(f"{kdir}/{rel.as_posix()}" if rel.parts else kdir)
+            continue
+        if p.suffix not in KERNEL_SUFFIXES or not p.is_file():
+            continue
+        source = f"{kdir}/{rel.as_posix()}"
+        if len(rel.parts) > 1 and rel.parts[0] in namespaces:
+            ns, below = rel.parts[0], PurePosixPath(*rel.parts[1:]).as_posix()
+        elif len(namespaces) == 1:
+            ns, below = namespaces[0], rel.as_posix()
+        elif not namespaces:
+            # No op (an empty library, or op files whose errors are reported already):
+            # nothing to compile it into, and nothing to tell the user about it.
+            continue
+        else:
+            if diags is not None:
+                loc, cpp_ns = _whole_file_loc(source, p, diags, namespace=True)
+                move = (f"its code is in namespace '{cpp_ns}': move it to {kdir}/{cpp_ns}/"
+                        if cpp_ns in namespaces else
+                        f"move it to {kdir}/<namespace>/, one of: "
+                        + ", ".join(sorted(namespaces)))
+                diags.error(loc, "this kernel source belongs to no namespace: the op library "
+                            "has several, and it is not in a directory named after one", move)
+            continue
+        o = obj(project, ns, source, below)
+        if o in owner:
+            if diags is not None:
+                loc, _ = _whole_file_loc(source, p, diags)
+                diags.error(loc, f"this kernel source and {owner[o]} would "
+                            f"compile to the same object {o}", "rename one of them")
+            continue
+        owner[o] = source
+        out.setdefault(ns, []).append((source, below))
+    return {ns: tuple(v) for ns, v in out.items()}, tuple(dirs)
+
+
+def _kernel_tree(project: Project, root: Path):
+    """(kernel directory, path, path below it) of every existing kernel directory and every
+    entry below it, sorted, skipping hidden entries and generated sources."""
     for kdir in project.kernels:
         base = root / kdir
         if not base.is_dir():
             continue
-        dirs.append(kdir)
+        yield kdir, base, PurePosixPath()
         for p in sorted(base.rglob("*")):
             rel = p.relative_to(base)
             if any(part.startswith(".") for part in rel.parts):
                 continue
             if is_below(f"{kdir}/{rel.as_posix()}", project.generated):
                 continue    # generated sources, not kernels
-            if p.is_dir():
-                dirs.append(f"{kdir}/{rel.as_posix()}")
-                continue
-            if p.suffix not in KERNEL_SUFFIXES or not p.is_file():
-                continue
-            source = f"{kdir}/{rel.as_posix()}"
-            if len(rel.parts) > 1 and rel.parts[0] in namespaces:
-                ns, below = rel.parts[0], PurePosixPath(*rel.parts[1:]).as_posix()
-            elif len(namespaces) == 1:
-                ns, below = namespaces[0], rel.as_posix()
-            elif not namespaces:
-                # No op (an empty library, or op files whose errors are reported already):
-                # nothing to compile it into, and nothing to tell the user about it.
-                continue
-            else:
-                if diags is not None:
-                    loc, cpp_ns = _whole_file_loc(source, p, diags, namespace=True)
-                    move = (f"its code is in namespace '{cpp_ns}': move it to {kdir}/{cpp_ns}/"
-                            if cpp_ns in namespaces else
-                            f"move it to {kdir}/<namespace>/, one of: "
-                            + ", ".join(sorted(namespaces)))
-                    diags.error(loc, "this kernel source belongs to no namespace: the op library "
-                                "has several, and it is not in a directory named after one", move)
-                continue
-            o = obj(project, ns, source, below)
-            if o in owner:
-                if diags is not None:
-                    loc, _ = _whole_file_loc(source, p, diags)
-                    diags.error(loc, f"this kernel source and {owner[o]} would "
-                                f"compile to the same object {o}", "rename one of them")
-                continue
-            owner[o] = source
-            out.setdefault(ns, []).append((source, below))
-    return {ns: tuple(v) for ns, v in out.items()}, tuple(dirs)
+            yield kdir, p, PurePosixPath(rel.as_posix())
+
+
+# Note [Input listing]
+# Code generation reads the op files of its directories and the set of kernel sources (the build
+# file compiles each one), so adding or removing one must rerun the codegen edge. The edge does
+# not depend on those directories themselves: a directory's mtime changes whenever any entry is
+# created, renamed or removed, and editors do that all the time without changing the set (a
+# save through a temporary renamed over the file, `sed -i`, a swap or backup file), which reran
+# code generation, and printed its notes again, on the build after every such edit (the fix of
+# a failed compile). The edge depends instead on `<build>/codegen-inputs`, this set as text:
+# `opgen build` rescans it before ninja runs, and `generate --depfile` (the edge itself) writes
+# it when the op-file directories it read are others; each writes it only when the set changed,
+# so its mtime moves only then.
+
+
+def input_listing(project: Project) -> str:
+    return f"{build_dir(project)}/codegen-inputs"
+
+
+def listing_text(project: Project, op_dirs: Sequence[str], root: Path = Path(".")) -> str:
+    """The set of Note [Input listing]: the op-file directories (what a rescan reads again),
+    the op files in them, and every kernel source candidate (whatever namespace it falls in)."""
+    op_files = sorted(f"{d}/{p.name}" for d in op_dirs if (root / d).is_dir()
+                      for p in (root / d).glob("*") if p.suffix in (".yaml", ".yml"))
+    kernels = [f"{kdir}/{rel.as_posix()}" for kdir, p, rel in _kernel_tree(project, root)
+               if p.suffix in KERNEL_SUFFIXES and p.is_file()]
+    return json.dumps({"op_dirs": sorted(op_dirs), "op_files": op_files, "kernels": kernels},
+                      indent=1) + "\n"
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_atomic(path, text)
+
+
+def refresh_listing(project: Project, root: Path = Path(".")) -> None:
+    """Before ninja runs (`opgen build`): write the listing when the set changed, so that the
+    codegen edge reruns exactly then. Without a listing yet, its op-file directories are those
+    of the project's `schemas` (what `generate` reads by default): were the edge to write the
+    first listing, it would change its own input while it runs, and run twice."""
+    path = root / input_listing(project)
+    try:
+        op_dirs = json.loads(path.read_text(encoding="utf-8"))["op_dirs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        op_dirs = sorted({p if (root / p).is_dir() else str(PurePosixPath(p).parent)
+                          for p in (PurePosixPath(s).as_posix() for s in project.schemas)
+                          if (root / p).exists()})
+    _write_if_changed(path, listing_text(project, op_dirs, root))
 
 
 _CPP_NAMESPACE = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)(?:\s*::\s*\w+)*\s*\{")
@@ -534,7 +594,10 @@ def _escape(path: str) -> str:
 
 
 def write_depfile(path: Path, lib: OpLibrary, project: Project) -> None:
+    """The codegen edge's depfile, and its input listing (Note [Input listing])."""
     write_atomic(path, depfile_text(lib, project))
+    op_dirs = sorted({str(PurePosixPath(f.path).parent) for f in lib.files})
+    _write_if_changed(Path(input_listing(project)), listing_text(project, op_dirs))
 
 
 def _rel(p: Path, root: Path) -> str:
