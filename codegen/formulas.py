@@ -117,7 +117,11 @@ Tensor lists used as tensors, binding names the language owns, slice steps of ze
 tensor values, numbers given to torch functions taking tensors only (`torch.maximum(x, 0.5)`),
 floats as indices or slice bounds (`x[:x.size(0) / 2]`: sizes divide with `//`);
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
-keywords, missing required arguments) once the whole library is loaded (`check` given some op
+keywords, missing required arguments, an argument its parameter surely cannot take: a number or
+shape for a Tensor, a shape (`x.shape`, `x.size()`) for an int, SymInt, float, bool or Scalar
+where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor or Tensor list
+for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
+vmap can) once the whole library is loaded (`check` given some op
 files knows their ops only: a call of another file's op is unknown there, and its error says so).
 """
 
@@ -271,6 +275,8 @@ class Call(Node):
     loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
     # Where each keyword is (errors about one point there); () when unknown.
     kwarg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
+    # Where each positional argument is; () when unknown.
+    arg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -912,7 +918,7 @@ class _Checker:
                              "callable")
         self.tensor_operands(func, list(zip(spans, args)) + list(zip(kwarg_spans, kwargs)))
         return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span),
-                    kwarg_locs=tuple(kwarg_locs))
+                    kwarg_locs=tuple(kwarg_locs), arg_locs=tuple(self.loc(s) for s in spans))
 
     def tensor_operands(self, func: Expr,
                         given: list[tuple[Span, Expr | tuple[str, Expr]]]) -> None:
@@ -1168,6 +1174,24 @@ def _tensor_method(name: str) -> Kind:
     return Kind.TENSORS if name in _TENSORS_FUNCTIONS else Kind.TENSOR
 
 
+class Form(enum.Enum):
+    """What a value surely is where a library op's parameter takes it (`_Kinds.form`): finer
+    than Kind.META, which holds numbers and shapes alike."""
+    TENSOR = "a Tensor"
+    TENSORS = "a list of Tensors"
+    SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
+    NUMBER = "a number"     # one size (`x.size(0)`, `x.shape[0]`, `x.numel()`), an int, a float
+
+
+_NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
+# Tensor methods giving one number, and those giving sizes when called without an argument.
+_NUMBER_METHODS = frozenset({"dim", "ndimension", "numel", "nelement", "element_size",
+                             "storage_offset", "get_device", "item"})
+_SIZES_METHODS = frozenset({"size", "stride"})
+_ARITH_OPS = (BinOpKind.add, BinOpKind.sub, BinOpKind.mul, BinOpKind.div, BinOpKind.floordiv,
+              BinOpKind.mod, BinOpKind.pow)
+
+
 class _Kinds:
     """What each value of a formula is (Note [Data-dependent conditions]): `bound` holds the
     kinds of its bindings and loop variables."""
@@ -1177,6 +1201,7 @@ class _Kinds:
         self.schema = schema
         self.bound = bound
         self.lib = lib      # where calls of library ops are looked up; None: they are unknown
+        self.forms: dict[str, Form] = {}    # of the bindings whose form is known
 
     def _type(self, t) -> Kind:
         if is_tensor_list(t):
@@ -1254,6 +1279,69 @@ class _Kinds:
                 finally:
                     self.bound = saved
         return Kind.UNKNOWN
+
+    def form(self, e: Expr) -> Form | None:
+        """What `e` surely is (Form), None where it cannot be told: a library op's parameter is
+        refused only what it surely cannot take."""
+        if isinstance(e, InputRef) and isinstance(self.schema.argument(e.name).type,
+                                                  OptionalType):
+            return None     # may be None, which an optional parameter of any type takes
+        k = self.of(e)
+        if k is Kind.TENSOR:
+            return Form.TENSOR
+        if k is Kind.TENSORS:
+            # `[]` and `[None]` are of this kind too, and fit a list of numbers.
+            literal = isinstance(e, (TupleLit, ListLit))
+            if literal and not any(self.of(i) is Kind.TENSOR for i in e.items):
+                return None
+            return Form.TENSORS
+        match e:
+            case Const(value=v):
+                return Form.NUMBER if type(v) in (int, float, bool) else None
+            case InputRef(name=n):
+                t = self.schema.argument(n).type
+                if is_base(t, *_NUMBERS):
+                    return Form.NUMBER
+                if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
+                    return Form.SHAPE
+            case LocalRef(name=n):
+                return self.forms.get(n)
+            case Attr(obj=obj, name="shape") if self.of(obj) is Kind.TENSOR:
+                return Form.SHAPE
+            case Attr(obj=obj, name="ndim") if self.of(obj) is Kind.TENSOR:
+                return Form.NUMBER
+            case Call(func=Attr(obj=obj, name=name), args=args, kwargs=()) \
+                    if self.of(obj) is Kind.TENSOR:
+                if name in _SIZES_METHODS:
+                    return Form.SHAPE if not args else Form.NUMBER if len(args) == 1 else None
+                return Form.NUMBER if name in _NUMBER_METHODS and not args else None
+            case Call(func=PyBuiltinRef(name="len" | "int" | "float")):
+                return Form.NUMBER
+            case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
+                    if self.form(a) is Form.SHAPE:
+                return Form.SHAPE
+            case Subscript(obj=obj, items=(i,)) if self.form(obj) is Form.SHAPE:
+                if isinstance(i, Slice):
+                    return Form.SHAPE
+                return Form.NUMBER if self.form(i) is Form.NUMBER else None
+            case BinOp(op=op, left=a, right=b) if op in _ARITH_OPS or op in _COMPARISONS:
+                forms = (self.form(a), self.form(b))
+                if forms == (Form.NUMBER, Form.NUMBER):
+                    return Form.NUMBER
+                # sizes concatenate, and repeat times an int
+                if op is BinOpKind.add and forms == (Form.SHAPE, Form.SHAPE):
+                    return Form.SHAPE
+                if op is BinOpKind.mul and set(forms) == {Form.SHAPE, Form.NUMBER}:
+                    return Form.SHAPE
+            case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
+                    if self.form(o) is Form.NUMBER:
+                return Form.NUMBER
+            case IfExp(then=a, orelse=b) if self.form(a) is self.form(b):
+                return self.form(a)
+            case TupleLit(items=items) | ListLit(items=items) \
+                    if items and all(self.form(i) is Form.NUMBER for i in items):
+                return Form.SHAPE
+        return None
 
     def loop_kinds(self, it: Expr, n: int) -> list[Kind]:
         """The kinds of the `n` names a comprehension binds by iterating `it`."""
@@ -1679,10 +1767,13 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             kinds = _Kinds(op.schema, {})
             for name, value in f.bindings:
                 kinds.bound[name] = kinds.of(value)
+                form = kinds.form(value)
+                if form is not None:
+                    kinds.forms[name] = form
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
                     fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
-                    fine = fine and _check_tensor_arguments(lib, node, node.func, kinds, diags)
+                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags)
                 elif isinstance(node, OpRef) and id(node) not in called:
                     fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
@@ -1706,25 +1797,68 @@ def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula, diags: Diagnostic
     return True
 
 
-def _check_tensor_arguments(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
-                            diags: Diagnostics) -> bool:
-    """No Tensor parameter of a library op is given what is surely not a Tensor (a number, a
-    size, a shape: an argument out of order): torch.ops would refuse it at backward."""
+def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
+                          diags: Diagnostics) -> bool:
+    """No parameter of a library op is given what it surely cannot take, as when arguments are
+    out of order: torch.ops would refuse it at backward, or read a Tensor's value there."""
     target = resolve(lib, ref)
     assert target is not None
     schema = target.schema
-    given = [(arg, value, call.loc, f"argument {i + 1} ('{arg.name}')")
-             for i, (arg, value) in enumerate(zip(schema.positional, call.args))]
+    positional = []
+    for a in call.args:
+        if isinstance(a, Star):
+            break   # what follows a spread lands on parameters known only at run time
+        positional.append(a)
+    given = [(arg, value, call.arg_locs[i] if i < len(call.arg_locs) else call.loc,
+              f"argument {i + 1} ('{arg.name}')")
+             for i, (arg, value) in enumerate(zip(schema.positional, positional))]
     given += [(schema.argument(key), value,
                call.kwarg_locs[i] if i < len(call.kwarg_locs) else call.loc, f"argument '{key}'")
               for i, (key, value) in enumerate(call.kwargs)]
     for arg, value, loc, what in given:
-        if arg is not None and is_tensor_like(arg.type) and kinds.of(value) is Kind.META:
-            diags.error(loc, f"{what} of {schema.name} is a {arg.type}, but is given a value "
-                        "that is not a Tensor (a number, size, shape, dtype or string)",
-                        f"its schema: {schema}")
-            return False
+        if arg is None:
+            continue
+        if is_tensor_like(arg.type):
+            if kinds.of(value) is not Kind.META:
+                continue
+            message = (f"{what} of {schema.name} is {_a(arg.type)}, but is given a value that "
+                       "is not a Tensor (a number, size, shape, dtype or string)")
+        else:
+            form = kinds.form(value)
+            why = _refusal(arg.type, form) if form is not None else None
+            if why is None:
+                continue
+            message = f"{what} of {schema.name} is {_a(arg.type)}, but is given {form.value}: {why}"
+        diags.error(loc, message, f"its schema: {schema}")
+        return False
     return True
+
+
+def _refusal(t, form: Form) -> str | None:
+    """Why a parameter of type `t` cannot take a value of `form`; None where it may."""
+    t = strip_optional(t)   # None aside, an optional parameter takes what its type takes
+    # torch.ops reads a one-element Tensor as a number, and a Tensor as a SymInt[], eagerly.
+    values = ("torch.ops would read {} at backward, which neither torch.compile, vmap nor C++ "
+              "autograd can, and no gradient flows through {}")
+    if is_base(t, *_NUMBERS, BaseTy.Scalar):
+        if form is Form.SHAPE:
+            return "one size is x.size(i) or x.shape[i]"
+        if form is Form.TENSOR:
+            return values.format("its value", "it")
+        if form is Form.TENSORS:
+            return "a list is not one number"
+    elif isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
+        if form is Form.NUMBER and t.size is None:
+            # `int[2] k` takes one number for both elements, as torch.ops does
+            return "it takes a list: [n], or all of a tensor's sizes, x.shape"
+        if form in (Form.TENSOR, Form.TENSORS):
+            return values.format("their values", "them")
+    return None
+
+
+def _a(t) -> str:
+    """`t` with its article: 'a SymInt', 'an int[]'."""
+    return f"{'an' if str(t)[:1] in 'aeiou' else 'a'} {t}"
 
 
 def _check_gradient_count(lib: OpLibrary, op: Op, f: Formula, call: Call, ref: OpRef,

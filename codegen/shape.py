@@ -1526,9 +1526,8 @@ class _Checker:
                             tuple(checks), self.text, tuple(self.spans)) if ok else None
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
-            t = self.first_tensor or "x"
-            hint = (f"write one item per output: `(like({t}), like({t}))`" if len(fresh) > 1
-                    else "write a single output, without a tuple")
+            hint = self.outputs_hint(fresh) if len(fresh) > 1 \
+                else "write a single output, without a tuple"
             self.error(syn.body.span, f"the rule gives {_count(len(items), 'output')} but the op "
                        f"returns {len(fresh)}{extra}", hint)
             return None
@@ -1547,6 +1546,26 @@ class _Checker:
             return None
         return FakeRule(tuple(bindings), tuple(outputs), self.text.text, tuple(checks),
                         self.text, tuple(self.spans))
+
+    def outputs_hint(self, fresh: list[Return]) -> str:
+        """An example rule with one item per return of `fresh`, each of its return's kind."""
+        t = self.first_tensor
+        tensors = next((a.name for a in self.schema.arguments
+                        if arg_ty(a.type) == Ty(T.TENSOR_LIST)), None)
+        items = []
+        for r in fresh:
+            ty = arg_ty(r.type)
+            if ty == Ty(T.TENSOR_LIST):
+                items.append(f"[like(t) for t in {tensors}]" if tensors else
+                             f"[like({t})]" if t else "[empty([n]) for i in range(k)]")
+            elif ty.base is T.TENSOR:
+                items.append(f"like({t})" if t else "empty([n])")
+            elif ty == INT:
+                items.append(f"{t}.numel()" if t else "dynamic()")
+            else:
+                return (f"write one item per output; a rule cannot describe a {r.type} return, "
+                        "a Python fake function can: `fake: package.module:function`")
+        return f"write one item per output: `({', '.join(items)})`"
 
     def output(self, item: _Syn, ret: Return) -> Expr:
         ty = arg_ty(ret.type)

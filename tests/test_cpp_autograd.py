@@ -70,6 +70,34 @@ def test_torch_function_note_names_it_once(tmp_path: Path) -> None:
         "which the C++ translation does not carry"]
 
 
+def test_library_op_argument_note_says_why(tmp_path: Path) -> None:
+    """An argument of a library op call that the C++ translation does not pass says why: its
+    parameter's type, or what the formula gives it (the note named the argument only)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trq\nops:\n"
+                    "  - func: a(Tensor x) -> Tensor\n"
+                    "    dispatch: {CPU: a_cpu}\n"
+                    "    fake: like(x)\n"
+                    "    derivatives:\n"
+                    "      x: takes(grad, sizes=x.shape)\n"
+                    "  - func: b(Tensor x) -> Tensor\n"
+                    "    dispatch: {CPU: b_cpu}\n"
+                    "    fake: like(x)\n"
+                    "    derivatives:\n"
+                    "      x: takes(grad, x.size(0))\n"
+                    "  - func: takes(Tensor grad, float s=1.0, SymInt[] sizes=[]) -> Tensor\n"
+                    "    dispatch: {CPU: takes_cpu}\n"
+                    "    fake: like(grad)\n"
+                    "    derivatives:\n"
+                    "      grad: not_implemented('double backward')\n")
+    _, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == [
+        "trq::a: its Autograd kernel stays in Python: argument 'sizes' of trq::takes is a "
+        "SymInt[], a type the C++ translation does not pass to a library op",
+        "trq::b: its Autograd kernel stays in Python: argument 's' of trq::takes is a float, "
+        "and the formula gives it a SymInt, which the C++ translation does not convert to one"]
+
+
 def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
     """A torch constant (a dtype, torch.pi) or an index the translation does not carry (a
     Tensor's mask, a slice of a Tensor[] or of sizes) is named as written, not by the formula

@@ -554,3 +554,128 @@ def test_conditions_on_library_op_tensors_are_refused(tmp_path, text, message):
 ])
 def test_conditions_on_library_op_sizes_are_kept(tmp_path, text):
     assert _library_condition_errors(tmp_path, text) == []
+
+
+# A backward op taking every kind of number and list of numbers, as torchvision's take sizes.
+TAKES = """\
+- func: ex::takes(Tensor grad, SymInt n=0, int k=0, float s=1.0, bool b=False, Scalar a=1, \
+SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None) -> Tensor
+"""
+
+
+def _argument_errors(tmp_path, text: str) -> list[str]:
+    from codegen.load import load_library
+
+    p = tmp_path / "ops.yaml"
+    p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None) "
+                 f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
+                 "    w: non_differentiable\n" + TAKES)
+    diags = Diagnostics()
+    assert F.check_library(load_library([str(p)]), diags) == (not diags.items)
+    return [m.message for m in diags.items]
+
+
+@pytest.mark.parametrize("text,given", [
+    ("ex.takes(grad, x.shape)", "argument 2 ('n') of ex::takes is a SymInt, but is given a shape"),
+    ("ex.takes(grad, k=x.size())", "argument 'k' of ex::takes is an int, but is given a shape"),
+    ("ex.takes(grad, s=x.shape[1:])", "argument 's' of ex::takes is a float, but is given a shape"),
+    ("ex.takes(grad, b=(x.size(0), 2))", "argument 'b' of ex::takes is a bool, but is given a "
+                                          "shape"),
+    ("s = list(x.shape) + dims; ex.takes(grad, s)", "argument 2 ('n') of ex::takes is a SymInt, "
+                                                   "but is given a shape"),
+    ("ex.takes(grad, maybe=x.shape if n > 0 else y.shape)",
+     "argument 'maybe' of ex::takes is an int?, but is given a shape"),
+    ("ex.takes(grad, a=grad.sum())", "argument 'a' of ex::takes is a Scalar, but is given a "
+                                     "Tensor"),
+    ("ex.takes(grad, x.sum() * 2)", "argument 2 ('n') of ex::takes is a SymInt, but is given a "
+                                    "Tensor"),
+    ("ex.takes(grad, k=[grad, y])", "argument 'k' of ex::takes is an int, but is given a list of "
+                                    "Tensors"),
+    ("ex.takes(grad, sizes=x.size(0))", "argument 'sizes' of ex::takes is a SymInt[], but is "
+                                        "given a number"),
+    ("ex.takes(grad, dims=-n)", "argument 'dims' of ex::takes is an int[], but is given a number"),
+    ("ex.takes(grad, opt=len(x.shape) // 2)", "argument 'opt' of ex::takes is a SymInt[]?, but "
+                                              "is given a number"),
+    ("ex.takes(grad, sizes=y)", "argument 'sizes' of ex::takes is a SymInt[], but is given a "
+                                "Tensor"),
+])
+def test_library_op_parameters_refuse_what_they_cannot_take(tmp_path, text, given):
+    """Each passed `check` and failed at backward: torch.ops refuses a shape for a number and a
+    number for a list; a Tensor it reads as a number eagerly, which torch.compile and vmap
+    cannot (test_torch_ops_reads_a_tensor_given_for_a_number_eagerly_only)."""
+    (message,) = _argument_errors(tmp_path, text)
+    assert message.startswith(given + ": "), message
+
+
+@pytest.mark.parametrize("text", [
+    "ex.takes(grad, x.size(0), x.shape[-1], x.numel() / 2, x.dim() > 1, n, x.shape, dims, n)",
+    "ex.takes(grad, len(x.shape), x.ndim, n * 0.5, n == 1, x.size(1) // 2)",
+    "ex.takes(grad, sizes=[x.size(0), 2], dims=list(x.shape[1:]), pair=x.size(0))",
+    "ex.takes(grad, sizes=x.shape + x.shape, dims=[], pair=[n, n], maybe=None, opt=None)",
+    "ex.takes(grad, maybe=x.size(0), opt=x.size(), sizes=x.shape * 2, dims=(n,))",
+    "s = x.shape; m = s[0]; ex.takes(grad, m, sizes=s, s=float(y.sum()), a=y.sum().item())",
+    # what cannot be told is left to torch.ops: a loop variable, a library op's int
+    "sum([ex.takes(grad, i) for i in x.shape], torch.zeros_like(x))",
+    "ex.takes(grad, sizes=[x.size(0), n] if n else [], k=grad.dtype == torch.float32)",
+    "ex.takes(grad, maybe=w, opt=w)",     # a Tensor? may be None
+])
+def test_library_op_parameters_take_numbers_and_shapes(tmp_path, text):
+    assert _argument_errors(tmp_path, text) == []
+
+
+def test_torch_ops_reads_a_tensor_given_for_a_number_eagerly_only():
+    """Why `check` refuses a Tensor for a number parameter though torch.ops takes a one-element
+    one eagerly: vmap (torch.func) cannot read it, nor can torch.compile."""
+    lib = torch.library.Library("opgen_kinds_probe", "DEF")
+    try:
+        lib.define("f(Tensor x, float s) -> Tensor")
+        lib.impl("f", lambda x, s: x * s, "CPU")
+        op = torch.ops.opgen_kinds_probe.f
+        assert op(torch.ones(2), torch.tensor(3.0)).tolist() == [3.0, 3.0]
+        with pytest.raises(Exception):
+            op(torch.ones(2), torch.ones(2))    # several elements
+        with pytest.raises(Exception):
+            torch.vmap(lambda x: op(x, x.sum()))(torch.ones(2, 3))
+    finally:
+        lib._destroy()
+
+
+def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
+    """The calls `check` keeps run: sizes one by one to SymInt parameters (as torchvision's
+    _roi_align_backward takes them), a shape to a SymInt[] one, a number to a float one."""
+    import textwrap
+
+    from codegen import testing
+
+    (tmp_path / "kinds_kernels.py").write_text(textwrap.dedent("""\
+        def scale(x, s):
+            return x * s
+
+        def scale_backward(grad, batch, channels, sizes, s):
+            assert (batch, channels) == (sizes[0], sizes[1]) and list(grad.shape) == list(sizes)
+            return grad * s
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: kindstest
+        ops:
+          - func: scale(Tensor x, float s) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "kinds_kernels:scale"}
+            fake: like(x)
+            derivatives:
+              x: scale_backward(grad, x.size(0), x.shape[1], x.shape, s)
+          - func: scale_backward(Tensor grad, SymInt batch, SymInt channels, SymInt[] sizes,
+                                 float s) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "kinds_kernels:scale_backward"}
+            fake: like(grad)
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        op = torch.ops.kindstest.scale
+        x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda x: op(x, 1.5), (x,))
+        got = torch.func.grad(lambda x: op(x, 1.5).sum())(x.detach())
+        torch.testing.assert_close(got, torch.full_like(x, 1.5))
+    finally:
+        lib.close()

@@ -257,6 +257,35 @@ def test_bindings_and_dynamic_sizes():
     assert not ok("like(self)").uses_dynamic
 
 
+@pytest.mark.parametrize("schema,rule,hint", [
+    # a 5-output backward given 4 items: the hint showed 2
+    ("ex::g(Tensor grad, Tensor x, Tensor w) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+     "(like(grad), like(grad), like(grad), like(grad))",
+     "(like(grad), like(grad), like(grad), like(grad), like(grad))"),
+    ("ex::g(Tensor[] xs, Tensor y) -> (Tensor, Tensor[], SymInt, Tensor?)", "(like(y), like(y))",
+     "(like(y), [like(t) for t in xs], y.numel(), like(y))"),
+    ("ex::g(Tensor y) -> (Tensor[], int)", "like(y)", "([like(y)], y.numel())"),
+])
+def test_output_count_hint_has_an_item_per_return(schema, rule, hint):
+    """The hint is a rule the op takes, one item of its kind per return."""
+    _, diags = parse(rule, schema)
+    (d,) = diags.items
+    assert d.hint == f"write one item per output: `{hint}`", d.hint
+    ok(hint, schema)
+
+
+@pytest.mark.parametrize("schema,hint", [
+    ("ex::g(SymInt[] size) -> (Tensor, int, Tensor[])",
+     "write one item per output: `(empty([n]), dynamic(), [empty([n]) for i in range(k)])`"),
+    ("ex::g(Tensor x) -> (Tensor, float)", "write one item per output; a rule cannot describe a "
+     "float return, a Python fake function can: `fake: package.module:function`"),
+])
+def test_output_count_hint_without_a_tensor_or_a_rule(schema, hint):
+    _, diags = parse("empty([1])", schema)
+    (d,) = diags.items
+    assert d.hint == hint
+
+
 def test_mutated_returns_are_the_arguments():
     s = "ex::g(Tensor self, Tensor(a!) out, Tensor(b!) out2) -> (Tensor(a!), Tensor(b!))"
     assert S.mutated_returns(parse_schema(s)) == ["out", "out2"]

@@ -793,9 +793,16 @@ class _Builder:
                 part = parts[i] if i < len(parts) else named.get(b.argument.name)
                 if part is not None:
                     c, k = part
-                    want = _arg_kind(b.argument.type)
-                    if want is None or not _fits(k, want):
-                        raise NotCpp(f"argument '{b.argument.name}' of {target.name}")
+                    t = b.argument.type
+                    want = _arg_kind(t)
+                    if want is None:
+                        raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
+                                     f"{_a(t)}, a type the C++ translation does not pass to a "
+                                     "library op")
+                    if not _fits(k, want):
+                        raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
+                                     f"{_a(t)}, and the formula gives it {_given(k)}, which the "
+                                     "C++ translation does not convert to one")
                     args.append(c)
                 elif b.default is not None:
                     args.append(b.default)
@@ -922,6 +929,16 @@ def _arg_kind(t) -> str | None:
         return {BaseTy.Tensor: "T", BaseTy.float: "f", BaseTy.int: "i", BaseTy.bool: "b",
                 BaseTy.Scalar: "n", BaseTy.SymInt: "si"}.get(base.name)
     return None
+
+
+def _a(t) -> str:
+    """A type with its article: 'a SymInt', 'an int[]'."""
+    return f"{'an' if str(t)[:1] in 'aeiou' else 'a'} {t}"
+
+
+def _given(kind: str) -> str:
+    """What a translated value of `kind` is, in a note."""
+    return {SIZES: "sizes (a shape)", NONE: "None"}.get(kind) or _a(kind)
 
 
 def _converted(code: str, kind: str, spec: str) -> str:
