@@ -321,7 +321,7 @@ def test_errors_are_collected_across_bindings():
 def _helpers() -> dict:
     from codegen.rendering import render
 
-    text = render("py_reg.py.j2", banner="", ns="helpers", module="m", imports=[], helpers=["result_type"], sections=[])
+    text = render("py_reg.py.j2", banner="", ns="helpers", module="m", imports=[], helpers=["result_type"], aliases=[], sections=[])
     namespace: dict = {}
     exec(compile(text.replace('_lib = torch.library.Library("helpers", "FRAGMENT")', "")
                  .replace("_ops = torch.ops.helpers", ""), "<helpers>", "exec"), namespace)
