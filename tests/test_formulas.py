@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from codegen import formulas as F
 from codegen.dest.py_autograd import FormulaEmitter, Names
+from codegen.dest.py_common import PLAIN
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.model import DerivativesSpec, Located, Op
 from codegen.parse import parse_schema
@@ -321,7 +322,7 @@ def test_emitted_python_has_the_parsed_meaning(text):
     op = Op(schema=schema, loc=Loc("t.yaml", 1, 1))
     names = Names(inputs={"t": "t", "x": "x", "y": "y"}, meta=set(), grads=["grad"],
                   results=["result"], ops={})
-    emitted = FormulaEmitter(op, names, set()).expr(d.formulas[0].expr)
+    emitted = FormulaEmitter(op, names, set(), PLAIN).expr(d.formulas[0].expr)
     assert ast.dump(ast.parse(emitted, mode="eval")) == ast.dump(ast.parse(text, mode="eval"))
 
 
@@ -415,7 +416,7 @@ def test_the_deepest_formulas_emit_python_that_compiles(deepest, deeper):
     op = Op(schema=schema, loc=Loc("t.yaml", 1, 1))
     names = Names(inputs={"x": "x", "y": "y"}, meta=set(), grads=["grad"], results=["result"],
                   ops={})
-    compile(FormulaEmitter(op, names, set()).expr(d.formulas[0].expr), "<formula>", "eval")
+    compile(FormulaEmitter(op, names, set(), PLAIN).expr(d.formulas[0].expr), "<formula>", "eval")
     if deeper is not None:
         assert _errors(deeper) == ["formula: nested more than 100 levels deep"]
 

@@ -50,7 +50,7 @@ def _render_in_subprocess(prefix: Path, *, write: bool) -> str:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     code = ("from codegen.dest.py_common import HELPERS; from codegen.rendering import render; "
             "print(render('py_reg.py.j2', banner='#', ns='ns', module='m', imports=[], "
-            "helpers=list(HELPERS), sections=[]), end='')")
+            "helpers=list(HELPERS), aliases=[], sections=[]), end='')")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
                           capture_output=True, text=True).stdout
 
