@@ -256,6 +256,98 @@ def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch
         lib.close()
 
 
+def test_optional_tensor_list_given_none_differentiates(tmp_path, monkeypatch):
+    """A `Tensor[]?` input (torch.library.register_autograd's path) passed as None, or left at
+    its default: setup_context saves no element for it and backward gets None back (a formula
+    may test `ws is None`), and its gradient is None; eagerly, under gradcheck, torch.compile
+    and the sample checks. Before, setup_context failed with "save_for_backward() argument
+    after * must be an iterable, not NoneType", and backward's `len(needs[1])` would have
+    failed on the bool autograd gives for None (Note [None for a Tensor[]?])."""
+
+    import torch
+
+    from codegen import testing
+
+    lib = _python_library(tmp_path, monkeypatch, "optlist_kernels", """\
+        def blend(x, ws, ys):
+            out = x if ws is None else x * sum(ws)
+            return out + sum(y * y for y in ys)
+
+        def scaled(x, ws=None, k=2):
+            return x * k if ws is None else x * k + sum(ws)
+        """, """\
+        namespace: optlist
+        ops:
+          # Saved beside a Tensor and another list after it.
+          - func: blend(Tensor x, Tensor[]? ws, Tensor[] ys) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "optlist_kernels:blend"}
+            fake: like(x)
+            derivatives:
+              x: grad if ws is None else grad * sum(ws)
+              ws: '[grad * x for _ in ws]'
+              ys: '[2 * grad * y for y in ys]'
+            samples:
+              given: {x: {shape: [3]}, ws: [{shape: [3]}, {shape: [3]}], ys: [{shape: [3]}]}
+              none: {x: {shape: [3]}, ws: null, ys: [{shape: [3]}, {shape: [3]}]}
+              empty: {x: {shape: [3]}, ws: [], ys: [{shape: [3]}]}
+          # The only list saved, with a default.
+          - func: scaled(Tensor x, Tensor[]? ws=None, int k=2) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "optlist_kernels:scaled"}
+            fake: like(x)
+            derivatives:
+              x: grad * k
+              ws: '[grad for _ in ws]'
+            samples:
+              given: {x: {shape: [3]}, ws: [{shape: [3]}], k: 3}
+              none: {x: {shape: [3]}, ws: null, k: 3}
+              default: {x: {shape: [3]}}
+        """)
+    try:
+        def leaf(*values):
+            return torch.tensor(values, dtype=torch.double, requires_grad=True)
+
+        x, y = leaf(1.0, 2.0, 3.0), leaf(-1.0, 0.5, 2.0)
+        gx, gy = torch.autograd.grad(torch.ops.optlist.blend(x, None, [y]).sum(), (x, y))
+        assert gx.tolist() == [1.0] * 3 and gy.tolist() == [-2.0, 1.0, 4.0]
+        w = leaf(2.0, 2.0, 2.0)
+        gx, gw, gy = torch.autograd.grad(torch.ops.optlist.blend(x, [w], [y]).sum(), (x, w, y))
+        assert gx.tolist() == [2.0] * 3 and gw.tolist() == [1.0, 2.0, 3.0]
+        for call, k in ((lambda t: torch.ops.optlist.scaled(t, None, 3), 3),
+                        (lambda t: torch.ops.optlist.scaled(t, k=3), 3),
+                        (lambda t: torch.ops.optlist.scaled(t), 2)):
+            (g,) = torch.autograd.grad(call(x).sum(), (x,))
+            assert g.tolist() == [float(k)] * 3
+        assert torch.autograd.gradcheck(
+            lambda a, b: torch.ops.optlist.blend(a, None, [b]), (x, y))
+        assert torch.autograd.gradcheck(
+            lambda a, b, c: torch.ops.optlist.blend(a, [b, c], [c]), (x, y, w))
+        assert torch.autograd.gradcheck(lambda a: torch.ops.optlist.scaled(a, None, 3), (x,))
+        assert torch.autograd.gradgradcheck(
+            lambda a, b: torch.ops.optlist.blend(a, None, [b]), (x, y))
+
+        def f(a, ws, b):
+            return (torch.ops.optlist.blend(a, ws, [b]) + torch.ops.optlist.scaled(a, ws)).sum()
+
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+        for ws in (None, [w]):
+            leaves = (x, y) if ws is None else (x, y, w)
+            want = torch.autograd.grad(f(x, ws, y), leaves)
+            got = torch.autograd.grad(compiled(x, ws, y), leaves)
+            for g, e in zip(got, want):
+                torch.testing.assert_close(g, e)
+
+        checked = 0
+        for case in lib.cases():
+            for check in testing.CHECKS:
+                if testing.applies(case, check):
+                    assert testing.run_check(case, check) is None, (case.id, check)
+                    checked += check in ("opcheck", "gradients")
+        assert checked == 12
+    finally:
+        lib.close()
+
+
 def test_out_op_with_a_differentiable_input_raises_as_aten(tmp_path, monkeypatch):
     """An out= op beside a differentiable functional variant raises aten's error when an input
     requires grad. Before, torch's autograd fallback returned `out` detached, and the error came

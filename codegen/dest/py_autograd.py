@@ -7,7 +7,7 @@ lists cannot pass through it flat use `torch.library.register_autograd`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Callable
 
 from codegen import formulas as F
@@ -17,8 +17,8 @@ from codegen.dest import cpp_autograd
 from codegen.dest.py_common import (PLAIN, Class, Function, Reach, Section, camel, op_attr,
                                     op_name, q, qualname, reg_module_names)
 from codegen.expr import Prec, PyPrinter
-from codegen.model import (Argument, FunctionSchema, ListType, Op, is_tensor_like, is_tensor_list,
-                           strip_optional)
+from codegen.model import (Argument, FunctionSchema, ListType, Op, Return, is_tensor_like,
+                           is_tensor_list, strip_optional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -473,13 +473,17 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
     lists = [(n, source(n)) for n in plan.tensor_lists] + \
         [(results[i], output(i)) for i in plan.results
          if isinstance(strip_optional(schema.returns[i].type), ListType)]
-    setup = (_save_tensors(singles, lists) + _save_context(plan, d, schema, source, output)
-             or ["pass"])
+    # Tensor[]? inputs and returns saved, which may be None (Note [None for a Tensor[]?]).
+    optional = {n for n in plan.tensor_lists if _is_optional(schema.argument(n))} | \
+        {results[i] for i in plan.results if _is_optional(schema.returns[i])
+         and isinstance(strip_optional(schema.returns[i].type), ListType)}
+    setup = (_save_tensors(singles, lists, optional)
+             + _save_context(plan, d, schema, source, output) or ["pass"])
     setup_params = "ctx, inputs, keyword_only_inputs, output" if kw_only \
         else "ctx, inputs, output"
 
     # backward
-    body = _restore_saved(singles, lists, plan, own, r)
+    body = _restore_saved(singles, lists, plan, own, r, optional)
     meta_only = {a for a, _ in plan.meta}
     emit_names = Names(inputs={a.name: a.name for a in schema.arguments}, meta=meta_only,
                        grads=grads, results=results, ops=refs, ctx=own.ctx)
@@ -491,7 +495,12 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
         assert arg is not None
         i = positional.index(arg)
         is_list = isinstance(strip_optional(arg.type), ListType)
-        test = f"{r.any}({needs_}[{i}])" if is_list else f"{needs_}[{i}]"
+        if not is_list:
+            test = f"{needs_}[{i}]"
+        elif _is_optional(arg):
+            test = f"{r.any}({needs_}[{i}] or ())"   # a bool, False, for None
+        else:
+            test = f"{r.any}({needs_}[{i}])"
         # The dispatcher leaves trailing arguments equal to their defaults out of the call.
         return f"{r.len}({needs_}) > {i} and {test}" if arg.default is not None else test
 
@@ -499,11 +508,14 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
     for a in positional:
         if a.name in grad_vars:
             if isinstance(strip_optional(a.type), ListType):
-                # A Tensor[] input's gradient is a list of the same length.
+                # A Tensor[] input's gradient is a list of the same length; a Tensor[]?
+                # passed as None gets None.
                 i = positional.index(a)
                 value = f"[None] * {r.len}({needs_}[{i}])"
-                if a.default is not None:
-                    value += f" if {r.len}({needs_}) > {i} else None"
+                given = ([f"{r.len}({needs_}) > {i}"] if a.default is not None else []) + \
+                    ([f"{needs_}[{i}] is not False"] if _is_optional(a) else [])
+                if given:
+                    value += f" if {' and '.join(given)} else None"
                 body.append(f"{grad_vars[a.name]} = {value}")
             else:
                 body.append(f"{grad_vars[a.name]} = None")
@@ -564,15 +576,31 @@ class OwnNames:
         return name
 
 
-def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]]) -> list[str]:
+def _is_optional(a: Argument | Return | None) -> bool:
+    assert a is not None
+    return a.type != strip_optional(a.type)
+
+
+def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
+                  optional: Collection[str] = ()) -> list[str]:
     """setup_context lines saving Tensors (local, source) and Tensor lists; every list but the
-    last records its length, so backward can split them again (`_restore_saved`)."""
+    last records its length, so backward can split them again (`_restore_saved`).
+
+    Note [None for a Tensor[]?]
+    A `Tensor[]?` (the locals in `optional`) may be None, which torch.library's
+    register_autograd passes as it is: setup_context saves no element for it and records its
+    length as None, even when it is the last list, so that backward restores None and not [];
+    its `needs_input_grad` entry is then the bool False, not a list, and its gradient None."""
     lines = []
-    saved_args = [src for _, src in singles] + [f"*{src}" for _, src in lists]
+    saved_args = [src for _, src in singles] + \
+        [f"*({src} or ())" if local in optional else f"*{src}" for local, src in lists]
     if saved_args:
         lines.append(f"ctx.save_for_backward({', '.join(saved_args)})")
-    for local, src in lists[:-1]:
-        lines.append(f"ctx.{local}_count = len({src})")
+    for k, (local, src) in enumerate(lists):
+        if local in optional:
+            lines.append(f"ctx.{local}_count = None if {src} is None else len({src})")
+        elif k < len(lists) - 1:
+            lines.append(f"ctx.{local}_count = len({src})")
     return lines
 
 
@@ -616,28 +644,37 @@ def _value_attributes(plan: F.Saved) -> dict[str, str]:
 
 
 def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
-                   plan: F.Saved, own: OwnNames, r: Reach) -> list[str]:
+                   plan: F.Saved, own: OwnNames, r: Reach,
+                   optional: Collection[str] = ()) -> list[str]:
     """The opening lines of backward: what `_save_tensors` and `_save_context` stored, back in
-    locals, and `needs` (ctx.needs_input_grad)."""
+    locals, and `needs` (ctx.needs_input_grad). A Tensor[]? in `optional` comes back None
+    where it was None (Note [None for a Tensor[]?])."""
     body = []
     ctx, saved = own.ctx, own.saved
+
+    def restore(local: str, value: str) -> str:
+        if local in optional:
+            return f"{local} = None if {ctx}.{local}_count is None else {r.list}({value})"
+        return f"{local} = {r.list}({value})"
+
     if singles or lists:
         targets = [local for local, _ in singles]
         if not lists:
             body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} "
                         f"= {ctx}.saved_tensors")
         elif not targets and len(lists) == 1:
-            body.append(f"{lists[0][0]} = {r.list}({ctx}.saved_tensors)")
+            body.append(restore(lists[0][0], f"{ctx}.saved_tensors"))
         else:
             body.append(f"{saved} = {ctx}.saved_tensors")
             for i, local in enumerate(targets):
                 body.append(f"{local} = {saved}[{i}]")
             offset = str(len(targets))
             for local, _ in lists[:-1]:
-                end = f"{offset} + {ctx}.{local}_count"
-                body.append(f"{local} = {r.list}({saved}[{offset}:{end}])")
+                count = f"{ctx}.{local}_count"
+                end = f"{offset} + " + (f"({count} or 0)" if local in optional else count)
+                body.append(restore(local, f"{saved}[{offset}:{end}]"))
                 offset = end
-            body.append(f"{lists[-1][0]} = {r.list}({saved}[{offset}:])")
+            body.append(restore(lists[-1][0], f"{saved}[{offset}:]"))
     for a_name, attr in _value_attributes(plan).items():
         body.append(f"{a_name} = {ctx}.{attr}")
     body.append(f"{own.needs} = {ctx}.needs_input_grad")
