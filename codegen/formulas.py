@@ -861,6 +861,9 @@ class _Checker:
         value = self.expr(value_node)
         self.locals[name] = self.tensor_list(value)
         self.kinds.bound[name] = self.kinds.of(value)
+        form = self.kinds.form(value)
+        if form is not None:
+            self.kinds.forms[name] = form
         if self.float_number(value):
             self.float_locals.add(name)
         return name, value
@@ -1764,37 +1767,34 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
             fine = True
-            kinds = _Kinds(op.schema, {})
-            for name, value in f.bindings:
-                kinds.bound[name] = kinds.of(value)
-                form = kinds.form(value)
-                if form is not None:
-                    kinds.forms[name] = form
+            calls = [n for n in nodes if isinstance(n, Call) and isinstance(n.func, OpRef)]
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
                     fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
-                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags)
                 elif isinstance(node, OpRef) and id(node) not in called:
                     fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
+            if fine and calls:
+                kinds = _check_knowing_library(lib, op, f, diags)
+                fine = kinds is not None
+                for node in calls:
+                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags)
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
                 fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
-            if fine and f.source is not None and any(
-                    isinstance(n, Call) and isinstance(n.func, OpRef) for n in nodes):
-                fine = _check_knowing_library(lib, op, f, diags)
             ok = ok and fine
     return ok
 
 
-def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula, diags: Diagnostics) -> bool:
+def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula,
+                           diags: Diagnostics) -> _Kinds | None:
     """Check `f` again now that what its library op calls return is known: a condition on a
-    Tensor one is refused as one on `x.sum()` is (Note [Data-dependent conditions])."""
+    Tensor one is refused as one on `x.sum()` is (Note [Data-dependent conditions]). Returns
+    what the formula's values are, its bindings' included; None after an error."""
     assert isinstance(op.derivatives, Derivatives) and f.source is not None
     try:
-        _check_formula(_parser().parse(f.source.text), f.source, op.schema,
-                       op.derivatives.output_differentiability, diags, lib)
+        return _check_formula(_parser().parse(f.source.text), f.source, op.schema,
+                              op.derivatives.output_differentiability, diags, lib)[2]
     except _Bad:
-        return False
-    return True
+        return None
 
 
 def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
