@@ -232,6 +232,18 @@ def write_atomic(path: Path, text: str) -> None:
         raise WriteError(f"cannot write {path}: {_reason(e)}") from None
 
 
+def write_if_changed(path: Path, text: str) -> bool:
+    """`write_atomic` where the file does not hold `text` already, so that its mtime moves only
+    when its content does (an input of a ninja edge); whether it was written."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_atomic(path, text)
+    return True
+
+
 def write(root: Path, fileset: FileSet, *, prune_dir: str | None = None) -> list[str]:
     """Write the changed files of the set (Note [Set-atomic writes]); return the paths written
     or removed. Raises WriteError, with every existing file untouched, when a file cannot be

@@ -36,7 +36,7 @@ from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
 from codegen.rendering import banner, set_stamp
 from codegen.model import OpLibrary
-from codegen.files import write_atomic
+from codegen.files import write_atomic, write_if_changed
 
 
 def build_dir(project: Project) -> str:
@@ -318,15 +318,6 @@ def listing_text(project: Project, op_dirs: Sequence[str], root: Path = Path("."
                       indent=1) + "\n"
 
 
-def _write_if_changed(path: Path, text: str) -> None:
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except (OSError, UnicodeDecodeError):
-        pass
-    write_atomic(path, text)
-
-
 def refresh_listing(project: Project, root: Path = Path(".")) -> None:
     """Before ninja runs (`opgen build`): write the listing when the set changed, so that the
     codegen edge reruns exactly then. Without a listing yet, its op-file directories are those
@@ -339,7 +330,7 @@ def refresh_listing(project: Project, root: Path = Path(".")) -> None:
         op_dirs = sorted({p if (root / p).is_dir() else str(PurePosixPath(p).parent)
                           for p in (PurePosixPath(s).as_posix() for s in project.schemas)
                           if (root / p).exists()})
-    _write_if_changed(path, listing_text(project, op_dirs, root))
+    write_if_changed(path, listing_text(project, op_dirs, root))
 
 
 _CPP_NAMESPACE = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)(?:\s*::\s*\w+)*\s*\{")
@@ -597,7 +588,7 @@ def write_depfile(path: Path, lib: OpLibrary, project: Project) -> None:
     """The codegen edge's depfile, and its input listing (Note [Input listing])."""
     write_atomic(path, depfile_text(lib, project))
     op_dirs = sorted({str(PurePosixPath(f.path).parent) for f in lib.files})
-    _write_if_changed(Path(input_listing(project)), listing_text(project, op_dirs))
+    write_if_changed(Path(input_listing(project)), listing_text(project, op_dirs))
 
 
 def _rel(p: Path, root: Path) -> str:
