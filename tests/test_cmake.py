@@ -90,10 +90,10 @@ def test_cmake_file_is_generated_when_configured(tmp_path: Path) -> None:
     assert 'OUTPUT_NAME "alphans_ops"' in text
     assert 'install(TARGETS opgen_alphans LIBRARY DESTINATION "alphaops")' in text
     assert "target_link_libraries(opgen_alphans PUBLIC ${TORCH_LIBRARIES})" in text
-    # Regeneration: op files, their directories and the configuration are configure
-    # dependencies.
+    # Regeneration: op files, the files in their directories and the configuration are
+    # configure dependencies (test_only_a_changed_set_of_files_reconfigures).
     assert '"${OPGEN_PROJECT_ROOT}/ops/alphans.yaml"' in text
-    assert '"${OPGEN_PROJECT_ROOT}/ops"\n' in text      # an op file added there
+    assert '"${_opgen_glob_root}/ops/[!.]*.yaml"' in text      # an op file added there
     assert '"${OPGEN_PROJECT_ROOT}/pyproject.toml"' in text
     # Without the key nothing is written, and generate prunes the file it wrote before.
     pyproject = root / "pyproject.toml"
@@ -168,6 +168,43 @@ def test_a_cpp_program_links_the_target(tmp_path: Path) -> None:
     run = subprocess.run([str(build / "uses_ops")], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "6 4\n"
+
+
+def test_only_a_changed_set_of_files_reconfigures(tmp_path: Path) -> None:
+    """An editor's save (a temporary renamed over a kernel source, a lock file that comes and
+    goes) leaves the configuration as it was; a kernel source added reconfigures. The project
+    root has glob characters in its name."""
+    if shutil.which("cmake") is None or shutil.which("ninja") is None:
+        pytest.skip("cmake or ninja is not installed")
+    root = to_cmake_project(scratch.write_project(tmp_path / "ops[1]", "alphaops", "alphans"),
+                            "alphaops")
+    build = tmp_path / "build"
+
+    def run(*cmd: str) -> str:
+        proc = subprocess.run(cmd, env=scratch.env(), capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-4000:]
+        return proc.stdout + proc.stderr
+
+    run("cmake", "-S", str(root), "-B", str(build), "-G", "Ninja",
+        f"-DPython_EXECUTABLE={sys.executable}")
+    bring_up_to_date = ("ninja", "-C", str(build), "build.ninja")
+    assert "Re-running CMake" not in run(*bring_up_to_date)
+    kernel = root / "csrc" / "cpu" / "add.cpp"
+    saved = kernel.with_name(".add.cpp.tmp")
+    saved.write_text(kernel.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    saved.replace(kernel)
+    # Emacs's lock files: links to nowhere, beside the file being edited.
+    (kernel.with_name(".#add.cpp")).symlink_to("user@host.1234:1")
+    (root / "ops" / ".#alphans.yaml").symlink_to("user@host.1234:1")
+    assert "Re-running CMake" not in run(*bring_up_to_date)
+    (kernel.with_name(".#add.cpp")).unlink()
+    (root / "ops" / ".#alphans.yaml").unlink()
+    assert "Re-running CMake" not in run(*bring_up_to_date)
+    (kernel.with_name("extra.cpp")).write_text("// more kernels\n", encoding="utf-8")
+    assert "Re-running CMake" in run(*bring_up_to_date)
+    assert "extra.cpp" in (root / "alphaops" / "_generated" / "opgen.cmake").read_text(
+        encoding="utf-8")
 
 
 def _skbuild_missing() -> str | None:

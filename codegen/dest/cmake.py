@@ -12,8 +12,9 @@ min_torch, and links libtorch_cpu alone: no libtorch_python, no Python.
 
 Regeneration happens at configure time: the file runs `opgen generate` when CMake includes it,
 then includes itself again as generation left it, and names the op files, pyproject.toml and
-the kernel directories as configure dependencies, so editing an op file (or adding a kernel
-source) makes the next build reconfigure, regenerate and recompile what changed. Generation
+the files of the op-file and kernel directories as configure dependencies (globs CMake checks
+before each build), so editing an op file (or adding a kernel source) makes the next build
+reconfigure, regenerate and recompile what changed. Generation
 writes only changed files, so nothing else recompiles.
 """
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from codegen import config
+from codegen.config import KERNEL_SUFFIXES
 from codegen import layout as L
 from codegen.abi import namespace_abi
 from codegen.diagnostics import Diagnostics
@@ -68,6 +70,15 @@ def install_dir(project: config.Project) -> str | None:
     return PurePosixPath(project.package.replace(".", "/"), rel).as_posix()
 
 
+def _glob(directory: str, suffix: str) -> str:
+    """A CMake glob (quoted argument) of the non-hidden files ending in `suffix` of `directory`,
+    a project-relative path; the project root and `directory` are escaped for a glob, so that
+    their own `*?[]` match themselves."""
+    escaped = "".join(f"[{c}]" if c in "*?[]" else c for c in directory)
+    below = "" if directory == "." else _quote(escaped)[1:-1] + "/"
+    return f'"${{_opgen_glob_root}}/{below}[!.]*{suffix}"'
+
+
 def render(project: config.Project, namespaces: list[Namespace], op_files: list[str],
            kernel_dirs: list[str], banner: str, stable_headers: tuple[str, ...]) -> str:
     up = "/".join(".." for _ in PurePosixPath(project.generated).parts)
@@ -105,14 +116,30 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
     w("  return()")
     w("endif()")
     w("set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS")
-    # The op files' directories too: an op file added there is read by the next generate (as
-    # the ninja build's codegen edge depends on them).
-    op_dirs = sorted({str(PurePosixPath(f).parent) for f in op_files} - {"."})
-    deps = [*op_files, *op_dirs, *([project.config_path] if project.config_path else []),
-            *kernel_dirs]
+    deps = [*op_files, *([project.config_path] if project.config_path else [])]
     for d in deps:
         w(f"  {_root_relative(d)}")
     w(")")
+    # Not the directories (Note [Input listing] in codegen/dest/ninja.py): the set of files in
+    # them. CMake globs them again before each build and reconfigures only when the set
+    # changed, so an editor's save through a renamed temporary reconfigures nothing.
+    op_dirs = sorted({str(PurePosixPath(f).parent) for f in op_files})
+    if op_dirs or kernel_dirs:
+        w("# An op file added, or a kernel source added or removed, reconfigures (and regenerates).")
+        w("# Hidden files are left out: editors' lock and backup files come and go.")
+    if op_dirs or kernel_dirs:
+        w('string(REGEX REPLACE "([][*?])" "[\\\\1]" _opgen_glob_root "${OPGEN_PROJECT_ROOT}")')
+    if op_dirs:
+        w("file(GLOB _opgen_op_files LIST_DIRECTORIES false CONFIGURE_DEPENDS")
+        for d in op_dirs:
+            w(f"  {_glob(d, '.yaml')}")
+        w(")")
+    if kernel_dirs:
+        w("file(GLOB_RECURSE _opgen_kernel_files LIST_DIRECTORIES false CONFIGURE_DEPENDS")
+        for d in kernel_dirs:
+            for suffix in KERNEL_SUFFIXES:
+                w(f"  {_glob(d, suffix)}")
+        w(")")
     w("")
     w("# torch: its CMake package, and the exact version the loader checks against the stamp.")
     w("if(NOT OPGEN_TORCH_VERSION)")
@@ -216,7 +243,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: config.Project) -> dic
     """{<generated>/opgen.cmake: text} when the project asks for it, else nothing."""
     if not project.cmake:
         return {}
-    sources, dirs = ninja.kernel_sources(project, list(lib.namespaces))
+    sources, _ = ninja.kernel_sources(project, list(lib.namespaces))
     namespaces = []
     for ns, shs in L.shards(lib).items():
         a = namespace_abi(lib, ns)
@@ -230,5 +257,5 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: config.Project) -> dic
              L.stamp_path(project, ns)),
             None if a is None else a.target_version))
     op_files = sorted({f.path for f in lib.files})
-    return {cmake_path(project): render(project, namespaces, op_files, list(dirs),
+    return {cmake_path(project): render(project, namespaces, op_files, list(project.kernels),
                                         banner("#", op_files), L.STABLE_HEADERS)}

@@ -30,11 +30,18 @@ if(NOT OPGEN_GENERATED)
 endif()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   "${OPGEN_PROJECT_ROOT}/ops/alphans.yaml"
-  "${OPGEN_PROJECT_ROOT}/ops"
   "${OPGEN_PROJECT_ROOT}/pyproject.toml"
-  "${OPGEN_PROJECT_ROOT}/csrc"
-  "${OPGEN_PROJECT_ROOT}/csrc/cpu"
-  "${OPGEN_PROJECT_ROOT}/csrc/cpu/more"
+)
+# An op file added, or a kernel source added or removed, reconfigures (and regenerates).
+# Hidden files are left out: editors' lock and backup files come and go.
+string(REGEX REPLACE "([][*?])" "[\\1]" _opgen_glob_root "${OPGEN_PROJECT_ROOT}")
+file(GLOB _opgen_op_files LIST_DIRECTORIES false CONFIGURE_DEPENDS
+  "${_opgen_glob_root}/ops/[!.]*.yaml"
+)
+file(GLOB_RECURSE _opgen_kernel_files LIST_DIRECTORIES false CONFIGURE_DEPENDS
+  "${_opgen_glob_root}/csrc/[!.]*.cpp"
+  "${_opgen_glob_root}/csrc/[!.]*.cc"
+  "${_opgen_glob_root}/csrc/[!.]*.cu"
 )
 
 # torch: its CMake package, and the exact version the loader checks against the stamp.
