@@ -47,11 +47,14 @@ from codegen.model import (
     OpFile,
     OpLibrary,
     PyRef,
+    TensorSample,
     TypeVar,
     VmapSpec,
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
 from codegen.load_samples import COMPLEX_DTYPES, FLOAT_DTYPES, SampleReader
+from codegen.expr import walk
+from codegen.shape import Empty, FakeRule, ReturnArg
 from codegen.tags import TAGS, functional_variant, rule_needs_contiguous_inputs, shape_tag
 from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node, Scalar, Seq,
                                  TooManyErrors, for_display, short)
@@ -442,10 +445,44 @@ class _FileLoader(SampleReader):
             derivatives = self.derivatives(fields["derivatives"][1], schema)
             if derivatives is not None:
                 late["derivatives"] = derivatives
+        if isinstance(late.get("fake"), FakeRule) and op.samples:
+            self.empty_dtype(late["fake"], op)    # type: ignore[arg-type]
         if schema_ok and rule_needs_contiguous_inputs(op.schema, late.get("fake", op.fake),
                                                       op.tags):
             late["tags"] = tuple(late.get("tags", op.tags)) + ("needs_contiguous_strides",)
         return dataclasses.replace(op, **late) if late else op  # type: ignore[arg-type]
+
+    def empty_dtype(self, rule: FakeRule, op: Op) -> None:
+        """A warning where `empty()` takes its dtype from the op's first Tensor argument (the
+        default) while a sample gives that argument an integer dtype and another Tensor argument
+        a floating one: the output of an op taking indices and values (FBGEMM's
+        `segment_sum_csr(SymInt batch_size, Tensor csr_seg, Tensor values)`) has the values'
+        dtype, and the fake kernel would make it int64."""
+        nodes = walk(*(b.value for b in rule.bindings), *(c.cond for c in rule.checks),
+                     *(o for o in rule.outputs if not isinstance(o, ReturnArg)))
+        empties = [n for n in nodes if isinstance(n, Empty) and n.dtype is None and n.like]
+        if not empties:
+            return
+        like = empties[0].like
+        for sample in op.samples:
+            values = dict(sample.args)
+            first = values.get(like)
+            if not isinstance(first, TensorSample) or _is_floating(first.dtype):
+                continue
+            other = next(((name, v) for name, v in sample.args if name != like
+                          and isinstance(v, TensorSample) and _is_floating(v.dtype)), None)
+            if other is None:
+                continue
+            name, v = other
+            for e in empties:
+                loc = rule.loc_of(e) or op.loc
+                self.diags.warning(
+                    loc, f"empty() takes its dtype from '{like}', the op's first Tensor "
+                    f"argument, which the sample at line {sample.loc.line} gives as "
+                    f"{first.dtype} beside {v.dtype} '{name}'",
+                    f"give the dtype: `dtype={name}.dtype` for {name}'s, `dtype={like}.dtype` "
+                    "to keep this one", name="empty-dtype", suppress=op.suppress)
+            return
 
     def none_return(self, op: Op) -> Op:
         """`-> None` (torch reads `-> NoneType`: one return of type NoneType) is registered as
@@ -777,6 +814,10 @@ Loaded = tuple[str | None, "OpFile | None", list]
 # The bytes of op files that pay for a process of their own: about 0.1 s of parsing, some ten
 # times what a fork and the trip of the results back cost.
 PARSE_BYTES_PER_PROCESS = 128 * 1024
+
+
+def _is_floating(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES or dtype in COMPLEX_DTYPES or dtype.startswith(("float", "bfloat"))
 
 
 def _load_files(paths: list[str], rules: verify.Rules,

@@ -592,3 +592,34 @@ def test_nesting_at_the_limit_is_fine(tmp_path):
           samples: [{{x: {{values: {values}}}}}]
         """)
     assert lib.ops[0].samples[0].args[0][1].shape == (1,) * 27
+
+
+@pytest.mark.parametrize("fake, samples, warned", [
+    # the FBGEMM case: offsets before values (tests/diagnostics/warning_empty_dtype.yaml)
+    ("empty([n])", "{n: 2, idx: {shape: [3], dtype: int64}, v: {shape: [5]}}", True),
+    # the dtype is given, either one
+    ("empty([n], dtype=v.dtype)", "{n: 2, idx: {shape: [3], dtype: int64}, v: {shape: [5]}}",
+     False),
+    ("empty([n], dtype=idx.dtype)", "{n: 2, idx: {shape: [3], dtype: int64}, v: {shape: [5]}}",
+     False),
+    # every Tensor is an integer one: the first one's dtype may well be right
+    ("empty([n])", "{n: 2, idx: {shape: [3], dtype: int64}, v: {shape: [5], dtype: int32}}",
+     False),
+    # the first Tensor is the floating one
+    ("empty([n])", "{n: 2, idx: {shape: [3]}, v: {shape: [5], dtype: int64}}", False),
+    # silenced for the op
+    ("empty([n])", "{n: 2, idx: {shape: [3], dtype: bool}, v: {shape: [5]}}", False),
+])
+def test_empty_takes_an_integer_first_tensors_dtype(tmp_path, fake, samples, warned):
+    silenced = "bool" in samples
+    lib = load_one(tmp_path, f"""\
+        - func: ex::f(SymInt n, Tensor idx, Tensor v) -> Tensor
+          fake: {fake}
+          samples:
+            - {samples}
+          suppress: [{'empty-dtype' if silenced else ''}]
+        """)
+    found = [d.message for d in lib.diagnostics().items if d.severity == "warning"]
+    assert found == ([
+        "empty() takes its dtype from 'idx', the op's first Tensor argument, which the sample "
+        "at line 4 gives as int64 beside float32 'v'"] if warned else [])
