@@ -118,9 +118,11 @@ What needs no rule
 In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
 kernels follow from the schema. An out= op may still give a rule, one item per out argument: the
 shape its kernel resizes that argument to (`fake: like(self)`). An op with both mutated-argument
-returns and new ones writes rule items for the new ones only. Ops with a `Meta` or
-`CompositeImplicitAutograd` kernel need no fake; one with a `CompositeExplicitAutograd` kernel
-runs it on fake tensors unless it has a rule (give one when the kernel reads data).
+returns and new ones writes rule items for the new ones only. A returned optional argument
+(FlashAttention's `Tensor(out!)? out -> (Tensor(out!), Tensor)`) is a new tensor when it is None:
+it takes an item too, the output in that case, and the rule stays a Python fake. Ops with a
+`Meta` or `CompositeImplicitAutograd` kernel need no fake; one with a `CompositeExplicitAutograd`
+kernel runs it on fake tensors unless it has a rule (give one when the kernel reads data).
 
 Checks
 ------
@@ -551,9 +553,12 @@ class Binding:
 @dataclass(frozen=True)
 class ReturnArg(Node):
     """An output that is the mutated argument `name` itself (in-place and out= ops). An out=
-    argument with a rule is resized to the shape of `resize` first, as out= kernels do."""
+    argument with a rule is resized to the shape of `resize` first, as out= kernels do. A
+    `Tensor(a!)?` argument returned as `Tensor(a!)` is the output only when given: `otherwise`
+    is the new tensor the kernel returns when it is None."""
     name: str
     resize: Expr | None = None
+    otherwise: Expr | None = None
 
 
 Output = Union[Expr, ReturnArg]
@@ -1495,7 +1500,9 @@ class _Checker:
             except _Bad:
                 self.bad_locals.add(b.name)
                 ok = False
-        fresh = [r for r in returns if isinstance(r, Return)]
+        optional = [r for r in returns if optional_return_arg(self.schema, r) is not None]
+        fresh = [ret for r, ret in zip(returns, self.schema.returns)
+                 if isinstance(r, Return) or r in optional]
         items = list(syn.body.items) if isinstance(syn.body, _Tuple) else [syn.body]
         if not fresh:
             outs = [r for r in returns if isinstance(r, str)
@@ -1526,6 +1533,12 @@ class _Checker:
                             tuple(checks), self.text, tuple(self.spans)) if ok else None
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
+            if optional:
+                names = ", ".join(f"'{n}'" for n in optional)
+                one = len(optional) == 1
+                extra += (f" (the returned optional {'argument' if one else 'arguments'} {names} "
+                          f"{'takes an item' if one else 'take items'}: the output when it is "
+                          "None)")
             hint = self.outputs_hint(fresh) if len(fresh) > 1 \
                 else "write a single output, without a tuple"
             self.error(syn.body.span, f"the rule gives {_count(len(items), 'output')} but the op "
@@ -1533,13 +1546,18 @@ class _Checker:
             return None
         outputs: list[Output] = []
         it = iter(items)
-        for r in returns:
-            if isinstance(r, str):
+        for i, r in enumerate(returns):
+            if isinstance(r, str) and optional_return_arg(self.schema, r) is None:
                 outputs.append(ReturnArg(r))
                 continue
             item = next(it)
             try:
-                outputs.append(self.output(item, r))
+                if isinstance(r, str):
+                    # The output when the optional argument `r` is None.
+                    ret = self.schema.returns[i]
+                    outputs.append(ReturnArg(r, otherwise=self.output(item, ret)))
+                else:
+                    outputs.append(self.output(item, r))
             except _Bad:
                 ok = False
         if not ok:
@@ -1682,6 +1700,15 @@ def mutated_returns(schema: FunctionSchema) -> list[Return | str]:
     return out
 
 
+def optional_return_arg(schema: FunctionSchema, returned: Return | str) -> str | None:
+    """`returned` when it names a `Tensor(a!)?` argument: the op then returns that argument
+    when it is given and a new tensor when it is None (FlashAttention's `out`)."""
+    if not isinstance(returned, str):
+        return None
+    a = schema.argument(returned)
+    return returned if a is not None and isinstance(a.type, OptionalType) else None
+
+
 def view_return(schema: FunctionSchema) -> Return | None:
     """A return that aliases an input without writing it (a view), which rules cannot make."""
     for r in schema.returns:
@@ -1694,7 +1721,7 @@ def schema_fake(schema: FunctionSchema) -> FakeRule | None:
     """The fake kernel that follows from the schema alone: every return is a mutated argument,
     or there are none. None when the op needs a rule."""
     returns = mutated_returns(schema)
-    if any(isinstance(r, Return) for r in returns):
+    if any(isinstance(r, Return) or optional_return_arg(schema, r) for r in returns):
         return None
     return FakeRule((), tuple(ReturnArg(r) for r in returns if isinstance(r, str)))
 

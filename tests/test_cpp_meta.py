@@ -173,3 +173,29 @@ def test_schema_hash_covers_compiled_rules(tmp_path):
     base = hash_of("like(self)", "empty([dynamic()])")
     assert hash_of("like(self, dtype=int64)", "empty([dynamic()])") != base
     assert hash_of("like(self)", "empty([dynamic(min=1)])") == base
+
+
+def test_a_returned_optional_argument(tmp_path, monkeypatch):
+    """FlashAttention-3's `Tensor(out!)? out` returned as `Tensor(out!)`: with `out` None the
+    kernel returns a new tensor, so it returns by value (there is no argument to hand back by
+    reference) and the fake, whose item says what that new tensor is, stays Python."""
+    from codegen.api import cpp
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "o.yaml").write_text(textwrap.dedent("""\
+        namespace: optret
+        ops:
+          - func: relu_into(Tensor x, Tensor(a!)? out=None) -> Tensor(a!)
+            dispatch: {CPU: relu_into_cpu}
+            fake: like(x)
+          - func: combine(Tensor x, Tensor(a!)? out=None) -> (Tensor(a!), Tensor)
+            dispatch: {CPU: combine_cpu}
+            fake: (like(x), empty([x.size(0)]))
+        """))
+    ops = {op.name.name: op for op in load_library(["o.yaml"]).ops}
+    assert cpp.signature(ops["relu_into"].schema).decl("k") == \
+        "at::Tensor k(const at::Tensor& x, const std::optional<at::Tensor>& out)"
+    assert cpp.signature(ops["combine"].schema).returns.cpp() == \
+        "std::tuple<at::Tensor, at::Tensor>"
+    assert cpp_meta.translate(ops["relu_into"])[0] is None
+    assert not py_fake.uses_cpp_meta(ops["combine"])

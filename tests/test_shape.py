@@ -407,3 +407,48 @@ def test_nesting_is_bounded():
     ok("empty([" + "-" * 96 + "n])")
     assert _messages("empty([" + "-" * 97 + "n])") == [
         "fake rule: nested more than 100 levels deep"]
+
+
+def test_a_returned_optional_argument_takes_an_item():
+    """FlashAttention-3's `Tensor(out!)? out -> (Tensor(out!), ...)`: with `out` None the kernel
+    returns a new tensor, which the rule's item for that return describes."""
+    schema = "ns::combine(Tensor x, Tensor(out!)? out=None) -> (Tensor(out!), Tensor)"
+    x = S.Arg("x", S.TENSOR)
+    rule = ok("(like(x), empty([x.size(0)]))", schema)
+    assert rule.outputs[0] == S.ReturnArg("out", otherwise=S.Like(x, None, None))
+    assert S.schema_fake(parse_schema("ns::f(Tensor x, Tensor(a!)? out=None) -> Tensor(a!)")) \
+        is None
+    assert S.schema_fake(parse_schema("ns::f(Tensor x, Tensor(a!) out) -> Tensor(a!)")) \
+        == S.FakeRule((), (S.ReturnArg("out"),))
+
+
+def test_the_fake_of_a_returned_optional_argument_is_never_none(testing, tmp_path,
+                                                                 monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.syspath_prepend(str(scratch.REPO))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(
+        "namespace: optret\nops:\n"
+        "  - func: combine(Tensor x, Tensor(out!)? out=None) -> (Tensor(out!), Tensor)\n"
+        "    dispatch: {CompositeExplicitAutograd: 'tests.test_shape:combine'}\n"
+        "    fake: (like(x), empty([x.size(0)]))\n")
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        x = torch.randn(3, 2)
+        with FakeTensorMode() as mode:
+            fx = mode.from_tensor(x)
+            made, _ = torch.ops.optret.combine(fx)
+            given = torch.empty_like(fx)
+            kept, _ = torch.ops.optret.combine(fx, given)
+        assert made is not None and made.shape == x.shape
+        assert kept is given
+    finally:
+        lib.close()
+
+
+def combine(x, out=None):
+    if out is None:
+        return x.clone(), x.sum(1)
+    out.copy_(x)
+    return out, x.sum(1)

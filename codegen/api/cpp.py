@@ -397,7 +397,8 @@ def returntype_type(t: Type, *, mutable: bool) -> CType:
     if isinstance(t, BaseType):
         if t.name is BaseTy.Tensor:
             # Note [Tensor returns]: a return that writes an alias set is the argument itself,
-            # handed back by reference; every other Tensor return is a new handle.
+            # handed back by reference (unless the argument is optional, `_returns_optional`);
+            # every other Tensor return is a new handle.
             return MutRefC(tensorT) if mutable else tensorT
         if t.name is BaseTy.Scalar:
             return scalarT
@@ -425,7 +426,19 @@ def return_type(r: Return) -> CType:
     return returntype_type(r.type, mutable=r.is_write)
 
 
-def returns_type(rs: tuple[Return, ...]) -> CType:
+def _returns_optional(r: Return, schema: FunctionSchema | None) -> bool:
+    """`r` writes the alias set of a `Tensor(a!)?` argument: with the argument None, the kernel
+    returns a new tensor, so there is no argument to hand back by reference."""
+    if schema is None or not r.is_write or r.annotation is None:
+        return False
+    return any(a.annotation is not None and a.annotation.alias_set == r.annotation.alias_set
+               and isinstance(a.type, OptionalType) for a in schema.arguments)
+
+
+def returns_type(rs: tuple[Return, ...], schema: FunctionSchema | None = None) -> CType:
+    if any(_returns_optional(r, schema) for r in rs):
+        return TupleC(tuple(returntype_type(r.type, mutable=False) for r in rs)) \
+            if len(rs) > 1 else returntype_type(rs[0].type, mutable=False)
     if not rs:
         return voidT
     if len(rs) == 1:
@@ -528,7 +541,7 @@ def signature(schema: FunctionSchema) -> CppSignature:
             return_type(r)
         except Unsupported as e:
             raise e.located(getattr(r, "type_span", None) or r.span) from None
-    return CppSignature(schema, returns_type(schema.returns), tuple(bindings))
+    return CppSignature(schema, returns_type(schema.returns, schema), tuple(bindings))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -127,6 +127,8 @@ class _Emitter:
             # with a rule item is resized to that item's shape first, as its kernel does.
             for o in rule.outputs:
                 assert isinstance(o, S.ReturnArg)
+                if o.otherwise is not None:
+                    raise NoCpp("a returned optional argument")
                 name = self.arg(S.Arg(o.name, S.TENSOR))[0]
                 if o.resize is not None:
                     shape = f"{self.tensor(o.resize)}.sym_sizes()"

@@ -238,6 +238,8 @@ class _MetaEmitter:
         if all(isinstance(m, str) for m in mutated):
             if any(not is_base(r.type, BaseTy.Tensor) for r in self.op.schema.returns):
                 raise _NoCpp("a mutated return that is not a Tensor")
+            if any(isinstance(o, S.ReturnArg) and o.otherwise is not None for o in rule.outputs):
+                raise _NoCpp("a returned optional argument is a new tensor when it is None")
             # In-place and out= ops return the argument itself; `-> ()` returns nothing. An out=
             # argument keeps its shape: resizing it needs its new sizes as SymInts, which the
             # stable ABI does not have (aten::resize_as_ would read them as int64_t and

@@ -155,6 +155,14 @@ class FakeEmitter(PyPrinter):
         # The message is built only when the check fails.
         return f"{self.r.torch}._check({self.expr(c.cond)}, lambda: {q(c.message)})"
 
+    def output(self, o: S.Output) -> str:
+        if not isinstance(o, S.ReturnArg):
+            return self.expr(o)
+        if o.otherwise is None:
+            return o.name
+        # A returned optional argument: a new tensor when it is None, as the kernel returns.
+        return f"{o.name} if {o.name} is not None else {self.expr(o.otherwise, Prec.COND)}"
+
     def body(self, rule: S.FakeRule, schema: FunctionSchema) -> list[str]:
         lines = []
         for i, b in enumerate(rule.bindings):
@@ -165,7 +173,7 @@ class FakeEmitter(PyPrinter):
             if isinstance(o, S.ReturnArg) and o.resize is not None:
                 # As an out= kernel resizes its out argument (a no-op when the shape matches).
                 lines.append(f"{o.name}.resize_({self.expr(o.resize, Prec.POSTFIX)}.shape)")
-        outs = [o.name if isinstance(o, S.ReturnArg) else self.expr(o) for o in rule.outputs]
+        outs = [self.output(o) for o in rule.outputs]
         if not schema.returns:
             lines.append("return None")
         elif len(schema.returns) == 1:
