@@ -129,6 +129,7 @@ def gated(self, other, flag=False, mode="mul"):
                  lambda: "shapetest::gated: other broadcasts over the rows of self")
     torch._check(not flag or self.dim() == 2, lambda: "shapetest::gated: expected not flag or "
                  "self.dim() == 2")
+    torch._check(self.size(-1) != 0, lambda: "shapetest::gated: self has no columns")
     wide = (flag and mode == "mul") or (not flag and mode == "div")
     return (self + other).to(torch.float64 if wide else self.dtype)
 
@@ -213,6 +214,7 @@ def test_data_dependent_outputs_share_a_bound_size(library):
 @pytest.mark.parametrize("self_rows, other_rows, flag, message", [
     (3, 2, False, "other broadcasts over the rows of self"),
     (0, 1, False, "self needs rows"),
+    ((3, 0), 1, False, "self has no columns"),
     (3, 3, True, None),
 ])
 def test_and_or_in_checks_assert_under_fake_tensors(library, self_rows, other_rows, flag,
@@ -223,7 +225,8 @@ def test_and_or_in_checks_assert_under_fake_tensors(library, self_rows, other_ro
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     with FakeTensorMode(shape_env=ShapeEnv()) as mode:
-        x = mode.from_tensor(torch.zeros(self_rows, 2))
+        x = mode.from_tensor(torch.zeros(self_rows if isinstance(self_rows, tuple)
+                                         else (self_rows, 2)))
         y = mode.from_tensor(torch.zeros(other_rows, 2))
         if message is None:
             out = torch.ops.shapetest.gated(x, y, flag)
