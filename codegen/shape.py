@@ -84,13 +84,14 @@ Values
 - Number literals for `broadcast` (finite doubles); string literals to compare with `str`
   arguments, quoted with `'` or `"`, with Python's escapes but no NUL, lone surrogate or raw
   control character.
-- `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`).
+- `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`); between
+  conditions, Python's boolean `or`.
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
-  `==`/`!=` between `str`, `bool`, `int` or `ScalarType` arguments and literals
-  (`reduction == "none"`), between devices (`t.device`, `Device` arguments: fake tensors carry
-  their real device), or `x is None` / `x is not None` for an optional argument. Sizes are
-  never compared: that would specialize them. There is no `and` and no boolean `or` (`or` is
-  the optional's default above): nest conditionals instead (`(a if c2 else b) if c1 else b`).
+  `c1 and c2`, `c1 or c2` (Python's precedence: `not`, then `and`, then `or`), `==`/`!=`
+  between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
+  between devices (`t.device`, `Device` arguments: fake tensors carry their real device), or
+  `x is None` / `x is not None` for an optional argument. Sizes are never compared: that would
+  specialize them.
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
   `[t.size(0) for t in tensors]`, and `sum(sizes)`.
 
@@ -107,7 +108,10 @@ arguments, so that a wrong call fails under torch.compile and export too, not on
 runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
 `<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
 `check(a.shape == b.shape)`, `check(w.dtype == float32)`), and of devices like an `if`
-(`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic. It
+(`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic.
+`and`/`or` join them: `check(a and b)` is `check(a); check(b)`, and `or` evaluates its right side
+only when a left side fixed at trace time does not decide (`check(not causal or q.size(1) ==
+k.size(1))`); after a comparison of sizes both sides are evaluated, as SymBools. It
 becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or `TORCH_CHECK` in a C++
 Meta kernel (a thrown `std::runtime_error` on the stable ABI), failing with "<ns>::<op>: message"
 (without a message, the condition as written). A device check keeps the rule a Python fake: a
@@ -485,6 +489,17 @@ class Not(Node):
 
 
 @dataclass(frozen=True)
+class BoolOp(Node):
+    """`left and right`, `left or right`: Python's, `right` evaluated only when `left` does not
+    decide, except where `left` compares sizes (a check's condition): then both sides are
+    evaluated and combined as SymBools (`&`, `|`, `sym_and`), which a size left symbolic needs."""
+    op: str                         # "and" | "or"
+    left: Expr
+    right: Expr
+    ty: Ty = Ty(T.BOOL)
+
+
+@dataclass(frozen=True)
 class Cond(Node):
     """`then if cond else orelse`."""
     cond: Expr
@@ -531,7 +546,8 @@ class Empty(Node):
 
 Expr = Union[Arg, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
              TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
-             PromoteTypes, Sum, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Compare, Not, Cond,
+             PromoteTypes, Sum, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Compare, Not, BoolOp,
+             Cond,
              Like, Broadcast, Reduce, Empty]
 
 
@@ -715,6 +731,13 @@ class _Or(Node):
 
 
 @dataclass(frozen=True)
+class _And(Node):
+    left: _Syn
+    right: _Syn
+    span: Span
+
+
+@dataclass(frozen=True)
 class _List(Node):
     items: tuple[_Syn, ...]
     span: Span
@@ -746,7 +769,7 @@ class _Rule:
 
 
 _Syn = Union[_Name, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
-             _Bin, _Neg, _Or, _List, _Tuple, _Spread, _Kwarg]
+             _Bin, _Neg, _Or, _And, _List, _Tuple, _Spread, _Kwarg]
 
 
 def _join(a: Span, b: Span) -> Span:
@@ -841,6 +864,9 @@ class _ToSyntax:
     def or_(self, span, left, right):
         return _Or(left, right, span)
 
+    def and_(self, span, left, right):
+        return _And(left, right, span)
+
     def list(self, span, *items):
         return _List(tuple(i for i in items if i is not None), span)
 
@@ -854,15 +880,20 @@ def _parser() -> ExprParser:
     return ExprParser("grammar/shape.lark", _ToSyntax(), "fake rule",
                       depth_hint="name parts first: `n = ...; empty([n])`",
                       char_hints={"/": "sizes are integers: divide them with // "
-                                       "(`x.size(0) // 2`)"},
-                      word_hints={"and": _NO_AND})
+                                       "(`x.size(0) // 2`)"})
 
 
-# Conditions have `not` but no `and` and no boolean `or` (`or` is the optional's default).
-_NO_AND = ("a condition has no `and`: nest the conditionals, `(a if c2 else b) if c1 else b` for "
-           "`a if c1 and c2 else b`; in check(...), write one check per condition")
-_NO_BOOL_OR = ("a condition has no boolean `or`: nest the conditionals, `a if c1 else (a if c2 "
-               "else b)` for `a if c1 or c2 else b`")
+def _is_condition(node: _Syn) -> bool:
+    """Whether `node` is written as a condition (a comparison, `not`, `and`, a boolean `or`)."""
+    if isinstance(node, _Or):
+        return _is_condition(node.left)
+    return isinstance(node, (_Compare, _Not, _And))
+
+
+def compares_sizes(e: Expr) -> bool:
+    """Whether the condition `e` compares sizes: traced, it is a SymBool, which Python's `and`,
+    `or` and `not` would turn into a bool (a guard, specializing the size)."""
+    return any(isinstance(n, Compare) and n.left.ty == INT and n.right.ty == INT for n in walk(e))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -951,7 +982,7 @@ class _Checker:
                 return self.literal(node)
             case _IfExp():
                 return self.ifexp(node)
-            case _Compare() | _Not():
+            case _Compare() | _Not() | _And():
                 return self.condition(node)
             case _ListComp():
                 return self.listcomp(node)
@@ -1045,6 +1076,10 @@ class _Checker:
     def _condition(self, node: _Syn, in_check: bool = False) -> Expr:
         if isinstance(node, _Not):
             return Not(self.condition(node.operand, in_check))
+        if isinstance(node, (_And, _Or)):
+            return BoolOp("and" if isinstance(node, _And) else "or",
+                          self.condition(node.left, in_check),
+                          self.condition(node.right, in_check))
         if isinstance(node, _Compare):
             left = self.expr(node.left)
             right = self.expr(node.right)
@@ -1104,6 +1139,9 @@ class _Checker:
     def _check_condition(self, node: _Syn) -> Expr:
         if isinstance(node, _Not):
             return Not(self.check_condition(node.operand))
+        if isinstance(node, (_And, _Or)):
+            return BoolOp("and" if isinstance(node, _And) else "or",
+                          self.check_condition(node.left), self.check_condition(node.right))
         if isinstance(node, _Compare) and node.op not in ("is", "is not"):
             left, right = self.expr(node.left), self.expr(node.right)
             kinds = {INT: "ints", INT_LIST: "shapes", DTYPE: "dtypes"}
@@ -1119,7 +1157,7 @@ class _Checker:
                                  "with shapes and dtypes with dtypes")
         return self.condition(node, in_check=True)
 
-    def statement(self, node: _Syn, after: int) -> Check:
+    def statement(self, node: _Syn, after: int) -> list[Check]:
         """A `check(condition, "message")` statement before the outputs."""
         if not (isinstance(node, _Call) and isinstance(node.func, _Name)
                 and node.func.id == "check"):
@@ -1137,7 +1175,17 @@ class _Checker:
             if not (isinstance(m, _Lit) and m.kind == "string"):
                 raise self.error(m.span, "the message of check() is a string literal")
             message = self.literal(m).value     # type: ignore[union-attr]
-        return Check(cond, f"{self.schema.name}: {message}", after, text)
+        # `check(a and b)` is `check(a); check(b)`: b is evaluated only when a holds, as in
+        # Python, and neither is turned into a bool.
+        parts: list[Expr] = []
+        todo = [cond]
+        while todo:
+            c = todo.pop()
+            if isinstance(c, BoolOp) and c.op == "and":
+                todo += [c.right, c.left]
+            else:
+                parts.append(c)
+        return [Check(c, f"{self.schema.name}: {message}", after, text) for c in parts]
 
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
@@ -1256,11 +1304,14 @@ class _Checker:
         return e
 
     def or_(self, node: _Or) -> Expr:
+        if _is_condition(node.left):
+            return self.condition(node)
         value = self.expr(node.left)
+        if value.ty == Ty(T.BOOL):      # a bool: the boolean `or` of two conditions
+            return self.condition(node)
         if not value.ty.optional:
-            raise self.error(node.left.span, f"'or' gives a default to an optional value; "
-                             f"{describe(value)} is never None",
-                             _NO_BOOL_OR if value.ty.base is T.BOOL else None)
+            raise self.error(node.left.span, f"'or' gives a default to an optional value, or "
+                             f"joins two conditions; {describe(value)} is neither")
         default = self.expr(node.right)
         if default.ty.base is not value.ty.base:
             raise self.error(node.right.span, f"the default of {describe(value)} must be "
@@ -1478,7 +1529,7 @@ class _Checker:
         for b in syn.bindings:
             if not isinstance(b, _Binding):
                 try:
-                    checks.append(self.statement(b, len(bindings)))
+                    checks.extend(self.statement(b, len(bindings)))
                 except _Bad:
                     ok = False
                 continue

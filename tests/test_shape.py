@@ -123,6 +123,17 @@ def accumulate(acc, x):
     acc.add_(x)
 
 
+def gated(self, other, flag=False, mode="mul"):
+    torch._check(self.dim() >= 1 and self.size(0) > 0, lambda: "shapetest::gated: self needs rows")
+    torch._check(other.size(0) == 1 or other.size(0) == self.size(0),
+                 lambda: "shapetest::gated: other broadcasts over the rows of self")
+    torch._check(not flag or self.dim() == 2, lambda: "shapetest::gated: expected not flag or "
+                 "self.dim() == 2")
+    torch._check(self.size(-1) != 0, lambda: "shapetest::gated: self has no columns")
+    wide = (flag and mode == "mul") or (not flag and mode == "div")
+    return (self + other).to(torch.float64 if wide else self.dtype)
+
+
 def matched_add(self, other):
     torch._check(self.shape == other.shape, lambda: "shapetest::matched_add: self and other "
                  "need one shape")
@@ -200,6 +211,34 @@ def test_data_dependent_outputs_share_a_bound_size(library):
     assert counts.dtype == torch.int64
 
 
+@pytest.mark.parametrize("self_rows, other_rows, flag, message", [
+    (3, 2, False, "other broadcasts over the rows of self"),
+    (0, 1, False, "self needs rows"),
+    ((3, 0), 1, False, "self has no columns"),
+    (3, 3, True, None),
+])
+def test_and_or_in_checks_assert_under_fake_tensors(library, self_rows, other_rows, flag,
+                                                    message):
+    """`check(a and b)`, `check(a or b)` on sizes hold the fake kernel to its conditions (each
+    side where Python evaluates it), with symbolic sizes; `flag` asks for 2-d inputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+        x = mode.from_tensor(torch.zeros(self_rows if isinstance(self_rows, tuple)
+                                         else (self_rows, 2)))
+        y = mode.from_tensor(torch.zeros(other_rows, 2))
+        if message is None:
+            out = torch.ops.shapetest.gated(x, y, flag)
+            assert out.dtype == torch.float64
+            with pytest.raises(Exception, match="expected not flag or self.dim"):
+                torch.ops.shapetest.gated(mode.from_tensor(torch.zeros(3)),
+                                          mode.from_tensor(torch.zeros(1)), True)
+            return
+        with pytest.raises(Exception, match=message):
+            torch.ops.shapetest.gated(x, y, flag)
+
+
 # --------------------------------------------------------------------------------------------------
 # Parsing and checking
 
@@ -248,6 +287,44 @@ def test_ir_of_common_rules():
                            S.Spread(S.SliceOf(S.TensorProp(self_, S.Prop.shape), S.IntLit(1),
                                               None)))),
                 S.DtypeLit("int64"), None, "self"),)
+
+
+def test_and_or_follow_pythons_precedence():
+    flag, mode = S.Arg("flag", S.Ty(S.T.BOOL)), S.Arg("mode", S.Ty(S.T.STR))
+    schema = SCHEMA.replace("bool keepdim=False", "bool keepdim=False, bool flag=False")
+    r = ok('like(self) if flag and mode == "a" or not keepdim else like(other)', schema)
+    keepdim = S.Arg("keepdim", S.Ty(S.T.BOOL))
+    cond = r.outputs[0].cond
+    assert cond == S.BoolOp("or", S.BoolOp("and", flag, S.Compare(S.CompareOp.eq, mode,
+                                                                  S.StrLit("a"))),
+                            S.Not(keepdim))
+    # `or` is still the optional's default where its left side is an optional value
+    assert ok("like(self, dtype=dtype or float32)").outputs[0].dtype == S.Fallback(
+        S.Arg("dtype", S.Ty(S.T.DTYPE, True)), S.DtypeLit("float32"))
+    # a check of `a and b` is two checks, in order, with the message of the one written
+    r = ok('check(self.size(0) == n and self.dim() == 2, "rows"); like(self)')
+    assert [type(c.cond) for c in r.checks] == [S.Compare, S.Compare]
+    assert r.checks[0].message == r.checks[1].message == "ex::f: rows"
+    assert S.compares_sizes(r.checks[0].cond)
+    assert not S.compares_sizes(S.Not(keepdim))
+
+
+@pytest.mark.parametrize("rule, message", [
+    # a size is no condition, on either side
+    ("like(self) if n and keepdim else like(other)",
+     "a condition must be a bool argument or a comparison, got int argument 'n'"),
+    ("like(self) if keepdim or self.size(0) == 2 else like(other)",
+     "'==' in an 'if' compares str, bool, int and dtype arguments with literals, and devices "
+     "with devices, got an int"),
+    # an optional's default of the wrong kind: `or` is neither
+    ("empty([n or 1])",
+     "'or' gives a default to an optional value, or joins two conditions; int argument 'n' "
+     "is neither"),
+])
+def test_and_or_errors(rule, message):
+    r, diags = parse(rule)
+    assert r is None
+    assert [d.message for d in diags.items] == [message]
 
 
 def test_bindings_and_dynamic_sizes():

@@ -355,6 +355,9 @@ ops:
   - func: pdef(Tensor self, ScalarType? dtype=None) -> Tensor
     dispatch: {CPU: pdef_cpu}
     fake: like(self, dtype=dtype or float32)
+  - func: pboth(Tensor self, bool flag, bool wide) -> Tensor
+    dispatch: {CPU: pboth_cpu}
+    fake: check(flag or not wide, "wide needs flag"); like(self, dtype=float64) if flag and wide else like(self)
 """
 
 PROMOTE_KERNELS = """\
@@ -384,6 +387,12 @@ torch::stable::Tensor pdef_cpu(const torch::stable::Tensor& self,
   return torch::stable::to(self, dtype.value_or(torch::headeronly::ScalarType::Float));
 }
 
+torch::stable::Tensor pboth_cpu(const torch::stable::Tensor& self, bool flag, bool wide) {
+  STD_TORCH_CHECK(flag || !wide, "wide needs flag");
+  return flag && wide ? torch::stable::to(self, torch::headeronly::ScalarType::Double)
+                      : torch::stable::clone(self);
+}
+
 }  // namespace spro
 """
 
@@ -404,6 +413,14 @@ def test_conditional_and_promote_types_rules_are_stable_meta_kernels(tmp_path: P
         "return (flag ? torch::stable::empty_like(torch::stable::contiguous(self)) : "
         "torch::stable::to(torch::stable::empty_like(torch::stable::contiguous(self)), "
         "torch::headeronly::ScalarType::Double));",)
+    pboth = cpp_stable.translate_meta(ops["spro::pboth"])
+    assert pboth is not None and pboth.body == (
+        "if (!((flag || !(wide)))) {",
+        '  throw std::runtime_error("spro::pboth: wide needs flag");',
+        "}",
+        "return ((flag && wide) ? torch::stable::to(torch::stable::empty_like("
+        "torch::stable::contiguous(self)), torch::headeronly::ScalarType::Double) : "
+        "torch::stable::empty_like(torch::stable::contiguous(self)));")
     pdef = cpp_stable.translate_meta(ops["spro::pdef"])
     assert pdef is not None and pdef.body == (
         "return torch::stable::to(torch::stable::empty_like(torch::stable::contiguous(self)), "
@@ -422,7 +439,7 @@ import torch, runtime
 from torch._library.simple_registry import singleton
 from torch._subclasses.fake_tensor import FakeTensorMode
 ops = torch.ops.spro
-for name in ("spro::pmix", "spro::pcond", "spro::pdef"):
+for name in ("spro::pmix", "spro::pcond", "spro::pdef", "spro::pboth"):
     # A C++ Meta kernel, and no Python fake (min_torch 2.10 names no Python module).
     assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"), name
     assert singleton.find(name).fake_impl.kernel is None, name
@@ -431,15 +448,24 @@ cases = [(ops.pmix, (x, torch.randn(4, dtype=torch.float64))),
          (ops.pmix, (x.to(torch.int32), torch.randn(2, dtype=torch.float16))),
          (ops.pmix, (x.to(torch.bfloat16), torch.randn(2, dtype=torch.float16))),
          (ops.pcond, (x, True)), (ops.pcond, (x, False)),
-         (ops.pdef, (x.to(torch.float16), None)), (ops.pdef, (x, torch.int64))]
+         (ops.pdef, (x.to(torch.float16), None)), (ops.pdef, (x, torch.int64)),
+         (ops.pboth, (x, True, True)), (ops.pboth, (x, True, False)),
+         (ops.pboth, (x, False, False))]
 out = []
 for f, args in cases:
     torch.library.opcheck(f, args)
     with FakeTensorMode() as mode:
         fake = f(*[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
     out.append(str(fake.dtype))
+with FakeTensorMode() as mode:
+    try:
+        ops.pboth(mode.from_tensor(x), False, True)
+    except RuntimeError as e:
+        out.append(str(e))
 print(out)
 """)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == ("['torch.float64', 'torch.float16', 'torch.float32', 'torch.float32', "
-                          "'torch.float64', 'torch.float32', 'torch.int64']\n"), run.stdout
+                          "'torch.float64', 'torch.float32', 'torch.int64', 'torch.float64', "
+                          "'torch.float32', 'torch.float32', 'spro::pboth: wide needs flag']\n"), \
+        run.stdout

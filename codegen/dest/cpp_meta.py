@@ -210,6 +210,17 @@ class _Emitter:
             case S.Not(operand=o):
                 inner = self.sym_cond(o)
                 return None if inner is None else f"{inner}.sym_not()"
+            case S.BoolOp(op=op, left=a, right=b):
+                left, right = self.sym_cond(a), self.sym_cond(b)
+                if left is None and right is None:
+                    return None
+                if left is None:
+                    # A fixed left side decides first, as Python's `and`/`or` do.
+                    return (f"({self.cond(a)} ? {right} : c10::SymBool(false))" if op == "and"
+                            else f"({self.cond(a)} ? c10::SymBool(true) : {right})")
+                if right is None:
+                    right = f"c10::SymBool({self.cond(b)})"
+                return f"{left}.sym_{op}({right})"
             case S.Compare(op=op, left=a, right=b) if a.ty == S.INT and b.ty == S.INT:
                 return f"{self.size(a)}.sym_{op.name}({self.size(b)})"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
@@ -294,6 +305,8 @@ class _Emitter:
                 return self.arg(e)[0]
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
+            case S.BoolOp(op=op, left=a, right=b):
+                return f"({self.cond(a)} {'&&' if op == 'and' else '||'} {self.cond(b)})"
             case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
                            right=S.NoneLit()):
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.arg(a)[0]}.has_value()"

@@ -347,6 +347,8 @@ class _MetaEmitter:
                 return self.name(n)
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
+            case S.BoolOp(op=op, left=a, right=b):
+                return f"({self.cond(a)} {'&&' if op == 'and' else '||'} {self.cond(b)})"
             case S.Compare(op=S.CompareOp.is_ | S.CompareOp.is_not as op, left=S.Arg() as a,
                            right=S.NoneLit()):
                 return ("!" if op is S.CompareOp.is_ else "") + f"{self.name(a.name)}.has_value()"

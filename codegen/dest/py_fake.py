@@ -98,8 +98,15 @@ class FakeEmitter(PyPrinter):
                 return f"{self.r.sum}({self.expr(seq)})", Prec.POSTFIX
             case S.Compare(op=op, left=a, right=b):
                 return self.binary(op.value, a, b)
+            case S.Not(operand=o) if S.compares_sizes(o):
+                return f"{self.r.torch}.sym_not({self.expr(o)})", Prec.POSTFIX
             case S.Not(operand=o):
                 return self.unary("not", o)
+            case S.BoolOp(op=op, left=a, right=b):
+                # A SymBool on the left stays one: `&`/`|` evaluate both sides without bool().
+                if S.compares_sizes(a):
+                    return self.binary("&" if op == "and" else "|", a, b)
+                return self.binary(op, a, b)
             case S.Cond(cond=c, then=a, orelse=b):
                 return self.conditional(a, c, b)
             case S.Concat(left=a, right=b):

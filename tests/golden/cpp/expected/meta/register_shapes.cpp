@@ -62,6 +62,8 @@ TORCH_LIBRARY(shapetest, m) {
   m.def("accumulate(Tensor(a!) acc, Tensor x) -> ()");
   m.def("matched_add(Tensor self, Tensor other) -> Tensor",
         {at::Tag::needs_contiguous_strides});
+  m.def("gated(Tensor self, Tensor other, bool flag=False, str mode=\"mul\") -> Tensor",
+        {at::Tag::needs_contiguous_strides});
   m.def("every_other(Tensor self) -> Tensor",
         {at::Tag::needs_contiguous_strides});
   m.def("chunks(Tensor self, int n) -> Tensor[]",
@@ -270,6 +272,17 @@ at::Tensor meta_matched_add(const at::Tensor& self, const at::Tensor& other) {
   TORCH_SYM_CHECK(c10::SymInt(self.dim()).sym_ge(c10::SymInt(1)), "shapetest::matched_add: expected self.dim() >= 1");
   return meta_like(self, c10::promoteTypes(c10::promoteTypes(self.scalar_type(), other.scalar_type()), at::ScalarType::Float));
 }
+
+// shapetest::gated(Tensor self, Tensor other, bool flag=False, str mode="mul") -> Tensor
+// fake: check(self.dim() >= 1 and self.size(0) > 0, "self needs rows"); check(other.size(0) == 1 or other.size(0) == self.size(0), "other broadcasts over the rows of self"); check(not flag or self.dim() == 2); check(not self.size(-1) == 0, "self has no columns"); like(self, dtype=float64) if flag and mode == "mul" or not flag and mode == "div" else like(self)
+at::Tensor meta_gated(const at::Tensor& self, const at::Tensor& other, bool flag, c10::string_view mode) {
+  TORCH_SYM_CHECK(c10::SymInt(self.dim()).sym_ge(c10::SymInt(1)), "shapetest::gated: self needs rows");
+  TORCH_SYM_CHECK(self.sym_size(0).sym_gt(c10::SymInt(0)), "shapetest::gated: self needs rows");
+  TORCH_SYM_CHECK(other.sym_size(0).sym_eq(c10::SymInt(1)).sym_or(other.sym_size(0).sym_eq(self.sym_size(0))), "shapetest::gated: other broadcasts over the rows of self");
+  TORCH_SYM_CHECK((!(flag) ? c10::SymBool(true) : c10::SymInt(self.dim()).sym_eq(c10::SymInt(2))), "shapetest::gated: expected not flag or self.dim() == 2");
+  TORCH_SYM_CHECK(self.sym_size((-1)).sym_eq(c10::SymInt(0)).sym_not(), "shapetest::gated: self has no columns");
+  return (((flag && (mode == "mul")) || (!(flag) && (mode == "div"))) ? meta_like(self, at::ScalarType::Double) : meta_like(self, std::nullopt));
+}
 }  // namespace
 }  // namespace opgen
 
@@ -290,4 +303,5 @@ TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
   m.impl("normalize.out", TORCH_FN(opgen::meta_normalize_out));
   m.impl("accumulate", TORCH_FN(opgen::meta_accumulate));
   m.impl("matched_add", TORCH_FN(opgen::meta_matched_add));
+  m.impl("gated", TORCH_FN(opgen::meta_gated));
 }

@@ -21,6 +21,7 @@ from tests.test_shape import (
     doubled,
     every_other,
     filled,
+    gated,
     grow,
     loss,
     matched_add,
@@ -602,6 +603,24 @@ def _matched_add_fake(self, other):
 _lib.impl("matched_add", matched_add, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::matched_add", "Meta"):
     torch.library.register_fake("shapetest::matched_add", _matched_add_fake, lib=_lib)
+
+
+# shapetest::gated(Tensor self, Tensor other, bool flag=False, str mode="mul") -> Tensor
+
+
+def _gated_fake(self, other, flag=False, mode='mul'):
+    """fake: check(self.dim() >= 1 and self.size(0) > 0, "self needs rows"); check(other.size(0) == 1 or other.size(0) == self.size(0), "other broadcasts over the rows of self"); check(not flag or self.dim() == 2); check(not self.size(-1) == 0, "self has no columns"); like(self, dtype=float64) if flag and mode == "mul" or not flag and mode == "div" else like(self)"""
+    torch._check(self.dim() >= 1, lambda: "shapetest::gated: self needs rows")
+    torch._check(self.size(0) > 0, lambda: "shapetest::gated: self needs rows")
+    torch._check((other.size(0) == 1) | (other.size(0) == self.size(0)), lambda: "shapetest::gated: other broadcasts over the rows of self")
+    torch._check(not flag or self.dim() == 2, lambda: "shapetest::gated: expected not flag or self.dim() == 2")
+    torch._check(torch.sym_not(self.size(-1) == 0), lambda: "shapetest::gated: self has no columns")
+    return self.new_empty(self.shape, dtype=torch.float64) if flag and mode == "mul" or not flag and mode == "div" else self.new_empty(self.shape)
+
+
+_lib.impl("gated", gated, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::gated", "Meta"):
+    torch.library.register_fake("shapetest::gated", _gated_fake, lib=_lib)
 
 
 # shapetest::every_other(Tensor self) -> Tensor

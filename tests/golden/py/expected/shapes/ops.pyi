@@ -20,6 +20,7 @@ __all__ = [
     "doubled",
     "every_other",
     "filled",
+    "gated",
     "grow",
     "loss",
     "matched_add",
@@ -93,6 +94,10 @@ def filled(
     device: torch.device | str | int | None = None,
 ) -> Tensor:
     """shapetest::filled(SymInt[] size, Scalar fill, *, ScalarType? dtype=None, Device? device=None) -> Tensor"""
+
+
+def gated(self: Tensor, other: Tensor, flag: bool = False, mode: str = 'mul') -> Tensor:
+    """shapetest::gated(Tensor self, Tensor other, bool flag=False, str mode="mul") -> Tensor"""
 
 
 def grow(self: Tensor, n: int | torch.SymInt) -> Tensor:
