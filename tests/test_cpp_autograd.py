@@ -534,18 +534,23 @@ def test_arguments_named_like_generated_cpp_take_the_cpp_path(tmp_path: Path) ->
 
 def test_argument_with_the_generated_prefix_keeps_python(tmp_path: Path) -> None:
     """An argument named `opgen_*` keeps the Python path, with a note saying why: the Autograd
-    kernel's parameters are the arguments, beside its own locals and helpers of that prefix."""
+    kernel's parameters are the arguments, beside its own locals and helpers of that prefix. An
+    in-place op differentiated through its functional variant too (its C++ kernel declared
+    `opgen_op` again, and did not compile)."""
     path = tmp_path / "ops.yaml"
     path.write_text("namespace: pfx\nops:\n"
-                    "  - func: f(Tensor x, float opgen_result) -> Tensor\n"
+                    "  - func: f(Tensor x, float opgen_op) -> Tensor\n"
                     "    dispatch: {CPU: f_cpu}\n    fake: like(x)\n"
-                    "    derivatives:\n      x: grad * opgen_result\n")
-    lib = load_library([str(path)])
-    (op,) = lib.ops
-    assert cpp_autograd.reason(lib, op) == (
-        "argument 'opgen_result' starts with 'opgen_', the prefix of the names the generated "
-        "C++ declares beside the op's arguments")
-
+                    "    derivatives:\n      x: grad * opgen_op\n"
+                    "  - func: f_(Tensor(a!) x, float opgen_op) -> Tensor(a!)\n"
+                    "    dispatch: {CPU: f__cpu}\n")
+    out, diags = _render([str(path)])
+    why = ("its Autograd kernel stays in Python: argument 'opgen_op' starts with 'opgen_', the "
+           "prefix of the names the generated C++ declares beside the op's arguments")
+    assert [(d.loc.line, d.message, d.hint) for d in diags.items] == [
+        (7, f"pfx::f: {why}", "a C++ program linking the library cannot differentiate this op"),
+        (8, f"pfx::f_: {why}", "a C++ program linking the library runs the op without it")]
+    assert out == {}    # both Autograd kernels are Python (py_autograd, py_functionalize)
 
 def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
     """A Python builtin called in a formula (`range`, `abs`) is named in the note; it said 'this

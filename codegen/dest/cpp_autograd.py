@@ -257,6 +257,20 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             loc = op.derivatives.loc or op.loc
             diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library cannot differentiate this op")
+    for op in lib.ops:
+        if _mutating_in_cpp_but_for_names(lib, op) and (why := _prefixed_argument(op)):
+            diags.note(op.loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
+                       "a C++ program linking the library runs the op without it")
+
+
+def _prefixed_argument(op: Op) -> str | None:
+    """Why an argument of `op` keeps its Autograd kernel out of C++, or None: the kernel's
+    parameters are the arguments, beside its own locals and the helpers it calls, all `opgen_*`."""
+    for a in op.schema.arguments:
+        if a.name.startswith("opgen_"):
+            return (f"argument '{a.name}' starts with 'opgen_', the prefix of the names the "
+                    "generated C++ declares beside the op's arguments")
+    return None
 
 
 def _camel(name: str) -> str:
@@ -315,14 +329,10 @@ class _Builder:
         releases: list[str] = []
         # Names of members: the argument's C++ name with a suffix (Node's own members have
         # none of these suffixes); apply's locals are named apart from them.
-        arg_names = set(self.cname.values())
-        for n in sorted(arg_names):
-            if n.startswith("opgen_"):
-                # The Autograd kernel's locals and the helpers it calls have this prefix, and
-                # its parameters are the arguments.
-                raise NotCpp(f"argument '{n}' starts with 'opgen_', the prefix of the names "
-                             "the generated C++ declares beside the op's arguments")
-            self.used_names.add(n)
+        prefixed = _prefixed_argument(op)
+        if prefixed:
+            raise NotCpp(prefixed)
+        self.used_names.update(self.cname.values())
         self.used_names.update(handle_name(t) for t in self.refs.values())
 
         def member(name: str, suffix: str) -> str:
@@ -1181,6 +1191,10 @@ def no_forward_message(op: Op) -> str:
 
 def mutating_in_cpp(lib: OpLibrary, op: Op) -> bool:
     """Whether `op`'s Autograd kernel (Note [Autograd of mutating ops]) is generated C++."""
+    return _mutating_in_cpp_but_for_names(lib, op) and _prefixed_argument(op) is None
+
+
+def _mutating_in_cpp_but_for_names(lib: OpLibrary, op: Op) -> bool:
     return ((through_functional(lib, op) is not None or refuses_gradient(lib, op))
             and namespace_abi(lib, op.namespace) is None
             and file_setting(lib, op) != "python" and not _is_python(op)
