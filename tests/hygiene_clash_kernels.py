@@ -52,3 +52,15 @@ def scale_out(torch, list=2.0, *, out):  # noqa: A002
 
 def rows(_ops, tuple):  # noqa: A002
     return _ops * tuple, _ops + tuple
+
+
+def meta_op(x, x_shape, x_dtype):
+    return x.reshape(x_shape).to(x_dtype, copy=True)
+
+
+def count_op(xs, ys, xs_count):
+    return xs_count * sum(x * y for x, y in zip(xs, ys))
+
+
+def opt_count(x, xs=None, xs_count=2):
+    return x * xs_count if xs is None else x * (xs_count + 1) + sum(xs)

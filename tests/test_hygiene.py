@@ -400,6 +400,34 @@ def test_no_generated_function_calls_a_name_it_binds(monkeypatch):
     assert checked > 200
 
 
+def test_setup_context_keeps_each_attribute_once(monkeypatch):
+    """The attributes setup_context derives from an input's name (`x_shape` for the shape of
+    `x`, `xs_count` for the length of `xs`) are made fresh against the values it keeps under
+    their inputs' names: clash::meta_op, count_op and opt_count have values `x_shape`,
+    `x_dtype` and `xs_count`, which the metadata and the lengths overwrote (wrong gradients or
+    an error in backward; their sample checks run them)."""
+    monkeypatch.chdir(ROOT)
+    checked = set()
+    for paths in (["schemas"], [CLASH_PY]):
+        for rel, text in _rendered(paths).items():
+            if not rel.startswith("generated/runtime/_reg_"):
+                continue
+            for node in ast.parse(text).body:
+                methods = [m for m in node.body if isinstance(m, ast.FunctionDef)] \
+                    if isinstance(node, ast.ClassDef) else [node]
+                for fn in methods:
+                    if not (isinstance(fn, ast.FunctionDef)
+                            and fn.name.endswith("setup_context")):
+                        continue
+                    ctx = fn.args.args[0].arg
+                    stored = [t.attr for stmt in fn.body if isinstance(stmt, ast.Assign)
+                              for t in stmt.targets if isinstance(t, ast.Attribute)
+                              and isinstance(t.value, ast.Name) and t.value.id == ctx]
+                    assert len(stored) == len(set(stored)), (rel, node.name, stored)
+                    checked.add(node.name)
+    assert {"_MetaOpFunction", "_CountOpFunction", "_opt_count_setup_context"} <= checked
+
+
 # --------------------------------------------------------------------------------------------------
 # C++ names
 

@@ -17,6 +17,14 @@ backward built from differentiable ops is itself differentiable, as with the Pyt
 formulas are reverse-mode only: a call with a forward-mode tangent raises, naming the op.
 Undefined output gradients are zeros (as autograd.Function materializes them).
 
+Arguments keep their names (they are the op's API and its kernel's C++ parameters); the generated
+names move instead. `at`, `c10`, `std` and `torch` are only ever written before `::`, where C++
+looks up namespaces and types alone, so an argument of that name hides nothing. In `apply`, the
+locals holding the inputs and the formulas' bindings are named apart from what it reads unqualified
+(`grads`, `task_should_compute_output`, ..., `_APPLY_NAMES`) and from the node's members (`x_saved_`
+beside an input `x_saved_` makes that input's local `x_saved__`). Only arguments named `opgen_*`,
+the prefix of the Autograd kernel's own locals and of the helpers it calls, keep the Python path.
+
 An op keeps the Python path (codegen.dest.py_autograd) when its file says `autograd: python`, its
 namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
 formula needs what this translator does not carry (a Python-only helper, a library op with a
@@ -105,9 +113,17 @@ _COMPARE = {F.BinOpKind.eq: ("eq", "==", "eq"), F.BinOpKind.ne: ("ne", "!=", "ne
             F.BinOpKind.gt: ("gt", ">", "lt"), F.BinOpKind.ge: ("ge", ">=", "le")}
 
 
-# Names the generated backward declares or reads, and C++ namespaces its expressions name: no
-# argument or binding may take them (bindings are renamed; an argument keeps the Python path).
-_APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock"})
+# Names the generated backward declares or reads unqualified: its parameter and locals, the
+# members of torch::autograd::Node it calls, the types it spells, the helpers of autograd.cpp.
+# The locals holding the op's inputs and the formulas' bindings are named apart from them (an
+# input keeps its name in the op's API and its C++ signature; the local moves).
+_APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock", "mutex_", "input_metadata",
+                          "task_should_compute_output", "getptr", "size_t",
+                          "opgen_save_list", "opgen_unpack_list", "opgen_true_divide",
+                          "opgen_floordiv", "opgen_mod", "opgen_not_implemented"})
+# Namespaces the generated C++ names: always qualified (`at::Tensor`), and the name before `::`
+# finds namespaces and types only, so an argument `at` or `std` hides none. Bindings still keep
+# off them, for the reader.
 _NAMESPACES = frozenset({"at", "c10", "std", "torch"})
 
 
@@ -241,6 +257,20 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             loc = op.derivatives.loc or op.loc
             diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library cannot differentiate this op")
+    for op in lib.ops:
+        if _mutating_in_cpp_but_for_names(lib, op) and (why := _prefixed_argument(op)):
+            diags.note(op.loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
+                       "a C++ program linking the library runs the op without it")
+
+
+def _prefixed_argument(op: Op) -> str | None:
+    """Why an argument of `op` keeps its Autograd kernel out of C++, or None: the kernel's
+    parameters are the arguments, beside its own locals and the helpers it calls, all `opgen_*`."""
+    for a in op.schema.arguments:
+        if a.name.startswith("opgen_"):
+            return (f"argument '{a.name}' starts with 'opgen_', the prefix of the names the "
+                    "generated C++ declares beside the op's arguments")
+    return None
 
 
 def _camel(name: str) -> str:
@@ -255,7 +285,8 @@ class _Builder:
                                                      (b for b in sig.arguments))}
         self.kinds: dict[str, str] = {}          # local -> kind
         self.meta_only: set[str] = set()
-        self.used_names: set[str] = set(reserved.CPP_KEYWORDS) | _APPLY_NAMES | _NAMESPACES
+        self.used_names: set[str] = (set(reserved.CPP_KEYWORDS) | reserved.CPP_UNQUALIFIED_TYPES
+                                     | _APPLY_NAMES | _NAMESPACES)
         self.locals: dict[str, str] = {}
         self.refs: dict[F.OpRef, Op] = {}
         self.helpers: set[str] = set()
@@ -296,36 +327,34 @@ class _Builder:
         kernel = kernel_name(op)
         members: list[Member] = []
         releases: list[str] = []
-        # Names of members: the argument's C++ name with a suffix no argument name makes.
-        arg_names = set(self.cname.values())
-        for n in sorted(arg_names):
-            if n in _APPLY_NAMES | _NAMESPACES or n.startswith("opgen_"):
-                raise NotCpp(f"argument '{n}' is a name the generated C++ uses (a namespace "
-                             "or a local of the backward)")
-            self.used_names.add(n)
+        # Names of members: the argument's C++ name with a suffix (Node's own members have
+        # none of these suffixes); apply's locals are named apart from them.
+        prefixed = _prefixed_argument(op)
+        if prefixed:
+            raise NotCpp(prefixed)
+        self.used_names.update(self.cname.values())
+        self.used_names.update(handle_name(t) for t in self.refs.values())
 
         def member(name: str, suffix: str) -> str:
-            m = f"{self.cname[name]}_{suffix}_"
-            if m in arg_names:
-                raise NotCpp(f"argument '{m}' has the name of a member of the generated node")
-            return m
+            return f"{self.cname[name]}_{suffix}_"
 
-        # apply's prologue: each value the formulas read, as a local named like the input.
-        prologue: list[str] = []
+        # apply's prologue: each value the formulas read, as a local named like the input, chosen
+        # once every member is known: (input, declared type, initializer).
+        prologue: list[tuple[str, str, str]] = []
         meta_locals: dict[tuple[str, str], str] = {}
         for name in saved.tensors:
             m = member(name, "saved")
             members.append(Member(m, "torch::autograd::SavedVariable",
                                   f"torch::autograd::SavedVariable({self.cname[name]}, false)"))
             releases.append(m)
-            prologue.append(f"auto {self.cname[name]} = {m}.unpack();")
+            prologue.append((name, "auto", f"{m}.unpack()"))
             self.kinds[name] = T
         for name in saved.tensor_lists:
             m = member(name, "saved")
             members.append(Member(m, "std::vector<torch::autograd::SavedVariable>",
                                   f"opgen_save_list({self.cname[name]})"))
             releases.append(m)
-            prologue.append(f"auto {self.cname[name]} = opgen_unpack_list({m});")
+            prologue.append((name, "auto", f"opgen_unpack_list({m})"))
             self.kinds[name] = TL
         for name, what in saved.meta:
             arg = self.schema.argument(name)
@@ -359,23 +388,45 @@ class _Builder:
             elif strip_optional(arg.type) == BaseType(BaseTy.str):
                 init = f"std::string({init})"
             members.append(Member(m, ctype, init))
-            prologue.append(f"const auto& {self.cname[name]} = {m};")
+            prologue.append((name, "const auto&", m))
             self.kinds[name] = kind
         self.meta_locals = meta_locals
+        # Edges: every Tensor-like argument, in order (lists contribute one per element); their
+        # offsets, as Tensor[] inputs have a length known at the call only.
+        slots = [(a.name, isinstance(strip_optional(a.type), ListType))
+                 for a in self.schema.arguments if is_tensor_like(a.type)]
+        counts: list[str] = []
+        count_members: list[Member] = []
+        offsets: dict[str, str] = {}
+        for name, is_list in slots:
+            offsets[name] = " + ".join(counts) or "0"
+            if is_list:
+                m = member(name, "count")
+                count_members.append(Member(m, "size_t", f"{self.cname[name]}.size()"))
+                counts.append(m)
+            else:
+                counts.append("1")
+        # apply's locals and the bindings are named apart from every member they could hide.
+        self.used_names.update(m.name for m in members + count_members)
         saved_results: list[tuple[str, int]] = []
         result_locals = self._result_names()
+        result_prologue: list[str] = []
         for i in saved.results:
             m = f"{result_locals[i]}_saved_"
             members.append(Member(m, "torch::autograd::SavedVariable", ""))
             saved_results.append((m, i))
             releases.append(m)
-            prologue.append(f"auto {result_locals[i]} = {m}.unpack(getptr());")
-        # Edges: every Tensor-like argument, in order (lists contribute one per element).
-        slots = [(a.name, isinstance(strip_optional(a.type), ListType))
-                 for a in self.schema.arguments if is_tensor_like(a.type)]
+            result_prologue.append(f"auto {result_locals[i]} = {m}.unpack(getptr());")
+            self.used_names.add(m)
+        members += count_members
         diff = [i for i in range(len(schema.returns))
                 if not d.output_differentiability or d.output_differentiability[i]]
         grad_names = self._grad_names()
+        # Each input's local is its C++ name, unless apply or a member has that name.
+        clash = _APPLY_NAMES | {m.name for m in members}
+        self.input_locals = {name: self.fresh(self.cname[name])
+                             if self.cname[name] in clash else self.cname[name]
+                             for name, _, _ in prologue}
         body = ["std::lock_guard<std::mutex> lock(mutex_);"]
         # Undefined output gradients are zeros, as autograd.Function materializes them.
         body.append("for (size_t i = 0; i < grads.size(); ++i) {")
@@ -388,18 +439,8 @@ class _Builder:
                 body.append(f"[[maybe_unused]] const at::Tensor& {g} = grads[{diff.index(i)}];")
         self.grad_locals = {i: g for i, g in enumerate(grad_names) if i in diff}
         self.result_locals = result_locals
-        body += prologue
-        # Edge offsets: Tensor[] inputs have a length known at the call only.
-        counts: list[str] = []
-        offsets: dict[str, str] = {}
-        for name, is_list in slots:
-            offsets[name] = " + ".join(counts) or "0"
-            if is_list:
-                m = member(name, "count")
-                members.append(Member(m, "size_t", f"{self.cname[name]}.size()"))
-                counts.append(m)
-            else:
-                counts.append("1")
+        body += [f"{decl} {self.input_locals[name]} = {init};" for name, decl, init in prologue]
+        body += result_prologue
         total = " + ".join(counts)
         body.append(f"torch::autograd::variable_list grad_inputs({_fold(total)});")
         self.offsets = offsets
@@ -409,11 +450,7 @@ class _Builder:
             body += self._formula(f)
         body.append("return grad_inputs;")
         names = [m.name for m in members]
-        if len(set(names)) != len(names):
-            raise NotCpp("two arguments give the generated node members of the same name")
-        for m in members:
-            if m.name in self.used_names:
-                raise NotCpp(f"a formula binding has the name '{m.name}' of a generated member")
+        assert len(set(names)) == len(names), names    # suffixes, and results' fresh locals
         return Plan(op, cls, kernel, self.sig, members, saved_results, releases, slots, body,
                     diff, len(schema.returns) > 1, list(dict.fromkeys(self.refs.values())),
                     frozenset(self.helpers))
@@ -524,7 +561,7 @@ class _Builder:
                     raise NotCpp(f"'{name}' is read for metadata in a way C++ does not follow")
                 if name not in self.kinds:
                     raise NotCpp(f"'{name}' is not carried")
-                return self.cname[name], self.kinds[name]
+                return self.input_locals[name], self.kinds[name]
             case F.GradRef(index=i):
                 if i not in self.grad_locals:
                     raise NotCpp("a formula reads the gradient of a non-differentiable output")
@@ -1154,6 +1191,10 @@ def no_forward_message(op: Op) -> str:
 
 def mutating_in_cpp(lib: OpLibrary, op: Op) -> bool:
     """Whether `op`'s Autograd kernel (Note [Autograd of mutating ops]) is generated C++."""
+    return _mutating_in_cpp_but_for_names(lib, op) and _prefixed_argument(op) is None
+
+
+def _mutating_in_cpp_but_for_names(lib: OpLibrary, op: Op) -> bool:
     return ((through_functional(lib, op) is not None or refuses_gradient(lib, op))
             and namespace_abi(lib, op.namespace) is None
             and file_setting(lib, op) != "python" and not _is_python(op)

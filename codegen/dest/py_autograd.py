@@ -34,6 +34,7 @@ class Names:
     ops: dict[F.OpRef, Op]                  # library references -> ops
     ctx: str = "ctx"                        # backward's ctx parameter
     locals: dict[str, str] = field(default_factory=dict)    # binding -> local name
+    meta_attrs: dict[tuple[str, str], str] = field(default_factory=dict)  # CtxAttributes.meta
 
 
 class FormulaEmitter(PyPrinter):
@@ -46,7 +47,7 @@ class FormulaEmitter(PyPrinter):
         self.r = reach
 
     def _meta(self, name: str, what: str) -> str:
-        return f"{self.names.ctx}.{name}_{what}"
+        return f"{self.names.ctx}.{self.names.meta_attrs[name, what]}"
 
     def form(self, e: F.Expr) -> tuple[str, int]:  # type: ignore[override]
         n = self.names
@@ -202,8 +203,8 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     if why:
         backward_decorators.append(f"_first_order({q(why)})")
     forward_params, forward = flat.forward(op)
-    singles, saved_lists, setup = flat.setup_context(plan, d)
-    body = flat.backward(op, d, plan, refs, m.helpers, singles, saved_lists)
+    singles, saved_lists, attrs, setup = flat.setup_context(plan, d)
+    body = flat.backward(op, d, plan, refs, m.helpers, singles, saved_lists, attrs)
     own = flat.own
     grads = f"{own.ctx}, " + (", ".join(own.grads) if flat.at is None else f"*{own.flat_grads}")
     cls = Class(
@@ -351,28 +352,31 @@ class FlatFunction:
         return ", ".join(self.slot_names + ([f"*{flat}"] if lists else [])), forward
 
     def setup_context(self, plan: F.Saved, d: F.Derivatives) -> tuple[
-            list[tuple[str, str]], list[tuple[str, str]], list[str]]:
-        """The Tensors saved (local, source), the Tensor lists saved, and setup_context's
-        body."""
+            list[tuple[str, str]], list[tuple[str, str]], CtxAttributes, list[str]]:
+        """The Tensors saved (local, source), the Tensor lists saved, the attributes kept on
+        ctx, and setup_context's body."""
         at, results, output = self.at, self.own.results, self.output
         singles = [(n, self.source(n)) for n in plan.tensors] + \
             [(results[i], output(i)) for i in plan.results if i != at]
         saved_lists = [(n, self.source(n)) for n in plan.tensor_lists] + \
             [(results[i], output(i)) for i in plan.results if i == at]
-        setup = _save_tensors(singles, saved_lists)
+        attrs = CtxAttributes(plan, _counted(saved_lists),
+                              [self.own.lens[a.name] for a in self.lists[:-1]])
+        setup = _save_tensors(singles, saved_lists, attrs)
         for a in self.lists[:-1]:
-            setup.append(f"ctx.{self.own.lens[a.name]} = {self.input_count(a.name)}")
+            setup.append(f"ctx.{attrs.lens[self.own.lens[a.name]]} = "
+                         f"{self.input_count(a.name)}")
         setup += _save_context(plan, d, self.schema, self.source,
-                               lambda i: f"*{output(i)}" if i == at else output(i))
-        return singles, saved_lists, setup or ["pass"]
+                               lambda i: f"*{output(i)}" if i == at else output(i), attrs)
+        return singles, saved_lists, attrs, setup or ["pass"]
 
     def backward(self, op: Op, d: F.Derivatives, plan: F.Saved, refs: dict[F.OpRef, Op],
                  helpers: set[str], singles: list[tuple[str, str]],
-                 saved_lists: list[tuple[str, str]]) -> list[str]:
+                 saved_lists: list[tuple[str, str]], attrs: CtxAttributes) -> list[str]:
         """backward's body: what setup_context saved, back in locals, then the formulas."""
         args, lists, n_slots, own, r = self.args, self.lists, self.n_slots, self.own, self.r
         lens = own.lens
-        body = _restore_saved(singles, saved_lists, plan, own, r)
+        body = _restore_saved(singles, saved_lists, attrs, own, r)
         if self.at is not None:
             # The gradients of the flat outputs, regrouped: the Tensor[] return's is a list.
             for i, g in enumerate(own.grads):
@@ -381,14 +385,15 @@ class FlatFunction:
         if lists:
             # Counts of the Tensor[] inputs: the last one's is what remains of `needs`.
             for a in lists[:-1]:
-                body.append(f"{lens[a.name]} = {own.ctx}.{lens[a.name]}")
+                body.append(f"{lens[a.name]} = {own.ctx}.{attrs.lens[lens[a.name]]}")
             rest = " - ".join([f"{r.len}({own.needs}) - {n_slots}"]
                               + [lens[a.name] for a in lists[:-1]])
             body.append(f"{lens[lists[-1].name]} = {rest}")
 
         meta_only = {a for a, _ in plan.meta}
         emit_names = Names(inputs={a.name: a.name for a in args}, meta=meta_only,
-                           grads=own.grads, results=own.results, ops=refs, ctx=own.ctx)
+                           grads=own.grads, results=own.results, ops=refs, ctx=own.ctx,
+                           meta_attrs=attrs.meta)
         emitter = FormulaEmitter(op, emit_names, helpers, r)
         grad_vars = own.grad_vars
         for a in args:
@@ -477,16 +482,18 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
     optional = {n for n in plan.tensor_lists if _is_optional(schema.argument(n))} | \
         {results[i] for i in plan.results if _is_optional(schema.returns[i])
          and isinstance(strip_optional(schema.returns[i].type), ListType)}
-    setup = (_save_tensors(singles, lists, optional)
-             + _save_context(plan, d, schema, source, output) or ["pass"])
+    attrs = CtxAttributes(plan, _counted(lists, optional), [])
+    setup = (_save_tensors(singles, lists, attrs, optional)
+             + _save_context(plan, d, schema, source, output, attrs) or ["pass"])
     setup_params = "ctx, inputs, keyword_only_inputs, output" if kw_only \
         else "ctx, inputs, output"
 
     # backward
-    body = _restore_saved(singles, lists, plan, own, r, optional)
+    body = _restore_saved(singles, lists, attrs, own, r, optional)
     meta_only = {a for a, _ in plan.meta}
     emit_names = Names(inputs={a.name: a.name for a in schema.arguments}, meta=meta_only,
-                       grads=grads, results=results, ops=refs, ctx=own.ctx)
+                       grads=grads, results=results, ops=refs, ctx=own.ctx,
+                       meta_attrs=attrs.meta)
     emitter = FormulaEmitter(op, emit_names, m.helpers, r)
     needs_ = own.needs
 
@@ -582,7 +589,7 @@ def _is_optional(a: Argument | Return | None) -> bool:
 
 
 def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
-                  optional: Collection[str] = ()) -> list[str]:
+                  attrs: CtxAttributes, optional: Collection[str] = ()) -> list[str]:
     """setup_context lines saving Tensors (local, source) and Tensor lists; every list but the
     last records its length, so backward can split them again (`_restore_saved`).
 
@@ -596,16 +603,23 @@ def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
         [f"*({src} or ())" if local in optional else f"*{src}" for local, src in lists]
     if saved_args:
         lines.append(f"ctx.save_for_backward({', '.join(saved_args)})")
-    for k, (local, src) in enumerate(lists):
+    for local, src in lists:
         if local in optional:
-            lines.append(f"ctx.{local}_count = None if {src} is None else len({src})")
-        elif k < len(lists) - 1:
-            lines.append(f"ctx.{local}_count = len({src})")
+            lines.append(f"ctx.{attrs.counts[local]} = None if {src} is None else len({src})")
+        elif local in attrs.counts:
+            lines.append(f"ctx.{attrs.counts[local]} = len({src})")
     return lines
 
 
+def _counted(lists: list[tuple[str, str]], optional: Collection[str] = ()) -> list[str]:
+    """The saved Tensor lists (locals) whose length setup_context records (`_save_tensors`)."""
+    return [local for k, (local, _) in enumerate(lists)
+            if local in optional or k < len(lists) - 1]
+
+
 def _save_context(plan: F.Saved, d: F.Derivatives, schema: FunctionSchema,
-                  source: Callable[[str], str], output: Callable[[int], str]) -> list[str]:
+                  source: Callable[[str], str], output: Callable[[int], str],
+                  attrs: CtxAttributes) -> list[str]:
     """The rest of setup_context: metadata and non-Tensor values the formulas read, and the
     outputs marked non-differentiable."""
     lines = []
@@ -616,8 +630,8 @@ def _save_context(plan: F.Saved, d: F.Derivatives, schema: FunctionSchema,
         value = f"{src}.{what}"
         if arg.type != strip_optional(arg.type):
             value = f"None if {src} is None else {value}"
-        lines.append(f"ctx.{a_name}_{what} = {value}")
-    for a_name, attr in _value_attributes(plan).items():
+        lines.append(f"ctx.{attrs.meta[a_name, what]} = {value}")
+    for a_name, attr in attrs.values.items():
         lines.append(f"ctx.{attr} = {source(a_name)}")
     non_diff = [i for i, flag in enumerate(d.output_differentiability)
                 if not flag and is_tensor_like(schema.returns[i].type)]
@@ -627,24 +641,32 @@ def _save_context(plan: F.Saved, d: F.Derivatives, schema: FunctionSchema,
     return lines
 
 
-def _value_attributes(plan: F.Saved) -> dict[str, str]:
-    """The ctx attribute each non-Tensor value the formulas read is kept in: its own name, unless
-    autograd's ctx has an attribute of that name (an input `needs_input_grad` or `name`), then
-    `<name>_value` (made fresh)."""
-    own = reserved.autograd_ctx_attributes()
-    taken = set(own) | set(plan.values)
-    out = {}
-    for a_name in plan.values:
-        if a_name in own:
-            out[a_name] = reserved.fresh(f"{a_name}_value", taken)
-            taken.add(out[a_name])
-        else:
-            out[a_name] = a_name
-    return out
+class CtxAttributes:
+    """The attributes setup_context keeps on ctx for backward, each named after what it holds,
+    and all apart from each other and from autograd's own (`needs_input_grad`, `name`):
+    `values`, each non-Tensor value the formulas read: its input's name, or `<name>_value` (made
+    fresh) when ctx has an attribute of that name; then, made fresh against those, `meta`,
+    (input, "shape" | "dtype" | "device") -> `<input>_<what>`; `lens`, the length of a Tensor[]
+    input the outputs pass flat after (its local in backward) -> `<local>`; `counts`, the length
+    of a saved Tensor list (its local) -> `<local>_count`. A value `x_shape` beside the shape of
+    an input `x` keeps its name: the shape moves to `x_shape_`."""
+
+    def __init__(self, plan: F.Saved, counted: Sequence[str], lens: Sequence[str]):
+        own = reserved.autograd_ctx_attributes()
+        self.taken = set(own) | set(plan.values)
+        self.values = {a: self.fresh(f"{a}_value") if a in own else a for a in plan.values}
+        self.meta = {(a, what): self.fresh(f"{a}_{what}") for a, what in plan.meta}
+        self.lens = {local: self.fresh(local) for local in lens}
+        self.counts = {local: self.fresh(f"{local}_count") for local in counted}
+
+    def fresh(self, base: str) -> str:
+        name = reserved.fresh(base, self.taken)
+        self.taken.add(name)
+        return name
 
 
 def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
-                   plan: F.Saved, own: OwnNames, r: Reach,
+                   attrs: CtxAttributes, own: OwnNames, r: Reach,
                    optional: Collection[str] = ()) -> list[str]:
     """The opening lines of backward: what `_save_tensors` and `_save_context` stored, back in
     locals, and `needs` (ctx.needs_input_grad). A Tensor[]? in `optional` comes back None
@@ -654,7 +676,8 @@ def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
 
     def restore(local: str, value: str) -> str:
         if local in optional:
-            return f"{local} = None if {ctx}.{local}_count is None else {r.list}({value})"
+            return (f"{local} = None if {ctx}.{attrs.counts[local]} is None "
+                    f"else {r.list}({value})")
         return f"{local} = {r.list}({value})"
 
     if singles or lists:
@@ -670,12 +693,12 @@ def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
                 body.append(f"{local} = {saved}[{i}]")
             offset = str(len(targets))
             for local, _ in lists[:-1]:
-                count = f"{ctx}.{local}_count"
+                count = f"{ctx}.{attrs.counts[local]}"
                 end = f"{offset} + " + (f"({count} or 0)" if local in optional else count)
                 body.append(restore(local, f"{saved}[{offset}:{end}]"))
                 offset = end
             body.append(restore(lists[-1][0], f"{saved}[{offset}:]"))
-    for a_name, attr in _value_attributes(plan).items():
+    for a_name, attr in attrs.values.items():
         body.append(f"{a_name} = {ctx}.{attr}")
     body.append(f"{own.needs} = {ctx}.needs_input_grad")
     return body

@@ -595,6 +595,54 @@ at::Tensor frozen_autograd(const at::Tensor& self) {
   return opgen_result;
 }
 
+// agrad::exp_twice(Tensor result, float at) -> Tensor
+struct ExpTwiceBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "ExpTwiceBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+  }
+  double at_value_;
+};
+
+torch::autograd::variable_list ExpTwiceBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  const auto& at = at_value_;
+  torch::autograd::variable_list grad_inputs(1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = (grad * at::Scalar(at));
+  }
+  return grad_inputs;
+}
+
+at::Tensor exp_twice_autograd(const at::Tensor& result, double at) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::exp_twice", "")
+      .typed<at::Tensor(const at::Tensor&, double)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(result)),
+      "agrad::exp_twice has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<ExpTwiceBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(result)) {
+    opgen_grad_fn = c10::make_intrusive<ExpTwiceBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(result));
+    opgen_grad_fn->at_value_ = at;
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(result, at);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
 // agrad::bind(Tensor self) -> Tensor
 struct BindBackward final : public torch::autograd::TraceableFunction {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
@@ -1287,6 +1335,7 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("minmax", TORCH_FN(minmax_autograd));
   m.impl("lookup", TORCH_FN(lookup_autograd));
   m.impl("frozen", TORCH_FN(frozen_autograd));
+  m.impl("exp_twice", TORCH_FN(exp_twice_autograd));
   m.impl("bind", TORCH_FN(bind_autograd));
   m.impl("center", TORCH_FN(center_autograd));
   m.impl("squash_by_name", TORCH_FN(squash_by_name_autograd));
