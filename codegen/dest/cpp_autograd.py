@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from codegen import formulas as F
 from codegen import reserved
 from codegen.abi import namespace_abi
+from codegen.expr import walk
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics
@@ -925,8 +926,11 @@ class _Builder:
             var = self.fresh(name)
             self.locals[name] = var
             self.kinds["$" + name] = kind
+        # A name the element and the condition never read gets no local (-Wunused-variable).
+        read = {n.name for n in walk(e.elem, *([e.cond] if e.cond is not None else []))
+                if isinstance(n, F.LoopVar)}
         body_decls = [f"const auto& {self.locals[name]} = {local}[{i}];"
-                      for name, local in zip(e.names, seq_locals)]
+                      for name, local in zip(e.names, seq_locals) if name in read]
         ec, ek = self.expr(e.elem)
         if ek not in (T, NONE):
             raise NotCpp("a comprehension of non-tensors")

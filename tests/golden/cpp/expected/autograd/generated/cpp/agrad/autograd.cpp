@@ -1252,6 +1252,74 @@ at::Tensor halves_autograd(const at::Tensor& self, int64_t k) {
   return opgen_result;
 }
 
+// agrad::fan_out(Tensor x, Tensor[] others) -> Tensor
+struct FanOutBackward final : public torch::autograd::TraceableFunction {
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override;
+  std::string name() const override { return "FanOutBackward"; }
+  void release_variables() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& s : others_saved_) {
+      s.reset_data();
+    }
+  }
+  std::vector<torch::autograd::SavedVariable> others_saved_;
+  size_t others_count_;
+};
+
+torch::autograd::variable_list FanOutBackward::apply(torch::autograd::variable_list&& grads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined() && !input_metadata(i).was_default_constructed()) {
+      grads[i] = input_metadata(i).zeros_like();
+    }
+  }
+  [[maybe_unused]] const at::Tensor& grad = grads[0];
+  auto others = opgen_unpack_list(others_saved_);
+  torch::autograd::variable_list grad_inputs(others_count_ + 1);
+  if (task_should_compute_output({torch::autograd::IndexRange{0, 1}})) {
+    grad_inputs[0] = grad;
+  }
+  if (task_should_compute_output({torch::autograd::IndexRange{1, others_count_ + 1}})) {
+    auto others_grad = [&] {
+      const auto& seq = others;
+      std::vector<at::Tensor> out;
+      out.reserve(seq.size());
+      for (size_t i = 0; i < seq.size(); ++i) {
+        out.push_back(grad);
+      }
+      return out;
+    }();
+    TORCH_CHECK(others_grad.size() == others_count_, "agrad::fan_out: the formula for 'others' gives ", others_grad.size(), " gradients for ", others_count_, " tensors");
+    for (size_t i = 0; i < others_count_; ++i) {
+      grad_inputs[i + 1] = others_grad[i];
+    }
+  }
+  return grad_inputs;
+}
+
+at::Tensor fan_out_autograd(const at::Tensor& x, at::TensorList others) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::fan_out", "")
+      .typed<at::Tensor(const at::Tensor&, at::TensorList)>();
+  TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefined(x) || torch::autograd::isFwGradDefinedTensorList(others)),
+      "agrad::fan_out has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)");
+  c10::intrusive_ptr<FanOutBackward> opgen_grad_fn;
+  if (torch::autograd::compute_requires_grad(x, others)) {
+    opgen_grad_fn = c10::make_intrusive<FanOutBackward>();
+    opgen_grad_fn->set_next_edges(torch::autograd::collect_next_edges(x, others));
+    opgen_grad_fn->others_saved_ = opgen_save_list(others);
+    opgen_grad_fn->others_count_ = others.size();
+  }
+  auto opgen_result = [&] {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.call(x, others);
+  }();
+  if (opgen_grad_fn) {
+    opgen_set_history(opgen_result, opgen_grad_fn);
+  }
+  return opgen_result;
+}
+
 // agrad::rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()
 // Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
 void rms_norm_autograd(at::Tensor& result, const at::Tensor& input, const at::Tensor& weight, double epsilon) {
@@ -1348,6 +1416,7 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("rowdiff", TORCH_FN(rowdiff_autograd));
   m.impl("pick", TORCH_FN(pick_autograd));
   m.impl("halves", TORCH_FN(halves_autograd));
+  m.impl("fan_out", TORCH_FN(fan_out_autograd));
   m.impl("rms_norm", TORCH_FN(rms_norm_autograd));
   m.impl("zero_some_", TORCH_FN(zero_some__autograd));
   m.impl("step_", TORCH_FN(step__autograd));
