@@ -560,7 +560,9 @@ def test_conditions_on_library_op_sizes_are_kept(tmp_path, text):
 # A backward op taking every kind of number and list of numbers, as torchvision's take sizes.
 TAKES = """\
 - func: ex::takes(Tensor grad, SymInt n=0, int k=0, float s=1.0, bool b=False, Scalar a=1, \
-SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None) -> Tensor
+SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None, \
+str mode="x", ScalarType? dtype=None, Device? device=None, Layout? layout=None, \
+MemoryFormat? mf=None, float[] fs=[], bool[] bs=[]) -> Tensor
 """
 
 
@@ -568,7 +570,8 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
     from codegen.load import load_library
 
     p = tmp_path / "ops.yaml"
-    p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None) "
+    p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
+                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -680,3 +683,48 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
         torch.testing.assert_close(got, torch.full_like(x, 1.5))
     finally:
         lib.close()
+
+
+@pytest.mark.parametrize("text,message", [
+    # a float where torch.ops takes an integer, even a whole one (2.0)
+    ("ex.takes(grad, x.size(0) / 2)", "argument 2 ('n') of ex::takes is a SymInt, but is given a "
+     "float: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=0.5)", "argument 'k' of ex::takes is an int, but is given a float: "
+     "torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=r)", "argument 'k' of ex::takes is an int, but is given a float: "
+     "torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, maybe=-(x.numel() * 0.5))", "argument 'maybe' of ex::takes is an int?, but is "
+     "given a float: torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, n=float(n) // 2 if n else torch.pi)", "argument 'n' of ex::takes is a "
+     "SymInt, but is given a float: torch.ops refuses a float for a SymInt at backward, even a "
+     "whole one (2.0)"),
+    ("ex.takes(grad, pair=x.size(0) / 2)", "argument 'pair' of ex::takes is an int[2], but is "
+     "given a float: torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, dims=(1, n / 2))", "argument 'dims' of ex::takes is an int[], but its item "
+     "at index 1 is a float: torch.ops refuses a float for an int at backward, even a whole one "
+     "(2.0)"),
+    # a Scalar may hold a float
+    ("ex.takes(grad, alpha)", "argument 2 ('n') of ex::takes is a SymInt, but is given a Scalar: "
+     "a Scalar may hold a float, which torch.ops refuses for a SymInt at backward"),
+    ("ex.takes(grad, sizes=[alpha * 2])", "argument 'sizes' of ex::takes is a SymInt[], but its "
+     "item at index 0 is a Scalar: a Scalar may hold a float, which torch.ops refuses for a "
+     "SymInt at backward"),
+])
+def test_library_op_integer_parameters_refuse_floats(tmp_path, text, message):
+    """Each passed `check` and failed in torch.ops at backward."""
+    assert _argument_errors(tmp_path, text) == [message]
+
+
+@pytest.mark.parametrize("text", [
+    # sizes divided with // stay integers
+    "ex.takes(grad, x.size(0) // 2, k=x.numel() // 2, sizes=[x.size(0) // 2, 2], pair=n // 2)",
+    "h = x.size(-1) // 2; ex.takes(grad, h, dims=(h, 1), maybe=h)",
+    # what torch.ops converts: an int or bool for any number, a float for a bool
+    "ex.takes(grad, True, x.dim() > 1, x.size(0) / 2, r, a=r)",
+    "ex.takes(grad, b=0.5, a=alpha, s=alpha, fs=[n, 0.5, True], bs=[1, 0.5], dims=[True, n])",
+    "ex.takes(grad, n=int(alpha), k=int(x.size(0) / 2), dims=[int(r)])",
+    # either an int or a float: left to torch.ops
+    "ex.takes(grad, n if n > 0 else 0.5, k=x.item(), maybe=2 ** n)",
+])
+def test_library_op_parameters_take_what_torch_converts(tmp_path, text):
+    assert _argument_errors(tmp_path, text) == []
