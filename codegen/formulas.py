@@ -121,11 +121,14 @@ keywords, missing required arguments, an argument its parameter surely cannot ta
 shape for a Tensor, a shape (`x.shape`, `x.size()`) for an int, SymInt, float, bool or Scalar
 where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor or Tensor list
 for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
-vmap can; a float for an int or SymInt, or as an item of an `int[]` (`x.size(0) / 2` is a
-float: sizes divide with `//`), and a Scalar argument there, which may hold one; an int or a
-bool passes for any number, a float for a bool) once the whole library is loaded (`check` given
-some op files knows their ops only: a call of another file's op is unknown there, and its error
-says so).
+vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as an item of an
+`int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
+may hold one; a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
+number parameter (a number for a str, a string for an int, a dtype for a float). What torch.ops
+converts passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
+format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
+loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
+there, and its error says so).
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ from importlib import resources
 from typing import Iterator, Union
 
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean
+from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
 from codegen.model import (
     BaseTy,
     BaseType,
@@ -1196,7 +1200,7 @@ def _tensor_method(name: str) -> Kind:
 
 class Form(enum.Enum):
     """What a value surely is where a library op's parameter takes it (`_Kinds.form`): finer
-    than Kind.META, which holds numbers and shapes alike."""
+    than Kind.META, which holds numbers, shapes, dtypes and strings alike."""
     TENSOR = "a Tensor"
     TENSORS = "a list of Tensors"
     SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
@@ -1205,13 +1209,27 @@ class Form(enum.Enum):
     NUMBER = "a number"
     FLOAT = "a float"       # `0.5`, `x.size(0) / 2`, `float(...)`, a `float` argument
     SCALAR = "a Scalar"     # a `Scalar` argument, or arithmetic with one: it may hold a float
+    STRING = "a string"
+    DTYPE = "a dtype"
+    DEVICE = "a device"
+    LAYOUT = "a layout"
+    MEMORY_FORMAT = "a memory format"
 
 
 _NUMERIC = (Form.NUMBER, Form.FLOAT, Form.SCALAR)
 _NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
 # The forms of arguments of other types, and of torch's constants.
-_ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR}
-_TORCH_CONSTANTS = {"pi": Form.FLOAT, "e": Form.FLOAT, "inf": Form.FLOAT, "nan": Form.FLOAT}
+_ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR, BaseTy.str: Form.STRING,
+                   BaseTy.ScalarType: Form.DTYPE, BaseTy.Device: Form.DEVICE,
+                   BaseTy.Layout: Form.LAYOUT, BaseTy.MemoryFormat: Form.MEMORY_FORMAT}
+_TORCH_CONSTANTS = {
+    **{name: Form.DTYPE for name in SCALAR_TYPE_NAMES},
+    **{v.python.removeprefix("torch."): Form.LAYOUT for v in LAYOUTS},
+    **{v.python.removeprefix("torch."): Form.MEMORY_FORMAT for v in MEMORY_FORMATS},
+    "pi": Form.FLOAT, "e": Form.FLOAT, "inf": Form.FLOAT, "nan": Form.FLOAT}
+_TENSOR_ATTR_FORMS = {"shape": Form.SHAPE, "ndim": Form.NUMBER, "dtype": Form.DTYPE,
+                      "device": Form.DEVICE, "layout": Form.LAYOUT, "requires_grad": Form.NUMBER,
+                      "is_leaf": Form.NUMBER, "itemsize": Form.NUMBER, "nbytes": Form.NUMBER}
 # Tensor methods giving one number, and those giving sizes when called without an argument.
 _NUMBER_METHODS = frozenset({"dim", "ndimension", "numel", "nelement", "element_size",
                              "storage_offset", "get_device", "item"})
@@ -1326,7 +1344,8 @@ class _Kinds:
             return Form.TENSORS
         match e:
             case Const(value=v):
-                return {int: Form.NUMBER, bool: Form.NUMBER, float: Form.FLOAT}.get(type(v))
+                return {int: Form.NUMBER, bool: Form.NUMBER, float: Form.FLOAT,
+                        str: Form.STRING}.get(type(v))
             case InputRef(name=n):
                 t = self.schema.argument(n).type
                 if is_base(t, BaseTy.int, BaseTy.SymInt, BaseTy.bool, BaseTy.SymBool):
@@ -1339,14 +1358,15 @@ class _Kinds:
                 return self.forms.get(n)
             case TorchRef(path=(name,)):
                 return _TORCH_CONSTANTS.get(name)
-            case Attr(obj=obj, name="shape") if self.of(obj) is Kind.TENSOR:
-                return Form.SHAPE
-            case Attr(obj=obj, name="ndim") if self.of(obj) is Kind.TENSOR:
-                return Form.NUMBER
+            case Attr(obj=obj, name=name) if self.of(obj) is Kind.TENSOR:
+                return _TENSOR_ATTR_FORMS.get(name, Form.NUMBER if name.startswith("is_")
+                                              else None)
             case Call(func=Attr(obj=obj, name=name), args=args, kwargs=()) \
                     if self.of(obj) is Kind.TENSOR:
                 if name in _SIZES_METHODS:
                     return Form.SHAPE if not args else Form.NUMBER if len(args) == 1 else None
+                if name.startswith("is_"):
+                    return Form.NUMBER     # a bool
                 return Form.NUMBER if name in _NUMBER_METHODS and not args else None
             case Call(func=PyBuiltinRef(name="len" | "int")):
                 return Form.NUMBER
@@ -1354,6 +1374,10 @@ class _Kinds:
                 return Form.FLOAT
             case Call(func=PyBuiltinRef(name="abs"), args=(a,)) if self.form(a) in _NUMERIC:
                 return self.form(a)
+            case Call(func=TorchRef(path=("device",))):
+                return Form.DEVICE
+            case Call(func=TorchRef(path=("promote_types" | "result_type",))):
+                return Form.DTYPE
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
                     if self.form(a) is Form.SHAPE:
                 return Form.SHAPE
@@ -1364,6 +1388,8 @@ class _Kinds:
             case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
                     and self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
+            case BinOp(op=BinOpKind.and_ | BinOpKind.or_, left=a, right=b):
+                return _join_forms(self.form(a), self.form(b))     # one of them
             case BinOp(op=op, left=a, right=b) if op in _ARITH_OPS:
                 forms = (self.form(a), self.form(b))
                 if forms[0] in _NUMERIC and forms[1] in _NUMERIC:
@@ -1379,6 +1405,8 @@ class _Kinds:
             case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
                     if self.form(o) in _NUMERIC:
                 return self.form(o)
+            case UnaryOp(op=UnaryKind.not_) if self.of(e) in (Kind.META, Kind.DATA):
+                return Form.NUMBER  # a bool
             case IfExp(then=a, orelse=b):
                 return _join_forms(self.form(a), self.form(b))
             case TupleLit(items=items) | ListLit(items=items) \
@@ -1898,13 +1926,20 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
 
 
 # What a parameter of each type takes, besides None where it is optional, as torch.ops converts
-# a Python value: floats and Scalars (which may hold one) are no int.
+# a Python value (tests/test_formulas.py probes torch for each): floats and Scalars (which may
+# hold one) are no int, dtypes, layouts and memory formats are ints to an `int` (not to a
+# SymInt, nor in a list), a device is a string or a device.
 _TAKES: dict[BaseTy, frozenset[Form]] = {
-    BaseTy.int: frozenset({Form.NUMBER}),
+    BaseTy.int: frozenset({Form.NUMBER, Form.DTYPE, Form.LAYOUT, Form.MEMORY_FORMAT}),
     BaseTy.SymInt: frozenset({Form.NUMBER}),
     BaseTy.float: frozenset(_NUMERIC),
     BaseTy.bool: frozenset(_NUMERIC),
-    BaseTy.Scalar: frozenset(_NUMERIC),
+    BaseTy.Scalar: frozenset({*_NUMERIC, Form.DTYPE, Form.LAYOUT}),
+    BaseTy.str: frozenset({Form.STRING}),
+    BaseTy.ScalarType: frozenset({Form.NUMBER, Form.DTYPE}),
+    BaseTy.Layout: frozenset({Form.NUMBER, Form.LAYOUT}),
+    BaseTy.MemoryFormat: frozenset({Form.NUMBER, Form.MEMORY_FORMAT}),
+    BaseTy.Device: frozenset({Form.STRING, Form.DEVICE}),
 }
 # The same of an item of a list (and of `int[2] k` given one value for both).
 _ITEM_TAKES: dict[BaseTy, frozenset[Form]] = {
@@ -1925,15 +1960,20 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
         if takes is None or form in takes:
             return None
         if form is Form.SHAPE:
-            return "one size is x.size(i) or x.shape[i]"
+            return "one size is x.size(i) or x.shape[i]" if t.name in _ITEM_TAKES or \
+                t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.TENSOR:
+            if t.name in (BaseTy.str, BaseTy.Device, BaseTy.Scalar):
+                return "torch.ops refuses it at backward"
             return values.format("its value", "it")
         if form is Form.TENSORS:
-            return "a list is not one number"
+            return "a list is not one number" if t.name in _ITEM_TAKES or \
+                t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.FLOAT:
             return f"torch.ops refuses a float for {_a(t)} at backward, even a whole one (2.0)"
         if form is Form.SCALAR:
             return f"a Scalar may hold a float, which torch.ops refuses for {_a(t)} at backward"
+        return "torch.ops refuses it at backward"
     if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
         if form in _ONE_VALUE:
             if t.size is None:
