@@ -121,8 +121,14 @@ keywords, missing required arguments, an argument its parameter surely cannot ta
 shape for a Tensor, a shape (`x.shape`, `x.size()`) for an int, SymInt, float, bool or Scalar
 where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor or Tensor list
 for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
-vmap can) once the whole library is loaded (`check` given some op
-files knows their ops only: a call of another file's op is unknown there, and its error says so).
+vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as an item of an
+`int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
+may hold one; a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
+number parameter (a number for a str, a string for an int, a dtype for a float). What torch.ops
+converts passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
+format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
+loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
+there, and its error says so).
 """
 
 from __future__ import annotations
@@ -136,8 +142,10 @@ from importlib import resources
 from typing import Iterator, Union
 
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean
+from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
 from codegen.model import (
     BaseTy,
+    BaseType,
     DerivativesSpec,
     DispatchKey,
     FunctionSchema,
@@ -295,11 +303,14 @@ class Subscript(Node):
 @dataclass(frozen=True)
 class TupleLit(Node):
     items: tuple[Expr, ...]
+    # Where each item is; () when unknown.
+    item_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
 class ListLit(Node):
     items: tuple[Expr, ...]
+    item_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 class BinOpKind(enum.Enum):
@@ -677,8 +688,10 @@ class _Checker:
         if k == "index":
             return self.index(node)
         if k in ("tuple", "list"):
-            items = tuple(self.expr(x) for x in p if x is not None)
-            return TupleLit(items) if k == "tuple" else ListLit(items)
+            given = [x for x in p if x is not None]
+            items = tuple(self.expr(x) for x in given)
+            locs = tuple(self.loc(x.span) for x in given)
+            return TupleLit(items, locs) if k == "tuple" else ListLit(items, locs)
         if k == "listcomp":
             elem, *names, iterable, cond_node = p
             it = self.expr(iterable)
@@ -864,6 +877,7 @@ class _Checker:
         form = self.kinds.form(value)
         if form is not None:
             self.kinds.forms[name] = form
+        self.kinds.values[name] = value
         if self.float_number(value):
             self.float_locals.add(name)
         return name, value
@@ -1169,6 +1183,13 @@ def _sequence(items) -> Kind:
     return Kind.META if kinds == {Kind.META} else Kind.UNKNOWN
 
 
+def _join_forms(a: Form | None, b: Form | None) -> Form | None:
+    """The form of a value that is either `a` or `b`."""
+    if a is b:
+        return a
+    return Form.NUMBER if a in _NUMERIC and b in _NUMERIC else None
+
+
 def _tensor_method(name: str) -> Kind:
     if name in _DATA_TENSOR_METHODS:
         return Kind.DATA
@@ -1179,14 +1200,36 @@ def _tensor_method(name: str) -> Kind:
 
 class Form(enum.Enum):
     """What a value surely is where a library op's parameter takes it (`_Kinds.form`): finer
-    than Kind.META, which holds numbers and shapes alike."""
+    than Kind.META, which holds numbers, shapes, dtypes and strings alike."""
     TENSOR = "a Tensor"
     TENSORS = "a list of Tensors"
     SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
-    NUMBER = "a number"     # one size (`x.size(0)`, `x.shape[0]`, `x.numel()`), an int, a float
+    # an int or a bool (one size: `x.size(0)`, `x.numel()`; `n > 1`), or a number that may be
+    # either or a float (`x.item()`, `2 ** n`)
+    NUMBER = "a number"
+    FLOAT = "a float"       # `0.5`, `x.size(0) / 2`, `float(...)`, a `float` argument
+    SCALAR = "a Scalar"     # a `Scalar` argument, or arithmetic with one: it may hold a float
+    STRING = "a string"
+    DTYPE = "a dtype"
+    DEVICE = "a device"
+    LAYOUT = "a layout"
+    MEMORY_FORMAT = "a memory format"
 
 
+_NUMERIC = (Form.NUMBER, Form.FLOAT, Form.SCALAR)
 _NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
+# The forms of arguments of other types, and of torch's constants.
+_ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR, BaseTy.str: Form.STRING,
+                   BaseTy.ScalarType: Form.DTYPE, BaseTy.Device: Form.DEVICE,
+                   BaseTy.Layout: Form.LAYOUT, BaseTy.MemoryFormat: Form.MEMORY_FORMAT}
+_TORCH_CONSTANTS = {
+    **{name: Form.DTYPE for name in SCALAR_TYPE_NAMES},
+    **{v.python.removeprefix("torch."): Form.LAYOUT for v in LAYOUTS},
+    **{v.python.removeprefix("torch."): Form.MEMORY_FORMAT for v in MEMORY_FORMATS},
+    "pi": Form.FLOAT, "e": Form.FLOAT, "inf": Form.FLOAT, "nan": Form.FLOAT}
+_TENSOR_ATTR_FORMS = {"shape": Form.SHAPE, "ndim": Form.NUMBER, "dtype": Form.DTYPE,
+                      "device": Form.DEVICE, "layout": Form.LAYOUT, "requires_grad": Form.NUMBER,
+                      "is_leaf": Form.NUMBER, "itemsize": Form.NUMBER, "nbytes": Form.NUMBER}
 # Tensor methods giving one number, and those giving sizes when called without an argument.
 _NUMBER_METHODS = frozenset({"dim", "ndimension", "numel", "nelement", "element_size",
                              "storage_offset", "get_device", "item"})
@@ -1205,6 +1248,7 @@ class _Kinds:
         self.bound = bound
         self.lib = lib      # where calls of library ops are looked up; None: they are unknown
         self.forms: dict[str, Form] = {}    # of the bindings whose form is known
+        self.values: dict[str, Expr] = {}   # the bindings' values
 
     def _type(self, t) -> Kind:
         if is_tensor_list(t):
@@ -1300,26 +1344,40 @@ class _Kinds:
             return Form.TENSORS
         match e:
             case Const(value=v):
-                return Form.NUMBER if type(v) in (int, float, bool) else None
+                return {int: Form.NUMBER, bool: Form.NUMBER, float: Form.FLOAT,
+                        str: Form.STRING}.get(type(v))
             case InputRef(name=n):
                 t = self.schema.argument(n).type
-                if is_base(t, *_NUMBERS):
+                if is_base(t, BaseTy.int, BaseTy.SymInt, BaseTy.bool, BaseTy.SymBool):
                     return Form.NUMBER
+                if isinstance(t, BaseType):
+                    return _ARGUMENT_FORMS.get(t.name)
                 if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
                     return Form.SHAPE
             case LocalRef(name=n):
                 return self.forms.get(n)
-            case Attr(obj=obj, name="shape") if self.of(obj) is Kind.TENSOR:
-                return Form.SHAPE
-            case Attr(obj=obj, name="ndim") if self.of(obj) is Kind.TENSOR:
-                return Form.NUMBER
+            case TorchRef(path=(name,)):
+                return _TORCH_CONSTANTS.get(name)
+            case Attr(obj=obj, name=name) if self.of(obj) is Kind.TENSOR:
+                return _TENSOR_ATTR_FORMS.get(name, Form.NUMBER if name.startswith("is_")
+                                              else None)
             case Call(func=Attr(obj=obj, name=name), args=args, kwargs=()) \
                     if self.of(obj) is Kind.TENSOR:
                 if name in _SIZES_METHODS:
                     return Form.SHAPE if not args else Form.NUMBER if len(args) == 1 else None
+                if name.startswith("is_"):
+                    return Form.NUMBER     # a bool
                 return Form.NUMBER if name in _NUMBER_METHODS and not args else None
-            case Call(func=PyBuiltinRef(name="len" | "int" | "float")):
+            case Call(func=PyBuiltinRef(name="len" | "int")):
                 return Form.NUMBER
+            case Call(func=PyBuiltinRef(name="float")):
+                return Form.FLOAT
+            case Call(func=PyBuiltinRef(name="abs"), args=(a,)) if self.form(a) in _NUMERIC:
+                return self.form(a)
+            case Call(func=TorchRef(path=("device",))):
+                return Form.DEVICE
+            case Call(func=TorchRef(path=("promote_types" | "result_type",))):
+                return Form.DTYPE
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
                     if self.form(a) is Form.SHAPE:
                 return Form.SHAPE
@@ -1327,24 +1385,45 @@ class _Kinds:
                 if isinstance(i, Slice):
                     return Form.SHAPE
                 return Form.NUMBER if self.form(i) is Form.NUMBER else None
-            case BinOp(op=op, left=a, right=b) if op in _ARITH_OPS or op in _COMPARISONS:
+            case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
+                    and self.of(e) in (Kind.META, Kind.DATA):
+                return Form.NUMBER  # a bool
+            case BinOp(op=BinOpKind.and_ | BinOpKind.or_, left=a, right=b):
+                return _join_forms(self.form(a), self.form(b))     # one of them
+            case BinOp(op=op, left=a, right=b) if op in _ARITH_OPS:
                 forms = (self.form(a), self.form(b))
-                if forms == (Form.NUMBER, Form.NUMBER):
-                    return Form.NUMBER
+                if forms[0] in _NUMERIC and forms[1] in _NUMERIC:
+                    # Python's `/` gives a float even of two ints, as do operators with one
+                    if op is BinOpKind.div or Form.FLOAT in forms:
+                        return Form.FLOAT
+                    return Form.SCALAR if Form.SCALAR in forms else Form.NUMBER
                 # sizes concatenate, and repeat times an int
                 if op is BinOpKind.add and forms == (Form.SHAPE, Form.SHAPE):
                     return Form.SHAPE
                 if op is BinOpKind.mul and set(forms) == {Form.SHAPE, Form.NUMBER}:
                     return Form.SHAPE
             case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
-                    if self.form(o) is Form.NUMBER:
-                return Form.NUMBER
-            case IfExp(then=a, orelse=b) if self.form(a) is self.form(b):
-                return self.form(a)
+                    if self.form(o) in _NUMERIC:
+                return self.form(o)
+            case UnaryOp(op=UnaryKind.not_) if self.of(e) in (Kind.META, Kind.DATA):
+                return Form.NUMBER  # a bool
+            case IfExp(then=a, orelse=b):
+                return _join_forms(self.form(a), self.form(b))
             case TupleLit(items=items) | ListLit(items=items) \
-                    if items and all(self.form(i) is Form.NUMBER for i in items):
+                    if items and all(self.form(i) in _NUMERIC for i in items):
                 return Form.SHAPE
         return None
+
+    def divides(self, e: Expr) -> bool:
+        """Whether `e` is a true division of numbers, or computed from one."""
+        for node in walk(e):
+            if isinstance(node, BinOp) and node.op is BinOpKind.div \
+                    and self.form(node) is Form.FLOAT:
+                return True
+            if isinstance(node, LocalRef) and node.name in self.values \
+                    and self.divides(self.values[node.name]):
+                return True
+        return False
 
     def loop_kinds(self, it: Expr, n: int) -> list[Kind]:
         """The kinds of the `n` names a comprehension binds by iterating `it`."""
@@ -1823,37 +1902,98 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                 continue
             message = (f"{what} of {schema.name} is {_a(arg.type)}, but is given a value that "
                        "is not a Tensor (a number, size, shape, dtype or string)")
-        else:
-            form = kinds.form(value)
-            why = _refusal(arg.type, form) if form is not None else None
-            if why is None:
-                continue
-            message = f"{what} of {schema.name} is {_a(arg.type)}, but is given {form.value}: {why}"
-        diags.error(loc, message, f"its schema: {schema}")
-        return False
+            diags.error(loc, message, f"its schema: {schema}")
+            return False
+        form = kinds.form(value)
+        why = _refusal(arg.type, form) if form is not None else None
+        if why is not None:
+            diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
+                        f"{form.value}: {why}", _hint(value, form, kinds, schema))
+            return False
+        t = strip_optional(arg.type)
+        if isinstance(t, ListType) and isinstance(t.elem, BaseType) \
+                and isinstance(value, (ListLit, TupleLit)):
+            for i, item in enumerate(value.items):
+                form = kinds.form(item)
+                why = _refusal(t.elem, form, element=True) if form is not None else None
+                if why is not None:
+                    at = value.item_locs[i] if i < len(value.item_locs) else loc
+                    diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
+                                f"at index {i} is {form.value}: {why}",
+                                _hint(item, form, kinds, schema))
+                    return False
     return True
 
 
-def _refusal(t, form: Form) -> str | None:
-    """Why a parameter of type `t` cannot take a value of `form`; None where it may."""
+# What a parameter of each type takes, besides None where it is optional, as torch.ops converts
+# a Python value (tests/test_formulas.py probes torch for each): floats and Scalars (which may
+# hold one) are no int, dtypes, layouts and memory formats are ints to an `int` (not to a
+# SymInt, nor in a list), a device is a string or a device.
+_TAKES: dict[BaseTy, frozenset[Form]] = {
+    BaseTy.int: frozenset({Form.NUMBER, Form.DTYPE, Form.LAYOUT, Form.MEMORY_FORMAT}),
+    BaseTy.SymInt: frozenset({Form.NUMBER}),
+    BaseTy.float: frozenset(_NUMERIC),
+    BaseTy.bool: frozenset(_NUMERIC),
+    BaseTy.Scalar: frozenset({*_NUMERIC, Form.DTYPE, Form.LAYOUT}),
+    BaseTy.str: frozenset({Form.STRING}),
+    BaseTy.ScalarType: frozenset({Form.NUMBER, Form.DTYPE}),
+    BaseTy.Layout: frozenset({Form.NUMBER, Form.LAYOUT}),
+    BaseTy.MemoryFormat: frozenset({Form.NUMBER, Form.MEMORY_FORMAT}),
+    BaseTy.Device: frozenset({Form.STRING, Form.DEVICE}),
+}
+# The same of an item of a list (and of `int[2] k` given one value for both).
+_ITEM_TAKES: dict[BaseTy, frozenset[Form]] = {
+    BaseTy.int: frozenset({Form.NUMBER}), BaseTy.SymInt: frozenset({Form.NUMBER}),
+    BaseTy.float: frozenset(_NUMERIC), BaseTy.bool: frozenset(_NUMERIC)}
+_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE}
+
+
+def _refusal(t, form: Form, element: bool = False) -> str | None:
+    """Why a parameter of type `t` (an item of a list one: `element`) cannot take a value of
+    `form`; None where it may."""
     t = strip_optional(t)   # None aside, an optional parameter takes what its type takes
     # torch.ops reads a one-element Tensor as a number, and a Tensor as a SymInt[], eagerly.
     values = ("torch.ops would read {} at backward, which neither torch.compile, vmap nor C++ "
               "autograd can, and no gradient flows through {}")
-    if is_base(t, *_NUMBERS, BaseTy.Scalar):
+    if isinstance(t, BaseType) and t.name in _TAKES:
+        takes = (_ITEM_TAKES if element else _TAKES).get(t.name)
+        if takes is None or form in takes:
+            return None
         if form is Form.SHAPE:
-            return "one size is x.size(i) or x.shape[i]"
+            return "one size is x.size(i) or x.shape[i]" if t.name in _ITEM_TAKES or \
+                t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.TENSOR:
+            if t.name in (BaseTy.str, BaseTy.Device, BaseTy.Scalar):
+                return "torch.ops refuses it at backward"
             return values.format("its value", "it")
         if form is Form.TENSORS:
-            return "a list is not one number"
-    elif isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
-        if form is Form.NUMBER and t.size is None:
+            return "a list is not one number" if t.name in _ITEM_TAKES or \
+                t.name is BaseTy.Scalar else "a list is not one value"
+        if form is Form.FLOAT:
+            return f"torch.ops refuses a float for {_a(t)} at backward, even a whole one (2.0)"
+        if form is Form.SCALAR:
+            return f"a Scalar may hold a float, which torch.ops refuses for {_a(t)} at backward"
+        return "torch.ops refuses it at backward"
+    if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
+        if form in _ONE_VALUE:
+            if t.size is None:
+                return "it takes a list: [n], or all of a tensor's sizes, x.shape"
             # `int[2] k` takes one number for both elements, as torch.ops does
-            return "it takes a list: [n], or all of a tensor's sizes, x.shape"
+            return _refusal(t.elem, form, element=True)
         if form in (Form.TENSOR, Form.TENSORS):
             return values.format("their values", "them")
     return None
+
+
+def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str:
+    """What to write instead of `value`, refused as `form`."""
+    if form is Form.FLOAT and kinds.divides(value):
+        return "`/` gives a float even of two ints; use // for an integer: x.size(0) // 2"
+    if form is Form.SCALAR:
+        if isinstance(value, InputRef):
+            return f"pass int({value.name}), which truncates, or declare '{value.name}' an int"
+        return "convert it with int(...), which truncates, or declare the Scalar an int"
+    return f"its schema: {schema}"
 
 
 def _a(t) -> str:

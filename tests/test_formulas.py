@@ -560,7 +560,9 @@ def test_conditions_on_library_op_sizes_are_kept(tmp_path, text):
 # A backward op taking every kind of number and list of numbers, as torchvision's take sizes.
 TAKES = """\
 - func: ex::takes(Tensor grad, SymInt n=0, int k=0, float s=1.0, bool b=False, Scalar a=1, \
-SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None) -> Tensor
+SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None, \
+str mode="x", ScalarType? dtype=None, Device? device=None, Layout? layout=None, \
+MemoryFormat? mf=None, float[] fs=[], bool[] bs=[]) -> Tensor
 """
 
 
@@ -568,7 +570,8 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
     from codegen.load import load_library
 
     p = tmp_path / "ops.yaml"
-    p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None) "
+    p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
+                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -678,5 +681,193 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
         assert torch.autograd.gradcheck(lambda x: op(x, 1.5), (x,))
         got = torch.func.grad(lambda x: op(x, 1.5).sum())(x.detach())
         torch.testing.assert_close(got, torch.full_like(x, 1.5))
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("text,message", [
+    # a float where torch.ops takes an integer, even a whole one (2.0)
+    ("ex.takes(grad, x.size(0) / 2)", "argument 2 ('n') of ex::takes is a SymInt, but is given a "
+     "float: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=0.5)", "argument 'k' of ex::takes is an int, but is given a float: "
+     "torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=r)", "argument 'k' of ex::takes is an int, but is given a float: "
+     "torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, maybe=-(x.numel() * 0.5))", "argument 'maybe' of ex::takes is an int?, but is "
+     "given a float: torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, n=float(n) // 2 if n else torch.pi)", "argument 'n' of ex::takes is a "
+     "SymInt, but is given a float: torch.ops refuses a float for a SymInt at backward, even a "
+     "whole one (2.0)"),
+    ("ex.takes(grad, pair=x.size(0) / 2)", "argument 'pair' of ex::takes is an int[2], but is "
+     "given a float: torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, dims=(1, n / 2))", "argument 'dims' of ex::takes is an int[], but its item "
+     "at index 1 is a float: torch.ops refuses a float for an int at backward, even a whole one "
+     "(2.0)"),
+    # a Scalar may hold a float
+    ("ex.takes(grad, alpha)", "argument 2 ('n') of ex::takes is a SymInt, but is given a Scalar: "
+     "a Scalar may hold a float, which torch.ops refuses for a SymInt at backward"),
+    ("ex.takes(grad, sizes=[alpha * 2])", "argument 'sizes' of ex::takes is a SymInt[], but its "
+     "item at index 0 is a Scalar: a Scalar may hold a float, which torch.ops refuses for a "
+     "SymInt at backward"),
+])
+def test_library_op_integer_parameters_refuse_floats(tmp_path, text, message):
+    """Each passed `check` and failed in torch.ops at backward."""
+    assert _argument_errors(tmp_path, text) == [message]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("ex.takes(grad, dtype=2.0)", "argument 'dtype' of ex::takes is a ScalarType?, but is given a "
+     "float: torch.ops refuses a float for a ScalarType at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, mode=n)", "argument 'mode' of ex::takes is a str, but is given a number: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, mode=x.dtype)", "argument 'mode' of ex::takes is a str, but is given a "
+     "dtype: torch.ops refuses it at backward"),
+    ("ex.takes(grad, mode=x)", "argument 'mode' of ex::takes is a str, but is given a Tensor: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, mode=x.shape)", "argument 'mode' of ex::takes is a str, but is given a "
+     "shape: a list is not one value"),
+    ("ex.takes(grad, k=how)", "argument 'k' of ex::takes is an int, but is given a string: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, b=\"yes\")", "argument 'b' of ex::takes is a bool, but is given a string: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, b=x > 0)", "argument 'b' of ex::takes is a bool, but is given a Tensor: "
+     "torch.ops would read its value at backward, which neither torch.compile, vmap nor C++ "
+     "autograd can, and no gradient flows through it"),
+    ("ex.takes(grad, a=x.device)", "argument 'a' of ex::takes is a Scalar, but is given a "
+     "device: torch.ops refuses it at backward"),
+    ("ex.takes(grad, a=grad.sum())", "argument 'a' of ex::takes is a Scalar, but is given a "
+     "Tensor: torch.ops refuses it at backward"),
+    ("ex.takes(grad, n=x.dtype)", "argument 'n' of ex::takes is a SymInt, but is given a dtype: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, s=dt)", "argument 's' of ex::takes is a float, but is given a dtype: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, dtype=x.device)", "argument 'dtype' of ex::takes is a ScalarType?, but is "
+     "given a device: torch.ops refuses it at backward"),
+    ("ex.takes(grad, dtype=torch.strided)", "argument 'dtype' of ex::takes is a ScalarType?, but "
+     "is given a layout: torch.ops refuses it at backward"),
+    ("ex.takes(grad, device=0)", "argument 'device' of ex::takes is a Device?, but is given a "
+     "number: torch.ops refuses it at backward"),
+    ("ex.takes(grad, layout=torch.channels_last)", "argument 'layout' of ex::takes is a Layout?, "
+     "but is given a memory format: torch.ops refuses it at backward"),
+    ("ex.takes(grad, mf=x.layout)", "argument 'mf' of ex::takes is a MemoryFormat?, but is given "
+     "a layout: torch.ops refuses it at backward"),
+    ("ex.takes(grad, dims=[n, x.dtype])", "argument 'dims' of ex::takes is an int[], but its item "
+     "at index 1 is a dtype: torch.ops refuses it at backward"),
+    ("ex.takes(grad, fs=[0.5, \"a\"])", "argument 'fs' of ex::takes is a float[], but its item at "
+     "index 1 is a string: torch.ops refuses it at backward"),
+])
+def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, message):
+    """Each passed `check` and failed in torch.ops at backward
+    (test_library_op_parameter_types_agree_with_torch)."""
+    assert _argument_errors(tmp_path, text) == [message]
+
+
+@pytest.mark.parametrize("text", [
+    # sizes divided with // stay integers
+    "ex.takes(grad, x.size(0) // 2, k=x.numel() // 2, sizes=[x.size(0) // 2, 2], pair=n // 2)",
+    "h = x.size(-1) // 2; ex.takes(grad, h, dims=(h, 1), maybe=h)",
+    # what torch.ops converts: an int or bool for any number, a float for a bool
+    "ex.takes(grad, True, x.dim() > 1, x.size(0) / 2, r, a=r)",
+    "ex.takes(grad, b=0.5, a=alpha, s=alpha, fs=[n, 0.5, True], bs=[1, 0.5], dims=[True, n])",
+    "ex.takes(grad, n=int(alpha), k=int(x.size(0) / 2), dims=[int(r)])",
+    # a dtype, layout or memory format for an int; an int for a dtype; a string for a device
+    "ex.takes(grad, k=x.dtype, dtype=6, layout=0, mf=1)",
+    "ex.takes(grad, k=torch.channels_last, maybe=x.layout)",
+    "ex.takes(grad, mode=how, dtype=dt, device=x.device, layout=x.layout, "
+    "mf=torch.contiguous_format)",
+    "ex.takes(grad, mode=\"sum\", dtype=torch.float, device=\"cpu\", layout=torch.strided)",
+    "ex.takes(grad, dtype=torch.promote_types(x.dtype, y.dtype), device=torch.device(\"cpu\"))",
+    # either an int or a float: left to torch.ops
+    "ex.takes(grad, n if n > 0 else 0.5, k=x.item(), maybe=2 ** n)",
+])
+def test_library_op_parameters_take_what_torch_converts(tmp_path, text):
+    assert _argument_errors(tmp_path, text) == []
+
+
+def test_library_op_parameter_types_agree_with_torch():
+    """The conversions `check` expects of torch.ops (formulas._TAKES, _ITEM_TAKES) are torch's:
+    a sample value of each form, given to a parameter of each type, passes torch.ops exactly
+    where `check` lets it pass (a Scalar stands for the float it may hold)."""
+    samples = {
+        F.Form.NUMBER: [1, True], F.Form.FLOAT: [0.5, 2.0], F.Form.SCALAR: [2.5],
+        F.Form.STRING: ["cpu"], F.Form.DTYPE: [torch.float32], F.Form.DEVICE: [torch.device("cpu")],
+        F.Form.LAYOUT: [torch.strided], F.Form.MEMORY_FORMAT: [torch.contiguous_format],
+    }
+    lib = torch.library.Library("opgen_types_probe", "DEF")
+    try:
+        types = {t: t.value for t in F._TAKES}
+        types.update({f"list_{t.value}": f"{t.value}[]" for t in F._ITEM_TAKES})
+        types.update({"pair": "int[2]"})
+        for i, schema_type in enumerate(types.values()):
+            lib.define(f"f{i}(Tensor x, {schema_type} v) -> Tensor")
+            lib.impl(f"f{i}", lambda x, v: x.clone(), "CompositeExplicitAutograd")
+
+        def passes(i: int, value) -> bool:
+            try:
+                getattr(torch.ops.opgen_types_probe, f"f{i}")(torch.ones(1), value)
+            except (RuntimeError, TypeError):
+                return False
+            return True
+
+        disagree = []
+        for i, (key, schema_type) in enumerate(types.items()):
+            for form, values in samples.items():
+                for v in values:
+                    if isinstance(key, F.BaseTy):
+                        expected = form in F._TAKES[key]
+                        got = passes(i, v)
+                    elif key == "pair":
+                        expected = form in F._ITEM_TAKES[F.BaseTy.int]
+                        got = passes(i, v)
+                    else:
+                        elem = F.BaseTy(schema_type[:-2])
+                        expected = form in F._ITEM_TAKES[elem]
+                        got = passes(i, [v])
+                    if expected != got:
+                        disagree.append((schema_type, form, v, got))
+        assert disagree == []
+    finally:
+        lib._destroy()
+
+
+def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypatch):
+    """The conversions `check` lets pass run at backward: a size divided with // to an int, a
+    bool to an int, an int to a float and to a bool, a dtype to an int, an int to a dtype."""
+    import textwrap
+
+    from codegen import testing
+
+    (tmp_path / "conv_kernels.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def scale(x, s):
+            return x * s
+
+        def scale_backward(grad, half, flag, s, keep, code, dtype):
+            assert (half, flag, s, keep) == (grad.size(0) // 2, 1, 3.0, True), (half, flag, s, keep)
+            assert code == 7 and dtype == torch.float64, (code, dtype)  # float64 is dtype 7
+            return grad * s
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: convtest
+        ops:
+          - func: scale(Tensor x, float s) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "conv_kernels:scale"}
+            fake: like(x)
+            derivatives:
+              x: scale_backward(grad, x.size(0) // 2, x.dim() > 1, 3, 1, x.dtype, 7)
+          - func: scale_backward(Tensor grad, int half, int flag, float s, bool keep, int code,
+                                 ScalarType dtype) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "conv_kernels:scale_backward"}
+            fake: like(grad)
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        op = torch.ops.convtest.scale
+        x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+        (got,) = torch.autograd.grad(op(x, 3.0).sum(), x)
+        torch.testing.assert_close(got, torch.full_like(x, 3.0))
     finally:
         lib.close()
