@@ -161,6 +161,8 @@ class PythonLibrary:
         """Remove every definition and registration (the namespaces can be loaded again)."""
         for m in self.modules.values():
             m._lib._destroy()
+            if "_vmap_lib" in m.__dict__:     # the positional twins (codegen/dest/py_vmap.py)
+                m._vmap_lib._destroy()
         for lib in self.libraries:
             lib._destroy()
         self.libraries.clear()

@@ -335,7 +335,8 @@ def test_ops_with_arguments_named_like_generated_names_pass_the_sample_checks(
 def test_generated_batching_rules_and_mutating_ops_beside_hidden_names(clash_library):
     """What the sample checks leave out: generated batching rules (which refused ops naming an
     argument `_ops` or `list`), an in-place op differentiated through its functional variant
-    (`torch` hidden), and an out= op's Autograd kernel refusing a gradient."""
+    (`torch` hidden), an out= op's Autograd kernel refusing a gradient, and a positional
+    twin's batching rule."""
     from codegen import testing
 
     module = clash_library.modules["clash"]
@@ -357,6 +358,12 @@ def test_generated_batching_rules_and_mutating_ops_beside_hidden_names(clash_lib
     assert x.grad.tolist() == [3.0] * 3
     with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
         torch.ops.clash.scale.out(x, 3.0, out=torch.empty(3))
+    # A keyword-only Tensor named `_vmap_ops`, the twins' module-level name.
+    assert module._vmap_ops_ is module._vmap_ops
+    info, in_dims, out = torch.randn(4, 3), torch.randn(3), torch.zeros(3, 4)
+    torch.vmap(lambda a, o: torch.ops.clash.fill_kw(a, in_dims, _vmap_ops=o),
+               in_dims=(0, 1), out_dims=None)(info, out)
+    torch.testing.assert_close(out.T, info + in_dims)
     # Under torch.func: grad of an input named `torch`, and vmap over it.
     grad = torch.func.grad(lambda a, b: torch.ops.clash.torch_op(a, b).sum())
     a, b = torch.randn(3), torch.randn(2)
