@@ -837,17 +837,28 @@ def check_vmap(case: Case, *, batch: int = 3) -> int:
                             out_dims=out_dims)(*batched)
         inputs = [element(b) for b in range(batch)]
         each = [overload(*inputs[b], **kwargs) for b in range(batch)]
-        expected: Any = None
-        if isinstance(each[0], tuple):
-            expected = tuple(torch.stack([e[k] for e in each]) for k in range(len(each[0])))
-        elif out_dims is not None:
-            expected = torch.stack(each)
+        expected = _stacked(each, f"{case.id} under vmap, in_dims={in_dims}")
         _assert_same(actual, expected, f"{case.id} under vmap, in_dims={in_dims}")
         for i in written:
             _assert_same(batched[i], torch.stack([inputs[b][i] for b in range(batch)], dim=dims[i]),
                          f"{case.id} under vmap, in_dims={in_dims}: "
                          f"'{op.schema.positional[i].name}' written")
     return len(configs)
+
+
+def _stacked(each: list[Any], what: str) -> Any:
+    """The outputs of a loop over a batch as vmap returns them: Tensors stacked at dim 0, lists
+    and tuples (`(Tensor[], Tensor)`) element by element; None stays None."""
+    first = each[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(each)
+    if isinstance(first, (list, tuple)):
+        lengths = {len(e) for e in each}
+        assert len(lengths) == 1, f"{what}: the loop's outputs have lengths {sorted(lengths)}"
+        return type(first)(_stacked([e[k] for e in each], f"{what} [{k}]")
+                           for k in range(len(first)))
+    assert first is None, f"{what}: the op returned {type(first).__name__}, not a Tensor"
+    return None
 
 
 def check_autocast(case: Case) -> torch.dtype:
