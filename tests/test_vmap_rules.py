@@ -56,9 +56,11 @@ ops:
     dispatch: {CPU: "tests.test_vmap_rules:cumsum_into"}
   - func: fill_out(Tensor x, float scale=1.0, *, Tensor(a!) out) -> ()
     dispatch: {CPU: "tests.test_vmap_rules:fill_out"}
+    samples: [{x: {shape: [4, 3]}, scale: 2.0, out: {shape: [4, 3]}}]
   - func: split_scaled(Tensor x, SymInt[] sizes, *, Tensor scale) -> Tensor[]
     dispatch: {CPU: "tests.test_vmap_rules:split_scaled"}
     fake: "tests.test_vmap_rules:split_scaled_fake"
+    samples: [{x: {shape: [3, 2]}, sizes: [1, 2], scale: {shape: [2]}}]
 """
 
 CALLS: list[str] = []
@@ -417,6 +419,14 @@ def test_a_call_batched_only_beyond_grad_reaches_the_rule_at_its_level(library):
     t = torch.randn(2, 4, 5)
     torch.testing.assert_close(vmap(per_out)(outs, t), 2 * t)
     torch.testing.assert_close(outs, 2 * x.expand(2, 3))
+
+
+def test_the_vmap_check_batches_keyword_only_tensors(library):
+    """check_vmap batches `out` and `scale` with the others: fill_out all batched, then `out`
+    alone (x unbatched: written into every element); split_scaled all batched, x alone at its
+    last dim, `scale` alone."""
+    counts = {case.op.name.name: testing.check_vmap(case) for case in library.cases()}
+    assert counts == {"fill_out": 2, "split_scaled": 3}
 
 
 def test_twins_live_in_opgens_namespace_and_leave_with_the_library(tmp_path: Path):
