@@ -46,7 +46,7 @@ import types
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -161,6 +161,8 @@ class PythonLibrary:
         """Remove every definition and registration (the namespaces can be loaded again)."""
         for m in self.modules.values():
             m._lib._destroy()
+            if "_vmap_lib" in m.__dict__:     # the positional twins (codegen/dest/py_vmap.py)
+                m._vmap_lib._destroy()
         for lib in self.libraries:
             lib._destroy()
         self.libraries.clear()
@@ -802,19 +804,28 @@ def check_seeded(case: Case) -> int:
 
 def check_vmap(case: Case, *, batch: int = 3) -> int:
     """`torch.vmap` of the op (its batching rule) equals calling it on each batch element:
-    every Tensor argument batched at dim 0, then only the first one batched at its last dim,
-    then (with several) every one but the first batched at dim 0; for an op that writes to its
-    arguments, the written ones too (each batched whenever another argument is: vmap cannot
-    write a batch into one shared Tensor). Returns the number of configurations checked."""
+    every Tensor argument (keyword-only ones too) batched at dim 0, then only the first one
+    batched at its last dim, then (with several) every one but the first batched at dim 0; for
+    an op that writes to its arguments, the written ones too (each batched whenever another
+    argument is: vmap cannot write a batch into one shared Tensor). Returns the number of
+    configurations checked."""
     op = case.op
     overload = case.overload
     samples = [make_inputs(op, case.sample, seed=case.seed + i) for i in range(batch)]
-    args0, kwargs = samples[0]
-    tensor_at = [i for i, a in enumerate(args0) if isinstance(a, torch.Tensor)]
-    assert tensor_at, f"{case.id}: the sample passes no positional Tensor to batch"
-    written = [i for i, a in enumerate(op.schema.positional[:len(args0)])
-               if a.is_write and args0[i] is not None]
-    unbatched = [op.schema.positional[i].name for i in written if i not in tensor_at]
+    # Every argument in one list, those passed by name last, so vmap batches them all.
+    n, keys = len(samples[0][0]), list(samples[0][1])
+    names = [a.name for a in op.schema.arguments[:n]] + keys
+    values = [[*args, *(kwargs[k] for k in keys)] for args, kwargs in samples]
+
+    def call(operands: Sequence[Any]) -> Any:
+        return overload(*operands[:n], **dict(zip(keys, operands[n:])))
+
+    first = values[0]
+    tensor_at = [i for i, a in enumerate(first) if isinstance(a, torch.Tensor)]
+    assert tensor_at, f"{case.id}: the sample passes no Tensor to batch"
+    writes = {a.name for a in op.schema.mutable_arguments}
+    written = [i for i, name in enumerate(names) if name in writes and first[i] is not None]
+    unbatched = [names[i] for i in written if i not in tensor_at]
     assert not unbatched, (f"{case.id}: the op writes to '{unbatched[0]}', which the check "
                            "cannot batch: pass it a Tensor")
     configs = [{i: 0 for i in tensor_at}, {tensor_at[0]: -1}]
@@ -826,26 +837,35 @@ def check_vmap(case: Case, *, batch: int = 3) -> int:
     for dims in configs:
         def element(b: int) -> list:
             # copies: the op may write to them
-            return [_clone(samples[b][0][i]) if i in dims else args0[i] for i in range(len(args0))]
+            return [_clone(values[b][i]) if i in dims else first[i] for i in range(len(first))]
         inputs = [element(b) for b in range(batch)]
         batched = [torch.stack([inputs[b][i] for b in range(batch)], dim=dims[i])
-                   if i in dims else args0[i] for i in range(len(args0))]
-        in_dims = tuple(dims.get(i) for i in range(len(args0)))
-        actual = torch.vmap(lambda *a: overload(*a, **kwargs), in_dims=in_dims,
-                            out_dims=out_dims)(*batched)
+                   if i in dims else first[i] for i in range(len(first))]
+        in_dims = tuple(dims.get(i) for i in range(len(first)))
+        actual = torch.vmap(lambda *a: call(a), in_dims=in_dims, out_dims=out_dims)(*batched)
         inputs = [element(b) for b in range(batch)]
-        each = [overload(*inputs[b], **kwargs) for b in range(batch)]
-        expected: Any = None
-        if isinstance(each[0], tuple):
-            expected = tuple(torch.stack([e[k] for e in each]) for k in range(len(each[0])))
-        elif out_dims is not None:
-            expected = torch.stack(each)
+        each = [call(inputs[b]) for b in range(batch)]
+        expected = _stacked(each, f"{case.id} under vmap, in_dims={in_dims}")
         _assert_same(actual, expected, f"{case.id} under vmap, in_dims={in_dims}")
         for i in written:
             _assert_same(batched[i], torch.stack([inputs[b][i] for b in range(batch)], dim=dims[i]),
-                         f"{case.id} under vmap, in_dims={in_dims}: "
-                         f"'{op.schema.positional[i].name}' written")
+                         f"{case.id} under vmap, in_dims={in_dims}: '{names[i]}' written")
     return len(configs)
+
+
+def _stacked(each: list[Any], what: str) -> Any:
+    """The outputs of a loop over a batch as vmap returns them: Tensors stacked at dim 0, lists
+    and tuples (`(Tensor[], Tensor)`) element by element; None stays None."""
+    first = each[0]
+    if isinstance(first, torch.Tensor):
+        return torch.stack(each)
+    if isinstance(first, (list, tuple)):
+        lengths = {len(e) for e in each}
+        assert len(lengths) == 1, f"{what}: the loop's outputs have lengths {sorted(lengths)}"
+        return type(first)(_stacked([e[k] for e in each], f"{what} [{k}]")
+                           for k in range(len(first)))
+    assert first is None, f"{what}: the op returned {type(first).__name__}, not a Tensor"
+    return None
 
 
 def check_autocast(case: Case) -> torch.dtype:

@@ -64,3 +64,7 @@ def count_op(xs, ys, xs_count):
 
 def opt_count(x, xs=None, xs_count=2):
     return x * xs_count if xs is None else x * (xs_count + 1) + sum(xs)
+
+
+def fill_kw(info, in_dims, *, _vmap_ops):
+    _vmap_ops.copy_(info + in_dims)

@@ -335,7 +335,8 @@ def test_ops_with_arguments_named_like_generated_names_pass_the_sample_checks(
 def test_generated_batching_rules_and_mutating_ops_beside_hidden_names(clash_library):
     """What the sample checks leave out: generated batching rules (which refused ops naming an
     argument `_ops` or `list`), an in-place op differentiated through its functional variant
-    (`torch` hidden), and an out= op's Autograd kernel refusing a gradient."""
+    (`torch` hidden), an out= op's Autograd kernel refusing a gradient, and a positional
+    twin's batching rule."""
     from codegen import testing
 
     module = clash_library.modules["clash"]
@@ -344,7 +345,7 @@ def test_generated_batching_rules_and_mutating_ops_beside_hidden_names(clash_lib
     assert module._torch is torch and module._len is len and module._ops_ is module._ops
     assert "_sum" not in vars(module)     # `int sum` is read by no function that calls sum()
     for case in clash_library.cases():
-        if case.op.name.name in ("cat_op", "lists_op", "opt_op"):
+        if case.op.name.name in ("cat_op", "lists_op", "opt_op", "split_op"):
             assert testing.check_vmap(case) > 0, case.id
     x, outputs, flat_grads, t = (torch.randn(2, 3) for _ in range(4))
     got = torch.vmap(torch.ops.clash.split_op)(x, outputs, flat_grads, t)
@@ -357,6 +358,12 @@ def test_generated_batching_rules_and_mutating_ops_beside_hidden_names(clash_lib
     assert x.grad.tolist() == [3.0] * 3
     with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
         torch.ops.clash.scale.out(x, 3.0, out=torch.empty(3))
+    # A keyword-only Tensor named `_vmap_ops`, the twins' module-level name.
+    assert module._vmap_ops_ is module._vmap_ops
+    info, in_dims, out = torch.randn(4, 3), torch.randn(3), torch.zeros(3, 4)
+    torch.vmap(lambda a, o: torch.ops.clash.fill_kw(a, in_dims, _vmap_ops=o),
+               in_dims=(0, 1), out_dims=None)(info, out)
+    torch.testing.assert_close(out.T, info + in_dims)
     # Under torch.func: grad of an input named `torch`, and vmap over it.
     grad = torch.func.grad(lambda a, b: torch.ops.clash.torch_op(a, b).sum())
     a, b = torch.randn(3), torch.randn(2)

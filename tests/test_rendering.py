@@ -49,8 +49,8 @@ def _render_in_subprocess(prefix: Path, *, write: bool) -> str:
     if not write:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     code = ("from codegen.dest.py_common import HELPERS; from codegen.rendering import render; "
-            "print(render('py_reg.py.j2', banner='#', ns='ns', module='m', imports=[], "
-            "helpers=list(HELPERS), aliases=[], sections=[]), end='')")
+            "print(render('py_reg.py.j2', banner='#', ns='ns', twin_ns='opgen_vmap_ns', "
+            "module='m', imports=[], helpers=list(HELPERS), aliases=[], sections=[]), end='')")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
                           capture_output=True, text=True).stdout
 

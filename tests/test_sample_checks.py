@@ -334,6 +334,41 @@ def test_the_vmap_check_of_an_op_that_writes_and_returns_nothing(tmp_path):
         lib.close()
 
 
+SPLIT_TOTAL = """\
+namespace: smpnested
+ops:
+  - func: split_total(Tensor x, SymInt[] sizes) -> (Tensor[], Tensor)
+    dispatch: {{CPU: tests.samplelib.kernels:split_total}}
+    fake: '([empty([s, x.size(1)]) for s in sizes], empty([x.size(1)]))'
+    vmap: tests.samplelib.kernels:{rule}
+    samples: [{{x: {{shape: [4, 3]}}, sizes: [1, 3]}}]
+"""
+
+
+def test_the_vmap_check_compares_a_list_inside_a_tuple(tmp_path):
+    """An op returning `(Tensor[], Tensor)`: the check stacks the loop's outputs element by
+    element (it crashed stacking the lists), and fails on a rule wrong in the list alone."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(SPLIT_TOTAL.format(rule="split_total_vmap"))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        assert testing.check_vmap(case) == 2    # batched at dim 0, then at dim -1
+    finally:
+        lib.close()
+    path.write_text(SPLIT_TOTAL.format(rule="split_total_vmap_shifts_a_part"))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        with pytest.raises(AssertionError, match=r"(?s)smpnested::split_total\[0\] under vmap, "
+                           r"in_dims=\(0, None\): .*occurred for item \[0\]\[0\]"):
+            testing.check_vmap(case)
+    finally:
+        lib.close()
+
+
 def test_complex_samples_take_the_gradient_checks_precision():
     """A complex64 sample is gradchecked in complex128 under the default float64 (at float64's
     tolerances a correct complex64 op failed on rounding), in complex64 under float32."""

@@ -54,6 +54,13 @@ ops:
     dispatch: {CPU: "tests.test_vmap_rules:zero_each_"}
   - func: cumsum_into(Tensor(a!) out, Tensor x) -> ()
     dispatch: {CPU: "tests.test_vmap_rules:cumsum_into"}
+  - func: fill_out(Tensor x, float scale=1.0, *, Tensor(a!) out) -> ()
+    dispatch: {CPU: "tests.test_vmap_rules:fill_out"}
+    samples: [{x: {shape: [4, 3]}, scale: 2.0, out: {shape: [4, 3]}}]
+  - func: split_scaled(Tensor x, SymInt[] sizes, *, Tensor scale) -> Tensor[]
+    dispatch: {CPU: "tests.test_vmap_rules:split_scaled"}
+    fake: "tests.test_vmap_rules:split_scaled_fake"
+    samples: [{x: {shape: [3, 2]}, sizes: [1, 2], scale: {shape: [2]}}]
 """
 
 CALLS: list[str] = []
@@ -122,6 +129,21 @@ def cumsum_into(out, x):
     out.as_strided((out.numel(),), (1,)).copy_(x.reshape(-1).cumsum(0))
 
 
+def fill_out(x, scale=1.0, *, out):
+    """Writes through `out`'s data pointer, assuming it contiguous, as a C++ kernel does."""
+    CALLS.append("fill_out")
+    out.as_strided((out.numel(),), (1,)).copy_((x * scale).expand(out.shape).reshape(-1))
+
+
+def split_scaled(x, sizes, *, scale):
+    CALLS.append("split_scaled")
+    return [t * scale for t in x.split(list(sizes))]
+
+
+def split_scaled_fake(x, sizes, *, scale):
+    return [x.new_empty((s, *x.shape[1:])) for s in sizes]
+
+
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
     path = tmp_path_factory.mktemp("vmaprules") / "ops.yaml"
@@ -142,7 +164,8 @@ def test_every_op_without_a_rule_that_the_fallback_refuses_gets_one(library):
     assert kinds == {"split_by_sizes": "loop", "weighted": "loop", "numel_of": "loop",
                      "positives": "loop", "pieces": "loop", "halves": "decompose",
                      "noisy": "loop", "fill_": "loop", "accumulate": "loop",
-                     "zero_each_": "loop", "cumsum_into": "loop"}
+                     "zero_each_": "loop", "cumsum_into": "loop", "fill_out": "loop",
+                     "split_scaled": "loop"}
 
 
 @pytest.mark.parametrize("in_dim", [0, 1, -1])
@@ -309,6 +332,129 @@ def test_a_function_calling_a_writing_op_on_a_copy_batches(library):
 
 
 # --------------------------------------------------------------------------------------------------
+# Keyword-only Tensors: the rule is their positional twin's (Note [Positional twins])
+
+
+@pytest.mark.parametrize("x_dim,out_dim", [(0, 0), (1, 1), (-1, 0), (0, 1), (None, 0),
+                                           (None, -1)])
+def test_vmap_of_an_op_writing_a_keyword_only_tensor(library, x_dim, out_dim):
+    """torch.library.register_vmap refuses `fill_out(Tensor x, *, Tensor(a!) out)`; each batch
+    element writes through its slice of `out` (a contiguous copy where the slice is not), reading
+    its slice of `x`, or the one `x` when it is unbatched."""
+    op = torch.ops.vmaprules.fill_out
+    x = torch.randn(4, 5, 3).movedim(0, x_dim) if x_dim is not None else torch.randn(5, 3)
+    out = torch.zeros(4, 5, 3).movedim(0, out_dim)
+    each_x = x.unbind(x_dim) if x_dim is not None else [x] * 4
+    CALLS.clear()
+    got = vmap(lambda a, o: op(a, 2.0, out=o), in_dims=(x_dim, out_dim), out_dims=None)(x, out)
+    assert got is None and CALLS == ["fill_out"] * 4
+    torch.testing.assert_close(out.movedim(out_dim, 0), torch.stack([2.0 * e for e in each_x]))
+    vmap(lambda a, o: op(a, out=o), in_dims=(x_dim, out_dim), out_dims=None)(x, out)  # default
+    torch.testing.assert_close(out.movedim(out_dim, 0), torch.stack(list(each_x)))
+
+
+def test_a_keyword_only_written_tensor_must_be_batched_with_the_others(library):
+    """An unbatched `out` with a batched `x`: every element would write to the one `out`."""
+    op = torch.ops.vmaprules.fill_out
+    out, before = torch.zeros(3), torch.zeros(3)
+    with pytest.raises(RuntimeError, match="vmap: vmaprules::fill_out writes to 'out', which is "
+                       "not batched, while another argument is: every batch element would "
+                       "write to the same Tensor"):
+        vmap(lambda a: op(a, out=out), out_dims=None)(torch.ones(4, 3))
+    assert torch.equal(out, before)
+    # Nested: `out` batched by the outer vmap only, `x` by the inner one.
+    with pytest.raises(RuntimeError, match="writes to 'out', which is not batched"):
+        vmap(lambda o, xs: vmap(lambda a: op(a, out=o), out_dims=None)(xs),
+             out_dims=None)(torch.zeros(2, 3), torch.ones(2, 4, 3))
+
+
+def test_nested_vmap_of_an_op_writing_a_keyword_only_tensor(library):
+    op = torch.ops.vmaprules.fill_out
+    xs, outs = torch.randn(2, 4, 3), torch.zeros(2, 4, 3)
+    vmap(lambda o, x: vmap(lambda a, p: op(a, 3.0, out=p), out_dims=None)(x, o),
+         out_dims=None)(outs, xs)
+    torch.testing.assert_close(outs, 3.0 * xs)
+    # `x` batched by the outer vmap only: each inner element writes the outer element's `x`.
+    xs, outs = torch.randn(2, 3), torch.zeros(2, 4, 3)
+    vmap(lambda o, x: vmap(lambda p: op(x, out=p), out_dims=None, in_dims=1)(o),
+         out_dims=None)(outs.movedim(1, 2), xs)
+    torch.testing.assert_close(outs, xs[:, None].expand(2, 4, 3))
+    # A function writing into a Tensor it makes: batched, so it may be written.
+    def f(x):
+        out = torch.empty_like(x)
+        op(x, 0.5, out=out)
+        return out
+    x = torch.randn(3, 4, 2)
+    torch.testing.assert_close(vmap(f, in_dims=1)(x), 0.5 * x.movedim(1, 0))
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0), (1, None), (None, 0), (-1, 1)])
+def test_vmap_of_an_op_reading_a_keyword_only_tensor(library, in_dims):
+    op = torch.ops.vmaprules.split_scaled
+    shapes = ((3, 2), (2,))
+    x, scale = (torch.randn(4, *s).movedim(0, d) if d is not None else torch.randn(*s)
+                for s, d in zip(shapes, in_dims))
+    got = vmap(lambda a, w: op(a, [1, 2], scale=w), in_dims=in_dims)(x, scale)
+    each = [op(a, [1, 2], scale=w) for a, w in zip(
+        *(t.unbind(d) if d is not None else [t] * 4 for t, d in zip((x, scale), in_dims)))]
+    assert len(got) == 2
+    for k in range(2):
+        torch.testing.assert_close(got[k], torch.stack([e[k] for e in each]))
+
+
+def test_a_call_batched_only_beyond_grad_reaches_the_rule_at_its_level(library):
+    """`out` batched by the outer vmap, then grad, then an inner vmap over something else: the
+    inner level passes the call down through grad to the outer one, whose rule writes it."""
+    op = torch.ops.vmaprules.fill_out
+    outs, x = torch.zeros(2, 3), torch.randn(3)
+
+    def per_out(out, t):
+        def loss(t):
+            def element(u):
+                op(x, 2.0, out=out)
+                return u * u
+            return vmap(element)(t).sum()
+        return grad(loss)(t)
+
+    t = torch.randn(2, 4, 5)
+    torch.testing.assert_close(vmap(per_out)(outs, t), 2 * t)
+    torch.testing.assert_close(outs, 2 * x.expand(2, 3))
+
+
+def test_the_vmap_check_batches_keyword_only_tensors(library):
+    """check_vmap batches `out` and `scale` with the others: fill_out all batched, then `out`
+    alone (x unbatched: written into every element); split_scaled all batched, x alone at its
+    last dim, `scale` alone."""
+    counts = {case.op.name.name: testing.check_vmap(case) for case in library.cases()}
+    assert counts == {"fill_out": 2, "split_scaled": 3}
+
+
+def test_twins_live_in_opgens_namespace_and_leave_with_the_library(tmp_path: Path):
+    """The twin is registered in `opgen_vmap_<ns>`, which close() removes with the namespace."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: vmaptwins
+        ops:
+          - func: fill_out(Tensor x, float scale=1.0, *, Tensor(a!) out) -> ()
+            dispatch: {CPU: "tests.test_vmap_rules:fill_out"}
+        """))
+    for _ in range(2):      # loads again once closed
+        with scratch.in_repo():
+            lib = testing.load_python_library([str(path)])
+        try:
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(
+                "opgen_vmap_vmaptwins::fill_out", "FuncTorchBatched")
+            out = torch.zeros(3, 2)
+            vmap(lambda o: torch.ops.vmaptwins.fill_out(torch.ones(2), out=o),
+                 out_dims=None)(out)
+            assert bool((out == 1.0).all())
+        finally:
+            lib.close()
+        assert not any(n.startswith(("vmaptwins::", "opgen_vmap_vmaptwins::"))
+                       for n in torch._C._dispatch_get_all_op_names())
+
+
+# --------------------------------------------------------------------------------------------------
 # torch as the oracle: the schemas its fallback refuses are exactly those that get a rule
 
 SCHEMAS = {
@@ -324,6 +470,9 @@ SCHEMAS = {
     "writes_no_out": ("(Tensor(a!) x) -> ()", "None"),
     "list_in": ("(Tensor x, Tensor[] xs) -> Tensor", "x * 2"),
     "optional_list_in": ("(Tensor x, Tensor?[] xs) -> Tensor", "x * 2"),
+    "keyword_in": ("(Tensor x, *, Tensor w) -> Tensor", "x * 2"),
+    "keyword_in_list_out": ("(Tensor x, *, Tensor w) -> Tensor[]", "[x * 2]"),
+    "writes_keyword_no_out": ("(Tensor x, *, Tensor(a!) w) -> ()", "None"),
 }
 
 
@@ -331,14 +480,17 @@ def _refused_by_torch(name: str, schema: str, body: str) -> bool:
     lib = torch.library.Library("vmaporacle", "FRAGMENT")
     try:
         lib.define(name + schema)
-        args = "x, *rest"
+        args = "x, *rest, **keywords"
         lib.impl(name, eval(f"lambda {args}: {body}"), "CPU")  # noqa: S307  (test-owned text)
         op = getattr(torch.ops.vmaporacle, name).default
         extra = [[torch.ones(2)]] if "[] xs" in schema else []
         extra += [None] if "Tensor? y" in schema else []
         extra += [[1]] if "int[] n" in schema else []
         try:
-            vmap(lambda t: op(t, *extra))(torch.randn(3, 2))
+            if "Tensor w" in schema or "Tensor(a!) w" in schema:   # batched too
+                vmap(lambda t, w: op(t, *extra, w=w))(torch.randn(3, 2), torch.zeros(3, 2))
+            else:
+                vmap(lambda t: op(t, *extra))(torch.randn(3, 2))
         except RuntimeError as e:
             if "Batching rule not implemented" in str(e):
                 return True

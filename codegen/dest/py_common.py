@@ -133,6 +133,12 @@ def op_name(op: Op) -> str:
     return impl_name(op)
 
 
+def twin_namespace(ns: str) -> str:
+    """The namespace of the positional twins of namespace `ns`'s ops (Note [Positional twins] in
+    codegen/dest/py_vmap.py): `opgen_` is opgen's own, no op file names such a namespace."""
+    return f"opgen_vmap_{ns}"
+
+
 def camel(name: str) -> str:
     """`smooth_clamp` -> `SmoothClamp` (an empty part, from `__` or a trailing `_`, stays `_`)."""
     return "".join(p[:1].upper() + p[1:] if p else "_" for p in name.split("_"))
@@ -151,6 +157,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "fold_leading": (),
     "loop_batch": (),
     "loop_samples": (),
+    "twins": ("loop_samples",),
     "not_implemented": (),
     "first_order": (),
     "apply": (),
@@ -162,8 +169,9 @@ HELPERS: dict[str, tuple[str, ...]] = {
 def reg_module_names() -> frozenset[str]:
     """Module-level names of every `runtime._reg_<ns>` module before its ops' sections: imports,
     `_lib`, `_ops`, and every helper (rendered with all of them)."""
-    text = render("py_reg.py.j2", banner="#", ns="ns", module="runtime._reg_ns", imports=[],
-                  helpers=list(HELPERS), aliases=[], sections=[])
+    text = render("py_reg.py.j2", banner="#", ns="ns", twin_ns=twin_namespace("ns"),
+                  module="runtime._reg_ns", imports=[], helpers=list(HELPERS), aliases=[],
+                  sections=[])
     return reserved.bound_names(text)
 
 

@@ -27,7 +27,7 @@ from codegen.api import python as P
 from codegen.config import Project
 from codegen.dest import py_autocast, py_autograd, py_fake, py_functionalize, py_kernels, py_vmap
 from codegen.dest.py_common import (HELPERS, ModuleScope, Section, module_name, reg_module_names,
-                                    wrap_call)
+                                    twin_namespace, wrap_call)
 from codegen.dest.py_ops import python_names
 from codegen.dest.py_sources import PySources, python_roots
 from codegen.diagnostics import Diagnostics
@@ -95,7 +95,8 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics,
             head = n.split(".")[0]
             by_module.setdefault(m, []).append(head if local == head else f"{head} as {local}")
         text = render("py_reg.py.j2",
-            banner=banner("#", sources), ns=ns, module=module_name(project, ns),
+            banner=banner("#", sources), ns=ns, twin_ns=twin_namespace(ns),
+            module=module_name(project, ns),
             imports=[{"module": m, "names": sorted(set(names))} for m, names in by_module.items()],
             helpers=_closure(module.helpers), aliases=sorted(module.aliases.items()),
             sections=module.sections)

@@ -13,27 +13,42 @@ self, float v) -> ()`) and takes a Tensor (else vmap never reaches it):
 - a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
   decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
   them with their own rules, as functorch's decompositions do;
-- any other op (without keyword-only Tensors) runs once per batch element, its outputs stacked
-  at dim 0, as torch's fallback does; the elements' outputs must then agree in what cannot be
-  batched (a list's length, a non-Tensor value, a Tensor's shape, dtype and device), else the
-  rule raises. An op that writes gets each element's slice of a batched Tensor (a view, so the
-  writes land in the batch; where the slice is not contiguous, as at a batch dim other than 0,
-  a contiguous copy copied back after the call: kernels writing through their output's data
-  pointer assume it contiguous) and returns nothing; a written argument must be batched whenever
-  another one is (every batch element would write to the same Tensor), as torch's in-place
-  rules require, else the rule raises.
+- any other op runs once per batch element, its outputs stacked at dim 0, as torch's fallback
+  does; the elements' outputs must then agree in what cannot be batched (a list's length, a
+  non-Tensor value, a Tensor's shape, dtype and device), else the rule raises. An op that writes
+  gets each element's slice of a batched Tensor (a view, so the writes land in the batch; where
+  the slice is not contiguous, as at a batch dim other than 0, a contiguous copy copied back
+  after the call: kernels writing through their output's data pointer assume it contiguous) and
+  returns nothing; a written argument must be batched whenever another one is (every batch
+  element would write to the same Tensor), as torch's in-place rules require, else the rule
+  raises.
+
+Note [Positional twins]
+`torch.library.register_vmap` refuses an op with keyword-only Tensors (`fill_out(Tensor x, *,
+Tensor(a!) out) -> ()`): the wrapper it puts around a rule unwraps only the positional
+arguments from vmap's batch. Such an op's loop rule is registered instead on its twin, an op of the same name in the
+namespace `opgen_vmap_<ns>` (no op file can name a namespace starting with `opgen_`) that takes
+every argument positionally, without defaults (each call passes them all). The op's kernel at
+vmap's key (`FuncTorchBatched`) calls the twin, so vmap reaches the rule, which gets every
+argument unwrapped with its in_dims; the loop passes the keyword-only ones to the op by keyword.
+The twin needs no other kernel: it is called with a Tensor batched at some vmap level, and torch
+passes a call with nothing batched at the current level down to the next one, so the call
+reaches the rule at the level of its outermost batched Tensor. Public torch.library calls only:
+`define`, `impl`, `register_vmap`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from codegen import reserved
 from codegen.api import python as P
-from codegen.dest.py_common import Function, Section, op_attr, op_name, q, qualname
+from codegen.dest.py_common import (Function, Section, op_attr, op_name, q, qualname,
+                                    twin_namespace)
 from codegen.dest.py_sources import check_signature
-from codegen.model import (BaseTy, DispatchKey, ListType, Op, PyRef, is_base, is_tensor_like,
-                           is_tensor_list, strip_optional)
+from codegen.model import (BaseTy, DispatchKey, FunctionSchema, ListType, Op, OperatorName, PyRef,
+                           is_base, is_tensor_like, is_tensor_list, strip_optional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -64,9 +79,22 @@ def generated_rule(op: Op) -> str | None:
         return None
     if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
         return "decompose"
-    if any(a.kwarg_only and is_tensor_like(a.type) for a in schema.arguments):
-        return None
     return "loop"
+
+
+def needs_twin(op: Op) -> bool:
+    """Whether the op's loop rule is registered on its positional twin (Note [Positional
+    twins]): it has keyword-only Tensors."""
+    return any(a.kwarg_only and is_tensor_like(a.type) for a in op.schema.arguments)
+
+
+def twin_schema(op: Op) -> FunctionSchema:
+    """The twin's schema, without namespace: every argument positional, without defaults."""
+    n = op.name
+    return FunctionSchema(OperatorName(None, n.name, n.overload),
+                          tuple(replace(a, default=None, kwarg_only=False)
+                                for a in op.schema.arguments),
+                          op.schema.returns)
 
 
 def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> None:
@@ -86,17 +114,24 @@ def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> Non
     taken = {a.name for a in schema.arguments}
     info, in_dims = (reserved.fresh(n, taken) for n in ("info", "in_dims"))
     m.helpers.add("loop_samples")
-    positional = [a.name for a in schema.positional]
+    twin = needs_twin(op)
+    # What the rule gets positionally: the twin's rule gets every argument.
+    passed = schema.arguments if twin else schema.positional
+    positional = [a.name for a in passed]
     operands = "(" + ", ".join(positional) + ("," if len(positional) == 1 else "") + ")"
-    kwargs = "{" + ", ".join(f"{q(a.name)}: {a.name}" for a in schema.kwarg_only) + "}"
+    kwargs = "{" + ", ".join(f"{q(a.name)}: {a.name}" for a in schema.kwarg_only
+                             if not twin) + "}"
     random = "nondeterministic_seeded" in op.tags or any(
         is_base(strip_optional(a.type), BaseTy.Generator) for a in schema.arguments)
     parts = [f"{r._ops}.{op_attr(op)}, {info}, {in_dims}, {operands}, {kwargs}, random={random}"]
-    # written Tensors: their positions and names (no keyword-only Tensor gets a rule)
-    written = [(i, a.name) for i, a in enumerate(schema.positional) if a.is_write]
+    # written Tensors: their positions and names
+    written = [(i, a.name) for i, a in enumerate(passed) if a.is_write]
     if written:
         parts.append("written=(" + ", ".join(f"({i}, {q(n)})" for i, n in written)
                      + ("," if len(written) == 1 else "") + ")")
+    if twin:
+        names = [q(a.name) for a in schema.kwarg_only]
+        parts.append("keywords=(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")")
     call = f"return {r._loop_samples}("
     line = f"{call}{', '.join(parts)})"
     if len(line) <= 96:
@@ -105,10 +140,25 @@ def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> Non
         body = [call, f"    {', '.join(parts)})"]
     else:
         body = [call] + [f"    {p}," for p in parts[:-1]] + [f"    {parts[-1]})"]
-    sec.functions.append(Function(name, f"{info}, {in_dims}, {params}", body,
-                                  "vmap: a loop over the batch (generated: no `vmap:`)"))
-    sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "
-                             "lib=_lib)")
+    if not twin:
+        sec.functions.append(Function(name, f"{info}, {in_dims}, {params}", body,
+                                      "vmap: a loop over the batch (generated: no `vmap:`)"))
+        sec.registrations.append(f"torch.library.register_vmap({q(qualname(op))}, {name}, "
+                                 "lib=_lib)")
+        return
+    # Note [Positional twins]
+    m.helpers.add("twins")
+    batched = m.define(f"_{api}_vmap_batched")
+    sec.functions.append(Function(
+        batched, params, [f"return {r._vmap_ops}.{op_attr(op)}({', '.join(positional)})"],
+        "vmap: the positional twin, which carries the batching rule (keyword-only Tensors)"))
+    sec.functions.append(Function(name, f"{info}, {in_dims}, {', '.join(positional)}", body,
+                                  "vmap: a loop over the batch (generated: no `vmap:`), the "
+                                  "positional twin's rule"))
+    twin_op = f"{twin_namespace(op.namespace)}::{op_name(op)}"
+    sec.registrations.append(f"_vmap_lib.define({q(str(twin_schema(op)))})")
+    sec.registrations.append(f"torch.library.register_vmap({q(twin_op)}, {name}, lib=_vmap_lib)")
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {batched}, \"FuncTorchBatched\")")
 
 
 def vmap(m: ModuleScope, op: Op, api: str, sec: Section) -> None:

@@ -168,3 +168,21 @@ def accumulate_vmap_writes_a_copy(info, in_dims, buf, x):
     x = x if xd is None else x.movedim(xd, 0)
     buf.movedim(bd, 0).contiguous().add_(x)
     return None, None
+
+
+def split_total(x, sizes):
+    return [p.clone() for p in x.split(list(sizes))], x.sum(0)
+
+
+def split_total_vmap(info, in_dims, x, sizes):
+    x = x.movedim(in_dims[0], 0)
+    parts = [p.clone() for p in x.split(list(sizes), dim=1)]
+    return (parts, x.sum(1)), ([0] * len(parts), 0)
+
+
+def split_total_vmap_shifts_a_part(info, in_dims, x, sizes):
+    """Wrong on purpose in the list only: its first part is read one row late."""
+    x = x.movedim(in_dims[0], 0)
+    parts = [p.clone() for p in x.split(list(sizes), dim=1)]
+    parts[0] = x.narrow(1, 1, parts[0].shape[1]).clone()
+    return (parts, x.sum(1)), ([0] * len(parts), 0)

@@ -126,13 +126,14 @@ def _reduce(x, dims, keepdim, dtype=None):
     return x.new_empty(shape, dtype=dtype)
 
 
-def _loop_samples(op, info, in_dims, args, kwargs, random, written=()):
+def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=()):
     """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
     out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
     lists, returns other than Tensors, writes with no return). What cannot be batched must agree
     across the batch. `written`: (position, name) of the arguments the op writes to, which each
     element writes through its slice of the batch (through a contiguous copy of a slice that is
-    not contiguous, copied back after the call); the op returns nothing."""
+    not contiguous, copied back after the call); the op returns nothing. `keywords`: the names
+    of the op's keyword-only arguments, which end `args` (the rule of a positional twin)."""
     name = op.name()
     if random and info.randomness != "different":
         raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
@@ -203,7 +204,8 @@ def _loop_samples(op, info, in_dims, args, kwargs, random, written=()):
         for i, _ in written:
             if i < len(sample):
                 sample[i] = contiguous(sample[i], copies)
-        output = op(*sample, **kwargs)
+        n = len(sample) - len(keywords)
+        output = op(*sample[:n], **dict(zip(keywords, sample[n:])), **kwargs)
         for x, dense in copies:
             x.copy_(dense)
         return output
