@@ -518,3 +518,32 @@ def test_an_op_file_error_found_by_the_build_is_not_buried(tmp_path: Path) -> No
         "hint: did you mean 'like'?",
         "1 error generated.",
     ], lines
+
+
+def test_a_kernel_ignoring_an_argument_builds_without_warnings(tmp_path: Path) -> None:
+    """A kernel takes every argument its schema has; one it does not read (FlashAttention's
+    `sm_margin`) is no slip, so it is no warning (-Wextra would give one per argument)."""
+    scratch.make_root(tmp_path, {"quiet.yaml": """\
+namespace: quiet
+ops:
+  - func: scaled(Tensor self, float factor, int sm_margin=0, bool deterministic=False) -> Tensor
+    dispatch:
+      CPU: scaled_cpu
+    fake: like(self)
+"""}, {"quiet/scaled.cpp": """\
+#include <quiet/quiet.h>
+
+namespace quiet {
+
+at::Tensor scaled_cpu(const at::Tensor& self, double factor, int64_t sm_margin,
+                      bool deterministic) {
+  return self.mul(factor);
+}
+
+}  // namespace quiet
+"""})
+    gen = scratch.generate(tmp_path)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(tmp_path)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in built.stdout + built.stderr, built.stdout + built.stderr
