@@ -1701,13 +1701,17 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
     if spec.output_differentiability is not None:
         flags = spec.output_differentiability
         if len(flags) != len(schema.returns):
-            diags.error(spec.loc, f"output_differentiability has {len(flags)} entries but the op "
-                        f"has {len(schema.returns)} output{'s' if len(schema.returns) != 1 else ''}")
+            diags.error(spec.output_differentiability_loc or spec.loc,
+                        f"output_differentiability has {len(flags)} entries but the op "
+                        f"has {len(schema.returns)} output{'s' if len(schema.returns) != 1 else ''}",
+                        "one true or false per return, in order")
             return None
         for i, (flag, r) in enumerate(zip(flags, schema.returns)):
             if flag and not is_tensor_like(r.type):
-                diags.error(spec.loc, f"output {i} ({r.type}) is not a Tensor and cannot be "
-                            "differentiable")
+                at = spec.output_differentiability_locs
+                diags.error(at[i] if i < len(at) else spec.loc,
+                            f"output {i} ({r.type}) is not a Tensor and cannot be "
+                            "differentiable", "write false for it")
                 return None
         diff_outputs = tuple(flags)
 

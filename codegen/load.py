@@ -607,6 +607,8 @@ class _FileLoader(SampleReader):
         formulas: list[tuple[tuple[str, ...], Located]] = []
         keys: list[tuple[Loc, ...]] = []
         output_differentiability: tuple[bool, ...] | None = None
+        od_loc: Loc | None = None
+        od_locs: tuple[Loc, ...] = ()
         for name, (key, value) in fields.items():
             if name == "output_differentiability":
                 items = self.sequence(value, "'output_differentiability'")
@@ -615,6 +617,7 @@ class _FileLoader(SampleReader):
                              for i in items]
                     if all(f is not None for f in flags):
                         output_differentiability = tuple(flags)  # type: ignore[arg-type]
+                        od_loc, od_locs = self.loc(value), tuple(self.loc(i) for i in items)
                 continue
             if self.comma_split(key, value, name, "formula", "{\"a, b\": formula}"):
                 continue
@@ -634,7 +637,7 @@ class _FileLoader(SampleReader):
                 start += len(n)
             keys.append(tuple(at))
         spec = DerivativesSpec(tuple(formulas), output_differentiability, self.loc(node),
-                               tuple(keys))
+                               tuple(keys), od_loc, od_locs)
         if len(self.diags.items) != n_errors:
             return None  # a partial spec would only draw "no formula for x" errors
         from codegen.formulas import parse_derivatives  # on first use, as for fake rules

@@ -828,6 +828,10 @@ class DerivativesSpec:
     # Where each name of each formula's key is (errors about the names point there); () when
     # unknown.
     keys: tuple[tuple[Loc, ...], ...] = field(default=(), compare=False, hash=False)
+    # Where `output_differentiability`'s list and each of its entries are (None, () when
+    # unknown): errors about them point there rather than at the whole section.
+    output_differentiability_loc: Loc | None = field(default=None, compare=False, hash=False)
+    output_differentiability_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False)
 
 
 @dataclass(frozen=True)
