@@ -38,8 +38,14 @@ def _cache_dir(project: config.Project) -> str | None:
 def _load(paths: list[str], project: config.Project, *, all_errors: bool = False):
     """The library; with `all_errors`, errors in it also bring what the later stages find
     (codegen.gen.add_later_errors)."""
+    origin = None
+    if not paths and project.config_path is not None:
+        # The op files are the project's `schemas`: an error about one points at its entry.
+        def origin(path: str, diags: Diagnostics) -> Loc:
+            return config.locate_value(project, "schemas", diags, path)
     try:
-        return load.load_library(paths or list(project.schemas), cache=_cache_dir(project))
+        return load.load_library(paths or list(project.schemas), cache=_cache_dir(project),
+                                 origin=origin)
     except load.LoadErrors as e:
         if all_errors:
             add_later_errors(e, project)

@@ -357,15 +357,16 @@ def load(path: Path, diags: Diagnostics) -> Project:
     return replace(project, config_path=PurePosixPath(path.name).as_posix())
 
 
-def locate_value(project: Project, key: str, diags: Diagnostics) -> Loc:
-    """Where `key`'s value is in the project's pyproject.toml (its text added to `diags`), for
-    errors found after loading (an invalid `cuda-arch`, known only to torch)."""
+def locate_value(project: Project, key: str, diags: Diagnostics, item: str | None = None) -> Loc:
+    """Where `key`'s value (or the string `item` in its list) is in the project's pyproject.toml
+    (its text added to `diags`), for errors found after loading (an invalid `cuda-arch`, known
+    only to torch)."""
     assert project.config_path is not None
     path = project.root / project.config_path
     shown = _shown_path(path)
     text = path.read_text(encoding="utf-8")
     diags.add_source(shown, text)
-    return _Locator.of(shown, text).value(key)
+    return _Locator.of(shown, text).value(key, item)
 
 
 # The names torch.utils.cpp_extension._get_cuda_arch_flags expands in TORCH_CUDA_ARCH_LIST

@@ -21,6 +21,7 @@ import os
 import pickle
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -724,17 +725,30 @@ class _FileLoader(SampleReader):
 # The library
 
 
-def op_files(paths: list[str], diags: Diagnostics) -> list[str]:
-    """Command-line paths -> op files: files as given, directories' `*.yaml` sorted, no repeats."""
+def op_files(paths: list[str], diags: Diagnostics,
+             origin: Callable[[str, Diagnostics], Loc | None] | None = None) -> list[str]:
+    """Command-line paths -> op files: files as given, directories' `*.yaml` sorted, no repeats.
+    `origin(path, diags)`: where the path was written (an entry of `schemas` in pyproject.toml),
+    for the error about a directory without op files."""
     out: list[str] = []
     seen: set[str] = set()
     for p in paths:
         if os.path.isdir(p):
-            found = sorted(os.path.join(p, n) for n in os.listdir(p)
-                           if n.endswith(".yaml") and n != FAILURES_FILE
-                           and os.path.isfile(os.path.join(p, n)))
+            names = sorted(os.listdir(p))
+            found = [os.path.join(p, n) for n in names
+                     if n.endswith(".yaml") and n != FAILURES_FILE
+                     and os.path.isfile(os.path.join(p, n))]
             if not found:
-                diags.error(Loc(p, 1, 1), "directory holds no op files (*.yaml)")
+                yml = [n for n in names if n.endswith(".yml")]
+                hint = (f"{os.path.join(p, yml[0])} ends in .yml: op files are named *.yaml"
+                        if yml else None)
+                at = origin(p, diags) if origin is not None else None
+                if at is None:
+                    diags.error(Loc(p, 1, 1), "directory holds no op files (*.yaml)", hint)
+                else:
+                    diags.error(at, f"'schemas': {p} holds no op files (*.yaml)", hint or
+                                "put the op files there, or name their files or directories "
+                                "in 'schemas'")
         elif os.path.exists(p):
             found = [p]
         else:
@@ -764,14 +778,15 @@ def check_path(path: str, diags: Diagnostics) -> None:
 
 
 def load_library(paths: list[str], *, rules: verify.Rules | None = None,
-                 cache: str | os.PathLike | None = None) -> OpLibrary:
+                 cache: str | os.PathLike | None = None,
+                 origin: Callable[[str, Diagnostics], Loc | None] | None = None) -> OpLibrary:
     """Read, parse and verify op files; raise `UserError` with every error found. With `cache`
     (a directory), each file's result is kept there and reused while the file, the rules and
     opgen are unchanged (Note [Incremental loading]). Many files are parsed on several cores
-    (codegen.jobs)."""
+    (codegen.jobs). `origin`: as for `op_files`."""
     rules = rules or verify.DEFAULT_RULES
     diags = Diagnostics()
-    targets = op_files(paths, diags)
+    targets = op_files(paths, diags, origin)
     for path in targets:
         check_path(path, diags)
     files = []

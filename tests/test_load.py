@@ -127,6 +127,17 @@ def test_missing_path_and_empty_directory(tmp_path):
         "directory holds no op files (*.yaml)", "no such file or directory"]
 
 
+def test_directory_of_yml_files_names_the_extension(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "mine.yml").write_text("- func: ex::a() -> ()\n")
+    with pytest.raises(UserError) as e:
+        load_library(["ops"])
+    assert e.value.diags.render() == (
+        "ops:1:1: error: directory holds no op files (*.yaml)\n"
+        "hint: ops/mine.yml ends in .yml: op files are named *.yaml\n1 error generated.")
+
+
 def test_unreadable_file(tmp_path, monkeypatch):
     import codegen.yaml_source
 
