@@ -106,3 +106,30 @@ DTYPE_NAMES: dict[str, str] = {n: n for n in TENSOR_DTYPES} | {
 def names_of(*canonical: str) -> frozenset[str]:
     """Every name of the given dtypes, aliases included (`float32` -> float32, float)."""
     return frozenset(n for n, c in DTYPE_NAMES.items() if c in canonical)
+
+
+# The device type names c10::Device's string constructor knows (parse_type in
+# c10/core/Device.cpp), in its order; tests/test_enums.py holds it to the installed torch.
+DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",
+                "fpga", "maia", "xla", "lazy", "vulkan", "mps", "meta", "hpu", "mtia",
+                "privateuseone")
+
+
+def device_string_problem(text: str) -> str | None:
+    """Why c10::Device(text) would throw, or None when it reads it. c10 reads a Device default
+    when the library's TORCH_LIBRARY block runs (`m.def`), where a throw aborts the process."""
+    name, colon, index = text.partition(":")
+    if not name or not all(c.isascii() and (c.isalpha() or c == "_") for c in name) or (
+            colon and not (index.isascii() and index.isdigit())) or (
+            len(index) > 1 and index[0] == "0"):
+        return ("a device string is a device type and an optional index, e.g. \"cpu\" or "
+                "\"cuda:0\"; torch would refuse this one when the library loads")
+    if name not in DEVICE_TYPES:
+        return (f"'{name}' is not a device type torch knows (" + ", ".join(DEVICE_TYPES)
+                + "); torch would refuse it when the library loads")
+    # c10::DeviceIndex is int8_t: c10 casts a wider number (cuda:255 is read as cuda:-1, the
+    # current device) or throws past int's range.
+    if index and int(index) > 127:
+        return (f"device index {index} is beyond c10's 8-bit DeviceIndex (at most 127): torch "
+                "would read another device")
+    return None

@@ -226,7 +226,7 @@ class SampleReader(YamlFile):
             name = self.dtype(node, what)
             return _BAD if name is None else name
         if ty is BaseTy.Device:
-            if tag == "str" and re.match(r"[a-z_]+(:[0-9]+)?\Z", value):
+            if tag == "str" and enums.device_string_problem(value) is None:
                 return value
             return self._sample_type_error(node, "a device string such as cpu or cuda:0", what)
         if ty in (BaseTy.Layout, BaseTy.MemoryFormat):

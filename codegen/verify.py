@@ -108,7 +108,6 @@ INT_ENUM_DEFAULTS = frozenset({"Mean"})
 MEMORY_FORMAT_DEFAULTS = frozenset({"contiguous_format"})
 LAYOUT_DEFAULTS = frozenset({"strided"})
 SCALAR_TYPE_DEFAULTS = enums.SCALAR_TYPE_NAMES
-DEVICE_STRING = re.compile(r"[a-z_]+(:[0-9]+)?\Z")
 
 # torchgen groups these keyword-only arguments into TensorOptions (factory functions only).
 TENSOR_OPTIONS = (("dtype", BaseTy.ScalarType), ("layout", BaseTy.Layout),
@@ -817,7 +816,7 @@ def _fits(d: Default, t: Type) -> bool:
         if ty is BaseTy.Layout:
             return isinstance(d, EnumDefault) and d.name in LAYOUT_DEFAULTS
         if ty is BaseTy.Device:
-            return isinstance(d, StrDefault) and DEVICE_STRING.match(d.value) is not None
+            return isinstance(d, StrDefault) and enums.device_string_problem(d.value) is None
         return False
     # Class types, type variables, tuples, generics: only None (optional), handled above.
     return False
@@ -865,6 +864,13 @@ def _default_hint(d: Default, t: Type) -> str | None:
         if ty is BaseTy.Layout:
             return "the only Layout default torch accepts is strided"
         if ty is BaseTy.Device:
+            problem = enums.device_string_problem(d.value) if isinstance(d, StrDefault) else None
+            if problem is not None and isinstance(d, StrDefault):
+                name = d.value.partition(":")[0]
+                close = None if name in enums.DEVICE_TYPES else \
+                    "did you mean 'cuda'?" if name.lower() == "gpu" else \
+                    suggest(name.lower(), enums.DEVICE_TYPES)
+                return f"{close} {problem}" if close else problem
             return 'a device string, e.g. "cpu"'
         if ty is BaseTy.Tensor:
             return "a Tensor's only default is None, on Tensor?"

@@ -214,6 +214,26 @@ def test_canonical_schema_is_what_list_prints(tmp_path):
     assert str(op.schema) == "ex::f(Tensor self, int n=1, *, float eps=1e-05) -> Tensor"
 
 
+def test_device_defaults_are_exactly_what_torch_accepts():
+    """c10 reads a Device default at `m.def`, where a string it refuses aborts the process at
+    import: check refuses exactly those."""
+    from codegen import enums
+
+    strings = [*enums.DEVICE_TYPES, *(f"{t}:0" for t in enums.DEVICE_TYPES), "cuda:1",
+               "cuda:127", "cuda:99999999999", "cuda:01", "cuda:00",
+               "cpu:0", "cpu:1", "gpu", "CPU", "Cuda", "cuda:", ":0", "cuda:-1", "cuda:0:1",
+               "cuda 0", "c_uda", "", "cuða", "cuda:٠", "privateuse1"]
+    for s in strings:
+        assert torch_accepts(f'Device d="{s}"') == (enums.device_string_problem(s) is None), s
+    # Indices past 127 torch reads as other devices (int8_t wraps); check refuses them too.
+    import torch
+
+    for s in ["cuda:128", "cuda:255", "cuda:256"]:
+        assert enums.device_string_problem(s) is not None
+        assert str(torch._C.parse_schema(f'f(Device d="{s}") -> ()').arguments[0].default_value) \
+            != s
+
+
 def test_every_scalar_type_default_has_torchs_number():
     # One table (codegen.enums) for ScalarType names: what check accepts, the generators can spell,
     # with the number torch's parser gives it (`bit` was accepted and then had no spelling).
