@@ -170,13 +170,16 @@ class _FileLoader(SampleReader):
             if "autograd" in top:
                 autograd = self.autograd_key(top["autograd"][1])
             if "removed" in top:
-                removed = self.removed(top["removed"][1], namespace)
+                removed = self.removed(top["removed"][1],
+                                       None if self.bad_namespace else namespace)
         elif type(root) is not Seq:
             self.error(root, f"expected a list of op entries or a mapping with 'ops:', "
                        f"got {root.kind}")
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
+        if self.bad_namespace:
+            namespace = None
         warnings = self.settle_warnings(ops, suppress, conventions)
         if abi is not None:
             ops = [dataclasses.replace(op, abi=abi) for op in ops]
@@ -345,13 +348,14 @@ class _FileLoader(SampleReader):
         return value
 
     def namespace(self, node: Node) -> str | None:
+        """The file's namespace, checked here once, not again for every op that relies on it.
+        A bad one is still returned (its ops are then checked, and dropped: `op`)."""
         namespace = self.string(node, "'namespace'")
-        if namespace is not None and not IDENT.match(namespace):
-            self.error(node, f"namespace '{short(namespace)}' is not an identifier",
-                       "use letters, digits and '_', not starting with a digit")
-            namespace = None
-        if namespace is None:
-            # Reported once here, not again for every op that relies on it.
+        problem = verify.namespace_problem(namespace) if namespace is not None else None
+        if problem is not None:
+            self.error(node, problem[0].replace(namespace, short(namespace), 1),  # type: ignore
+                       problem[1])
+        if namespace is None or problem is not None:
             self.bad_namespace = True
         return namespace
 
@@ -382,7 +386,8 @@ class _FileLoader(SampleReader):
         schema = self.schema(func)
         if schema is None:
             return None
-        if schema.name.namespace is None:
+        from_file = schema.name.namespace is None
+        if from_file:
             if namespace is None and self.bad_namespace:
                 return None
             if namespace is None:
@@ -429,7 +434,7 @@ class _FileLoader(SampleReader):
 
         fake_loc = self.loc(fields["fake"][1]) if "fake" in fields else None
         schema_ok = verify.verify_op(op, self.diags, self.rules, fake_loc=fake_loc,
-                                     conventions=self.conventions)
+                                     conventions=self.conventions, namespace_checked=from_file)
         if not schema_ok:
             self.ok = False
         # `out` needs the whole library (Note [The out tag]): load_library adds it.
@@ -451,6 +456,8 @@ class _FileLoader(SampleReader):
         if schema_ok and rule_needs_contiguous_inputs(op.schema, late.get("fake", op.fake),
                                                       op.tags):
             late["tags"] = tuple(late.get("tags", op.tags)) + ("needs_contiguous_strides",)
+        if from_file and self.bad_namespace:
+            return None     # checked for its own errors; no later stage sees the bad namespace
         return dataclasses.replace(op, **late) if late else op  # type: ignore[arg-type]
 
     def empty_dtype(self, rule: FakeRule, op: Op) -> None:

@@ -130,11 +130,13 @@ def verify_library(lib: OpLibrary, diags: Diagnostics, rules: Rules = DEFAULT_RU
 
 def verify_op(op: Op, diags: Diagnostics, rules: Rules = DEFAULT_RULES, *,
               fake_loc: Loc | None = None,
-              conventions: list[Convention] | None = None) -> bool:
+              conventions: list[Convention] | None = None,
+              namespace_checked: bool = False) -> bool:
     """Checks on one op; `fake_loc` is where its `fake:` is, when it has one not yet parsed into
     `op.fake`. True when the op passed. torchgen's conventions the op breaks are appended to
-    `conventions` (Note [Aten conventions]): errors only in a file that asks for them."""
-    v = _OpVerifier(op, diags, rules, conventions)
+    `conventions` (Note [Aten conventions]): errors only in a file that asks for them.
+    `namespace_checked`: the op's namespace is its file's, checked (and reported) there once."""
+    v = _OpVerifier(op, diags, rules, conventions, namespace_checked)
     v.names()
     v.types()
     v.defaults()
@@ -225,10 +227,45 @@ class Convention:
 # One op
 
 
+def namespace_problem(ns: str) -> tuple[str, str] | None:
+    """What is wrong with `ns` as a namespace (message, hint), or None. A namespace is spelled as
+    is in C++ (`namespace <ns>`, TORCH_LIBRARY) and reached as `torch.ops.<ns>`: an identifier
+    and no keyword, neither a macro nor the generated code's, nor one of torch.ops' own
+    attributes."""
+    if not IDENT.match(ns):
+        return (f"namespace '{ns}' is not an identifier",
+                "use ASCII letters, digits and '_', not starting with a digit")
+    if ns in PY_KEYWORDS:
+        return f"namespace '{ns}' is a Python keyword", f"rename it, for example '{ns}_'"
+    if ns in reserved.CPP_KEYWORDS:
+        return f"namespace '{ns}' is a C++ keyword", f"rename it, for example '{ns}_'"
+    if ns in reserved.object_macros():
+        return (f"namespace '{ns}' is a C/C++ macro (the headers the generated code includes "
+                "define it), so C++ cannot spell the namespace", "rename the namespace")
+    if ns in reserved.CPP_UNQUALIFIED_TYPES:
+        return (f"namespace '{ns}' is a type the generated C++ names unqualified ({ns} n), so "
+                "C++ cannot declare the namespace", "rename the namespace")
+    if reserved.is_cpp_reserved(ns):
+        return (f"namespace '{ns}' is reserved: the generated C++ keeps its own helpers in "
+                f"namespace '{reserved.CPP_NAMESPACE}' and its names start with 'opgen_'",
+                "rename the namespace")
+    if ns in reserved.torch_ops_attributes():
+        return (f"namespace '{ns}' is an attribute of torch.ops itself (torch.ops.{ns}), so "
+                "torch could never find these ops by name", "rename the namespace")
+    if len(ns) > 4 and ns.startswith("__") and ns.endswith("__"):
+        # torch.ops is a module: a dunder attribute there is the import system's
+        # (`__path__` would make it look like a package) or Python's.
+        return (f"namespace '{ns}' is a dunder name, which Python reserves for module "
+                f"attributes such as torch.ops.{ns}", "rename the namespace")
+    return None
+
+
 class _OpVerifier:
     def __init__(self, op: Op, diags: Diagnostics, rules: Rules,
-                 conventions: list[Convention] | None = None) -> None:
+                 conventions: list[Convention] | None = None,
+                 namespace_checked: bool = False) -> None:
         self.op = op
+        self.namespace_checked = namespace_checked
         self.schema: FunctionSchema = op.schema
         self.diags = diags
         self.rules = rules
@@ -257,9 +294,10 @@ class _OpVerifier:
     def names(self) -> None:
         name = self.schema.name
         span = name.span
-        if name.namespace is not None and \
-                self.identifier(name.namespace, "namespace", span, python=True, cpp=True):
-            self.namespace_name(name.namespace, span)
+        if name.namespace is not None and not self.namespace_checked:
+            problem = namespace_problem(name.namespace)
+            if problem is not None:
+                self.error(span, *problem)
         if self.identifier(name.name, "op name", span, python=True, cpp=True) and \
                 name.name in reserved.op_namespace_attributes():
             self.error(span, f"op name '{name.name}' is an attribute of every torch.ops "
@@ -308,31 +346,6 @@ class _OpVerifier:
                 if r.name in returned:
                     self.error(r.span, f"return name '{r.name}' is used twice")
                 returned.add(r.name)
-
-    def namespace_name(self, ns: str, span: Span | None) -> None:
-        """A namespace is spelled as is in C++ (`namespace <ns>`, TORCH_LIBRARY) and reached as
-        `torch.ops.<ns>`: it must be neither a macro nor the generated code's, nor one of
-        torch.ops' own attributes."""
-        if ns in reserved.object_macros():
-            self.error(span, f"namespace '{ns}' is a C/C++ macro (the headers the generated code "
-                       "includes define it), so C++ cannot spell the namespace",
-                       "rename the namespace")
-        elif ns in reserved.CPP_UNQUALIFIED_TYPES:
-            self.error(span, f"namespace '{ns}' is a type the generated C++ names unqualified "
-                       f"({ns} n), so C++ cannot declare the namespace", "rename the namespace")
-        elif reserved.is_cpp_reserved(ns):
-            self.error(span, f"namespace '{ns}' is reserved: the generated C++ keeps its own "
-                       f"helpers in namespace '{reserved.CPP_NAMESPACE}' and its names start with "
-                       "'opgen_'", "rename the namespace")
-        elif ns in reserved.torch_ops_attributes():
-            self.error(span, f"namespace '{ns}' is an attribute of torch.ops itself "
-                       f"(torch.ops.{ns}), so torch could never find these ops by name",
-                       "rename the namespace")
-        elif len(ns) > 4 and ns.startswith("__") and ns.endswith("__"):
-            # torch.ops is a module: a dunder attribute there is the import system's
-            # (`__path__` would make it look like a package) or Python's.
-            self.error(span, f"namespace '{ns}' is a dunder name, which Python reserves for "
-                       f"module attributes such as torch.ops.{ns}", "rename the namespace")
 
     def identifier(self, name: str, what: str, span: Span | None, *, python: bool, cpp: bool,
                    allowed: frozenset[str] = frozenset()) -> bool:
