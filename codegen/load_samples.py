@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from codegen import enums
-from codegen.diagnostics import Diagnostics, Loc
+from codegen.diagnostics import Diagnostics, Loc, closest
 from codegen.model import (BaseTy, BaseType, FunctionSchema, ListType, OptionalType, Sample,
                            SampleValue, SymDim, TensorSample, Type)
 from codegen.yaml_source import Map, Node, Scalar, Seq, YamlFile, short, suggest
@@ -99,6 +99,7 @@ class SampleReader(YamlFile):
         ok = True
         self.dims, self.dim_uses = {}, []
         gradcheck = None
+        meant: set[str] = set()     # arguments a misspelled name was taken for
         for arg_name, (key, value) in fields.items():
             arg = schema.argument(arg_name)
             if arg is None and arg_name == "gradcheck":
@@ -107,6 +108,9 @@ class SampleReader(YamlFile):
                 ok = ok and gradcheck is not None
                 continue
             if arg is None:
+                guess = closest(arg_name, names) if len(arg_name) <= 64 else None
+                if guess is not None:
+                    meant.add(guess)
                 self.error(key, f"sample names '{short(arg_name)}', which is not an argument of "
                            f"{schema.name}", suggest(arg_name, names)
                            or ("arguments: " + ", ".join(names) if names else "it takes none"))
@@ -117,7 +121,9 @@ class SampleReader(YamlFile):
                 ok = False
             else:
                 values[arg_name] = v
-        missing = [a for a in schema.arguments if a.default is None and a.name not in fields]
+        # Not the arguments a misspelled name was taken for: "did you mean" said it already.
+        missing = [a for a in schema.arguments
+                   if a.default is None and a.name not in fields and a.name not in meant]
         if missing:
             # An optional without a default (flash-attn's `Generator? gen_`) is given as null.
             nulls = [a.name for a in missing if isinstance(a.type, OptionalType)]
@@ -250,6 +256,12 @@ class SampleReader(YamlFile):
             return _BAD
         ok = True
         if ("shape" in fields) == ("values" in fields):
+            if not fields.keys() & {"shape", "values"} and any(
+                    type(k) is Scalar and k.tag == "str" and len(k.value) <= 64
+                    and k.value not in TENSOR_SAMPLE_KEYS
+                    and closest(k.value, ("shape", "values")) is not None
+                    for k, _ in node.pairs):   # type: ignore[attr-defined]
+                return _BAD     # a misspelled 'shape:' or 'values:', reported as unknown
             self.error(Loc(self.path, node.start.line + 1, node.start.column + 1),
                        f"a tensor sample gives exactly one of 'shape:' or 'values:' ({what})",
                        "{shape: [2, 3]} for random contents, {values: [[1, 2]]} for given ones")
