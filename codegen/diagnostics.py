@@ -182,8 +182,14 @@ class UserError(Exception):
 
 
 def closest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice `word` is most likely a misspelling of, or None when nothing is close."""
-    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    """The choice `word` is most likely a misspelling of, or None when nothing is close. A
+    choice spelled the same but for case wins (`cpu` is `CPU`), which difflib finds too far
+    for short words."""
+    choices = list(choices)
+    same = [c for c in choices if c.lower() == word.lower()]
+    if len(same) == 1:
+        return same[0]
+    match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return match[0] if match else None
 
 
