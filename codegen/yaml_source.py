@@ -164,6 +164,11 @@ def _construct(kind: str, value: str) -> object:
     return _CONSTRUCT[kind](yaml.ScalarNode(_YAML_TAG + kind, value))
 
 
+# What a YAML parser context that reaches the end of the file leaves open.
+_UNCLOSED = {"while scanning a quoted scalar": "quote", "while parsing a flow sequence": "'['",
+             "while parsing a flow mapping": "'{'"}
+
+
 class ScalarLocator:
     """offset, length in a scalar's value -> Loc in its file; the mapping is built on first use
     and is not pickled (the incremental cache stores what the locator is made from)."""
@@ -410,6 +415,14 @@ class YamlFile:
         if mark is not None and 0 <= mark.index < len(self.text) and self.text[mark.index] == "\t":
             problem = "tab character where YAML expects indentation or a token"
             hint = "YAML forbids tabs for indentation; indent with spaces"
+        elif mark is not None and mark.index >= len(self.text.rstrip()) and \
+                e.context_mark is not None and e.context in _UNCLOSED:
+            ctx = e.context_mark
+            hint = (f"the {_UNCLOSED[e.context]} at line {ctx.line + 1}, column "
+                    f"{ctx.column + 1} is never closed")
+        elif mark is not None and mark.index < len(self.text.rstrip()) and \
+                (hint := self._yaml_hint(mark)) is not None:
+            pass
         elif e.context and e.problem and e.context_mark is not None:
             ctx = e.context_mark
             hint = f"{e.context.strip()} (line {ctx.line + 1}, column {ctx.column + 1})"
@@ -423,6 +436,60 @@ class YamlFile:
         else:
             loc = Loc(self.path, mark.line + 1, mark.column + 1)
         self.error(loc, f"invalid YAML: {problem}", hint)
+
+    def _yaml_hint(self, mark) -> str | None:
+        """What most likely went wrong where the YAML parser stopped, for the mistakes people
+        make in op files: a key indented unlike its neighbours, a quote inside a quoted value,
+        ': ' inside a plain value. None when it looks like none of these."""
+        lines = self.text.split("\n")
+        if not 0 <= mark.line < len(lines):
+            return None
+        line = lines[mark.line]
+        col = mark.column
+        ch = line[col] if col < len(line) else ""
+        start = len(line) - len(line.lstrip(" "))
+        before = line[start:col]
+        # A closed quoted value followed by more text: a quote inside it ended it early.
+        stripped = line[:col].rstrip()
+        if stripped.endswith(('"', "'")) and ch and ch not in "#,]}":
+            q = stripped[-1]
+            opened = stripped.find(q)
+            if opened < len(stripped) - 1:
+                inside = (r'write \" for a quote inside "...", or quote the value with '
+                          "'...'" if q == '"' else
+                          "write '' for a quote inside '...', or quote the value with \"...\"")
+                return (f"the quoted value that starts in column {opened + 1} ends at the {q} in "
+                        f"column {len(stripped)}; {inside}")
+        above = next((i for i in range(mark.line - 1, -1, -1)
+                      if lines[i].strip() and not lines[i].lstrip().startswith("#")), None)
+        if above is None:
+            return None
+        # Where the line above starts its key: after its indentation and any `- `.
+        prev = lines[above]
+        key_col = len(prev) - len(prev.lstrip(" "))
+        while prev[key_col:key_col + 2] == "- ":
+            key_col += 2
+            while key_col < len(prev) and prev[key_col] == " ":
+                key_col += 1
+        at_start = col == start
+        key_then_colon = col > start and ch == ":" and " " not in before \
+            and start > key_col
+        if (at_start or key_then_colon) and start != key_col:
+            where = (f"line {mark.line + 1} starts in column {start + 1}, "
+                     f"{'right' if start > key_col else 'left'} of the key on line {above + 1} "
+                     f"(column {key_col + 1})")
+            if start > key_col:
+                return (f"{where}, so YAML reads it as more of that key's value; the keys of "
+                        "one mapping start in the same column")
+            return f"{where}; the keys of one mapping start in the same column"
+        if col > start and ch == ":" and " " in before.partition(":")[2].strip():
+            key = before.partition(":")[0]
+            value = line[start + len(key) + 1:].strip()
+            q = "'" if '"' in value else '"'
+            example = f", {key}: {q}{value}{q}" if q not in value else ""
+            return (f"a plain value cannot contain ': ' (YAML reads it as another key): quote "
+                    f"the value{example}")
+        return None
 
     def _reader_error(self, e) -> None:
         pos = max(0, min(int(getattr(e, "position", 0) or 0), len(self.text)))

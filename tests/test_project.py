@@ -565,6 +565,8 @@ def test_sources_when_no_op_file_loads(tmp_path: Path) -> None:
         "context\n"
         "          dispatch: {CPU: twice_cpu}\n"
         "                  ^\n"
+        "hint: line 9 starts in column 7, right of the key on line 8 (column 5), so YAML reads "
+        "it as more of that key's value; the keys of one mapping start in the same column\n"
         "1 error generated.\n")
 
 
