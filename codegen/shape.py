@@ -920,6 +920,7 @@ class _Checker:
         self.diags = diags
         self.locals: dict[str, Ty] = {}
         self.bad_locals: set[str] = set()   # bindings that failed: their uses say nothing more
+        self.unknown: set[Span] = set()     # names reported unknown before checking
         self.loop_vars: dict[str, Ty] = {}
         self.first_tensor = next((a.name for a in schema.arguments
                                   if arg_ty(a.type) == TENSOR), None)
@@ -962,12 +963,32 @@ class _Checker:
             return DtypeLit(DTYPES[node.id])
         if node.id in _FUNCTIONS:
             raise self.error(node.span, f"'{node.id}' is a function; call it: {node.id}(...)")
-        known = [a.name for a in self.schema.arguments] + list(self.locals)
+        if node.span in self.unknown:
+            raise _Bad()    # reported with every other unknown name of the rule
+        raise self.unknown_name(node, list(self.locals))
+
+    def unknown_name(self, node: _Name, bound: list[str]) -> _Bad:
+        known = [a.name for a in self.schema.arguments] + bound
         hint = did_you_mean(node.id, known + list(DTYPES) + list(_FUNCTIONS))
         if hint is None:
             hint = "arguments of this op: " + (", ".join(a.name for a in self.schema.arguments)
                                                or "none")
-        raise self.error(node.span, f"unknown name '{node.id}'", hint)
+        return self.error(node.span, f"unknown name '{node.id}'", hint)
+
+    def unknown_names(self, syn: _Rule) -> None:
+        """Report every name that nothing in the rule can resolve, all at once: checking stops
+        at the first error of each statement, and a misspelling rarely comes alone."""
+        roots = [b.value if isinstance(b, _Binding) else b for b in (*syn.bindings, syn.body)]
+        nodes = list(walk(*roots))
+        bound = [b.name for b in syn.bindings if isinstance(b, _Binding)]
+        bound += [n for node in nodes if isinstance(node, _ListComp) for n, _ in node.names]
+        called = {id(node.func) for node in nodes if isinstance(node, _Call)}
+        for node in nodes:
+            if isinstance(node, _Name) and id(node) not in called and node.id not in bound \
+                    and self.schema.argument(node.id) is None and node.id not in _CONSTANTS \
+                    and node.id not in DTYPES and node.id not in _FUNCTIONS:
+                self.unknown_name(node, bound)
+                self.unknown.add(node.span)
 
     # -- expressions
 
@@ -1522,6 +1543,7 @@ class _Checker:
         bindings: list[Binding] = []
         checks: list[Check] = []
         ok = True
+        self.unknown_names(syn)
         if isinstance(syn.body, _Binding):
             self.error(syn.body.name_span, "a rule ends with its outputs, not a binding",
                        f"write the outputs after it: `{syn.body.name} = ...; like(...)`")

@@ -391,6 +391,16 @@ def test_errors_are_collected_across_bindings():
     assert [d.message for d in diags.items] == ["unknown name 'slef'", "unknown name 'othr'"]
 
 
+def test_unknown_names_are_collected_within_an_expression():
+    """Every unknown name of the rule, not only the first of each statement; a name bound later
+    in the rule or by a comprehension is not one of them."""
+    r, diags = parse("h = m; broadcast(slef, othr, [t for t in k] + [q for q in [h]])")
+    assert r is None
+    assert [(d.message, d.loc.col) for d in diags.items] == [
+        ("unknown name 'm'", 5), ("unknown name 'slef'", 18), ("unknown name 'othr'", 24),
+        ("unknown name 'k'", 42)]
+
+
 # --------------------------------------------------------------------------------------------------
 # The generated promotion helper against PyTorch's
 
