@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import functools
 import os
 import re
@@ -58,6 +59,37 @@ class PyModule:
                 # import finds: the function defined before is no longer it.
                 for name in module_level_names([n])[0]:
                     self.functions.pop(name, None)
+
+    def method(self, path: str) -> tuple[ast.FunctionDef, bool] | None:
+        """`Class.name` of a top-level class (the last binding of both names wins, as at
+        import) that Python calls as it is written: a plain function looked up on the class, a
+        staticmethod, or a classmethod (then True: its first parameter is bound). None for
+        anything else (nested classes, other decorators, inherited or assigned attributes)."""
+        cls_name, _, name = path.partition(".")
+        if "." in name:
+            return None
+        cls = None
+        for n in self.tree.body:
+            if isinstance(n, ast.ClassDef) and n.name == cls_name:
+                cls = n
+            elif cls_name in module_level_names([n])[0]:
+                cls = None
+        if cls is None or cls.decorator_list:
+            return None
+        fn = None
+        for n in cls.body:
+            if isinstance(n, ast.FunctionDef) and n.name == name:
+                fn = n
+            elif name in module_level_names([n])[0]:
+                fn = None
+        if fn is None:
+            return None
+        decorators = [d.id if isinstance(d, ast.Name) else None for d in fn.decorator_list]
+        if decorators in ([], ["staticmethod"]):
+            return fn, False
+        if decorators == ["classmethod"] and (fn.args.posonlyargs or fn.args.args):
+            return fn, True
+        return None
 
     @functools.cached_property
     def constants(self) -> dict[str, ast.expr]:
@@ -139,7 +171,28 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
             _unreadable(path, e, ref, what, diags)
         return
     if "." in ref.name:
-        return  # a method of a class: its binding happens at run time
+        method = module.method(ref.name)
+        if method is None:
+            return  # not a plain, static or class method of a class defined there
+        fn, bound = method
+        problem = _signature_problem(_unbound(fn.args, bound), schema, leading)
+        if problem:
+            params = ["info", "in_dims"][:leading] + P.parameters(schema)
+            first = ["cls"] if bound else []
+            plain = [*fn.args.posonlyargs, *fn.args.args]
+            if not bound and fn.decorator_list == [] and plain and plain[0].arg == "self":
+                hint = (f"{ref.name} is looked up on the class, not on an instance, so 'self' "
+                        f"takes the op's first argument; make it a @staticmethod without 'self': "
+                        f"`def {fn.name}(" + ", ".join(params) + ")`")
+            else:
+                hint = f"expected a method like `def {fn.name}(" + ", ".join(first + params) + ")`"
+            diags.error(ref.loc, f"{what} {ref} cannot take the arguments of {schema.name}: "
+                        f"{problem}", hint)
+            return
+        as_called = copy.copy(fn)      # a copy: the parsed module is shared
+        as_called.args = _unbound(fn.args, bound)
+        _check_defaults(ref, as_called, module, schema, diags, what, leading)
+        return
     fn = module.functions.get(ref.name)
     if fn is None:
 
@@ -159,6 +212,19 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
                     + ", ".join(["info", "in_dims"][:leading] + P.parameters(schema)) + ")`")
         return
     _check_defaults(ref, fn, module, schema, diags, what, leading)
+
+
+def _unbound(args: ast.arguments, bound: bool) -> ast.arguments:
+    """A classmethod's parameters as its callers see them: without the first (`cls`)."""
+    if not bound:
+        return args
+    posonly = args.posonlyargs[1:] if args.posonlyargs else []
+    plain = args.args if args.posonlyargs else args.args[1:]
+    return ast.arguments(posonlyargs=posonly, args=plain, vararg=args.vararg,
+                         kwonlyargs=args.kwonlyargs, kw_defaults=args.kw_defaults,
+                         kwarg=args.kwarg,
+                         defaults=args.defaults[-(len(posonly) + len(plain)):]
+                         if posonly or plain else [])
 
 
 def _unreadable(path: Path, e: Exception, ref: PyRef, what: str, diags: Diagnostics) -> None:
