@@ -2026,7 +2026,7 @@ def _check_gradient_count(lib: OpLibrary, op: Op, f: Formula, call: Call, ref: O
 
 
 # `check PATHS` loads only the files named: a library op of another file is unknown there.
-_ELSEWHERE = ("an op defined in another op file is known only when that file is checked too: "
+_ELSEWHERE = ("if an op file not checked this time defines it, check that file too: "
               "`opgen check` without paths checks every op file of the project ([tool.opgen] "
               "schemas)")
 
@@ -2076,8 +2076,11 @@ def _check_ref(lib: OpLibrary, op: Op, ref: OpRef, diags: Diagnostics,
         diags.error(loc, f"'{ref.namespace}.{ref.name}' has no overload '{ref.overload}'",
                     "overloads: " + ", ".join(o.name.overload or "default" for o in same))
     else:
+        known = names_by_ns.get(ref.namespace, [])
+        listed = (f"ops of {ref.namespace}: " + ", ".join(known[:8])
+                  + (", ..." if len(known) > 8 else "") + "; ") if known else ""
         diags.error(loc, f"the library has no op '{ref.namespace}::{ref.name}'",
-                    did_you_mean(ref.name, names_by_ns.get(ref.namespace, [])) or _ELSEWHERE)
+                    did_you_mean(ref.name, known) or listed + _ELSEWHERE)
     return False
 
 
