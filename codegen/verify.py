@@ -893,6 +893,10 @@ def _default_hint(d: Default, t: Type) -> str | None:
             return "a DeviceIndex is 8-bit: -128 to 127 (-1: the current device)"
         if ty is BaseTy.int and isinstance(d, FloatDefault):
             return "make the type float, or the default an integer"
+        if ty in (BaseTy.float, BaseTy.Scalar) and isinstance(d, EnumDefault):
+            return ("a number default is a literal, and torch's schema parser reads no nan or "
+                    "inf: make the type optional with the default None, and decide in the kernel"
+                    if d.name.lower() in ("nan", "inf", "infinity") else "a number, e.g. 1.0")
         if ty is BaseTy.bool:
             return "a bool default is True or False"
     return None
