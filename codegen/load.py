@@ -159,7 +159,8 @@ class _FileLoader(SampleReader):
                     self.error(Loc(self.path, root.start.line + 1, root.start.column + 1),
                                "op file has no 'ops:' list", "list the op entries under 'ops:'")
                 return None
-            self.sequence(top["ops"][1], "'ops'")
+            self.sequence(top["ops"][1], "'ops'", "each op entry is a list item, starting "
+                          "with '- ': `  - func: ...`" if type(top["ops"][1]) is Map else None)
             if "suppress" in top:
                 suppress = self.suppress(top["suppress"][1])
             if "conventions" in top:

@@ -540,10 +540,10 @@ class YamlFile:
         self.error(node, f"expected a string for {what}, got {node.kind}", hint)
         return None
 
-    def sequence(self, node: Node, what: str) -> list[Node] | None:
+    def sequence(self, node: Node, what: str, hint: str | None = None) -> list[Node] | None:
         if type(node) is Seq:
             return node.items  # type: ignore[attr-defined]
-        self.error(node, f"expected a list for {what}, got {node.kind}")
+        self.error(node, f"expected a list for {what}, got {node.kind}", hint)
         return None
 
     def boolean(self, node: Node, what: str) -> bool | None:
