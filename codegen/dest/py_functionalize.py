@@ -83,6 +83,15 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
                "'out'), and the library declares no functional variant")
         hint = (f"return () and let the caller keep the mutated tensors, or declare "
                 f"`{op.name.base}(...)` with the same inputs returning new tensors")
+    # A returned `Tensor(a!)?` left as None is a new tensor: the caller has none of its own.
+    optional = [n for n in S.mutated_returns(schema) if S.optional_return_arg(schema, n)]
+    if optional and kind in (T.NEW_VALUES, T.NO_COPY_BACK, T.NO_VARIANT):
+        names = " and ".join(f"'{n}'" for n in optional)
+        one = len(optional) == 1
+        hint = (f"{'return only the new values' if kind == T.NEW_VALUES else 'return ()'} and "
+                f"make {names} required: when {names if one else 'one'} is None the caller "
+                f"has no tensor to keep; or drop {names if one else 'them'} and return "
+                f"{'its value as a new Tensor' if one else 'their values as new Tensors'}")
     m.diags.warning(
         returns_loc(op), f"{op.name} returns arguments it mutates, so torch.compile and "
         f"torch.export cannot functionalize it: {why}", hint,
