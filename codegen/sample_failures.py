@@ -17,12 +17,18 @@ from codegen.diagnostics import Diagnostics, suggest
 from codegen.load import FAILURES_FILE
 from codegen.model import BaseTy, BaseType, DispatchKey, Op, Sample, TensorSample, is_tensor_like, \
     strip_optional, untraceable_return
+from codegen.tags import VIEW, unfunctionalizable
 from codegen.yaml_source import Scalar, YamlFile, short
 
 CHECKS = ("opcheck", "gradients", "compile", "export", "seeded", "vmap", "autocast", "devices",
           "cudagraph")
 # The checks that need a GPU: they apply only where torch.cuda.is_available().
 DEVICE_CHECKS = ("devices", "cudagraph")
+# The utilities of torch.library.opcheck that the opcheck check runs (torch's defaults).
+OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
+                 "test_aot_dispatch_dynamic")
+# Those that trace the op through AOTAutograd, which functionalizes it.
+FUNCTIONALIZING_UTILS = ("test_aot_dispatch_dynamic", "test_aot_dispatch_static")
 
 # What each check runs, for the hint on a name that is part of one (`gradcheck` -> gradients).
 _RUNS = {
@@ -129,9 +135,50 @@ def kernel_devices(op: Op) -> list[str]:
         ["cuda"] * (DispatchKey.CUDA in keys)
 
 
-def why_not(op: Op, sample: Sample, check: str) -> str | None:
+def _overloads(op: Op, library: Iterable[Op]) -> list[Op]:
+    return [o for o in library if o.namespace == op.namespace and o.name.base == op.name.base]
+
+
+def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
+    """Why torch cannot pass `check` on the op whatever its kernels, as a warning of the op says
+    (the check is skipped), or None. `library`: the ops of its library (where a functional
+    variant would be)."""
+    if check == "compile" and untraceable_return(op.schema.returns) is not None:
+        return (f"torch.compile cannot put a call of {op.name} in a graph (its "
+                "non-tensor-return warning)")
+    if check in ("compile", "export"):
+        kind = unfunctionalizable(op, _overloads(op, library))
+        # check_export decomposes (functionalizes) the program of a mutating op only.
+        if kind is not None and (check == "compile" or kind != VIEW):
+            return (f"torch.{check} cannot functionalize {op.name} (its not-functionalizable "
+                    "warning)")
+    return None
+
+
+def opcheck_utils(op: Op, library: Iterable[Op] = ()) -> tuple[str, ...]:
+    """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
+    OPCHECK_UTILS, less those that functionalize it where torch cannot (its
+    not-functionalizable warning)."""
+    if unfunctionalizable(op, _overloads(op, library)) is None:
+        return OPCHECK_UTILS
+    return tuple(u for u in OPCHECK_UTILS if u not in FUNCTIONALIZING_UTILS)
+
+
+def opcheck_skips(op: Op, library: Iterable[Op] = ()) -> str | None:
+    """What the opcheck check leaves out on the op, and why (None: nothing)."""
+    left = [u for u in OPCHECK_UTILS if u not in opcheck_utils(op, library)]
+    if not left:
+        return None
+    return (f"opgen runs opcheck without {', '.join(left)} on {op.name}, as torch cannot "
+            "functionalize it (its not-functionalizable warning)")
+
+
+def why_not(op: Op, sample: Sample, check: str, library: Iterable[Op] = ()) -> str | None:
     """None when `check` has something to check on the sample (given a GPU for the GPU checks);
-    else why it has not."""
+    else why it has not. `library`: the ops of its library (see `torch_refuses`)."""
+    refused = torch_refuses(op, check, library)
+    if refused is not None:
+        return refused
     if check == "gradients":
         from codegen.contract import differentiable_inputs
 
@@ -146,10 +193,7 @@ def why_not(op: Op, sample: Sample, check: str) -> str | None:
         return None if op.vmap is not None else "the op has no vmap:"
     if check == "autocast":
         return None if op.autocast is not None else "the op has no autocast:"
-    if check == "compile":     # a graph break by torch's design, said by a warning
-        return None if untraceable_return(op.schema.returns) is None else \
-            "the op returns a lone non-Tensor"
-    if check in ("opcheck", "export"):
+    if check in ("opcheck", "compile", "export"):
         return None
     if check == "devices":
         if "nondeterministic_seeded" in op.tags:
@@ -181,11 +225,14 @@ def failures_files(paths: Iterable[str]) -> list[str]:
 
 
 def read_failures(files: list[str], diags: Diagnostics,
-                  samples: dict[str, tuple[Op, Sample]] | None,
+                  samples: dict[str, tuple[Op, Sample]] | None, library: Iterable[Op] = (),
                   ) -> tuple[dict[str, dict[str, str]], dict[tuple[str, str], str]]:
     """Known failures files (`<op>[<sample>]: {<check>: <reason>}`) -> (entries, where each
     entry is as path:line:col); every problem an error in `diags`. `samples`, when given, maps
-    sample ids to (op, sample): an entry must name one, and a check it has."""
+    sample ids to (op, sample): an entry must name one, and a check it has. An entry for a check
+    that torch cannot pass on the op, which the sample checks skip (`torch_refuses`; `library`:
+    every op of the library), is left out with a warning: it is not needed."""
+    library = list(library)
     entries: dict[str, dict[str, str]] = {}
     where: dict[tuple[str, str], str] = {}
     for path in files:
@@ -222,7 +269,13 @@ def read_failures(files: list[str], diags: Diagnostics,
                                  "say why it fails, and what would fix it")
                     continue
                 if samples is not None:
-                    why = why_not(*samples[case_id], check)
+                    refused = torch_refuses(samples[case_id][0], check, library)
+                    if refused is not None:
+                        diags.warning(loader.loc(check_key),
+                                      f"{case_id} needs no {check} entry: the sample checks "
+                                      f"skip {check} on it, as {refused}", "remove the entry")
+                        continue
+                    why = why_not(*samples[case_id], check, library)
                     if why is not None:
                         loader.error(check_key, f"{case_id} has no {check} check ({why}), so "
                                      "it cannot fail", "remove the entry")
@@ -250,5 +303,6 @@ def check_failures(paths: Iterable[str], ops: Iterable[Op], diags: Diagnostics) 
                      and os.path.isfile(os.path.join(d, n))]
             if all(os.path.realpath(os.path.join(d, n)) in files for n in names):
                 dirs.append(d)
-    read_failures(failures_files(dirs), diags, sample_ids(ops))
+    ops = list(ops)
+    read_failures(failures_files(dirs), diags, sample_ids(ops), ops)
 

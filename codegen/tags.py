@@ -6,8 +6,10 @@ A static copy, so `check` needs no `import torch` (0.8 s); tests/test_load.py ch
 
 from __future__ import annotations
 
-from codegen.model import (Argument, BaseTy, BaseType, Op, OpLibrary, is_tensor_like,
-                           without_alias)
+from typing import Iterable
+
+from codegen.model import (Argument, BaseTy, BaseType, DispatchKey, Op, OpLibrary,
+                           is_tensor_like, without_alias)
 from codegen.shape import FakeRule, mutated_returns
 
 TAGS: frozenset[str] = frozenset({
@@ -161,9 +163,17 @@ def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
     solves this for ATen by functionalizing `add_` as `add` followed by a copy into `self`; the
     generated `Functionalize` kernel does the same for this library's ops.
     """
+    return functional_among(op, lib.named(op.namespace, op.name.base))
+
+
+def functional_among(op: Op, overloads: Iterable[Op]) -> Op | None:
+    """`functional_variant` of `op` found among `overloads`, the ops of its library named
+    `<namespace>::<base name>` (others are passed over)."""
     schema = op.schema
     wanted = tuple(_plain(a) for a in schema.arguments if not (a.kwarg_only and a.is_write))
-    for other in lib.named(op.namespace, op.name.base):
+    for other in overloads:
+        if other.namespace != op.namespace or other.name.base != op.name.base:
+            continue
         s = other.schema
         if other is op:
             continue
@@ -178,3 +188,49 @@ def _plain(a: Argument) -> tuple:
     """An argument's type without alias annotations, default and kind (names may differ: an
     in-place op's first argument is always `self`)."""
     return (without_alias(a.type), a.default, a.kwarg_only)
+
+
+# Why torch.compile and torch.export cannot functionalize an op (`unfunctionalizable`); the
+# `not-functionalizable` warning (codegen/dest/py_functionalize.py) says each in its words.
+VIEW = "view"                   # returns a view of its input, mutating nothing
+OTHER_RETURN = "other-return"   # mutates, returns something that is not a Tensor (a Tensor[])
+STABLE_TAG = "stable-tag"       # its `inplace`/`out` tag cannot be registered (stable ABI)
+NEW_VALUES = "new-values"       # returns what it mutates and new values
+NO_COPY_BACK = "no-copy-back"   # has a functional variant, but mutates a list or an optional
+NO_VARIANT = "no-variant"       # returns what it mutates, neither in-place nor out=, no variant
+
+
+def only_decomposes(op: Op) -> bool:
+    """Whether the op has no kernel to trace: none, or CompositeImplicitAutograd alone."""
+    return not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}
+
+
+def unfunctionalizable(op: Op, overloads: Iterable[Op]) -> str | None:
+    """Why torch.compile and torch.export cannot functionalize `op` (one of the kinds above), or
+    None when they can, or when there is nothing to functionalize (no mutation, no view, or
+    only a CompositeImplicitAutograd kernel). `overloads`: the ops of its library named
+    `<namespace>::<base name>`, where its functional variant would be."""
+    schema = op.schema
+    if only_decomposes(op):
+        return None
+    if not schema.mutable_arguments:
+        # torch functionalizes aten's views with their view_copy and inverse; a custom op has
+        # neither, so FunctionalTensorMode refuses it.
+        return VIEW if any(r.annotation is not None for r in schema.returns) else None
+    returns = mutated_returns(schema)
+    if not any(isinstance(r, str) for r in returns):
+        # auto_functionalize takes ops that return nothing or new Tensors only.
+        if any(without_alias(r.type) != BaseType(BaseTy.Tensor) for r in schema.returns):
+            return OTHER_RETURN
+        return None
+    functional = functional_among(op, overloads)
+    if functional is not None and copies_back(schema):
+        return None  # the generated Functionalize kernel
+    if auto_functionalized(op):
+        return None  # torch's auto_functionalize
+    if FUNCTIONALIZING_TAGS.intersection(op.tags) and functional is None and \
+            all(isinstance(r, str) for r in returns):
+        return STABLE_TAG  # Note [Tags the stable ABI cannot register]
+    if not all(isinstance(r, str) for r in returns):
+        return NEW_VALUES
+    return NO_COPY_BACK if functional is not None else NO_VARIANT

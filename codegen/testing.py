@@ -5,7 +5,7 @@ pass to work everywhere:
 
     from codegen import testing         # `from runtime import testing` loads the built libraries
     for case in testing.load_cases(["schemas"]):
-        testing.check_opcheck(case)     # torch.library.opcheck, all four utilities
+        testing.check_opcheck(case)     # torch.library.opcheck, its four utilities
         testing.check_gradients(case)   # gradcheck (+ gradgradcheck), ops with gradients
         testing.check_compile(case)     # torch.compile(fullgraph=True, inductor), sizes varied
         testing.check_export(case)      # torch.export, save, load, run
@@ -20,7 +20,10 @@ Every check reads what the op file declares: derivative formulas that are `not_i
 reseeded before each run they are compared across, `gradcheck:` sets the dtype and tolerances of
 the gradient check (floating `ScalarType` arguments follow that dtype), CompositeImplicitAutograd
 ops are gradchecked through their decomposition, and mutated arguments are compared after compile
-and export as well as the results. `applies(case, check)` says which checks a case has.
+and export as well as the results. `applies(case, check)` says which checks a case has: what torch
+cannot pass on an op by its own design, as a warning of the op says, is skipped (`skipped`:
+compile on a lone non-Tensor return; compile, export and opcheck's test_aot_dispatch_dynamic
+on an op torch cannot functionalize, `opcheck_skipped`).
 
 Every check raises AssertionError (or the error PyTorch raised) on failure and returns what it ran
 on success, so the same functions serve a pytest suite (tests/test_samples.py parametrizes them
@@ -69,10 +72,13 @@ from codegen.model import (
 from codegen.sample_failures import (
     CHECKS,
     DEVICE_CHECKS,
+    OPCHECK_UTILS,
     differentiable_outputs,
     failures_files,
     generator_arguments,
     has_dynamic_output,
+    opcheck_skips,
+    opcheck_utils,
     read_failures,
     sample_has_gradients,
     sample_id,
@@ -85,16 +91,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALL_OPCHECK_UTILS", "CHECKS", "COMPILE_SCALES", "DEVICE_CHECKS", "devices", "Case", "Failures", "NoLongerFails",
-    "PythonLibrary", "differentiable_outputs", "generator_arguments", "make_named", "split_call",
+    "PythonLibrary", "SampleFailuresWarning", "differentiable_outputs", "generator_arguments", "make_named", "split_call",
     "applies", "check", "check_autocast", "check_cudagraph", "check_devices", "check_compile", "check_export", "check_gradients",
     "check_opcheck", "check_seeded", "check_vmap", "differentiable_inputs", "gradcheck_spec",
     "has_dynamic_output",
     "has_gradients", "is_mutating", "load_cases", "load_failures", "load_python_library",
-    "make_inputs", "make_tensor", "make_value", "run_check", "symbolic_dims",
+    "make_inputs", "make_tensor", "make_value", "opcheck_skipped", "run_check", "skipped",
+    "symbolic_dims",
 ]
 
-ALL_OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
-                     "test_aot_dispatch_dynamic")
+ALL_OPCHECK_UTILS = OPCHECK_UTILS
 
 
 # The compile check runs each sample at these multiples of its named sizes (`N=4` -> 4, 8, 12);
@@ -536,20 +542,44 @@ def symbolic_dims(case: Case) -> list[str]:
 
 
 def applies(case: Case, check: str) -> bool:
-    """Whether `check` has something to check on `case` here (the GPU checks need a GPU)."""
-    if why_not(case.op, case.sample, check) is not None:
+    """Whether `check` has something to check on `case` here (the GPU checks need a GPU), and
+    torch can pass it (`skipped`)."""
+    if skipped(case, check) is not None:
         return False
     return check not in DEVICE_CHECKS or torch.cuda.is_available()
+
+
+def skipped(case: Case, check: str) -> str | None:
+    """Why `check` does not run on `case` (None: it runs, given a GPU for the GPU checks): it has
+    nothing to check, or torch cannot pass it on the op by its own design, as a warning of the
+    op says (torch.compile on an op returning a lone int, -Wnon-tensor-return; compile and export
+    on an op torch cannot functionalize, -Wnot-functionalizable)."""
+    return why_not(case.op, case.sample, check, _library(case.op))
+
+
+def _library(op: Op) -> list[Op]:
+    """The ops noted with `op` (note_library), where its functional variant would be."""
+    return [o for o in _LIBRARY_OPS.values() if o.namespace == op.namespace] or [op]
+
+
+def opcheck_skipped(case: Case) -> str | None:
+    """Which utilities `check_opcheck` leaves out on `case` by default, and why (None: none)."""
+    return opcheck_skips(case.op, _library(case.op))
 
 
 # --------------------------------------------------------------------------------------------------
 # The checks
 
 
-def check_opcheck(case: Case, test_utils: Iterable[str] = ALL_OPCHECK_UTILS) -> dict[str, str]:
-    """`torch.library.opcheck` on the sample. Differentiable inputs require grad (so the
-    autograd registration is exercised) unless the sample says `requires_grad: false`; no other
-    input does (a `not_implemented` gradient would raise in the backward opcheck runs)."""
+def check_opcheck(case: Case, test_utils: Iterable[str] | None = None) -> dict[str, str]:
+    """`torch.library.opcheck` on the sample, with `test_utils`; by default every one of
+    ALL_OPCHECK_UTILS that torch can pass on the op: those that functionalize it are left out
+    for an op torch cannot functionalize (its not-functionalizable warning; `opcheck_skipped`).
+    Differentiable inputs require grad (so the autograd registration is exercised) unless the
+    sample says `requires_grad: false`; no other input does (a `not_implemented` gradient would
+    raise in the backward opcheck runs)."""
+    if test_utils is None:
+        test_utils = opcheck_utils(case.op, _library(case.op))
     diff = set(differentiable_inputs(case.op))
     named = make_named(case.op, case.sample, seed=case.seed)
     named = _require_grad(case, named, diff)
@@ -1185,10 +1215,17 @@ def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> 
         note_library({c.op for c in cases})
     diags = Diagnostics()
     samples = None if cases is None else {c.id: (c.op, c.sample) for c in cases}
-    entries, where = read_failures(failures_files(paths), diags, samples)
+    library = list(_LIBRARY_OPS.values())
+    entries, where = read_failures(failures_files(paths), diags, samples, library)
     with _user_errors():
         diags.raise_if_errors()
+    if diags.items:         # entries for checks the suite skips: not needed
+        warnings.warn(SampleFailuresWarning(diags.render()), stacklevel=2)
     return Failures(entries, where)
+
+
+class SampleFailuresWarning(UserWarning):
+    """A failures file lists what needs no entry (`check` says the same)."""
 
 
 @contextlib.contextmanager
@@ -1240,5 +1277,8 @@ def run_check(case: Case, name: str, failures: Failures | None = None,
     except Exception:
         return reason
     where = failures.where.get((case.id, name), "") if failures is not None else ""
-    raise NoLongerFails(f"{where + ': ' if where else ''}{case.id} passes its {name} check now, "
-                        f"but it is listed as a known failure ({reason}); remove the entry")
+    # An entry written when opcheck ran the utilities torch cannot pass on the op.
+    fewer = opcheck_skipped(case) if name == "opcheck" and "test_utils" not in options else None
+    raise NoLongerFails(f"{where + ': ' if where else ''}{case.id} passes its {name} check now"
+                        f"{f' ({fewer})' if fewer else ''}, but it is listed as a known failure "
+                        f"({reason}); remove the entry")

@@ -88,9 +88,40 @@ def test_the_library_has_an_op_of_each_kind():
     assert testing.gradcheck_spec(wide) == GradcheckSpec("float32", 0.05, 0.01, 0.001)
     assert testing.differentiable_inputs(ops["rms_norm"].op) == ["x", "weight"]
     assert testing.is_mutating(ops["bounded_"].op)
+    # torch cannot functionalize these (-Wnot-functionalizable): what it refuses is skipped.
+    assert testing.skipped(ops["attend"], "compile") == \
+        "torch.compile cannot functionalize smp::attend (its not-functionalizable warning)"
+    assert [c for c in testing.CHECKS if testing.applies(ops["attend"], c)] == ["opcheck", "vmap"]
+    assert testing.opcheck_skipped(ops["attend"]) == (
+        "opgen runs opcheck without test_aot_dispatch_dynamic on smp::attend, as torch cannot "
+        "functionalize it (its not-functionalizable warning)")
+    # export decomposes the program of a mutating op only: a view's runs
+    assert [c for c in testing.CHECKS if testing.applies(ops["alias_of"], c)] == \
+        ["opcheck", "gradients", "export"]
+    assert testing.opcheck_skipped(ops["bounded_"]) is None
     every = {check for c in CASES for check in testing.CHECKS if testing.applies(c, check)}
     gpu_only = set() if torch.cuda.is_available() else set(testing.DEVICE_CHECKS)
     assert every == set(testing.CHECKS) - gpu_only
+
+
+def test_what_is_skipped_on_an_unfunctionalizable_op_fails_for_torch_s_reason(library):
+    """The checks left out on an op torch cannot functionalize cannot pass, whatever its kernels:
+    torch refuses the op. (Once one passes, it is to run again.)"""
+    refused = "custom \\(non-ATen\\) operator whose output has alias annotations"
+    skipped = {"smp::attend[0]": ["compile", "export"], "smp::attend[1]": ["compile", "export"],
+               "smp::alias_of[0]": ["compile"]}
+    for case in CASES:
+        if case.id not in skipped:
+            continue
+        assert [c for c in ("compile", "export") if not testing.applies(case, c)] == \
+            skipped[case.id]
+        for utility in ("test_aot_dispatch_dynamic", "test_aot_dispatch_static"):
+            with pytest.raises(Exception, match=refused):
+                testing.check_opcheck(case, [utility])
+        for check in skipped.pop(case.id):
+            with pytest.raises(Exception, match=refused):
+                testing.check(case, check)
+    assert not skipped
 
 
 def test_named_sizes_move_together():
@@ -456,6 +487,59 @@ def test_a_known_failure_is_reported_once_it_passes(tmp_path, library):
                        match=r"sample_failures.yaml:2:3: smp::cube\[0\] passes its compile check"):
         testing.run_check(case, "compile", known)
     assert testing.run_check(case, "export", known) is None
+
+
+def test_an_entry_for_a_check_torch_cannot_pass_is_not_needed(tmp_path, library):
+    """An entry for a check skipped on the op (torch cannot functionalize it, or put its call in
+    a graph) is left out with a located warning; an opcheck entry, the check now run without
+    the utilities torch refuses, is reported once it passes, saying why."""
+    (tmp_path / "sample_failures.yaml").write_text(textwrap.dedent("""\
+        smp::attend[0]:
+          compile: torch cannot functionalize it
+          export: torch cannot functionalize it
+          opcheck: test_aot_dispatch_dynamic fails
+        smp::alias_of[0]: {compile: torch cannot functionalize a view}
+        """))
+    with pytest.warns(testing.SampleFailuresWarning) as caught:
+        known = testing.load_failures([str(tmp_path)], CASES)
+    (warning,) = caught
+    text = str(warning.message).replace(str(tmp_path), "<tmp>") + "\n"
+    expect.check_file(PINNED / "failures_file_not_needed.expected", text)
+    assert known.entries == {"smp::attend[0]": {"opcheck": "test_aot_dispatch_dynamic fails"}}
+    case = next(c for c in CASES if c.id == "smp::attend[0]")
+    with pytest.raises(testing.NoLongerFails, match=(
+            r"sample_failures.yaml:4:3: smp::attend\[0\] passes its opcheck check now \(opgen "
+            r"runs opcheck without test_aot_dispatch_dynamic on smp::attend, as torch cannot "
+            r"functionalize it \(its not-functionalizable warning\)\), but it is listed")):
+        testing.run_check(case, "opcheck", known)
+
+
+def test_check_warns_of_entries_for_checks_torch_cannot_pass(tmp_path, monkeypatch, capsys):
+    """`check` says the same of the failures file, and passes."""
+    from codegen.__main__ import main
+
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: ex
+        suppress: [not-functionalizable, non-tensor-return]
+        ops:
+          - func: fwd(Tensor q, Tensor(a!)? out=None) -> (Tensor(a!), Tensor)
+            dispatch: {CPU: fwd_cpu}
+            fake: (like(q), empty([q.size(0)]))
+            samples: [{q: {shape: [3, 4]}}]
+          - func: rows(Tensor x) -> int
+            dispatch: {CPU: rows_cpu}
+            fake: x.size(0)
+            samples: [{x: {shape: [3, 4]}}]
+        """))
+    (tmp_path / "ops" / "sample_failures.yaml").write_text(textwrap.dedent("""\
+        ex::fwd[0]: {compile: not functionalizable, export: not functionalizable}
+        ex::rows[0]: {compile: returns an int}
+        """))
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "ops"]) == 0
+    expect.check_file(PINNED / "failures_file_check_not_needed.expected",
+                      capsys.readouterr().err)
 
 
 def test_a_known_failure_that_fails_gives_its_reason(tmp_path):

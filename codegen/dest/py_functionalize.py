@@ -10,16 +10,15 @@ from typing import TYPE_CHECKING
 
 from codegen import reserved
 from codegen import shape as S
+from codegen import tags as T
 from codegen.api import python as P
 from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_gradient_doc,
                                        no_gradient_message, refuses_gradient, saves_self,
                                        through_functional)
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
-from codegen.model import (DispatchKey, ListType, Op, OptionalType, is_tensor_like,
-                           without_alias)
-from codegen.tags import (FUNCTIONALIZING_TAGS, auto_functionalized, copies_back,
-                          functional_variant)
+from codegen.model import ListType, Op, OptionalType, is_tensor_like, without_alias
+from codegen.tags import FUNCTIONALIZING_TAGS, copies_back, functional_variant
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
@@ -32,54 +31,50 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     Without one, an op tagged `inplace` or `out` (Note [Tags from the schema's shape]) is left
     to torch's auto_functionalize; any other gets a `not-functionalizable` warning."""
     schema = op.schema
-    if not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}:
-        return  # decomposes, or has no kernel to trace
-    if not schema.mutable_arguments:
-        view = next((r for r in schema.returns if r.annotation is not None), None)
-        if view is not None:
-            # torch functionalizes aten's views with their view_copy and inverse; a custom op
-            # has neither, so FunctionalTensorMode refuses it (torch.compile, export's
-            # run_decompositions) with "Found a custom (non-ATen) operator whose output has
-            # alias annotations".
-            m.diags.warning(
-                returns_loc(op), f"{op.name} returns a view of its input ('{view.type}'), so "
-                "torch.compile and torch.export (run_decompositions) cannot functionalize it: "
-                "torch functionalizes no custom op whose output aliases an input",
-                "return a new Tensor (drop the alias annotation and copy), or make the op "
-                "CompositeImplicitAutograd over torch's own view ops",
-                name="not-functionalizable", suppress=op.suppress)
+    kind = T.unfunctionalizable(op, m.lib.named(op.namespace, op.name.base))
+    if kind is None:
+        returns = S.mutated_returns(schema)
+        functional = functional_variant(m.lib, op)
+        # Returning what it mutates, it is functionalizable through its functional variant
+        # (the kernel copies each result into a mutated Tensor), or torch's auto_functionalize.
+        if any(isinstance(r, str) for r in returns) and functional is not None and \
+                copies_back(schema) and not T.only_decomposes(op):
+            functionalize_as(m, op, api, sec, functional, returns)
         return
-    returns = S.mutated_returns(schema)
-    if not any(isinstance(r, str) for r in returns):
-        # auto_functionalize takes ops that return nothing or new Tensors only.
-        other = [r for r in schema.returns if without_alias(r.type) != TENSOR]
-        if other:
-            m.diags.warning(
-                returns_loc(op), f"{op.name} mutates its inputs and returns '{other[0].type}', so "
-                "torch.compile and torch.export cannot functionalize it (torch "
-                "auto-functionalizes mutating ops that return nothing or new Tensors only)",
-                "return Tensors, or nothing and let the caller read the mutated inputs",
-                name="not-functionalizable", suppress=op.suppress)
+    if kind == T.VIEW:
+        view = next(r for r in schema.returns if r.annotation is not None)
+        # torch functionalizes aten's views with their view_copy and inverse; a custom op
+        # has neither, so FunctionalTensorMode refuses it (torch.compile, export's
+        # run_decompositions) with "Found a custom (non-ATen) operator whose output has
+        # alias annotations".
+        m.diags.warning(
+            returns_loc(op), f"{op.name} returns a view of its input ('{view.type}'), so "
+            "torch.compile and torch.export (run_decompositions) cannot functionalize it: "
+            "torch functionalizes no custom op whose output aliases an input",
+            "return a new Tensor (drop the alias annotation and copy), or make the op "
+            "CompositeImplicitAutograd over torch's own view ops",
+            name="not-functionalizable", suppress=op.suppress)
         return
-    functional = functional_variant(m.lib, op)
-    # The kernel copies each result into a mutated Tensor and returns only those.
-    if functional is not None and copies_back(schema):
-        functionalize_as(m, op, api, sec, functional, returns)
+    if kind == T.OTHER_RETURN:
+        other = next(r for r in schema.returns if without_alias(r.type) != TENSOR)
+        m.diags.warning(
+            returns_loc(op), f"{op.name} mutates its inputs and returns '{other.type}', so "
+            "torch.compile and torch.export cannot functionalize it (torch "
+            "auto-functionalizes mutating ops that return nothing or new Tensors only)",
+            "return Tensors, or nothing and let the caller read the mutated inputs",
+            name="not-functionalizable", suppress=op.suppress)
         return
-    if auto_functionalized(op):
-        return  # torch's auto_functionalize handles it
-    unregistered = sorted(FUNCTIONALIZING_TAGS.intersection(op.tags))
-    if unregistered and all(isinstance(r, str) for r in returns) and functional is None:
-        # Note [Tags the stable ABI cannot register] in codegen/tags.py
+    if kind == T.STABLE_TAG:
+        unregistered = sorted(FUNCTIONALIZING_TAGS.intersection(op.tags))
         why = (f"torch's stable ABI (2.13) cannot register the '{unregistered[0]}' tag that "
                "torch's auto_functionalize needs, and the library declares no functional "
                "variant")
         hint = (f"declare `{op.name.base}(...)` with the same inputs returning new tensors (its "
                 "Functionalize kernel is then generated), or return ()")
-    elif not all(isinstance(r, str) for r in returns):
+    elif kind == T.NEW_VALUES:
         why = "it also returns new values, which no functionalization kernel can produce"
         hint = "return only the new values; the caller keeps the mutated tensors"
-    elif functional is not None:
+    elif kind == T.NO_COPY_BACK:
         why = "it mutates a Tensor list or an optional Tensor"
         hint = "return () and let the caller keep the mutated tensors"
     else:
@@ -88,6 +83,15 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
                "'out'), and the library declares no functional variant")
         hint = (f"return () and let the caller keep the mutated tensors, or declare "
                 f"`{op.name.base}(...)` with the same inputs returning new tensors")
+    # A returned `Tensor(a!)?` left as None is a new tensor: the caller has none of its own.
+    optional = [n for n in S.mutated_returns(schema) if S.optional_return_arg(schema, n)]
+    if optional and kind in (T.NEW_VALUES, T.NO_COPY_BACK, T.NO_VARIANT):
+        names = " and ".join(f"'{n}'" for n in optional)
+        one = len(optional) == 1
+        hint = (f"{'return only the new values' if kind == T.NEW_VALUES else 'return ()'} and "
+                f"make {names} required: when {names if one else 'one'} is None the caller "
+                f"has no tensor to keep; or drop {names if one else 'them'} and return "
+                f"{'its value as a new Tensor' if one else 'their values as new Tensors'}")
     m.diags.warning(
         returns_loc(op), f"{op.name} returns arguments it mutates, so torch.compile and "
         f"torch.export cannot functionalize it: {why}", hint,

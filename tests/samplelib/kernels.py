@@ -186,3 +186,33 @@ def split_total_vmap_shifts_a_part(info, in_dims, x, sizes):
     parts = [p.clone() for p in x.split(list(sizes), dim=1)]
     parts[0] = x.narrow(1, 1, parts[0].shape[1]).clone()
     return (parts, x.sum(1)), ([0] * len(parts), 0)
+
+
+def attend(q, k, out=None):
+    """`out` when given (written), else a new tensor; and a new one."""
+    result, total = q * k, (q + k).sum(-1)
+    if out is None:
+        return result, total
+    out.copy_(result)
+    return out, total
+
+
+def attend_vmap(info, in_dims, q, k, out=None):
+    """Rows are independent: the batch is folded into them, `out` written through a view."""
+    def rows(t, d):
+        t = t.unsqueeze(0).expand(info.batch_size, *t.shape) if d is None else t.movedim(d, 0)
+        return t.reshape(-1, t.shape[-1])
+
+    qd, kd, od = (*in_dims, None)[:3]
+    if out is None:
+        result, total = attend(rows(q, qd), rows(k, kd))
+        return (result.view(info.batch_size, -1, result.shape[-1]),
+                total.view(info.batch_size, -1)), (0, 0)
+    out = out.movedim(od, 0)
+    result, total = attend(rows(q, qd), rows(k, kd))
+    out.copy_(result.view(out.shape))
+    return (out, total.view(info.batch_size, -1)), (0, 0)
+
+
+def alias_of(x):
+    return x.view(x.shape)
