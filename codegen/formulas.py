@@ -283,8 +283,9 @@ class Call(Node):
     loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
     # Where each keyword is (errors about one point there); () when unknown.
     kwarg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
-    # Where each positional argument is; () when unknown.
+    # Where each positional argument is, and each keyword's value; () when unknown.
     arg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
+    kwarg_value_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -893,6 +894,7 @@ class _Checker:
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         kwarg_locs: list[Loc] = []
+        kwarg_value_locs: list[Loc] = []
         spans: list[Span] = []      # of args, then of kwargs' values
         kwarg_spans: list[Span] = []
         for a in arg_nodes:
@@ -905,6 +907,7 @@ class _Checker:
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
                 kwarg_spans.append(a.span)
+                kwarg_value_locs.append(self.loc(a.parts[1].span))
             elif isinstance(a, _Node) and a.kind == "star":
                 if kwargs:
                     raise self.error(a.span, "'*' arguments go before keyword arguments")
@@ -935,7 +938,8 @@ class _Checker:
                              "callable")
         self.tensor_operands(func, list(zip(spans, args)) + list(zip(kwarg_spans, kwargs)))
         return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span),
-                    kwarg_locs=tuple(kwarg_locs), arg_locs=tuple(self.loc(s) for s in spans))
+                    kwarg_locs=tuple(kwarg_locs), arg_locs=tuple(self.loc(s) for s in spans),
+                    kwarg_value_locs=tuple(kwarg_value_locs))
 
     def tensor_operands(self, func: Expr,
                         given: list[tuple[Span, Expr | tuple[str, Expr]]]) -> None:
@@ -1892,7 +1896,8 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
               f"argument {i + 1} ('{arg.name}')")
              for i, (arg, value) in enumerate(zip(schema.positional, positional))]
     given += [(schema.argument(key), value,
-               call.kwarg_locs[i] if i < len(call.kwarg_locs) else call.loc, f"argument '{key}'")
+               call.kwarg_value_locs[i] if i < len(call.kwarg_value_locs) else call.loc,
+               f"argument '{key}'")
               for i, (key, value) in enumerate(call.kwargs)]
     for arg, value, loc, what in given:
         if arg is None:
