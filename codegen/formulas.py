@@ -123,7 +123,8 @@ where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor 
 for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
 vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as an item of an
 `int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
-may hold one; a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
+may hold one, or a `float[]` argument for an `int[]` (its items are floats, even whole ones);
+a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
 number parameter (a number for a str, a string for an int, a dtype for a float). What torch.ops
 converts passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
 format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
@@ -1208,6 +1209,7 @@ class Form(enum.Enum):
     TENSOR = "a Tensor"
     TENSORS = "a list of Tensors"
     SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
+    FLOATS = "a list of floats"     # a `float[]` argument, a slice of one
     # an int or a bool (one size: `x.size(0)`, `x.numel()`; `n > 1`), or a number that may be
     # either or a float (`x.item()`, `2 ** n`)
     NUMBER = "a number"
@@ -1221,6 +1223,7 @@ class Form(enum.Enum):
 
 
 _NUMERIC = (Form.NUMBER, Form.FLOAT, Form.SCALAR)
+_LISTS = (Form.SHAPE, Form.FLOATS)
 _NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
 # The forms of arguments of other types, and of torch's constants.
 _ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR, BaseTy.str: Form.STRING,
@@ -1356,6 +1359,8 @@ class _Kinds:
                     return Form.NUMBER
                 if isinstance(t, BaseType):
                     return _ARGUMENT_FORMS.get(t.name)
+                if isinstance(t, ListType) and is_base(t.elem, BaseTy.float):
+                    return Form.FLOATS
                 if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
                     return Form.SHAPE
             case LocalRef(name=n):
@@ -1383,12 +1388,13 @@ class _Kinds:
             case Call(func=TorchRef(path=("promote_types" | "result_type",))):
                 return Form.DTYPE
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
-                    if self.form(a) is Form.SHAPE:
-                return Form.SHAPE
-            case Subscript(obj=obj, items=(i,)) if self.form(obj) is Form.SHAPE:
+                    if self.form(a) in _LISTS:
+                return self.form(a)
+            case Subscript(obj=obj, items=(i,)) if self.form(obj) in _LISTS:
                 if isinstance(i, Slice):
-                    return Form.SHAPE
-                return Form.NUMBER if self.form(i) is Form.NUMBER else None
+                    return self.form(obj)
+                item = Form.NUMBER if self.form(obj) is Form.SHAPE else Form.FLOAT
+                return item if self.form(i) is Form.NUMBER else None
             case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
                     and self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
@@ -1401,11 +1407,12 @@ class _Kinds:
                     if op is BinOpKind.div or Form.FLOAT in forms:
                         return Form.FLOAT
                     return Form.SCALAR if Form.SCALAR in forms else Form.NUMBER
-                # sizes concatenate, and repeat times an int
-                if op is BinOpKind.add and forms == (Form.SHAPE, Form.SHAPE):
-                    return Form.SHAPE
-                if op is BinOpKind.mul and set(forms) == {Form.SHAPE, Form.NUMBER}:
-                    return Form.SHAPE
+                # lists concatenate (holding floats if either does), and repeat times an int
+                if op is BinOpKind.add and forms[0] in _LISTS and forms[1] in _LISTS:
+                    return Form.FLOATS if Form.FLOATS in forms else Form.SHAPE
+                if op is BinOpKind.mul and Form.NUMBER in forms \
+                        and (forms[0] in _LISTS or forms[1] in _LISTS):
+                    return forms[0] if forms[0] in _LISTS else forms[1]
             case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
                     if self.form(o) in _NUMERIC:
                 return self.form(o)
@@ -1950,7 +1957,7 @@ _TAKES: dict[BaseTy, frozenset[Form]] = {
 _ITEM_TAKES: dict[BaseTy, frozenset[Form]] = {
     BaseTy.int: frozenset({Form.NUMBER}), BaseTy.SymInt: frozenset({Form.NUMBER}),
     BaseTy.float: frozenset(_NUMERIC), BaseTy.bool: frozenset(_NUMERIC)}
-_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE}
+_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE, Form.FLOATS}
 
 
 def _refusal(t, form: Form, element: bool = False) -> str | None:
@@ -1971,7 +1978,7 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             if t.name in (BaseTy.str, BaseTy.Device, BaseTy.Scalar):
                 return "torch.ops refuses it at backward"
             return values.format("its value", "it")
-        if form is Form.TENSORS:
+        if form in (Form.TENSORS, Form.FLOATS):
             return "a list is not one number" if t.name in _ITEM_TAKES or \
                 t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.FLOAT:
@@ -1987,6 +1994,8 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             return _refusal(t.elem, form, element=True)
         if form in (Form.TENSOR, Form.TENSORS):
             return values.format("their values", "them")
+        if form is Form.FLOATS and _refusal(t.elem, Form.FLOAT, element=True) is not None:
+            return f"torch.ops refuses a float for {_a(t.elem)} at backward, even a whole one (2.0)"
     return None
 
 
@@ -1994,6 +2003,11 @@ def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str
     """What to write instead of `value`, refused as `form`."""
     if form is Form.FLOAT and kinds.divides(value):
         return "`/` gives a float even of two ints; use // for an integer: x.size(0) // 2"
+    if form is Form.FLOATS:
+        if isinstance(value, InputRef):
+            return (f"pass [int(v) for v in {value.name}], which truncates, or declare "
+                    f"'{value.name}' an int[]")
+        return "convert each item with int(...), which truncates: [int(v) for v in values]"
     if form is Form.SCALAR:
         if isinstance(value, InputRef):
             return f"pass int({value.name}), which truncates, or declare '{value.name}' an int"

@@ -571,7 +571,7 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
 
     p = tmp_path / "ops.yaml"
     p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
-                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32) "
+                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32, float[] xs=[]) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -709,6 +709,18 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
     ("ex.takes(grad, sizes=[alpha * 2])", "argument 'sizes' of ex::takes is a SymInt[], but its "
      "item at index 0 is a Scalar: a Scalar may hold a float, which torch.ops refuses for a "
      "SymInt at backward"),
+    # a float[] holds floats, even of whole numbers: torch.ops gives its kernel [2.0, 3.0]
+    ("ex.takes(grad, sizes=xs)", "argument 'sizes' of ex::takes is a SymInt[], but is given a list "
+     "of floats: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("s = list(xs[1:]); ex.takes(grad, dims=s + dims)", "argument 'dims' of ex::takes is an int[], "
+     "but is given a list of floats: torch.ops refuses a float for an int at backward, even a "
+     "whole one (2.0)"),
+    ("ex.takes(grad, pair=xs * 2)", "argument 'pair' of ex::takes is an int[2], but is given a "
+     "list of floats: torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, xs[0])", "argument 2 ('n') of ex::takes is a SymInt, but is given a float: "
+     "torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=xs)", "argument 'k' of ex::takes is an int, but is given a list of floats: "
+     "a list is not one number"),
 ])
 def test_library_op_integer_parameters_refuse_floats(tmp_path, text, message):
     """Each passed `check` and failed in torch.ops at backward."""
@@ -770,6 +782,8 @@ def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, mess
     "ex.takes(grad, True, x.dim() > 1, x.size(0) / 2, r, a=r)",
     "ex.takes(grad, b=0.5, a=alpha, s=alpha, fs=[n, 0.5, True], bs=[1, 0.5], dims=[True, n])",
     "ex.takes(grad, n=int(alpha), k=int(x.size(0) / 2), dims=[int(r)])",
+    # a float[] for a float[] or a bool[], its items for a float; converted for an int[]
+    "ex.takes(grad, s=xs[-1], fs=xs + dims, bs=xs[:1], sizes=[int(v) for v in xs])",
     # a dtype, layout or memory format for an int; an int for a dtype; a string for a device
     "ex.takes(grad, k=x.dtype, dtype=6, layout=0, mf=1)",
     "ex.takes(grad, k=torch.channels_last, maybe=x.layout)",
@@ -787,7 +801,8 @@ def test_library_op_parameters_take_what_torch_converts(tmp_path, text):
 def test_library_op_parameter_types_agree_with_torch():
     """The conversions `check` expects of torch.ops (formulas._TAKES, _ITEM_TAKES) are torch's:
     a sample value of each form, given to a parameter of each type, passes torch.ops exactly
-    where `check` lets it pass (a Scalar stands for the float it may hold)."""
+    where `check` lets it pass (a Scalar stands for the float it may hold); a list of each
+    form, given whole, where `_refusal` lets it pass."""
     samples = {
         F.Form.NUMBER: [1, True], F.Form.FLOAT: [0.5, 2.0], F.Form.SCALAR: [2.5],
         F.Form.STRING: ["cpu"], F.Form.DTYPE: [torch.float32], F.Form.DEVICE: [torch.device("cpu")],
@@ -825,6 +840,14 @@ def test_library_op_parameter_types_agree_with_torch():
                         got = passes(i, [v])
                     if expected != got:
                         disagree.append((schema_type, form, v, got))
+        lists = {F.Form.SHAPE: [[1, 2], [True]], F.Form.FLOATS: [[0.5, 2.0], [3.0]]}
+        for i, schema_type in enumerate(types.values()):
+            t = parse_schema(f"f(Tensor x, {schema_type} v) -> Tensor").arguments[1].type
+            for form, values in lists.items():
+                for v in values:
+                    expected = F._refusal(t, form) is None
+                    if expected != passes(i, v):
+                        disagree.append((schema_type, form, v, not expected))
         assert disagree == []
     finally:
         lib._destroy()
