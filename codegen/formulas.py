@@ -125,8 +125,12 @@ vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as 
 `int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
 may hold one, or a `float[]` argument for an `int[]` (its items are floats, even whole ones);
 a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
-number parameter (a number for a str, a string for an int, a dtype for a float). What torch.ops
-converts passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
+number parameter (a number for a str, a string for an int, a dtype for a float); None (`None`,
+a binding that may be None, `n if c else None`) for a parameter that is not optional, a bool or
+a Tensor, or as an item of a list other than a `bool[]` or `Tensor?[]`, unless a condition
+around the call tells it is not (`ex.f(grad, v) if v is not None else grad`, `v is not None and
+...`, a comprehension's `if`, a binding `has = v is not None` tested). What torch.ops converts
+passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
 format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
 loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
 there, and its error says so).
@@ -145,6 +149,7 @@ from typing import Iterator, Union
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean
 from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
 from codegen.model import (
+    Argument,
     BaseTy,
     BaseType,
     DerivativesSpec,
@@ -880,6 +885,10 @@ class _Checker:
         if form is not None:
             self.kinds.forms[name] = form
         self.kinds.values[name] = value
+        if self.kinds.may_be_none(value):
+            self.kinds.maybe_none.add(name)
+        self.kinds.guards[name] = (_not_none_if(value, True, self.kinds),
+                                   _not_none_if(value, False, self.kinds))
         if self.float_number(value):
             self.float_locals.add(name)
         return name, value
@@ -1195,6 +1204,57 @@ def _join_forms(a: Form | None, b: Form | None) -> Form | None:
     return Form.NUMBER if a in _NUMERIC and b in _NUMERIC else None
 
 
+def _not_none_if(cond: Expr, truth: bool, kinds: _Kinds) -> frozenset[str]:
+    """The inputs and bindings that are not None where `cond` has the truth `truth`."""
+    match cond:
+        case BinOp(op=BinOpKind.is_not | BinOpKind.is_ as op, left=a, right=b):
+            named = a if isinstance(b, Const) and b.value is None else \
+                b if isinstance(a, Const) and a.value is None else None
+            if isinstance(named, (InputRef, LocalRef)) and truth == (op is BinOpKind.is_not):
+                return frozenset({named.name})
+        case UnaryOp(op=UnaryKind.not_, operand=o):
+            return _not_none_if(o, not truth, kinds)
+        case BinOp(op=BinOpKind.and_ | BinOpKind.or_ as op, left=a, right=b) \
+                if truth == (op is BinOpKind.and_):
+            # both operands have that truth
+            return _not_none_if(a, truth, kinds) | _not_none_if(b, truth, kinds)
+        case InputRef(name=n) if truth:
+            return frozenset({n})    # None is falsy
+        case LocalRef(name=n):
+            told = kinds.guards.get(n, (frozenset(), frozenset()))[0 if truth else 1]
+            return told | {n} if truth else told
+    return frozenset()
+
+
+def not_none_where(f: Formula, kinds: _Kinds) -> dict[int, frozenset[str]]:
+    """For each call (by id) of the formula `f`, the names the conditions around it tell are
+    not None there (`ex.g(grad, n) if n is not None else grad`)."""
+    out: dict[int, frozenset[str]] = {}
+
+    def visit(e: Expr, known: frozenset[str]) -> None:
+        if isinstance(e, Call):
+            out[id(e)] = known
+        match e:
+            case IfExp(cond=c, then=a, orelse=b):
+                visit(c, known)
+                visit(a, known | _not_none_if(c, True, kinds))
+                visit(b, known | _not_none_if(c, False, kinds))
+            case BinOp(op=BinOpKind.and_ | BinOpKind.or_ as op, left=a, right=b):
+                visit(a, known)
+                visit(b, known | _not_none_if(a, op is BinOpKind.and_, kinds))
+            case ListComp(elem=elem, iterable=it, cond=c) if c is not None:
+                visit(it, known)
+                visit(c, known)
+                visit(elem, known | _not_none_if(c, True, kinds))
+            case _:
+                for child in children(e):
+                    visit(child, known)
+
+    for e in f.exprs():
+        visit(e, frozenset())
+    return out
+
+
 def _tensor_method(name: str) -> Kind:
     if name in _DATA_TENSOR_METHODS:
         return Kind.DATA
@@ -1256,6 +1316,9 @@ class _Kinds:
         self.lib = lib      # where calls of library ops are looked up; None: they are unknown
         self.forms: dict[str, Form] = {}    # of the bindings whose form is known
         self.values: dict[str, Expr] = {}   # the bindings' values
+        self.maybe_none: set[str] = set()   # bindings that may hold None
+        # The names a binding's truth, and its falsity, tell are not None (`has = n is not None`).
+        self.guards: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
     def _type(self, t) -> Kind:
         if is_tensor_list(t):
@@ -1335,8 +1398,9 @@ class _Kinds:
         return Kind.UNKNOWN
 
     def form(self, e: Expr) -> Form | None:
-        """What `e` surely is (Form), None where it cannot be told: a library op's parameter is
-        refused only what it surely cannot take."""
+        """What `e` surely is (Form) where it is not None, None where it cannot be told: a
+        library op's parameter is refused only what it surely cannot take. Whether `e` may be
+        None is `may_be_none`'s."""
         if isinstance(e, InputRef) and isinstance(self.schema.argument(e.name).type,
                                                   OptionalType):
             return None     # may be None, which an optional parameter of any type takes
@@ -1424,6 +1488,26 @@ class _Kinds:
                     if items and all(self.form(i) in _NUMERIC for i in items):
                 return Form.SHAPE
         return None
+
+    def may_be_none(self, e: Expr, not_none: frozenset[str] = frozenset()) -> bool:
+        """Whether `e` may be None: the literal or a binding of it, unless a condition around it
+        (`v if v is not None else 0`) tells otherwise; `not_none`: the names those conditions
+        tell are not None where `e` is."""
+        match e:
+            case Const(value=None):
+                return True
+            case LocalRef(name=n):
+                return n not in not_none and n in self.maybe_none
+            case IfExp(cond=c, then=a, orelse=b):
+                return (self.may_be_none(a, not_none | _not_none_if(c, True, self))
+                        or self.may_be_none(b, not_none | _not_none_if(c, False, self)))
+            case BinOp(op=BinOpKind.and_, left=a, right=b):
+                # `a and b` is `a` where `a` is falsy: None is
+                return self.may_be_none(a, not_none) or \
+                    self.may_be_none(b, not_none | _not_none_if(a, True, self))
+            case BinOp(op=BinOpKind.or_, right=b):
+                return self.may_be_none(b, not_none)
+        return False
 
     def divides(self, e: Expr) -> bool:
         """Whether `e` is a true division of numbers, or computed from one."""
@@ -1866,8 +1950,10 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             if fine and calls:
                 kinds = _check_knowing_library(lib, op, f, diags)
                 fine = kinds is not None
+                not_none = not_none_where(f, kinds) if kinds is not None else {}
                 for node in calls:
-                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags)
+                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags,
+                                                          not_none[id(node)])
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
                 fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
             ok = ok and fine
@@ -1888,9 +1974,10 @@ def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula,
 
 
 def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
-                          diags: Diagnostics) -> bool:
+                          diags: Diagnostics, not_none: frozenset[str] = frozenset()) -> bool:
     """No parameter of a library op is given what it surely cannot take, as when arguments are
-    out of order: torch.ops would refuse it at backward, or read a Tensor's value there."""
+    out of order: torch.ops would refuse it at backward, or read a Tensor's value there.
+    `not_none`: the names the conditions around the call tell are not None."""
     target = resolve(lib, ref)
     assert target is not None
     schema = target.schema
@@ -1909,27 +1996,37 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
     for arg, value, loc, what in given:
         if arg is None:
             continue
-        if is_tensor_like(arg.type):
-            if kinds.of(value) is not Kind.META:
-                continue
+        if is_tensor_like(arg.type) and kinds.of(value) is Kind.META:
             message = (f"{what} of {schema.name} is {_a(arg.type)}, but is given a value that "
                        "is not a Tensor (a number, size, shape, dtype or string)")
             diags.error(loc, message, f"its schema: {schema}")
             return False
-        form = kinds.form(value)
+        form = None if is_tensor_like(arg.type) else kinds.form(value)
         why = _refusal(arg.type, form) if form is not None else None
         if why is not None:
             diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
                         f"{form.value}: {why}", _hint(value, form, kinds, schema))
             return False
+        # what is not None passes: then None must too
+        if not _takes_none(arg.type) and kinds.may_be_none(value, not_none):
+            diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
+                        f"{_none(value, 'a value that')}: torch.ops refuses None for "
+                        f"{_a(arg.type)} at backward", _none_hint(value, arg))
+            return False
         t = strip_optional(arg.type)
         if isinstance(t, ListType) and isinstance(t.elem, BaseType) \
                 and isinstance(value, (ListLit, TupleLit)):
             for i, item in enumerate(value.items):
+                at = value.item_locs[i] if i < len(value.item_locs) else loc
+                if not _takes_none(t.elem, element=True) and kinds.may_be_none(item, not_none):
+                    diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
+                                f"at index {i} is {_none(item, 'a value that')}: torch.ops "
+                                f"refuses None for {_a(t.elem)} at backward",
+                                _none_hint(item, None))
+                    return False
                 form = kinds.form(item)
                 why = _refusal(t.elem, form, element=True) if form is not None else None
                 if why is not None:
-                    at = value.item_locs[i] if i < len(value.item_locs) else loc
                     diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
                                 f"at index {i} is {form.value}: {why}",
                                 _hint(item, form, kinds, schema))
@@ -1997,6 +2094,31 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
         if form is Form.FLOATS and _refusal(t.elem, Form.FLOAT, element=True) is not None:
             return f"torch.ops refuses a float for {_a(t.elem)} at backward, even a whole one (2.0)"
     return None
+
+
+def _takes_none(t, element: bool = False) -> bool:
+    """Whether torch.ops takes None for a parameter of type `t` (an item of a list one:
+    `element`), as it does for an optional one, a bool (False) and a Tensor that is no list's
+    item (an undefined one); tests/test_formulas.py probes torch."""
+    return isinstance(t, OptionalType) or is_base(t, BaseTy.bool) or \
+        (not element and is_base(t, BaseTy.Tensor))
+
+
+def _none(value: Expr, other: str) -> str:
+    """`value`, which may be None, as a message names it."""
+    if isinstance(value, Const):
+        return "None"
+    if isinstance(value, (InputRef, LocalRef)):
+        return f"'{value.name}', which may be None"
+    return f"{other} may be None"
+
+
+def _none_hint(value: Expr, arg: Argument | None) -> str:
+    """What to write instead of `value`, which may be None, given to `arg` (None: an item)."""
+    optional = f", or declare the parameter optional: {arg.type}? {arg.name}" if arg else ""
+    if isinstance(value, (InputRef, LocalRef)):
+        return f"test it first, `... if {value.name} is not None else ...`" + optional
+    return "pass a value" + optional
 
 
 def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str:

@@ -562,7 +562,8 @@ TAKES = """\
 - func: ex::takes(Tensor grad, SymInt n=0, int k=0, float s=1.0, bool b=False, Scalar a=1, \
 SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None, \
 str mode="x", ScalarType? dtype=None, Device? device=None, Layout? layout=None, \
-MemoryFormat? mf=None, float[] fs=[], bool[] bs=[]) -> Tensor
+MemoryFormat? mf=None, float[] fs=[], bool[] bs=[], ScalarType st=float32) -> Tensor
+- func: ex::takes_list(Tensor[] ts) -> Tensor
 """
 
 
@@ -571,7 +572,9 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
 
     p = tmp_path / "ops.yaml"
     p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
-                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32, float[] xs=[]) "
+                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32, float[] xs=[], "
+                 "int? mi=None, str? so=None, float[]? ys=None, ScalarType? od=None, "
+                 "bool? bo=None) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -799,22 +802,23 @@ def test_library_op_parameters_take_what_torch_converts(tmp_path, text):
 
 
 def test_library_op_parameter_types_agree_with_torch():
-    """The conversions `check` expects of torch.ops (formulas._TAKES, _ITEM_TAKES) are torch's:
-    a sample value of each form, given to a parameter of each type, passes torch.ops exactly
-    where `check` lets it pass (a Scalar stands for the float it may hold); a list of each
-    form, given whole, where `_refusal` lets it pass."""
+    """What `check` lets a library op's parameter take (formulas._refusal, _takes_none) is what
+    torch.ops takes: a sample value of each form, None, and lists of sizes and of floats, given
+    to a parameter of each type (optional ones too), and each as an item of each list type,
+    pass torch.ops exactly where `check` lets them pass (a Scalar stands for the float it may
+    hold)."""
     samples = {
         F.Form.NUMBER: [1, True], F.Form.FLOAT: [0.5, 2.0], F.Form.SCALAR: [2.5],
         F.Form.STRING: ["cpu"], F.Form.DTYPE: [torch.float32], F.Form.DEVICE: [torch.device("cpu")],
         F.Form.LAYOUT: [torch.strided], F.Form.MEMORY_FORMAT: [torch.contiguous_format],
+        F.Form.SHAPE: [[1, 2], [True]], F.Form.FLOATS: [[0.5, 2.0], [3.0]],
     }
+    values = [t.value for t in F._TAKES] + [f"{t.value}[]" for t in F._ITEM_TAKES] + ["int[2]"]
+    names = values + [f"{v}?" for v in values] + ["Tensor", "Tensor?", "Tensor[]", "Tensor?[]"]
     lib = torch.library.Library("opgen_types_probe", "DEF")
     try:
-        types = {t: t.value for t in F._TAKES}
-        types.update({f"list_{t.value}": f"{t.value}[]" for t in F._ITEM_TAKES})
-        types.update({"pair": "int[2]"})
-        for i, schema_type in enumerate(types.values()):
-            lib.define(f"f{i}(Tensor x, {schema_type} v) -> Tensor")
+        for i, name in enumerate(names):
+            lib.define(f"f{i}(Tensor x, {name} v) -> Tensor")
             lib.impl(f"f{i}", lambda x, v: x.clone(), "CompositeExplicitAutograd")
 
         def passes(i: int, value) -> bool:
@@ -825,32 +829,67 @@ def test_library_op_parameter_types_agree_with_torch():
             return True
 
         disagree = []
-        for i, (key, schema_type) in enumerate(types.items()):
-            for form, values in samples.items():
-                for v in values:
-                    if isinstance(key, F.BaseTy):
-                        expected = form in F._TAKES[key]
-                        got = passes(i, v)
-                    elif key == "pair":
-                        expected = form in F._ITEM_TAKES[F.BaseTy.int]
-                        got = passes(i, v)
-                    else:
-                        elem = F.BaseTy(schema_type[:-2])
-                        expected = form in F._ITEM_TAKES[elem]
-                        got = passes(i, [v])
-                    if expected != got:
-                        disagree.append((schema_type, form, v, got))
-        lists = {F.Form.SHAPE: [[1, 2], [True]], F.Form.FLOATS: [[0.5, 2.0], [3.0]]}
-        for i, schema_type in enumerate(types.values()):
-            t = parse_schema(f"f(Tensor x, {schema_type} v) -> Tensor").arguments[1].type
-            for form, values in lists.items():
-                for v in values:
-                    expected = F._refusal(t, form) is None
-                    if expected != passes(i, v):
-                        disagree.append((schema_type, form, v, not expected))
+        for i, name in enumerate(names):
+            t = parse_schema(f"f(Tensor x, {name} v) -> Tensor").arguments[1].type
+            elem = F.strip_optional(t).elem if isinstance(F.strip_optional(t), F.ListType) \
+                else None
+            given = [(None, F._takes_none(t))]
+            if elem is not None:
+                given.append(([None], F._takes_none(elem, element=True)))
+            if not F.is_tensor_like(t):     # a Tensor parameter's own check is Kind.META's
+                for form, forms_values in samples.items():
+                    for v in forms_values:
+                        given.append((v, F._refusal(t, form) is None))
+                        if elem is not None and form in F._ONE_VALUE:
+                            given.append(([v], F._refusal(elem, form, element=True) is None))
+            for v, expected in given:
+                if passes(i, v) != expected:
+                    disagree.append((name, v, not expected))
         assert disagree == []
     finally:
         lib._destroy()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("ex.takes(grad, None)", "argument 2 ('n') of ex::takes is a SymInt, but is given None: "
+     "torch.ops refuses None for a SymInt at backward"),
+    ("ex.takes_list(None)", "argument 1 ('ts') of ex::takes_list is a Tensor[], but is given None: "
+     "torch.ops refuses None for a Tensor[] at backward"),
+    ("ex.takes(grad, mode=None)", "argument 'mode' of ex::takes is a str, but is given None: "
+     "torch.ops refuses None for a str at backward"),
+    ("v = None if n > 0 else n; ex.takes(grad, k=v)", "argument 'k' of ex::takes is an int, but is "
+     "given 'v', which may be None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, s=None if n > 0 else 1.0)", "argument 's' of ex::takes is a float, but is "
+     "given a value that may be None: torch.ops refuses None for a float at backward"),
+    ("v = None if n > 0 else n; ex.takes(grad, k=v) if v is None else grad", "argument 'k' of "
+     "ex::takes is an int, but is given 'v', which may be None: torch.ops refuses None for an int "
+     "at backward"),
+    ("ex.takes(grad, dims=[n, None])", "argument 'dims' of ex::takes is an int[], but its item at "
+     "index 1 is None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, dims=[n if n > 0 else None])", "argument 'dims' of ex::takes is an int[], "
+     "but its item at index 0 is a value that may be None: torch.ops refuses None for an int at "
+     "backward"),
+    ("ex.takes_list([grad, None])", "argument 1 ('ts') of ex::takes_list is a Tensor[], but its "
+     "item at index 1 is None: torch.ops refuses None for a Tensor at backward"),
+])
+def test_library_op_parameters_refuse_none(tmp_path, text, message):
+    """Each passed `check` and failed in torch.ops at backward: torch.ops takes None for an
+    optional parameter, a bool and a Tensor only
+    (test_library_op_parameter_types_agree_with_torch)."""
+    assert _argument_errors(tmp_path, text) == [message]
+
+
+@pytest.mark.parametrize("text", [
+    # given where a condition around the call tells it is not None
+    "v = None if n > 0 else n; ex.takes(grad, k=v) if v is not None else grad",
+    "v = None if n > 0 else n; has = v is not None; ex.takes(grad, k=v) if has else grad",
+    "v = None if n > 0 else n; [ex.takes(g, k=v) for g in [grad] if v is not None][0]",
+    # optional parameters take None; a bool takes it (False), a Tensor too (an undefined one)
+    "ex.takes(grad, maybe=None, opt=None, dtype=None, b=None, bs=[True, None])",
+    "ex.takes(w, b=None)",
+])
+def test_library_op_parameters_take_none_where_torch_does(tmp_path, text):
+    assert _argument_errors(tmp_path, text) == []
 
 
 def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypatch):
@@ -894,3 +933,4 @@ def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypat
         torch.testing.assert_close(got, torch.full_like(x, 3.0))
     finally:
         lib.close()
+
