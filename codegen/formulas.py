@@ -126,10 +126,11 @@ vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as 
 may hold one, or a `float[]` argument for an `int[]` (its items are floats, even whole ones);
 a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
 number parameter (a number for a str, a string for an int, a dtype for a float); None (`None`,
-a binding that may be None, `n if c else None`) for a parameter that is not optional, a bool or
-a Tensor, or as an item of a list other than a `bool[]` or `Tensor?[]`, unless a condition
-around the call tells it is not (`ex.f(grad, v) if v is not None else grad`, `v is not None and
-...`, a comprehension's `if`, a binding `has = v is not None` tested). What torch.ops converts
+an optional input or a binding that may be None, `n if c else None`) for a parameter that is
+not optional, a bool or a Tensor, or as an item of a list other than a `bool[]` or `Tensor?[]`,
+unless a condition around the call tells it is not (`ex.f(grad, n) if n is not None else
+grad`, `n is not None and ...`, a comprehension's `if`, a binding `has = n is not None` tested);
+besides None, an optional input is checked as a value of its type is. What torch.ops converts
 passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
 format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
 loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
@@ -1401,9 +1402,6 @@ class _Kinds:
         """What `e` surely is (Form) where it is not None, None where it cannot be told: a
         library op's parameter is refused only what it surely cannot take. Whether `e` may be
         None is `may_be_none`'s."""
-        if isinstance(e, InputRef) and isinstance(self.schema.argument(e.name).type,
-                                                  OptionalType):
-            return None     # may be None, which an optional parameter of any type takes
         k = self.of(e)
         if k is Kind.TENSOR:
             return Form.TENSOR
@@ -1418,7 +1416,7 @@ class _Kinds:
                 return {int: Form.NUMBER, bool: Form.NUMBER, float: Form.FLOAT,
                         str: Form.STRING}.get(type(v))
             case InputRef(name=n):
-                t = self.schema.argument(n).type
+                t = strip_optional(self.schema.argument(n).type)
                 if is_base(t, BaseTy.int, BaseTy.SymInt, BaseTy.bool, BaseTy.SymBool):
                     return Form.NUMBER
                 if isinstance(t, BaseType):
@@ -1490,12 +1488,15 @@ class _Kinds:
         return None
 
     def may_be_none(self, e: Expr, not_none: frozenset[str] = frozenset()) -> bool:
-        """Whether `e` may be None: the literal or a binding of it, unless a condition around it
-        (`v if v is not None else 0`) tells otherwise; `not_none`: the names those conditions
-        tell are not None where `e` is."""
+        """Whether `e` may be None: the literal, an optional input or a binding of one, unless
+        a condition around it (`n if n is not None else 0`) tells otherwise; `not_none`: the
+        names those conditions tell are not None where `e` is."""
         match e:
             case Const(value=None):
                 return True
+            case InputRef(name=n):
+                return n not in not_none and isinstance(self.schema.argument(n).type,
+                                                        OptionalType)
             case LocalRef(name=n):
                 return n not in not_none and n in self.maybe_none
             case IfExp(cond=c, then=a, orelse=b):

@@ -624,7 +624,6 @@ def test_library_op_parameters_refuse_what_they_cannot_take(tmp_path, text, give
     # what cannot be told is left to torch.ops: a loop variable, a library op's int
     "sum([ex.takes(grad, i) for i in x.shape], torch.zeros_like(x))",
     "ex.takes(grad, sizes=[x.size(0), n] if n else [], k=grad.dtype == torch.float32)",
-    "ex.takes(grad, maybe=w, opt=w)",     # a Tensor? may be None
 ])
 def test_library_op_parameters_take_numbers_and_shapes(tmp_path, text):
     assert _argument_errors(tmp_path, text) == []
@@ -871,10 +870,42 @@ def test_library_op_parameter_types_agree_with_torch():
      "backward"),
     ("ex.takes_list([grad, None])", "argument 1 ('ts') of ex::takes_list is a Tensor[], but its "
      "item at index 1 is None: torch.ops refuses None for a Tensor at backward"),
+    # an optional input may be None
+    ("ex.takes(grad, k=mi)", "argument 'k' of ex::takes is an int, but is given 'mi', which may "
+     "be None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, mode=so)", "argument 'mode' of ex::takes is a str, but is given 'so', which "
+     "may be None: torch.ops refuses None for a str at backward"),
+    ("ex.takes(grad, fs=ys)", "argument 'fs' of ex::takes is a float[], but is given 'ys', which "
+     "may be None: torch.ops refuses None for a float[] at backward"),
+    ("ex.takes(grad, st=od)", "argument 'st' of ex::takes is a ScalarType, but is given 'od', "
+     "which may be None: torch.ops refuses None for a ScalarType at backward"),
+    ("v = mi; ex.takes(grad, k=v)", "argument 'k' of ex::takes is an int, but is given 'v', which "
+     "may be None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, s=mi if n > 0 else 1.0)", "argument 's' of ex::takes is a float, but is given "
+     "a value that may be None: torch.ops refuses None for a float at backward"),
+    ("ex.takes(grad, a=mi and 2)", "argument 'a' of ex::takes is a Scalar, but is given a value "
+     "that may be None: torch.ops refuses None for a Scalar at backward"),
+    ("ex.takes(grad, k=mi) if mi is None else grad", "argument 'k' of ex::takes is an int, but is "
+     "given 'mi', which may be None: torch.ops refuses None for an int at backward"),
+    ("has = mi is None; ex.takes(grad, k=mi) if has or n > 0 else grad", "argument 'k' of "
+     "ex::takes is an int, but is given 'mi', which may be None: torch.ops refuses None for an "
+     "int at backward"),
+    ("ex.takes(grad, sizes=(mi,))", "argument 'sizes' of ex::takes is a SymInt[], but its item at "
+     "index 0 is 'mi', which may be None: torch.ops refuses None for a SymInt at backward"),
+    # what is not None is checked as a value of the optional's type is, first
+    ("ex.takes(grad, sizes=ys)", "argument 'sizes' of ex::takes is a SymInt[], but is given a list "
+     "of floats: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=so)", "argument 'k' of ex::takes is an int, but is given a string: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, mode=od)", "argument 'mode' of ex::takes is a str, but is given a dtype: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, maybe=w)", "argument 'maybe' of ex::takes is an int?, but is given a Tensor: "
+     "torch.ops would read its value at backward, which neither torch.compile, vmap nor C++ "
+     "autograd can, and no gradient flows through it"),
 ])
 def test_library_op_parameters_refuse_none(tmp_path, text, message):
-    """Each passed `check` and failed in torch.ops at backward: torch.ops takes None for an
-    optional parameter, a bool and a Tensor only
+    """Each passed `check` and failed in torch.ops at backward (given None, or the optional
+    input given None): torch.ops takes None for an optional parameter, a bool and a Tensor only
     (test_library_op_parameter_types_agree_with_torch)."""
     assert _argument_errors(tmp_path, text) == [message]
 
@@ -884,8 +915,16 @@ def test_library_op_parameters_refuse_none(tmp_path, text, message):
     "v = None if n > 0 else n; ex.takes(grad, k=v) if v is not None else grad",
     "v = None if n > 0 else n; has = v is not None; ex.takes(grad, k=v) if has else grad",
     "v = None if n > 0 else n; [ex.takes(g, k=v) for g in [grad] if v is not None][0]",
+    "ex.takes(grad, k=mi) if mi is not None else grad",
+    "ex.takes(grad, k=mi, mode=so) if mi is not None and so is not None else grad",
+    "grad if mi is None or not so is not None else ex.takes(grad, k=mi, mode=so)",
+    "has = mi is not None; ex.takes(grad, k=mi) if has else grad",
+    "[ex.takes(g, k=mi) for g in [grad] if mi is not None][0]",
+    "ex.takes(grad, mode=so if so else \"x\", fs=ys or [], st=od if od is not None else dt)",
+    "v = mi if mi is not None else 0; ex.takes(grad, k=v, n=mi or 0)",
     # optional parameters take None; a bool takes it (False), a Tensor too (an undefined one)
     "ex.takes(grad, maybe=None, opt=None, dtype=None, b=None, bs=[True, None])",
+    "ex.takes(grad, maybe=mi, dtype=od, b=bo, bs=[bo, None], s=r)",
     "ex.takes(w, b=None)",
 ])
 def test_library_op_parameters_take_none_where_torch_does(tmp_path, text):
@@ -934,3 +973,42 @@ def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypat
     finally:
         lib.close()
 
+
+def test_library_op_given_optionals_where_torch_takes_them_runs(tmp_path, monkeypatch):
+    """What `check` lets pass of optional inputs runs at backward: an `int?` given where a
+    condition tells it is not None, a `bool?` given to a bool (None is False), and gradcheck
+    agrees with both None and values."""
+    import textwrap
+
+    from codegen import testing
+
+    (tmp_path / "opt_kernels.py").write_text(textwrap.dedent("""\
+        def scale(x, k=None, flip=None):
+            return x * (k if k is not None else 1) * (-1 if flip else 1)
+
+        def scale_backward(grad, k, flip):
+            assert type(k) is int and type(flip) is bool, (k, flip)
+            return grad * k * (-1 if flip else 1)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: opttest
+        ops:
+          - func: scale(Tensor x, int? k=None, bool? flip=None) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "opt_kernels:scale"}
+            fake: like(x)
+            derivatives:
+              x: "scale_backward(grad, k, flip) if k is not None else scale_backward(grad, 1, flip)"
+          - func: scale_backward(Tensor grad, int k, bool flip) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "opt_kernels:scale_backward"}
+            fake: like(grad)
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        op = torch.ops.opttest.scale
+        x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+        for k, flip in [(None, None), (3, True), (2, None)]:
+            assert torch.autograd.gradcheck(lambda x: op(x, k, flip), (x,))
+    finally:
+        lib.close()
