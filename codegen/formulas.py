@@ -565,7 +565,6 @@ class _Checker:
         self.returns = schema.returns
         self.loop_vars: set[str] = set()
         self.locals: dict[str, bool] = {}      # binding -> whether it holds a Tensor list
-        self.float_locals: set[str] = set()     # bindings holding a Python float (not a Tensor)
         self.kinds = _Kinds(schema, {}, lib)
         # The and/or/not making up a condition (syntax node ids): their operands are its parts.
         self.conditions: dict[int, tuple[str, str]] = {}
@@ -890,8 +889,6 @@ class _Checker:
             self.kinds.maybe_none.add(name)
         self.kinds.guards[name] = (_not_none_if(value, True, self.kinds),
                                    _not_none_if(value, False, self.kinds))
-        if self.float_number(value):
-            self.float_locals.add(name)
         return name, value
 
     def _is_tensor(self, ref: InputRef) -> bool:
@@ -979,29 +976,8 @@ class _Checker:
                                  "torch has no overload taking a number", hint)
 
     def float_number(self, e: Expr) -> bool:
-        """Whether `e` is surely a Python float, not a Tensor: a float literal or argument, a
-        true division of numbers (`x.size(0) / 2`: a float in Python, a SymFloat when traced),
-        `float(...)`, arithmetic with one, or a binding of one."""
-        numbers = (Kind.META, Kind.DATA)
-        match e:
-            case Const(value=v):
-                return type(v) is float
-            case LocalRef(name=n):
-                return n in self.float_locals
-            case InputRef(name=n):
-                arg = self.schema.argument(n)
-                return arg is not None and str(arg.type) == "float"
-            case BinOp(op=BinOpKind.div, left=a, right=b):
-                return self.kinds.of(a) in numbers and self.kinds.of(b) in numbers
-            case BinOp(op=BinOpKind.add | BinOpKind.sub | BinOpKind.mul | BinOpKind.floordiv
-                       | BinOpKind.mod | BinOpKind.pow, left=a, right=b):
-                return (self.kinds.of(a) in numbers and self.kinds.of(b) in numbers
-                        and (self.float_number(a) or self.float_number(b)))
-            case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o):
-                return self.float_number(o)
-            case Call(func=PyBuiltinRef(name="float")):
-                return True
-        return False
+        """Whether `e` is surely a Python float, not a Tensor nor None (`_Kinds.form`)."""
+        return self.kinds.form(e) is Form.FLOAT and not self.kinds.may_be_none(e)
 
     def not_a_float_index(self, node, e: Expr | None, what: str) -> None:
         """Refuse a float as an index or slice bound: Python raises a TypeError at backward
@@ -1475,6 +1451,12 @@ class _Kinds:
                 if op is BinOpKind.mul and Form.NUMBER in forms \
                         and (forms[0] in _LISTS or forms[1] in _LISTS):
                     return forms[0] if forms[0] in _LISTS else forms[1]
+                # Of values that are no Tensor (`max(a, b) / 2`), `/` or a float operand gives a
+                # float, or Python raises (a shape, a dtype).
+                if (op is BinOpKind.div or Form.FLOAT in forms) \
+                        and self.of(a) in (Kind.META, Kind.DATA) \
+                        and self.of(b) in (Kind.META, Kind.DATA):
+                    return Form.FLOAT
             case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
                     if self.form(o) in _NUMERIC:
                 return self.form(o)

@@ -336,6 +336,36 @@ def _errors(text: str, schema: str = "ex::f(Tensor x, Tensor y, int n=1) -> Tens
     return [m.message for m in diags.items]
 
 
+FLOAT_INDEX = "must be an integer, and this is a float: torch refuses it when the formula runs"
+INDEX_SCHEMA = ("ex::f(Tensor x, Tensor y, int n=1, float r=0.5, float[] ws=[], float? m=None) "
+                "-> Tensor")
+
+
+@pytest.mark.parametrize("text,what", [
+    ("grad[:x.size(0) / 2]", "a slice bound"),
+    ("h = max(x.size(0), n) / 2; grad[:h]", "a slice bound"),
+    ("grad[r]", "an index"),
+    ("grad[::-float(n)]", "a slice bound"),
+    # what tells a library op's parameter it is given a float tells an index too
+    ("grad[:ws[0]]", "a slice bound"),
+    ("grad[:abs(x.size(0) / 2)]", "a slice bound"),
+    ("grad[:n * torch.pi]", "a slice bound"),
+    ("grad[r if n > 0 else 0.5]", "an index"),
+])
+def test_a_float_is_no_index(text, what):
+    """Each raised a TypeError at backward."""
+    assert _errors(text, INDEX_SCHEMA) == [f"{what} {FLOAT_INDEX}"]
+
+
+@pytest.mark.parametrize("text", [
+    "grad[:x.size(0) // 2] * x[int(r):] * x[y.long() / 2]",
+    "grad[:m] if m is None else grad",    # None is a slice bound
+    "grad[r if n > 0 else 1:]",           # may be an int
+])
+def test_what_may_be_an_integer_is_an_index(text):
+    assert _errors(text, INDEX_SCHEMA) == []
+
+
 def test_the_recorded_vocabulary_is_the_installed_torchs():
     """codegen/torch_names.json is what `--refresh` writes for the pinned torch."""
     import json
@@ -705,6 +735,8 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
     ("ex.takes(grad, dims=(1, n / 2))", "argument 'dims' of ex::takes is an int[], but its item "
      "at index 1 is a float: torch.ops refuses a float for an int at backward, even a whole one "
      "(2.0)"),
+    ("ex.takes(grad, max(x.size(0), n) / 2)", "argument 2 ('n') of ex::takes is a SymInt, but is "
+     "given a float: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
     # a Scalar may hold a float
     ("ex.takes(grad, alpha)", "argument 2 ('n') of ex::takes is a SymInt, but is given a Scalar: "
      "a Scalar may hold a float, which torch.ops refuses for a SymInt at backward"),
