@@ -123,9 +123,15 @@ where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor 
 for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
 vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as an item of an
 `int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
-may hold one; a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
-number parameter (a number for a str, a string for an int, a dtype for a float). What torch.ops
-converts passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
+may hold one, or a `float[]` argument for an `int[]` (its items are floats, even whole ones);
+a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
+number parameter (a number for a str, a string for an int, a dtype for a float); None (`None`,
+an optional input or a binding that may be None, `n if c else None`) for a parameter that is
+not optional, a bool or a Tensor, or as an item of a list other than a `bool[]` or `Tensor?[]`,
+unless a condition around the call tells it is not (`ex.f(grad, n) if n is not None else
+grad`, `n is not None and ...`, a comprehension's `if`, a binding `has = n is not None` tested);
+besides None, an optional input is checked as a value of its type is. What torch.ops converts
+passes: an int or a bool for any number, a float for a bool, a dtype, layout or memory
 format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
 loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
 there, and its error says so).
@@ -144,6 +150,7 @@ from typing import Iterator, Union
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean
 from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
 from codegen.model import (
+    Argument,
     BaseTy,
     BaseType,
     DerivativesSpec,
@@ -283,8 +290,9 @@ class Call(Node):
     loc: Loc | None = field(default=None, compare=False, hash=False, repr=False)
     # Where each keyword is (errors about one point there); () when unknown.
     kwarg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
-    # Where each positional argument is; () when unknown.
+    # Where each positional argument is, and each keyword's value; () when unknown.
     arg_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
+    kwarg_value_locs: tuple[Loc, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -557,7 +565,6 @@ class _Checker:
         self.returns = schema.returns
         self.loop_vars: set[str] = set()
         self.locals: dict[str, bool] = {}      # binding -> whether it holds a Tensor list
-        self.float_locals: set[str] = set()     # bindings holding a Python float (not a Tensor)
         self.kinds = _Kinds(schema, {}, lib)
         # The and/or/not making up a condition (syntax node ids): their operands are its parts.
         self.conditions: dict[int, tuple[str, str]] = {}
@@ -878,8 +885,10 @@ class _Checker:
         if form is not None:
             self.kinds.forms[name] = form
         self.kinds.values[name] = value
-        if self.float_number(value):
-            self.float_locals.add(name)
+        if self.kinds.may_be_none(value):
+            self.kinds.maybe_none.add(name)
+        self.kinds.guards[name] = (_not_none_if(value, True, self.kinds),
+                                   _not_none_if(value, False, self.kinds))
         return name, value
 
     def _is_tensor(self, ref: InputRef) -> bool:
@@ -893,6 +902,7 @@ class _Checker:
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         kwarg_locs: list[Loc] = []
+        kwarg_value_locs: list[Loc] = []
         spans: list[Span] = []      # of args, then of kwargs' values
         kwarg_spans: list[Span] = []
         for a in arg_nodes:
@@ -905,6 +915,7 @@ class _Checker:
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
                 kwarg_spans.append(a.span)
+                kwarg_value_locs.append(self.loc(a.parts[1].span))
             elif isinstance(a, _Node) and a.kind == "star":
                 if kwargs:
                     raise self.error(a.span, "'*' arguments go before keyword arguments")
@@ -935,7 +946,8 @@ class _Checker:
                              "callable")
         self.tensor_operands(func, list(zip(spans, args)) + list(zip(kwarg_spans, kwargs)))
         return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span),
-                    kwarg_locs=tuple(kwarg_locs), arg_locs=tuple(self.loc(s) for s in spans))
+                    kwarg_locs=tuple(kwarg_locs), arg_locs=tuple(self.loc(s) for s in spans),
+                    kwarg_value_locs=tuple(kwarg_value_locs))
 
     def tensor_operands(self, func: Expr,
                         given: list[tuple[Span, Expr | tuple[str, Expr]]]) -> None:
@@ -964,29 +976,8 @@ class _Checker:
                                  "torch has no overload taking a number", hint)
 
     def float_number(self, e: Expr) -> bool:
-        """Whether `e` is surely a Python float, not a Tensor: a float literal or argument, a
-        true division of numbers (`x.size(0) / 2`: a float in Python, a SymFloat when traced),
-        `float(...)`, arithmetic with one, or a binding of one."""
-        numbers = (Kind.META, Kind.DATA)
-        match e:
-            case Const(value=v):
-                return type(v) is float
-            case LocalRef(name=n):
-                return n in self.float_locals
-            case InputRef(name=n):
-                arg = self.schema.argument(n)
-                return arg is not None and str(arg.type) == "float"
-            case BinOp(op=BinOpKind.div, left=a, right=b):
-                return self.kinds.of(a) in numbers and self.kinds.of(b) in numbers
-            case BinOp(op=BinOpKind.add | BinOpKind.sub | BinOpKind.mul | BinOpKind.floordiv
-                       | BinOpKind.mod | BinOpKind.pow, left=a, right=b):
-                return (self.kinds.of(a) in numbers and self.kinds.of(b) in numbers
-                        and (self.float_number(a) or self.float_number(b)))
-            case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o):
-                return self.float_number(o)
-            case Call(func=PyBuiltinRef(name="float")):
-                return True
-        return False
+        """Whether `e` is surely a Python float, not a Tensor nor None (`_Kinds.form`)."""
+        return self.kinds.form(e) is Form.FLOAT and not self.kinds.may_be_none(e)
 
     def not_a_float_index(self, node, e: Expr | None, what: str) -> None:
         """Refuse a float as an index or slice bound: Python raises a TypeError at backward
@@ -1190,6 +1181,57 @@ def _join_forms(a: Form | None, b: Form | None) -> Form | None:
     return Form.NUMBER if a in _NUMERIC and b in _NUMERIC else None
 
 
+def _not_none_if(cond: Expr, truth: bool, kinds: _Kinds) -> frozenset[str]:
+    """The inputs and bindings that are not None where `cond` has the truth `truth`."""
+    match cond:
+        case BinOp(op=BinOpKind.is_not | BinOpKind.is_ as op, left=a, right=b):
+            named = a if isinstance(b, Const) and b.value is None else \
+                b if isinstance(a, Const) and a.value is None else None
+            if isinstance(named, (InputRef, LocalRef)) and truth == (op is BinOpKind.is_not):
+                return frozenset({named.name})
+        case UnaryOp(op=UnaryKind.not_, operand=o):
+            return _not_none_if(o, not truth, kinds)
+        case BinOp(op=BinOpKind.and_ | BinOpKind.or_ as op, left=a, right=b) \
+                if truth == (op is BinOpKind.and_):
+            # both operands have that truth
+            return _not_none_if(a, truth, kinds) | _not_none_if(b, truth, kinds)
+        case InputRef(name=n) if truth:
+            return frozenset({n})    # None is falsy
+        case LocalRef(name=n):
+            told = kinds.guards.get(n, (frozenset(), frozenset()))[0 if truth else 1]
+            return told | {n} if truth else told
+    return frozenset()
+
+
+def not_none_where(f: Formula, kinds: _Kinds) -> dict[int, frozenset[str]]:
+    """For each call (by id) of the formula `f`, the names the conditions around it tell are
+    not None there (`ex.g(grad, n) if n is not None else grad`)."""
+    out: dict[int, frozenset[str]] = {}
+
+    def visit(e: Expr, known: frozenset[str]) -> None:
+        if isinstance(e, Call):
+            out[id(e)] = known
+        match e:
+            case IfExp(cond=c, then=a, orelse=b):
+                visit(c, known)
+                visit(a, known | _not_none_if(c, True, kinds))
+                visit(b, known | _not_none_if(c, False, kinds))
+            case BinOp(op=BinOpKind.and_ | BinOpKind.or_ as op, left=a, right=b):
+                visit(a, known)
+                visit(b, known | _not_none_if(a, op is BinOpKind.and_, kinds))
+            case ListComp(elem=elem, iterable=it, cond=c) if c is not None:
+                visit(it, known)
+                visit(c, known)
+                visit(elem, known | _not_none_if(c, True, kinds))
+            case _:
+                for child in children(e):
+                    visit(child, known)
+
+    for e in f.exprs():
+        visit(e, frozenset())
+    return out
+
+
 def _tensor_method(name: str) -> Kind:
     if name in _DATA_TENSOR_METHODS:
         return Kind.DATA
@@ -1204,6 +1246,7 @@ class Form(enum.Enum):
     TENSOR = "a Tensor"
     TENSORS = "a list of Tensors"
     SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
+    FLOATS = "a list of floats"     # a `float[]` argument, a slice of one
     # an int or a bool (one size: `x.size(0)`, `x.numel()`; `n > 1`), or a number that may be
     # either or a float (`x.item()`, `2 ** n`)
     NUMBER = "a number"
@@ -1217,6 +1260,7 @@ class Form(enum.Enum):
 
 
 _NUMERIC = (Form.NUMBER, Form.FLOAT, Form.SCALAR)
+_LISTS = (Form.SHAPE, Form.FLOATS)
 _NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
 # The forms of arguments of other types, and of torch's constants.
 _ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR, BaseTy.str: Form.STRING,
@@ -1249,6 +1293,9 @@ class _Kinds:
         self.lib = lib      # where calls of library ops are looked up; None: they are unknown
         self.forms: dict[str, Form] = {}    # of the bindings whose form is known
         self.values: dict[str, Expr] = {}   # the bindings' values
+        self.maybe_none: set[str] = set()   # bindings that may hold None
+        # The names a binding's truth, and its falsity, tell are not None (`has = n is not None`).
+        self.guards: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
     def _type(self, t) -> Kind:
         if is_tensor_list(t):
@@ -1328,11 +1375,9 @@ class _Kinds:
         return Kind.UNKNOWN
 
     def form(self, e: Expr) -> Form | None:
-        """What `e` surely is (Form), None where it cannot be told: a library op's parameter is
-        refused only what it surely cannot take."""
-        if isinstance(e, InputRef) and isinstance(self.schema.argument(e.name).type,
-                                                  OptionalType):
-            return None     # may be None, which an optional parameter of any type takes
+        """What `e` surely is (Form) where it is not None, None where it cannot be told: a
+        library op's parameter is refused only what it surely cannot take. Whether `e` may be
+        None is `may_be_none`'s."""
         k = self.of(e)
         if k is Kind.TENSOR:
             return Form.TENSOR
@@ -1347,11 +1392,13 @@ class _Kinds:
                 return {int: Form.NUMBER, bool: Form.NUMBER, float: Form.FLOAT,
                         str: Form.STRING}.get(type(v))
             case InputRef(name=n):
-                t = self.schema.argument(n).type
+                t = strip_optional(self.schema.argument(n).type)
                 if is_base(t, BaseTy.int, BaseTy.SymInt, BaseTy.bool, BaseTy.SymBool):
                     return Form.NUMBER
                 if isinstance(t, BaseType):
                     return _ARGUMENT_FORMS.get(t.name)
+                if isinstance(t, ListType) and is_base(t.elem, BaseTy.float):
+                    return Form.FLOATS
                 if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
                     return Form.SHAPE
             case LocalRef(name=n):
@@ -1379,12 +1426,13 @@ class _Kinds:
             case Call(func=TorchRef(path=("promote_types" | "result_type",))):
                 return Form.DTYPE
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
-                    if self.form(a) is Form.SHAPE:
-                return Form.SHAPE
-            case Subscript(obj=obj, items=(i,)) if self.form(obj) is Form.SHAPE:
+                    if self.form(a) in _LISTS:
+                return self.form(a)
+            case Subscript(obj=obj, items=(i,)) if self.form(obj) in _LISTS:
                 if isinstance(i, Slice):
-                    return Form.SHAPE
-                return Form.NUMBER if self.form(i) is Form.NUMBER else None
+                    return self.form(obj)
+                item = Form.NUMBER if self.form(obj) is Form.SHAPE else Form.FLOAT
+                return item if self.form(i) is Form.NUMBER else None
             case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
                     and self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
@@ -1397,11 +1445,18 @@ class _Kinds:
                     if op is BinOpKind.div or Form.FLOAT in forms:
                         return Form.FLOAT
                     return Form.SCALAR if Form.SCALAR in forms else Form.NUMBER
-                # sizes concatenate, and repeat times an int
-                if op is BinOpKind.add and forms == (Form.SHAPE, Form.SHAPE):
-                    return Form.SHAPE
-                if op is BinOpKind.mul and set(forms) == {Form.SHAPE, Form.NUMBER}:
-                    return Form.SHAPE
+                # lists concatenate (holding floats if either does), and repeat times an int
+                if op is BinOpKind.add and forms[0] in _LISTS and forms[1] in _LISTS:
+                    return Form.FLOATS if Form.FLOATS in forms else Form.SHAPE
+                if op is BinOpKind.mul and Form.NUMBER in forms \
+                        and (forms[0] in _LISTS or forms[1] in _LISTS):
+                    return forms[0] if forms[0] in _LISTS else forms[1]
+                # Of values that are no Tensor (`max(a, b) / 2`), `/` or a float operand gives a
+                # float, or Python raises (a shape, a dtype).
+                if (op is BinOpKind.div or Form.FLOAT in forms) \
+                        and self.of(a) in (Kind.META, Kind.DATA) \
+                        and self.of(b) in (Kind.META, Kind.DATA):
+                    return Form.FLOAT
             case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
                     if self.form(o) in _NUMERIC:
                 return self.form(o)
@@ -1413,6 +1468,29 @@ class _Kinds:
                     if items and all(self.form(i) in _NUMERIC for i in items):
                 return Form.SHAPE
         return None
+
+    def may_be_none(self, e: Expr, not_none: frozenset[str] = frozenset()) -> bool:
+        """Whether `e` may be None: the literal, an optional input or a binding of one, unless
+        a condition around it (`n if n is not None else 0`) tells otherwise; `not_none`: the
+        names those conditions tell are not None where `e` is."""
+        match e:
+            case Const(value=None):
+                return True
+            case InputRef(name=n):
+                return n not in not_none and isinstance(self.schema.argument(n).type,
+                                                        OptionalType)
+            case LocalRef(name=n):
+                return n not in not_none and n in self.maybe_none
+            case IfExp(cond=c, then=a, orelse=b):
+                return (self.may_be_none(a, not_none | _not_none_if(c, True, self))
+                        or self.may_be_none(b, not_none | _not_none_if(c, False, self)))
+            case BinOp(op=BinOpKind.and_, left=a, right=b):
+                # `a and b` is `a` where `a` is falsy: None is
+                return self.may_be_none(a, not_none) or \
+                    self.may_be_none(b, not_none | _not_none_if(a, True, self))
+            case BinOp(op=BinOpKind.or_, right=b):
+                return self.may_be_none(b, not_none)
+        return False
 
     def divides(self, e: Expr) -> bool:
         """Whether `e` is a true division of numbers, or computed from one."""
@@ -1859,8 +1937,10 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             if fine and calls:
                 kinds = _check_knowing_library(lib, op, f, diags)
                 fine = kinds is not None
+                not_none = not_none_where(f, kinds) if kinds is not None else {}
                 for node in calls:
-                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags)
+                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags,
+                                                          not_none[id(node)])
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
                 fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
             ok = ok and fine
@@ -1881,9 +1961,10 @@ def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula,
 
 
 def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
-                          diags: Diagnostics) -> bool:
+                          diags: Diagnostics, not_none: frozenset[str] = frozenset()) -> bool:
     """No parameter of a library op is given what it surely cannot take, as when arguments are
-    out of order: torch.ops would refuse it at backward, or read a Tensor's value there."""
+    out of order: torch.ops would refuse it at backward, or read a Tensor's value there.
+    `not_none`: the names the conditions around the call tell are not None."""
     target = resolve(lib, ref)
     assert target is not None
     schema = target.schema
@@ -1896,32 +1977,43 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
               f"argument {i + 1} ('{arg.name}')")
              for i, (arg, value) in enumerate(zip(schema.positional, positional))]
     given += [(schema.argument(key), value,
-               call.kwarg_locs[i] if i < len(call.kwarg_locs) else call.loc, f"argument '{key}'")
+               call.kwarg_value_locs[i] if i < len(call.kwarg_value_locs) else call.loc,
+               f"argument '{key}'")
               for i, (key, value) in enumerate(call.kwargs)]
     for arg, value, loc, what in given:
         if arg is None:
             continue
-        if is_tensor_like(arg.type):
-            if kinds.of(value) is not Kind.META:
-                continue
+        if is_tensor_like(arg.type) and kinds.of(value) is Kind.META:
             message = (f"{what} of {schema.name} is {_a(arg.type)}, but is given a value that "
                        "is not a Tensor (a number, size, shape, dtype or string)")
             diags.error(loc, message, f"its schema: {schema}")
             return False
-        form = kinds.form(value)
+        form = None if is_tensor_like(arg.type) else kinds.form(value)
         why = _refusal(arg.type, form) if form is not None else None
         if why is not None:
             diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
                         f"{form.value}: {why}", _hint(value, form, kinds, schema))
             return False
+        # what is not None passes: then None must too
+        if not _takes_none(arg.type) and kinds.may_be_none(value, not_none):
+            diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
+                        f"{_none(value, 'a value that')}: torch.ops refuses None for "
+                        f"{_a(arg.type)} at backward", _none_hint(value, arg))
+            return False
         t = strip_optional(arg.type)
         if isinstance(t, ListType) and isinstance(t.elem, BaseType) \
                 and isinstance(value, (ListLit, TupleLit)):
             for i, item in enumerate(value.items):
+                at = value.item_locs[i] if i < len(value.item_locs) else loc
+                if not _takes_none(t.elem, element=True) and kinds.may_be_none(item, not_none):
+                    diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
+                                f"at index {i} is {_none(item, 'a value that')}: torch.ops "
+                                f"refuses None for {_a(t.elem)} at backward",
+                                _none_hint(item, None))
+                    return False
                 form = kinds.form(item)
                 why = _refusal(t.elem, form, element=True) if form is not None else None
                 if why is not None:
-                    at = value.item_locs[i] if i < len(value.item_locs) else loc
                     diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
                                 f"at index {i} is {form.value}: {why}",
                                 _hint(item, form, kinds, schema))
@@ -1949,7 +2041,7 @@ _TAKES: dict[BaseTy, frozenset[Form]] = {
 _ITEM_TAKES: dict[BaseTy, frozenset[Form]] = {
     BaseTy.int: frozenset({Form.NUMBER}), BaseTy.SymInt: frozenset({Form.NUMBER}),
     BaseTy.float: frozenset(_NUMERIC), BaseTy.bool: frozenset(_NUMERIC)}
-_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE}
+_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE, Form.FLOATS}
 
 
 def _refusal(t, form: Form, element: bool = False) -> str | None:
@@ -1970,7 +2062,7 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             if t.name in (BaseTy.str, BaseTy.Device, BaseTy.Scalar):
                 return "torch.ops refuses it at backward"
             return values.format("its value", "it")
-        if form is Form.TENSORS:
+        if form in (Form.TENSORS, Form.FLOATS):
             return "a list is not one number" if t.name in _ITEM_TAKES or \
                 t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.FLOAT:
@@ -1986,13 +2078,45 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             return _refusal(t.elem, form, element=True)
         if form in (Form.TENSOR, Form.TENSORS):
             return values.format("their values", "them")
+        if form is Form.FLOATS and _refusal(t.elem, Form.FLOAT, element=True) is not None:
+            return f"torch.ops refuses a float for {_a(t.elem)} at backward, even a whole one (2.0)"
     return None
+
+
+def _takes_none(t, element: bool = False) -> bool:
+    """Whether torch.ops takes None for a parameter of type `t` (an item of a list one:
+    `element`), as it does for an optional one, a bool (False) and a Tensor that is no list's
+    item (an undefined one); tests/test_formulas.py probes torch."""
+    return isinstance(t, OptionalType) or is_base(t, BaseTy.bool) or \
+        (not element and is_base(t, BaseTy.Tensor))
+
+
+def _none(value: Expr, other: str) -> str:
+    """`value`, which may be None, as a message names it."""
+    if isinstance(value, Const):
+        return "None"
+    if isinstance(value, (InputRef, LocalRef)):
+        return f"'{value.name}', which may be None"
+    return f"{other} may be None"
+
+
+def _none_hint(value: Expr, arg: Argument | None) -> str:
+    """What to write instead of `value`, which may be None, given to `arg` (None: an item)."""
+    optional = f", or declare the parameter optional: {arg.type}? {arg.name}" if arg else ""
+    if isinstance(value, (InputRef, LocalRef)):
+        return f"test it first, `... if {value.name} is not None else ...`" + optional
+    return "pass a value" + optional
 
 
 def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str:
     """What to write instead of `value`, refused as `form`."""
     if form is Form.FLOAT and kinds.divides(value):
         return "`/` gives a float even of two ints; use // for an integer: x.size(0) // 2"
+    if form is Form.FLOATS:
+        if isinstance(value, InputRef):
+            return (f"pass [int(v) for v in {value.name}], which truncates, or declare "
+                    f"'{value.name}' an int[]")
+        return "convert each item with int(...), which truncates: [int(v) for v in values]"
     if form is Form.SCALAR:
         if isinstance(value, InputRef):
             return f"pass int({value.name}), which truncates, or declare '{value.name}' an int"

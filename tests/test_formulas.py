@@ -336,6 +336,36 @@ def _errors(text: str, schema: str = "ex::f(Tensor x, Tensor y, int n=1) -> Tens
     return [m.message for m in diags.items]
 
 
+FLOAT_INDEX = "must be an integer, and this is a float: torch refuses it when the formula runs"
+INDEX_SCHEMA = ("ex::f(Tensor x, Tensor y, int n=1, float r=0.5, float[] ws=[], float? m=None) "
+                "-> Tensor")
+
+
+@pytest.mark.parametrize("text,what", [
+    ("grad[:x.size(0) / 2]", "a slice bound"),
+    ("h = max(x.size(0), n) / 2; grad[:h]", "a slice bound"),
+    ("grad[r]", "an index"),
+    ("grad[::-float(n)]", "a slice bound"),
+    # what tells a library op's parameter it is given a float tells an index too
+    ("grad[:ws[0]]", "a slice bound"),
+    ("grad[:abs(x.size(0) / 2)]", "a slice bound"),
+    ("grad[:n * torch.pi]", "a slice bound"),
+    ("grad[r if n > 0 else 0.5]", "an index"),
+])
+def test_a_float_is_no_index(text, what):
+    """Each raised a TypeError at backward."""
+    assert _errors(text, INDEX_SCHEMA) == [f"{what} {FLOAT_INDEX}"]
+
+
+@pytest.mark.parametrize("text", [
+    "grad[:x.size(0) // 2] * x[int(r):] * x[y.long() / 2]",
+    "grad[:m] if m is None else grad",    # None is a slice bound
+    "grad[r if n > 0 else 1:]",           # may be an int
+])
+def test_what_may_be_an_integer_is_an_index(text):
+    assert _errors(text, INDEX_SCHEMA) == []
+
+
 def test_the_recorded_vocabulary_is_the_installed_torchs():
     """codegen/torch_names.json is what `--refresh` writes for the pinned torch."""
     import json
@@ -562,7 +592,8 @@ TAKES = """\
 - func: ex::takes(Tensor grad, SymInt n=0, int k=0, float s=1.0, bool b=False, Scalar a=1, \
 SymInt[] sizes=[], int[] dims=[], int[2] pair=1, int? maybe=None, SymInt[]? opt=None, \
 str mode="x", ScalarType? dtype=None, Device? device=None, Layout? layout=None, \
-MemoryFormat? mf=None, float[] fs=[], bool[] bs=[]) -> Tensor
+MemoryFormat? mf=None, float[] fs=[], bool[] bs=[], ScalarType st=float32) -> Tensor
+- func: ex::takes_list(Tensor[] ts) -> Tensor
 """
 
 
@@ -571,7 +602,9 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
 
     p = tmp_path / "ops.yaml"
     p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
-                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32) "
+                 "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32, float[] xs=[], "
+                 "int? mi=None, str? so=None, float[]? ys=None, ScalarType? od=None, "
+                 "bool? bo=None) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -621,7 +654,6 @@ def test_library_op_parameters_refuse_what_they_cannot_take(tmp_path, text, give
     # what cannot be told is left to torch.ops: a loop variable, a library op's int
     "sum([ex.takes(grad, i) for i in x.shape], torch.zeros_like(x))",
     "ex.takes(grad, sizes=[x.size(0), n] if n else [], k=grad.dtype == torch.float32)",
-    "ex.takes(grad, maybe=w, opt=w)",     # a Tensor? may be None
 ])
 def test_library_op_parameters_take_numbers_and_shapes(tmp_path, text):
     assert _argument_errors(tmp_path, text) == []
@@ -703,12 +735,26 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
     ("ex.takes(grad, dims=(1, n / 2))", "argument 'dims' of ex::takes is an int[], but its item "
      "at index 1 is a float: torch.ops refuses a float for an int at backward, even a whole one "
      "(2.0)"),
+    ("ex.takes(grad, max(x.size(0), n) / 2)", "argument 2 ('n') of ex::takes is a SymInt, but is "
+     "given a float: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
     # a Scalar may hold a float
     ("ex.takes(grad, alpha)", "argument 2 ('n') of ex::takes is a SymInt, but is given a Scalar: "
      "a Scalar may hold a float, which torch.ops refuses for a SymInt at backward"),
     ("ex.takes(grad, sizes=[alpha * 2])", "argument 'sizes' of ex::takes is a SymInt[], but its "
      "item at index 0 is a Scalar: a Scalar may hold a float, which torch.ops refuses for a "
      "SymInt at backward"),
+    # a float[] holds floats, even of whole numbers: torch.ops gives its kernel [2.0, 3.0]
+    ("ex.takes(grad, sizes=xs)", "argument 'sizes' of ex::takes is a SymInt[], but is given a list "
+     "of floats: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("s = list(xs[1:]); ex.takes(grad, dims=s + dims)", "argument 'dims' of ex::takes is an int[], "
+     "but is given a list of floats: torch.ops refuses a float for an int at backward, even a "
+     "whole one (2.0)"),
+    ("ex.takes(grad, pair=xs * 2)", "argument 'pair' of ex::takes is an int[2], but is given a "
+     "list of floats: torch.ops refuses a float for an int at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, xs[0])", "argument 2 ('n') of ex::takes is a SymInt, but is given a float: "
+     "torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=xs)", "argument 'k' of ex::takes is an int, but is given a list of floats: "
+     "a list is not one number"),
 ])
 def test_library_op_integer_parameters_refuse_floats(tmp_path, text, message):
     """Each passed `check` and failed in torch.ops at backward."""
@@ -770,6 +816,8 @@ def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, mess
     "ex.takes(grad, True, x.dim() > 1, x.size(0) / 2, r, a=r)",
     "ex.takes(grad, b=0.5, a=alpha, s=alpha, fs=[n, 0.5, True], bs=[1, 0.5], dims=[True, n])",
     "ex.takes(grad, n=int(alpha), k=int(x.size(0) / 2), dims=[int(r)])",
+    # a float[] for a float[] or a bool[], its items for a float; converted for an int[]
+    "ex.takes(grad, s=xs[-1], fs=xs + dims, bs=xs[:1], sizes=[int(v) for v in xs])",
     # a dtype, layout or memory format for an int; an int for a dtype; a string for a device
     "ex.takes(grad, k=x.dtype, dtype=6, layout=0, mf=1)",
     "ex.takes(grad, k=torch.channels_last, maybe=x.layout)",
@@ -785,21 +833,23 @@ def test_library_op_parameters_take_what_torch_converts(tmp_path, text):
 
 
 def test_library_op_parameter_types_agree_with_torch():
-    """The conversions `check` expects of torch.ops (formulas._TAKES, _ITEM_TAKES) are torch's:
-    a sample value of each form, given to a parameter of each type, passes torch.ops exactly
-    where `check` lets it pass (a Scalar stands for the float it may hold)."""
+    """What `check` lets a library op's parameter take (formulas._refusal, _takes_none) is what
+    torch.ops takes: a sample value of each form, None, and lists of sizes and of floats, given
+    to a parameter of each type (optional ones too), and each as an item of each list type,
+    pass torch.ops exactly where `check` lets them pass (a Scalar stands for the float it may
+    hold)."""
     samples = {
         F.Form.NUMBER: [1, True], F.Form.FLOAT: [0.5, 2.0], F.Form.SCALAR: [2.5],
         F.Form.STRING: ["cpu"], F.Form.DTYPE: [torch.float32], F.Form.DEVICE: [torch.device("cpu")],
         F.Form.LAYOUT: [torch.strided], F.Form.MEMORY_FORMAT: [torch.contiguous_format],
+        F.Form.SHAPE: [[1, 2], [True]], F.Form.FLOATS: [[0.5, 2.0], [3.0]],
     }
+    values = [t.value for t in F._TAKES] + [f"{t.value}[]" for t in F._ITEM_TAKES] + ["int[2]"]
+    names = values + [f"{v}?" for v in values] + ["Tensor", "Tensor?", "Tensor[]", "Tensor?[]"]
     lib = torch.library.Library("opgen_types_probe", "DEF")
     try:
-        types = {t: t.value for t in F._TAKES}
-        types.update({f"list_{t.value}": f"{t.value}[]" for t in F._ITEM_TAKES})
-        types.update({"pair": "int[2]"})
-        for i, schema_type in enumerate(types.values()):
-            lib.define(f"f{i}(Tensor x, {schema_type} v) -> Tensor")
+        for i, name in enumerate(names):
+            lib.define(f"f{i}(Tensor x, {name} v) -> Tensor")
             lib.impl(f"f{i}", lambda x, v: x.clone(), "CompositeExplicitAutograd")
 
         def passes(i: int, value) -> bool:
@@ -810,24 +860,107 @@ def test_library_op_parameter_types_agree_with_torch():
             return True
 
         disagree = []
-        for i, (key, schema_type) in enumerate(types.items()):
-            for form, values in samples.items():
-                for v in values:
-                    if isinstance(key, F.BaseTy):
-                        expected = form in F._TAKES[key]
-                        got = passes(i, v)
-                    elif key == "pair":
-                        expected = form in F._ITEM_TAKES[F.BaseTy.int]
-                        got = passes(i, v)
-                    else:
-                        elem = F.BaseTy(schema_type[:-2])
-                        expected = form in F._ITEM_TAKES[elem]
-                        got = passes(i, [v])
-                    if expected != got:
-                        disagree.append((schema_type, form, v, got))
+        for i, name in enumerate(names):
+            t = parse_schema(f"f(Tensor x, {name} v) -> Tensor").arguments[1].type
+            elem = F.strip_optional(t).elem if isinstance(F.strip_optional(t), F.ListType) \
+                else None
+            given = [(None, F._takes_none(t))]
+            if elem is not None:
+                given.append(([None], F._takes_none(elem, element=True)))
+            if not F.is_tensor_like(t):     # a Tensor parameter's own check is Kind.META's
+                for form, forms_values in samples.items():
+                    for v in forms_values:
+                        given.append((v, F._refusal(t, form) is None))
+                        if elem is not None and form in F._ONE_VALUE:
+                            given.append(([v], F._refusal(elem, form, element=True) is None))
+            for v, expected in given:
+                if passes(i, v) != expected:
+                    disagree.append((name, v, not expected))
         assert disagree == []
     finally:
         lib._destroy()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("ex.takes(grad, None)", "argument 2 ('n') of ex::takes is a SymInt, but is given None: "
+     "torch.ops refuses None for a SymInt at backward"),
+    ("ex.takes_list(None)", "argument 1 ('ts') of ex::takes_list is a Tensor[], but is given None: "
+     "torch.ops refuses None for a Tensor[] at backward"),
+    ("ex.takes(grad, mode=None)", "argument 'mode' of ex::takes is a str, but is given None: "
+     "torch.ops refuses None for a str at backward"),
+    ("v = None if n > 0 else n; ex.takes(grad, k=v)", "argument 'k' of ex::takes is an int, but is "
+     "given 'v', which may be None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, s=None if n > 0 else 1.0)", "argument 's' of ex::takes is a float, but is "
+     "given a value that may be None: torch.ops refuses None for a float at backward"),
+    ("v = None if n > 0 else n; ex.takes(grad, k=v) if v is None else grad", "argument 'k' of "
+     "ex::takes is an int, but is given 'v', which may be None: torch.ops refuses None for an int "
+     "at backward"),
+    ("ex.takes(grad, dims=[n, None])", "argument 'dims' of ex::takes is an int[], but its item at "
+     "index 1 is None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, dims=[n if n > 0 else None])", "argument 'dims' of ex::takes is an int[], "
+     "but its item at index 0 is a value that may be None: torch.ops refuses None for an int at "
+     "backward"),
+    ("ex.takes_list([grad, None])", "argument 1 ('ts') of ex::takes_list is a Tensor[], but its "
+     "item at index 1 is None: torch.ops refuses None for a Tensor at backward"),
+    # an optional input may be None
+    ("ex.takes(grad, k=mi)", "argument 'k' of ex::takes is an int, but is given 'mi', which may "
+     "be None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, mode=so)", "argument 'mode' of ex::takes is a str, but is given 'so', which "
+     "may be None: torch.ops refuses None for a str at backward"),
+    ("ex.takes(grad, fs=ys)", "argument 'fs' of ex::takes is a float[], but is given 'ys', which "
+     "may be None: torch.ops refuses None for a float[] at backward"),
+    ("ex.takes(grad, st=od)", "argument 'st' of ex::takes is a ScalarType, but is given 'od', "
+     "which may be None: torch.ops refuses None for a ScalarType at backward"),
+    ("v = mi; ex.takes(grad, k=v)", "argument 'k' of ex::takes is an int, but is given 'v', which "
+     "may be None: torch.ops refuses None for an int at backward"),
+    ("ex.takes(grad, s=mi if n > 0 else 1.0)", "argument 's' of ex::takes is a float, but is given "
+     "a value that may be None: torch.ops refuses None for a float at backward"),
+    ("ex.takes(grad, a=mi and 2)", "argument 'a' of ex::takes is a Scalar, but is given a value "
+     "that may be None: torch.ops refuses None for a Scalar at backward"),
+    ("ex.takes(grad, k=mi) if mi is None else grad", "argument 'k' of ex::takes is an int, but is "
+     "given 'mi', which may be None: torch.ops refuses None for an int at backward"),
+    ("has = mi is None; ex.takes(grad, k=mi) if has or n > 0 else grad", "argument 'k' of "
+     "ex::takes is an int, but is given 'mi', which may be None: torch.ops refuses None for an "
+     "int at backward"),
+    ("ex.takes(grad, sizes=(mi,))", "argument 'sizes' of ex::takes is a SymInt[], but its item at "
+     "index 0 is 'mi', which may be None: torch.ops refuses None for a SymInt at backward"),
+    # what is not None is checked as a value of the optional's type is, first
+    ("ex.takes(grad, sizes=ys)", "argument 'sizes' of ex::takes is a SymInt[], but is given a list "
+     "of floats: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, k=so)", "argument 'k' of ex::takes is an int, but is given a string: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, mode=od)", "argument 'mode' of ex::takes is a str, but is given a dtype: "
+     "torch.ops refuses it at backward"),
+    ("ex.takes(grad, maybe=w)", "argument 'maybe' of ex::takes is an int?, but is given a Tensor: "
+     "torch.ops would read its value at backward, which neither torch.compile, vmap nor C++ "
+     "autograd can, and no gradient flows through it"),
+])
+def test_library_op_parameters_refuse_none(tmp_path, text, message):
+    """Each passed `check` and failed in torch.ops at backward (given None, or the optional
+    input given None): torch.ops takes None for an optional parameter, a bool and a Tensor only
+    (test_library_op_parameter_types_agree_with_torch)."""
+    assert _argument_errors(tmp_path, text) == [message]
+
+
+@pytest.mark.parametrize("text", [
+    # given where a condition around the call tells it is not None
+    "v = None if n > 0 else n; ex.takes(grad, k=v) if v is not None else grad",
+    "v = None if n > 0 else n; has = v is not None; ex.takes(grad, k=v) if has else grad",
+    "v = None if n > 0 else n; [ex.takes(g, k=v) for g in [grad] if v is not None][0]",
+    "ex.takes(grad, k=mi) if mi is not None else grad",
+    "ex.takes(grad, k=mi, mode=so) if mi is not None and so is not None else grad",
+    "grad if mi is None or not so is not None else ex.takes(grad, k=mi, mode=so)",
+    "has = mi is not None; ex.takes(grad, k=mi) if has else grad",
+    "[ex.takes(g, k=mi) for g in [grad] if mi is not None][0]",
+    "ex.takes(grad, mode=so if so else \"x\", fs=ys or [], st=od if od is not None else dt)",
+    "v = mi if mi is not None else 0; ex.takes(grad, k=v, n=mi or 0)",
+    # optional parameters take None; a bool takes it (False), a Tensor too (an undefined one)
+    "ex.takes(grad, maybe=None, opt=None, dtype=None, b=None, bs=[True, None])",
+    "ex.takes(grad, maybe=mi, dtype=od, b=bo, bs=[bo, None], s=r)",
+    "ex.takes(w, b=None)",
+])
+def test_library_op_parameters_take_none_where_torch_does(tmp_path, text):
+    assert _argument_errors(tmp_path, text) == []
 
 
 def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypatch):
@@ -869,5 +1002,45 @@ def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypat
         x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
         (got,) = torch.autograd.grad(op(x, 3.0).sum(), x)
         torch.testing.assert_close(got, torch.full_like(x, 3.0))
+    finally:
+        lib.close()
+
+
+def test_library_op_given_optionals_where_torch_takes_them_runs(tmp_path, monkeypatch):
+    """What `check` lets pass of optional inputs runs at backward: an `int?` given where a
+    condition tells it is not None, a `bool?` given to a bool (None is False), and gradcheck
+    agrees with both None and values."""
+    import textwrap
+
+    from codegen import testing
+
+    (tmp_path / "opt_kernels.py").write_text(textwrap.dedent("""\
+        def scale(x, k=None, flip=None):
+            return x * (k if k is not None else 1) * (-1 if flip else 1)
+
+        def scale_backward(grad, k, flip):
+            assert type(k) is int and type(flip) is bool, (k, flip)
+            return grad * k * (-1 if flip else 1)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ops.yaml").write_text(textwrap.dedent("""\
+        namespace: opttest
+        ops:
+          - func: scale(Tensor x, int? k=None, bool? flip=None) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "opt_kernels:scale"}
+            fake: like(x)
+            derivatives:
+              x: "scale_backward(grad, k, flip) if k is not None else scale_backward(grad, 1, flip)"
+          - func: scale_backward(Tensor grad, int k, bool flip) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "opt_kernels:scale_backward"}
+            fake: like(grad)
+        """))
+    lib = testing.load_python_library(["ops.yaml"])
+    try:
+        op = torch.ops.opttest.scale
+        x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+        for k, flip in [(None, None), (3, True), (2, None)]:
+            assert torch.autograd.gradcheck(lambda x: op(x, k, flip), (x,))
     finally:
         lib.close()
