@@ -327,7 +327,8 @@ _baseline_dunders: set[str] | None = None
 
 def _dunder_attrs(tree: ast.AST) -> set[str]:
     """Dunder attributes `tree` takes, but for op names taken of a namespace's op object
-    (`_ops.__`, `torch.ops.ns.__`): check refuses the names every namespace has."""
+    (`_ops.__`, the positional twins' `_vmap_ops.__`, `torch.ops.ns.__`): check refuses the names
+    every namespace has."""
     return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
             and n.attr.startswith("__") and n.attr.endswith("__")
             and not _names_an_op(n)}
@@ -335,7 +336,7 @@ def _dunder_attrs(tree: ast.AST) -> set[str]:
 
 def _names_an_op(node: ast.Attribute) -> bool:
     if isinstance(node.value, ast.Name):
-        return node.value.id == "_ops"
+        return node.value.id in ("_ops", "_vmap_ops")
     chain = _attr_chain(node.value)
     return chain is not None and len(chain) == 3 and chain[:2] == ["torch", "ops"]
 

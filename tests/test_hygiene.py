@@ -226,6 +226,8 @@ def nasty_python(tmp_path, monkeypatch):
     finally:
         if reg is not None:
             reg._lib._destroy()
+            if "_vmap_lib" in reg.__dict__:     # the positional twins (codegen/dest/py_vmap.py)
+                reg._vmap_lib._destroy()
         defs._destroy()
 
 

@@ -6,10 +6,13 @@ Note [Generated batching rules]
 functorch runs an op without a batching rule through its C++ loop fallback, which refuses
 (`Batching rule not implemented for ns::op. We could not generate a fallback.`) an op with a
 `Tensor[]` or `Tensor?[]` argument, or any return that is not a plain `Tensor` (`Tensor[]`,
-`Tensor?`, `int`, ...), or no return at all. So that `vmap`, `vmap(grad(...))` and `jacrev` work
-on such an op, it gets a rule here when it is functional (no alias annotation: a per-sample copy
-would lose a view's aliasing) or writes to its Tensor arguments and returns nothing (`fill_(Tensor(a!)
-self, float v) -> ()`) and takes a Tensor (else vmap never reaches it):
+`Tensor?`, `int`, ...), or no return at all, and (`... doesn't work on out= or view ops`) an op
+with an alias annotation, unless in-place as it reads it (one return, written like the first
+argument, which is written, no other argument annotated: `soft_shrink_(Tensor(a!) self) ->
+Tensor(a!)`). So that `vmap`, `vmap(grad(...))` and `jacrev` work on such an op, it gets a rule
+here when it is functional (no alias annotation: a per-sample copy would lose a view's aliasing)
+or writes to its Tensor arguments, returning nothing, new values, or what it writes (an out= op's
+`-> Tensor(a!)`), and takes a Tensor (else vmap never reaches it):
 - a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
   decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
   them with their own rules, as functorch's decompositions do;
@@ -18,8 +21,9 @@ self, float v) -> ()`) and takes a Tensor (else vmap never reaches it):
   non-Tensor value, a Tensor's shape, dtype and device), else the rule raises. An op that writes
   gets each element's slice of a batched Tensor (a view, so the writes land in the batch; where
   the slice is not contiguous, as at a batch dim other than 0, a contiguous copy copied back
-  after the call: kernels writing through their output's data pointer assume it contiguous) and
-  returns nothing; a written argument must be batched whenever another one is (every batch
+  after the call: kernels writing through their output's data pointer assume it contiguous); a
+  return that is a written argument is the batch it was given (written, at its in_dim), the
+  others are stacked. A written argument must be batched whenever another one is (every batch
   element would write to the same Tensor), as torch's in-place rules require, else the rule
   raises.
 
@@ -47,21 +51,55 @@ from codegen.api import python as P
 from codegen.dest.py_common import (Function, Section, op_attr, op_name, q, qualname,
                                     twin_namespace)
 from codegen.dest.py_sources import check_signature
-from codegen.model import (BaseTy, DispatchKey, FunctionSchema, ListType, Op, OperatorName, PyRef,
-                           is_base, is_tensor_like, is_tensor_list, strip_optional)
+from codegen.model import (Annotation, BaseTy, DispatchKey, FunctionSchema, ListType, Op,
+                           OperatorName, PyRef, Return, Type, is_base, is_tensor_like,
+                           is_tensor_list, strip_optional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope
 
 
 
+def _alias(t: Type) -> Annotation | None:
+    """The alias annotation torch reads on an argument or return (of any type)."""
+    return strip_optional(t).alias
+
+
+def _in_place(schema: FunctionSchema) -> bool:
+    """The in-place ops torch's fallback loops over: one return, written like the first argument,
+    which is written, and no other argument annotated (`soft_shrink_(Tensor(a!) self) ->
+    Tensor(a!)`)."""
+    args = schema.arguments
+    first = _alias(args[0].type) if args else None
+    ret = _alias(schema.returns[0].type) if len(schema.returns) == 1 else None
+    return (first is not None and first.is_write and ret is not None and ret.is_write
+            and all(_alias(a.type) is None for a in args[1:]))
+
+
 def fallback_refuses(op: Op) -> bool:
     """Whether functorch's loop fallback refuses the op's schema (Note [Generated batching
     rules])."""
     schema = op.schema
-    return (not schema.returns
-            or not all(is_base(r.type, BaseTy.Tensor) for r in schema.returns)
-            or any(is_tensor_list(a.type) for a in schema.arguments))
+    if (not schema.returns or not all(is_base(r.type, BaseTy.Tensor) for r in schema.returns)
+            or any(is_tensor_list(a.type) for a in schema.arguments)):
+        return True
+    # "the fallback path doesn't work on out= or view ops": any annotation but an in-place op's
+    types = [a.type for a in schema.arguments] + [r.type for r in schema.returns]
+    return not _in_place(schema) and any(_alias(t) is not None for t in types)
+
+
+def returned_argument(schema: FunctionSchema, ret: Return) -> int | None:
+    """The position of the written Tensor argument that a return is (`-> Tensor(a!)` of `Tensor(a!)
+    out`), or None."""
+    r = ret.annotation
+    if r is None or not r.is_write:
+        return None
+    for i, a in enumerate(schema.arguments):
+        w = a.annotation
+        if w is not None and w.is_write and is_base(a.type, BaseTy.Tensor) and \
+                w.alias_set == r.alias_set:
+            return i
+    return None
 
 
 def generated_rule(op: Op) -> str | None:
@@ -70,10 +108,11 @@ def generated_rule(op: Op) -> str | None:
     schema = op.schema
     if op.vmap is not None or schema.is_vararg or schema.is_varret or not fallback_refuses(op):
         return None
-    if any(r.annotation is not None for r in schema.returns):
+    if any(a.annotation is not None and not (a.is_write and is_tensor_like(a.type))
+           for a in schema.arguments):
         return None
-    if any(a.annotation is not None and not (a.is_write and is_tensor_like(a.type)
-                                             and not schema.returns) for a in schema.arguments):
+    if any(r.annotation is not None and returned_argument(schema, r) is None
+           for r in schema.returns):
         return None
     if not any(is_tensor_like(a.type) for a in schema.arguments):
         return None
@@ -129,6 +168,12 @@ def _generated(m: ModuleScope, op: Op, api: str, sec: Section, kind: str) -> Non
     if written:
         parts.append("written=(" + ", ".join(f"({i}, {q(n)})" for i, n in written)
                      + ("," if len(written) == 1 else "") + ")")
+        # What it returns: a written argument or a new Tensor. A written Tensor is passed
+        # (keyword-only ones to the twin), at its position in the schema.
+        returned = [returned_argument(schema, ret) for ret in schema.returns]
+        if returned:
+            parts.append("returned=(" + ", ".join(map(str, returned))
+                         + ("," if len(returned) == 1 else "") + ")")
     if twin:
         names = [q(a.name) for a in schema.kwarg_only]
         parts.append("keywords=(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")")

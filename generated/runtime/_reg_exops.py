@@ -24,6 +24,11 @@ from runtime.kernels.exops import (
 _lib = torch.library.Library("exops", "FRAGMENT")
 _ops = torch.ops.exops
 
+# The positional twins of ops with keyword-only Tensors, which carry their generated batching
+# rules: torch.library.register_vmap refuses keyword-only Tensors (codegen/dest/py_vmap.py).
+_vmap_lib = torch.library.Library("opgen_vmap_exops", "FRAGMENT")
+_vmap_ops = torch.ops.opgen_vmap_exops
+
 _COMPLEX_OF = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
                torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -136,14 +141,17 @@ def _fold_leading(x, bdim, batch_size):
     return x.flatten(0, 1)
 
 
-def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=()):
+def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=(),
+                  returned=()):
     """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
     out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
-    lists, returns other than Tensors, writes with no return). What cannot be batched must agree
-    across the batch. `written`: (position, name) of the arguments the op writes to, which each
-    element writes through its slice of the batch (through a contiguous copy of a slice that is
-    not contiguous, copied back after the call); the op returns nothing. `keywords`: the names
-    of the op's keyword-only arguments, which end `args` (the rule of a positional twin)."""
+    lists, returns other than Tensors, writes). What cannot be batched must agree across the
+    batch. `written`: (position, name) of the arguments the op writes to, which each element
+    writes through its slice of the batch (through a contiguous copy of a slice that is not
+    contiguous, copied back after the call). `returned`: for each output of an op that writes,
+    the position of the written argument it is (returned as the batch it was given, written), or
+    None for a new value (stacked). `keywords`: the names of the op's keyword-only arguments,
+    which end `args` (the rule of a positional twin)."""
     name = op.name()
     if random and info.randomness != "different":
         raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
@@ -221,9 +229,16 @@ def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=
         return output
 
     outputs = [call(b) for b in range(info.batch_size)]
-    if written:
+    if not written:
+        return stack(outputs, ""), 0
+    if not returned:
         return None, None
-    return stack(outputs, ""), 0
+    if len(returned) == 1:
+        i = returned[0]
+        return (args[i], in_dims[i]) if i is not None else (stack(outputs, ""), 0)
+    results = [(args[i], in_dims[i]) if i is not None else
+               (stack([o[k] for o in outputs], f" at [{k}]"), 0) for k, i in enumerate(returned)]
+    return tuple(r for r, _ in results), tuple(d for _, d in results)
 
 
 def _sample_output(value):
@@ -402,9 +417,30 @@ def _soft_shrink_out_fake(self, lambd=0.5, *, out):
     return out
 
 
+def _soft_shrink_out_vmap_batched(self, lambd=0.5, *, out):
+    """vmap: the positional twin, which carries the batching rule (keyword-only Tensors)"""
+    return _vmap_ops.soft_shrink.out(self, lambd, out)
+
+
+def _soft_shrink_out_vmap(info, in_dims, self, lambd, out):
+    """vmap: a loop over the batch (generated: no `vmap:`), the positional twin's rule"""
+    return _loop_samples(
+        _ops.soft_shrink.out, info, in_dims, (self, lambd, out), {}, random=False,
+        written=((2, "out"),),
+        returned=(2,),
+        keywords=("out",))
+
+
 _lib.impl("soft_shrink.out", _soft_shrink_out_functionalize, "Functionalize")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::soft_shrink.out", "Meta"):
     torch.library.register_fake("exops::soft_shrink.out", _soft_shrink_out_fake, lib=_lib)
+_vmap_lib.define("soft_shrink.out(Tensor self, float lambd, Tensor(a!) out) -> Tensor(a!)")
+torch.library.register_vmap(
+    "opgen_vmap_exops::soft_shrink.out",
+    _soft_shrink_out_vmap,
+    lib=_vmap_lib,
+)
+_lib.impl("soft_shrink.out", _soft_shrink_out_vmap_batched, "FuncTorchBatched")
 
 
 # exops::moments(Tensor self, int[] dim=[], bool keepdim=False, *, int correction=1) -> (Tensor mean, Tensor var)

@@ -12,6 +12,11 @@ import torch
 _lib = torch.library.Library("exstable", "FRAGMENT")
 _ops = torch.ops.exstable
 
+# The positional twins of ops with keyword-only Tensors, which carry their generated batching
+# rules: torch.library.register_vmap refuses keyword-only Tensors (codegen/dest/py_vmap.py).
+_vmap_lib = torch.library.Library("opgen_vmap_exstable", "FRAGMENT")
+_vmap_ops = torch.ops.opgen_vmap_exstable
+
 
 def _reduce(x, dims, keepdim, dtype=None):
     """A new tensor of `x` reduced over `dims` (None or [] means every dim), as torch.sum."""
@@ -34,6 +39,114 @@ def _reduce(x, dims, keepdim, dtype=None):
     else:
         shape = [s for i, s in enumerate(x.shape) if i not in reduced]
     return x.new_empty(shape, dtype=dtype)
+
+
+def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=(),
+                  returned=()):
+    """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
+    out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
+    lists, returns other than Tensors, writes). What cannot be batched must agree across the
+    batch. `written`: (position, name) of the arguments the op writes to, which each element
+    writes through its slice of the batch (through a contiguous copy of a slice that is not
+    contiguous, copied back after the call). `returned`: for each output of an op that writes,
+    the position of the written argument it is (returned as the batch it was given, written), or
+    None for a new value (stacked). `keywords`: the names of the op's keyword-only arguments,
+    which end `args` (the rule of a positional twin)."""
+    name = op.name()
+    if random and info.randomness != "different":
+        raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
+                           f"separately for each batch element: call vmap with "
+                           f"randomness='different' (got {info.randomness!r}), or give the op "
+                           f"a `vmap:` rule")
+    for i, arg in written:
+        if i >= len(in_dims):
+            continue   # left out, its default (None)
+        x, d = args[i], in_dims[i]
+        if x is not None and (d is None or (not isinstance(x, torch.Tensor) and None in d)):
+            part = "" if d is None else " in every element"
+            raise RuntimeError(f"vmap: {name} writes to '{arg}', which is not batched{part}, "
+                               f"while another argument is: every batch element would write to "
+                               f"the same Tensor. Batch '{arg}' too, or call the op outside vmap")
+
+    def element(x, d, b):
+        if d is None or x is None:
+            return x
+        if isinstance(x, torch.Tensor):
+            return x.select(d, b)
+        if isinstance(x, dict):
+            return {k: element(v, d[k], b) for k, v in x.items()}
+        return type(x)(element(v, e, b) for v, e in zip(x, d))
+
+    def stack(outputs, where):
+        first = outputs[0]
+        if isinstance(first, torch.Tensor):
+            for o in outputs:
+                if not isinstance(o, torch.Tensor) or (o.shape, o.dtype, o.device) != (
+                        first.shape, first.dtype, first.device):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: they cannot be stacked "
+                        f"into one batched Tensor")
+            return torch.stack(outputs)
+        if isinstance(first, (list, tuple)):
+            for o in outputs:
+                if type(o) is not type(first) or len(o) != len(first):
+                    raise RuntimeError(
+                        f"vmap: {name} returned {_sample_output(first)} for one batch element "
+                        f"and {_sample_output(o)} for another{where}: vmap batches a list "
+                        f"element by element, so every batch element needs the same length")
+            return type(first)(stack(list(os), f"{where} at [{i}]")
+                               for i, os in enumerate(zip(*outputs)))
+        for o in outputs:
+            if type(o) is not type(first) or o != first:
+                raise RuntimeError(
+                    f"vmap: {name} returned {_sample_output(first)} for one batch element and "
+                    f"{_sample_output(o)} for another{where}: a value that is not a Tensor "
+                    f"cannot be batched, so it must be the same for every batch element")
+        return first
+
+    def contiguous(x, copies):
+        # A kernel may write through data_ptr as if its output were contiguous, as a Tensor made
+        # to be written usually is; a slice at a batch dim other than 0 is not: give it a copy.
+        if isinstance(x, torch.Tensor) and not x.is_contiguous():
+            dense = x.contiguous()
+            copies.append((x, dense))
+            return dense
+        if isinstance(x, (list, tuple)):
+            return type(x)(contiguous(v, copies) for v in x)
+        return x
+
+    def call(b):
+        sample = [element(x, d, b) for x, d in zip(args, in_dims)]
+        copies = []
+        for i, _ in written:
+            if i < len(sample):
+                sample[i] = contiguous(sample[i], copies)
+        n = len(sample) - len(keywords)
+        output = op(*sample[:n], **dict(zip(keywords, sample[n:])), **kwargs)
+        for x, dense in copies:
+            x.copy_(dense)
+        return output
+
+    outputs = [call(b) for b in range(info.batch_size)]
+    if not written:
+        return stack(outputs, ""), 0
+    if not returned:
+        return None, None
+    if len(returned) == 1:
+        i = returned[0]
+        return (args[i], in_dims[i]) if i is not None else (stack(outputs, ""), 0)
+    results = [(args[i], in_dims[i]) if i is not None else
+               (stack([o[k] for o in outputs], f" at [{k}]"), 0) for k, i in enumerate(returned)]
+    return tuple(r for r, _ in results), tuple(d for _, d in results)
+
+
+def _sample_output(value):
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} Tensor of shape {list(value.shape)} on {value.device}"
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)} outputs"
+    return repr(value)
 
 
 _APPLY = torch._C._FunctionBase.__dict__["apply"]
@@ -187,10 +300,27 @@ def _scale_out_fake(self, alpha=1.0, *, out):
     return out
 
 
+def _scale_out_vmap_batched(self, alpha=1.0, *, out):
+    """vmap: the positional twin, which carries the batching rule (keyword-only Tensors)"""
+    return _vmap_ops.scale.out(self, alpha, out)
+
+
+def _scale_out_vmap(info, in_dims, self, alpha, out):
+    """vmap: a loop over the batch (generated: no `vmap:`), the positional twin's rule"""
+    return _loop_samples(
+        _ops.scale.out, info, in_dims, (self, alpha, out), {}, random=False,
+        written=((2, "out"),),
+        returned=(2,),
+        keywords=("out",))
+
+
 _lib.impl("scale.out", _scale_out_functionalize, "Functionalize")
 _lib.impl("scale.out", _scale_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exstable::scale.out", "Meta"):
     torch.library.register_fake("exstable::scale.out", _scale_out_fake, lib=_lib)
+_vmap_lib.define("scale.out(Tensor self, float alpha, Tensor(a!) out) -> Tensor(a!)")
+torch.library.register_vmap("opgen_vmap_exstable::scale.out", _scale_out_vmap, lib=_vmap_lib)
+_lib.impl("scale.out", _scale_out_vmap_batched, "FuncTorchBatched")
 
 
 # exstable::masked_sum(Tensor self, int[1]? dim=None, bool keepdim=False, Tensor? mask=None) -> Tensor

@@ -118,14 +118,17 @@ def _reduce(x, dims, keepdim, dtype=None):
     return x.new_empty(shape, dtype=dtype)
 
 
-def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=()):
+def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=(),
+                  returned=()):
     """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
     out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
-    lists, returns other than Tensors, writes with no return). What cannot be batched must agree
-    across the batch. `written`: (position, name) of the arguments the op writes to, which each
-    element writes through its slice of the batch (through a contiguous copy of a slice that is
-    not contiguous, copied back after the call); the op returns nothing. `keywords`: the names
-    of the op's keyword-only arguments, which end `args` (the rule of a positional twin)."""
+    lists, returns other than Tensors, writes). What cannot be batched must agree across the
+    batch. `written`: (position, name) of the arguments the op writes to, which each element
+    writes through its slice of the batch (through a contiguous copy of a slice that is not
+    contiguous, copied back after the call). `returned`: for each output of an op that writes,
+    the position of the written argument it is (returned as the batch it was given, written), or
+    None for a new value (stacked). `keywords`: the names of the op's keyword-only arguments,
+    which end `args` (the rule of a positional twin)."""
     name = op.name()
     if random and info.randomness != "different":
         raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
@@ -203,9 +206,16 @@ def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=
         return output
 
     outputs = [call(b) for b in range(info.batch_size)]
-    if written:
+    if not written:
+        return stack(outputs, ""), 0
+    if not returned:
         return None, None
-    return stack(outputs, ""), 0
+    if len(returned) == 1:
+        i = returned[0]
+        return (args[i], in_dims[i]) if i is not None else (stack(outputs, ""), 0)
+    results = [(args[i], in_dims[i]) if i is not None else
+               (stack([o[k] for o in outputs], f" at [{k}]"), 0) for k, i in enumerate(returned)]
+    return tuple(r for r, _ in results), tuple(d for _, d in results)
 
 
 def _sample_output(value):

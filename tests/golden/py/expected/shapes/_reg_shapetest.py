@@ -43,6 +43,11 @@ from tests.test_shape import (
 _lib = torch.library.Library("shapetest", "FRAGMENT")
 _ops = torch.ops.shapetest
 
+# The positional twins of ops with keyword-only Tensors, which carry their generated batching
+# rules: torch.library.register_vmap refuses keyword-only Tensors (codegen/dest/py_vmap.py).
+_vmap_lib = torch.library.Library("opgen_vmap_shapetest", "FRAGMENT")
+_vmap_ops = torch.ops.opgen_vmap_shapetest
+
 _COMPLEX_OF = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
                torch.float32: torch.complex64, torch.float64: torch.complex128}
 
@@ -126,14 +131,17 @@ def _reduce(x, dims, keepdim, dtype=None):
     return x.new_empty(shape, dtype=dtype)
 
 
-def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=()):
+def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=(),
+                  returned=()):
     """`op` on each element of vmap's batch in turn, its outputs stacked at dim 0 (with their
     out_dims): the batching rule of an op whose schema torch's loop fallback refuses (Tensor
-    lists, returns other than Tensors, writes with no return). What cannot be batched must agree
-    across the batch. `written`: (position, name) of the arguments the op writes to, which each
-    element writes through its slice of the batch (through a contiguous copy of a slice that is
-    not contiguous, copied back after the call); the op returns nothing. `keywords`: the names
-    of the op's keyword-only arguments, which end `args` (the rule of a positional twin)."""
+    lists, returns other than Tensors, writes). What cannot be batched must agree across the
+    batch. `written`: (position, name) of the arguments the op writes to, which each element
+    writes through its slice of the batch (through a contiguous copy of a slice that is not
+    contiguous, copied back after the call). `returned`: for each output of an op that writes,
+    the position of the written argument it is (returned as the batch it was given, written), or
+    None for a new value (stacked). `keywords`: the names of the op's keyword-only arguments,
+    which end `args` (the rule of a positional twin)."""
     name = op.name()
     if random and info.randomness != "different":
         raise RuntimeError(f"vmap: {name} is random, and its generated batching rule draws "
@@ -211,9 +219,16 @@ def _loop_samples(op, info, in_dims, args, kwargs, random, written=(), keywords=
         return output
 
     outputs = [call(b) for b in range(info.batch_size)]
-    if written:
+    if not written:
+        return stack(outputs, ""), 0
+    if not returned:
         return None, None
-    return stack(outputs, ""), 0
+    if len(returned) == 1:
+        i = returned[0]
+        return (args[i], in_dims[i]) if i is not None else (stack(outputs, ""), 0)
+    results = [(args[i], in_dims[i]) if i is not None else
+               (stack([o[k] for o in outputs], f" at [{k}]"), 0) for k, i in enumerate(returned)]
+    return tuple(r for r, _ in results), tuple(d for _, d in results)
 
 
 def _sample_output(value):
@@ -553,11 +568,32 @@ def _normalize_out_fake(self, *, out):
     return out
 
 
+def _normalize_out_vmap_batched(self, *, out):
+    """vmap: the positional twin, which carries the batching rule (keyword-only Tensors)"""
+    return _vmap_ops.normalize.out(self, out)
+
+
+def _normalize_out_vmap(info, in_dims, self, out):
+    """vmap: a loop over the batch (generated: no `vmap:`), the positional twin's rule"""
+    return _loop_samples(
+        _ops.normalize.out, info, in_dims, (self, out), {}, random=False,
+        written=((1, "out"),),
+        returned=(1,),
+        keywords=("out",))
+
+
 _lib.impl("normalize.out", normalize_out, "CPU")
 _lib.impl("normalize.out", _normalize_out_functionalize, "Functionalize")
 _lib.impl("normalize.out", _normalize_out_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize.out", "Meta"):
     torch.library.register_fake("shapetest::normalize.out", _normalize_out_fake, lib=_lib)
+_vmap_lib.define("normalize.out(Tensor self, Tensor(a!) out) -> Tensor(a!)")
+torch.library.register_vmap(
+    "opgen_vmap_shapetest::normalize.out",
+    _normalize_out_vmap,
+    lib=_vmap_lib,
+)
+_lib.impl("normalize.out", _normalize_out_vmap_batched, "FuncTorchBatched")
 
 
 # shapetest::accumulate(Tensor(a!) acc, Tensor x) -> ()
