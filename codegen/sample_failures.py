@@ -15,8 +15,8 @@ from typing import Any, Iterable
 
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.load import FAILURES_FILE
-from codegen.model import BaseTy, BaseType, DispatchKey, Op, Sample, TensorSample, is_tensor_like, \
-    strip_optional, untraceable_return
+from codegen.model import BaseTy, BaseType, DispatchKey, Op, Sample, TensorSample, holds_dict, \
+    is_tensor_like, strip_optional, untraceable_return
 from codegen.tags import VIEW, unfunctionalizable
 from codegen.yaml_source import Scalar, YamlFile, short
 
@@ -146,6 +146,10 @@ def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
     if check == "compile" and untraceable_return(op.schema.returns) is not None:
         return (f"torch.compile cannot put a call of {op.name} in a graph (its "
                 "non-tensor-return warning)")
+    if check == "export" and any(holds_dict(r.type) for r in op.schema.returns):
+        # Exported, the program does not save: torch serializes no custom op's Dict output.
+        return (f"torch.export cannot save a program calling {op.name}, which returns a Dict "
+                "(its non-tensor-return warning)")
     if check in ("compile", "export"):
         kind = unfunctionalizable(op, _overloads(op, library))
         # check_export decomposes (functionalizes) the program of a mutating op only.
