@@ -8,12 +8,14 @@ as fast as loading the op files.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from codegen import formulas as F
 from codegen.formulas import Derivatives, library_calls
-from codegen.model import DispatchKey, Op, OpLibrary, PyRef, is_tensor_like, untraceable_return
+from codegen.model import (DispatchKey, Op, OpLibrary, PyRef, holds_dict, is_tensor_like,
+                           untraceable_return)
 from codegen.shape import fake_of
-from codegen.tags import auto_functionalized, functional_variant
+from codegen.tags import VIEW, unfunctionalizable
 
 DEVICES = ("CPU", "CUDA", "Meta")
 
@@ -132,22 +134,36 @@ def autocast_rule(op: Op) -> str | None:
     return f"{a.device_type}:{a.cast_inputs}" if a is not None else None
 
 
-def compiles(op: Op, lib: OpLibrary) -> bool:
-    """Whether torch.compile and torch.export can trace the op: fake tensors can run it, it
-    returns no lone non-Tensor (model.untraceable_return), returns no view unless it decomposes,
-    and a mutating op can be functionalized (a functional variant, or torch's auto_functionalize for an
-    op returning no alias of what it mutates, or tagged `inplace`/`out`)."""
-    if "Meta" not in devices(op) or untraceable_return(op.schema.returns) is not None:
-        return False
-    s = op.schema
-    if not s.mutable_arguments:
-        # A view (an aliasing return) is functionalized only through a decomposition.
-        return not any(r.annotation is not None for r in s.returns) or \
-            not {k for k, _ in op.dispatch} - {DispatchKey.CompositeImplicitAutograd}
-    if not any(r.is_write for r in s.returns):
-        return True
-    return auto_functionalized(op) or \
-        functional_variant(lib, op) is not None
+def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
+    """Why torch cannot pass `check` (`compile`, `export`) on the op whatever its kernels, as a
+    warning of the op says, or None: torch.compile puts no call returning a lone non-Tensor or a
+    Dict in a graph, torch.export saves no program calling an op returning a Dict, and neither
+    takes an op it cannot functionalize (tags.unfunctionalizable) but the export of a view, whose
+    program is not decomposed. The sample checks skip the check (codegen.sample_failures), the
+    op reference marks it ✗ (`traces`). `library`: ops of its library, where a functional variant
+    would be."""
+    if check == "compile" and untraceable_return(op.schema.returns) is not None:
+        return (f"torch.compile cannot put a call of {op.name} in a graph (its "
+                "non-tensor-return warning)")
+    if check == "export" and any(holds_dict(r.type) for r in op.schema.returns):
+        # Exported, the program does not save: torch serializes no custom op's Dict output.
+        return (f"torch.export cannot save a program calling {op.name}, which returns a Dict "
+                "(its non-tensor-return warning)")
+    if check in ("compile", "export"):
+        kind = unfunctionalizable(op, library)
+        # check_export decomposes (functionalizes) the program of a mutating op only.
+        if kind is not None and (check == "compile" or kind != VIEW):
+            return (f"torch.{check} cannot functionalize {op.name} (its not-functionalizable "
+                    "warning)")
+    return None
+
+
+def traces(op: Op, lib: OpLibrary, check: str) -> bool:
+    """Whether `check` (`compile`: torch.compile, `export`: torch.export) takes a call of the op:
+    fake tensors run it (`devices`), and torch does not refuse it (`torch_refuses`), so the
+    sample checks run it."""
+    return "Meta" in devices(op) and \
+        torch_refuses(op, check, lib.named(op.namespace, op.name.base)) is None
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ import contextlib
 import os
 from typing import Any, Iterable
 
+from codegen.contract import differentiable_inputs, torch_refuses
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.load import FAILURES_FILE
 from codegen.model import BaseTy, BaseType, DispatchKey, Op, Sample, TensorSample, is_tensor_like, \
-    strip_optional, untraceable_return
-from codegen.tags import VIEW, unfunctionalizable
+    strip_optional
+from codegen.tags import unfunctionalizable
 from codegen.yaml_source import Scalar, YamlFile, short
 
 CHECKS = ("opcheck", "gradients", "compile", "export", "seeded", "vmap", "autocast", "devices",
@@ -104,8 +105,6 @@ def _floating_sample(v: Any) -> bool:
 def sample_has_gradients(op: Op, sample: Sample) -> bool:
     """Whether the gradient check has something to check: a floating (or complex) tensor given
     for a differentiable input, not marked `requires_grad: false`, and a differentiable output."""
-    from codegen.contract import differentiable_inputs
-
     diff = set(differentiable_inputs(op))
     return any(differentiable_outputs(op)) and \
         any(name in diff and _floating_sample(v) for name, v in sample.args)
@@ -139,22 +138,6 @@ def _overloads(op: Op, library: Iterable[Op]) -> list[Op]:
     return [o for o in library if o.namespace == op.namespace and o.name.base == op.name.base]
 
 
-def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
-    """Why torch cannot pass `check` on the op whatever its kernels, as a warning of the op says
-    (the check is skipped), or None. `library`: the ops of its library (where a functional
-    variant would be)."""
-    if check == "compile" and untraceable_return(op.schema.returns) is not None:
-        return (f"torch.compile cannot put a call of {op.name} in a graph (its "
-                "non-tensor-return warning)")
-    if check in ("compile", "export"):
-        kind = unfunctionalizable(op, _overloads(op, library))
-        # check_export decomposes (functionalizes) the program of a mutating op only.
-        if kind is not None and (check == "compile" or kind != VIEW):
-            return (f"torch.{check} cannot functionalize {op.name} (its not-functionalizable "
-                    "warning)")
-    return None
-
-
 def opcheck_utils(op: Op, library: Iterable[Op] = ()) -> tuple[str, ...]:
     """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
     OPCHECK_UTILS, less those that functionalize it where torch cannot (its
@@ -180,8 +163,6 @@ def why_not(op: Op, sample: Sample, check: str, library: Iterable[Op] = ()) -> s
     if refused is not None:
         return refused
     if check == "gradients":
-        from codegen.contract import differentiable_inputs
-
         if not differentiable_inputs(op) or not any(differentiable_outputs(op)):
             return "the op has no gradients"
         return None if sample_has_gradients(op, sample) else (

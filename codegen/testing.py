@@ -22,8 +22,8 @@ the gradient check (floating `ScalarType` arguments follow that dtype), Composit
 ops are gradchecked through their decomposition, and mutated arguments are compared after compile
 and export as well as the results. `applies(case, check)` says which checks a case has: what torch
 cannot pass on an op by its own design, as a warning of the op says, is skipped (`skipped`:
-compile on a lone non-Tensor return; compile, export and opcheck's test_aot_dispatch_dynamic
-on an op torch cannot functionalize, `opcheck_skipped`).
+compile on a lone non-Tensor or a Dict return, export on a Dict return; compile, export and
+opcheck's test_aot_dispatch_dynamic on an op torch cannot functionalize, `opcheck_skipped`).
 
 Every check raises AssertionError (or the error PyTorch raised) on failure and returns what it ran
 on success, so the same functions serve a pytest suite (tests/test_samples.py parametrizes them
@@ -552,8 +552,9 @@ def applies(case: Case, check: str) -> bool:
 def skipped(case: Case, check: str) -> str | None:
     """Why `check` does not run on `case` (None: it runs, given a GPU for the GPU checks): it has
     nothing to check, or torch cannot pass it on the op by its own design, as a warning of the
-    op says (torch.compile on an op returning a lone int, -Wnon-tensor-return; compile and export
-    on an op torch cannot functionalize, -Wnot-functionalizable)."""
+    op says (torch.compile on an op returning a lone int, and torch.export on one returning a
+    Dict, -Wnon-tensor-return; compile and export on an op torch cannot functionalize,
+    -Wnot-functionalizable)."""
     return why_not(case.op, case.sample, check, _library(case.op))
 
 

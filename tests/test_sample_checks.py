@@ -124,6 +124,33 @@ def test_what_is_skipped_on_an_unfunctionalizable_op_fails_for_torch_s_reason(li
     assert not skipped
 
 
+def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
+    """torch.export traces a call of an op returning a Dict, but cannot save the program: export
+    is skipped as compile is (-Wnon-tensor-return), and fails for torch's reason when run."""
+    path = tmp_path / "dict.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpdict
+        suppress: [non-tensor-return]
+        ops:
+          - func: named_rows(Tensor x) -> Dict(str, Tensor)
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:named_rows}
+            fake: tests.samplelib.kernels:named_rows
+            samples: [{x: {shape: [N=4, 3]}}]
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        assert testing.skipped(case, "export") == (
+            "torch.export cannot save a program calling smpdict::named_rows, which returns a "
+            "Dict (its non-tensor-return warning)")
+        assert [c for c in testing.CHECKS if testing.applies(case, c)] == ["opcheck"]
+        with pytest.raises(Exception, match="Failed serializing node named_rows"):
+            testing.check_export(case)
+    finally:
+        lib.close()
+
+
 def test_named_sizes_move_together():
     case = next(c for c in CASES if c.op.name.name == "segment_max")
     assert dict(case.sample.dims) == {"N": 7, "S": 4}

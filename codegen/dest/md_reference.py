@@ -48,13 +48,13 @@ def anchor(op: Op) -> str:
 
 
 def support(op: Op, lib: OpLibrary) -> dict[str, bool]:
-    """The support matrix row of `op` (codegen.contract). Export needs what compile needs: fake
-    tensors and functionalization."""
+    """The support matrix row of `op` (codegen.contract). compile and export are what the sample
+    checks run (`contract.traces`: torch does not refuse them, which they skip)."""
     devices = C.devices(op)
-    compiles = C.compiles(op, lib)
     return {
         "CPU": "CPU" in devices, "CUDA": "CUDA" in devices, "Meta": "Meta" in devices,
-        "autograd": C.has_autograd(op), "compile": compiles, "export": compiles,
+        "autograd": C.has_autograd(op), "compile": C.traces(op, lib, "compile"),
+        "export": C.traces(op, lib, "export"),
         "vmap": C.vmap_rule(op) is not None, "autocast": op.autocast is not None,
     }
 
@@ -88,8 +88,10 @@ def namespace_page(lib: OpLibrary, ns: str, ops: tuple[Op, ...]) -> str:
                      + " | ".join(YES if row[c] else NO for c in COLUMNS) + " |")
     lines += ["", "CPU, CUDA: a kernel for the device, or a composite one. Meta: fake tensors "
               "can run it (a fake rule, a Meta kernel or a decomposition). compile, export: "
-              "fake tensors run it, it returns no lone non-Tensor, and torch.compile and "
-              "torch.export can functionalize it. "
+              "fake tensors run it and torch takes it, as the sample checks run it: compile no "
+              "op returning a lone non-Tensor or a Dict, export none returning a Dict, and "
+              "neither an op it cannot functionalize (its not-functionalizable warning; a view "
+              "exports, its program not functionalized). "
               "vmap: a batching rule or a decomposition.", ""]
     for op in ops:
         lines += op_section(lib, op)

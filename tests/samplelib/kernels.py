@@ -216,3 +216,39 @@ def attend_vmap(info, in_dims, q, k, out=None):
 
 def alias_of(x):
     return x.view(x.shape)
+
+
+def named_rows(x):
+    return {"rows": x * 2}
+
+
+# -- what torch.compile and torch.export take or refuse (tests/test_reference_marks.py) ----------
+
+
+def double_rows_(x, chunks):
+    """Doubles `x` and returns its rows in `chunks` new tensors."""
+    x.mul_(2)
+    return [c.clone() for c in x.chunk(chunks)]
+
+
+def double_rows_fake(x, chunks):
+    return [c.clone() for c in x.chunk(chunks)]
+
+
+def add_to(x, y=None):
+    return x.clone() if y is None else x + y
+
+
+def add_to_into(x, y=None):
+    """`y` written with x + y when given, else a new tensor."""
+    if y is None:
+        return x.clone()
+    return y.add_(x)
+
+
+def add_into_second(y, x):
+    return x.add_(y)
+
+
+def row_count(x):
+    return x.size(0)
