@@ -970,7 +970,7 @@ def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypat
 
     from codegen import testing
 
-    (tmp_path / "conv_kernels.py").write_text(textwrap.dedent("""\
+    (tmp_path / "convert_kernels.py").write_text(textwrap.dedent("""\
         import torch
 
         def scale(x, s):
@@ -987,13 +987,13 @@ def test_library_op_parameters_given_what_torch_converts_run(tmp_path, monkeypat
         namespace: convtest
         ops:
           - func: scale(Tensor x, float s) -> Tensor
-            dispatch: {CompositeExplicitAutograd: "conv_kernels:scale"}
+            dispatch: {CompositeExplicitAutograd: "convert_kernels:scale"}
             fake: like(x)
             derivatives:
               x: scale_backward(grad, x.size(0) // 2, x.dim() > 1, 3, 1, x.dtype, 7)
           - func: scale_backward(Tensor grad, int half, int flag, float s, bool keep, int code,
                                  ScalarType dtype) -> Tensor
-            dispatch: {CompositeExplicitAutograd: "conv_kernels:scale_backward"}
+            dispatch: {CompositeExplicitAutograd: "convert_kernels:scale_backward"}
             fake: like(grad)
         """))
     lib = testing.load_python_library(["ops.yaml"])
