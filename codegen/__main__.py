@@ -4,7 +4,9 @@ Every command works on a project: `--project DIR`, or the nearest pyproject.toml
 `[tool.opgen]` table upward from the working directory (codegen.config), or else opgen's example
 layout in the working directory. PATHS (op files or directories, relative to the working
 directory) default to the project's `schemas`; the command runs in the project root, so
-generated files and messages name project-relative paths.
+generated files and messages name project-relative paths. `generate` writes the whole library:
+in a project with a [tool.opgen], PATHS that leave out an op file of `schemas` are refused
+(`_whole_library`).
 
 Exit status: 0 on success (warnings, if any, on stderr), 1 when the op files have errors (printed
 as located diagnostics) or an output cannot be written, 2 on bad command-line usage, 3 on an
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -108,8 +111,52 @@ def _outside_the_project(paths: list[str], project: config.Project) -> None:
     diags.raise_if_errors()
 
 
+def _whole_library(args: argparse.Namespace, project: config.Project, consequence: str,
+                   hint: str) -> None:
+    """A command that writes an output of the whole library (the generated set, which it
+    prunes; the reference; the snapshot) refuses op files named on the command line that leave
+    out some of the project's `schemas`: what it wrote would lose those files' ops. Files beyond
+    `schemas` are taken, as before; without a [tool.opgen] the paths given are the library.
+    `consequence` ends the message, `hint` is the hint; in them `{prog}` is the command as run,
+    `{schemas}` the `schemas` entries, `{given}` the paths as typed."""
+    if project.config_path is None or not args.paths:
+        return
+    quiet = Diagnostics()
+    given = {os.path.realpath(f) for f in load.op_files(args.paths, quiet)}
+    if quiet.has_errors:
+        return      # a path that is no op file: loading reports it, located
+    left_out: dict[str, str] = {}       # real path -> (the first) `schemas` entry holding it
+    for entry in project.schemas:
+        for f in load.op_files([entry], Diagnostics()):
+            left_out.setdefault(os.path.realpath(f), entry)
+    missing = [(real, entry) for real, entry in left_out.items() if real not in given]
+    if not missing:
+        return
+    first, entry = missing[0]
+    shown = project.relative(first)
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    typed = getattr(args, "typed_paths", None) or args.paths
+    words = {
+        "prog": args.prog + (f" --project {shlex.quote(args.project)}" if args.project else ""),
+        "schemas": ", ".join(project.schemas),
+        "given": " ".join(shlex.quote(p) for p in typed),
+        "what": "one file" if len(typed) == 1 else "these",
+        "those": "those files" if more else "that file",
+    }
+    diags = Diagnostics()
+    diags.error(config.locate_value(project, "schemas", diags, entry),
+                f"the op files given leave out {shown}{more} of the project's 'schemas', "
+                + consequence.format(**words), hint.format(**words))
+    diags.raise_if_errors()
+
+
 def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
     _outside_the_project(args.paths, project)
+    _whole_library(args, project,
+                   "and generate --check would report what was generated from {those} stale"
+                   if args.check else "and generate would delete what was generated from {those}",
+                   "generate writes the whole library of the project: run `{prog} generate` "
+                   "(all of {schemas}), or `{prog} check {given}` to validate {what}")
     lib = _load(args.paths, project, all_errors=True)
     diags = lib.diagnostics()
     fileset = check_and_render(lib, diags, project)
@@ -265,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                            help="also write a make-style depfile of every input read (for ninja)")
     add_ship_commands(sub)
     args = parser.parse_args(argv)
+    args.prog = prog
+    # The paths as typed, for hints to repeat (cli.run_in_project makes them project-relative).
+    args.typed_paths = list(getattr(args, "paths", None) or ())
     if args.fn is None:
         return build.run(args)
     return cli.run_in_project(args, lambda project: args.fn(args, project))
