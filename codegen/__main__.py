@@ -4,8 +4,9 @@ Every command works on a project: `--project DIR`, or the nearest pyproject.toml
 `[tool.opgen]` table upward from the working directory (codegen.config), or else opgen's example
 layout in the working directory. PATHS (op files or directories, relative to the working
 directory) default to the project's `schemas`; the command runs in the project root, so
-generated files and messages name project-relative paths. `generate` writes the whole library:
-in a project with a [tool.opgen], PATHS that leave out an op file of `schemas` are refused
+generated files and messages name project-relative paths. `generate` writes the whole library
+(and so do `docs` and `snapshot`, into the project's own reference and snapshot): in a project
+with a [tool.opgen], PATHS that leave out an op file of `schemas` are refused
 (`_whole_library`).
 
 Exit status: 0 on success (warnings, if any, on stderr), 1 when the op files have errors (printed
@@ -112,13 +113,13 @@ def _outside_the_project(paths: list[str], project: config.Project) -> None:
 
 
 def _whole_library(args: argparse.Namespace, project: config.Project, consequence: str,
-                   hint: str) -> None:
+                   hint: str, **words: str) -> None:
     """A command that writes an output of the whole library (the generated set, which it
     prunes; the reference; the snapshot) refuses op files named on the command line that leave
     out some of the project's `schemas`: what it wrote would lose those files' ops. Files beyond
     `schemas` are taken, as before; without a [tool.opgen] the paths given are the library.
     `consequence` ends the message, `hint` is the hint; in them `{prog}` is the command as run,
-    `{schemas}` the `schemas` entries, `{given}` the paths as typed."""
+    `{schemas}` the `schemas` entries, `{given}` the paths as typed; `words`, more of them."""
     if project.config_path is None or not args.paths:
         return
     quiet = Diagnostics()
@@ -137,6 +138,7 @@ def _whole_library(args: argparse.Namespace, project: config.Project, consequenc
     more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
     typed = getattr(args, "typed_paths", None) or args.paths
     words = {
+        **words,
         "prog": args.prog + (f" --project {shlex.quote(args.project)}" if args.project else ""),
         "schemas": ", ".join(project.schemas),
         "given": " ".join(shlex.quote(p) for p in typed),
@@ -184,8 +186,13 @@ def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
 def cmd_snapshot(args: argparse.Namespace, project: config.Project) -> int:
     """Record every op's contract in the snapshot (codegen.compat), written only when it
     changes."""
-    lib = _load(args.paths, project)
     path = _shown(project, args.snapshot, project.snapshot)
+    if path == project.snapshot:
+        _whole_library(args, project, "and snapshot would drop the ops of {those} from {path}",
+                       "snapshot records the contract of the whole library: run `{prog} "
+                       "snapshot` (all of {schemas}), or `{prog} snapshot --snapshot PATH {given}` "
+                       "to record {what} elsewhere", path=path)
+    lib = _load(args.paths, project)
     text = compat.snapshot_text(lib, python_names(lib, Diagnostics()))
     written = files.write(Path("."), files.FileSet({path: text}))
     n = len(lib.ops)
@@ -216,8 +223,16 @@ def cmd_bc_check(args: argparse.Namespace, project: config.Project) -> int:
 def cmd_docs(args: argparse.Namespace, project: config.Project) -> int:
     """Render the op reference, one Markdown file per namespace, written only when it
     changes; with --check, write nothing and exit 1 when a file is stale."""
-    lib = _load(args.paths, project)
     directory = _shown(project, args.output, project.docs)
+    if directory == project.docs:
+        _whole_library(args, project,
+                       "and docs --check would report the reference in {directory} stale"
+                       if args.check else
+                       "and docs would drop the ops of {those} from the reference in {directory}",
+                       "docs writes the reference of the whole library: run `{prog} docs` "
+                       "(all of {schemas}), or `{prog} docs --output DIR {given}` for {what} "
+                       "alone", directory=directory)
+    lib = _load(args.paths, project)
     diags = lib.diagnostics()
     fileset = files.FileSet(md_reference.generate(lib, diags, directory=directory))
     diags.raise_if_errors()

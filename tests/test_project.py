@@ -254,6 +254,39 @@ def test_generate_takes_op_files_covering_schemas(paths: list[str], tmp_path: Pa
     assert (generated / "register_c.cpp").is_file() == ("more/c.yaml" in paths)
 
 
+def test_docs_and_snapshot_refuse_op_files_that_leave_out_some_of_schemas(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """`docs ops/b.yaml` rewrote the project's reference, and `snapshot ops/b.yaml` its
+    snapshot, with the ops of that file alone. Written elsewhere (--output, --snapshot), the
+    reference and snapshot of one file are taken."""
+    root = _two_file_project(tmp_path)
+    monkeypatch.chdir(root)
+    assert cli(["docs"]) == 0 and cli(["snapshot"]) == 0
+    capsys.readouterr()
+    before = _files(root)
+    at = ("pyproject.toml:12:12: error: the op files given leave out ops/main.yaml of the "
+          "project's 'schemas', ")
+    caret = '    schemas = ["ops"]\n               ^~~~~\n'
+    assert (cli(["docs", "ops/b.yaml"]), *capsys.readouterr()) == (1, "", (
+        f"{at}and docs would drop the ops of that file from the reference in docs/ops\n{caret}"
+        "hint: docs writes the reference of the whole library: run `python -m codegen docs` "
+        "(all of ops), or `python -m codegen docs --output DIR ops/b.yaml` for one file alone\n"
+        "1 error generated.\n"))
+    assert cli(["docs", "--check", "ops/b.yaml"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"{at}and docs --check would report the reference in docs/ops stale\n")
+    assert (cli(["snapshot", "ops/b.yaml"]), *capsys.readouterr()) == (1, "", (
+        f"{at}and snapshot would drop the ops of that file from opgen.lock\n{caret}"
+        "hint: snapshot records the contract of the whole library: run `python -m codegen "
+        "snapshot` (all of ops), or `python -m codegen snapshot --snapshot PATH ops/b.yaml` to "
+        "record one file elsewhere\n1 error generated.\n"))
+    assert _files(root) == before
+    assert cli(["docs", "--output", "b-docs", "ops/b.yaml"]) == 0
+    assert cli(["snapshot", "--snapshot", "b.lock", "ops/b.yaml"]) == 0
+    assert "wrote b.lock (1 op)" in capsys.readouterr().out
+    assert (root / "b-docs" / "alphans.md").is_file()
+
+
 def test_generate_without_a_project_generates_the_files_given(tmp_path: Path, monkeypatch,
                                                               capsys) -> None:
     """Without a [tool.opgen] the op files given are the library (`--root`, the example layout):
