@@ -4,7 +4,10 @@ Every command works on a project: `--project DIR`, or the nearest pyproject.toml
 `[tool.opgen]` table upward from the working directory (codegen.config), or else opgen's example
 layout in the working directory. PATHS (op files or directories, relative to the working
 directory) default to the project's `schemas`; the command runs in the project root, so
-generated files and messages name project-relative paths.
+generated files and messages name project-relative paths. `generate` writes the whole library
+(and so do `docs` and `snapshot`, into the project's own reference and snapshot): in a project
+with a [tool.opgen], PATHS that leave out an op file of `schemas` are refused
+(`_whole_library`).
 
 Exit status: 0 on success (warnings, if any, on stderr), 1 when the op files have errors (printed
 as located diagnostics) or an output cannot be written, 2 on bad command-line usage, 3 on an
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -108,8 +112,53 @@ def _outside_the_project(paths: list[str], project: config.Project) -> None:
     diags.raise_if_errors()
 
 
+def _whole_library(args: argparse.Namespace, project: config.Project, consequence: str,
+                   hint: str, **words: str) -> None:
+    """A command that writes an output of the whole library (the generated set, which it
+    prunes; the reference; the snapshot) refuses op files named on the command line that leave
+    out some of the project's `schemas`: what it wrote would lose those files' ops. Files beyond
+    `schemas` are taken, as before; without a [tool.opgen] the paths given are the library.
+    `consequence` ends the message, `hint` is the hint; in them `{prog}` is the command as run,
+    `{schemas}` the `schemas` entries, `{given}` the paths as typed; `words`, more of them."""
+    if project.config_path is None or not args.paths:
+        return
+    quiet = Diagnostics()
+    given = {os.path.realpath(f) for f in load.op_files(args.paths, quiet)}
+    if quiet.has_errors:
+        return      # a path that is no op file: loading reports it, located
+    left_out: dict[str, str] = {}       # real path -> (the first) `schemas` entry holding it
+    for entry in project.schemas:
+        for f in load.op_files([entry], Diagnostics()):
+            left_out.setdefault(os.path.realpath(f), entry)
+    missing = [(real, entry) for real, entry in left_out.items() if real not in given]
+    if not missing:
+        return
+    first, entry = missing[0]
+    shown = project.relative(first)
+    more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+    typed = getattr(args, "typed_paths", None) or args.paths
+    words = {
+        **words,
+        "prog": args.prog + (f" --project {shlex.quote(args.project)}" if args.project else ""),
+        "schemas": ", ".join(project.schemas),
+        "given": " ".join(shlex.quote(p) for p in typed),
+        "what": "one file" if len(typed) == 1 else "these",
+        "those": "those files" if more else "that file",
+    }
+    diags = Diagnostics()
+    diags.error(config.locate_value(project, "schemas", diags, entry),
+                f"the op files given leave out {shown}{more} of the project's 'schemas', "
+                + consequence.format(**words), hint.format(**words))
+    diags.raise_if_errors()
+
+
 def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
     _outside_the_project(args.paths, project)
+    _whole_library(args, project,
+                   "and generate --check would report what was generated from {those} stale"
+                   if args.check else "and generate would delete what was generated from {those}",
+                   "generate writes the whole library of the project: run `{prog} generate` "
+                   "(all of {schemas}), or `{prog} check {given}` to validate {what}")
     lib = _load(args.paths, project, all_errors=True)
     diags = lib.diagnostics()
     fileset = check_and_render(lib, diags, project)
@@ -137,8 +186,13 @@ def cmd_generate(args: argparse.Namespace, project: config.Project) -> int:
 def cmd_snapshot(args: argparse.Namespace, project: config.Project) -> int:
     """Record every op's contract in the snapshot (codegen.compat), written only when it
     changes."""
-    lib = _load(args.paths, project)
     path = _shown(project, args.snapshot, project.snapshot)
+    if path == project.snapshot:
+        _whole_library(args, project, "and snapshot would drop the ops of {those} from {path}",
+                       "snapshot records the contract of the whole library: run `{prog} "
+                       "snapshot` (all of {schemas}), or `{prog} snapshot --snapshot PATH {given}` "
+                       "to record {what} elsewhere", path=path)
+    lib = _load(args.paths, project)
     text = compat.snapshot_text(lib, python_names(lib, Diagnostics()))
     written = files.write(Path("."), files.FileSet({path: text}))
     n = len(lib.ops)
@@ -169,8 +223,16 @@ def cmd_bc_check(args: argparse.Namespace, project: config.Project) -> int:
 def cmd_docs(args: argparse.Namespace, project: config.Project) -> int:
     """Render the op reference, one Markdown file per namespace, written only when it
     changes; with --check, write nothing and exit 1 when a file is stale."""
-    lib = _load(args.paths, project)
     directory = _shown(project, args.output, project.docs)
+    if directory == project.docs:
+        _whole_library(args, project,
+                       "and docs --check would report the reference in {directory} stale"
+                       if args.check else
+                       "and docs would drop the ops of {those} from the reference in {directory}",
+                       "docs writes the reference of the whole library: run `{prog} docs` "
+                       "(all of {schemas}), or `{prog} docs --output DIR {given}` for {what} "
+                       "alone", directory=directory)
+    lib = _load(args.paths, project)
     diags = lib.diagnostics()
     fileset = files.FileSet(md_reference.generate(lib, diags, directory=directory))
     diags.raise_if_errors()
@@ -265,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                            help="also write a make-style depfile of every input read (for ninja)")
     add_ship_commands(sub)
     args = parser.parse_args(argv)
+    args.prog = prog
+    # The paths as typed, for hints to repeat (cli.run_in_project makes them project-relative).
+    args.typed_paths = list(getattr(args, "paths", None) or ())
     if args.fn is None:
         return build.run(args)
     return cli.run_in_project(args, lambda project: args.fn(args, project))

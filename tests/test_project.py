@@ -169,6 +169,138 @@ def test_generate_refuses_an_op_file_outside_the_project(tmp_path: Path) -> None
     assert "ops/linked.yaml" in (root / "alphaops" / "_generated" / "_reg_alphans.py").read_text()
 
 
+SECOND_OPS = """\
+namespace: alphans
+ops:
+  - func: g(Tensor x) -> Tensor
+    dispatch: {CompositeExplicitAutograd: 'alphaops.kernels:cube'}
+    fake: like(x)
+"""
+
+
+def _two_file_project(tmp_path: Path, schemas: str = '["ops"]') -> Path:
+    """A project whose `schemas` holds ops/main.yaml and ops/b.yaml (one namespace), generated."""
+    root = scratch.write_project(tmp_path / "proj", "alphaops", "alphans")
+    (root / "ops" / "alphans.yaml").rename(root / "ops" / "main.yaml")
+    (root / "ops" / "b.yaml").write_text(SECOND_OPS, encoding="utf-8")
+    toml = root / "pyproject.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace('schemas = ["ops"]',
+                                                             f"schemas = {schemas}"),
+                    encoding="utf-8")
+    return root
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_generate_refuses_op_files_that_leave_out_some_of_schemas(tmp_path: Path, monkeypatch,
+                                                                   capsys) -> None:
+    """`generate ops/b.yaml` generated the library of that file alone, and deleted what was
+    generated from ops/main.yaml (exit 0). The generated set is the whole library's: op files
+    leaving out some of `schemas` are refused, located at the entry, and nothing is touched;
+    `check` still takes one file."""
+    root = _two_file_project(tmp_path)
+    monkeypatch.chdir(root)
+    assert cli(["generate"]) == 0
+    capsys.readouterr()
+    before = _files(root)
+    assert "alphaops/_generated/cpp/alphans/register_main.cpp" in before
+    message = (
+        "pyproject.toml:12:12: error: the op files given leave out ops/main.yaml of the "
+        "project's 'schemas', and generate would delete what was generated from that file\n"
+        '    schemas = ["ops"]\n'
+        "               ^~~~~\n"
+        "hint: generate writes the whole library of the project: run `python -m codegen "
+        "generate` (all of ops), or `python -m codegen check ops/b.yaml` to validate one file\n"
+        "1 error generated.\n")
+    assert (cli(["generate", "ops/b.yaml"]), *capsys.readouterr()) == (1, "", message)
+    assert _files(root) == before
+    # --check would report the files of main.yaml stale; from a subdirectory, the hint repeats
+    # the paths as typed.
+    monkeypatch.chdir(root / "ops")
+    assert cli(["generate", "--check", "b.yaml"]) == 1
+    assert capsys.readouterr().err == message.replace(
+        "and generate would delete", "and generate --check would report").replace(
+        "from that file\n", "from that file stale\n").replace("check ops/b.yaml", "check b.yaml")
+    assert _files(root) == before
+    assert cli(["check", "b.yaml"]) == 0
+    capsys.readouterr()
+    # schemas listing files: the caret is on the entry left out.
+    root = _two_file_project(tmp_path / "files", '["ops/b.yaml", "ops/main.yaml"]')
+    monkeypatch.chdir(root)
+    assert cli(["generate", "ops/b.yaml"]) == 1
+    assert capsys.readouterr().err.splitlines()[:3] == [
+        "pyproject.toml:12:26: error: the op files given leave out ops/main.yaml of the "
+        "project's 'schemas', and generate would delete what was generated from that file",
+        '    schemas = ["ops/b.yaml", "ops/main.yaml"]',
+        "                             ^~~~~~~~~~~~~~~"]
+    assert not (root / "alphaops" / "_generated").exists()
+
+
+@pytest.mark.parametrize("paths", [["ops"], ["ops/main.yaml", "ops/b.yaml"], ["./ops/"],
+                                   ["ops", "more/c.yaml"]])
+def test_generate_takes_op_files_covering_schemas(paths: list[str], tmp_path: Path, monkeypatch,
+                                                  capsys) -> None:
+    """The directory, its files, or more: an op file of the project outside `schemas` is taken,
+    as before."""
+    root = _two_file_project(tmp_path)
+    (root / "more").mkdir()
+    (root / "more" / "c.yaml").write_text(SECOND_OPS.replace("g(", "h("), encoding="utf-8")
+    monkeypatch.chdir(root)
+    assert cli(["generate", *paths]) == 0, capsys.readouterr().err
+    generated = root / "alphaops" / "_generated" / "cpp" / "alphans"
+    assert (generated / "register_main.cpp").is_file() and (generated / "register_b.cpp").is_file()
+    assert (generated / "register_c.cpp").is_file() == ("more/c.yaml" in paths)
+
+
+def test_docs_and_snapshot_refuse_op_files_that_leave_out_some_of_schemas(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """`docs ops/b.yaml` rewrote the project's reference, and `snapshot ops/b.yaml` its
+    snapshot, with the ops of that file alone. Written elsewhere (--output, --snapshot), the
+    reference and snapshot of one file are taken."""
+    root = _two_file_project(tmp_path)
+    monkeypatch.chdir(root)
+    assert cli(["docs"]) == 0 and cli(["snapshot"]) == 0
+    capsys.readouterr()
+    before = _files(root)
+    at = ("pyproject.toml:12:12: error: the op files given leave out ops/main.yaml of the "
+          "project's 'schemas', ")
+    caret = '    schemas = ["ops"]\n               ^~~~~\n'
+    assert (cli(["docs", "ops/b.yaml"]), *capsys.readouterr()) == (1, "", (
+        f"{at}and docs would drop the ops of that file from the reference in docs/ops\n{caret}"
+        "hint: docs writes the reference of the whole library: run `python -m codegen docs` "
+        "(all of ops), or `python -m codegen docs --output DIR ops/b.yaml` for one file alone\n"
+        "1 error generated.\n"))
+    assert cli(["docs", "--check", "ops/b.yaml"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"{at}and docs --check would report the reference in docs/ops stale\n")
+    assert (cli(["snapshot", "ops/b.yaml"]), *capsys.readouterr()) == (1, "", (
+        f"{at}and snapshot would drop the ops of that file from opgen.lock\n{caret}"
+        "hint: snapshot records the contract of the whole library: run `python -m codegen "
+        "snapshot` (all of ops), or `python -m codegen snapshot --snapshot PATH ops/b.yaml` to "
+        "record one file elsewhere\n1 error generated.\n"))
+    assert _files(root) == before
+    assert cli(["docs", "--output", "b-docs", "ops/b.yaml"]) == 0
+    assert cli(["snapshot", "--snapshot", "b.lock", "ops/b.yaml"]) == 0
+    assert "wrote b.lock (1 op)" in capsys.readouterr().out
+    assert (root / "b-docs" / "alphans.md").is_file()
+
+
+def test_generate_without_a_project_generates_the_files_given(tmp_path: Path, monkeypatch,
+                                                              capsys) -> None:
+    """Without a [tool.opgen] the op files given are the library (`--root`, the example layout):
+    a file generated alone replaces the set, as it always did."""
+    (tmp_path / "schemas").mkdir()
+    for name in ("main", "b"):
+        (tmp_path / "schemas" / f"{name}.yaml").write_text(
+            f"namespace: alphans\nops:\n  - func: {name}(Tensor x) -> Tensor\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["generate", "--root", str(tmp_path), "schemas"]) == 0
+    assert cli(["generate", "--root", str(tmp_path), "schemas/b.yaml"]) == 0
+    assert "removed generated/cpp/alphans/register_main.cpp" in capsys.readouterr().out
+
+
 def _spaced_project(tmp_path: Path) -> Path:
     """A project whose op, kernel and build directories have spaces in their names."""
     root = scratch.write_project(tmp_path / "my proj", "alphaops", "alphans")
