@@ -6,7 +6,10 @@ For every schema `s` torch accepts: `parse_schema(str(parse_schema(s))) == parse
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -26,7 +29,14 @@ def native_schemas() -> list[str]:
 
 
 def registered_schemas() -> list[str]:
-    return [str(s) for s in torch._C._jit_get_all_schemas()]
+    """Every schema torch registers, read in a process of its own: in this one, an earlier test
+    may have closed a library that defined two overloads of one op, after which torch's registry
+    hands out freed schemas (torch 2.13: `_jit_get_all_schemas` then fails with
+    std::bad_array_new_length, or crashes)."""
+    code = "import json, torch; print(json.dumps([str(s) for s in torch._C._jit_get_all_schemas()]))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, check=True)
+    return json.loads(proc.stdout)
 
 
 def _torch_parse(s: str):
