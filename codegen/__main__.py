@@ -5,7 +5,8 @@ Every command works on a project: `--project DIR`, or the nearest pyproject.toml
 layout in the working directory. PATHS (op files or directories, relative to the working
 directory) default to the project's `schemas`; the command runs in the project root, so
 generated files and messages name project-relative paths. `generate` writes the whole library
-(and so do `docs` and `snapshot`, into the project's own reference and snapshot): in a project
+(and so do `docs` and `snapshot`, into the project's own reference and snapshot, and `bc-check`
+compares it with the project's snapshot): in a project
 with a [tool.opgen], PATHS that leave out an op file of `schemas` are refused
 (`_whole_library`).
 
@@ -202,6 +203,13 @@ def cmd_snapshot(args: argparse.Namespace, project: config.Project) -> int:
 
 def cmd_bc_check(args: argparse.Namespace, project: config.Project) -> int:
     """Compare the library with the snapshot: every undeclared break is a located error."""
+    path = _shown(project, args.snapshot, project.snapshot)
+    if path == project.snapshot:
+        _whole_library(args, project,
+                       "and bc-check would report the ops of {those} as removed from {path}",
+                       "bc-check compares the whole library with its snapshot: run `{prog} "
+                       "bc-check` (all of {schemas}), or `{prog} bc-check --snapshot PATH "
+                       "{given}` against a snapshot of {what}", path=path)
     lib = _load(args.paths, project)
     diags = Diagnostics()
     snap = compat.read_snapshot(_shown(project, args.snapshot, project.snapshot), diags)

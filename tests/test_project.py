@@ -254,11 +254,12 @@ def test_generate_takes_op_files_covering_schemas(paths: list[str], tmp_path: Pa
     assert (generated / "register_c.cpp").is_file() == ("more/c.yaml" in paths)
 
 
-def test_docs_and_snapshot_refuse_op_files_that_leave_out_some_of_schemas(
+def test_docs_snapshot_and_bc_check_refuse_op_files_that_leave_out_some_of_schemas(
         tmp_path: Path, monkeypatch, capsys) -> None:
     """`docs ops/b.yaml` rewrote the project's reference, and `snapshot ops/b.yaml` its
-    snapshot, with the ops of that file alone. Written elsewhere (--output, --snapshot), the
-    reference and snapshot of one file are taken."""
+    snapshot, with the ops of that file alone; `bc-check ops/b.yaml` reported the other files'
+    ops removed. Elsewhere (--output, --snapshot), the reference, snapshot and comparison of one
+    file are taken."""
     root = _two_file_project(tmp_path)
     monkeypatch.chdir(root)
     assert cli(["docs"]) == 0 and cli(["snapshot"]) == 0
@@ -280,10 +281,18 @@ def test_docs_and_snapshot_refuse_op_files_that_leave_out_some_of_schemas(
         "hint: snapshot records the contract of the whole library: run `python -m codegen "
         "snapshot` (all of ops), or `python -m codegen snapshot --snapshot PATH ops/b.yaml` to "
         "record one file elsewhere\n1 error generated.\n"))
+    assert (cli(["bc-check", "ops/b.yaml"]), *capsys.readouterr()) == (1, "", (
+        f"{at}and bc-check would report the ops of that file as removed from opgen.lock\n"
+        f"{caret}hint: bc-check compares the whole library with its snapshot: run `python -m "
+        "codegen bc-check` (all of ops), or `python -m codegen bc-check --snapshot PATH "
+        "ops/b.yaml` against a snapshot of one file\n1 error generated.\n"))
     assert _files(root) == before
     assert cli(["docs", "--output", "b-docs", "ops/b.yaml"]) == 0
     assert cli(["snapshot", "--snapshot", "b.lock", "ops/b.yaml"]) == 0
     assert "wrote b.lock (1 op)" in capsys.readouterr().out
+    assert cli(["bc-check", "--snapshot", "b.lock", "ops/b.yaml"]) == 0
+    assert "1 ops compatible with b.lock: 0 added, 0 changed, 0 removed" in \
+        capsys.readouterr().out
     assert (root / "b-docs" / "alphans.md").is_file()
 
 
