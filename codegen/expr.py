@@ -230,13 +230,11 @@ class ExprParser:
     None for an absent `[optional]` part; `default(kind, span, children)` takes the others."""
 
     def __init__(self, grammar: str, builder: object, what: str, depth_hint: str | None = None,
-                 char_hints: Mapping[str, str] | None = None,
-                 word_hints: Mapping[str, str] | None = None):
+                 char_hints: Mapping[str, str] | None = None):
         self.grammar = grammar
         self.what = what                # how messages name the text: "fake rule", "formula"
         self.depth_hint = depth_hint
         self.char_hints = char_hints or {}     # an unexpected character -> a hint for it
-        self.word_hints = word_hints or {}     # an unexpected name (`and`) -> a hint for it
         self.builder = builder
         self.lark = Lark(self._grammar_text(), parser="lalr", lexer="contextual",
                          maybe_placeholders=True, cache=True)
@@ -328,7 +326,7 @@ class ExprParser:
             top: _Reduced = lalr_parse(self.lark, text)  # type: ignore[assignment]
         except UnexpectedInput as e:
             raise syntax_error(text, e, self.terminal_names, self.what,
-                               self.char_hints, self.word_hints) from None
+                               self.char_hints) from None
         if top.height > MAX_DEPTH:
             raise self._too_deep(text)
         return top.node
@@ -385,11 +383,9 @@ def unclosed_bracket(text: str) -> tuple[int, str] | None:
 
 
 def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str,
-                 char_hints: Mapping[str, str] | None = None,
-                 word_hints: Mapping[str, str] | None = None) -> ExprSyntaxError:
+                 char_hints: Mapping[str, str] | None = None) -> ExprSyntaxError:
     """A located message for a Lark parse failure of `text` (a `what`: "fake rule", ...);
-    `char_hints`, `word_hints`: the language's hint for an unexpected character or name (a
-    Python keyword the language does not have)."""
+    `char_hints`: the language's hint for an unexpected character."""
     if isinstance(e, UnexpectedCharacters):
         pos = e.pos_in_stream or 0
         return ExprSyntaxError(f"{what}: unexpected character {text[pos]!r}", Span(pos, pos + 1),
@@ -407,9 +403,7 @@ def syntax_error(text: str, e: UnexpectedInput, names: dict[str, str], what: str
     return ExprSyntaxError(f"{what}: unexpected {names.get(tok.type, repr(str(tok)))}"
                            if tok.type not in ("NAME", "INT", "NUMBER", "STRING")
                            else f"{what}: unexpected {str(tok)!r}",
-                           token_span(tok), (word_hints or {}).get(str(tok))
-                           if tok.type == "NAME" and str(tok) in (word_hints or {})
-                           else _expected_hint(e.expected, names))
+                           token_span(tok), _expected_hint(e.expected, names))
 
 
 def _expected_hint(expected, names: dict[str, str]) -> str | None:
