@@ -54,8 +54,7 @@ from codegen.model import (
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
 from codegen.load_samples import COMPLEX_DTYPES, FLOAT_DTYPES, SampleReader
-from codegen.expr import walk
-from codegen.shape import Empty, FakeRule, ReturnArg
+from codegen.shape import Empty, FakeRule
 from codegen.tags import TAGS, functional_variant, rule_needs_contiguous_inputs, shape_tag
 from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node, Scalar, Seq,
                                  TooManyErrors, for_display, short)
@@ -467,9 +466,7 @@ class _FileLoader(SampleReader):
         a floating one: the output of an op taking indices and values (FBGEMM's
         `segment_sum_csr(SymInt batch_size, Tensor csr_seg, Tensor values)`) has the values'
         dtype, and the fake kernel would make it int64."""
-        nodes = walk(*(b.value for b in rule.bindings), *(c.cond for c in rule.checks),
-                     *(o for o in rule.outputs if not isinstance(o, ReturnArg)))
-        empties = [n for n in nodes if isinstance(n, Empty) and n.dtype is None and n.like]
+        empties = [n for n in rule.nodes() if isinstance(n, Empty) and n.dtype is None and n.like]
         if not empties:
             return
         like = empties[0].like
@@ -843,7 +840,8 @@ PARSE_BYTES_PER_PROCESS = 128 * 1024
 
 
 def _is_floating(dtype: str) -> bool:
-    return dtype in FLOAT_DTYPES or dtype in COMPLEX_DTYPES or dtype.startswith(("float", "bfloat"))
+    """A floating or complex dtype, by any of its names (`half`, `float8_e4m3fn`, `cfloat`)."""
+    return enums.DTYPE_NAMES.get(dtype, dtype).startswith(("float", "bfloat", "complex"))
 
 
 def _load_files(paths: list[str], rules: verify.Rules,

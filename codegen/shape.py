@@ -147,7 +147,7 @@ import enum
 import operator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Union
+from typing import Iterator, Union
 
 
 from codegen import enums
@@ -603,10 +603,14 @@ class FakeRule:
                 return self.located.at(span.start, max(1, span.end - span.start))
         return self.located.loc
 
+    def nodes(self) -> Iterator[Node]:
+        """Every IR node of the rule: bindings, checks, outputs."""
+        return walk(*(b.value for b in self.bindings), *(c.cond for c in self.checks),
+                    *self.outputs)
+
     @property
     def uses_dynamic(self) -> bool:
-        return any(isinstance(n, Dynamic) for n in walk(
-            *(b.value for b in self.bindings), *(c.cond for c in self.checks), *self.outputs))
+        return any(isinstance(n, Dynamic) for n in self.nodes())
 
     def output_uses_dynamic(self, i: int) -> bool:
         """Whether output `i` is made with `dynamic()`, itself or through the bindings it reads:
