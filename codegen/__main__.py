@@ -6,9 +6,8 @@ layout in the working directory. PATHS (op files or directories, relative to the
 directory) default to the project's `schemas`; the command runs in the project root, so
 generated files and messages name project-relative paths. `generate` writes the whole library
 (and so do `docs` and `snapshot`, into the project's own reference and snapshot, and `bc-check`
-compares it with the project's snapshot): in a project
-with a [tool.opgen], PATHS that leave out an op file of `schemas` are refused
-(`_whole_library`).
+compares it with the project's snapshot): in a project with a [tool.opgen], PATHS that leave out
+an op file of `schemas` are refused (`_whole_library`).
 
 Exit status: 0 on success (warnings, if any, on stderr), 1 when the op files have errors (printed
 as located diagnostics) or an output cannot be written, 2 on bad command-line usage, 3 on an
@@ -212,7 +211,7 @@ def cmd_bc_check(args: argparse.Namespace, project: config.Project) -> int:
                        "{given}` against a snapshot of {what}", path=path)
     lib = _load(args.paths, project)
     diags = Diagnostics()
-    snap = compat.read_snapshot(_shown(project, args.snapshot, project.snapshot), diags)
+    snap = compat.read_snapshot(path, diags)
     diags.raise_if_errors()
     assert snap is not None
     report = compat.compare(lib, snap, python_names(lib, Diagnostics()))

@@ -1138,7 +1138,10 @@ class _Checker:
                 raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
                                  f"{describe(right)}: they are never equal")
             return Compare(CompareOp("==" if node.op == "==" else "!="), left, right)
-        e = self.expr(node)
+        return self.fixed_bool(self.expr(node), node)
+
+    def fixed_bool(self, e: Expr, node: _Syn) -> Expr:
+        """`e`, the value of `node`, as a condition: a bool known when tracing."""
         if e.ty != Ty(T.BOOL) or not self.static(e):
             raise self.error(node.span, f"a condition must be a bool argument or a comparison, "
                              f"got {describe(e)}")
@@ -1333,7 +1336,8 @@ class _Checker:
             return self.condition(node)
         value = self.expr(node.left)
         if value.ty == Ty(T.BOOL):      # a bool: the boolean `or` of two conditions
-            return self.condition(node)
+            return self.made(BoolOp("or", self.fixed_bool(value, node.left),
+                                    self.condition(node.right)), node)
         if not value.ty.optional:
             raise self.error(node.left.span, f"'or' gives a default to an optional value, or "
                              f"joins two conditions; {describe(value)} is neither")
