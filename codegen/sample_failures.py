@@ -134,15 +134,11 @@ def kernel_devices(op: Op) -> list[str]:
         ["cuda"] * (DispatchKey.CUDA in keys)
 
 
-def _overloads(op: Op, library: Iterable[Op]) -> list[Op]:
-    return [o for o in library if o.namespace == op.namespace and o.name.base == op.name.base]
-
-
 def opcheck_utils(op: Op, library: Iterable[Op] = ()) -> tuple[str, ...]:
     """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
     OPCHECK_UTILS, less those that functionalize it where torch cannot (its
     not-functionalizable warning)."""
-    if unfunctionalizable(op, _overloads(op, library)) is None:
+    if unfunctionalizable(op, library) is None:
         return OPCHECK_UTILS
     return tuple(u for u in OPCHECK_UTILS if u not in FUNCTIONALIZING_UTILS)
 

@@ -208,8 +208,8 @@ def only_decomposes(op: Op) -> bool:
 def unfunctionalizable(op: Op, overloads: Iterable[Op]) -> str | None:
     """Why torch.compile and torch.export cannot functionalize `op` (one of the kinds above), or
     None when they can, or when there is nothing to functionalize (no mutation, no view, or
-    only a CompositeImplicitAutograd kernel). `overloads`: the ops of its library named
-    `<namespace>::<base name>`, where its functional variant would be."""
+    only a CompositeImplicitAutograd kernel). `overloads`: ops of its library, where its
+    functional variant would be (those not named `<namespace>::<base name>` are passed over)."""
     schema = op.schema
     if only_decomposes(op):
         return None

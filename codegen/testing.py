@@ -555,17 +555,12 @@ def skipped(case: Case, check: str) -> str | None:
     op says (torch.compile on an op returning a lone int, and torch.export on one returning a
     Dict, -Wnon-tensor-return; compile and export on an op torch cannot functionalize,
     -Wnot-functionalizable)."""
-    return why_not(case.op, case.sample, check, _library(case.op))
-
-
-def _library(op: Op) -> list[Op]:
-    """The ops noted with `op` (note_library), where its functional variant would be."""
-    return [o for o in _LIBRARY_OPS.values() if o.namespace == op.namespace] or [op]
+    return why_not(case.op, case.sample, check, _LIBRARY_OPS.values())
 
 
 def opcheck_skipped(case: Case) -> str | None:
     """Which utilities `check_opcheck` leaves out on `case` by default, and why (None: none)."""
-    return opcheck_skips(case.op, _library(case.op))
+    return opcheck_skips(case.op, _LIBRARY_OPS.values())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -580,7 +575,7 @@ def check_opcheck(case: Case, test_utils: Iterable[str] | None = None) -> dict[s
     sample says `requires_grad: false`; no other input does (a `not_implemented` gradient would
     raise in the backward opcheck runs)."""
     if test_utils is None:
-        test_utils = opcheck_utils(case.op, _library(case.op))
+        test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values())
     diff = set(differentiable_inputs(case.op))
     named = make_named(case.op, case.sample, seed=case.seed)
     named = _require_grad(case, named, diff)
