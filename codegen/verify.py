@@ -878,8 +878,8 @@ def _default_hint(d: Default, t: Type) -> str | None:
         if ty is BaseTy.Layout:
             return "the only Layout default torch accepts is strided"
         if ty is BaseTy.Device:
-            problem = enums.device_string_problem(d.value) if isinstance(d, StrDefault) else None
-            if problem is not None and isinstance(d, StrDefault):
+            if isinstance(d, StrDefault) and \
+                    (problem := enums.device_string_problem(d.value)) is not None:
                 name = d.value.partition(":")[0]
                 close = None if name in enums.DEVICE_TYPES else \
                     "did you mean 'cuda'?" if name.lower() == "gpu" else \
