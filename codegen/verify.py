@@ -227,18 +227,30 @@ class Convention:
 # One op
 
 
+def identifier_problem(name: str, what: str, *, python: bool, cpp: bool,
+                       allowed: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+    """What is wrong with `name` as an identifier (message, hint), or None: not one, or a Python
+    (`python`) or C++ (`cpp`) keyword not in `allowed`."""
+    if not IDENT.match(name):
+        return (f"{what} '{name}' is not an identifier",
+                "use ASCII letters, digits and '_', not starting with a digit")
+    if name in allowed:
+        return None
+    if python and name in PY_KEYWORDS:
+        return f"{what} '{name}' is a Python keyword", f"rename it, for example '{name}_'"
+    if cpp and name in reserved.CPP_KEYWORDS:
+        return f"{what} '{name}' is a C++ keyword", f"rename it, for example '{name}_'"
+    return None
+
+
 def namespace_problem(ns: str) -> tuple[str, str] | None:
     """What is wrong with `ns` as a namespace (message, hint), or None. A namespace is spelled as
     is in C++ (`namespace <ns>`, TORCH_LIBRARY) and reached as `torch.ops.<ns>`: an identifier
     and no keyword, neither a macro nor the generated code's, nor one of torch.ops' own
     attributes."""
-    if not IDENT.match(ns):
-        return (f"namespace '{ns}' is not an identifier",
-                "use ASCII letters, digits and '_', not starting with a digit")
-    if ns in PY_KEYWORDS:
-        return f"namespace '{ns}' is a Python keyword", f"rename it, for example '{ns}_'"
-    if ns in reserved.CPP_KEYWORDS:
-        return f"namespace '{ns}' is a C++ keyword", f"rename it, for example '{ns}_'"
+    problem = identifier_problem(ns, "namespace", python=True, cpp=True)
+    if problem is not None:
+        return problem
     if ns in reserved.object_macros():
         return (f"namespace '{ns}' is a C/C++ macro (the headers the generated code includes "
                 "define it), so C++ cannot spell the namespace", "rename the namespace")
@@ -349,21 +361,10 @@ class _OpVerifier:
 
     def identifier(self, name: str, what: str, span: Span | None, *, python: bool, cpp: bool,
                    allowed: frozenset[str] = frozenset()) -> bool:
-        if not IDENT.match(name):
-            self.error(span, f"{what} '{name}' is not an identifier",
-                       "use ASCII letters, digits and '_', not starting with a digit")
-            return False
-        if name in allowed:
-            return True
-        if python and name in PY_KEYWORDS:
-            self.error(span, f"{what} '{name}' is a Python keyword",
-                       f"rename it, for example '{name}_'")
-            return False
-        if cpp and name in reserved.CPP_KEYWORDS:
-            self.error(span, f"{what} '{name}' is a C++ keyword",
-                       f"rename it, for example '{name}_'")
-            return False
-        return True
+        problem = identifier_problem(name, what, python=python, cpp=cpp, allowed=allowed)
+        if problem is not None:
+            self.error(span, *problem)
+        return problem is None
 
     # -- types -------------------------------------------------------------------------------------
 
@@ -877,8 +878,8 @@ def _default_hint(d: Default, t: Type) -> str | None:
         if ty is BaseTy.Layout:
             return "the only Layout default torch accepts is strided"
         if ty is BaseTy.Device:
-            problem = enums.device_string_problem(d.value) if isinstance(d, StrDefault) else None
-            if problem is not None and isinstance(d, StrDefault):
+            if isinstance(d, StrDefault) and \
+                    (problem := enums.device_string_problem(d.value)) is not None:
                 name = d.value.partition(":")[0]
                 close = None if name in enums.DEVICE_TYPES else \
                     "did you mean 'cuda'?" if name.lower() == "gpu" else \

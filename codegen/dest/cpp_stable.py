@@ -225,9 +225,11 @@ class _MetaEmitter:
         if rule.bindings:
             raise _NoCpp("a binding (`name = ...;`) has no stable C++ Meta kernel translation")
         if rule.uses_dynamic:
-            raise _NoCpp("dynamic() sizes need torch.library.get_ctx(), which only a Python "
-                         "fake has", node=next(n for n in S.walk(*rule.outputs)
-                                               if isinstance(n, S.Dynamic)))
+            # In an output or, without bindings, a check's condition.
+            raise _NoCpp("needs torch.library.get_ctx(), which only a Python fake has",
+                         node=next(
+                             n for n in S.walk(*rule.outputs, *(c.cond for c in rule.checks))
+                             if isinstance(n, S.Dynamic)))
         checks: list[str] = []
         for c in rule.checks:
             try:
