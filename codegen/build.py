@@ -50,7 +50,7 @@ def ninja_binary() -> str:
 
 
 def cuda_sources(root: Path) -> list[str]:
-    sources, _ = kernel_sources(config.current(), generated_namespaces(root), root)
+    sources = kernel_sources(config.current(), generated_namespaces(root), root)
     return sorted(s for v in sources.values() for s, _ in v if s.endswith(".cu"))
 
 
@@ -60,7 +60,7 @@ def check_sources(root: Path) -> None:
     kernel the generated registration units register too)."""
     namespaces = generated_namespaces(root)
     diags = Diagnostics()
-    sources, _ = kernel_sources(config.current(), namespaces, root)
+    sources = kernel_sources(config.current(), namespaces, root)
     check_kernel_sources(sources, set(namespaces), root, diags, namespace_indexes(root))
     diags.raise_if_errors()
 

@@ -614,7 +614,7 @@ class Notes:
         self.indexes = namespace_indexes(self.root)
         self.index = kernel_index(self.root, self.indexes)
         self.stable = stable_namespaces(self.root, self.indexes)
-        sources, _ = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
+        sources = kernel_sources(config.current(), generated_namespaces(self.root), self.root)
         self.owner = {src: ns for ns, v in sources.items() for src, _ in v}
         self.defined = source_functions(self.root, list(self.owner))
 

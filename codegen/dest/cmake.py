@@ -243,7 +243,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: config.Project) -> dic
     """{<generated>/opgen.cmake: text} when the project asks for it, else nothing."""
     if not project.cmake:
         return {}
-    sources, _ = ninja.kernel_sources(project, list(lib.namespaces))
+    sources = ninja.kernel_sources(project, list(lib.namespaces))
     namespaces = []
     for ns, shs in L.shards(lib).items():
         a = namespace_abi(lib, ns)

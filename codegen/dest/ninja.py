@@ -218,7 +218,7 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
     committed build file is machine-independent. With `diags`, kernel sources that belong to no
     namespace and hand-written TORCH_LIBRARY blocks for a generated namespace are errors.
     """
-    sources, _ = kernel_sources(project, list(lib.namespaces), root, diags)
+    sources = kernel_sources(project, list(lib.namespaces), root, diags)
     if diags is not None:
         paths = [L.index_path(project, ns) for ns in L.shards(lib)]
         indexes = [json.loads(outputs[p]) for p in paths if p in outputs]
@@ -227,19 +227,14 @@ def scan_inputs(lib: OpLibrary, outputs: dict[str, str], project: Project,
 
 
 def kernel_sources(project: Project, namespaces: list[str], root: Path = Path("."),
-                   diags: Diagnostics | None = None
-                   ) -> tuple[dict[str, tuple[tuple[str, str], ...]], tuple[str, ...]]:
-    """(namespace -> ((source, path below its namespace directory), ...), the directories
-    searched). Every configured kernel directory is searched recursively; a source in
+                   diags: Diagnostics | None = None) -> dict[str, tuple[tuple[str, str], ...]]:
+    """namespace -> ((source, path below its namespace directory), ...). Every configured
+    kernel directory is searched recursively; a source in
     `<dir>/<ns>/` belongs to namespace `<ns>`, any other to the library's only namespace.
     Hidden files and directories are skipped."""
     out: dict[str, list[tuple[str, str]]] = {}
-    dirs: list[str] = []
     owner: dict[str, str] = {}
     for kdir, p, rel in _kernel_tree(project, root):
-        if p.is_dir():
-            dirs.append(f"{kdir}/{rel.as_posix()}" if rel.parts else kdir)
-            continue
         if p.suffix not in KERNEL_SUFFIXES or not p.is_file():
             continue
         source = f"{kdir}/{rel.as_posix()}"
@@ -270,7 +265,7 @@ def kernel_sources(project: Project, namespaces: list[str], root: Path = Path(".
             continue
         owner[o] = source
         out.setdefault(ns, []).append((source, below))
-    return {ns: tuple(v) for ns, v in out.items()}, tuple(dirs)
+    return {ns: tuple(v) for ns, v in out.items()}
 
 
 def _kernel_tree(project: Project, root: Path):
