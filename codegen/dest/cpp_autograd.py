@@ -259,7 +259,7 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library cannot differentiate this op")
     for op in lib.ops:
-        if _mutating_in_cpp_but_for_names(lib, op) and (why := _prefixed_argument(op)):
+        if (why := _prefixed_argument(op)) and _mutating_in_cpp_but_for_names(lib, op):
             diags.note(op.loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library runs the op without it")
 
