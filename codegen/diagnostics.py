@@ -204,6 +204,11 @@ def one_of(choices: Iterable[str]) -> str:
     return "expected one of: " + ", ".join(names)
 
 
+def with_article(t: object) -> str:
+    """A type (or word) with its article, for a message: 'a SymInt', 'an int[]'."""
+    return f"{'an' if str(t)[:1] in 'aeiou' else 'a'} {t}"
+
+
 # --------------------------------------------------------------------------------------------------
 # Mapping offsets inside a YAML scalar back to the file
 

@@ -147,7 +147,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Iterator, Union
 
-from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean
+from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean, with_article as _a
 from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
 from codegen.model import (
     Argument,
@@ -2122,11 +2122,6 @@ def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str
             return f"pass int({value.name}), which truncates, or declare '{value.name}' an int"
         return "convert it with int(...), which truncates, or declare the Scalar an int"
     return f"its schema: {schema}"
-
-
-def _a(t) -> str:
-    """`t` with its article: 'a SymInt', 'an int[]'."""
-    return f"{'an' if str(t)[:1] in 'aeiou' else 'a'} {t}"
 
 
 def _check_gradient_count(lib: OpLibrary, op: Op, f: Formula, call: Call, ref: OpRef,

@@ -436,17 +436,16 @@ def _returns_optional(r: Return, schema: FunctionSchema | None) -> bool:
 
 
 def returns_type(rs: tuple[Return, ...], schema: FunctionSchema | None = None) -> CType:
-    if any(_returns_optional(r, schema) for r in rs):
-        return TupleC(tuple(returntype_type(r.type, mutable=False) for r in rs)) \
-            if len(rs) > 1 else returntype_type(rs[0].type, mutable=False)
     if not rs:
         return voidT
+    # A write to an optional argument's alias set returns a new tensor where it is None.
+    by_ref = not any(_returns_optional(r, schema) for r in rs)
     if len(rs) == 1:
-        one = return_type(rs[0])
+        one = returntype_type(rs[0].type, mutable=rs[0].is_write and by_ref)
         # c10 reads a returned std::tuple as several returns: a lone tuple-typed return is a
         # one-element tuple holding it.
         return TupleC((one,)) if isinstance(rs[0].type, TupleType) else one
-    if any(r.is_write for r in rs) and not all(r.is_write for r in rs):
+    if not by_ref or (any(r.is_write for r in rs) and not all(r.is_write for r in rs)):
         # Mutated inputs beside new values: c10's boxed call cannot return a tuple mixing
         # references and values, so every Tensor is a handle (the mutated one still aliases).
         return TupleC(tuple(returntype_type(r.type, mutable=False) for r in rs))

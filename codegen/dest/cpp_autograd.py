@@ -45,7 +45,7 @@ from codegen.abi import namespace_abi
 from codegen.expr import walk
 from codegen.api import cpp
 from codegen.config import Project
-from codegen.diagnostics import Diagnostics
+from codegen.diagnostics import Diagnostics, with_article as _a
 from codegen.layout import (cached_signature, check_formulas, first_order_only, impl_name,
                             library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
@@ -259,7 +259,7 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library cannot differentiate this op")
     for op in lib.ops:
-        if _mutating_in_cpp_but_for_names(lib, op) and (why := _prefixed_argument(op)):
+        if (why := _prefixed_argument(op)) and _mutating_in_cpp_but_for_names(lib, op):
             diags.note(op.loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library runs the op without it")
 
@@ -970,11 +970,6 @@ def _arg_kind(t) -> str | None:
         return {BaseTy.Tensor: "T", BaseTy.float: "f", BaseTy.int: "i", BaseTy.bool: "b",
                 BaseTy.Scalar: "n", BaseTy.SymInt: "si"}.get(base.name)
     return None
-
-
-def _a(t) -> str:
-    """A type with its article: 'a SymInt', 'an int[]'."""
-    return f"{'an' if str(t)[:1] in 'aeiou' else 'a'} {t}"
 
 
 def _given(kind: str) -> str:
