@@ -594,14 +594,18 @@ class FakeRule:
     spans: tuple[tuple[Node, Span], ...] = field(default=(), compare=False, hash=False,
                                                  repr=False)
 
+    def span_of(self, node: Node) -> Span | None:
+        """The span of the rule's text `node` was made from, when known."""
+        return next((span for n, span in self.spans if n is node), None)
+
     def loc_of(self, node: Node):
         """Where `node` of this rule is written; the whole rule, or None, when not known."""
         if self.located is None:
             return None
-        for n, span in self.spans:
-            if n is node:
-                return self.located.at(span.start, max(1, span.end - span.start))
-        return self.located.loc
+        span = self.span_of(node)
+        if span is None:
+            return self.located.loc
+        return self.located.at(span.start, max(1, span.end - span.start))
 
     def nodes(self) -> Iterator[Node]:
         """Every IR node of the rule: bindings, checks, outputs."""

@@ -151,10 +151,8 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
 
 def _written(rule: S.FakeRule, node: S.Expr) -> str:
     """The text of `node` as the rule writes it."""
-    for n, span in rule.spans:
-        if n is node:
-            return rule.text[span.start:span.end]
-    return type(node).__name__
+    span = rule.span_of(node)
+    return type(node).__name__ if span is None else rule.text[span.start:span.end]
 
 
 # --------------------------------------------------------------------------------------------------
