@@ -221,3 +221,21 @@ def test_inplace_and_out_ops_have_cpp_autograd_kernels() -> None:
     with torch.no_grad():
         assert torch.ops.exops.soft_shrink.out(x, 0.5, out=out) is out
     torch.testing.assert_close(out, torch.ops.exops.soft_shrink(x, 0.5).detach())
+
+
+@pytest.mark.parametrize("in_dim", [0, 1, -1])
+def test_stable_written_arguments_may_be_strided(in_dim) -> None:
+    """exstable::scale_ and scale.out write through any strided view: a transpose, and the
+    slices that torch's vmap fallback passes the in-place op at a batch dim other than 0."""
+    x = torch.randn(4, 3, dtype=torch.float64)
+    t = x.clone().t()
+    assert torch.ops.exstable.scale_(t, 2.0) is t
+    torch.testing.assert_close(t, 2 * x.t())
+    out = torch.empty(4, 3, dtype=torch.float64).t()
+    assert torch.ops.exstable.scale.out(x.t(), 3.0, out=out) is out
+    torch.testing.assert_close(out, 3 * x.t())
+    batch = torch.randn(5, 4, 3, dtype=torch.float64).movedim(0, in_dim)
+    expected = 2 * batch
+    torch.func.vmap(lambda b: torch.ops.exstable.scale_(b, 2.0), in_dims=in_dim,
+                    out_dims=in_dim)(batch)
+    torch.testing.assert_close(batch, expected)

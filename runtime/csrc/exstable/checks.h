@@ -1,6 +1,7 @@
 // Argument checks the CPU and CUDA kernels of exstable share (stable ABI only).
 #pragma once
 
+#include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/util/Exception.h>
 
@@ -22,11 +23,24 @@ inline bool same_sizes(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-// scale.out writes its result straight into `out`.
 inline void out_like(const Tensor& self, const Tensor& out) {
-  STD_TORCH_CHECK(same_sizes(self, out) && out.scalar_type() == self.scalar_type() &&
-                      out.is_contiguous(),
-                  "exstable::scale.out: out must be contiguous, of self's shape and dtype");
+  STD_TORCH_CHECK(same_sizes(self, out) && out.scalar_type() == self.scalar_type(),
+                  "exstable::scale.out: out must have self's shape and dtype");
+}
+
+// Runs `write(dst)`, a loop over contiguous memory, so that it lands in `t`: straight into `t`
+// when it is contiguous, else into a contiguous copy that is then copied back. A written
+// argument may be any strided view (a transpose, a slice that vmap's fallback passes), and a
+// write has to reach the caller's tensor.
+template <typename Write>
+void into_strided(Tensor& t, Write write) {
+  if (t.is_contiguous()) {
+    write(t);
+    return;
+  }
+  Tensor dense = torch::stable::contiguous(t);
+  write(dense);
+  torch::stable::copy_(t, dense);
 }
 
 inline void mask_like(const Tensor& self, const Tensor& mask) {

@@ -67,15 +67,15 @@ Tensor scale_cpu(const Tensor& self, double alpha) {
 
 Tensor scale_cpu_(Tensor& self, double alpha) {
   check_floating("exstable::scale_", self);
-  STD_TORCH_CHECK(self.is_contiguous(), "exstable::scale_: expected a contiguous tensor");
-  scale_into(self, self, alpha);
+  checks::into_strided(self, [&](const Tensor& dst) { scale_into(dst, dst, alpha); });
   return self;
 }
 
 Tensor scale_out_cpu(const Tensor& self, double alpha, Tensor& out) {
   check_floating("exstable::scale.out", self);
   checks::out_like(self, out);
-  scale_into(torch::stable::contiguous(self), out, alpha);
+  const Tensor in = torch::stable::contiguous(self);
+  checks::into_strided(out, [&](const Tensor& dst) { scale_into(in, dst, alpha); });
   return out;
 }
 

@@ -82,15 +82,15 @@ Tensor scale_cuda(const Tensor& self, double alpha) {
 
 Tensor scale_cuda_(Tensor& self, double alpha) {
   check_cuda("exstable::scale_", self);
-  STD_TORCH_CHECK(self.is_contiguous(), "exstable::scale_: expected a contiguous tensor");
-  multiply(self, nullptr, self, alpha);
+  checks::into_strided(self, [&](const Tensor& dst) { multiply(dst, nullptr, dst, alpha); });
   return self;
 }
 
 Tensor scale_out_cuda(const Tensor& self, double alpha, Tensor& out) {
   check_cuda("exstable::scale.out", self);
   checks::out_like(self, out);
-  multiply(torch::stable::contiguous(self), nullptr, out, alpha);
+  const Tensor in = torch::stable::contiguous(self);
+  checks::into_strided(out, [&](const Tensor& dst) { multiply(in, nullptr, dst, alpha); });
   return out;
 }
 
