@@ -31,7 +31,7 @@ except ModuleNotFoundError as e:
     if e.name != "runtime._loader":
         raise
 
-    class LibraryError(ImportError):  # type: ignore[no-redef]  (the generated loader is missing)
+    class LibraryError(ImportError):  # type: ignore[no-redef]  # the generated loader is missing
         pass
 
     raise LibraryError(f"generated/runtime/_manifest.py is missing under {ROOT} (nothing is "

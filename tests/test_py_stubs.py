@@ -172,6 +172,17 @@ def test_generated_loader_passes_mypy_strict():
     assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr
 
 
+def test_example_package_passes_mypy_strict():
+    """The example's own `runtime/__init__.py`, which a user copies: its fallback LibraryError
+    carries a `type: ignore` that mypy must read as one."""
+    pytest.importorskip("mypy")
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(ROOT / "build" / "mypy_cache"),
+         "--strict", "--no-error-summary", str(ROOT / "runtime/__init__.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr
+
+
 def test_star_import_type_checks(tmp_path):
     """`from runtime.ops import *` binds every op at run time (ops.py's `__all__`); the stub lists
     the same names, so mypy sees them too (a bare `__all__: list[str]` exported none)."""
