@@ -141,7 +141,8 @@ class _FileLoader(SampleReader):
             else:
                 root = item[1]
         if root is None:
-            return None
+            # No document (an empty file, or comments only) is a file of no ops, as `~` is.
+            return OpFile(self.path, None, ()) if self.ok else None
         if type(root) is Scalar and root.tag == "null":  # type: ignore[attr-defined]
             return OpFile(self.path, None, ())
         suppress: frozenset[str] = frozenset()
