@@ -111,10 +111,10 @@ def test_python_module_not_found_names_python_roots(tmp_path: Path) -> None:
     proc = opgen("check", cwd=root / "csrc")
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr == (
-        "ops/alphans.yaml:12:43: error: cannot find Python module 'acme.alphaops.kernel' of "
+        "ops/alphans.yaml:12:44: error: cannot find Python module 'acme.alphaops.kernel' of "
         "kernel acme.alphaops.kernel:cube\n"
         "        dispatch: {CompositeExplicitAutograd: 'acme.alphaops.kernel:cube'}\n"
-        "                                              ^~~~~~~~~~~~~~~~~~~~~~~~~~~\n"
+        "                                               ^~~~~~~~~~~~~~~~~~~~\n"
         "hint: it is looked up below 'python-roots' of [tool.opgen] (src), the project root and "
         "the import path (sys.path), as `import` would\n"
         "1 error generated.\n"), proc.stderr

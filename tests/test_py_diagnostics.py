@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from codegen.__main__ import main as cli
-from codegen.diagnostics import UserError
+from codegen.diagnostics import Loc, UserError
 from codegen.load import load_library
 from tests import expect
 
@@ -124,7 +124,7 @@ ops:
         assert [line for line in err.splitlines() if "error:" in line] == [
             "ops.yaml:4:16: error: unknown dispatch key 'CPUU'; allowed keys: CPU, CUDA, Meta, "
             "CompositeImplicitAutograd, CompositeExplicitAutograd",
-            "ops.yaml:6:43: error: stk.py defines no function 'goood'",
+            "ops.yaml:6:48: error: stk.py defines no function 'goood'",
             "ops.yaml:12:7: error: derivatives name 'y', which is not an input of st::c",
             "ops.yaml:14:13: error: unknown type 'Tensr' for argument 'x'"], command
     assert not (tmp_path / "generated").exists()
@@ -150,7 +150,7 @@ ops:
     assert cli(["check", "ops.yaml"]) == 1
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if "error:" in line] == [
-        "ops.yaml:4:43: error: stk.py defines no function 'goood'",
+        "ops.yaml:4:48: error: stk.py defines no function 'goood'",
         "ops.yaml:6:29: error: malformed number '1.5.3'",
         "ops.yaml:7:23: error: named dimensions ('Dimname') cannot be bound by a custom op kernel "
         "(in op st::c)",
@@ -186,3 +186,19 @@ ops.yaml:5:25: error: ex::h has no argument 'q'
 hint: its schema: ex::h(Tensor a, Tensor b, Tensor c, *, float s=1.0) -> Tensor
 3 errors generated.
 """
+
+
+def test_the_caret_of_a_python_reference_is_on_the_part_that_is_wrong():
+    """A missing module is underlined alone, a missing function alone, in quoted and plain
+    values; a value whose text differs from the reference (an escape) keeps the whole value."""
+    from codegen.dest.py_sources import ref_part
+    from codegen.model import PyRef
+
+    plain = PyRef("pkg.mod", "fn", Loc("ops.yaml", 3, 21, 10))          # pkg.mod:fn
+    quoted = PyRef("pkg.mod", "fn", Loc("ops.yaml", 3, 21, 12))         # 'pkg.mod:fn'
+    escaped = PyRef("pkg.mod", "fn", Loc("ops.yaml", 3, 21, 15))        # "pkg.mod:\x66n"
+    assert ref_part(plain, module=True) == Loc("ops.yaml", 3, 21, 7)
+    assert ref_part(plain, module=False) == Loc("ops.yaml", 3, 29, 2)
+    assert ref_part(quoted, module=True) == Loc("ops.yaml", 3, 22, 7)
+    assert ref_part(quoted, module=False) == Loc("ops.yaml", 3, 30, 2)
+    assert ref_part(escaped, module=False) == escaped.loc

@@ -146,6 +146,18 @@ class PySources:
         return _parse_module(str(path), path.read_text(encoding="utf-8"))
 
 
+def ref_part(ref: PyRef, *, module: bool) -> Loc:
+    """Where the module (`module`) or the function of `ref` is written: within `ref.loc`, past a
+    quote when the value is quoted; all of `ref.loc` where the value is written otherwise (an
+    escape inside quotes)."""
+    loc, text = ref.loc, str(ref)
+    pad = loc.length - len(text)
+    if pad not in (0, 2):
+        return loc
+    start, length = (0, len(ref.module)) if module else (len(ref.module) + 1, len(ref.name))
+    return Loc(loc.path, loc.line, loc.col + pad // 2 + start, length)
+
+
 def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what: str, *,
                     leading: int = 0, sources: PySources) -> None:
     """Check that the function `ref` can be called the way the dispatcher calls it: the op's
@@ -159,7 +171,8 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
         where = (f"below 'python-roots' of [tool.opgen] ({', '.join(own)}), the project root"
                  if own else "from the project root" if sources.configured is not None
                  else "from the current directory")
-        diags.error(ref.loc, f"cannot find Python module '{ref.module}' of {what} {ref}",
+        diags.error(ref_part(ref, module=True),
+                    f"cannot find Python module '{ref.module}' of {what} {ref}",
                     f"it is looked up {where} and the import path (sys.path), as `import` "
                     "would")
         return
@@ -198,7 +211,8 @@ def check_signature(ref: PyRef, schema: FunctionSchema, diags: Diagnostics, what
 
         names, star = module_level_names(module.tree.body)
         if ref.name not in names and not star:
-            diags.error(ref.loc, f"{_shown(path)} defines no function '{ref.name}'",
+            diags.error(ref_part(ref, module=False),
+                        f"{_shown(path)} defines no function '{ref.name}'",
                         did_you_mean(ref.name, sorted(names)))
         return  # assigned or imported under that name: not checkable from source
     if isinstance(fn, ast.AsyncFunctionDef):
