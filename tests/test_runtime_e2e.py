@@ -7,6 +7,7 @@ compile and export checks over every op file.)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import re
@@ -239,3 +240,41 @@ def test_stable_written_arguments_may_be_strided(in_dim) -> None:
     torch.func.vmap(lambda b: torch.ops.exstable.scale_(b, 2.0), in_dims=in_dim,
                     out_dims=in_dim)(batch)
     torch.testing.assert_close(batch, expected)
+
+
+WRITERS = {
+    # C++ Autograd and ADInplaceOrView kernels (generated/cpp/exops/autograd.cpp)
+    "exops::soft_shrink_": lambda t: torch.ops.exops.soft_shrink_(t, 0.5),
+    "exops::soft_shrink.out": lambda t: torch.ops.exops.soft_shrink.out(torch.ones(4), 0.5, out=t),
+    # Python ones (a stable-ABI namespace: generated/runtime/_reg_exstable.py)
+    "exstable::scale_": lambda t: torch.ops.exstable.scale_(t, 2.0),
+    "exstable::scale.out": lambda t: torch.ops.exstable.scale.out(torch.ones(4), 2.0, out=t),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_writes_bump_versions_as_aten_in_place_ops_do(name) -> None:
+    """A write bumps the written tensor's version once, under grad mode, no_grad and inference
+    mode (where no Autograd kernel runs, the ADInplaceOrView kernel does), so a backward that
+    saved the tensor raises; an inference tensor written outside inference mode is refused.
+    (Note [ADInplaceOrView kernels])"""
+    write = WRITERS[name]
+    x = torch.rand(4) + 1
+    for mode in (contextlib.nullcontext, torch.no_grad, torch.inference_mode):
+        before = x._version
+        with mode():
+            write(x)
+        assert x._version == before + 1, mode
+    a = torch.rand(4, requires_grad=True)
+    saved = (a * 1).exp()       # exp saves its result for backward
+    with torch.inference_mode():
+        write(saved)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+    with torch.inference_mode():
+        frozen = torch.rand(4)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside "
+                                           "InferenceMode is not allowed"):
+        write(frozen)
+    with torch.inference_mode():
+        write(frozen)           # inside it, as aten allows

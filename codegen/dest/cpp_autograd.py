@@ -957,6 +957,11 @@ def kernel_name(op: Op) -> str:
     return f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd"
 
 
+def view_kernel_name(op: Op) -> str:
+    """The ADInplaceOrView kernel of a mutating op (Note [ADInplaceOrView kernels])."""
+    return f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_inplace_or_view"
+
+
 def handle_name(op: Op) -> str:
     """The function returning the typed dispatcher handle of a library op formulas call."""
     return f"opgen_{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_op"
@@ -1125,6 +1130,13 @@ def kernel_context(p: Plan) -> dict:
 # full-ABI library; else Python (codegen.dest.py_functionalize), which costs a Python call on
 # every call.
 
+# Note [ADInplaceOrView kernels]
+# The same ops get an ADInplaceOrView kernel that runs the op below it and bumps the written
+# tensors' versions, as aten's in-place and out= ops have. It runs where no Autograd kernel does:
+# a normal tensor written inside inference mode (its version bumped, so a backward that saved it
+# raises rather than reading the new values) and an inference tensor written outside it (an error,
+# as aten gives). Autograd kernels call the op below ADInplaceOrView, so a write bumps once.
+
 
 def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
     """("inplace" or "out", its functional variant) when `op`'s autograd goes through a
@@ -1236,6 +1248,7 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "overload": op.name.overload or "",
         "impl_name": impl_name(op),
         "kernel": kernel_name(op),
+        "view_kernel": view_kernel_name(op),
         "returns": sig.returns.cpp(),
         "function_type": sig.function_type(),
         "params": ", ".join(b.decl() for b in sig.arguments),

@@ -162,6 +162,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "first_order": (),
     "apply": (),
     "has_tangent": (),
+    "bump": (),
 }
 
 

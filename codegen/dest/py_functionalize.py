@@ -176,16 +176,17 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
             f"    {result} = {call}",
             f"    {self_}.copy_({result})",
             f"    return {self_}",
-            f"with {r.torch}._C._AutoDispatchBelowAutograd():",
+            f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():",
             f"    {r._ops}.{op_attr(op)}({below})",
             # what torch's autograd fallback did for the op: autograd sees the write
-            f"{r.torch}.autograd.graph.increment_version({self_})",
+            _bump(m, r, op),
             f"return {self_}"]
     name = m.define(f"_{api}_autograd")
     doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into "
            f"{self_}; below autograd when no gradient is recorded.")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _inplace_or_view(m, op, api, sec)
 
 
 def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
@@ -220,15 +221,46 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             # forward-mode AD: below autograd the written tensors' tangents stayed as they were
             f"if {r._has_tangent}({', '.join(tensors)}):",
             f"    raise {r.NotImplementedError}({q(no_forward_message(op))})",
-            f"with {r.torch}._C._AutoDispatchBelowAutograd():",
+            f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():",
             f"    {result} = {call}" if schema.returns else f"    {call}",
-            f"{r.torch}.autograd.graph.increment_version({_written(op)})"]
+            _bump(m, r, op)]
     if schema.returns:
         body.append(f"return {result}")
     name = m.define(f"_{api}_autograd")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body,
                                   no_gradient_doc(op) + "."))
     sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _inplace_or_view(m, op, api, sec)
+
+
+def _inplace_or_view(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """The ADInplaceOrView kernel of an op with a generated Autograd kernel above: the op below
+    it, then the written tensors' versions bumped (Note [ADInplaceOrView kernels] in
+    codegen/dest/cpp_autograd.py)."""
+    schema = op.schema
+    r = m.reach(op)
+    taken = {a.name for a in schema.arguments}
+    keyset = reserved.fresh("keyset", taken)
+    result = reserved.fresh("result", taken | {keyset})
+    call = (f"{r._ops}.{op_attr(op)}.redispatch({keyset} & "
+            f"{r.torch}._C._after_ADInplaceOrView_keyset, {', '.join(P.call_arguments(schema))})")
+    body = [f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():",
+            f"    {result} = {call}" if schema.returns else f"    {call}",
+            _bump(m, r, op)]
+    if schema.returns:
+        body.append(f"return {result}")
+    name = m.define(f"_{api}_inplace_or_view")
+    sec.functions.append(Function(
+        name, ", ".join([keyset, *P.parameters(schema)]), body,
+        "Below autograd (inference mode): the op, then what it writes has its version bumped."))
+    sec.registrations.append(
+        f"_lib.impl({q(op_name(op))}, {name}, \"ADInplaceOrView\", with_keyset=True)")
+
+
+def _bump(m: ModuleScope, r: Reach, op: Op) -> str:
+    """The statement bumping the versions of what `op` wrote (the `bump` helper)."""
+    m.helpers.add("bump")
+    return f"{r._bump}({q(str(op.name))}, {_written(op)})"
 
 
 def _written(op: Op) -> str:

@@ -189,6 +189,17 @@ def _has_tangent(*tensors):
                for t in tensors for u in (t if isinstance(t, (list, tuple)) else (t,)))
 
 
+def _bump(name, written):
+    """Bumps the versions of the Tensors an op wrote, as aten's in-place ops do, refusing (as
+    they do) an inference tensor written outside inference mode: increment_version passes over
+    inference tensors."""
+    if not torch.is_inference_mode_enabled() and any(t.is_inference() for t in written):
+        raise RuntimeError(f"{name}: Inplace update to inference tensor outside InferenceMode is "
+                           "not allowed. You can make a clone to get a normal tensor before "
+                           "doing inplace update.")
+    torch.autograd.graph.increment_version(written)
+
+
 # exstable::scale(Tensor self, float alpha=1.0) -> Tensor
 
 
@@ -253,10 +264,18 @@ def _scale__autograd(self, alpha=1.0):
         result = _ops.scale.default(self, alpha)
         self.copy_(result)
         return self
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         _ops.scale_.default(self, alpha)
-    torch.autograd.graph.increment_version(self)
+    _bump("exstable::scale_", [self])
     return self
+
+
+def _scale__inplace_or_view(keyset, self, alpha=1.0):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        result = _ops.scale_.default.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, self, alpha)
+    _bump("exstable::scale_", [self])
+    return result
 
 
 def _scale__fake(self, alpha=1.0):
@@ -266,6 +285,7 @@ def _scale__fake(self, alpha=1.0):
 
 _lib.impl("scale_", _scale__functionalize, "Functionalize")
 _lib.impl("scale_", _scale__autograd, "Autograd")
+_lib.impl("scale_", _scale__inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exstable::scale_", "Meta"):
     torch.library.register_fake("exstable::scale_", _scale__fake, lib=_lib)
 
@@ -289,9 +309,17 @@ def _scale_out_autograd(self, alpha=1.0, *, out):
         raise RuntimeError("exstable::scale.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
     if _has_tangent(self, out):
         raise NotImplementedError("exstable::scale.out writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         result = _ops.scale.out(self, alpha, out=out)
-    torch.autograd.graph.increment_version([out])
+    _bump("exstable::scale.out", [out])
+    return result
+
+
+def _scale_out_inplace_or_view(keyset, self, alpha=1.0, *, out):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        result = _ops.scale.out.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, self, alpha, out=out)
+    _bump("exstable::scale.out", [out])
     return result
 
 
@@ -316,6 +344,7 @@ def _scale_out_vmap(info, in_dims, self, alpha, out):
 
 _lib.impl("scale.out", _scale_out_functionalize, "Functionalize")
 _lib.impl("scale.out", _scale_out_autograd, "Autograd")
+_lib.impl("scale.out", _scale_out_inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("exstable::scale.out", "Meta"):
     torch.library.register_fake("exstable::scale.out", _scale_out_fake, lib=_lib)
 _vmap_lib.define("scale.out(Tensor self, float alpha, Tensor(a!) out) -> Tensor(a!)")

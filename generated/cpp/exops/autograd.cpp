@@ -400,6 +400,19 @@ at::Tensor& soft_shrink__autograd(at::Tensor& self, double lambd) {
   return opgen_result;
 }
 
+// ADInplaceOrView: the op, then the written tensors' versions bumped (Note [ADInplaceOrView kernels]).
+at::Tensor& soft_shrink__inplace_or_view(c10::DispatchKeySet opgen_ks, at::Tensor& self, double lambd) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("exops::soft_shrink_", "")
+      .typed<at::Tensor&(at::Tensor&, double)>();
+  at::Tensor& opgen_result = [&]() -> at::Tensor& {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.redispatch(opgen_ks & c10::after_ADInplaceOrView_keyset, self, lambd);
+  }();
+  torch::autograd::impl::bump_version(self);
+  return opgen_result;
+}
+
 // exops::soft_shrink.out(Tensor self, float lambd=0.5, *, Tensor(a!) out) -> Tensor(a!)
 // Under autograd: aten's error for out= with an input that requires grad (Note [Autograd of mutating ops]).
 at::Tensor& soft_shrink__out_autograd(const at::Tensor& self, double lambd, at::Tensor& out) {
@@ -418,6 +431,19 @@ at::Tensor& soft_shrink__out_autograd(const at::Tensor& self, double lambd, at::
   return opgen_result;
 }
 
+// ADInplaceOrView: the op, then the written tensors' versions bumped (Note [ADInplaceOrView kernels]).
+at::Tensor& soft_shrink__out_inplace_or_view(c10::DispatchKeySet opgen_ks, const at::Tensor& self, double lambd, at::Tensor& out) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("exops::soft_shrink", "out")
+      .typed<at::Tensor&(const at::Tensor&, double, at::Tensor&)>();
+  at::Tensor& opgen_result = [&]() -> at::Tensor& {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.redispatch(opgen_ks & c10::after_ADInplaceOrView_keyset, self, lambd, out);
+  }();
+  torch::autograd::impl::bump_version(out);
+  return opgen_result;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(exops, Autograd, m) {
@@ -428,4 +454,9 @@ TORCH_LIBRARY_IMPL(exops, Autograd, m) {
   m.impl("smooth_clamp_backward", TORCH_FN(smooth_clamp_backward_autograd));
   m.impl("soft_shrink_", TORCH_FN(soft_shrink__autograd));
   m.impl("soft_shrink.out", TORCH_FN(soft_shrink__out_autograd));
+}
+
+TORCH_LIBRARY_IMPL(exops, ADInplaceOrView, m) {
+  m.impl("soft_shrink_", TORCH_FN(soft_shrink__inplace_or_view));
+  m.impl("soft_shrink.out", TORCH_FN(soft_shrink__out_inplace_or_view));
 }

@@ -251,6 +251,17 @@ def _has_tangent(*tensors):
                for t in tensors for u in (t if isinstance(t, (list, tuple)) else (t,)))
 
 
+def _bump(name, written):
+    """Bumps the versions of the Tensors an op wrote, as aten's in-place ops do, refusing (as
+    they do) an inference tensor written outside inference mode: increment_version passes over
+    inference tensors."""
+    if not torch.is_inference_mode_enabled() and any(t.is_inference() for t in written):
+        raise RuntimeError(f"{name}: Inplace update to inference tensor outside InferenceMode is "
+                           "not allowed. You can make a clone to get a normal tensor before "
+                           "doing inplace update.")
+    torch.autograd.graph.increment_version(written)
+
+
 # regtest::shift(Tensor x, Tensor y) -> Tensor
 
 
@@ -371,9 +382,17 @@ def _clip__autograd(self, bound):
         raise RuntimeError("regtest::clip_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'clip' with derivatives (this op then differentiates through it)")
     if _has_tangent(self):
         raise NotImplementedError("regtest::clip_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         result = _ops.clip_.default(self, bound)
-    torch.autograd.graph.increment_version([self])
+    _bump("regtest::clip_", [self])
+    return result
+
+
+def _clip__inplace_or_view(keyset, self, bound):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        result = _ops.clip_.default.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, self, bound)
+    _bump("regtest::clip_", [self])
     return result
 
 
@@ -385,6 +404,7 @@ def _clip__fake(self, bound):
 _lib.impl("clip_", clip_, "CPU")
 _lib.impl("clip_", _clip__functionalize, "Functionalize")
 _lib.impl("clip_", _clip__autograd, "Autograd")
+_lib.impl("clip_", _clip__inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip_", "Meta"):
     torch.library.register_fake("regtest::clip_", _clip__fake, lib=_lib)
 
@@ -408,9 +428,17 @@ def _clip_out_autograd(x, bound, *, out):
         raise RuntimeError("regtest::clip.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
     if _has_tangent(x, out):
         raise NotImplementedError("regtest::clip.out writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         result = _ops.clip.out(x, bound, out=out)
-    torch.autograd.graph.increment_version([out])
+    _bump("regtest::clip.out", [out])
+    return result
+
+
+def _clip_out_inplace_or_view(keyset, x, bound, *, out):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        result = _ops.clip.out.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, x, bound, out=out)
+    _bump("regtest::clip.out", [out])
     return result
 
 
@@ -437,6 +465,7 @@ def _clip_out_vmap(info, in_dims, x, bound, out):
 _lib.impl("clip.out", clip_out, "CPU")
 _lib.impl("clip.out", _clip_out_functionalize, "Functionalize")
 _lib.impl("clip.out", _clip_out_autograd, "Autograd")
+_lib.impl("clip.out", _clip_out_inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip.out", "Meta"):
     torch.library.register_fake("regtest::clip.out", _clip_out_fake, lib=_lib)
 _vmap_lib.define("clip.out(Tensor x, float bound, Tensor(a!) out) -> Tensor(a!)")
@@ -453,9 +482,16 @@ def _accumulate_autograd(acc, x):
         raise RuntimeError("regtest::accumulate writes to 'acc' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)")
     if _has_tangent(acc, x):
         raise NotImplementedError("regtest::accumulate writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         _ops.accumulate.default(acc, x)
-    torch.autograd.graph.increment_version([acc])
+    _bump("regtest::accumulate", [acc])
+
+
+def _accumulate_inplace_or_view(keyset, acc, x):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        _ops.accumulate.default.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, acc, x)
+    _bump("regtest::accumulate", [acc])
 
 
 def _accumulate_fake(acc, x):
@@ -471,6 +507,7 @@ def _accumulate_vmap(info, in_dims, acc, x):
 
 _lib.impl("accumulate", accumulate, "CPU")
 _lib.impl("accumulate", _accumulate_autograd, "Autograd")
+_lib.impl("accumulate", _accumulate_inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::accumulate", "Meta"):
     torch.library.register_fake("regtest::accumulate", _accumulate_fake, lib=_lib)
 torch.library.register_vmap("regtest::accumulate", _accumulate_vmap, lib=_lib)

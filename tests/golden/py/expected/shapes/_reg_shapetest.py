@@ -249,6 +249,17 @@ def _has_tangent(*tensors):
                for t in tensors for u in (t if isinstance(t, (list, tuple)) else (t,)))
 
 
+def _bump(name, written):
+    """Bumps the versions of the Tensors an op wrote, as aten's in-place ops do, refusing (as
+    they do) an inference tensor written outside inference mode: increment_version passes over
+    inference tensors."""
+    if not torch.is_inference_mode_enabled() and any(t.is_inference() for t in written):
+        raise RuntimeError(f"{name}: Inplace update to inference tensor outside InferenceMode is "
+                           "not allowed. You can make a clone to get a normal tensor before "
+                           "doing inplace update.")
+    torch.autograd.graph.increment_version(written)
+
+
 # shapetest::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 
 
@@ -506,9 +517,17 @@ def _normalize__autograd(self):
         raise RuntimeError("shapetest::normalize_ writes to 'self' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, declare its functional variant 'normalize' with derivatives (this op then differentiates through it)")
     if _has_tangent(self):
         raise NotImplementedError("shapetest::normalize_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         result = _ops.normalize_.default(self)
-    torch.autograd.graph.increment_version([self])
+    _bump("shapetest::normalize_", [self])
+    return result
+
+
+def _normalize__inplace_or_view(keyset, self):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        result = _ops.normalize_.default.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, self)
+    _bump("shapetest::normalize_", [self])
     return result
 
 
@@ -520,6 +539,7 @@ def _normalize__fake(self):
 _lib.impl("normalize_", normalize_, "CPU")
 _lib.impl("normalize_", _normalize__functionalize, "Functionalize")
 _lib.impl("normalize_", _normalize__autograd, "Autograd")
+_lib.impl("normalize_", _normalize__inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize_", "Meta"):
     torch.library.register_fake("shapetest::normalize_", _normalize__fake, lib=_lib)
 
@@ -556,9 +576,17 @@ def _normalize_out_autograd(self, *, out):
         raise RuntimeError("shapetest::normalize.out: functions with out=... arguments don't support automatic differentiation, but one of the arguments requires grad.")
     if _has_tangent(self, out):
         raise NotImplementedError("shapetest::normalize.out writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         result = _ops.normalize.out(self, out=out)
-    torch.autograd.graph.increment_version([out])
+    _bump("shapetest::normalize.out", [out])
+    return result
+
+
+def _normalize_out_inplace_or_view(keyset, self, *, out):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        result = _ops.normalize.out.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, self, out=out)
+    _bump("shapetest::normalize.out", [out])
     return result
 
 
@@ -585,6 +613,7 @@ def _normalize_out_vmap(info, in_dims, self, out):
 _lib.impl("normalize.out", normalize_out, "CPU")
 _lib.impl("normalize.out", _normalize_out_functionalize, "Functionalize")
 _lib.impl("normalize.out", _normalize_out_autograd, "Autograd")
+_lib.impl("normalize.out", _normalize_out_inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize.out", "Meta"):
     torch.library.register_fake("shapetest::normalize.out", _normalize_out_fake, lib=_lib)
 _vmap_lib.define("normalize.out(Tensor self, Tensor(a!) out) -> Tensor(a!)")
@@ -605,9 +634,16 @@ def _accumulate_autograd(acc, x):
         raise RuntimeError("shapetest::accumulate writes to 'acc' and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)")
     if _has_tangent(acc, x):
         raise NotImplementedError("shapetest::accumulate writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it")
-    with torch._C._AutoDispatchBelowAutograd():
+    with torch._C._AutoDispatchBelowADInplaceOrView():
         _ops.accumulate.default(acc, x)
-    torch.autograd.graph.increment_version([acc])
+    _bump("shapetest::accumulate", [acc])
+
+
+def _accumulate_inplace_or_view(keyset, acc, x):
+    """Below autograd (inference mode): the op, then what it writes has its version bumped."""
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        _ops.accumulate.default.redispatch(keyset & torch._C._after_ADInplaceOrView_keyset, acc, x)
+    _bump("shapetest::accumulate", [acc])
 
 
 def _accumulate_fake(acc, x):
@@ -623,6 +659,7 @@ def _accumulate_vmap(info, in_dims, acc, x):
 
 _lib.impl("accumulate", accumulate, "CPU")
 _lib.impl("accumulate", _accumulate_autograd, "Autograd")
+_lib.impl("accumulate", _accumulate_inplace_or_view, "ADInplaceOrView", with_keyset=True)
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::accumulate", "Meta"):
     torch.library.register_fake("shapetest::accumulate", _accumulate_fake, lib=_lib)
 torch.library.register_vmap("shapetest::accumulate", _accumulate_vmap, lib=_lib)

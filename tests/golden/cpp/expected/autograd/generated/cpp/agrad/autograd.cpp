@@ -1337,6 +1337,18 @@ void rms_norm_autograd(at::Tensor& result, const at::Tensor& input, const at::Te
   torch::autograd::impl::bump_version(result);
 }
 
+// ADInplaceOrView: the op, then the written tensors' versions bumped (Note [ADInplaceOrView kernels]).
+void rms_norm_inplace_or_view(c10::DispatchKeySet opgen_ks, at::Tensor& result, const at::Tensor& input, const at::Tensor& weight, double epsilon) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::rms_norm", "")
+      .typed<void(at::Tensor&, const at::Tensor&, const at::Tensor&, double)>();
+  {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    opgen_op.redispatch(opgen_ks & c10::after_ADInplaceOrView_keyset, result, input, weight, epsilon);
+  }
+  torch::autograd::impl::bump_version(result);
+}
+
 // agrad::zero_some_(Tensor(a!)[] self, Tensor(b!)? extra, Tensor(c!)?[] maybe) -> ()
 // Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
 void zero_some__autograd(at::TensorList self, const std::optional<at::Tensor>& extra, const c10::List<std::optional<at::Tensor>>& maybe) {
@@ -1350,6 +1362,20 @@ void zero_some__autograd(at::TensorList self, const std::optional<at::Tensor>& e
   {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     opgen_op.call(self, extra, maybe);
+  }
+  for (const auto& opgen_t : self) { torch::autograd::impl::bump_version(opgen_t); }
+  if (extra.has_value()) { torch::autograd::impl::bump_version(*extra); }
+  for (std::optional<at::Tensor> opgen_t : maybe) { if (opgen_t.has_value()) { torch::autograd::impl::bump_version(*opgen_t); } }
+}
+
+// ADInplaceOrView: the op, then the written tensors' versions bumped (Note [ADInplaceOrView kernels]).
+void zero_some__inplace_or_view(c10::DispatchKeySet opgen_ks, at::TensorList self, const std::optional<at::Tensor>& extra, const c10::List<std::optional<at::Tensor>>& maybe) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::zero_some_", "")
+      .typed<void(at::TensorList, const std::optional<at::Tensor>&, const c10::List<std::optional<at::Tensor>>&)>();
+  {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    opgen_op.redispatch(opgen_ks & c10::after_ADInplaceOrView_keyset, self, extra, maybe);
   }
   for (const auto& opgen_t : self) { torch::autograd::impl::bump_version(opgen_t); }
   if (extra.has_value()) { torch::autograd::impl::bump_version(*extra); }
@@ -1374,6 +1400,19 @@ std::tuple<at::Tensor, at::Tensor> step__autograd(at::Tensor& self) {
   return opgen_result;
 }
 
+// ADInplaceOrView: the op, then the written tensors' versions bumped (Note [ADInplaceOrView kernels]).
+std::tuple<at::Tensor, at::Tensor> step__inplace_or_view(c10::DispatchKeySet opgen_ks, at::Tensor& self) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::step_", "")
+      .typed<std::tuple<at::Tensor, at::Tensor>(at::Tensor&)>();
+  std::tuple<at::Tensor, at::Tensor> opgen_result = [&]() -> std::tuple<at::Tensor, at::Tensor> {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.redispatch(opgen_ks & c10::after_ADInplaceOrView_keyset, self);
+  }();
+  torch::autograd::impl::bump_version(self);
+  return opgen_result;
+}
+
 // agrad::fill_(Tensor(a!) self, float value) -> Tensor(a!)
 // Under autograd: an error when an argument requires grad, as the op writes to its arguments and has no derivatives (Note [Autograd of mutating ops]).
 at::Tensor& fill__autograd(at::Tensor& self, double value) {
@@ -1387,6 +1426,19 @@ at::Tensor& fill__autograd(at::Tensor& self, double value) {
   at::Tensor& opgen_result = [&]() -> at::Tensor& {
     at::AutoDispatchBelowADInplaceOrView opgen_guard;
     return opgen_op.call(self, value);
+  }();
+  torch::autograd::impl::bump_version(self);
+  return opgen_result;
+}
+
+// ADInplaceOrView: the op, then the written tensors' versions bumped (Note [ADInplaceOrView kernels]).
+at::Tensor& fill__inplace_or_view(c10::DispatchKeySet opgen_ks, at::Tensor& self, double value) {
+  static const auto opgen_op = c10::Dispatcher::singleton()
+      .findSchemaOrThrow("agrad::fill_", "")
+      .typed<at::Tensor&(at::Tensor&, double)>();
+  at::Tensor& opgen_result = [&]() -> at::Tensor& {
+    at::AutoDispatchBelowADInplaceOrView opgen_guard;
+    return opgen_op.redispatch(opgen_ks & c10::after_ADInplaceOrView_keyset, self, value);
   }();
   torch::autograd::impl::bump_version(self);
   return opgen_result;
@@ -1421,4 +1473,11 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("zero_some_", TORCH_FN(zero_some__autograd));
   m.impl("step_", TORCH_FN(step__autograd));
   m.impl("fill_", TORCH_FN(fill__autograd));
+}
+
+TORCH_LIBRARY_IMPL(agrad, ADInplaceOrView, m) {
+  m.impl("rms_norm", TORCH_FN(rms_norm_inplace_or_view));
+  m.impl("zero_some_", TORCH_FN(zero_some__inplace_or_view));
+  m.impl("step_", TORCH_FN(step__inplace_or_view));
+  m.impl("fill_", TORCH_FN(fill__inplace_or_view));
 }
