@@ -123,7 +123,8 @@ where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor 
 for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
 vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as an item of an
 `int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
-may hold one, or a `float[]` argument for an `int[]` (its items are floats, even whole ones);
+may hold one, or a `float[]` or `Scalar[]` argument, or a list holding a float or a Scalar
+(`[n, 0.5]`, `[v / 2 for v in dims]`), for an `int[]` (its items are floats, even whole ones);
 a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
 number parameter (a number for a str, a string for an int, a dtype for a float); None (`None`,
 an optional input or a binding that may be None, `n if c else None`) for a parameter that is
@@ -1174,6 +1175,14 @@ def _sequence(items) -> Kind:
     return Kind.META if kinds == {Kind.META} else Kind.UNKNOWN
 
 
+def _list_form(items) -> Form:
+    """The form of a list whose items have the numeric forms `items`: one float makes it a list
+    of floats, as one Scalar (which may hold a float) makes it a list of Scalars."""
+    items = set(items)
+    return Form.FLOATS if Form.FLOAT in items else Form.SCALARS if Form.SCALAR in items \
+        else Form.SHAPE
+
+
 def _join_forms(a: Form | None, b: Form | None) -> Form | None:
     """The form of a value that is either `a` or `b`."""
     if a is b:
@@ -1246,7 +1255,8 @@ class Form(enum.Enum):
     TENSOR = "a Tensor"
     TENSORS = "a list of Tensors"
     SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
-    FLOATS = "a list of floats"     # a `float[]` argument, a slice of one
+    FLOATS = "a list of floats"     # a `float[]` argument, a slice of one, `[0.5, n]`
+    SCALARS = "a list of Scalars"   # a `Scalar[]` argument: its items may be floats
     # an int or a bool (one size: `x.size(0)`, `x.numel()`; `n > 1`), or a number that may be
     # either or a float (`x.item()`, `2 ** n`)
     NUMBER = "a number"
@@ -1260,7 +1270,9 @@ class Form(enum.Enum):
 
 
 _NUMERIC = (Form.NUMBER, Form.FLOAT, Form.SCALAR)
-_LISTS = (Form.SHAPE, Form.FLOATS)
+_LISTS = (Form.SHAPE, Form.FLOATS, Form.SCALARS)
+# The form of an item of a list of each form.
+_ITEM_FORMS = {Form.SHAPE: Form.NUMBER, Form.FLOATS: Form.FLOAT, Form.SCALARS: Form.SCALAR}
 _NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
 # The forms of arguments of other types, and of torch's constants.
 _ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR, BaseTy.str: Form.STRING,
@@ -1399,6 +1411,8 @@ class _Kinds:
                     return _ARGUMENT_FORMS.get(t.name)
                 if isinstance(t, ListType) and is_base(t.elem, BaseTy.float):
                     return Form.FLOATS
+                if isinstance(t, ListType) and is_base(t.elem, BaseTy.Scalar):
+                    return Form.SCALARS
                 if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
                     return Form.SHAPE
             case LocalRef(name=n):
@@ -1431,8 +1445,13 @@ class _Kinds:
             case Subscript(obj=obj, items=(i,)) if self.form(obj) in _LISTS:
                 if isinstance(i, Slice):
                     return self.form(obj)
-                item = Form.NUMBER if self.form(obj) is Form.SHAPE else Form.FLOAT
-                return item if self.form(i) is Form.NUMBER else None
+                if self.form(i) is not Form.NUMBER:
+                    return None
+                if isinstance(obj, (TupleLit, ListLit)):
+                    # `[n, 0.5][i]` may be either item
+                    forms = [self.form(x) for x in obj.items]
+                    return forms[0] if len(set(forms)) == 1 else Form.NUMBER
+                return _ITEM_FORMS[self.form(obj)]
             case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
                     and self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
@@ -1447,7 +1466,7 @@ class _Kinds:
                     return Form.SCALAR if Form.SCALAR in forms else Form.NUMBER
                 # lists concatenate (holding floats if either does), and repeat times an int
                 if op is BinOpKind.add and forms[0] in _LISTS and forms[1] in _LISTS:
-                    return Form.FLOATS if Form.FLOATS in forms else Form.SHAPE
+                    return _list_form(_ITEM_FORMS[f] for f in forms)
                 if op is BinOpKind.mul and Form.NUMBER in forms \
                         and (forms[0] in _LISTS or forms[1] in _LISTS):
                     return forms[0] if forms[0] in _LISTS else forms[1]
@@ -1466,7 +1485,15 @@ class _Kinds:
                 return _join_forms(self.form(a), self.form(b))
             case TupleLit(items=items) | ListLit(items=items) \
                     if items and all(self.form(i) in _NUMERIC for i in items):
-                return Form.SHAPE
+                return _list_form(self.form(i) for i in items)
+            case ListComp(elem=elem, names=names, iterable=it):
+                saved = dict(self.bound)
+                self.bound.update(zip(names, self.loop_kinds(it, len(names))))
+                try:
+                    item = self.form(elem)
+                finally:
+                    self.bound = saved
+                return _list_form([item]) if item in _NUMERIC else None
         return None
 
     def may_be_none(self, e: Expr, not_none: frozenset[str] = frozenset()) -> bool:
@@ -1988,7 +2015,12 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                        "is not a Tensor (a number, size, shape, dtype or string)")
             diags.error(loc, message, f"its schema: {schema}")
             return False
+        t = strip_optional(arg.type)
+        items = isinstance(t, ListType) and isinstance(t.elem, BaseType) \
+            and isinstance(value, (ListLit, TupleLit))
         form = None if is_tensor_like(arg.type) else kinds.form(value)
+        if items and form in (Form.FLOATS, Form.SCALARS):
+            form = None     # the item that makes it one is refused below, where it is
         why = _refusal(arg.type, form) if form is not None else None
         if why is not None:
             diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
@@ -2000,9 +2032,7 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                         f"{_none(value, 'a value that')}: torch.ops refuses None for "
                         f"{_a(arg.type)} at backward", _none_hint(value, arg))
             return False
-        t = strip_optional(arg.type)
-        if isinstance(t, ListType) and isinstance(t.elem, BaseType) \
-                and isinstance(value, (ListLit, TupleLit)):
+        if items:
             for i, item in enumerate(value.items):
                 at = value.item_locs[i] if i < len(value.item_locs) else loc
                 if not _takes_none(t.elem, element=True) and kinds.may_be_none(item, not_none):
@@ -2041,7 +2071,7 @@ _TAKES: dict[BaseTy, frozenset[Form]] = {
 _ITEM_TAKES: dict[BaseTy, frozenset[Form]] = {
     BaseTy.int: frozenset({Form.NUMBER}), BaseTy.SymInt: frozenset({Form.NUMBER}),
     BaseTy.float: frozenset(_NUMERIC), BaseTy.bool: frozenset(_NUMERIC)}
-_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE, Form.FLOATS}
+_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, *_LISTS}
 
 
 def _refusal(t, form: Form, element: bool = False) -> str | None:
@@ -2062,7 +2092,7 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             if t.name in (BaseTy.str, BaseTy.Device, BaseTy.Scalar):
                 return "torch.ops refuses it at backward"
             return values.format("its value", "it")
-        if form in (Form.TENSORS, Form.FLOATS):
+        if form in (Form.TENSORS, Form.FLOATS, Form.SCALARS):
             return "a list is not one number" if t.name in _ITEM_TAKES or \
                 t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.FLOAT:
@@ -2078,8 +2108,8 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             return _refusal(t.elem, form, element=True)
         if form in (Form.TENSOR, Form.TENSORS):
             return values.format("their values", "them")
-        if form is Form.FLOATS and _refusal(t.elem, Form.FLOAT, element=True) is not None:
-            return f"torch.ops refuses a float for {_a(t.elem)} at backward, even a whole one (2.0)"
+        if form in _LISTS:
+            return _refusal(t.elem, _ITEM_FORMS[form], element=True)
     return None
 
 
@@ -2112,7 +2142,7 @@ def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str
     """What to write instead of `value`, refused as `form`."""
     if form is Form.FLOAT and kinds.divides(value):
         return "`/` gives a float even of two ints; use // for an integer: x.size(0) // 2"
-    if form is Form.FLOATS:
+    if form in (Form.FLOATS, Form.SCALARS):
         if isinstance(value, InputRef):
             return (f"pass [int(v) for v in {value.name}], which truncates, or declare "
                     f"'{value.name}' an int[]")

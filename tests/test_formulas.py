@@ -604,7 +604,7 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
     p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
                  "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32, float[] xs=[], "
                  "int? mi=None, str? so=None, float[]? ys=None, ScalarType? od=None, "
-                 "bool? bo=None) "
+                 "bool? bo=None, Scalar[]? ss=None) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -755,6 +755,28 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
      "torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
     ("ex.takes(grad, k=xs)", "argument 'k' of ex::takes is an int, but is given a list of floats: "
      "a list is not one number"),
+    # a list holding one float, however it is made
+    ("v = [n, 0.5]; ex.takes(grad, dims=v)", "argument 'dims' of ex::takes is an int[], but is "
+     "given a list of floats: torch.ops refuses a float for an int at backward, even a whole one "
+     "(2.0)"),
+    ("ex.takes(grad, sizes=[0.5] * n)", "argument 'sizes' of ex::takes is a SymInt[], but is given "
+     "a list of floats: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, dims=[v / 2 for v in dims])", "argument 'dims' of ex::takes is an int[], but "
+     "is given a list of floats: torch.ops refuses a float for an int at backward, even a whole "
+     "one (2.0)"),
+    # a Scalar[]'s items may be floats
+    ("ex.takes(grad, sizes=ss)", "argument 'sizes' of ex::takes is a SymInt[], but is given a list "
+     "of Scalars: a Scalar may hold a float, which torch.ops refuses for a SymInt at backward"),
+    ("ex.takes(grad, dims=list(ss[1:]) + dims)", "argument 'dims' of ex::takes is an int[], but is "
+     "given a list of Scalars: a Scalar may hold a float, which torch.ops refuses for an int at "
+     "backward"),
+    ("ex.takes(grad, pair=[alpha, n])", "argument 'pair' of ex::takes is an int[2], but its item at "
+     "index 0 is a Scalar: a Scalar may hold a float, which torch.ops refuses for an int at "
+     "backward"),
+    ("ex.takes(grad, k=ss[0])", "argument 'k' of ex::takes is an int, but is given a Scalar: a "
+     "Scalar may hold a float, which torch.ops refuses for an int at backward"),
+    ("ex.takes(grad, k=ss)", "argument 'k' of ex::takes is an int, but is given a list of Scalars: "
+     "a list is not one number"),
 ])
 def test_library_op_integer_parameters_refuse_floats(tmp_path, text, message):
     """Each passed `check` and failed in torch.ops at backward."""
@@ -818,6 +840,11 @@ def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, mess
     "ex.takes(grad, n=int(alpha), k=int(x.size(0) / 2), dims=[int(r)])",
     # a float[] for a float[] or a bool[], its items for a float; converted for an int[]
     "ex.takes(grad, s=xs[-1], fs=xs + dims, bs=xs[:1], sizes=[int(v) for v in xs])",
+    # a Scalar[] or a list of floats for a float[] or a bool[]; converted for an int[]
+    "ex.takes(grad, s=ss[0], a=ss[0], fs=ss, bs=list(ss) + [0.5], dims=[int(v) for v in ss]) "
+    "if ss is not None else grad",
+    "ex.takes(grad, sizes=[x.size(i) // 2 for i in range(n)], fs=[v / 2 for v in dims], "
+    "k=[n, 0.5][0 if n else 1])",
     # a dtype, layout or memory format for an int; an int for a dtype; a string for a device
     "ex.takes(grad, k=x.dtype, dtype=6, layout=0, mf=1)",
     "ex.takes(grad, k=torch.channels_last, maybe=x.layout)",
@@ -843,6 +870,7 @@ def test_library_op_parameter_types_agree_with_torch():
         F.Form.STRING: ["cpu"], F.Form.DTYPE: [torch.float32], F.Form.DEVICE: [torch.device("cpu")],
         F.Form.LAYOUT: [torch.strided], F.Form.MEMORY_FORMAT: [torch.contiguous_format],
         F.Form.SHAPE: [[1, 2], [True]], F.Form.FLOATS: [[0.5, 2.0], [3.0]],
+        F.Form.SCALARS: [[2, 2.5]],
     }
     values = [t.value for t in F._TAKES] + [f"{t.value}[]" for t in F._ITEM_TAKES] + ["int[2]"]
     names = values + [f"{v}?" for v in values] + ["Tensor", "Tensor?", "Tensor[]", "Tensor?[]"]
