@@ -115,7 +115,8 @@ unknown names, names outside the vocabulary above, literals, inputs without form
 for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`,
 Tensor lists used as tensors, binding names the language owns, slice steps of zero, conditions on
 tensor values, numbers given to torch functions taking tensors only (`torch.maximum(x, 0.5)`),
-floats as indices or slice bounds (`x[:x.size(0) / 2]`: sizes divide with `//`);
+floats as indices or slice bounds (`x[:x.size(0) / 2]`: sizes divide with `//`; a `float?` too,
+unless a condition around tells it is None: `x[:m] if m is None else ...`);
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
 keywords, missing required arguments, an argument its parameter surely cannot take: a number or
 shape for a Tensor, a shape (`x.shape`, `x.size()`) for an int, SymInt, float, bool or Scalar
@@ -569,6 +570,8 @@ class _Checker:
         self.kinds = _Kinds(schema, {}, lib)
         # The and/or/not making up a condition (syntax node ids): their operands are its parts.
         self.conditions: dict[int, tuple[str, str]] = {}
+        # The inputs and bindings a condition around the node being checked tells are None.
+        self.none: frozenset[str] = frozenset()
 
     def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
         self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
@@ -728,7 +731,8 @@ class _Checker:
             self.condition(p[1], *_CONDITION)
             cond = self.expr(p[1])
             self.truth_test(p[1], cond, *_CONDITION)
-            return IfExp(cond, self.expr(p[0]), self.expr(p[2]))
+            return IfExp(cond, self.where_none(_none_if(cond, True), p[0]),
+                         self.where_none(_none_if(cond, False), p[2]))
         if k == "compare":
             return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
         if k in ("neg", "pos", "invert", "not_"):
@@ -750,7 +754,10 @@ class _Checker:
             return BinOp(BinOpKind[k], left, right)
         if k in ("and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
                  "matmul", "pow"):
-            left, right = self.expr(p[0]), self.expr(p[1])
+            left = self.expr(p[0])
+            # Python evaluates the right operand of `and` where the left is true, of `or` where false
+            right = self.where_none(_none_if(left, k == "and_"), p[1]) if k in ("and_", "or_") \
+                else self.expr(p[1])
             if k not in ("and_", "or_"):
                 self.not_a_list(p[0], left)
                 self.not_a_list(p[1], right)
@@ -976,9 +983,20 @@ class _Checker:
                 raise self.error(span, f"{what} takes a Tensor as '{key}', and this is not one: "
                                  "torch has no overload taking a number", hint)
 
+    def where_none(self, names: frozenset[str], node) -> Expr:
+        """`self.expr(node)` where a condition tells `names` are None."""
+        saved = self.none
+        self.none = saved | names
+        try:
+            return self.expr(node)
+        finally:
+            self.none = saved
+
     def float_number(self, e: Expr) -> bool:
-        """Whether `e` is surely a Python float, not a Tensor nor None (`_Kinds.form`)."""
-        return self.kinds.form(e) is Form.FLOAT and not self.kinds.may_be_none(e)
+        """Whether `e` is a Python float where it is not None, and no condition around tells it
+        is None (`grad[:m] if m is None else grad`); not a Tensor (`_Kinds.form`)."""
+        return self.kinds.form(e) is Form.FLOAT and not (
+            isinstance(e, (InputRef, LocalRef)) and e.name in self.none)
 
     def not_a_float_index(self, node, e: Expr | None, what: str) -> None:
         """Refuse a float as an index or slice bound: Python raises a TypeError at backward
@@ -1209,6 +1227,22 @@ def _not_none_if(cond: Expr, truth: bool, kinds: _Kinds) -> frozenset[str]:
         case LocalRef(name=n):
             told = kinds.guards.get(n, (frozenset(), frozenset()))[0 if truth else 1]
             return told | {n} if truth else told
+    return frozenset()
+
+
+def _none_if(cond: Expr, truth: bool) -> frozenset[str]:
+    """The inputs and bindings that are None where `cond` has the truth `truth`."""
+    match cond:
+        case BinOp(op=BinOpKind.is_not | BinOpKind.is_ as op, left=a, right=b):
+            named = a if isinstance(b, Const) and b.value is None else \
+                b if isinstance(a, Const) and a.value is None else None
+            if isinstance(named, (InputRef, LocalRef)) and truth == (op is BinOpKind.is_):
+                return frozenset({named.name})
+        case UnaryOp(op=UnaryKind.not_, operand=o):
+            return _none_if(o, not truth)
+        case BinOp(op=BinOpKind.and_ | BinOpKind.or_ as op, left=a, right=b) \
+                if truth == (op is BinOpKind.and_):
+            return _none_if(a, truth) | _none_if(b, truth)
     return frozenset()
 
 

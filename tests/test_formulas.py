@@ -351,6 +351,11 @@ INDEX_SCHEMA = ("ex::f(Tensor x, Tensor y, int n=1, float r=0.5, float[] ws=[], 
     ("grad[:abs(x.size(0) / 2)]", "a slice bound"),
     ("grad[:n * torch.pi]", "a slice bound"),
     ("grad[r if n > 0 else 0.5]", "an index"),
+    # a float where an optional one is not None
+    ("grad[:m]", "a slice bound"),
+    ("grad[m] if m is not None else grad", "an index"),
+    ("v = m; grad if v is None else grad[v:]", "a slice bound"),
+    ("grad[:m] if m is None or n > 0 else grad", "a slice bound"),
 ])
 def test_a_float_is_no_index(text, what):
     """Each raised a TypeError at backward."""
@@ -360,6 +365,10 @@ def test_a_float_is_no_index(text, what):
 @pytest.mark.parametrize("text", [
     "grad[:x.size(0) // 2] * x[int(r):] * x[y.long() / 2]",
     "grad[:m] if m is None else grad",    # None is a slice bound
+    "grad if m is not None else grad[:m]",
+    "v = m; grad[:v] if n > 0 and v is None else grad",
+    "grad[:m] if not (m is not None or n > 0) else grad",
+    "m is not None or grad[:m].sum() > 0",
     "grad[r if n > 0 else 1:]",           # may be an int
 ])
 def test_what_may_be_an_integer_is_an_index(text):
