@@ -911,18 +911,18 @@ class _Checker:
         kwargs: list[tuple[str, Expr]] = []
         kwarg_locs: list[Loc] = []
         kwarg_value_locs: list[Loc] = []
-        spans: list[Span] = []      # of args, then of kwargs' values
-        kwarg_spans: list[Span] = []
+        spans: list[Span] = []      # of args
+        kwarg_spans: list[Span] = []    # of kwargs' values: what is wrong with one is its value
         for a in arg_nodes:
             if a is None:
                 continue
             if isinstance(a, _Node) and a.kind == "kwarg":
                 key = str(a.parts[0])
                 if any(key == k for k, _ in kwargs):
-                    raise self.error(a.span, f"keyword argument '{key}' given twice")
+                    raise self.error(token_span(a.parts[0]), f"keyword argument '{key}' given twice")
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
-                kwarg_spans.append(a.span)
+                kwarg_spans.append(a.parts[1].span)
                 kwarg_value_locs.append(self.loc(a.parts[1].span))
             elif isinstance(a, _Node) and a.kind == "star":
                 if kwargs:

@@ -839,6 +839,36 @@ def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, mess
     assert _argument_errors(tmp_path, text) == [message]
 
 
+def test_keyword_errors_underline_what_is_wrong(tmp_path):
+    """Of a torch function's call as of a library op's: an unknown or repeated keyword is
+    underlined at its name, a value the parameter cannot take at the value."""
+    from codegen.diagnostics import UserError
+    from codegen.load import load_library
+
+    formulas = {
+        "torch.maximum(grad, other=0.5)": "0.5",
+        "torch.sum(grad, dim=0, dim=1)": "dim",
+        "ex.takes(grad, k=0.5)": "0.5",
+        "ex.takes(grad, kk=1)": "kk",
+        "ex.takes(grad, k=1, k=2)": "k",
+        "ex.takes(grad, 1, n=2)": "n",
+    }
+    p = tmp_path / "ops.yaml"
+    p.write_text("".join(f"- func: ex::f{i}(Tensor x) -> Tensor\n  derivatives:\n"
+                         f"    x: '{text}'\n" for i, text in enumerate(formulas)) + TAKES)
+    diags = Diagnostics()
+    try:
+        lib = load_library([str(p)])
+    except UserError as e:
+        diags, lib = e.diags, e.lib
+    F.check_library(lib, diags)
+    lines = p.read_text().splitlines()
+    underlined = {lines[d.loc.line - 1].strip()[len("x: '"):-1]:
+                  lines[d.loc.line - 1][d.loc.col - 1:d.loc.col - 1 + d.loc.length]
+                  for d in diags.items}
+    assert underlined == formulas, diags.render()
+
+
 @pytest.mark.parametrize("text", [
     # sizes divided with // stay integers
     "ex.takes(grad, x.size(0) // 2, k=x.numel() // 2, sizes=[x.size(0) // 2, 2], pair=n // 2)",
