@@ -137,6 +137,11 @@ passes: an int or a bool for any number, a float for a bool, a dtype, layout or 
 format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
 loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
 there, and its error says so).
+
+A formula's mistakes are all reported where they are in parts that do not depend on each other:
+its bindings and expression, a call's function and arguments, an operator's operands, items,
+branches, slice bounds; of a call of a library op, its first wrong argument only (arguments out
+of order make several wrong at once), and every call.
 """
 
 from __future__ import annotations
@@ -145,9 +150,9 @@ import enum
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean, with_article as _a
 from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
@@ -577,6 +582,20 @@ class _Checker:
         self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
         return _Bad()
 
+    def all_of(self, *parts: Callable[[], object]) -> list:
+        """What each of `parts` gives, each run though an earlier one failed: the mistakes of
+        independent parts of a formula (a call's arguments, an operator's operands) are all
+        reported in one run. Raises _Bad after them where any failed."""
+        out, bad = [], False
+        for part in parts:
+            try:
+                out.append(part())
+            except _Bad:
+                bad = True
+        if bad:
+            raise _Bad()
+        return out
+
     def src(self, span: Span) -> str:
         return self.text.text[span.start:span.end]
 
@@ -700,13 +719,16 @@ class _Checker:
             return self.index(node)
         if k in ("tuple", "list"):
             given = [x for x in p if x is not None]
-            items = tuple(self.expr(x) for x in given)
+            items = tuple(self.all_of(*(partial(self.expr, x) for x in given)))
             locs = tuple(self.loc(x.span) for x in given)
             return TupleLit(items, locs) if k == "tuple" else ListLit(items, locs)
         if k == "listcomp":
             elem, *names, iterable, cond_node = p
-            it = self.expr(iterable)
             bound = tuple(str(x) for x in names)
+            try:
+                it: Expr | None = self.expr(iterable)
+            except _Bad:
+                it = None   # the element and condition are checked all the same
             for tok in names:
                 if self.schema.argument(str(tok)) is not None or str(tok) in self.loop_vars \
                         or str(tok) in self.locals:
@@ -715,26 +737,28 @@ class _Checker:
             saved = set(self.loop_vars)
             saved_kinds = dict(self.kinds.bound)
             self.loop_vars |= set(bound)
-            self.kinds.bound.update(zip(bound, self.kinds.loop_kinds(it, len(bound))))
+            self.kinds.bound.update(zip(bound, self.kinds.loop_kinds(it, len(bound)) if it
+                                        is not None else [Kind.UNKNOWN] * len(bound)))
             try:
-                body = self.expr(elem)
-                if cond_node is not None:
-                    self.condition(cond_node, *_COMPREHENSION)
-                cond = self.expr(cond_node) if cond_node is not None else None
-                if cond is not None:
-                    self.truth_test(cond_node, cond, *_COMPREHENSION)
+                body, cond = self.all_of(partial(self.expr, elem),
+                                         partial(self.comprehension_condition, cond_node))
             finally:
                 self.loop_vars = saved
                 self.kinds.bound = saved_kinds
+            if it is None:
+                raise _Bad()
             return ListComp(body, bound, it, cond)
         if k == "ifexp":
             self.condition(p[1], *_CONDITION)
             cond = self.expr(p[1])
-            self.truth_test(p[1], cond, *_CONDITION)
-            return IfExp(cond, self.where_none(_none_if(cond, True), p[0]),
-                         self.where_none(_none_if(cond, False), p[2]))
+            _, then, orelse = self.all_of(
+                partial(self.truth_test, p[1], cond, *_CONDITION),
+                partial(self.where_none, _none_if(cond, True), p[0]),
+                partial(self.where_none, _none_if(cond, False), p[2]))
+            return IfExp(cond, then, orelse)
         if k == "compare":
-            return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
+            left, right = self.all_of(partial(self.expr, p[0]), partial(self.expr, p[2]))
+            return BinOp(BinOpKind(str(p[1])), left, right)
         if k in ("neg", "pos", "invert", "not_"):
             operand = self.expr(p[0])
             if k != "not_":
@@ -744,7 +768,7 @@ class _Checker:
                     "the operand of 'not'", "negate a tensor elementwise: torch.logical_not(a)")))
             return UnaryOp(UnaryKind[k], operand)
         if k in ("is_", "is_not"):
-            left, right = self.expr(p[0]), self.expr(p[1])
+            left, right = self.all_of(partial(self.expr, p[0]), partial(self.expr, p[1]))
             for side, e in ((p[0], left), (p[1], right)):
                 if _literal(e):
                     # Python warns ("is" with a literal) and the answer depends on interning.
@@ -754,19 +778,20 @@ class _Checker:
             return BinOp(BinOpKind[k], left, right)
         if k in ("and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
                  "matmul", "pow"):
-            left = self.expr(p[0])
-            # Python evaluates the right operand of `and` where the left is true, of `or` where false
-            right = self.where_none(_none_if(left, k == "and_"), p[1]) if k in ("and_", "or_") \
-                else self.expr(p[1])
             if k not in ("and_", "or_"):
-                self.not_a_list(p[0], left)
-                self.not_a_list(p[1], right)
+                left, right = self.all_of(partial(self.expr, p[0]), partial(self.expr, p[1]))
+                self.all_of(partial(self.not_a_list, p[0], left),
+                            partial(self.not_a_list, p[1], right))
             else:
+                left = self.expr(p[0])
                 # Python tests the left operand's truth; the right one's only where the result's is.
                 word = k.rstrip("_")
-                self.truth_test(p[0], left, *self.conditions.get(id(node), (
+                what = self.conditions.get(id(node), (
                     f"the left operand of '{word}'",
-                    f"combine tensors elementwise: torch.logical_{word}(a, b)")))
+                    f"combine tensors elementwise: torch.logical_{word}(a, b)"))
+                # The right operand is evaluated where the left is true (`and`), false (`or`).
+                _, right = self.all_of(partial(self.truth_test, p[0], left, *what),
+                                       partial(self.where_none, _none_if(left, k == "and_"), p[1]))
             return BinOp(BinOpKind[k], left, right)
         if k in ("slice", "ellipsis"):
             raise self.error(node.span, "slices and '...' only go inside brackets: x[1:], x[..., 0]")
@@ -853,6 +878,14 @@ class _Checker:
         raise self.error(node.span, f"{what} depends on tensor values: neither torch.compile "
                          "nor C++ autograd can branch on them", hint)
 
+    def comprehension_condition(self, node) -> Expr | None:
+        if node is None:
+            return None
+        self.condition(node, *_COMPREHENSION)
+        cond = self.expr(node)
+        self.truth_test(node, cond, *_COMPREHENSION)
+        return cond
+
     def condition(self, node, what: str, hint: str) -> None:
         """Mark the and/or/not making up the condition `node`, so that an error in an operand
         speaks of the condition."""
@@ -881,12 +914,21 @@ class _Checker:
                         self.namespace) or name in BUILTINS or name in PY_BUILTINS
                or self._return_index(name) is not None
                or (name.startswith("grad_") and self._return_index(name[5:]) is not None))
-        if name.startswith("_") or own:
-            raise self.error(span, f"'{name}' is a name of the formula language; a binding "
-                             "needs another")
-        if taken:
-            raise self.error(span, f"'{name}' is already a name of the formula; pick another")
-        value = self.expr(value_node)
+
+        def named() -> None:
+            if name.startswith("_") or own:
+                raise self.error(span, f"'{name}' is a name of the formula language; a binding "
+                                 "needs another")
+            if taken:
+                raise self.error(span, f"'{name}' is already a name of the formula; pick another")
+
+        try:
+            _, value = self.all_of(named, partial(self.expr, value_node))
+        except _Bad:
+            # What follows means the binding by the name, its value unknown: nothing is said of it.
+            self.locals[name] = False
+            self.kinds.bound[name] = Kind.UNKNOWN
+            raise
         self.locals[name] = self.tensor_list(value)
         self.kinds.bound[name] = self.kinds.of(value)
         form = self.kinds.form(value)
@@ -906,34 +948,39 @@ class _Checker:
 
     def call(self, node: _Node) -> Expr:
         func_node, *arg_nodes = node.parts
-        func = self.named(func_node)
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         kwarg_locs: list[Loc] = []
         kwarg_value_locs: list[Loc] = []
         spans: list[Span] = []      # of args
         kwarg_spans: list[Span] = []    # of kwargs' values: what is wrong with one is its value
-        for a in arg_nodes:
-            if a is None:
-                continue
+        keys: list[str] = []        # given so far, their values' mistakes aside
+        misplaced: list[bool] = []  # whether an argument after a keyword was reported
+
+        def argument(a) -> None:
             if isinstance(a, _Node) and a.kind == "kwarg":
                 key = str(a.parts[0])
-                if any(key == k for k, _ in kwargs):
-                    raise self.error(token_span(a.parts[0]), f"keyword argument '{key}' given twice")
+                if key in keys:
+                    raise self.error(token_span(a.parts[0]),
+                                     f"keyword argument '{key}' given twice")
+                keys.append(key)
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
                 kwarg_spans.append(a.parts[1].span)
                 kwarg_value_locs.append(self.loc(a.parts[1].span))
-            elif isinstance(a, _Node) and a.kind == "star":
-                if kwargs:
-                    raise self.error(a.span, "'*' arguments go before keyword arguments")
-                args.append(Star(self.expr(a.parts[0])))
-                spans.append(a.span)
-            else:
-                if kwargs:
-                    raise self.error(a.span, "positional arguments go before keyword arguments")
-                args.append(self.expr(a))
-                spans.append(a.span)
+                return
+            star = isinstance(a, _Node) and a.kind == "star"
+            if keys and not misplaced:
+                misplaced.append(True)      # once: the others are out of place with it
+                raise self.error(a.span, "'*' arguments go before keyword arguments" if star
+                                 else "positional arguments go before keyword arguments")
+            args.append(Star(self.expr(a.parts[0])) if star else self.expr(a))
+            spans.append(a.span)
+
+        func, *_ = self.all_of(partial(self.named, func_node),
+                               *(partial(argument, a) for a in arg_nodes if a is not None))
+        if misplaced:
+            raise _Bad()
         if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const, LoopVar,
                              TupleLit, ListLit, ListComp)) or _folds(func):
             raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
@@ -1022,30 +1069,34 @@ class _Checker:
                 raise self.error(node.span, 'not_implemented() takes one string: '
                                  'not_implemented("why")')
 
+    def subscript(self, node) -> Expr:
+        """One item between brackets: a slice, `...`, or an index (checked as one by `index`)."""
+        if isinstance(node, _Node) and node.kind == "ellipsis":
+            return EllipsisLit()
+        if not (isinstance(node, _Node) and node.kind == "slice"):
+            return self.expr(node)
+
+        def bound(part, step: bool = False) -> Expr | None:
+            if part is None:
+                return None
+            e = self.expr(part)
+            if step and isinstance(e, Const) and e.value == 0 and type(e.value) is int:
+                raise self.error(part.span, "a slice step cannot be zero")
+            self.not_a_float_index(part, e, "a slice bound")
+            return e
+
+        lo, hi, *step = node.parts
+        return Slice(*self.all_of(partial(bound, lo), partial(bound, hi),
+                                  partial(bound, step[0] if step else None, True)))
+
     def index(self, node: _Node) -> Expr:
         obj_node, *subs = node.parts
-        obj = self.expr(obj_node)
-        items: list[Expr] = []
-        for s in subs:
-            if s is None:
-                continue
-            if isinstance(s, _Node) and s.kind == "slice":
-                lo, hi, *step = s.parts
-                step_e = self.expr(step[0]) if step and step[0] is not None else None
-                if isinstance(step_e, Const) and step_e.value == 0 and \
-                        type(step_e.value) is int:
-                    raise self.error(step[0].span, "a slice step cannot be zero")
-                lo_e = self.expr(lo) if lo is not None else None
-                hi_e = self.expr(hi) if hi is not None else None
-                for part, e in ((lo, lo_e), (hi, hi_e), (step[0] if step else None, step_e)):
-                    self.not_a_float_index(part, e, "a slice bound")
-                items.append(Slice(lo_e, hi_e, step_e))
-            elif isinstance(s, _Node) and s.kind == "ellipsis":
-                items.append(EllipsisLit())
-            else:
-                items.append(self.expr(s))
-                if not isinstance(obj, (GradsRef, ResultsRef)):     # their own error below
-                    self.not_a_float_index(s, items[-1], "an index")
+        given = [s for s in subs if s is not None]
+        obj, *items = self.all_of(partial(self.expr, obj_node),
+                                  *(partial(self.subscript, s) for s in given))
+        if not isinstance(obj, (GradsRef, ResultsRef)):     # their own error below
+            self.all_of(*(partial(self.not_a_float_index, s, e, "an index")
+                          for s, e in zip(given, items) if not isinstance(e, (Slice, EllipsisLit))))
         if isinstance(obj, (GradsRef, ResultsRef)):
             n = len(self.returns)
             what = "grads" if isinstance(obj, GradsRef) else "results"
@@ -1936,8 +1987,9 @@ def _check_formula(syn, text: Located, schema: FunctionSchema, diff_outputs: tup
     raises _Bad after an error.
     `lib`: the library its op calls are looked up in (None: what they return is unknown)."""
     checker = _Checker(text, schema, diff_outputs, diags, lib)
-    bindings = tuple(checker.binding(b) for b in syn.parts[:-1])
-    return bindings, checker.expr(syn.parts[-1]), checker.kinds
+    *bindings, expr = checker.all_of(*(partial(checker.binding, b) for b in syn.parts[:-1]),
+                                     partial(checker.expr, syn.parts[-1]))
+    return tuple(bindings), expr, checker.kinds
 
 
 def _one_tensor(e: Expr, kinds: _Kinds) -> bool:
@@ -1989,19 +2041,25 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
             fine = True
-            calls = [n for n in nodes if isinstance(n, Call) and isinstance(n.func, OpRef)]
+            calls = []      # the calls of library ops that match their schemas
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
-                    fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
+                    if _check_call(lib, op, node, node.func, diags, names_by_ns):
+                        calls.append(node)
+                    else:
+                        fine = False
                 elif isinstance(node, OpRef) and id(node) not in called:
                     fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
-            if fine and calls:
-                kinds = _check_knowing_library(lib, op, f, diags)
-                fine = kinds is not None
-                not_none = not_none_where(f, kinds) if kinds is not None else {}
-                for node in calls:
-                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags,
-                                                          not_none[id(node)])
+            # What a call that does not match returns is unknown (Kind.UNKNOWN): nothing said of
+            # the other calls follows from its error.
+            kinds = _check_knowing_library(lib, op, f, diags) if calls else None
+            if calls and kinds is None:
+                fine = False
+            elif kinds is not None:
+                not_none = not_none_where(f, kinds)
+                for node in calls:    # each call, whatever the others are given
+                    fine = _check_argument_types(lib, node, node.func, kinds, diags,
+                                                 not_none[id(node)]) and fine
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
                 fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
             ok = ok and fine
@@ -2024,7 +2082,8 @@ def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula,
 def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                           diags: Diagnostics, not_none: frozenset[str] = frozenset()) -> bool:
     """No parameter of a library op is given what it surely cannot take, as when arguments are
-    out of order: torch.ops would refuse it at backward, or read a Tensor's value there.
+    out of order: torch.ops would refuse it at backward, or read a Tensor's value there. The
+    first argument refused only: arguments out of order make several wrong at once.
     `not_none`: the names the conditions around the call tell are not None."""
     target = resolve(lib, ref)
     assert target is not None

@@ -375,6 +375,42 @@ def test_what_may_be_an_integer_is_an_index(text):
     assert _errors(text, INDEX_SCHEMA) == []
 
 
+NO_NOPE = "'torch.nope' does not exist"
+
+
+@pytest.mark.parametrize("text,messages", [
+    # a call's function and arguments, an operator's operands, a tuple's items
+    ("torch.mul(grad.nosuch(), torch.nope(y))", ["torch.Tensor has no attribute 'nosuch'",
+                                                 NO_NOPE]),
+    ("torch.sum(grad, dim=torch.nope, dim=1)", [NO_NOPE, "keyword argument 'dim' given twice"]),
+    ("grad.bogus + grad[r]", ["torch.Tensor has no attribute 'bogus'", f"an index {FLOAT_INDEX}"]),
+    ("(grad[r], torch.nope(x))[0] == 0", [f"an index {FLOAT_INDEX}", NO_NOPE]),
+    # each binding, its name and its value, and the expression
+    ("a = torch.nope(x); b = grad[:r]; grad * a * b", [NO_NOPE, f"a slice bound {FLOAT_INDEX}"]),
+    ("result = torch.nope(x); grad * result", [
+        "'result' is a name of the formula language; a binding needs another", NO_NOPE]),
+    # a conditional's branches, a slice's bounds, a comprehension's parts
+    ("grad[r:m] if n > 0 else torch.nope(grad)", [f"a slice bound {FLOAT_INDEX}"] * 2 + [NO_NOPE]),
+    ("sum([g.bogus for g in torch.nope(x)])", ["'bogus' is not an attribute a formula can use",
+                                               NO_NOPE]),
+])
+def test_independent_mistakes_of_a_formula_are_all_reported(text, messages):
+    assert sorted(_errors(text, INDEX_SCHEMA)) == sorted(messages)
+
+
+@pytest.mark.parametrize("text,message", [
+    # a binding whose value is refused is unknown where it is used: `a.size(0) / 2` may be fine
+    ("a = torch.nope(x); grad * a.sum() * grad[:a.size(0) / 2]", NO_NOPE),
+    # arguments out of place once, not once each
+    ("torch.sum(dim=0, grad, 1)", "positional arguments go before keyword arguments"),
+    # the binding meant where its name is used, not the output it would name
+    ("result = x * 2; grad * result.sum()",
+     "'result' is a name of the formula language; a binding needs another"),
+])
+def test_what_follows_from_a_mistake_is_not_reported(text, message):
+    assert _errors(text, INDEX_SCHEMA) == [message]
+
+
 def test_the_recorded_vocabulary_is_the_installed_torchs():
     """codegen/torch_names.json is what `--refresh` writes for the pinned torch."""
     import json
@@ -651,6 +687,28 @@ def test_library_op_parameters_refuse_what_they_cannot_take(tmp_path, text, give
     cannot (test_torch_ops_reads_a_tensor_given_for_a_number_eagerly_only)."""
     (message,) = _argument_errors(tmp_path, text)
     assert message.startswith(given + ": "), message
+
+
+@pytest.mark.parametrize("text,messages", [
+    ("ex.takes(grad, k=0.5) * ex.takes(grad, n=x.shape)", [
+        "argument 'k' of ex::takes is an int, but is given a float",
+        "argument 'n' of ex::takes is a SymInt, but is given a shape"]),
+    ("ex.takes(ex.takes(grad, k=0.5), n=x.shape)", [
+        "argument 'k' of ex::takes is an int, but is given a float",
+        "argument 'n' of ex::takes is a SymInt, but is given a shape"]),
+    # a call that does not match its op returns what is unknown; the others are checked
+    ("ex.takes(ex.nope(grad), k=0.5) + ex.takes(grad, kk=1)", [
+        "the library has no op 'ex::nope'",
+        "argument 'k' of ex::takes is an int, but is given a float",
+        "ex::takes has no argument 'kk'"]),
+    # one call's first wrong argument only: out of order, several are wrong at once
+    ("ex.takes(grad, x.dtype, mode=n)", [
+        "argument 2 ('n') of ex::takes is a SymInt, but is given a dtype"]),
+])
+def test_every_library_op_call_of_a_formula_is_checked(tmp_path, text, messages):
+    got = _argument_errors(tmp_path, text)
+    assert len(got) == len(messages) and all(m.startswith(w) for m, w in zip(sorted(got),
+                                                                            sorted(messages))), got
 
 
 @pytest.mark.parametrize("text", [

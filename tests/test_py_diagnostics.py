@@ -186,3 +186,33 @@ ops.yaml:5:25: error: ex::h has no argument 'q'
 hint: its schema: ex::h(Tensor a, Tensor b, Tensor c, *, float s=1.0) -> Tensor
 3 errors generated.
 """
+
+
+def test_every_independent_mistake_of_the_formulas_in_one_run(tmp_path, monkeypatch, capsys):
+    """A formula's mistakes in parts that do not depend on each other (a binding and the
+    expression) are each an error, beside those of the op's other formulas."""
+    (tmp_path / "ops.yaml").write_text("""\
+namespace: ex
+ops:
+  - func: g(Tensor x, Tensor y, float r) -> Tensor
+    derivatives:
+      x: 'h = torch.nope(x); grad[:r] * h'
+      y: 'torch.mul(grad.bogus, y)'
+""")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["check", "ops.yaml"]) == 1
+    assert capsys.readouterr().err == """\
+ops.yaml:5:15: error: 'torch.nope' does not exist
+          x: 'h = torch.nope(x); grad[:r] * h'
+                  ^~~~~~~~~~
+hint: did you mean 'ne'?
+ops.yaml:5:36: error: a slice bound must be an integer, and this is a float: torch refuses it \
+when the formula runs
+          x: 'h = torch.nope(x); grad[:r] * h'
+                                       ^
+ops.yaml:6:21: error: torch.Tensor has no attribute 'bogus'
+          y: 'torch.mul(grad.bogus, y)'
+                        ^~~~~~~~~~
+hint: formulas use the attributes and methods of tensors (and of dtypes, devices, finfo and sizes)
+3 errors generated.
+"""
