@@ -1527,16 +1527,16 @@ class _Kinds:
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
                     if self.form(a) in _LISTS:
                 return self.form(a)
-            case Subscript(obj=obj, items=(i,)) if self.form(obj) in _LISTS:
+            case Subscript(obj=obj, items=(i,)) if (listed := self.form(obj)) in _LISTS:
                 if isinstance(i, Slice):
-                    return self.form(obj)
-                if self.form(i) is not Form.NUMBER:
+                    return listed
+                if self.form(i) is not Form.NUMBER or listed is None:
                     return None
                 if isinstance(obj, (TupleLit, ListLit)):
                     # `[n, 0.5][i]` may be either item
-                    forms = [self.form(x) for x in obj.items]
-                    return forms[0] if len(set(forms)) == 1 else Form.NUMBER
-                return _ITEM_FORMS[self.form(obj)]
+                    item_forms = {self.form(x) for x in obj.items}
+                    return item_forms.pop() if len(item_forms) == 1 else Form.NUMBER
+                return _ITEM_FORMS[listed]
             case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
                     and self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
@@ -1551,7 +1551,7 @@ class _Kinds:
                     return Form.SCALAR if Form.SCALAR in forms else Form.NUMBER
                 # lists concatenate (holding floats if either does), and repeat times an int
                 if op is BinOpKind.add and forms[0] in _LISTS and forms[1] in _LISTS:
-                    return _list_form(_ITEM_FORMS[f] for f in forms)
+                    return _list_form(_ITEM_FORMS[f] for f in forms if f is not None)
                 if op is BinOpKind.mul and Form.NUMBER in forms \
                         and (forms[0] in _LISTS or forms[1] in _LISTS):
                     return forms[0] if forms[0] in _LISTS else forms[1]
@@ -2109,8 +2109,9 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
             diags.error(loc, message, f"its schema: {schema}")
             return False
         t = strip_optional(arg.type)
-        items = isinstance(t, ListType) and isinstance(t.elem, BaseType) \
-            and isinstance(value, (ListLit, TupleLit))
+        # a literal list for a list of one type: (its items, where they are, their type)
+        items = (value.items, value.item_locs, t.elem) if isinstance(t, ListType) \
+            and isinstance(t.elem, BaseType) and isinstance(value, (ListLit, TupleLit)) else None
         form = None if is_tensor_like(arg.type) else kinds.form(value)
         if items and form in (Form.FLOATS, Form.SCALARS):
             form = None     # the item that makes it one is refused below, where it is
@@ -2126,16 +2127,17 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                         f"{_a(arg.type)} at backward", _none_hint(value, arg))
             return False
         if items:
-            for i, item in enumerate(value.items):
-                at = value.item_locs[i] if i < len(value.item_locs) else loc
-                if not _takes_none(t.elem, element=True) and kinds.may_be_none(item, not_none):
+            values, locs, elem = items
+            for i, item in enumerate(values):
+                at = locs[i] if i < len(locs) else loc
+                if not _takes_none(elem, element=True) and kinds.may_be_none(item, not_none):
                     diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
                                 f"at index {i} is {_none(item, 'a value that')}: torch.ops "
-                                f"refuses None for {_a(t.elem)} at backward",
+                                f"refuses None for {_a(elem)} at backward",
                                 _none_hint(item, None))
                     return False
                 form = kinds.form(item)
-                why = _refusal(t.elem, form, element=True) if form is not None else None
+                why = _refusal(elem, form, element=True) if form is not None else None
                 if why is not None:
                     diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
                                 f"at index {i} is {form.value}: {why}",
