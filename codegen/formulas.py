@@ -115,7 +115,8 @@ unknown names, names outside the vocabulary above, literals, inputs without form
 for non-Tensor inputs, `grad` where several outputs are differentiable, out-of-range `grads[i]`,
 Tensor lists used as tensors, binding names the language owns, slice steps of zero, conditions on
 tensor values, numbers given to torch functions taking tensors only (`torch.maximum(x, 0.5)`),
-floats as indices or slice bounds (`x[:x.size(0) / 2]`: sizes divide with `//`);
+floats as indices or slice bounds (`x[:x.size(0) / 2]`: sizes divide with `//`; a `float?` too,
+unless a condition around tells it is None: `x[:m] if m is None else ...`);
 calls to library ops are checked against their schemas (unknown op, too many arguments, unknown
 keywords, missing required arguments, an argument its parameter surely cannot take: a number or
 shape for a Tensor, a shape (`x.shape`, `x.size()`) for an int, SymInt, float, bool or Scalar
@@ -123,7 +124,8 @@ where one size is `x.size(i)`, a number for a list such as `SymInt[]`, a Tensor 
 for any of these, whose value torch.ops would read at backward, which neither torch.compile nor
 vmap can; a float for an int, SymInt, ScalarType, Layout or MemoryFormat, or as an item of an
 `int[]` (`x.size(0) / 2` is a float: sizes divide with `//`), and a Scalar argument there, which
-may hold one, or a `float[]` argument for an `int[]` (its items are floats, even whole ones);
+may hold one, or a `float[]` or `Scalar[]` argument, or a list holding a float or a Scalar
+(`[n, 0.5]`, `[v / 2 for v in dims]`), for an `int[]` (its items are floats, even whole ones);
 a value torch.ops refuses for a str, ScalarType, Device, Layout, MemoryFormat or
 number parameter (a number for a str, a string for an int, a dtype for a float); None (`None`,
 an optional input or a binding that may be None, `n if c else None`) for a parameter that is
@@ -135,6 +137,11 @@ passes: an int or a bool for any number, a float for a bool, a dtype, layout or 
 format for an `int`, an int for a ScalarType, a string for a Device) once the whole library is
 loaded (`check` given some op files knows their ops only: a call of another file's op is unknown
 there, and its error says so).
+
+A formula's mistakes are all reported where they are in parts that do not depend on each other:
+its bindings and expression, a call's function and arguments, an operator's operands, items,
+branches, slice bounds; of a call of a library op, its first wrong argument only (arguments out
+of order make several wrong at once), and every call.
 """
 
 from __future__ import annotations
@@ -143,9 +150,9 @@ import enum
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean, with_article as _a
 from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
@@ -568,10 +575,26 @@ class _Checker:
         self.kinds = _Kinds(schema, {}, lib)
         # The and/or/not making up a condition (syntax node ids): their operands are its parts.
         self.conditions: dict[int, tuple[str, str]] = {}
+        # The inputs and bindings a condition around the node being checked tells are None.
+        self.none: frozenset[str] = frozenset()
 
     def error(self, span: Span, message: str, hint: str | None = None) -> _Bad:
         self.diags.error(self.text.at(span.start, max(1, span.end - span.start)), message, hint)
         return _Bad()
+
+    def all_of(self, *parts: Callable[[], object]) -> list:
+        """What each of `parts` gives, each run though an earlier one failed: the mistakes of
+        independent parts of a formula (a call's arguments, an operator's operands) are all
+        reported in one run. Raises _Bad after them where any failed."""
+        out, bad = [], False
+        for part in parts:
+            try:
+                out.append(part())
+            except _Bad:
+                bad = True
+        if bad:
+            raise _Bad()
+        return out
 
     def src(self, span: Span) -> str:
         return self.text.text[span.start:span.end]
@@ -696,13 +719,16 @@ class _Checker:
             return self.index(node)
         if k in ("tuple", "list"):
             given = [x for x in p if x is not None]
-            items = tuple(self.expr(x) for x in given)
+            items = tuple(self.all_of(*(partial(self.expr, x) for x in given)))
             locs = tuple(self.loc(x.span) for x in given)
             return TupleLit(items, locs) if k == "tuple" else ListLit(items, locs)
         if k == "listcomp":
             elem, *names, iterable, cond_node = p
-            it = self.expr(iterable)
             bound = tuple(str(x) for x in names)
+            try:
+                it: Expr | None = self.expr(iterable)
+            except _Bad:
+                it = None   # the element and condition are checked all the same
             for tok in names:
                 if self.schema.argument(str(tok)) is not None or str(tok) in self.loop_vars \
                         or str(tok) in self.locals:
@@ -711,25 +737,28 @@ class _Checker:
             saved = set(self.loop_vars)
             saved_kinds = dict(self.kinds.bound)
             self.loop_vars |= set(bound)
-            self.kinds.bound.update(zip(bound, self.kinds.loop_kinds(it, len(bound))))
+            self.kinds.bound.update(zip(bound, self.kinds.loop_kinds(it, len(bound)) if it
+                                        is not None else [Kind.UNKNOWN] * len(bound)))
             try:
-                body = self.expr(elem)
-                if cond_node is not None:
-                    self.condition(cond_node, *_COMPREHENSION)
-                cond = self.expr(cond_node) if cond_node is not None else None
-                if cond is not None:
-                    self.truth_test(cond_node, cond, *_COMPREHENSION)
+                body, cond = self.all_of(partial(self.expr, elem),
+                                         partial(self.comprehension_condition, cond_node))
             finally:
                 self.loop_vars = saved
                 self.kinds.bound = saved_kinds
+            if it is None:
+                raise _Bad()
             return ListComp(body, bound, it, cond)
         if k == "ifexp":
             self.condition(p[1], *_CONDITION)
             cond = self.expr(p[1])
-            self.truth_test(p[1], cond, *_CONDITION)
-            return IfExp(cond, self.expr(p[0]), self.expr(p[2]))
+            _, then, orelse = self.all_of(
+                partial(self.truth_test, p[1], cond, *_CONDITION),
+                partial(self.where_none, _none_if(cond, True), p[0]),
+                partial(self.where_none, _none_if(cond, False), p[2]))
+            return IfExp(cond, then, orelse)
         if k == "compare":
-            return BinOp(BinOpKind(str(p[1])), self.expr(p[0]), self.expr(p[2]))
+            left, right = self.all_of(partial(self.expr, p[0]), partial(self.expr, p[2]))
+            return BinOp(BinOpKind(str(p[1])), left, right)
         if k in ("neg", "pos", "invert", "not_"):
             operand = self.expr(p[0])
             if k != "not_":
@@ -739,7 +768,7 @@ class _Checker:
                     "the operand of 'not'", "negate a tensor elementwise: torch.logical_not(a)")))
             return UnaryOp(UnaryKind[k], operand)
         if k in ("is_", "is_not"):
-            left, right = self.expr(p[0]), self.expr(p[1])
+            left, right = self.all_of(partial(self.expr, p[0]), partial(self.expr, p[1]))
             for side, e in ((p[0], left), (p[1], right)):
                 if _literal(e):
                     # Python warns ("is" with a literal) and the answer depends on interning.
@@ -749,16 +778,20 @@ class _Checker:
             return BinOp(BinOpKind[k], left, right)
         if k in ("and_", "or_", "add", "sub", "mul", "div", "floordiv", "mod",
                  "matmul", "pow"):
-            left, right = self.expr(p[0]), self.expr(p[1])
             if k not in ("and_", "or_"):
-                self.not_a_list(p[0], left)
-                self.not_a_list(p[1], right)
+                left, right = self.all_of(partial(self.expr, p[0]), partial(self.expr, p[1]))
+                self.all_of(partial(self.not_a_list, p[0], left),
+                            partial(self.not_a_list, p[1], right))
             else:
+                left = self.expr(p[0])
                 # Python tests the left operand's truth; the right one's only where the result's is.
                 word = k.rstrip("_")
-                self.truth_test(p[0], left, *self.conditions.get(id(node), (
+                what = self.conditions.get(id(node), (
                     f"the left operand of '{word}'",
-                    f"combine tensors elementwise: torch.logical_{word}(a, b)")))
+                    f"combine tensors elementwise: torch.logical_{word}(a, b)"))
+                # The right operand is evaluated where the left is true (`and`), false (`or`).
+                _, right = self.all_of(partial(self.truth_test, p[0], left, *what),
+                                       partial(self.where_none, _none_if(left, k == "and_"), p[1]))
             return BinOp(BinOpKind[k], left, right)
         if k in ("slice", "ellipsis"):
             raise self.error(node.span, "slices and '...' only go inside brackets: x[1:], x[..., 0]")
@@ -845,6 +878,14 @@ class _Checker:
         raise self.error(node.span, f"{what} depends on tensor values: neither torch.compile "
                          "nor C++ autograd can branch on them", hint)
 
+    def comprehension_condition(self, node) -> Expr | None:
+        if node is None:
+            return None
+        self.condition(node, *_COMPREHENSION)
+        cond = self.expr(node)
+        self.truth_test(node, cond, *_COMPREHENSION)
+        return cond
+
     def condition(self, node, what: str, hint: str) -> None:
         """Mark the and/or/not making up the condition `node`, so that an error in an operand
         speaks of the condition."""
@@ -873,12 +914,21 @@ class _Checker:
                         self.namespace) or name in BUILTINS or name in PY_BUILTINS
                or self._return_index(name) is not None
                or (name.startswith("grad_") and self._return_index(name[5:]) is not None))
-        if name.startswith("_") or own:
-            raise self.error(span, f"'{name}' is a name of the formula language; a binding "
-                             "needs another")
-        if taken:
-            raise self.error(span, f"'{name}' is already a name of the formula; pick another")
-        value = self.expr(value_node)
+
+        def named() -> None:
+            if name.startswith("_") or own:
+                raise self.error(span, f"'{name}' is a name of the formula language; a binding "
+                                 "needs another")
+            if taken:
+                raise self.error(span, f"'{name}' is already a name of the formula; pick another")
+
+        try:
+            _, value = self.all_of(named, partial(self.expr, value_node))
+        except _Bad:
+            # What follows means the binding by the name, its value unknown: nothing is said of it.
+            self.locals[name] = False
+            self.kinds.bound[name] = Kind.UNKNOWN
+            raise
         self.locals[name] = self.tensor_list(value)
         self.kinds.bound[name] = self.kinds.of(value)
         form = self.kinds.form(value)
@@ -898,34 +948,39 @@ class _Checker:
 
     def call(self, node: _Node) -> Expr:
         func_node, *arg_nodes = node.parts
-        func = self.named(func_node)
         args: list[Expr] = []
         kwargs: list[tuple[str, Expr]] = []
         kwarg_locs: list[Loc] = []
         kwarg_value_locs: list[Loc] = []
-        spans: list[Span] = []      # of args, then of kwargs' values
-        kwarg_spans: list[Span] = []
-        for a in arg_nodes:
-            if a is None:
-                continue
+        spans: list[Span] = []      # of args
+        kwarg_spans: list[Span] = []    # of kwargs' values: what is wrong with one is its value
+        keys: list[str] = []        # given so far, their values' mistakes aside
+        misplaced: list[bool] = []  # whether an argument after a keyword was reported
+
+        def argument(a) -> None:
             if isinstance(a, _Node) and a.kind == "kwarg":
                 key = str(a.parts[0])
-                if any(key == k for k, _ in kwargs):
-                    raise self.error(a.span, f"keyword argument '{key}' given twice")
+                if key in keys:
+                    raise self.error(token_span(a.parts[0]),
+                                     f"keyword argument '{key}' given twice")
+                keys.append(key)
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
-                kwarg_spans.append(a.span)
+                kwarg_spans.append(a.parts[1].span)
                 kwarg_value_locs.append(self.loc(a.parts[1].span))
-            elif isinstance(a, _Node) and a.kind == "star":
-                if kwargs:
-                    raise self.error(a.span, "'*' arguments go before keyword arguments")
-                args.append(Star(self.expr(a.parts[0])))
-                spans.append(a.span)
-            else:
-                if kwargs:
-                    raise self.error(a.span, "positional arguments go before keyword arguments")
-                args.append(self.expr(a))
-                spans.append(a.span)
+                return
+            star = isinstance(a, _Node) and a.kind == "star"
+            if keys and not misplaced:
+                misplaced.append(True)      # once: the others are out of place with it
+                raise self.error(a.span, "'*' arguments go before keyword arguments" if star
+                                 else "positional arguments go before keyword arguments")
+            args.append(Star(self.expr(a.parts[0])) if star else self.expr(a))
+            spans.append(a.span)
+
+        func, *_ = self.all_of(partial(self.named, func_node),
+                               *(partial(argument, a) for a in arg_nodes if a is not None))
+        if misplaced:
+            raise _Bad()
         if isinstance(func, (InputRef, GradRef, ResultRef, GradsRef, ResultsRef, Const, LoopVar,
                              TupleLit, ListLit, ListComp)) or _folds(func):
             raise self.error(func_node.span, f"'{self.src(func_node.span)}' is not callable")
@@ -975,9 +1030,20 @@ class _Checker:
                 raise self.error(span, f"{what} takes a Tensor as '{key}', and this is not one: "
                                  "torch has no overload taking a number", hint)
 
+    def where_none(self, names: frozenset[str], node) -> Expr:
+        """`self.expr(node)` where a condition tells `names` are None."""
+        saved = self.none
+        self.none = saved | names
+        try:
+            return self.expr(node)
+        finally:
+            self.none = saved
+
     def float_number(self, e: Expr) -> bool:
-        """Whether `e` is surely a Python float, not a Tensor nor None (`_Kinds.form`)."""
-        return self.kinds.form(e) is Form.FLOAT and not self.kinds.may_be_none(e)
+        """Whether `e` is a Python float where it is not None, and no condition around tells it
+        is None (`grad[:m] if m is None else grad`); not a Tensor (`_Kinds.form`)."""
+        return self.kinds.form(e) is Form.FLOAT and not (
+            isinstance(e, (InputRef, LocalRef)) and e.name in self.none)
 
     def not_a_float_index(self, node, e: Expr | None, what: str) -> None:
         """Refuse a float as an index or slice bound: Python raises a TypeError at backward
@@ -1003,30 +1069,34 @@ class _Checker:
                 raise self.error(node.span, 'not_implemented() takes one string: '
                                  'not_implemented("why")')
 
+    def subscript(self, node) -> Expr:
+        """One item between brackets: a slice, `...`, or an index (checked as one by `index`)."""
+        if isinstance(node, _Node) and node.kind == "ellipsis":
+            return EllipsisLit()
+        if not (isinstance(node, _Node) and node.kind == "slice"):
+            return self.expr(node)
+
+        def bound(part, step: bool = False) -> Expr | None:
+            if part is None:
+                return None
+            e = self.expr(part)
+            if step and isinstance(e, Const) and e.value == 0 and type(e.value) is int:
+                raise self.error(part.span, "a slice step cannot be zero")
+            self.not_a_float_index(part, e, "a slice bound")
+            return e
+
+        lo, hi, *step = node.parts
+        return Slice(*self.all_of(partial(bound, lo), partial(bound, hi),
+                                  partial(bound, step[0] if step else None, True)))
+
     def index(self, node: _Node) -> Expr:
         obj_node, *subs = node.parts
-        obj = self.expr(obj_node)
-        items: list[Expr] = []
-        for s in subs:
-            if s is None:
-                continue
-            if isinstance(s, _Node) and s.kind == "slice":
-                lo, hi, *step = s.parts
-                step_e = self.expr(step[0]) if step and step[0] is not None else None
-                if isinstance(step_e, Const) and step_e.value == 0 and \
-                        type(step_e.value) is int:
-                    raise self.error(step[0].span, "a slice step cannot be zero")
-                lo_e = self.expr(lo) if lo is not None else None
-                hi_e = self.expr(hi) if hi is not None else None
-                for part, e in ((lo, lo_e), (hi, hi_e), (step[0] if step else None, step_e)):
-                    self.not_a_float_index(part, e, "a slice bound")
-                items.append(Slice(lo_e, hi_e, step_e))
-            elif isinstance(s, _Node) and s.kind == "ellipsis":
-                items.append(EllipsisLit())
-            else:
-                items.append(self.expr(s))
-                if not isinstance(obj, (GradsRef, ResultsRef)):     # their own error below
-                    self.not_a_float_index(s, items[-1], "an index")
+        given = [s for s in subs if s is not None]
+        obj, *items = self.all_of(partial(self.expr, obj_node),
+                                  *(partial(self.subscript, s) for s in given))
+        if not isinstance(obj, (GradsRef, ResultsRef)):     # their own error below
+            self.all_of(*(partial(self.not_a_float_index, s, e, "an index")
+                          for s, e in zip(given, items) if not isinstance(e, (Slice, EllipsisLit))))
         if isinstance(obj, (GradsRef, ResultsRef)):
             n = len(self.returns)
             what = "grads" if isinstance(obj, GradsRef) else "results"
@@ -1174,6 +1244,14 @@ def _sequence(items) -> Kind:
     return Kind.META if kinds == {Kind.META} else Kind.UNKNOWN
 
 
+def _list_form(items) -> Form:
+    """The form of a list whose items have the numeric forms `items`: one float makes it a list
+    of floats, as one Scalar (which may hold a float) makes it a list of Scalars."""
+    items = set(items)
+    return Form.FLOATS if Form.FLOAT in items else Form.SCALARS if Form.SCALAR in items \
+        else Form.SHAPE
+
+
 def _join_forms(a: Form | None, b: Form | None) -> Form | None:
     """The form of a value that is either `a` or `b`."""
     if a is b:
@@ -1200,6 +1278,22 @@ def _not_none_if(cond: Expr, truth: bool, kinds: _Kinds) -> frozenset[str]:
         case LocalRef(name=n):
             told = kinds.guards.get(n, (frozenset(), frozenset()))[0 if truth else 1]
             return told | {n} if truth else told
+    return frozenset()
+
+
+def _none_if(cond: Expr, truth: bool) -> frozenset[str]:
+    """The inputs and bindings that are None where `cond` has the truth `truth`."""
+    match cond:
+        case BinOp(op=BinOpKind.is_not | BinOpKind.is_ as op, left=a, right=b):
+            named = a if isinstance(b, Const) and b.value is None else \
+                b if isinstance(a, Const) and a.value is None else None
+            if isinstance(named, (InputRef, LocalRef)) and truth == (op is BinOpKind.is_):
+                return frozenset({named.name})
+        case UnaryOp(op=UnaryKind.not_, operand=o):
+            return _none_if(o, not truth)
+        case BinOp(op=BinOpKind.and_ | BinOpKind.or_ as op, left=a, right=b) \
+                if truth == (op is BinOpKind.and_):
+            return _none_if(a, truth) | _none_if(b, truth)
     return frozenset()
 
 
@@ -1246,7 +1340,8 @@ class Form(enum.Enum):
     TENSOR = "a Tensor"
     TENSORS = "a list of Tensors"
     SHAPE = "a shape"       # sizes: `x.shape`, `x.size()`, an `int[]` argument, `(n, 2)`
-    FLOATS = "a list of floats"     # a `float[]` argument, a slice of one
+    FLOATS = "a list of floats"     # a `float[]` argument, a slice of one, `[0.5, n]`
+    SCALARS = "a list of Scalars"   # a `Scalar[]` argument: its items may be floats
     # an int or a bool (one size: `x.size(0)`, `x.numel()`; `n > 1`), or a number that may be
     # either or a float (`x.item()`, `2 ** n`)
     NUMBER = "a number"
@@ -1260,7 +1355,9 @@ class Form(enum.Enum):
 
 
 _NUMERIC = (Form.NUMBER, Form.FLOAT, Form.SCALAR)
-_LISTS = (Form.SHAPE, Form.FLOATS)
+_LISTS = (Form.SHAPE, Form.FLOATS, Form.SCALARS)
+# The form of an item of a list of each form.
+_ITEM_FORMS = {Form.SHAPE: Form.NUMBER, Form.FLOATS: Form.FLOAT, Form.SCALARS: Form.SCALAR}
 _NUMBERS = (BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)
 # The forms of arguments of other types, and of torch's constants.
 _ARGUMENT_FORMS = {BaseTy.float: Form.FLOAT, BaseTy.Scalar: Form.SCALAR, BaseTy.str: Form.STRING,
@@ -1399,6 +1496,8 @@ class _Kinds:
                     return _ARGUMENT_FORMS.get(t.name)
                 if isinstance(t, ListType) and is_base(t.elem, BaseTy.float):
                     return Form.FLOATS
+                if isinstance(t, ListType) and is_base(t.elem, BaseTy.Scalar):
+                    return Form.SCALARS
                 if isinstance(t, ListType) and is_base(t.elem, *_NUMBERS):
                     return Form.SHAPE
             case LocalRef(name=n):
@@ -1428,11 +1527,16 @@ class _Kinds:
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
                     if self.form(a) in _LISTS:
                 return self.form(a)
-            case Subscript(obj=obj, items=(i,)) if self.form(obj) in _LISTS:
+            case Subscript(obj=obj, items=(i,)) if (listed := self.form(obj)) in _LISTS:
                 if isinstance(i, Slice):
-                    return self.form(obj)
-                item = Form.NUMBER if self.form(obj) is Form.SHAPE else Form.FLOAT
-                return item if self.form(i) is Form.NUMBER else None
+                    return listed
+                if self.form(i) is not Form.NUMBER or listed is None:
+                    return None
+                if isinstance(obj, (TupleLit, ListLit)):
+                    # `[n, 0.5][i]` may be either item
+                    item_forms = {self.form(x) for x in obj.items}
+                    return item_forms.pop() if len(item_forms) == 1 else Form.NUMBER
+                return _ITEM_FORMS[listed]
             case BinOp(op=op) if (op in _COMPARISONS or op in (BinOpKind.is_, BinOpKind.is_not)) \
                     and self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
@@ -1447,7 +1551,7 @@ class _Kinds:
                     return Form.SCALAR if Form.SCALAR in forms else Form.NUMBER
                 # lists concatenate (holding floats if either does), and repeat times an int
                 if op is BinOpKind.add and forms[0] in _LISTS and forms[1] in _LISTS:
-                    return Form.FLOATS if Form.FLOATS in forms else Form.SHAPE
+                    return _list_form(_ITEM_FORMS[f] for f in forms if f is not None)
                 if op is BinOpKind.mul and Form.NUMBER in forms \
                         and (forms[0] in _LISTS or forms[1] in _LISTS):
                     return forms[0] if forms[0] in _LISTS else forms[1]
@@ -1466,7 +1570,15 @@ class _Kinds:
                 return _join_forms(self.form(a), self.form(b))
             case TupleLit(items=items) | ListLit(items=items) \
                     if items and all(self.form(i) in _NUMERIC for i in items):
-                return Form.SHAPE
+                return _list_form(self.form(i) for i in items)
+            case ListComp(elem=elem, names=names, iterable=it):
+                saved = dict(self.bound)
+                self.bound.update(zip(names, self.loop_kinds(it, len(names))))
+                try:
+                    item = self.form(elem)
+                finally:
+                    self.bound = saved
+                return _list_form([item]) if item in _NUMERIC else None
         return None
 
     def may_be_none(self, e: Expr, not_none: frozenset[str] = frozenset()) -> bool:
@@ -1875,8 +1987,9 @@ def _check_formula(syn, text: Located, schema: FunctionSchema, diff_outputs: tup
     raises _Bad after an error.
     `lib`: the library its op calls are looked up in (None: what they return is unknown)."""
     checker = _Checker(text, schema, diff_outputs, diags, lib)
-    bindings = tuple(checker.binding(b) for b in syn.parts[:-1])
-    return bindings, checker.expr(syn.parts[-1]), checker.kinds
+    *bindings, expr = checker.all_of(*(partial(checker.binding, b) for b in syn.parts[:-1]),
+                                     partial(checker.expr, syn.parts[-1]))
+    return tuple(bindings), expr, checker.kinds
 
 
 def _one_tensor(e: Expr, kinds: _Kinds) -> bool:
@@ -1928,19 +2041,25 @@ def check_library(lib: OpLibrary, diags: Diagnostics) -> bool:
             nodes = list(walk_all_of(f))
             called = {id(n.func) for n in nodes if isinstance(n, Call)}
             fine = True
-            calls = [n for n in nodes if isinstance(n, Call) and isinstance(n.func, OpRef)]
+            calls = []      # the calls of library ops that match their schemas
             for node in nodes:
                 if isinstance(node, Call) and isinstance(node.func, OpRef):
-                    fine = _check_call(lib, op, node, node.func, diags, names_by_ns) and fine
+                    if _check_call(lib, op, node, node.func, diags, names_by_ns):
+                        calls.append(node)
+                    else:
+                        fine = False
                 elif isinstance(node, OpRef) and id(node) not in called:
                     fine = _check_ref(lib, op, node, diags, names_by_ns) and fine
-            if fine and calls:
-                kinds = _check_knowing_library(lib, op, f, diags)
-                fine = kinds is not None
-                not_none = not_none_where(f, kinds) if kinds is not None else {}
-                for node in calls:
-                    fine = fine and _check_argument_types(lib, node, node.func, kinds, diags,
-                                                          not_none[id(node)])
+            # What a call that does not match returns is unknown (Kind.UNKNOWN): nothing said of
+            # the other calls follows from its error.
+            kinds = _check_knowing_library(lib, op, f, diags) if calls else None
+            if calls and kinds is None:
+                fine = False
+            elif kinds is not None:
+                not_none = not_none_where(f, kinds)
+                for node in calls:    # each call, whatever the others are given
+                    fine = _check_argument_types(lib, node, node.func, kinds, diags,
+                                                 not_none[id(node)]) and fine
             if fine and isinstance(f.expr, Call) and isinstance(f.expr.func, OpRef):
                 fine = _check_gradient_count(lib, op, f, f.expr, f.expr.func, diags)
             ok = ok and fine
@@ -1963,7 +2082,8 @@ def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula,
 def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                           diags: Diagnostics, not_none: frozenset[str] = frozenset()) -> bool:
     """No parameter of a library op is given what it surely cannot take, as when arguments are
-    out of order: torch.ops would refuse it at backward, or read a Tensor's value there.
+    out of order: torch.ops would refuse it at backward, or read a Tensor's value there. The
+    first argument refused only: arguments out of order make several wrong at once.
     `not_none`: the names the conditions around the call tell are not None."""
     target = resolve(lib, ref)
     assert target is not None
@@ -1988,7 +2108,13 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                        "is not a Tensor (a number, size, shape, dtype or string)")
             diags.error(loc, message, f"its schema: {schema}")
             return False
+        t = strip_optional(arg.type)
+        # a literal list for a list of one type: (its items, where they are, their type)
+        items = (value.items, value.item_locs, t.elem) if isinstance(t, ListType) \
+            and isinstance(t.elem, BaseType) and isinstance(value, (ListLit, TupleLit)) else None
         form = None if is_tensor_like(arg.type) else kinds.form(value)
+        if items and form in (Form.FLOATS, Form.SCALARS):
+            form = None     # the item that makes it one is refused below, where it is
         why = _refusal(arg.type, form) if form is not None else None
         if why is not None:
             diags.error(loc, f"{what} of {schema.name} is {_a(arg.type)}, but is given "
@@ -2000,19 +2126,18 @@ def _check_argument_types(lib: OpLibrary, call: Call, ref: OpRef, kinds: _Kinds,
                         f"{_none(value, 'a value that')}: torch.ops refuses None for "
                         f"{_a(arg.type)} at backward", _none_hint(value, arg))
             return False
-        t = strip_optional(arg.type)
-        if isinstance(t, ListType) and isinstance(t.elem, BaseType) \
-                and isinstance(value, (ListLit, TupleLit)):
-            for i, item in enumerate(value.items):
-                at = value.item_locs[i] if i < len(value.item_locs) else loc
-                if not _takes_none(t.elem, element=True) and kinds.may_be_none(item, not_none):
+        if items:
+            values, locs, elem = items
+            for i, item in enumerate(values):
+                at = locs[i] if i < len(locs) else loc
+                if not _takes_none(elem, element=True) and kinds.may_be_none(item, not_none):
                     diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
                                 f"at index {i} is {_none(item, 'a value that')}: torch.ops "
-                                f"refuses None for {_a(t.elem)} at backward",
+                                f"refuses None for {_a(elem)} at backward",
                                 _none_hint(item, None))
                     return False
                 form = kinds.form(item)
-                why = _refusal(t.elem, form, element=True) if form is not None else None
+                why = _refusal(elem, form, element=True) if form is not None else None
                 if why is not None:
                     diags.error(at, f"{what} of {schema.name} is {_a(arg.type)}, but its item "
                                 f"at index {i} is {form.value}: {why}",
@@ -2041,7 +2166,7 @@ _TAKES: dict[BaseTy, frozenset[Form]] = {
 _ITEM_TAKES: dict[BaseTy, frozenset[Form]] = {
     BaseTy.int: frozenset({Form.NUMBER}), BaseTy.SymInt: frozenset({Form.NUMBER}),
     BaseTy.float: frozenset(_NUMERIC), BaseTy.bool: frozenset(_NUMERIC)}
-_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, Form.SHAPE, Form.FLOATS}
+_ONE_VALUE = frozenset(Form) - {Form.TENSOR, Form.TENSORS, *_LISTS}
 
 
 def _refusal(t, form: Form, element: bool = False) -> str | None:
@@ -2062,7 +2187,7 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             if t.name in (BaseTy.str, BaseTy.Device, BaseTy.Scalar):
                 return "torch.ops refuses it at backward"
             return values.format("its value", "it")
-        if form in (Form.TENSORS, Form.FLOATS):
+        if form in (Form.TENSORS, Form.FLOATS, Form.SCALARS):
             return "a list is not one number" if t.name in _ITEM_TAKES or \
                 t.name is BaseTy.Scalar else "a list is not one value"
         if form is Form.FLOAT:
@@ -2078,8 +2203,8 @@ def _refusal(t, form: Form, element: bool = False) -> str | None:
             return _refusal(t.elem, form, element=True)
         if form in (Form.TENSOR, Form.TENSORS):
             return values.format("their values", "them")
-        if form is Form.FLOATS and _refusal(t.elem, Form.FLOAT, element=True) is not None:
-            return f"torch.ops refuses a float for {_a(t.elem)} at backward, even a whole one (2.0)"
+        if form in _LISTS:
+            return _refusal(t.elem, _ITEM_FORMS[form], element=True)
     return None
 
 
@@ -2112,7 +2237,7 @@ def _hint(value: Expr, form: Form, kinds: _Kinds, schema: FunctionSchema) -> str
     """What to write instead of `value`, refused as `form`."""
     if form is Form.FLOAT and kinds.divides(value):
         return "`/` gives a float even of two ints; use // for an integer: x.size(0) // 2"
-    if form is Form.FLOATS:
+    if form in (Form.FLOATS, Form.SCALARS):
         if isinstance(value, InputRef):
             return (f"pass [int(v) for v in {value.name}], which truncates, or declare "
                     f"'{value.name}' an int[]")

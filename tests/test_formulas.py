@@ -351,6 +351,11 @@ INDEX_SCHEMA = ("ex::f(Tensor x, Tensor y, int n=1, float r=0.5, float[] ws=[], 
     ("grad[:abs(x.size(0) / 2)]", "a slice bound"),
     ("grad[:n * torch.pi]", "a slice bound"),
     ("grad[r if n > 0 else 0.5]", "an index"),
+    # a float where an optional one is not None
+    ("grad[:m]", "a slice bound"),
+    ("grad[m] if m is not None else grad", "an index"),
+    ("v = m; grad if v is None else grad[v:]", "a slice bound"),
+    ("grad[:m] if m is None or n > 0 else grad", "a slice bound"),
 ])
 def test_a_float_is_no_index(text, what):
     """Each raised a TypeError at backward."""
@@ -360,10 +365,50 @@ def test_a_float_is_no_index(text, what):
 @pytest.mark.parametrize("text", [
     "grad[:x.size(0) // 2] * x[int(r):] * x[y.long() / 2]",
     "grad[:m] if m is None else grad",    # None is a slice bound
+    "grad if m is not None else grad[:m]",
+    "v = m; grad[:v] if n > 0 and v is None else grad",
+    "grad[:m] if not (m is not None or n > 0) else grad",
+    "m is not None or grad[:m].sum() > 0",
     "grad[r if n > 0 else 1:]",           # may be an int
 ])
 def test_what_may_be_an_integer_is_an_index(text):
     assert _errors(text, INDEX_SCHEMA) == []
+
+
+NO_NOPE = "'torch.nope' does not exist"
+
+
+@pytest.mark.parametrize("text,messages", [
+    # a call's function and arguments, an operator's operands, a tuple's items
+    ("torch.mul(grad.nosuch(), torch.nope(y))", ["torch.Tensor has no attribute 'nosuch'",
+                                                 NO_NOPE]),
+    ("torch.sum(grad, dim=torch.nope, dim=1)", [NO_NOPE, "keyword argument 'dim' given twice"]),
+    ("grad.bogus + grad[r]", ["torch.Tensor has no attribute 'bogus'", f"an index {FLOAT_INDEX}"]),
+    ("(grad[r], torch.nope(x))[0] == 0", [f"an index {FLOAT_INDEX}", NO_NOPE]),
+    # each binding, its name and its value, and the expression
+    ("a = torch.nope(x); b = grad[:r]; grad * a * b", [NO_NOPE, f"a slice bound {FLOAT_INDEX}"]),
+    ("result = torch.nope(x); grad * result", [
+        "'result' is a name of the formula language; a binding needs another", NO_NOPE]),
+    # a conditional's branches, a slice's bounds, a comprehension's parts
+    ("grad[r:m] if n > 0 else torch.nope(grad)", [f"a slice bound {FLOAT_INDEX}"] * 2 + [NO_NOPE]),
+    ("sum([g.bogus for g in torch.nope(x)])", ["'bogus' is not an attribute a formula can use",
+                                               NO_NOPE]),
+])
+def test_independent_mistakes_of_a_formula_are_all_reported(text, messages):
+    assert sorted(_errors(text, INDEX_SCHEMA)) == sorted(messages)
+
+
+@pytest.mark.parametrize("text,message", [
+    # a binding whose value is refused is unknown where it is used: `a.size(0) / 2` may be fine
+    ("a = torch.nope(x); grad * a.sum() * grad[:a.size(0) / 2]", NO_NOPE),
+    # arguments out of place once, not once each
+    ("torch.sum(dim=0, grad, 1)", "positional arguments go before keyword arguments"),
+    # the binding meant where its name is used, not the output it would name
+    ("result = x * 2; grad * result.sum()",
+     "'result' is a name of the formula language; a binding needs another"),
+])
+def test_what_follows_from_a_mistake_is_not_reported(text, message):
+    assert _errors(text, INDEX_SCHEMA) == [message]
 
 
 def test_the_recorded_vocabulary_is_the_installed_torchs():
@@ -604,7 +649,7 @@ def _argument_errors(tmp_path, text: str) -> list[str]:
     p.write_text("- func: ex::f(Tensor x, Tensor y, int n=1, int[] dims=[0], Tensor? w=None, "
                  "Scalar alpha=1, float r=0.5, str how='a', ScalarType dt=float32, float[] xs=[], "
                  "int? mi=None, str? so=None, float[]? ys=None, ScalarType? od=None, "
-                 "bool? bo=None) "
+                 "bool? bo=None, Scalar[]? ss=None) "
                  f"-> Tensor\n  derivatives:\n    x: '{text}'\n    y: non_differentiable\n"
                  "    w: non_differentiable\n" + TAKES)
     diags = Diagnostics()
@@ -642,6 +687,28 @@ def test_library_op_parameters_refuse_what_they_cannot_take(tmp_path, text, give
     cannot (test_torch_ops_reads_a_tensor_given_for_a_number_eagerly_only)."""
     (message,) = _argument_errors(tmp_path, text)
     assert message.startswith(given + ": "), message
+
+
+@pytest.mark.parametrize("text,messages", [
+    ("ex.takes(grad, k=0.5) * ex.takes(grad, n=x.shape)", [
+        "argument 'k' of ex::takes is an int, but is given a float",
+        "argument 'n' of ex::takes is a SymInt, but is given a shape"]),
+    ("ex.takes(ex.takes(grad, k=0.5), n=x.shape)", [
+        "argument 'k' of ex::takes is an int, but is given a float",
+        "argument 'n' of ex::takes is a SymInt, but is given a shape"]),
+    # a call that does not match its op returns what is unknown; the others are checked
+    ("ex.takes(ex.nope(grad), k=0.5) + ex.takes(grad, kk=1)", [
+        "the library has no op 'ex::nope'",
+        "argument 'k' of ex::takes is an int, but is given a float",
+        "ex::takes has no argument 'kk'"]),
+    # one call's first wrong argument only: out of order, several are wrong at once
+    ("ex.takes(grad, x.dtype, mode=n)", [
+        "argument 2 ('n') of ex::takes is a SymInt, but is given a dtype"]),
+])
+def test_every_library_op_call_of_a_formula_is_checked(tmp_path, text, messages):
+    got = _argument_errors(tmp_path, text)
+    assert len(got) == len(messages) and all(m.startswith(w) for m, w in zip(sorted(got),
+                                                                            sorted(messages))), got
 
 
 @pytest.mark.parametrize("text", [
@@ -755,6 +822,28 @@ def test_sizes_and_shapes_passed_to_a_backward_op_run(tmp_path, monkeypatch):
      "torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
     ("ex.takes(grad, k=xs)", "argument 'k' of ex::takes is an int, but is given a list of floats: "
      "a list is not one number"),
+    # a list holding one float, however it is made
+    ("v = [n, 0.5]; ex.takes(grad, dims=v)", "argument 'dims' of ex::takes is an int[], but is "
+     "given a list of floats: torch.ops refuses a float for an int at backward, even a whole one "
+     "(2.0)"),
+    ("ex.takes(grad, sizes=[0.5] * n)", "argument 'sizes' of ex::takes is a SymInt[], but is given "
+     "a list of floats: torch.ops refuses a float for a SymInt at backward, even a whole one (2.0)"),
+    ("ex.takes(grad, dims=[v / 2 for v in dims])", "argument 'dims' of ex::takes is an int[], but "
+     "is given a list of floats: torch.ops refuses a float for an int at backward, even a whole "
+     "one (2.0)"),
+    # a Scalar[]'s items may be floats
+    ("ex.takes(grad, sizes=ss)", "argument 'sizes' of ex::takes is a SymInt[], but is given a list "
+     "of Scalars: a Scalar may hold a float, which torch.ops refuses for a SymInt at backward"),
+    ("ex.takes(grad, dims=list(ss[1:]) + dims)", "argument 'dims' of ex::takes is an int[], but is "
+     "given a list of Scalars: a Scalar may hold a float, which torch.ops refuses for an int at "
+     "backward"),
+    ("ex.takes(grad, pair=[alpha, n])", "argument 'pair' of ex::takes is an int[2], but its item at "
+     "index 0 is a Scalar: a Scalar may hold a float, which torch.ops refuses for an int at "
+     "backward"),
+    ("ex.takes(grad, k=ss[0])", "argument 'k' of ex::takes is an int, but is given a Scalar: a "
+     "Scalar may hold a float, which torch.ops refuses for an int at backward"),
+    ("ex.takes(grad, k=ss)", "argument 'k' of ex::takes is an int, but is given a list of Scalars: "
+     "a list is not one number"),
 ])
 def test_library_op_integer_parameters_refuse_floats(tmp_path, text, message):
     """Each passed `check` and failed in torch.ops at backward."""
@@ -808,6 +897,36 @@ def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, mess
     assert _argument_errors(tmp_path, text) == [message]
 
 
+def test_keyword_errors_underline_what_is_wrong(tmp_path):
+    """Of a torch function's call as of a library op's: an unknown or repeated keyword is
+    underlined at its name, a value the parameter cannot take at the value."""
+    from codegen.diagnostics import UserError
+    from codegen.load import load_library
+
+    formulas = {
+        "torch.maximum(grad, other=0.5)": "0.5",
+        "torch.sum(grad, dim=0, dim=1)": "dim",
+        "ex.takes(grad, k=0.5)": "0.5",
+        "ex.takes(grad, kk=1)": "kk",
+        "ex.takes(grad, k=1, k=2)": "k",
+        "ex.takes(grad, 1, n=2)": "n",
+    }
+    p = tmp_path / "ops.yaml"
+    p.write_text("".join(f"- func: ex::f{i}(Tensor x) -> Tensor\n  derivatives:\n"
+                         f"    x: '{text}'\n" for i, text in enumerate(formulas)) + TAKES)
+    diags = Diagnostics()
+    try:
+        lib = load_library([str(p)])
+    except UserError as e:
+        diags, lib = e.diags, e.lib
+    F.check_library(lib, diags)
+    lines = p.read_text().splitlines()
+    underlined = {lines[d.loc.line - 1].strip()[len("x: '"):-1]:
+                  lines[d.loc.line - 1][d.loc.col - 1:d.loc.col - 1 + d.loc.length]
+                  for d in diags.items}
+    assert underlined == formulas, diags.render()
+
+
 @pytest.mark.parametrize("text", [
     # sizes divided with // stay integers
     "ex.takes(grad, x.size(0) // 2, k=x.numel() // 2, sizes=[x.size(0) // 2, 2], pair=n // 2)",
@@ -818,6 +937,11 @@ def test_library_op_parameters_refuse_values_of_other_types(tmp_path, text, mess
     "ex.takes(grad, n=int(alpha), k=int(x.size(0) / 2), dims=[int(r)])",
     # a float[] for a float[] or a bool[], its items for a float; converted for an int[]
     "ex.takes(grad, s=xs[-1], fs=xs + dims, bs=xs[:1], sizes=[int(v) for v in xs])",
+    # a Scalar[] or a list of floats for a float[] or a bool[]; converted for an int[]
+    "ex.takes(grad, s=ss[0], a=ss[0], fs=ss, bs=list(ss) + [0.5], dims=[int(v) for v in ss]) "
+    "if ss is not None else grad",
+    "ex.takes(grad, sizes=[x.size(i) // 2 for i in range(n)], fs=[v / 2 for v in dims], "
+    "k=[n, 0.5][0 if n else 1])",
     # a dtype, layout or memory format for an int; an int for a dtype; a string for a device
     "ex.takes(grad, k=x.dtype, dtype=6, layout=0, mf=1)",
     "ex.takes(grad, k=torch.channels_last, maybe=x.layout)",
@@ -843,6 +967,7 @@ def test_library_op_parameter_types_agree_with_torch():
         F.Form.STRING: ["cpu"], F.Form.DTYPE: [torch.float32], F.Form.DEVICE: [torch.device("cpu")],
         F.Form.LAYOUT: [torch.strided], F.Form.MEMORY_FORMAT: [torch.contiguous_format],
         F.Form.SHAPE: [[1, 2], [True]], F.Form.FLOATS: [[0.5, 2.0], [3.0]],
+        F.Form.SCALARS: [[2, 2.5]],
     }
     values = [t.value for t in F._TAKES] + [f"{t.value}[]" for t in F._ITEM_TAKES] + ["int[2]"]
     names = values + [f"{v}?" for v in values] + ["Tensor", "Tensor?", "Tensor[]", "Tensor?[]"]

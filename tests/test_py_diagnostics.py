@@ -202,3 +202,33 @@ def test_the_caret_of_a_python_reference_is_on_the_part_that_is_wrong():
     assert ref_part(quoted, module=True) == Loc("ops.yaml", 3, 22, 7)
     assert ref_part(quoted, module=False) == Loc("ops.yaml", 3, 30, 2)
     assert ref_part(escaped, module=False) == escaped.loc
+
+
+def test_every_independent_mistake_of_the_formulas_in_one_run(tmp_path, monkeypatch, capsys):
+    """A formula's mistakes in parts that do not depend on each other (a binding and the
+    expression) are each an error, beside those of the op's other formulas."""
+    (tmp_path / "ops.yaml").write_text("""\
+namespace: ex
+ops:
+  - func: g(Tensor x, Tensor y, float r) -> Tensor
+    derivatives:
+      x: 'h = torch.nope(x); grad[:r] * h'
+      y: 'torch.mul(grad.bogus, y)'
+""")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["check", "ops.yaml"]) == 1
+    assert capsys.readouterr().err == """\
+ops.yaml:5:15: error: 'torch.nope' does not exist
+          x: 'h = torch.nope(x); grad[:r] * h'
+                  ^~~~~~~~~~
+hint: did you mean 'ne'?
+ops.yaml:5:36: error: a slice bound must be an integer, and this is a float: torch refuses it \
+when the formula runs
+          x: 'h = torch.nope(x); grad[:r] * h'
+                                       ^
+ops.yaml:6:21: error: torch.Tensor has no attribute 'bogus'
+          y: 'torch.mul(grad.bogus, y)'
+                        ^~~~~~~~~~
+hint: formulas use the attributes and methods of tensors (and of dtypes, devices, finfo and sizes)
+3 errors generated.
+"""
