@@ -282,6 +282,8 @@ class _MetaEmitter:
         match e:
             case S.Arg(name=n) if e.ty == S.TENSOR:
                 return self.name(n)
+            case S.Given(arg=S.Arg(name=n)) if e.ty == S.TENSOR:
+                return f"(*{self.name(n)})"     # a condition around it tested has_value()
             case S.Like(tensor=t, dtype=dt, device=None):
                 out = f"torch::stable::empty_like(torch::stable::contiguous({self.tensor(t)}))"
                 return out if dt is None else f"torch::stable::to({out}, {self.dtype(dt)})"
@@ -387,6 +389,9 @@ class _MetaEmitter:
                 return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
             case S.Arg(name=n) if self.args[n].argument.type == BaseType(BaseTy.int):
                 return self.name(n)
+            case S.Given(arg=S.Arg(name=n)) \
+                    if self.args[n].argument.type == OptionalType(BaseType(BaseTy.int)):
+                return f"(*{self.name(n)})"
             case S.TensorProp(tensor=S.Arg() as t, prop=S.Prop.ndim) if t.ty == S.TENSOR:
                 return f"{self.name(t.name)}.dim()"
             case S.Len(seq=S.Arg() as a) if not a.ty.optional:
