@@ -926,6 +926,32 @@ def _not_none(cond: Expr, holds: bool) -> frozenset[str]:
     return frozenset()
 
 
+_DYNAMIC = "dynamic()"
+
+
+def _surely(e: Node) -> set[str]:
+    """The bindings `e` surely reads, whichever branches run, and `_DYNAMIC` when it surely
+    calls dynamic()."""
+    match e:
+        case Local(name=n):
+            return {n}
+        case Dynamic():
+            return {_DYNAMIC}
+        case Cond(cond=c, then=a, orelse=b):
+            return _surely(c) | (_surely(a) & _surely(b))
+        case Fallback(value=v):
+            return _surely(v)
+        case BoolOp(left=a, right=b):
+            # A SymBool on the left evaluates both sides (py_fake); else `b` may not run.
+            return _surely(a) | (_surely(b) if compares_sizes(a) else set())
+        case ReturnArg(resize=r):
+            return _surely(r) if r is not None else set()   # `otherwise` runs on None only
+    out: set[str] = set()
+    for c in children(e):
+        out |= _surely(c)
+    return out
+
+
 def compares_sizes(e: Expr) -> bool:
     """Whether the condition `e` compares sizes: traced, it is a SymBool, which Python's `and`,
     `or` and `not` would turn into a bool (a guard, specializing the size)."""
@@ -1665,8 +1691,10 @@ class _Checker:
                     resized.append(ReturnArg(name, e))
                 except _Bad:
                     ok = False
+            if not ok or not self.dynamic_reaches_outputs(syn, bindings, resized):
+                return None
             return FakeRule(tuple(bindings), tuple(resized), self.text.text,
-                            tuple(checks), self.text, tuple(self.spans)) if ok else None
+                            tuple(checks), self.text, tuple(self.spans))
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
             if optional:
@@ -1696,10 +1724,39 @@ class _Checker:
                     outputs.append(self.output(item, r))
             except _Bad:
                 ok = False
-        if not ok:
+        if not ok or not self.dynamic_reaches_outputs(syn, bindings, outputs):
             return None
         return FakeRule(tuple(bindings), tuple(outputs), self.text.text, tuple(checks),
                         self.text, tuple(self.spans))
+
+    def dynamic_reaches_outputs(self, syn: _Rule, bindings: list[Binding],
+                                outputs: list[Output]) -> bool:
+        """Every binding that makes a `dynamic()` size is in the outputs whichever branch runs:
+        bindings are evaluated up front, and torch refuses a fake that makes a data-dependent
+        size its outputs do not have (PendingUnbackedSymbolNotFound, when tracing)."""
+        reached: set[str] = set()
+        for o in outputs:
+            reached |= _surely(o)
+        for b in reversed(bindings):
+            if b.name in reached:
+                reached |= _surely(b.value)
+        used = {n.name for n in walk(*outputs, *(b.value for b in bindings))
+                if isinstance(n, Local)}
+        spans = {b.name: b.name_span for b in syn.bindings if isinstance(b, _Binding)}
+        ok = True
+        for b in bindings:
+            if _DYNAMIC in _surely(b.value) and b.name not in reached:
+                if b.name in used:
+                    which = "only some branches of the outputs use it"
+                    hint = ("call dynamic() in the branch that needs it: "
+                            "`empty([n]) if n is not None else empty([dynamic()])`")
+                else:
+                    which, hint = "no output uses it", f"remove the binding '{b.name}'"
+                self.error(spans[b.name], f"'{b.name}' is a dynamic() size, but {which}: torch "
+                           "refuses a fake kernel that makes a data-dependent size its outputs do "
+                           "not have", hint)
+                ok = False
+        return ok
 
     def outputs_hint(self, fresh: list[Return]) -> str:
         """An example rule with one item per return of `fresh`, each of its return's kind."""

@@ -618,3 +618,29 @@ def scatter(src, index, out, dim_size):
             testing.check_opcheck(case)
     finally:
         lib.close()
+
+
+@pytest.mark.parametrize("rule", [
+    "k = dynamic(); (empty([k]), empty([k]))",
+    "k = dynamic(); m = k * 2; (empty([m]), empty([1]))",
+    "k = dynamic(); (empty([k]) if mode == 'a' else empty([k, 2]), like(self))",
+    "k = dynamic(); (empty([n]) if mode == 'a' else empty([k]), empty([k]))",
+    "k = dynamic() if mode == 'a' else n; (empty([k]), like(self))",
+    "k = dynamic() if mode == 'a' else 3; (empty([k]) if mode == 'a' else like(self), like(self))",
+])
+def test_dynamic_bindings_every_branch_uses(rule):
+    ok(rule, SCHEMA2)
+
+
+@pytest.mark.parametrize("rule,which", [
+    ("k = dynamic(); (empty([n]) if mode == 'a' else empty([k]), like(self))", "only some branches"),
+    ("k = dynamic(); (empty(dim or [k]), like(self))", "only some branches"),
+    ("k = dynamic(); m = [k]; s = m if mode == 'a' else [n]; (empty(s), like(self))", "only some branches"),
+    ("k = dynamic(); check(k >= 0); (like(self), like(self))", "no output"),
+])
+def test_dynamic_bindings_some_branch_drops(rule, which):
+    r, diags = parse(rule, SCHEMA2)
+    assert r is None
+    [d] = diags.items
+    assert d.message.startswith("'k' is a dynamic() size, but " + which), d.message
+    assert d.loc.col == 1
