@@ -1220,8 +1220,11 @@ class _Checker:
     def fixed_bool(self, e: Expr, node: _Syn) -> Expr:
         """`e`, the value of `node`, as a condition: a bool known when tracing."""
         if e.ty != Ty(T.BOOL) or not self.static(e):
+            hint = None
+            if e.ty.optional:   # Python's `if out:`
+                hint = f"test whether it is given: `{_syn_text(self, node)} is not None`"
             raise self.error(node.span, f"a condition must be a bool argument or a comparison, "
-                             f"got {describe(e)}")
+                             f"got {describe(e)}", hint)
         return e
 
     def static(self, e: Expr) -> bool:
