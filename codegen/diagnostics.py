@@ -170,6 +170,7 @@ WARNINGS: dict[str, str] = {
     "no-effect": "torch.compile drops calls of an op that returns nothing and writes nothing",
     "empty-dtype": "empty() in a fake rule takes its dtype from an integer Tensor argument",
     "out-tag": "an `out` tag on an out= op with a functional variant breaks inductor (torch 2.13+)",
+    "constant-in-backward": "a formula reads a non-differentiable output computed from the inputs",
 }
 
 

@@ -84,6 +84,10 @@ Values
 - Number literals for `broadcast` (finite doubles); string literals to compare with `str`
   arguments, quoted with `'` or `"`, with Python's escapes but no NUL, lone surrogate or raw
   control character.
+- An optional argument where a None test around it tells it is not None, as type checkers
+  narrow it: `like(out) if out is not None else empty(...)`, the right side of
+  `out is None or ...` and of `out is not None and ...` (unless the left side compares sizes,
+  which evaluates both sides).
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`); between
   conditions, Python's boolean `or`.
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
@@ -145,6 +149,7 @@ from __future__ import annotations
 
 import enum
 import operator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator, Union
@@ -248,6 +253,17 @@ class Arg(Node):
     """A reference to the op's argument `name`."""
     name: str
     ty: Ty
+
+
+@dataclass(frozen=True)
+class Given(Node):
+    """An optional argument where a condition around it tells it is not None
+    (`like(out) if out is not None else ...`)."""
+    arg: Arg
+
+    @property
+    def ty(self) -> Ty:
+        return Ty(self.arg.ty.base)
 
 
 @dataclass(frozen=True)
@@ -544,7 +560,7 @@ class Empty(Node):
     ty: Ty = OUT
 
 
-Expr = Union[Arg, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
+Expr = Union[Arg, Given, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
              TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
              PromoteTypes, Sum, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Compare, Not, BoolOp,
              Cond,
@@ -898,6 +914,44 @@ def _is_condition(node: _Syn) -> bool:
     return isinstance(node, (_Compare, _Not, _And))
 
 
+def _not_none(cond: Expr, holds: bool) -> frozenset[str]:
+    """The optional arguments that are not None wherever `cond` evaluates to `holds`."""
+    match cond:
+        case Compare(op=CompareOp.is_not | CompareOp.is_ as op, left=Arg(name=n)):
+            return frozenset([n]) if (op is CompareOp.is_not) == holds else frozenset()
+        case Not(operand=c):
+            return _not_none(c, not holds)
+        case BoolOp(op=op, left=a, right=b) if (op == "and") == holds:
+            return _not_none(a, holds) | _not_none(b, holds)
+    return frozenset()
+
+
+_DYNAMIC = "dynamic()"
+
+
+def _surely(e: Node) -> set[str]:
+    """The bindings `e` surely reads, whichever branches run, and `_DYNAMIC` when it surely
+    calls dynamic()."""
+    match e:
+        case Local(name=n):
+            return {n}
+        case Dynamic():
+            return {_DYNAMIC}
+        case Cond(cond=c, then=a, orelse=b):
+            return _surely(c) | (_surely(a) & _surely(b))
+        case Fallback(value=v):
+            return _surely(v)
+        case BoolOp(left=a, right=b):
+            # A SymBool on the left evaluates both sides (py_fake); else `b` may not run.
+            return _surely(a) | (_surely(b) if compares_sizes(a) else set())
+        case ReturnArg(resize=r):
+            return _surely(r) if r is not None else set()   # `otherwise` runs on None only
+    out: set[str] = set()
+    for c in children(e):
+        out |= _surely(c)
+    return out
+
+
 def compares_sizes(e: Expr) -> bool:
     """Whether the condition `e` compares sizes: traced, it is a SymBool, which Python's `and`,
     `or` and `not` would turn into a bool (a guard, specializing the size)."""
@@ -933,6 +987,7 @@ class _Checker:
         self.first_tensor = next((a.name for a in schema.arguments
                                   if arg_ty(a.type) == TENSOR), None)
         self.spans: list[tuple[Node, Span]] = []
+        self.given: frozenset[str] = frozenset()  # optional arguments not None here
 
     def made(self, out: Expr, node: _Syn) -> Expr:
         span = getattr(node, "span", None)
@@ -962,6 +1017,8 @@ class _Checker:
                 raise self.error(node.span, f"argument '{node.id}' of type '{arg.type}' cannot be "
                                  "used in a fake rule",
                                  "write a Python fake function: `fake: package.module:function`")
+            if ty.optional and node.id in self.given:
+                return Given(Arg(node.id, ty))
             return Arg(node.id, ty)
         if node.id in ("True", "False"):
             return BoolLit(node.id == "True")
@@ -1106,12 +1163,15 @@ class _Checker:
         if isinstance(node, _Not):
             return Not(self.condition(node.operand, in_check))
         if isinstance(node, (_And, _Or)):
-            return BoolOp("and" if isinstance(node, _And) else "or",
-                          self.condition(node.left, in_check),
-                          self.condition(node.right, in_check))
+            op = "and" if isinstance(node, _And) else "or"
+            left = self.condition(node.left, in_check)
+            with self.narrowed(left, op == "and"):
+                return BoolOp(op, left, self.condition(node.right, in_check))
         if isinstance(node, _Compare):
             left = self.expr(node.left)
             right = self.expr(node.right)
+            if isinstance(left, Given):     # tested again inside a branch that knows
+                left = left.arg
             if node.op in ("is", "is not"):
                 if right.ty.base is not T.NONE:
                     raise self.error(node.right.span, f"'{node.op}' only tests for None: "
@@ -1144,11 +1204,27 @@ class _Checker:
             return Compare(CompareOp("==" if node.op == "==" else "!="), left, right)
         return self.fixed_bool(self.expr(node), node)
 
+    @contextmanager
+    def narrowed(self, cond: Expr, holds: bool) -> Iterator[None]:
+        """Optional arguments known not None where `cond` is `holds`, as Python's type checkers
+        narrow them. A SymBool on the left of `and`/`or` does not short-circuit (both sides
+        are evaluated, py_fake), so it narrows nothing there."""
+        saved = self.given
+        if not compares_sizes(cond):
+            self.given = saved | _not_none(cond, holds)
+        try:
+            yield
+        finally:
+            self.given = saved
+
     def fixed_bool(self, e: Expr, node: _Syn) -> Expr:
         """`e`, the value of `node`, as a condition: a bool known when tracing."""
         if e.ty != Ty(T.BOOL) or not self.static(e):
+            hint = None
+            if e.ty.optional:   # Python's `if out:`
+                hint = f"test whether it is given: `{_syn_text(self, node)} is not None`"
             raise self.error(node.span, f"a condition must be a bool argument or a comparison, "
-                             f"got {describe(e)}")
+                             f"got {describe(e)}", hint)
         return e
 
     def static(self, e: Expr) -> bool:
@@ -1172,8 +1248,10 @@ class _Checker:
         if isinstance(node, _Not):
             return Not(self.check_condition(node.operand))
         if isinstance(node, (_And, _Or)):
-            return BoolOp("and" if isinstance(node, _And) else "or",
-                          self.check_condition(node.left), self.check_condition(node.right))
+            op = "and" if isinstance(node, _And) else "or"
+            left = self.check_condition(node.left)
+            with self.narrowed(left, op == "and"):
+                return BoolOp(op, left, self.check_condition(node.right))
         if isinstance(node, _Compare) and node.op not in ("is", "is not"):
             left, right = self.expr(node.left), self.expr(node.right)
             kinds = {INT: "ints", INT_LIST: "shapes", DTYPE: "dtypes"}
@@ -1221,8 +1299,10 @@ class _Checker:
 
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
-        then = self.expr(node.then)
-        orelse = self.expr(node.orelse)
+        with self.narrowed(cond, True):
+            then = self.expr(node.then)
+        with self.narrowed(cond, False):
+            orelse = self.expr(node.orelse)
         if then.ty != orelse.ty and T.NONE not in (then.ty.base, orelse.ty.base):
             raise self.error(node.span, f"the branches of 'if' differ: {describe(then)} and "
                              f"{describe(orelse)}")
@@ -1614,8 +1694,10 @@ class _Checker:
                     resized.append(ReturnArg(name, e))
                 except _Bad:
                     ok = False
+            if not ok or not self.dynamic_reaches_outputs(syn, bindings, resized):
+                return None
             return FakeRule(tuple(bindings), tuple(resized), self.text.text,
-                            tuple(checks), self.text, tuple(self.spans)) if ok else None
+                            tuple(checks), self.text, tuple(self.spans))
         if len(items) != len(fresh):
             extra = "" if len(fresh) == len(returns) else " (mutated-argument returns excluded)"
             if optional:
@@ -1645,10 +1727,39 @@ class _Checker:
                     outputs.append(self.output(item, r))
             except _Bad:
                 ok = False
-        if not ok:
+        if not ok or not self.dynamic_reaches_outputs(syn, bindings, outputs):
             return None
         return FakeRule(tuple(bindings), tuple(outputs), self.text.text, tuple(checks),
                         self.text, tuple(self.spans))
+
+    def dynamic_reaches_outputs(self, syn: _Rule, bindings: list[Binding],
+                                outputs: list[Output]) -> bool:
+        """Every binding that makes a `dynamic()` size is in the outputs whichever branch runs:
+        bindings are evaluated up front, and torch refuses a fake that makes a data-dependent
+        size its outputs do not have (PendingUnbackedSymbolNotFound, when tracing)."""
+        reached: set[str] = set()
+        for o in outputs:
+            reached |= _surely(o)
+        for b in reversed(bindings):
+            if b.name in reached:
+                reached |= _surely(b.value)
+        used = {n.name for n in walk(*outputs, *(b.value for b in bindings))
+                if isinstance(n, Local)}
+        spans = {b.name: b.name_span for b in syn.bindings if isinstance(b, _Binding)}
+        ok = True
+        for b in bindings:
+            if _DYNAMIC in _surely(b.value) and b.name not in reached:
+                if b.name in used:
+                    which = "only some branches of the outputs use it"
+                    hint = ("call dynamic() in the branch that needs it: "
+                            "`empty([n]) if n is not None else empty([dynamic()])`")
+                else:
+                    which, hint = "no output uses it", f"remove the binding '{b.name}'"
+                self.error(spans[b.name], f"'{b.name}' is a dynamic() size, but {which}: torch "
+                           "refuses a fake kernel that makes a data-dependent size its outputs do "
+                           "not have", hint)
+                ok = False
+        return ok
 
     def outputs_hint(self, fresh: list[Return]) -> str:
         """An example rule with one item per return of `fresh`, each of its return's kind."""
@@ -1757,6 +1868,8 @@ def describe(e: Expr) -> str:
     """How a message names the value `e`: "int argument 'n'", "an int list", ..."""
     if isinstance(e, Arg):
         return f"{e.ty} argument '{e.name}'"
+    if isinstance(e, Given):
+        return f"{e.arg.ty} argument '{e.arg.name}' (not None here)"
     if isinstance(e, Local):
         return f"'{e.name}' ({e.ty})"
     return _a(e.ty)

@@ -1006,18 +1006,24 @@ def check_compile(case: Case, *, backend: str | None = None,
             sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}
             named = make_named(op, case.sample, seed=case.seed, sizes=sizes)
             eager_named = _clone(named)
-            with _reseeded(op, case.seed):
-                a, k = split_call(op, eager_named)
-                expected = overload(*a, **k)
-            _mark_dynamic(case, named, symbolic)
-            carriers = [torch.empty(sizes[name]) for name in names]
-            for c in carriers:
-                torch._dynamo.mark_dynamic(c, 0)
-            # The sizes reach the graph through the carriers only: the same constant here.
-            slots = {k: _size_slots(given.get(k), v, symbolic, dict.fromkeys(names, 0))
-                     for k, v in named.items()}
-            with _reseeded(op, case.seed):
-                actual, traced = compiled(carriers, slots)
+            try:
+                with _reseeded(op, case.seed):
+                    a, k = split_call(op, eager_named)
+                    expected = overload(*a, **k)
+                _mark_dynamic(case, named, symbolic)
+                carriers = [torch.empty(sizes[name]) for name in names]
+                for c in carriers:
+                    torch._dynamo.mark_dynamic(c, 0)
+                # The sizes reach the graph through the carriers only: the same constant here.
+                slots = {k: _size_slots(given.get(k), v, symbolic, dict.fromkeys(names, 0))
+                         for k, v in named.items()}
+                with _reseeded(op, case.seed):
+                    actual, traced = compiled(carriers, slots)
+            except Exception as e:
+                if scale != 1 or type(e).__name__ == "ConstraintViolationError":
+                    # Torch's message names neither the sample nor its sizes (`L['named']...`).
+                    e.add_note(_varied_sizes_note(case, names, sizes, scale))
+                raise
             what = f"{case.id} compiled at sizes {sizes}" if sizes else f"{case.id} compiled"
             real = [tuple(t.shape) for t in _flat_tensors(actual)]
             assert [tuple(int(d) for d in s) for s in traced] == real, (
@@ -1030,6 +1036,16 @@ def check_compile(case: Case, *, backend: str | None = None,
     graphs = counters["stats"]["unique_graphs"] - graphs_before
     assert graphs == 1, f"{case.id}: compiled {graphs} graphs for {n} sizes"
     return n
+
+
+def _varied_sizes_note(case: Case, names: list[str], sizes: Mapping[str, int],
+                       scale: int) -> str:
+    varied = ", ".join(f"{n}={sizes[n]}" for n in names)
+    at = f"{case.sample.loc.path}:{case.sample.loc.line}"
+    return (f"{at}: {case.id} ran with its named sizes varied ({varied}, {scale} times the "
+            "sample's) and dynamic: a named size must be free to vary together with the others; "
+            "where the kernel ties it to a size written as a number or to a tensor given by "
+            "`values`, write it as a number (docs/FORMAT.md, Named sizes)")
 
 
 def check_export(case: Case) -> None:

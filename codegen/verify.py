@@ -703,10 +703,17 @@ class _OpVerifier:
                        if k in (DispatchKey.CPU, DispatchKey.CUDA, DispatchKey.Meta)]
         if (device_keys and not self.rules.backend_select
                 and not any(is_tensor_like(a.type) for a in op.schema.arguments)):
+            # torch_sparse's hgt_sample takes its Tensors in Dicts only, which the dispatcher
+            # does not look into.
+            nested = untraceable_argument(op.schema.arguments)
+            what, whose = ("without Tensor arguments", "the Tensor arguments' devices")
+            if nested is not None:
+                box = "Dict" if holds_dict(nested.type) else "tuple"
+                what = f"whose Tensors are all inside a {box} ('{nested.name}')"
+                whose = "the devices of its Tensor, Tensor? and Tensor[] arguments alone"
             self.error_at(op.kernel(device_keys[0]).loc,  # type: ignore[union-attr]
-                          f"a {device_keys[0].value} kernel of an op without Tensor arguments is "
-                          "never called: the dispatcher chooses the kernel from the Tensor "
-                          "arguments' devices",
+                          f"a {device_keys[0].value} kernel of an op {what} is never called: "
+                          f"the dispatcher chooses the kernel from {whose}",
                           "register it as CompositeExplicitAutograd, which runs for any device "
                           "(the kernel may read the op's Device argument)")
         if fake_loc is not None:

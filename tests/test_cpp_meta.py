@@ -199,3 +199,103 @@ def test_a_returned_optional_argument(tmp_path, monkeypatch):
         "std::tuple<at::Tensor, at::Tensor>"
     assert cpp_meta.translate(ops["relu_into"])[0] is None
     assert not py_fake.uses_cpp_meta(ops["combine"])
+
+
+NARROW_FULL = """\
+namespace: narrowfull
+ops:
+  - func: pick(Tensor src, Tensor? out, int? n, SymInt? s, int[]? shape) -> Tensor
+    dispatch: {CPU: pick_cpu}
+    fake: |
+      check(out is None or out.size(1) == src.size(1), "out needs src's columns");
+      like(out) if out is not None else (empty([n, src.size(1)]) if n is not None else (empty([s, src.size(1)]) if s is not None else (empty(shape) if shape is not None else like(src))))
+    samples:
+      - {src: {shape: [N=3, M=2]}, out: {shape: [K=4, M]}, n: null, s: null, shape: null}
+      - {src: {shape: [N=3, M=2]}, out: null, n: 5, s: null, shape: null}
+      - {src: {shape: [N=3, M=2]}, out: null, n: null, s: K=4, shape: null}
+      - {src: {shape: [N=3, M=2]}, out: null, n: null, s: null, shape: [2, 6]}
+      - {src: {shape: [N=3, M=2]}, out: null, n: null, s: null, shape: null}
+"""
+NARROW_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <narrowfull/narrow_full.h>
+namespace narrowfull {
+at::Tensor pick_cpu(const at::Tensor& src, const std::optional<at::Tensor>& out,
+                    std::optional<int64_t> n, std::optional<c10::SymInt> s, at::OptionalIntArrayRef shape) {
+  if (out.has_value()) return at::ones_like(*out);
+  if (n.has_value()) return at::ones({*n, src.size(1)}, src.options());
+  if (s.has_value()) return at::ones({s->expect_int(), src.size(1)}, src.options());
+  if (shape.has_value()) return at::ones(*shape, src.options());
+  return at::ones_like(src);
+}
+}  // namespace narrowfull
+"""
+NARROW_STABLE = """\
+namespace: narrowstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: pick(Tensor src, Tensor? out) -> Tensor
+    dispatch: {CPU: pick_cpu}
+    fake: like(out) if out is not None else like(src)
+    samples:
+      - {src: {shape: [N=3, 2]}, out: {shape: [K=4, 5]}}
+      - {src: {shape: [N=3, 2]}, out: null}
+"""
+NARROW_STABLE_CPP = """\
+#include <narrowstable/narrow_stable.h>
+#include <torch/csrc/stable/ops.h>
+namespace narrowstable {
+torch::stable::Tensor pick_cpu(const torch::stable::Tensor& src,
+                               const std::optional<torch::stable::Tensor>& out) {
+  auto r = torch::stable::empty_like(out.has_value() ? *out : src);
+  return torch::stable::fill_(r, 1.0);
+}
+}  // namespace narrowstable
+"""
+NARROW_CHECK = """\
+import json, torch, runtime
+from codegen import testing
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for ns in ("narrowfull", "narrowstable"):
+    op = getattr(torch.ops, ns).pick.default
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"), ns
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+try:
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        torch.ops.narrowfull.pick(torch.empty(3, 2), torch.empty(4, 3), None, None, None)
+except RuntimeError as e:
+    print("CHECKED", e)
+print("OK", len(cases))
+"""
+
+
+@pytest.mark.e2e
+def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
+    """A rule using an optional argument where a None test tells it is given
+    (`like(out) if out is not None else ...`) compiles to a Meta kernel on both ABIs:
+    `Tensor?`, `int?`, `SymInt?` and `int[]?` dereferenced in the branch that tested them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.yaml").write_text(NARROW_FULL)
+    (tmp_path / "s.yaml").write_text(NARROW_STABLE)
+    ops = {str(op.name): op for op in load_library(["f.yaml", "s.yaml"]).ops}
+    kernel = cpp_meta.translate(ops["narrowfull::pick"])[0]
+    assert kernel is not None
+    body = "\n".join(kernel.body)
+    assert "(*out)" in body and "c10::SymInt(*n)" in body and "c10::fromIntArrayRefSlow(*shape)" in body
+    assert py_fake.uses_cpp_meta(ops["narrowstable::pick"])
+    root = tmp_path / "root"
+    scratch.make_root(root, {"narrow_full.yaml": NARROW_FULL, "narrow_stable.yaml": NARROW_STABLE},
+                      {"narrowfull/k.cpp": NARROW_FULL_CPP, "narrowstable/k.cpp": NARROW_STABLE_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / "narrow_full.yaml"), str(root / "schemas" / "narrow_stable.yaml")]
+    proc = scratch.python(root, NARROW_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CHECKED narrowfull::pick: out needs src's columns" in proc.stdout
+    assert "OK 7" in proc.stdout

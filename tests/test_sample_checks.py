@@ -151,6 +151,35 @@ def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
         lib.close()
 
 
+def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
+    """A named size the kernel ties to a tensor given by `values` cannot vary: the compile check
+    fails for torch's reason (torch's own message names neither the sample nor its sizes), with
+    a note locating the sample and saying what to write."""
+    path = tmp_path / "tied.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smptied
+        ops:
+          - func: scatter_sum(Tensor src, Tensor index, int dim_size) -> Tensor
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:tied_scatter_sum}
+            fake: empty([dim_size])
+            samples:
+              - {src: {shape: [N=5]}, index: {values: [0, 2, 2, 1, 0]}, dim_size: 4}
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        with pytest.raises(Exception) as e:
+            testing.check_compile(case, backend="aot_eager")
+        assert e.value.__notes__ == [
+            f"{path}:7: smptied::scatter_sum[0] ran with its named sizes varied (N=10, 2 times "
+            "the sample's) and dynamic: a named size must be free to vary together with the "
+            "others; where the kernel ties it to a size written as a number or to a tensor given "
+            "by `values`, write it as a number (docs/FORMAT.md, Named sizes)"]
+    finally:
+        lib.close()
+
+
 def test_named_sizes_move_together():
     case = next(c for c in CASES if c.op.name.name == "segment_max")
     assert dict(case.sample.dims) == {"N": 7, "S": 4}

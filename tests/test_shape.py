@@ -539,3 +539,108 @@ def combine(x, out=None):
         return x.clone(), x.sum(1)
     out.copy_(x)
     return out, x.sum(1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Optional arguments narrowed by a None test (torch_scatter's `Tensor? out`, `int? dim_size`)
+
+
+@pytest.mark.parametrize("rule", [
+    "like(weight) if weight is not None else like(self)",
+    "like(self) if weight is None else like(weight)",
+    "like(weight) if not weight is None else like(self)",
+    "like(weight) if weight is not None and mode == 'a' else like(self)",
+    "like(self) if weight is None or mode == 'a' else like(weight)",
+    "empty(weight.shape[:1]) if weight is not None else empty([n])",
+    "check(weight is None or weight.shape == self.shape); like(self)",
+    "check(weight is not None and weight.size(0) == n); like(self)",
+    "like(weight) if weight is not None else (like(weight) if weight is not None else like(self))",
+])
+def test_a_none_test_narrows_the_optional_argument(rule):
+    r = ok(rule)
+    assert any(isinstance(n, S.Given) and n.arg.name == "weight" for n in S.walk(*r.outputs, *(c.cond for c in r.checks)))
+
+
+@pytest.mark.parametrize("rule,col", [
+    ("like(weight)", 6),
+    ("like(weight) if weight is None else like(self)", 6),
+    ("like(weight) if weight is not None or mode == 'a' else like(self)", 6),
+    ("like(self) if weight is not None else like(weight)", 44),
+    ("like(weight) if mode == 'a' else like(self)", 6),
+    # A SymBool on the left of `or` does not short-circuit: the right side runs on None too.
+    ("check(self.size(0) == n or weight is None or weight.size(0) == n); like(self)", 46),
+])
+def test_no_narrowing_where_the_argument_may_be_none(rule, col):
+    r, diags = parse(rule)
+    assert r is None
+    [d] = diags.items
+    assert d.message.endswith("must be a Tensor, got Tensor? argument 'weight'"), d.message
+    assert d.loc.col == col
+    assert d.hint == "an optional tensor may be None; only broadcast() accepts one"
+
+
+def test_narrowed_int_is_a_size():
+    schema = "ex::f(Tensor src, int? dim_size) -> Tensor"
+    ok("empty([dim_size]) if dim_size is not None else empty([dynamic()])", schema)
+    r, diags = parse("empty([dim_size])", schema)
+    assert r is None and diags.items[0].message == \
+        "a shape element must be an int, got int? argument 'dim_size'"
+
+
+def test_narrowed_fake_runs_under_fake_tensors(tmp_path, monkeypatch):
+    """The generated Python fake of a narrowing rule, with the optional argument given and not."""
+    from codegen import testing
+
+    (tmp_path / "narrow.yaml").write_text("""\
+namespace: narrowtest
+ops:
+  - func: scatter(Tensor src, Tensor index, Tensor? out, int? dim_size) -> Tensor
+    dispatch: {CPU: 'narrow_kernels:scatter'}
+    fake: like(out) if out is not None else (empty([dim_size] + src.shape[1:]) if dim_size is not None else empty([dynamic()] + src.shape[1:]))
+    samples:
+      - {src: {shape: [N=5, 2]}, index: {values: [0, 2, 2, 1, 0]}, out: null, dim_size: 4}
+      - {src: {shape: [5, 2]}, index: {values: [0, 2, 2, 1, 0]}, out: {shape: [3, 2]}, dim_size: null}
+      - {src: {shape: [5, 2]}, index: {values: [0, 2, 2, 1, 0]}, out: null, dim_size: null}
+""")
+    (tmp_path / "narrow_kernels.py").write_text("""\
+import torch
+def scatter(src, index, out, dim_size):
+    n = out.size(0) if out is not None else dim_size if dim_size is not None else int(index.max()) + 1
+    res = out.clone() if out is not None else src.new_zeros((n, *src.shape[1:]))
+    return res.index_add(0, index, src)
+""")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(tmp_path / "narrow.yaml")])
+    try:
+        cases = lib.cases()
+        assert len(cases) == 3
+        for case in cases:
+            testing.check_opcheck(case)
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("rule", [
+    "k = dynamic(); (empty([k]), empty([k]))",
+    "k = dynamic(); m = k * 2; (empty([m]), empty([1]))",
+    "k = dynamic(); (empty([k]) if mode == 'a' else empty([k, 2]), like(self))",
+    "k = dynamic(); (empty([n]) if mode == 'a' else empty([k]), empty([k]))",
+    "k = dynamic() if mode == 'a' else n; (empty([k]), like(self))",
+    "k = dynamic() if mode == 'a' else 3; (empty([k]) if mode == 'a' else like(self), like(self))",
+])
+def test_dynamic_bindings_every_branch_uses(rule):
+    ok(rule, SCHEMA2)
+
+
+@pytest.mark.parametrize("rule,which", [
+    ("k = dynamic(); (empty([n]) if mode == 'a' else empty([k]), like(self))", "only some branches"),
+    ("k = dynamic(); (empty(dim or [k]), like(self))", "only some branches"),
+    ("k = dynamic(); m = [k]; s = m if mode == 'a' else [n]; (empty(s), like(self))", "only some branches"),
+    ("k = dynamic(); check(k >= 0); (like(self), like(self))", "no output"),
+])
+def test_dynamic_bindings_some_branch_drops(rule, which):
+    r, diags = parse(rule, SCHEMA2)
+    assert r is None
+    [d] = diags.items
+    assert d.message.startswith("'k' is a dynamic() size, but " + which), d.message
+    assert d.loc.col == 1

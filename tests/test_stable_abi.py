@@ -469,3 +469,47 @@ print(out)
                           "'torch.float64', 'torch.float32', 'torch.int64', 'torch.float64', "
                           "'torch.float32', 'torch.float32', 'spro::pboth: wide needs flag']\n"), \
         run.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# Ops with Python kernels only: defined by their schema string, whatever TORCH_BOX can box
+
+PYTHON_ONLY_OP_FILE = """\
+namespace: spy
+abi: stable
+min_torch: "2.13"
+ops:
+  # torchaudio's rnnt_loss returns its gradients as a `Tensor?`, which TORCH_BOX cannot box.
+  - func: rnnt_loss(Tensor logits, Tensor targets, int blank, float clamp) -> (Tensor, Tensor?)
+    dispatch: {CPU: 'spy_kernels:rnnt_loss'}
+    fake: (empty([logits.size(0)]), like(logits))
+  - func: rnnt_loss_cpp(Tensor logits, Tensor targets, int blank, float clamp) -> (Tensor, Tensor?)
+    dispatch: {CPU: rnnt_loss_cpu}
+    fake: (empty([logits.size(0)]), like(logits))
+"""
+
+
+def test_a_python_kernel_op_is_defined_whatever_its_types(tmp_path: Path, monkeypatch) -> None:
+    """The stable registration defines an op whose kernels are all Python with its schema alone
+    (torch takes a `Tensor?` return there); an op with a C++ kernel still needs boxable types."""
+    from codegen import config, gen
+    from codegen.dest import cpp_stable
+    from codegen.diagnostics import Diagnostics
+
+    (tmp_path / "spy.yaml").write_text(PYTHON_ONLY_OP_FILE, encoding="utf-8")
+    (tmp_path / "spy_kernels.py").write_text(
+        "def rnnt_loss(logits, targets, blank, clamp):\n    return logits.sum(-1), logits\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = load_library(["spy.yaml"])
+    diags = Diagnostics()
+    gen.check_library(lib, diags, config.default_project(tmp_path))
+    assert [d.message for d in diags.items if d.severity == "error"] == [
+        "'Tensor?' returns cannot be boxed by torch's stable ABI (in op spy::rnnt_loss_cpp)"]
+    assert diags.items[0].loc.line == 9
+    diags = Diagnostics()
+    out = cpp_stable.generate(lib, diags, config.default_project(tmp_path))
+    reg = out["generated/cpp/spy/register_spy.cpp"]
+    assert 'm.def("rnnt_loss(Tensor logits, Tensor targets, int blank, float clamp) -> ' \
+           '(Tensor, Tensor?)",' in reg
+    assert "rnnt_loss_cpp(" not in reg

@@ -10,6 +10,8 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
 - outputs `like(t, dtype=)`, `broadcast(..., dtype=)`, `reduce(t, dims, keepdim, dtype=)`,
   `empty(shape, dtype=)` of an op with a Tensor argument, nested (`reduce(broadcast(a, b), None)`),
   and `a if cond else b` over conditions on bool/str/int/dtype arguments and None tests;
+- optional `Tensor`, `int`, `SymInt` and `int[]` arguments where a None test tells they are
+  given (`like(out) if out is not None else ...`), dereferenced there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
   `t.dim()`, `len(...)`, `+`, `-`, `*`, unary `-`, `max`, `min`; shapes from list literals with
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
@@ -173,6 +175,8 @@ class _Emitter:
         match e:
             case S.Arg(ty=ty) if ty == S.TENSOR:
                 return self.arg(e)[0]
+            case S.Given(arg=a) if e.ty == S.TENSOR:
+                return f"(*{self.arg(a)[0]})"    # a condition around it tested has_value()
             case S.Like(tensor=t, dtype=dt, device=None):
                 self.helpers.add("like")
                 return f"meta_like({self.tensor(t)}, {self.dtype(dt)})"
@@ -369,6 +373,10 @@ class _Emitter:
             case S.Arg(ty=ty) if ty == S.INT:
                 name, t = self.arg(e)
                 return name if t == BaseType(BaseTy.SymInt) else f"c10::SymInt({name})"
+            case S.Given(arg=a) if e.ty == S.INT:
+                name, t = self.arg(a)
+                return f"(*{name})" if strip_optional(t) == BaseType(BaseTy.SymInt) \
+                    else f"c10::SymInt(*{name})"
             case S.TensorSize(tensor=t, dim=d):
                 return f"{self.tensor(t)}.sym_size({self.static(d)})"
             case S.TensorProp(tensor=t, prop=S.Prop.numel):
@@ -398,6 +406,13 @@ class _Emitter:
                     return f"c10::fromIntArrayRefSlow({name})"
                 if cpp.argumenttype_type(t, mutable=False).cpp() == "c10::SymIntArrayRef":
                     return name
+            case S.Given(arg=a) if e.ty == S.INT_LIST:
+                name, t = self.arg(a)
+                given = cpp.argumenttype_type(t, mutable=False).cpp()
+                if given == "at::OptionalIntArrayRef":
+                    return f"c10::fromIntArrayRefSlow(*{name})"
+                if given == "at::OptionalSymIntArrayRef":
+                    return f"(*{name})"
             case S.ListLit(items=items):
                 if not any(isinstance(i, S.Spread) for i in items):
                     return f"std::vector<c10::SymInt>{{{', '.join(self.size(i) for i in items)}}}"

@@ -49,7 +49,7 @@ from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, render
 from codegen.tags import implied_tags, registered_tags
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
-                           is_base)
+                           PyRef, is_base)
 from codegen.dest.cpp_meta import SCALAR_TYPES
 
 
@@ -97,7 +97,8 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
         if not is_stable(op):
             continue
         a: Abi = op.abi  # type: ignore[assignment]
-        signature(op, diags)
+        if needs_binding(op):
+            signature(op, diags)
         # The tags opgen implies (the `inplace`/`out` of the schema's shape, the
         # `needs_contiguous_strides` of a rule's outputs) are left out of the registration
         # before 2.12; any other tag is refused.
@@ -282,6 +283,8 @@ class _MetaEmitter:
         match e:
             case S.Arg(name=n) if e.ty == S.TENSOR:
                 return self.name(n)
+            case S.Given(arg=S.Arg(name=n)) if e.ty == S.TENSOR:
+                return f"(*{self.name(n)})"     # a condition around it tested has_value()
             case S.Like(tensor=t, dtype=dt, device=None):
                 out = f"torch::stable::empty_like(torch::stable::contiguous({self.tensor(t)}))"
                 return out if dt is None else f"torch::stable::to({out}, {self.dtype(dt)})"
@@ -387,6 +390,9 @@ class _MetaEmitter:
                 return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
             case S.Arg(name=n) if self.args[n].argument.type == BaseType(BaseTy.int):
                 return self.name(n)
+            case S.Given(arg=S.Arg(name=n)) \
+                    if self.args[n].argument.type == OptionalType(BaseType(BaseTy.int)):
+                return f"(*{self.name(n)})"
             case S.TensorProp(tensor=S.Arg() as t, prop=S.Prop.ndim) if t.ty == S.TENSOR:
                 return f"{self.name(t.name)}.dim()"
             case S.Len(seq=S.Arg() as a) if not a.ty.optional:
@@ -453,9 +459,16 @@ def meta_kernels(shard: L.Shard) -> list[StableMeta]:
     return out
 
 
+def needs_binding(op: Op) -> bool:
+    """Whether the op's types must pass TORCH_BOX: any but an op whose kernels are all Python,
+    which is defined by its schema string alone (torch takes it whatever the types)."""
+    return not op.dispatch or not all(isinstance(k, PyRef) for _, k in op.dispatch)
+
+
 def defined(shard: L.Shard, diags: Diagnostics) -> list:
-    """The ops a shard's registration unit defines (`m.def`): those with a C++ binding."""
-    return [op for op in shard.ops if signature(op, diags) is not None]
+    """The ops a shard's registration unit defines (`m.def`): those with a C++ binding, and
+    those with Python kernels only."""
+    return [op for op in shard.ops if not needs_binding(op) or signature(op, diags) is not None]
 
 
 def def_entries(shard: L.Shard, diags: Diagnostics) -> list[dict]:

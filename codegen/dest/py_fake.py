@@ -49,7 +49,7 @@ class FakeEmitter(PyPrinter):
 
     def form(self, e: S.Expr) -> tuple[str, int]:  # type: ignore[override]
         match e:
-            case S.Arg(name=n) | S.Local(name=n) | S.LoopVar(name=n):
+            case S.Arg(name=n) | S.Given(arg=S.Arg(name=n)) | S.Local(name=n) | S.LoopVar(name=n):
                 return n, Prec.ATOM
             case S.IntLit(value=v):
                 return str(v), Prec.ATOM

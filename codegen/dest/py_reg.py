@@ -22,6 +22,7 @@ checks of Python functions named in op files.
 
 from __future__ import annotations
 
+from codegen import formulas as F
 from codegen import layout
 from codegen.api import python as P
 from codegen.config import Project
@@ -76,7 +77,8 @@ def _closure(names: set[str]) -> list[str]:
 def generate_registrations(lib: OpLibrary, diags: Diagnostics,
                            project: Project) -> dict[str, str]:
     """`_reg_<ns>.py` of every namespace."""
-    layout.check_formulas(lib, diags)
+    if layout.check_formulas(lib, diags):
+        F.warn_constants_in_backward(lib, diags)
     names = python_names(lib, diags)
     py_sources = PySources(python_roots(project),
                            project.python_roots if project.config_path is not None else None)

@@ -252,3 +252,8 @@ def add_into_second(y, x):
 
 def row_count(x):
     return x.size(0)
+
+
+def tied_scatter_sum(src, index, dim_size):
+    # index_add needs as many indices as src has elements: the sizes are tied.
+    return src.new_zeros(dim_size).index_add(0, index, src)
