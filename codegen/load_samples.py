@@ -13,7 +13,8 @@ from codegen import enums
 from codegen.diagnostics import Diagnostics, Loc, closest
 from codegen.model import (BaseTy, BaseType, FunctionSchema, ListType, OptionalType, Sample,
                            SampleValue, SymDim, TensorSample, Type)
-from codegen.yaml_source import Map, Node, Scalar, Seq, YamlFile, short, suggest
+from codegen.yaml_source import (Map, Node, Scalar, Seq, YamlFile, number_hint, short,
+                                  suggest)
 
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
 
@@ -247,7 +248,7 @@ class SampleReader(YamlFile):
         return _BAD
 
     def _sample_type_error(self, node: Node, expected: str, what: str):
-        self.error(node, f"expected {expected} for {what}, got {node.kind}")
+        self.error(node, f"expected {expected} for {what}, got {node.kind}", number_hint(node))
         return _BAD
 
     def tensor_sample(self, node: Node, what: str):
@@ -367,7 +368,8 @@ class SampleReader(YamlFile):
         if type(node) is Scalar:
             if node.tag in ("int", "float", "bool"):
                 return node.value, ()  # type: ignore[attr-defined]
-            self.error(node, f"tensor values are numbers or booleans, got {node.kind}")
+            self.error(node, f"tensor values are numbers or booleans, got {node.kind}",
+                       number_hint(node))
             return _BAD
         if type(node) is not Seq:
             self.error(node, f"tensor values are numbers or nested lists, got {node.kind}")

@@ -149,6 +149,22 @@ _PLAIN_FLOAT = re.compile(r"[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?\Z")
 _BOOL_VALUES = yaml.constructor.SafeConstructor.bool_values
 
 
+# A number as YAML 1.2 (and editors) read it, which YAML 1.1 (PyYAML, op files) reads as a string
+# unless it has a '.' and a signed exponent: `1e-6`, `2E5`.
+_FLOAT_12 = re.compile(r"([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))[eE]([-+]?)([0-9]+)\Z")
+
+
+def number_hint(node: Node) -> str | None:
+    """The hint for a string given where a number is expected, when YAML 1.2 reads it as one."""
+    m = _FLOAT_12.match(node.value) if type(node) is Scalar and node.tag == "str" else None
+    if m is None:
+        return None
+    mantissa, sign, exponent = m.groups()
+    fixed = f"{mantissa}{'' if '.' in mantissa else '.0'}e{sign or '+'}{exponent}"
+    return (f"YAML reads {node.value} as a string: a float needs a '.' and a signed exponent, "
+            f"as in {fixed}")
+
+
 def _construct(kind: str, value: str) -> object:
     """SafeConstructor's value of a scalar of `kind` (int, float, bool, null); it raises as
     SafeConstructor does. The spellings it takes straight to int() and float(), booleans and
@@ -559,7 +575,7 @@ class YamlFile:
                 self.error(node, f"{what} must be a finite number")
                 return None
             return value
-        self.error(node, f"expected a number for {what}, got {node.kind}")
+        self.error(node, f"expected a number for {what}, got {node.kind}", number_hint(node))
         return None
 
 
