@@ -127,7 +127,6 @@ def render(project: config.Project, namespaces: list[Namespace], op_files: list[
     if op_dirs or kernel_dirs:
         w("# An op file added, or a kernel source added or removed, reconfigures (and regenerates).")
         w("# Hidden files are left out: editors' lock and backup files come and go.")
-    if op_dirs or kernel_dirs:
         w('string(REGEX REPLACE "([][*?])" "[\\\\1]" _opgen_glob_root "${OPGEN_PROJECT_ROOT}")')
     if op_dirs:
         w("file(GLOB _opgen_op_files LIST_DIRECTORIES false CONFIGURE_DEPENDS")

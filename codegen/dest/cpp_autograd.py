@@ -951,20 +951,25 @@ class _Builder:
         return text, TL
 
 
+def _function_stem(op: Op) -> str:
+    """The op's name in the names of the functions generated for it; `__` before the overload:
+    op `a_b` and op `a.b` get different names."""
+    return f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}"
+
+
 def kernel_name(op: Op) -> str:
-    """The op's Autograd kernel function; `__` before the overload: op `a_b` and op `a.b` get
-    different names."""
-    return f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_autograd"
+    """The op's Autograd kernel function."""
+    return f"{_function_stem(op)}_autograd"
 
 
 def view_kernel_name(op: Op) -> str:
     """The ADInplaceOrView kernel of a mutating op (Note [ADInplaceOrView kernels])."""
-    return f"{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_inplace_or_view"
+    return f"{_function_stem(op)}_inplace_or_view"
 
 
 def handle_name(op: Op) -> str:
     """The function returning the typed dispatcher handle of a library op formulas call."""
-    return f"opgen_{op.name.name}{'__' + op.name.overload if op.name.overload else ''}_op"
+    return f"opgen_{_function_stem(op)}_op"
 
 
 def _arg_kind(t) -> str | None:

@@ -212,8 +212,6 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
     r = m.reach(op)
     call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
-    taken = {a.name for a in schema.arguments}
-    result = reserved.fresh("result", taken)
     m.helpers.add("has_tangent")
     body = [f"if {r.torch}._C.is_grad_enabled() and "
             f"{r.torch}._C._any_requires_grad({', '.join(tensors)}):",
@@ -221,11 +219,7 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             # forward-mode AD: below autograd the written tensors' tangents stayed as they were
             f"if {r._has_tangent}({', '.join(tensors)}):",
             f"    raise {r.NotImplementedError}({q(no_forward_message(op))})",
-            f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():",
-            f"    {result} = {call}" if schema.returns else f"    {call}",
-            _bump(m, r, op)]
-    if schema.returns:
-        body.append(f"return {result}")
+            *_below_then_bump(m, r, op, call, {a.name for a in schema.arguments})]
     name = m.define(f"_{api}_autograd")
     sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body,
                                   no_gradient_doc(op) + "."))
@@ -241,20 +235,26 @@ def _inplace_or_view(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     r = m.reach(op)
     taken = {a.name for a in schema.arguments}
     keyset = reserved.fresh("keyset", taken)
-    result = reserved.fresh("result", taken | {keyset})
     call = (f"{r._ops}.{op_attr(op)}.redispatch({keyset} & "
             f"{r.torch}._C._after_ADInplaceOrView_keyset, {', '.join(P.call_arguments(schema))})")
-    body = [f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():",
-            f"    {result} = {call}" if schema.returns else f"    {call}",
-            _bump(m, r, op)]
-    if schema.returns:
-        body.append(f"return {result}")
+    body = _below_then_bump(m, r, op, call, taken | {keyset})
     name = m.define(f"_{api}_inplace_or_view")
     sec.functions.append(Function(
         name, ", ".join([keyset, *P.parameters(schema)]), body,
         "Below autograd (inference mode): the op, then what it writes has its version bumped."))
     sec.registrations.append(
         f"_lib.impl({q(op_name(op))}, {name}, \"ADInplaceOrView\", with_keyset=True)")
+
+
+def _below_then_bump(m: ModuleScope, r: Reach, op: Op, call: str, taken: set[str]) -> list[str]:
+    """`call` of `op` below ADInplaceOrView, then the written tensors' versions bumped, its result
+    (a name not in `taken`) returned."""
+    if not op.schema.returns:
+        return [f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():", f"    {call}",
+                _bump(m, r, op)]
+    result = reserved.fresh("result", taken)
+    return [f"with {r.torch}._C._AutoDispatchBelowADInplaceOrView():", f"    {result} = {call}",
+            _bump(m, r, op), f"return {result}"]
 
 
 def _bump(m: ModuleScope, r: Reach, op: Op) -> str:
