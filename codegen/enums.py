@@ -108,6 +108,11 @@ def names_of(*canonical: str) -> frozenset[str]:
     return frozenset(n for n, c in DTYPE_NAMES.items() if c in canonical)
 
 
+def is_floating(dtype: str) -> bool:
+    """A floating or complex dtype, by any of its names (`half`, `float8_e4m3fn`, `cfloat`)."""
+    return DTYPE_NAMES.get(dtype, dtype).startswith(("float", "bfloat", "complex"))
+
+
 # The device type names c10::Device's string constructor knows (parse_type in
 # c10/core/Device.cpp), in its order; tests/test_enums.py holds it to the installed torch.
 DEVICE_TYPES = ("cpu", "cuda", "ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve",

@@ -474,10 +474,10 @@ class _FileLoader(SampleReader):
         for sample in op.samples:
             values = dict(sample.args)
             first = values.get(like)
-            if not isinstance(first, TensorSample) or _is_floating(first.dtype):
+            if not isinstance(first, TensorSample) or enums.is_floating(first.dtype):
                 continue
             other = next(((name, v) for name, v in sample.args if name != like
-                          and isinstance(v, TensorSample) and _is_floating(v.dtype)), None)
+                          and isinstance(v, TensorSample) and enums.is_floating(v.dtype)), None)
             if other is None:
                 continue
             name, v = other
@@ -838,11 +838,6 @@ Loaded = tuple[str | None, "OpFile | None", list]
 # The bytes of op files that pay for a process of their own: about 0.1 s of parsing, some ten
 # times what a fork and the trip of the results back cost.
 PARSE_BYTES_PER_PROCESS = 128 * 1024
-
-
-def _is_floating(dtype: str) -> bool:
-    """A floating or complex dtype, by any of its names (`half`, `float8_e4m3fn`, `cfloat`)."""
-    return enums.DTYPE_NAMES.get(dtype, dtype).startswith(("float", "bfloat", "complex"))
 
 
 def _load_files(paths: list[str], rules: verify.Rules,

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from codegen.contract import differentiable_inputs, torch_refuses
 from codegen.diagnostics import Diagnostics, suggest
+from codegen.enums import is_floating
 from codegen.load import FAILURES_FILE
 from codegen.model import BaseTy, BaseType, DispatchKey, Op, Sample, TensorSample, is_tensor_like, \
     strip_optional
@@ -95,10 +96,7 @@ def _floating_sample(v: Any) -> bool:
     """A floating (or complex) tensor sample, or a list holding one, that may require grad (the
     sample does not say `requires_grad: false`)."""
     if isinstance(v, TensorSample):
-        from codegen.enums import DTYPE_NAMES
-
-        floating = DTYPE_NAMES.get(v.dtype, v.dtype).startswith(("float", "bfloat", "complex"))
-        return floating and v.requires_grad is not False
+        return is_floating(v.dtype) and v.requires_grad is not False
     return isinstance(v, tuple) and any(_floating_sample(x) for x in v)
 
 

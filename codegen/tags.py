@@ -228,9 +228,8 @@ def unfunctionalizable(op: Op, overloads: Iterable[Op]) -> str | None:
         return None  # the generated Functionalize kernel
     if auto_functionalized(op):
         return None  # torch's auto_functionalize
-    if FUNCTIONALIZING_TAGS.intersection(op.tags) and functional is None and \
-            all(isinstance(r, str) for r in returns):
-        return STABLE_TAG  # Note [Tags the stable ABI cannot register]
     if not all(isinstance(r, str) for r in returns):
         return NEW_VALUES
+    if functional is None and FUNCTIONALIZING_TAGS.intersection(op.tags):
+        return STABLE_TAG  # Note [Tags the stable ABI cannot register]
     return NO_COPY_BACK if functional is not None else NO_VARIANT
