@@ -103,6 +103,17 @@ def test_sample_calls_run(monkeypatch):
     assert n == 4 and int(ids.max()) < 4
 
 
+def test_sample_call_of_a_dtype_alias_draws_floats(tmp_path):
+    """`dtype: half` is float16: uniform values, as for `dtype: float16` (it drew integers)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("- func: ex::f(Tensor x) -> Tensor\n"
+                    "  samples: [{x: {shape: [2], dtype: half}}, {x: {shape: [2], dtype: cfloat}}]\n")
+    op = load_library([str(path)]).ops[0]
+    assert [md_reference.sample_call(op, s) for s in op.samples] == [
+        "torch.ops.ex.f(torch.empty(2, dtype=torch.half).uniform_(-1.0, 1.0))",
+        "torch.ops.ex.f(torch.empty(2, dtype=torch.cfloat).uniform_(-1.0, 1.0))"]
+
+
 # --------------------------------------------------------------------------------------------------
 # The command
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from codegen import contract as C
 from codegen.abi import Abi
-from codegen import escape
+from codegen import enums, escape
 from codegen.api import python as P
 from codegen.diagnostics import Diagnostics
 from codegen.model import (
@@ -218,7 +218,7 @@ def _tensor(t: TensorSample, dims: dict[str, int]) -> str:
         if t.dtype == "bool":
             text = f"torch.randint(0, 2, ({', '.join(sizes)}{',' if len(sizes) == 1 else ''}))" \
                    ".bool()"
-        elif t.dtype.startswith(("float", "bfloat", "complex")):
+        elif enums.is_floating(t.dtype):
             lo, hi = (-1.0 if low is None else low), (1.0 if high is None else high)
             text = f"torch.empty({', '.join(sizes + ([dtype] if dtype else []))})" \
                    f".uniform_({_py(float(lo))}, {_py(float(hi))})"
