@@ -1518,15 +1518,16 @@ class _Kinds:
                 return Form.NUMBER
             case Call(func=PyBuiltinRef(name="float")):
                 return Form.FLOAT
-            case Call(func=PyBuiltinRef(name="abs"), args=(a,)) if self.form(a) in _NUMERIC:
-                return self.form(a)
+            case Call(func=PyBuiltinRef(name="abs"), args=(a,)) \
+                    if (inner := self.form(a)) in _NUMERIC:
+                return inner
             case Call(func=TorchRef(path=("device",))):
                 return Form.DEVICE
             case Call(func=TorchRef(path=("promote_types" | "result_type",))):
                 return Form.DTYPE
             case Call(func=PyBuiltinRef(name="list" | "tuple"), args=(a,)) \
-                    if self.form(a) in _LISTS:
-                return self.form(a)
+                    if (inner := self.form(a)) in _LISTS:
+                return inner
             case Subscript(obj=obj, items=(i,)) if (listed := self.form(obj)) in _LISTS:
                 if isinstance(i, Slice):
                     return listed
@@ -1562,15 +1563,15 @@ class _Kinds:
                         and self.of(b) in (Kind.META, Kind.DATA):
                     return Form.FLOAT
             case UnaryOp(op=UnaryKind.neg | UnaryKind.pos, operand=o) \
-                    if self.form(o) in _NUMERIC:
-                return self.form(o)
+                    if (inner := self.form(o)) in _NUMERIC:
+                return inner
             case UnaryOp(op=UnaryKind.not_) if self.of(e) in (Kind.META, Kind.DATA):
                 return Form.NUMBER  # a bool
             case IfExp(then=a, orelse=b):
                 return _join_forms(self.form(a), self.form(b))
-            case TupleLit(items=items) | ListLit(items=items) \
-                    if items and all(self.form(i) in _NUMERIC for i in items):
-                return _list_form(self.form(i) for i in items)
+            case TupleLit(items=items) | ListLit(items=items) if items:
+                of_items = [self.form(i) for i in items]
+                return _list_form(of_items) if all(f in _NUMERIC for f in of_items) else None
             case ListComp(elem=elem, names=names, iterable=it):
                 saved = dict(self.bound)
                 self.bound.update(zip(names, self.loop_kinds(it, len(names))))
