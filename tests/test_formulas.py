@@ -1169,3 +1169,26 @@ def test_library_op_given_optionals_where_torch_takes_them_runs(tmp_path, monkey
             assert torch.autograd.gradcheck(lambda x: op(x, k, flip), (x,))
     finally:
         lib.close()
+
+
+@pytest.mark.parametrize("nest", [
+    lambda d, v: "-" * d + v,
+    lambda d, v: "abs(" * d + v + ")" * d,
+    lambda d, v: "[" * d + v + "]" * d + "[0]" * d,
+    lambda d, v: "list(" * d + "[" + v + "]" + ")" * d + "[0]",
+], ids=["neg", "abs", "list-literal", "list-call"])
+def test_nesting_costs_linear_time(monkeypatch, nest):
+    """Each level of a nested unary op or list asked its operand's form twice: 20 levels of
+    unary minus took 13 s to check. Counted, not timed."""
+    calls = 0
+    form = F._Kinds.form
+
+    def counted(self, e):
+        nonlocal calls
+        calls += 1
+        return form(self, e)
+
+    monkeypatch.setattr(F._Kinds, "form", counted)
+    depth = 12
+    assert _errors(f"grad[:{nest(depth, 'n')}]", INDEX_SCHEMA) == []
+    assert calls <= 4 * depth
