@@ -44,12 +44,14 @@ import contextlib
 import importlib.abc
 import importlib.util
 import io
+import os
 import sys
 import types
 import warnings
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence,
+                    TypeAlias)
 
 import torch
 
@@ -139,12 +141,35 @@ class Case:
         return make_inputs(self.op, self.sample, seed=self.seed, **options)
 
 
-def load_cases(paths: Iterable[str]) -> list[Case]:
+# Op files or directories: one path alone, or several.
+OpPaths: TypeAlias = "str | os.PathLike[str] | Iterable[str | os.PathLike[str]]"
+
+
+def _op_paths(paths: OpPaths, caller: str) -> list[str]:
+    """`paths` as a list of strings: one path may be given alone (a string is not a list of its
+    characters)."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+    try:
+        items = list(items)
+    except TypeError:
+        raise TypeError(f"{caller}() takes op file or directory paths (a str, an os.PathLike, or "
+                        f"a list of them), not {type(paths).__name__}") from None
+    out = []
+    for p in items:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"{caller}() takes op file or directory paths (a str, an os.PathLike, "
+                            f"or a list of them); one of them is {type(p).__name__}: {p!r}")
+        out.append(os.fspath(p))
+    return out
+
+
+def load_cases(paths: OpPaths) -> list[Case]:
     """Every sample of every op in the op files (or directories) `paths`."""
     from codegen.load import load_library
 
+    paths = _op_paths(paths, "load_cases")
     with _user_errors():
-        lib = load_library(list(paths))
+        lib = load_library(paths)
     note_library(lib.ops)
     return [Case(op, s, i) for op in lib.ops for i, s in enumerate(op.samples)]
 
@@ -225,7 +250,7 @@ class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(self.texts[name], f"<generated {name}>", "exec"), module.__dict__)
 
 
-def load_python_library(paths: Iterable[str],
+def load_python_library(paths: OpPaths,
                         project: config.Project | None = None) -> PythonLibrary:
     """Define the ops of op files whose kernels are all Python, in this process, and run their
     generated registrations from memory: a library to try or test before any C++ exists.
@@ -249,7 +274,7 @@ def load_python_library(paths: Iterable[str],
     from codegen.rendering import python_dir
     from codegen.load import load_library
 
-    paths = list(paths)
+    paths = _op_paths(paths, "load_python_library")
     with _user_errors():
         if project is None:
             project = config.active() or _project_of(paths)
@@ -1217,7 +1242,7 @@ class NoLongerFails(AssertionError):
     """A check listed as a known failure passed: its entry is to be removed."""
 
 
-def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> Failures:
+def load_failures(paths: OpPaths, cases: Iterable[Case] | None = None) -> Failures:
     """The known failures of the library whose op files are `paths`: every `sample_failures.yaml`
     in their directories (a directory's own, a file's directory's). Entries must name a sample of
     `cases` (when given), one of CHECKS that the sample has, and a reason; raises UserError with
@@ -1228,7 +1253,8 @@ def load_failures(paths: Iterable[str], cases: Iterable[Case] | None = None) -> 
     diags = Diagnostics()
     samples = None if cases is None else {c.id: (c.op, c.sample) for c in cases}
     library = list(_LIBRARY_OPS.values())
-    entries, where = read_failures(failures_files(paths), diags, samples, library)
+    entries, where = read_failures(failures_files(_op_paths(paths, "load_failures")), diags,
+                                   samples, library)
     with _user_errors():
         diags.raise_if_errors()
     if diags.items:         # entries for checks the suite skips: not needed

@@ -811,3 +811,19 @@ def test_python_library_stays_loaded_until_closed(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=300)
     assert (r.returncode, r.stdout) == (0, "[2.0, 2.0]\nFalse\n[2.0]\n"), r.stderr
+
+
+def test_op_paths_may_be_one_path_or_several():
+    """A lone string was taken as a list of one-letter paths ('directory holds no op files' for
+    '.' and '/', 'no such file' for each letter); a nested list was a bare TypeError of os.stat."""
+    with scratch.in_repo():
+        every = [c.id for c in testing.load_cases([LIBRARY])]
+        assert [c.id for c in testing.load_cases(LIBRARY)] == every
+        assert [c.id for c in testing.load_cases(Path(LIBRARY))] == every
+        assert testing.load_failures(LIBRARY).entries == testing.load_failures([LIBRARY]).entries
+        for bad, what in (([[LIBRARY]], "one of them is list: ['tests/samplelib']"),
+                          ([3], "one of them is int: 3"), (None, "not NoneType")):
+            with pytest.raises(TypeError) as e:
+                testing.load_cases(bad)
+            assert str(e.value).startswith("load_cases() takes op file or directory paths")
+            assert str(e.value).endswith(what)
