@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from codegen import formulas as F
-from codegen.formulas import Derivatives, library_calls
+from codegen.formulas import Derivatives, constant_reads, library_calls
 from codegen.model import (DispatchKey, Op, OpLibrary, PyRef, holds_dict, is_tensor_like,
                            untraceable_return)
 from codegen.shape import fake_of
@@ -77,6 +77,8 @@ def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     d = op.derivatives
     if not isinstance(d, Derivatives):
         return True     # a decomposition into differentiable ops
+    if constant_reads(lib, op):
+        return False
     for ref in library_calls(d):
         callees = [o for o in lib.named(ref.namespace, ref.name)
                    if ref.overload is None or o.name.overload == ref.overload]

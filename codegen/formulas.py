@@ -2071,60 +2071,74 @@ def warn_constants_in_backward(lib: OpLibrary, diags: Diagnostics) -> None:
     """`constant-in-backward` for every formula of the library (once per run: py_reg asks,
     after check_library found the library calls fine)."""
     for op in lib.ops:
-        if isinstance(op.derivatives, Derivatives):
-            for f in op.derivatives.formulas:
-                _constant_in_backward(lib, op, f, diags)
+        for f, i, source in constant_reads(lib, op):
+            diags.warning(
+                f.loc or op.loc, f"the formula reads {output_words(op, i)}, which "
+                "output_differentiability marks non-differentiable although it has the dtype of "
+                f"'{source}': the backward takes it as a constant, so {op.name} is differentiable "
+                "once only (a second derivative raises)",
+                "compute the gradient from differentiable outputs and inputs to differentiate "
+                "twice", name="constant-in-backward", suppress=op.suppress)
 
 
-def _constant_in_backward(lib: OpLibrary, op: Op, f: Formula, diags: Diagnostics) -> None:
-    """A warning where `f` reads an output that output_differentiability marks
-    non-differentiable and whose fake rule gives it the dtype of a differentiable input
-    (torchaudio's rnnt_loss returns the gradients it computes): the backward takes it as a
-    constant, so a second derivative through it is silently wrong. Index and mask outputs (an
-    integer or bool dtype, or a non-differentiable input's) are constants, and a read inside a
-    call of a library op without autograd is fine: a second derivative raises there."""
+def constant_reads(lib: OpLibrary, op: Op) -> list[tuple[Formula, int, str]]:
+    """(formula, output index, input) for each output that a formula of `op` reads, that
+    output_differentiability marks non-differentiable, and that the fake rule gives the dtype of a
+    differentiable input (torchaudio's rnnt_loss returns the gradients it computes): the backward
+    takes it as a constant, so only a first derivative through it is right. Index and mask
+    outputs (an integer or bool dtype, or a non-differentiable input's) are constants, and a read
+    inside a call of a library op without autograd is covered there: a second derivative raises
+    naming that op."""
+    d = op.derivatives
+    if not isinstance(d, Derivatives) or all(d.output_differentiability):
+        return []
+    once = first_order_only(lib, op)
+    return constant_reads_of(op, lambda ref: resolve(lib, ref) in once)
+
+
+def constant_reads_of(op: Op, covered: Callable[[OpRef], bool]) -> list[tuple[Formula, int, str]]:
+    """`constant_reads`, where `covered` tells the library calls whose own lack of autograd
+    stops a second derivative."""
     from codegen import shape as S
 
     d, rule = op.derivatives, op.fake
-    assert isinstance(d, Derivatives)
-    if not isinstance(rule, FakeRule) or all(d.output_differentiability):
-        return
-    once = first_order_only(lib, op)
-    read: set[int] = set()
+    if not isinstance(d, Derivatives) or not isinstance(rule, FakeRule) \
+            or all(d.output_differentiability):
+        return []
+    out: list[tuple[Formula, int, str]] = []
+    for f in d.formulas:
+        read: set[int] = set()
 
-    def visit(node: Node) -> None:
-        if isinstance(node, Call) and isinstance(node.func, OpRef) \
-                and resolve(lib, node.func) in once:
-            return
-        if isinstance(node, ResultRef):
-            read.add(node.index)
-        for c in children(node):
-            visit(c)
+        def visit(node: Node) -> None:
+            if isinstance(node, Call) and isinstance(node.func, OpRef) and covered(node.func):
+                return
+            if isinstance(node, ResultRef):
+                read.add(node.index)
+            for c in children(node):
+                visit(c)
 
-    for e in f.exprs():
-        visit(e)
-    for i in sorted(read):
-        if i >= len(d.output_differentiability) or d.output_differentiability[i] \
-                or i >= len(rule.outputs):
-            continue
-        match rule.outputs[i]:
-            case S.Like(dtype=None, tensor=S.Arg(name=source)) | \
-                    S.Reduce(dtype=None, tensor=S.Arg(name=source)) | \
-                    S.Empty(dtype=None, like=str() as source):
-                pass
-            case _:
+        for e in f.exprs():
+            visit(e)
+        for i in sorted(read):
+            if i >= len(d.output_differentiability) or d.output_differentiability[i] \
+                    or i >= len(rule.outputs):
                 continue
-        if d.formula_for(source) is None:
-            continue
-        name = op.schema.returns[i].name
-        what = f"output {i}" + (f" ('{name}')" if name else "")
-        diags.warning(
-            f.loc or op.loc, f"the formula reads {what}, which output_differentiability marks "
-            f"non-differentiable although it has the dtype of '{source}': the backward takes it "
-            "as a constant, so a second derivative through it is wrong",
-            "compute the gradient in a library op without derivatives (a second derivative "
-            "then raises, naming it), or from differentiable outputs",
-            name="constant-in-backward", suppress=op.suppress)
+            match rule.outputs[i]:
+                case S.Like(dtype=None, tensor=S.Arg(name=source)) | \
+                        S.Reduce(dtype=None, tensor=S.Arg(name=source)) | \
+                        S.Empty(dtype=None, like=str() as source):
+                    pass
+                case _:
+                    continue
+            if d.formula_for(source) is not None:
+                out.append((f, i, source))
+    return out
+
+
+def output_words(op: Op, i: int) -> str:
+    """`output 1 ('gradients')`: how messages name an op's output."""
+    name = op.schema.returns[i].name
+    return f"output {i}" + (f" ('{name}')" if name else "")
 
 
 def _check_knowing_library(lib: OpLibrary, op: Op, f: Formula,

@@ -231,6 +231,12 @@ def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
     return memo(lib, (first_order_only, id(op)), lambda: (op, F.first_order_only(lib, op)))[1]
 
 
+def constant_reads(lib: OpLibrary, op: Op) -> list[tuple[F.Formula, int, str]]:
+    """`formulas.constant_reads`, once per op of a library (the warning and both autograd paths
+    ask)."""
+    return memo(lib, (constant_reads, id(op)), lambda: (op, F.constant_reads(lib, op)))[1]
+
+
 # --------------------------------------------------------------------------------------------------
 # Signatures, with refusals turned into located diagnostics
 

@@ -67,6 +67,27 @@ def test_torch_function_note_names_it_once(tmp_path: Path) -> None:
         "which the C++ translation does not carry"]
 
 
+def test_output_read_as_a_constant_keeps_the_python_path(tmp_path: Path) -> None:
+    """A formula reading a non-differentiable output of a differentiable input's dtype makes the
+    op differentiable once, which only the Python path does (a C++ Node gave a wrong second
+    derivative)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trq\nops:\n"
+                    "  - func: cubed_sum(Tensor x) -> (Tensor total, Tensor slope)\n"
+                    "    dispatch: {CPU: cubed_sum_cpu}\n"
+                    "    fake: (empty([]), like(x))\n"
+                    "    suppress: [constant-in-backward]\n"
+                    "    derivatives:\n"
+                    "      x: grad_total * slope\n"
+                    "      output_differentiability: [true, false]\n")
+    out, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == [
+        "trq::cubed_sum: its Autograd kernel stays in Python: its formulas read output 1 "
+        "('slope'), non-differentiable, as a constant (the Python path makes the op "
+        "differentiable once, with an error on a second backward)"]
+    assert not any("CubedSumBackward" in text for text in out.values())
+
+
 def test_library_op_argument_note_says_why(tmp_path: Path) -> None:
     """An argument of a library op call that the C++ translation does not pass says why: its
     parameter's type, or what the formula gives it (the note named the argument only)."""

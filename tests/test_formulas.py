@@ -16,10 +16,12 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from codegen import contract
 from codegen import formulas as F
 from codegen.dest.py_autograd import FormulaEmitter, Names
 from codegen.dest.py_common import PLAIN
 from codegen.diagnostics import Diagnostics, Loc
+from codegen.load import load_library
 from codegen.model import DerivativesSpec, Located, Op
 from codegen.parse import parse_schema
 from tests import scratch
@@ -88,6 +90,10 @@ def square_backward(grad, x):
     return 2 * x * grad
 
 
+def cubed_sum(x):
+    return (x ** 3).sum(), 3 * x ** 2
+
+
 def frozen(x):
     return x.clone()
 
@@ -117,8 +123,8 @@ def _ops(library) -> dict[str, Op]:
     return {op.name.name: op for op in library.ops}
 
 
-GRADCHECKED = ["mul_add", "expand_to", "minmax", "halves", "max_with_index", "lincomb", "cube",
-               "square", "product", "weighted", "scaled", "soft_limit", "doubled_up",
+GRADCHECKED = ["cubed_sum", "mul_add", "expand_to", "minmax", "halves", "max_with_index",
+               "lincomb", "cube", "square", "product", "weighted", "scaled", "soft_limit", "doubled_up",
                "scale_all", "times_x_backward"]
 
 
@@ -200,6 +206,27 @@ def test_second_backward_names_the_first_order_only_op(library):
     # Without create_graph nothing is marked, and first-order gradients are plain tensors.
     (g1,) = torch.autograd.grad(torch.ops.gradtest.square(x).sum(), x)
     assert not g1.requires_grad
+
+
+def test_second_backward_names_the_output_read_as_a_constant(library):
+    """The formula reads `slope`, an output computed from x that autograd does not track: a
+    second derivative through it was silently zero (gradgradcheck failed)."""
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    total, slope = torch.ops.gradtest.cubed_sum(x)
+    assert not slope.requires_grad
+    # The incoming gradient is differentiated too, as gradgradcheck does.
+    seed = torch.ones((), dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(total, x, seed, create_graph=True)
+    assert torch.allclose(g, 3 * x ** 2)
+    with pytest.raises(RuntimeError, match=r"gradtest::cubed_sum's backward reads output 1 "
+                       r"\('slope'\), which output_differentiability marks non-differentiable"):
+        torch.autograd.grad(g.sum(), (x, seed), allow_unused=True)
+    # and the contract (the op reference, bc-check) says so
+    with scratch.in_repo():
+        lib = load_library([OP_FILE])
+    ops = {op.name.name: op for op in lib.ops}
+    assert contract.double_backward(ops["cubed_sum"], lib) is False
+    assert contract.double_backward(ops["product"], lib) is True
 
 
 def test_double_backward_through_differentiable_formulas(library):

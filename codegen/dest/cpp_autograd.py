@@ -46,8 +46,8 @@ from codegen.expr import walk
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics, with_article as _a
-from codegen.layout import (cached_signature, check_formulas, first_order_only, impl_name,
-                            library_calls, memo, per_object, shards)
+from codegen.layout import (cached_signature, check_formulas, constant_reads, first_order_only,
+                            impl_name, library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            PyRef, is_tensor_like, strip_optional)
@@ -322,6 +322,10 @@ class _Builder:
                     != BaseType(BaseTy.Tensor):
                 raise NotCpp(f"its formulas call {target.name}, which does not return one Tensor")
             self.refs[ref] = target
+        if constants := constant_reads(self.lib, op):
+            raise NotCpp(f"its formulas read {F.output_words(op, constants[0][1])}, "
+                         "non-differentiable, as a constant (the Python path makes the op "
+                         "differentiable once, with an error on a second backward)")
         saved = F.saved(d, schema)
         self.meta_only = {a for a, _ in saved.meta}
         cls = f"{_camel(op.name.name)}{'_' + _camel(op.name.overload) if op.name.overload else ''}Backward"

@@ -439,12 +439,18 @@ class FlatFunction:
 def first_order_reason(m: ModuleScope, op: Op) -> str | None:
     """Why `op`'s backward cannot be differentiated again, or None when it can."""
     once = layout.first_order_only(m.lib, op)
-    if not once:
+    constants = layout.constant_reads(m.lib, op)
+    if not once and not constants:
         return None
     m.helpers.add("first_order")
-    return (f"{qualname(op)}'s backward calls " + ", ".join(qualname(o) for o in once)
-            + ", which has no derivatives; give it `derivatives:` in the op file to "
-            "differentiate twice")
+    if once:
+        return (f"{qualname(op)}'s backward calls " + ", ".join(qualname(o) for o in once)
+                + ", which has no derivatives; give it `derivatives:` in the op file to "
+                "differentiate twice")
+    read = sorted({i for _, i, _ in constants})
+    return (f"{qualname(op)}'s backward reads " + ", ".join(F.output_words(op, i) for i in read)
+            + ", which output_differentiability marks non-differentiable, as a constant; "
+            "compute the gradient from differentiable outputs and inputs to differentiate twice")
 
 
 def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Derivatives,

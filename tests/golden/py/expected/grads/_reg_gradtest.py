@@ -13,6 +13,7 @@ import torch
 
 from tests.test_formulas import (
     cube,
+    cubed_sum,
     doubled_up,
     expand_to,
     frozen,
@@ -740,6 +741,57 @@ def _square_backward_fake(grad, x):
 _lib.impl("square_backward", square_backward, "CPU")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::square_backward", "Meta"):
     torch.library.register_fake("gradtest::square_backward", _square_backward_fake, lib=_lib)
+
+
+# gradtest::cubed_sum(Tensor x) -> (Tensor total, Tensor slope)
+
+
+def _cubed_sum_fake(x):
+    """fake: (empty([]), like(x))"""
+    return x.new_empty([]), x.new_empty(x.shape)
+
+
+class _CubedSumFunction(torch.autograd.Function):
+    """gradtest::cubed_sum under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.cubed_sum.default(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output[1])
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    @_first_order("gradtest::cubed_sum's backward reads output 1 ('slope'), which output_differentiability marks non-differentiable, as a constant; compute the gradient from differentiable outputs and inputs to differentiate twice")
+    def backward(ctx, grad_total, grad_slope):
+        """x: grad_total * slope"""
+        result_slope, = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        x_grad = None
+        if needs[0]:
+            x_grad = grad_total * result_slope
+        return x_grad,
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::cubed_sum has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+
+
+def _cubed_sum_autograd(x):
+    """Autograd kernel: _CubedSumFunction when differentiating."""
+    if _differentiating(x):
+        return _apply(_CubedSumFunction, x)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.cubed_sum.default(x)
+
+
+_lib.impl("cubed_sum", cubed_sum, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::cubed_sum", "Meta"):
+    torch.library.register_fake("gradtest::cubed_sum", _cubed_sum_fake, lib=_lib)
+_lib.impl("cubed_sum", _cubed_sum_autograd, "Autograd")
 
 
 # gradtest::frozen(Tensor x) -> Tensor

@@ -11,6 +11,7 @@ from torch.types import Number
 __all__ = [
     "combine",
     "cube",
+    "cubed_sum",
     "doubled_up",
     "expand_to",
     "frozen",
@@ -39,6 +40,10 @@ def combine(xs: Sequence[Tensor], a: Tensor, ys: Sequence[Tensor], s: float) -> 
 
 def cube(x: Tensor) -> Tensor:
     """gradtest::cube(Tensor x) -> Tensor"""
+
+
+def cubed_sum(x: Tensor) -> tuple[Tensor, Tensor]:
+    """gradtest::cubed_sum(Tensor x) -> (Tensor total, Tensor slope)"""
 
 
 def doubled_up(x: Tensor) -> Tensor:
