@@ -185,8 +185,7 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         return  # reported by formulas.check_library
     plan = F.saved(d, op.schema)
     list_returns = [r for r in op.schema.returns if is_tensor_list(r.type)]
-    if len(list_returns) > 1 or any(is_tensor_list(a.type) and a.type != strip_optional(a.type)
-                                    for a in op.schema.arguments):
+    if F.uses_register_autograd(op.schema):
         # Several Tensor[] outputs, or an optional Tensor[] input, do not pass through an
         # autograd.Function as flat Tensors: torch.library wraps it (no torch.func then).
         if len(list_returns) > 1:
