@@ -754,3 +754,69 @@ def test_keyword_only_tensors_may_be_non_differentiable(tmp_path, monkeypatch):
         assert checked == 6
     finally:
         lib.close()
+
+
+def test_formulas_read_non_tensor_outputs(tmp_path, monkeypatch):
+    """A formula reading an int or SymInt output (xformers' `efficient_attention_forward_cutlass
+    -> (Tensor output, ..., SymInt max_seqlen_batch_q, SymInt max_seqlen_batch_k)`, passed on to
+    its backward op) gets it from ctx: before, setup_context gave it to save_for_backward,
+    which raised "save_for_backward can only save variables, but argument 1 is of type int"
+    on every differentiated call. Both autograd paths (the Function; register_autograd for an
+    op with a `Tensor[]?` input), eagerly and under torch.compile."""
+
+    import torch
+
+    from codegen import testing
+
+    lib = _python_library(tmp_path, monkeypatch, "intout_kernels", """\
+        def scaled(x):
+            return x * x.size(0), x.size(0)
+
+        def blend(x, ws=None):
+            return x * x.size(0) if ws is None else x * sum(ws), x.size(0)
+        """, """\
+        namespace: intout
+        ops:
+          - func: scaled(Tensor x) -> (Tensor y, SymInt n)
+            dispatch: {CompositeExplicitAutograd: "intout_kernels:scaled"}
+            fake: (like(x), x.size(0))
+            derivatives:
+              output_differentiability: [true, false]
+              x: grad_y * n
+            samples:
+              - {x: {shape: [N=3]}}
+          - func: blend(Tensor x, Tensor[]? ws=None) -> (Tensor y, int n)
+            dispatch: {CompositeExplicitAutograd: "intout_kernels:blend"}
+            fake: (like(x), x.size(0))
+            derivatives:
+              output_differentiability: [true, false]
+              x: grad_y * n if ws is None else grad_y * sum(ws)
+              ws: '[grad_y * x for _ in ws]'
+            samples:
+              - {x: {shape: [3]}}
+        """)
+    try:
+        x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.double, requires_grad=True)
+        (g,) = torch.autograd.grad(torch.ops.intout.scaled(x)[0].sum(), (x,))
+        assert g.tolist() == [3.0] * 3
+        (g,) = torch.autograd.grad(torch.ops.intout.blend(x)[0].sum(), (x,))
+        assert g.tolist() == [3.0] * 3
+
+        def f(t):
+            return torch.ops.intout.scaled(t)[0].sum()
+
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=True)
+        for n in (3, 5):
+            t = torch.ones(n, dtype=torch.double, requires_grad=True)
+            (g,) = torch.autograd.grad(compiled(t), (t,))
+            assert g.tolist() == [float(n)] * n
+        checked = 0
+        for case in lib.cases():
+            for check in ("opcheck", "gradients"):
+                if testing.applies(case, check):
+                    assert testing.run_check(case, check) is None, (case.id, check)
+                    checked += 1
+        assert checked == 4
+    finally:
+        lib.close()
