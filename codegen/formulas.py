@@ -1910,8 +1910,6 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
                 diags.error(spec.keys[i][j] if i < len(spec.keys) else text.loc,
                             f"keyword-only Tensor argument '{n}' cannot have a gradient",
                             f"make '{n}' positional, or write `{n}: non_differentiable`")
-    if len(diags.items) != n_errors:
-        return None
 
     diff_outputs = _differentiable_returns(schema)
     if spec.output_differentiability is not None:

@@ -1169,3 +1169,15 @@ def test_library_op_given_optionals_where_torch_takes_them_runs(tmp_path, monkey
             assert torch.autograd.gradcheck(lambda x: op(x, k, flip), (x,))
     finally:
         lib.close()
+
+
+def test_a_keyword_only_gradient_does_not_hide_the_other_mistakes():
+    """A gradient given to a keyword-only Tensor is reported with the op's other mistakes in
+    its derivatives (here an output index out of range), not alone."""
+    schema = parse_schema("ex::f(Tensor x, Tensor y, *, Tensor? m=None) -> Tensor")
+    d, diags = parse(schema, {"x": "grads[3]", "y": "non_differentiable", "m": "grad"})
+    assert d is None
+    messages = [m.message for m in diags.items]
+    assert len(messages) == 2, messages
+    assert messages[0] == "keyword-only Tensor argument 'm' cannot have a gradient"
+    assert "grads[3]" in messages[1], messages
