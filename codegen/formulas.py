@@ -29,6 +29,7 @@ Keys
 - `<a>, <b>: <formula>`: one formula returning a tuple, one gradient per named input (`None` for
   no gradient).
 - `<input>: non_differentiable`: the input gets no gradient (integer indices, masks, ...).
+  A keyword-only Tensor input takes this only (none at all where `register_autograd` is used).
   Every Tensor input needs a formula or `non_differentiable`; no gradient is ever silently zero.
 - `output_differentiability: [true, false]`: one flag per return; a `false` output is marked
   non-differentiable (default: every Tensor return is differentiable).
@@ -1859,6 +1860,15 @@ def _differentiable_returns(schema: FunctionSchema) -> tuple[bool, ...]:
     return tuple(is_tensor_like(r.type) for r in schema.returns)
 
 
+def uses_register_autograd(schema: FunctionSchema) -> bool:
+    """Whether the op's autograd is registered with torch.library.register_autograd: its Tensor
+    lists (several Tensor[] returns, a Tensor[]? input) cannot pass an autograd.Function flat
+    (Note [Generated autograd] in codegen/dest/py_autograd.py)."""
+    return (sum(is_tensor_list(r.type) for r in schema.returns) > 1
+            or any(is_tensor_list(a.type) and a.type != strip_optional(a.type)
+                   for a in schema.arguments))
+
+
 def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
                       diags: Diagnostics) -> Derivatives | None:
     """Parse and check the `derivatives:` of the op `schema`; errors go to `diags` (then None)."""
@@ -1876,17 +1886,30 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
                         "declare an op that returns what this one writes, give it the "
                         "derivatives, and call it where gradients are needed")
         return None
+    # A keyword-only Tensor may be non_differentiable (aten's _flash_attention_forward has
+    # `*, Tensor? seqused_k=None`): the generated Function takes every argument in order. A
+    # gradient for one, or one at all where torch.library.register_autograd (which refuses
+    # keyword-only Tensors) registers the op's autograd, is refused.
     kw_tensors = [a.name for a in schema.kwarg_only if is_tensor_like(a.type)]
-    if kw_tensors:
-        # At the formula's key of that argument where there is one.
+    if kw_tensors and uses_register_autograd(schema):
         keyed = [spec.keys[i][names.index(kw_tensors[0])]
                  for i, (names, _) in enumerate(spec.formulas)
                  if kw_tensors[0] in names and i < len(spec.keys)]
         diags.error(keyed[0] if keyed else spec.loc,
                     f"derivatives cannot cover keyword-only Tensor arguments "
-                    f"('{kw_tensors[0]}')",
-                    "the generated autograd takes tensors positionally; make them positional")
+                    f"('{kw_tensors[0]}') of an op with a Tensor[]? argument or several "
+                    "Tensor[] returns",
+                    "its autograd goes through torch.library.register_autograd, which refuses "
+                    "keyword-only Tensors; make them positional")
         return None
+    for i, (names, text) in enumerate(spec.formulas):
+        if text.text.strip() == NON_DIFFERENTIABLE:
+            continue
+        for j, n in enumerate(names):
+            if n in kw_tensors:
+                diags.error(spec.keys[i][j] if i < len(spec.keys) else text.loc,
+                            f"keyword-only Tensor argument '{n}' cannot have a gradient",
+                            f"make '{n}' positional, or write `{n}: non_differentiable`")
 
     diff_outputs = _differentiable_returns(schema)
     if spec.output_differentiability is not None:

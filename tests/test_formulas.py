@@ -1219,3 +1219,15 @@ def test_nesting_costs_linear_time(monkeypatch, nest):
     depth = 12
     assert _errors(f"grad[:{nest(depth, 'n')}]", INDEX_SCHEMA) == []
     assert calls <= 4 * depth
+
+
+def test_a_keyword_only_gradient_does_not_hide_the_other_mistakes():
+    """A gradient given to a keyword-only Tensor is reported with the op's other mistakes in
+    its derivatives (here an output index out of range), not alone."""
+    schema = parse_schema("ex::f(Tensor x, Tensor y, *, Tensor? m=None) -> Tensor")
+    d, diags = parse(schema, {"x": "grads[3]", "y": "non_differentiable", "m": "grad"})
+    assert d is None
+    messages = [m.message for m in diags.items]
+    assert len(messages) == 2, messages
+    assert messages[0] == "keyword-only Tensor argument 'm' cannot have a gradient"
+    assert "grads[3]" in messages[1], messages

@@ -705,3 +705,118 @@ def test_the_reference_examples_are_right(tmp_path, monkeypatch):
         check(lambda a: ns.rows(a), x)
     finally:
         lib.close()
+
+
+def test_keyword_only_tensors_may_be_non_differentiable(tmp_path, monkeypatch):
+    """A keyword-only Tensor marked `non_differentiable` (aten's `_flash_attention_forward(...,
+    *, Tensor? seqused_k=None, ...)`, xformers' `*, Tensor? seqlen_k=None`) passes check and
+    differentiates the other inputs; before, any keyword-only Tensor refused the op's
+    derivatives. (torch.library.register_autograd, the path of an op with a `Tensor[]?`
+    input, refuses them: tests/diagnostics_py/grad_kwarg_only_tensor_list.yaml.)"""
+
+    import torch
+
+    from codegen import testing
+
+    lib = _python_library(tmp_path, monkeypatch, "kwonly_kernels", """\
+        def attn(q, k, *, mask=None, scale=1.0):
+            s = q * k * scale
+            return s if mask is None else s + mask
+        """, """\
+        namespace: kwonly
+        ops:
+          - func: attn(Tensor q, Tensor k, *, Tensor? mask=None, float scale=1.0) -> Tensor
+            dispatch: {CompositeExplicitAutograd: "kwonly_kernels:attn"}
+            fake: like(q)
+            derivatives:
+              q: grad * k * scale
+              k: grad * q * scale
+              mask: non_differentiable
+            samples:
+              none: {q: {shape: [3]}, k: {shape: [3]}}
+              given: {q: {shape: [3]}, k: {shape: [3]}, mask: {shape: [3]}, scale: 0.5}
+        """)
+    try:
+        q = torch.tensor([1.0, 2.0, 3.0], dtype=torch.double, requires_grad=True)
+        k = torch.tensor([-1.0, 0.5, 2.0], dtype=torch.double, requires_grad=True)
+        mask = torch.ones(3, dtype=torch.double, requires_grad=True)
+        out = torch.ops.kwonly.attn(q, k, mask=mask, scale=0.5)
+        gq, gk = torch.autograd.grad(out.sum(), (q, k))
+        assert gq.tolist() == [-0.5, 0.25, 1.0] and gk.tolist() == [0.5, 1.0, 1.5]
+        assert torch.autograd.gradcheck(
+            lambda a, b: torch.ops.kwonly.attn(a, b, mask=mask.detach()), (q, k))
+        checked = 0
+        for case in lib.cases():
+            for check in ("opcheck", "gradients", "export"):
+                if testing.applies(case, check):
+                    assert testing.run_check(case, check) is None, (case.id, check)
+                    checked += 1
+        assert checked == 6
+    finally:
+        lib.close()
+
+
+def test_formulas_read_non_tensor_outputs(tmp_path, monkeypatch):
+    """A formula reading an int or SymInt output (xformers' `efficient_attention_forward_cutlass
+    -> (Tensor output, ..., SymInt max_seqlen_batch_q, SymInt max_seqlen_batch_k)`, passed on to
+    its backward op) gets it from ctx: before, setup_context gave it to save_for_backward,
+    which raised "save_for_backward can only save variables, but argument 1 is of type int"
+    on every differentiated call. Both autograd paths (the Function; register_autograd for an
+    op with a `Tensor[]?` input), eagerly and under torch.compile."""
+
+    import torch
+
+    from codegen import testing
+
+    lib = _python_library(tmp_path, monkeypatch, "intout_kernels", """\
+        def scaled(x):
+            return x * x.size(0), x.size(0)
+
+        def blend(x, ws=None):
+            return x * x.size(0) if ws is None else x * sum(ws), x.size(0)
+        """, """\
+        namespace: intout
+        ops:
+          - func: scaled(Tensor x) -> (Tensor y, SymInt n)
+            dispatch: {CompositeExplicitAutograd: "intout_kernels:scaled"}
+            fake: (like(x), x.size(0))
+            derivatives:
+              output_differentiability: [true, false]
+              x: grad_y * n
+            samples:
+              - {x: {shape: [N=3]}}
+          - func: blend(Tensor x, Tensor[]? ws=None) -> (Tensor y, int n)
+            dispatch: {CompositeExplicitAutograd: "intout_kernels:blend"}
+            fake: (like(x), x.size(0))
+            derivatives:
+              output_differentiability: [true, false]
+              x: grad_y * n if ws is None else grad_y * sum(ws)
+              ws: '[grad_y * x for _ in ws]'
+            samples:
+              - {x: {shape: [3]}}
+        """)
+    try:
+        x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.double, requires_grad=True)
+        (g,) = torch.autograd.grad(torch.ops.intout.scaled(x)[0].sum(), (x,))
+        assert g.tolist() == [3.0] * 3
+        (g,) = torch.autograd.grad(torch.ops.intout.blend(x)[0].sum(), (x,))
+        assert g.tolist() == [3.0] * 3
+
+        def f(t):
+            return torch.ops.intout.scaled(t)[0].sum()
+
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=True)
+        for n in (3, 5):
+            t = torch.ones(n, dtype=torch.double, requires_grad=True)
+            (g,) = torch.autograd.grad(compiled(t), (t,))
+            assert g.tolist() == [float(n)] * n
+        checked = 0
+        for case in lib.cases():
+            for check in ("opcheck", "gradients"):
+                if testing.applies(case, check):
+                    assert testing.run_check(case, check) is None, (case.id, check)
+                    checked += 1
+        assert checked == 4
+    finally:
+        lib.close()

@@ -185,8 +185,7 @@ def autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         return  # reported by formulas.check_library
     plan = F.saved(d, op.schema)
     list_returns = [r for r in op.schema.returns if is_tensor_list(r.type)]
-    if len(list_returns) > 1 or any(is_tensor_list(a.type) and a.type != strip_optional(a.type)
-                                    for a in op.schema.arguments):
+    if F.uses_register_autograd(op.schema):
         # Several Tensor[] outputs, or an optional Tensor[] input, do not pass through an
         # autograd.Function as flat Tensors: torch.library wraps it (no torch.func then).
         if len(list_returns) > 1:
@@ -356,13 +355,16 @@ class FlatFunction:
         """The Tensors saved (local, source), the Tensor lists saved, the attributes kept on
         ctx, and setup_context's body."""
         at, results, output = self.at, self.own.results, self.output
+        kept = _value_results(self.schema, plan)
         singles = [(n, self.source(n)) for n in plan.tensors] + \
-            [(results[i], output(i)) for i in plan.results if i != at]
+            [(results[i], output(i)) for i in plan.results if i != at and i not in kept]
         saved_lists = [(n, self.source(n)) for n in plan.tensor_lists] + \
             [(results[i], output(i)) for i in plan.results if i == at]
         attrs = CtxAttributes(plan, _counted(saved_lists),
-                              [self.own.lens[a.name] for a in self.lists[:-1]])
+                              [self.own.lens[a.name] for a in self.lists[:-1]],
+                              [results[i] for i in kept])
         setup = _save_tensors(singles, saved_lists, attrs)
+        setup += [f"ctx.{attrs.results[results[i]]} = {output(i)}" for i in kept]
         for a in self.lists[:-1]:
             setup.append(f"ctx.{attrs.lens[self.own.lens[a.name]]} = "
                          f"{self.input_count(a.name)}")
@@ -478,9 +480,10 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
     grads, results, r = own.grads, own.results, m.reach(op)
 
     # setup_context
+    kept = _value_results(schema, plan)
     singles = [(n, source(n)) for n in plan.tensors] + \
         [(results[i], output(i)) for i in plan.results
-         if not isinstance(strip_optional(schema.returns[i].type), ListType)]
+         if not isinstance(strip_optional(schema.returns[i].type), ListType) and i not in kept]
     lists = [(n, source(n)) for n in plan.tensor_lists] + \
         [(results[i], output(i)) for i in plan.results
          if isinstance(strip_optional(schema.returns[i].type), ListType)]
@@ -488,8 +491,9 @@ def register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, d: F.Deriv
     optional = {n for n in plan.tensor_lists if _is_optional(schema.argument(n))} | \
         {results[i] for i in plan.results if _is_optional(schema.returns[i])
          and isinstance(strip_optional(schema.returns[i].type), ListType)}
-    attrs = CtxAttributes(plan, _counted(lists, optional), [])
+    attrs = CtxAttributes(plan, _counted(lists, optional), [], [results[i] for i in kept])
     setup = (_save_tensors(singles, lists, attrs, optional)
+             + [f"ctx.{attrs.results[results[i]]} = {output(i)}" for i in kept]
              + _save_context(plan, d, schema, source, output, attrs) or ["pass"])
     setup_params = "ctx, inputs, keyword_only_inputs, output" if kw_only \
         else "ctx, inputs, output"
@@ -617,6 +621,11 @@ def _save_tensors(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
     return lines
 
 
+def _value_results(schema: FunctionSchema, plan: F.Saved) -> list[int]:
+    """The outputs the formulas read that are not Tensors: kept on ctx, not saved."""
+    return [i for i in plan.results if not is_tensor_like(schema.returns[i].type)]
+
+
 def _counted(lists: list[tuple[str, str]], optional: Collection[str] = ()) -> list[str]:
     """The saved Tensor lists (locals) whose length setup_context records (`_save_tensors`)."""
     return [local for k, (local, _) in enumerate(lists)
@@ -655,15 +664,19 @@ class CtxAttributes:
     (input, "shape" | "dtype" | "device") -> `<input>_<what>`; `lens`, the length of a Tensor[]
     input the outputs pass flat after (its local in backward) -> `<local>`; `counts`, the length
     of a saved Tensor list (its local) -> `<local>_count`. A value `x_shape` beside the shape of
-    an input `x` keeps its name: the shape moves to `x_shape_`."""
+    an input `x` keeps its name: the shape moves to `x_shape_`. `results`: each non-Tensor
+    output the formulas read (its local in backward) -> `<local>`: save_for_backward takes
+    Tensors only (xformers' `-> (..., SymInt max_seqlen_batch_q, ...)`)."""
 
-    def __init__(self, plan: F.Saved, counted: Sequence[str], lens: Sequence[str]):
+    def __init__(self, plan: F.Saved, counted: Sequence[str], lens: Sequence[str],
+                 results: Sequence[str] = ()):
         own = reserved.autograd_ctx_attributes()
         self.taken = set(own) | set(plan.values)
         self.values = {a: self.fresh(f"{a}_value") if a in own else a for a in plan.values}
         self.meta = {(a, what): self.fresh(f"{a}_{what}") for a, what in plan.meta}
         self.lens = {local: self.fresh(local) for local in lens}
         self.counts = {local: self.fresh(f"{local}_count") for local in counted}
+        self.results = {local: self.fresh(local) for local in results}
 
     def fresh(self, base: str) -> str:
         name = reserved.fresh(base, self.taken)
@@ -706,6 +719,8 @@ def _restore_saved(singles: list[tuple[str, str]], lists: list[tuple[str, str]],
             body.append(restore(lists[-1][0], f"{saved}[{offset}:]"))
     for a_name, attr in attrs.values.items():
         body.append(f"{a_name} = {ctx}.{attr}")
+    for local, attr in attrs.results.items():
+        body.append(f"{local} = {ctx}.{attr}")
     body.append(f"{own.needs} = {ctx}.needs_input_grad")
     return body
 
