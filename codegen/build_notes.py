@@ -274,7 +274,16 @@ def same_declaration(compiler_decl: str, info: KernelInfo) -> bool:
         return False
     types = [re.sub(r"\s*\b\w+\s*$", "", p) for p in _split_params(m.group(3))]
     expected = f"{m.group(1).strip()} {info.qualified}({', '.join(types)})"
-    return _tight(expected) == _tight(compiler_decl)
+    return _torch_names(_tight(expected)) == _torch_names(_tight(compiler_decl))
+
+
+# at:: re-exports c10's types by using-declarations, so gcc names the header's `at::ScalarType`
+# (also Scalar, Layout, Device, MemoryFormat) by its home, `c10::ScalarType`.
+_TORCH_SCOPE = re.compile(r"(?<![\w:])(?:at|c10)::")
+
+
+def _torch_names(text: str) -> str:
+    return _TORCH_SCOPE.sub("", text)
 
 
 def include_path(header: str) -> str:

@@ -299,8 +299,8 @@ class SampleReader(YamlFile):
                 ok = False
             else:
                 dtype = d
-        elif values is not None and _all_ints(values):
-            dtype = "int64"
+        elif values is not None:
+            dtype = _default_dtype(values)
         requires_grad = None        # not said: the checks decide
         if "requires_grad" in fields:
             rg = self.boolean(fields["requires_grad"][1], "'requires_grad'")
@@ -397,10 +397,23 @@ def _out_of_range(node: Node, least: int, most: int) -> Scalar | None:
     return None
 
 
-def _all_ints(values) -> bool:
+def _default_dtype(values) -> str:
+    """torch.tensor's dtype for `values`: bool for booleans alone, int64 for integers (with or
+    without booleans), else (a float, or no element at all) float32."""
+    leaves = list(_leaves(values))
+    if leaves and all(isinstance(v, bool) for v in leaves):
+        return "bool"
+    if leaves and all(isinstance(v, int) for v in leaves):
+        return "int64"
+    return "float32"
+
+
+def _leaves(values):
     if isinstance(values, tuple):
-        return all(_all_ints(v) for v in values)
-    return isinstance(values, int) and not isinstance(values, bool)
+        for v in values:
+            yield from _leaves(v)
+    else:
+        yield values
 
 
 def is_sample(node: Node, schema: FunctionSchema) -> bool:

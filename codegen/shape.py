@@ -59,7 +59,8 @@ comprehension making one per element of a list argument or of `range(n)`:
 `[like(t) for t in tensors]`, `[empty([s, d]) for s in sizes]`, `[empty([dynamic()]) for i in
 range(n)]` (a data-dependent length each: `dynamic()` is new per element). The number of outputs
 is fixed when the op is traced, so `n` is an `int` argument (not `SymInt`), a literal or
-`len(...)`; a count that depends on the data needs a Python fake function.
+`len(...)`; a count that depends on the data needs a Python fake function. Either may be a
+branch of `a if cond else b` (`[like(v), like(w)] if w is not None else [like(v)]`).
 
 Values
 ------
@@ -1809,6 +1810,15 @@ class _Checker:
         one per element of a list argument or of `range(n)`."""
         if isinstance(item, _ListComp):
             return self.listcomp(item, outputs=True)
+        if isinstance(item, _IfExp):
+            # Each branch is a list of outputs (FBGEMM's `[values, lengths, weights] if
+            # weights is not None else [values, lengths]`), not a shape.
+            cond = self.condition(item.cond)
+            with self.narrowed(cond, True):
+                then = self.list_output(item.then, what)
+            with self.narrowed(cond, False):
+                orelse = self.list_output(item.orelse, what)
+            return Cond(cond, then, orelse)
         if isinstance(item, _List):
             outs = []
             for i in item.items:

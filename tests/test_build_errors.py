@@ -274,6 +274,25 @@ def test_include_note_without_a_compiler(tmp_path: Path, monkeypatch) -> None:
         "hint: change the definition to match, or the schema in the op file")
 
 
+def test_include_note_knows_gcc_names_at_types_by_their_c10_home() -> None:
+    """gcc prints the header's `at::ScalarType` as `c10::ScalarType` (a using-declaration, not a
+    typedef): a definition that matches was told to change (FBGEMM's
+    embedding_bag_rowwise_prune, `ScalarType compressed_indices_dtype`)."""
+    from codegen.build_notes import KernelInfo, same_declaration
+
+    info = KernelInfo(
+        "jag::prune_cpu", ("CPU kernel of jag::prune (defs/j.yaml:3)",),
+        "jag::prune(Tensor weight, ScalarType dtype, Scalar s) -> Tensor",
+        "at::Tensor prune_cpu(const at::Tensor& weight, at::ScalarType dtype, "
+        "const at::Scalar& s);", "gen/cpp/jag/j/prune.h", 24, "jag")
+    assert same_declaration("at::Tensor jag::prune_cpu(const at::Tensor&, c10::ScalarType, "
+                            "const c10::Scalar&)", info)
+    assert not same_declaration("at::Tensor jag::prune_cpu(const at::Tensor&, c10::ScalarType, "
+                                "double)", info)
+    assert not same_declaration("at::Tensor other::prune_cpu(const at::Tensor&, "
+                                "c10::ScalarType, const c10::Scalar&)", info)
+
+
 def test_index_records_what_the_registration_units_register() -> None:
     """The build refuses a hand-written registration of a generated kernel from the index's
     `registrations`, not by reading generated C++: for the example library (full and stable ABI,

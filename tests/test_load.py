@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 from codegen.diagnostics import Loc, UserError
 from codegen.diagnostics import WARNINGS
@@ -421,6 +422,20 @@ def test_tensor_values_and_dtype_inference(tmp_path):
     assert b == TensorSample((2,), "float32", values=(1.5, 2))
     assert c == TensorSample((2,), "bool", values=(True, False))
     assert d == TensorSample((), "int32", values=3)
+
+
+def test_values_default_to_torch_tensors_dtype(tmp_path):
+    """Without `dtype`, `values` take the dtype torch.tensor gives them: a mask written as
+    booleans is a bool tensor (it was float32), an empty list float32 (it was int64)."""
+    (s,) = samples_of(tmp_path, "ex::f(Tensor a, Tensor b, Tensor c, Tensor d) -> Tensor", """\
+        - a: {values: [[true, false], [false, true]]}
+          b: {values: [true, 2]}
+          c: {values: []}
+          d: {values: [true, 2.5]}
+        """)
+    got = [v.dtype for _, v in s.args]
+    assert got == ["bool", "int64", "float32", "float32"]
+    assert got == [str(torch.tensor(v.values).dtype).removeprefix("torch.") for _, v in s.args]
 
 
 def test_scalar_and_list_sample_values(tmp_path):

@@ -157,6 +157,11 @@ def positives(self, rows):
     return [self[i][self[i] > 0].clone() for i in range(rows)]
 
 
+def keyed_select(values, indices, weights=None):
+    out = [values.index_select(0, indices), indices.clone()]
+    return out if weights is None else out + [weights.index_select(0, indices)]
+
+
 # --------------------------------------------------------------------------------------------------
 # The rules against the kernels
 
@@ -197,6 +202,37 @@ def test_in_place_out_and_no_return_ops_need_no_rule(library):
     assert S.schema_fake(ops["shapetest::normalize_"].schema) == S.FakeRule(
         (), (S.ReturnArg("self"),))
     assert S.schema_fake(ops["shapetest::accumulate"].schema) == S.FakeRule((), ())
+
+
+KEYED_SELECT = """\
+namespace: shapecond
+ops:
+  - func: keyed_select(Tensor values, Tensor indices, Tensor? weights) -> Tensor[]
+    dispatch: {CPU: "tests.test_shape:keyed_select"}
+    fake: "n = indices.size(0); [empty([n]), like(indices), empty([n], dtype=weights.dtype)] if weights is not None else [empty([n]), like(indices)]"
+    samples:
+      - {values: {shape: [5]}, indices: {values: [4, 0]}, weights: {shape: [5], dtype: float64}}
+      - {values: {shape: [5]}, indices: {values: [1]}, weights: null}
+"""
+
+
+def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, testing):
+    """FBGEMM's keyed_jagged_index_select_dim1 returns its weights only when given some: each
+    branch of the `if` is a list of outputs (it was checked as a shape, and refused)."""
+    path = tmp_path / "keyed.yaml"
+    path.write_text(KEYED_SELECT)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (op,) = lib.ops
+        (out,) = op.fake.outputs
+        assert isinstance(out, S.Cond)
+        assert isinstance(out.then, S.OutList) and len(out.then.items) == 3
+        assert isinstance(out.orelse, S.OutList) and len(out.orelse.items) == 2
+        for case in lib.cases():
+            testing.check_opcheck(case)
+    finally:
+        lib.close()
 
 
 def test_data_dependent_outputs_share_a_bound_size(library):
