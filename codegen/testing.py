@@ -776,7 +776,13 @@ def _overload(ref: Any) -> torch._ops.OpOverload:
 
 
 def _op_differentiable(overload: torch._ops.OpOverload) -> bool:
-    """Whether a library op a formula calls has autograd (derivatives or a composite kernel)."""
+    """Whether a library op a formula calls has autograd (derivatives or a composite kernel). An
+    op of a loaded op file says so itself: one without derivatives has an Autograd kernel too,
+    which raises at backward (Note [C++ autograd])."""
+    op = _LIBRARY_OPS.get(overload.name().removesuffix(".default"))
+    if op is not None:
+        return op.derivatives is not None or \
+            op.kernel(DispatchKey.CompositeImplicitAutograd) is not None
     return overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.Autograd) or \
         overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 

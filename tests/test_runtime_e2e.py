@@ -168,6 +168,31 @@ def test_composite_op_differentiates_through_its_parts() -> None:
     torch.testing.assert_close(x.grad, expected)
 
 
+def test_an_op_without_derivatives_raises_at_backward_eager_and_compiled() -> None:
+    """weighted_mse has no derivatives. torch's fallback for custom ops only warned: eager
+    differentiated through the ATen calls inside its C++ kernel, and torch.compile gave no
+    gradient. Now both raise, as an aten op without a derivatives.yaml entry does, and a call
+    with nothing to differentiate is plain."""
+    x = torch.randn(4, 3, requires_grad=True)
+    y = torch.randn(4, 3)
+
+    def f(x, y):
+        return torch.ops.exops.weighted_mse(x, y)
+
+    out = f(x, y)
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match="derivative for exops::weighted_mse is not implemented"):
+        out.backward()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="derivative for exops::weighted_mse is not implemented"):
+        torch.compile(f, backend="aot_eager", fullgraph=True)(x, y).backward()
+    with torch.no_grad():
+        assert not f(x, y).requires_grad
+    plain = f(x.detach(), y)
+    assert not plain.requires_grad and plain.grad_fn is None
+    torch.testing.assert_close(plain, ((x.detach() - y) ** 2).mean())
+
+
 def test_kernel_errors_reach_python() -> None:
     with pytest.raises(RuntimeError, match="reduction must be 'none', 'mean' or 'sum', got 'max'"):
         torch.ops.exops.weighted_mse(torch.ones(2), torch.ones(2), None, "max")

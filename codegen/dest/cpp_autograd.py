@@ -25,6 +25,14 @@ locals holding the inputs and the formulas' bindings are named apart from what i
 beside an input `x_saved_` makes that input's local `x_saved__`). Only arguments named `opgen_*`,
 the prefix of the Autograd kernel's own locals and of the helpers it calls, keep the Python path.
 
+An op without derivatives (no `derivatives:`, no CompositeImplicitAutograd kernel) that neither
+writes to nor returns views of its arguments gets torch's own Autograd kernel for aten ops,
+`autogradNotImplementedFallback`, as torchgen gives an aten op without a derivatives.yaml entry:
+where an input requires grad, its outputs get a node whose backward raises "derivative for <op>
+is not implemented". Without it, torch's fallback for custom ops only warned at backward, and
+eager and compiled code disagreed: eager differentiated through the ATen calls inside the C++
+kernel, and torch.compile gave no gradient (`not_differentiable_in_cpp`).
+
 An op keeps the Python path (codegen.dest.py_autograd) when its file says `autograd: python`, its
 namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
 formula needs what this translator does not carry (a Python-only helper, a library op with a
@@ -50,7 +58,7 @@ from codegen.layout import (cached_signature, check_formulas, constant_reads, fi
                             impl_name, library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
-                           PyRef, is_tensor_like, strip_optional)
+                           PyRef, annotation_of, is_tensor_like, strip_optional)
 from codegen.tags import copies_back, functional_variant, shape_tag
 
 # Value kinds of translated expressions.
@@ -1221,6 +1229,20 @@ def _mutating_in_cpp_but_for_names(lib: OpLibrary, op: Op) -> bool:
             and not isinstance(cached_signature(op.schema), cpp.Unsupported))
 
 
+def not_differentiable_in_cpp(lib: OpLibrary, op: Op) -> bool:
+    """Whether `op` has no derivatives and gets torch's not-implemented Autograd kernel in C++
+    (Note [C++ autograd]): a full-ABI op of C++ kernels with a Tensor argument, that neither
+    writes to its arguments nor returns views of them."""
+    keys = {k for k, _ in op.dispatch}
+    return (op.derivatives is None and bool(keys)
+            and DispatchKey.CompositeImplicitAutograd not in keys
+            and any(is_tensor_like(a.type) for a in op.schema.arguments)
+            and not any(annotation_of(x.type) is not None
+                        for x in (*op.schema.arguments, *op.schema.returns))
+            and namespace_abi(lib, op.namespace) is None
+            and file_setting(lib, op) != "python" and not _is_python(op))
+
+
 def saves_self(functional: Op) -> bool:
     """Whether the functional variant's formulas read its first input (so an in-place op
     clones it before the copy overwrites it)."""
@@ -1294,7 +1316,8 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
     for ns in lib.namespaces:
         plans = [p for p in (plan(lib, op) for op in lib.in_namespace(ns)) if p is not None]
         mutating = [op for op in lib.in_namespace(ns) if mutating_in_cpp(lib, op)]
-        if not plans and not mutating:
+        none = [impl_name(op) for op in lib.in_namespace(ns) if not_differentiable_in_cpp(lib, op)]
+        if not plans and not mutating and not none:
             continue
         sources = sorted({s.file.path for s in shards(lib)[ns]})
         called: dict[str, Op] = {}
@@ -1311,7 +1334,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
             "cpp_autograd.cpp.j2", banner=banner("//", sources), ns=ns, handles=handles,
             ops=[kernel_context(p) for p in plans],
             helpers=sorted(set().union(*(p.helpers for p in plans))),
-            mutating=[mutating_context(lib, op) for op in mutating])
+            mutating=[mutating_context(lib, op) for op in mutating], not_differentiable=none)
     return out
 
 
@@ -1319,5 +1342,5 @@ def paths(lib: OpLibrary, project: Project) -> dict[str, str]:
     """namespace -> its generated autograd source, for the namespaces that have one."""
     return {ns: autograd_path(project, ns) for ns in lib.namespaces
             if any(plan(lib, op) is not None or mutating_in_cpp(lib, op)
-                   for op in lib.in_namespace(ns))}
+                   or not_differentiable_in_cpp(lib, op) for op in lib.in_namespace(ns))}
 

@@ -15,6 +15,7 @@
 #include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -454,6 +455,11 @@ TORCH_LIBRARY_IMPL(exops, Autograd, m) {
   m.impl("smooth_clamp_backward", TORCH_FN(smooth_clamp_backward_autograd));
   m.impl("soft_shrink_", TORCH_FN(soft_shrink__autograd));
   m.impl("soft_shrink.out", TORCH_FN(soft_shrink__out_autograd));
+  // No derivatives: a backward through these raises "derivative for ... is not implemented".
+  m.impl("weighted_mse", torch::autograd::autogradNotImplementedFallback());
+  m.impl("moments", torch::autograd::autogradNotImplementedFallback());
+  m.impl("pad_end", torch::autograd::autogradNotImplementedFallback());
+  m.impl("select_above", torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(exops, ADInplaceOrView, m) {

@@ -15,6 +15,7 @@
 #include <ATen/TensorIndexing.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -1473,6 +1474,8 @@ TORCH_LIBRARY_IMPL(agrad, Autograd, m) {
   m.impl("zero_some_", TORCH_FN(zero_some__autograd));
   m.impl("step_", TORCH_FN(step__autograd));
   m.impl("fill_", TORCH_FN(fill__autograd));
+  // No derivatives: a backward through these raises "derivative for ... is not implemented".
+  m.impl("histogram_of", torch::autograd::autogradNotImplementedFallback());
 }
 
 TORCH_LIBRARY_IMPL(agrad, ADInplaceOrView, m) {
