@@ -85,6 +85,7 @@ def test_cmake_file_is_generated_when_configured(tmp_path: Path) -> None:
     assert 'add_library(opgen_alphans SHARED\n  "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"\n' \
            '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/register_alphans.cpp"\n' \
+           '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/autograd.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/aoti.cpp"\n' \
            '  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/stamp.cpp"\n)' in text
     assert 'OUTPUT_NAME "alphans_ops"' in text

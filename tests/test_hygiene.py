@@ -456,7 +456,7 @@ def test_nasty_cpp_library_compiles(tmp_path, monkeypatch):
     TORCH_CHECK, an op `like` beside the Meta helper meta_like, kernels named f_CPU and
     meta_like, a CR and a comment terminator in a fake rule, a backslash ending a string
     default: the registration unit (with its Meta kernels), the kernel header with the call API,
-    the AOTI shims and the stamp compile without a warning."""
+    the AOTI shims, the Autograd kernels and the stamp compile without a warning."""
     monkeypatch.chdir(ROOT)
     cxx = os.environ.get("CXX", "c++")
     files = _rendered([NASTY_CPP])
@@ -465,7 +465,9 @@ def test_nasty_cpp_library_compiles(tmp_path, monkeypatch):
         (tmp_path / rel).write_text(text, encoding="utf-8")
     cpp = tmp_path / "generated" / "cpp"
     units = sorted(str(p) for p in (cpp / "hygc").glob("*.cpp"))
-    assert len(units) == 3      # the registration unit, the stamp and the AOTI shims
+    # the registration unit, the stamp, the AOTI shims and the Autograd kernels (of ops without
+    # derivatives)
+    assert len(units) == 4
     # The header is included by the registration unit; its call API also goes through a use.
     use = tmp_path / "use.cpp"
     use.write_text("#include <hygc/nasty_cpp.h>\n"

@@ -50,7 +50,7 @@ def test_commands_from_any_directory(tmp_path: Path) -> None:
         "SHA256SUMS", "__init__.py", "_aoti.py", "_loader.py", "_manifest.py", "_reg_alphans.py",
         "build.ninja", "cpp/alphans/alphans.h", "cpp/alphans/alphans/add_scaled.h",
         "cpp/alphans/alphans/cube.h", "cpp/alphans/alphans/twice.h", "cpp/alphans/aoti.cpp",
-        "cpp/alphans/index.json", "cpp/alphans/register_alphans.cpp", "cpp/alphans/stamp.cpp", "ops.py", "ops.pyi")]
+        "cpp/alphans/autograd.cpp", "cpp/alphans/index.json", "cpp/alphans/register_alphans.cpp", "cpp/alphans/stamp.cpp", "ops.py", "ops.pyi")]
     for rel in generated:
         text = (root / rel).read_text(encoding="utf-8")
         assert str(tmp_path) not in text and str(scratch.REPO) not in text, rel

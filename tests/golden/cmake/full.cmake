@@ -68,6 +68,7 @@ add_library(opgen_alphans SHARED
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/add.cpp"
   "${OPGEN_PROJECT_ROOT}/csrc/cpu/more/twice.cc"
   "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/register_alphans.cpp"
+  "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/autograd.cpp"
   "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/aoti.cpp"
   "${OPGEN_PROJECT_ROOT}/alphaops/_generated/cpp/alphans/stamp.cpp"
 )
