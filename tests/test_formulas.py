@@ -229,6 +229,27 @@ def test_second_backward_names_the_output_read_as_a_constant(library):
     assert contract.double_backward(ops["product"], lib) is True
 
 
+def test_an_op_without_derivatives_raises_at_backward(library):
+    """square_backward (a Python kernel) has no derivatives: torch's fallback for custom ops only
+    warned, and eager differentiated through the torch calls inside the kernel while compiled
+    code gave no gradient. Now both raise, as torch's kernel for an aten op without a formula."""
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    g = torch.ones(5, dtype=torch.float64)
+    out = torch.ops.gradtest.square_backward(g, x)
+    assert out.requires_grad
+    torch.testing.assert_close(out.detach(), 2 * x.detach())
+    message = "derivative for gradtest::square_backward is not implemented"
+    with pytest.raises(RuntimeError, match=message):
+        out.sum().backward()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=message):
+        torch.compile(torch.ops.gradtest.square_backward, backend="aot_eager",
+                      fullgraph=True)(g, x).sum().backward()
+    with torch.no_grad():
+        assert not torch.ops.gradtest.square_backward(g, x).requires_grad
+    assert torch.ops.gradtest.square_backward(g, x.detach()).grad_fn is None
+
+
 def test_double_backward_through_differentiable_formulas(library):
     x = torch.randn(5, dtype=torch.float64, requires_grad=True)
     (g,) = torch.autograd.grad(torch.ops.gradtest.cube(x).sum(), x, create_graph=True)

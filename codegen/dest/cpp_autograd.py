@@ -27,7 +27,8 @@ the prefix of the Autograd kernel's own locals and of the helpers it calls, keep
 
 An op without derivatives (no `derivatives:`, no CompositeImplicitAutograd kernel) that neither
 writes to nor returns views of its arguments gets torch's own Autograd kernel for aten ops,
-`autogradNotImplementedFallback`, as torchgen gives an aten op without a derivatives.yaml entry:
+`autogradNotImplementedFallback`, as torchgen gives an aten op without a derivatives.yaml entry
+(an op with Python kernels, or in an `autograd: python` file, a Python one to the same effect):
 where an input requires grad, its outputs get a node whose backward raises "derivative for <op>
 is not implemented". Without it, torch's fallback for custom ops only warned at backward, and
 eager and compiled code disagreed: eager differentiated through the ATen calls inside the C++
@@ -1229,18 +1230,30 @@ def _mutating_in_cpp_but_for_names(lib: OpLibrary, op: Op) -> bool:
             and not isinstance(cached_signature(op.schema), cpp.Unsupported))
 
 
-def not_differentiable_in_cpp(lib: OpLibrary, op: Op) -> bool:
-    """Whether `op` has no derivatives and gets torch's not-implemented Autograd kernel in C++
-    (Note [C++ autograd]): a full-ABI op of C++ kernels with a Tensor argument, that neither
-    writes to its arguments nor returns views of them."""
+def not_differentiable(op: Op) -> bool:
+    """Whether `op` is a functional op with kernels, a Tensor argument and no derivatives: a
+    backward through it raises (Note [C++ autograd])."""
     keys = {k for k, _ in op.dispatch}
     return (op.derivatives is None and bool(keys)
             and DispatchKey.CompositeImplicitAutograd not in keys
             and any(is_tensor_like(a.type) for a in op.schema.arguments)
             and not any(annotation_of(x.type) is not None
-                        for x in (*op.schema.arguments, *op.schema.returns))
-            and namespace_abi(lib, op.namespace) is None
+                        for x in (*op.schema.arguments, *op.schema.returns)))
+
+
+def not_differentiable_in_cpp(lib: OpLibrary, op: Op) -> bool:
+    """Whether `op` is `not_differentiable` and gets torch's not-implemented Autograd kernel in
+    C++: a full-ABI op of C++ kernels whose file does not say `autograd: python`."""
+    return (not_differentiable(op) and namespace_abi(lib, op.namespace) is None
             and file_setting(lib, op) != "python" and not _is_python(op))
+
+
+def not_differentiable_in_python(lib: OpLibrary, op: Op) -> bool:
+    """Whether `op` is `not_differentiable` and gets a Python Autograd kernel to the same effect:
+    its kernels are Python, or its file says `autograd: python`. Not on the stable ABI, where
+    each call would pay a Python call (torch's fallback stays)."""
+    return (not_differentiable(op) and namespace_abi(lib, op.namespace) is None
+            and not not_differentiable_in_cpp(lib, op))
 
 
 def saves_self(functional: Op) -> bool:

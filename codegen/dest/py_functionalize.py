@@ -13,8 +13,8 @@ from codegen import shape as S
 from codegen import tags as T
 from codegen.api import python as P
 from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_gradient_doc,
-                                       no_gradient_message, refuses_gradient, saves_self,
-                                       through_functional)
+                                       no_gradient_message, not_differentiable_in_python,
+                                       refuses_gradient, saves_self, through_functional)
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
 from codegen.model import ListType, Op, OptionalType, is_tensor_like, without_alias
@@ -203,6 +203,32 @@ def no_gradient(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     write: torch.func.grad gave zeros, backward through the written tensor skipped the op."""
     if refuses_gradient(m.lib, op) and not mutating_in_cpp(m.lib, op):
         _refusing_autograd(m, op, api, sec)
+
+
+def not_implemented(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """The Autograd kernel of a functional op without derivatives, where it is not C++ (Note [C++
+    autograd] in codegen/dest/cpp_autograd.py): the op below autograd; where an input requires
+    grad, its outputs get a node whose backward raises, as torch's not-implemented kernel does."""
+    if not not_differentiable_in_python(m.lib, op):
+        return
+    schema = op.schema
+    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    r = m.reach(op)
+    result = reserved.fresh("result", {a.name for a in schema.arguments})
+    call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
+    m.helpers.add("no_derivative")
+    body = [f"with {r.torch}._C._AutoDispatchBelowAutograd():",
+            f"    {result} = {call}",
+            f"if {r.torch}._C.is_grad_enabled() and "
+            f"{r.torch}._C._any_requires_grad({', '.join(tensors)}):",
+            f"    {result} = {r._no_derivative}({q(f'derivative for {op.name} is not implemented')}"
+            f", {result}, {', '.join(tensors)})",
+            f"return {result}"]
+    name = m.define(f"_{api}_autograd")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body,
+                                  "Under autograd: no derivatives, so a backward through the "
+                                  "outputs raises."))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
 
 
 def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:

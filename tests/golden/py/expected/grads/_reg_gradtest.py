@@ -280,6 +280,56 @@ def _first_order(message):
     return decorate
 
 
+class _NoDerivative(torch.autograd.Function):
+    """Views of an op's outputs whose backward raises `message`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(message, count, *tensors):
+        return tuple(t.view_as(t) for t in tensors[:count])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
+
+
+def _no_derivative(message, result, *inputs):
+    """`result` (Tensors, in tuples and lists) with its floating Tensors recorded by a node
+    whose backward raises `message`, its edges the inputs that require grad: what torch's
+    Autograd kernel of an aten op without a formula does."""
+    anchors = [t for x in inputs for t in (x if isinstance(x, (list, tuple)) else (x,))
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = []
+
+    def collect(x):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() or x.is_complex():
+                leaves.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+
+    collect(result)
+    if not leaves or not anchors:
+        return result
+    marked = dict(zip(map(id, leaves), _NoDerivative.apply(message, len(leaves), *leaves,
+                                                           *anchors)))
+
+    def rebuild(x):
+        if isinstance(x, torch.Tensor):
+            return marked.get(id(x), x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(rebuild(v) for v in x)
+        return x
+
+    return rebuild(result)
+
+
 _APPLY = torch._C._FunctionBase.__dict__["apply"]
 _FORWARD_AD = torch.autograd.forward_ad
 
@@ -733,12 +783,22 @@ _lib.impl("square", _square_autograd, "Autograd")
 # gradtest::square_backward(Tensor grad, Tensor x) -> Tensor
 
 
+def _square_backward_autograd(grad, x):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.square_backward.default(grad, x)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(grad, x):
+        result = _no_derivative("derivative for gradtest::square_backward is not implemented", result, grad, x)
+    return result
+
+
 def _square_backward_fake(grad, x):
     """fake: broadcast(grad, x)"""
     return _broadcast(grad, x)
 
 
 _lib.impl("square_backward", square_backward, "CPU")
+_lib.impl("square_backward", _square_backward_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::square_backward", "Meta"):
     torch.library.register_fake("gradtest::square_backward", _square_backward_fake, lib=_lib)
 

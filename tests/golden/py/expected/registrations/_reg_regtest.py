@@ -241,6 +241,56 @@ def _sample_output(value):
     return repr(value)
 
 
+class _NoDerivative(torch.autograd.Function):
+    """Views of an op's outputs whose backward raises `message`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(message, count, *tensors):
+        return tuple(t.view_as(t) for t in tensors[:count])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
+
+
+def _no_derivative(message, result, *inputs):
+    """`result` (Tensors, in tuples and lists) with its floating Tensors recorded by a node
+    whose backward raises `message`, its edges the inputs that require grad: what torch's
+    Autograd kernel of an aten op without a formula does."""
+    anchors = [t for x in inputs for t in (x if isinstance(x, (list, tuple)) else (x,))
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = []
+
+    def collect(x):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() or x.is_complex():
+                leaves.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+
+    collect(result)
+    if not leaves or not anchors:
+        return result
+    marked = dict(zip(map(id, leaves), _NoDerivative.apply(message, len(leaves), *leaves,
+                                                           *anchors)))
+
+    def rebuild(x):
+        if isinstance(x, torch.Tensor):
+            return marked.get(id(x), x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(rebuild(v) for v in x)
+        return x
+
+    return rebuild(result)
+
+
 def _has_tangent(*tensors):
     """Whether forward-mode AD (torch.func.jvp, jacfwd, torch.autograd.forward_ad) carries a
     tangent on one of `tensors` (Tensors, None, lists of them), as aten's isFwGradDefined asks."""
@@ -265,6 +315,15 @@ def _bump(name, written):
 # regtest::shift(Tensor x, Tensor y) -> Tensor
 
 
+def _shift_autograd(x, y):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.shift.default(x, y)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x, y):
+        result = _no_derivative("derivative for regtest::shift is not implemented", result, x, y)
+    return result
+
+
 def _shift_fake(x, y):
     """fake: broadcast(x, y)"""
     return _broadcast(x, y)
@@ -277,6 +336,7 @@ def _shift_vmap(info, in_dims, x, y):
 
 
 _lib.impl("shift", shift, "CPU")
+_lib.impl("shift", _shift_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::shift", "Meta"):
     torch.library.register_fake("regtest::shift", _shift_fake, lib=_lib)
 torch.library.register_vmap("regtest::shift", _shift_vmap, lib=_lib)
@@ -284,6 +344,15 @@ torch.library.register_autocast("regtest::shift", "cpu", torch.bfloat16, lib=_li
 
 
 # regtest::row_sums(Tensor x) -> Tensor
+
+
+def _row_sums_autograd(x):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.row_sums.default(x)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x):
+        result = _no_derivative("derivative for regtest::row_sums is not implemented", result, x)
+    return result
 
 
 def _row_sums_fake(x):
@@ -298,12 +367,22 @@ def _row_sums_vmap(info, in_dims, x):
 
 
 _lib.impl("row_sums", row_sums, "CPU")
+_lib.impl("row_sums", _row_sums_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::row_sums", "Meta"):
     torch.library.register_fake("regtest::row_sums", _row_sums_fake, lib=_lib)
 torch.library.register_vmap("regtest::row_sums", _row_sums_vmap, lib=_lib)
 
 
 # regtest::scaled_row_sums(Tensor x, Tensor scale, Tensor? bias=None) -> Tensor
+
+
+def _scaled_row_sums_autograd(x, scale, bias=None):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.scaled_row_sums.default(x, scale, bias)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x, scale, bias):
+        result = _no_derivative("derivative for regtest::scaled_row_sums is not implemented", result, x, scale, bias)
+    return result
 
 
 def _scaled_row_sums_fake(x, scale, bias=None):
@@ -321,12 +400,22 @@ def _scaled_row_sums_vmap(info, in_dims, x, scale, bias=None):
 
 
 _lib.impl("scaled_row_sums", scaled_row_sums, "CPU")
+_lib.impl("scaled_row_sums", _scaled_row_sums_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::scaled_row_sums", "Meta"):
     torch.library.register_fake("regtest::scaled_row_sums", _scaled_row_sums_fake, lib=_lib)
 torch.library.register_vmap("regtest::scaled_row_sums", _scaled_row_sums_vmap, lib=_lib)
 
 
 # regtest::offset(Tensor x, Tensor? y=None) -> Tensor
+
+
+def _offset_autograd(x, y=None):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.offset.default(x, y)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x, y):
+        result = _no_derivative("derivative for regtest::offset is not implemented", result, x, y)
+    return result
 
 
 def _offset_fake(x, y=None):
@@ -342,18 +431,40 @@ def _offset_vmap(info, in_dims, x, y=None):
 
 
 _lib.impl("offset", offset, "CPU")
+_lib.impl("offset", _offset_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::offset", "Meta"):
     torch.library.register_fake("regtest::offset", _offset_fake, lib=_lib)
 torch.library.register_vmap("regtest::offset", _offset_vmap, lib=_lib)
 
 
 # regtest::stretch(Tensor x, int times) -> Tensor
+
+
+def _stretch_autograd(x, times):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.stretch.default(x, times)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x):
+        result = _no_derivative("derivative for regtest::stretch is not implemented", result, x)
+    return result
+
+
 _lib.impl("stretch", stretch, "CompositeExplicitAutograd")
+_lib.impl("stretch", _stretch_autograd, "Autograd")
 torch.library.register_fake("regtest::stretch", stretch_fake, lib=_lib)
 torch.library.register_vmap("regtest::stretch", stretch_vmap, lib=_lib)
 
 
 # regtest::clip(Tensor x, float bound) -> Tensor
+
+
+def _clip_autograd(x, bound):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.clip.default(x, bound)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x):
+        result = _no_derivative("derivative for regtest::clip is not implemented", result, x)
+    return result
 
 
 def _clip_fake(x, bound):
@@ -362,6 +473,7 @@ def _clip_fake(x, bound):
 
 
 _lib.impl("clip", clip, "CPU")
+_lib.impl("clip", _clip_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::clip", "Meta"):
     torch.library.register_fake("regtest::clip", _clip_fake, lib=_lib)
 
@@ -516,12 +628,22 @@ torch.library.register_vmap("regtest::accumulate", _accumulate_vmap, lib=_lib)
 # regtest::split_by_sizes(Tensor x, SymInt[] sizes) -> Tensor[]
 
 
+def _split_by_sizes_autograd(x, sizes):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.split_by_sizes.default(x, sizes)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x):
+        result = _no_derivative("derivative for regtest::split_by_sizes is not implemented", result, x)
+    return result
+
+
 def _split_by_sizes_vmap(info, in_dims, x, sizes):
     """vmap: a loop over the batch (generated: no `vmap:`)"""
     return _loop_samples(_ops.split_by_sizes.default, info, in_dims, (x, sizes), {}, random=False)
 
 
 _lib.impl("split_by_sizes", split_by_sizes, "CPU")
+_lib.impl("split_by_sizes", _split_by_sizes_autograd, "Autograd")
 torch.library.register_fake("regtest::split_by_sizes", split_by_sizes_fake, lib=_lib)
 torch.library.register_vmap("regtest::split_by_sizes", _split_by_sizes_vmap, lib=_lib)
 

@@ -239,6 +239,56 @@ def _sample_output(value):
     return repr(value)
 
 
+class _NoDerivative(torch.autograd.Function):
+    """Views of an op's outputs whose backward raises `message`."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(message, count, *tensors):
+        return tuple(t.view_as(t) for t in tensors[:count])
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.message = inputs[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
+
+
+def _no_derivative(message, result, *inputs):
+    """`result` (Tensors, in tuples and lists) with its floating Tensors recorded by a node
+    whose backward raises `message`, its edges the inputs that require grad: what torch's
+    Autograd kernel of an aten op without a formula does."""
+    anchors = [t for x in inputs for t in (x if isinstance(x, (list, tuple)) else (x,))
+               if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = []
+
+    def collect(x):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() or x.is_complex():
+                leaves.append(x)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                collect(v)
+
+    collect(result)
+    if not leaves or not anchors:
+        return result
+    marked = dict(zip(map(id, leaves), _NoDerivative.apply(message, len(leaves), *leaves,
+                                                           *anchors)))
+
+    def rebuild(x):
+        if isinstance(x, torch.Tensor):
+            return marked.get(id(x), x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(rebuild(v) for v in x)
+        return x
+
+    return rebuild(result)
+
+
 def _has_tangent(*tensors):
     """Whether forward-mode AD (torch.func.jvp, jacfwd, torch.autograd.forward_ad) carries a
     tangent on one of `tensors` (Tensors, None, lists of them), as aten's isFwGradDefined asks."""
@@ -263,17 +313,36 @@ def _bump(name, written):
 # shapetest::add(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 
 
+def _add_autograd(self, other, *, alpha=1):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.add.default(self, other, alpha=alpha)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, other):
+        result = _no_derivative("derivative for shapetest::add is not implemented", result, self, other)
+    return result
+
+
 def _add_fake(self, other, *, alpha=1):
     """fake: broadcast(self, other)"""
     return _broadcast(self, other)
 
 
 _lib.impl("add", add, "CPU")
+_lib.impl("add", _add_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::add", "Meta"):
     torch.library.register_fake("shapetest::add", _add_fake, lib=_lib)
 
 
 # shapetest::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor
+
+
+def _addcmul_autograd(self, tensor1, tensor2, *, value=1):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.addcmul.default(self, tensor1, tensor2, value=value)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, tensor1, tensor2):
+        result = _no_derivative("derivative for shapetest::addcmul is not implemented", result, self, tensor1, tensor2)
+    return result
 
 
 def _addcmul_fake(self, tensor1, tensor2, *, value=1):
@@ -282,11 +351,21 @@ def _addcmul_fake(self, tensor1, tensor2, *, value=1):
 
 
 _lib.impl("addcmul", addcmul, "CPU")
+_lib.impl("addcmul", _addcmul_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::addcmul", "Meta"):
     torch.library.register_fake("shapetest::addcmul", _addcmul_fake, lib=_lib)
 
 
 # shapetest::mul_scalar(Tensor self, Scalar other) -> Tensor
+
+
+def _mul_scalar_autograd(self, other):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.mul_scalar.default(self, other)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::mul_scalar is not implemented", result, self)
+    return result
 
 
 def _mul_scalar_fake(self, other):
@@ -295,11 +374,21 @@ def _mul_scalar_fake(self, other):
 
 
 _lib.impl("mul_scalar", mul_scalar, "CPU")
+_lib.impl("mul_scalar", _mul_scalar_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::mul_scalar", "Meta"):
     torch.library.register_fake("shapetest::mul_scalar", _mul_scalar_fake, lib=_lib)
 
 
 # shapetest::biased(Tensor self, Tensor? bias=None) -> Tensor
+
+
+def _biased_autograd(self, bias=None):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.biased.default(self, bias)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, bias):
+        result = _no_derivative("derivative for shapetest::biased is not implemented", result, self, bias)
+    return result
 
 
 def _biased_fake(self, bias=None):
@@ -308,11 +397,21 @@ def _biased_fake(self, bias=None):
 
 
 _lib.impl("biased", biased, "CPU")
+_lib.impl("biased", _biased_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::biased", "Meta"):
     torch.library.register_fake("shapetest::biased", _biased_fake, lib=_lib)
 
 
 # shapetest::sum_dims(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor
+
+
+def _sum_dims_autograd(self, dim=None, keepdim=False, *, dtype=None):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.sum_dims.default(self, dim, keepdim, dtype=dtype)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::sum_dims is not implemented", result, self)
+    return result
 
 
 def _sum_dims_fake(self, dim=None, keepdim=False, *, dtype=None):
@@ -321,11 +420,21 @@ def _sum_dims_fake(self, dim=None, keepdim=False, *, dtype=None):
 
 
 _lib.impl("sum_dims", sum_dims, "CPU")
+_lib.impl("sum_dims", _sum_dims_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::sum_dims", "Meta"):
     torch.library.register_fake("shapetest::sum_dims", _sum_dims_fake, lib=_lib)
 
 
 # shapetest::amax(Tensor self, int dim, bool keepdim=False) -> Tensor
+
+
+def _amax_autograd(self, dim, keepdim=False):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.amax.default(self, dim, keepdim)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::amax is not implemented", result, self)
+    return result
 
 
 def _amax_fake(self, dim, keepdim=False):
@@ -334,11 +443,21 @@ def _amax_fake(self, dim, keepdim=False):
 
 
 _lib.impl("amax", amax, "CPU")
+_lib.impl("amax", _amax_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::amax", "Meta"):
     torch.library.register_fake("shapetest::amax", _amax_fake, lib=_lib)
 
 
 # shapetest::tile_rows(Tensor self, SymInt times) -> Tensor
+
+
+def _tile_rows_autograd(self, times):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.tile_rows.default(self, times)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::tile_rows is not implemented", result, self)
+    return result
 
 
 def _tile_rows_fake(self, times):
@@ -347,11 +466,21 @@ def _tile_rows_fake(self, times):
 
 
 _lib.impl("tile_rows", tile_rows, "CPU")
+_lib.impl("tile_rows", _tile_rows_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::tile_rows", "Meta"):
     torch.library.register_fake("shapetest::tile_rows", _tile_rows_fake, lib=_lib)
 
 
 # shapetest::windows(Tensor self, SymInt size, SymInt step) -> Tensor
+
+
+def _windows_autograd(self, size, step):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.windows.default(self, size, step)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::windows is not implemented", result, self)
+    return result
 
 
 def _windows_fake(self, size, step):
@@ -360,10 +489,20 @@ def _windows_fake(self, size, step):
 
 
 _lib.impl("windows", windows, "CPU")
+_lib.impl("windows", _windows_autograd, "Autograd")
 torch.library.register_fake("shapetest::windows", _windows_fake, lib=_lib)
 
 
 # shapetest::grow(Tensor self, SymInt n) -> Tensor
+
+
+def _grow_autograd(self, n):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.grow.default(self, n)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::grow is not implemented", result, self)
+    return result
 
 
 def _grow_fake(self, n):
@@ -372,11 +511,21 @@ def _grow_fake(self, n):
 
 
 _lib.impl("grow", grow, "CPU")
+_lib.impl("grow", _grow_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::grow", "Meta"):
     torch.library.register_fake("shapetest::grow", _grow_fake, lib=_lib)
 
 
 # shapetest::pad_last(Tensor self, SymInt[] pad) -> Tensor
+
+
+def _pad_last_autograd(self, pad):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.pad_last.default(self, pad)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::pad_last is not implemented", result, self)
+    return result
 
 
 def _pad_last_fake(self, pad):
@@ -385,10 +534,20 @@ def _pad_last_fake(self, pad):
 
 
 _lib.impl("pad_last", pad_last, "CPU")
+_lib.impl("pad_last", _pad_last_autograd, "Autograd")
 torch.library.register_fake("shapetest::pad_last", _pad_last_fake, lib=_lib)
 
 
 # shapetest::concat(Tensor[] tensors) -> Tensor
+
+
+def _concat_autograd(tensors):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.concat.default(tensors)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(tensors):
+        result = _no_derivative("derivative for shapetest::concat is not implemented", result, tensors)
+    return result
 
 
 def _concat_fake(tensors):
@@ -402,6 +561,7 @@ def _concat_vmap(info, in_dims, tensors):
 
 
 _lib.impl("concat", concat, "CPU")
+_lib.impl("concat", _concat_autograd, "Autograd")
 torch.library.register_fake("shapetest::concat", _concat_fake, lib=_lib)
 torch.library.register_vmap("shapetest::concat", _concat_vmap, lib=_lib)
 
@@ -421,17 +581,36 @@ torch.library.register_fake("shapetest::filled", _filled_fake, lib=_lib)
 # shapetest::astype(Tensor self, ScalarType dtype) -> Tensor
 
 
+def _astype_autograd(self, dtype):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.astype.default(self, dtype)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::astype is not implemented", result, self)
+    return result
+
+
 def _astype_fake(self, dtype):
     """fake: like(self, dtype=dtype)"""
     return self.new_empty(self.shape, dtype=dtype)
 
 
 _lib.impl("astype", astype, "CPU")
+_lib.impl("astype", _astype_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::astype", "Meta"):
     torch.library.register_fake("shapetest::astype", _astype_fake, lib=_lib)
 
 
 # shapetest::nonzero_values(Tensor self) -> Tensor
+
+
+def _nonzero_values_autograd(self):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.nonzero_values.default(self)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::nonzero_values is not implemented", result, self)
+    return result
 
 
 def _nonzero_values_fake(self):
@@ -440,10 +619,20 @@ def _nonzero_values_fake(self):
 
 
 _lib.impl("nonzero_values", nonzero_values, "CPU")
+_lib.impl("nonzero_values", _nonzero_values_autograd, "Autograd")
 torch.library.register_fake("shapetest::nonzero_values", _nonzero_values_fake, lib=_lib)
 
 
 # shapetest::unique_counts(Tensor self) -> (Tensor values, Tensor counts)
+
+
+def _unique_counts_autograd(self):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.unique_counts.default(self)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::unique_counts is not implemented", result, self)
+    return result
 
 
 def _unique_counts_fake(self):
@@ -453,10 +642,20 @@ def _unique_counts_fake(self):
 
 
 _lib.impl("unique_counts", unique_counts, "CPU")
+_lib.impl("unique_counts", _unique_counts_autograd, "Autograd")
 torch.library.register_fake("shapetest::unique_counts", _unique_counts_fake, lib=_lib)
 
 
 # shapetest::split_rows(Tensor self) -> (Tensor head, Tensor tail, SymInt cut)
+
+
+def _split_rows_autograd(self):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.split_rows.default(self)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::split_rows is not implemented", result, self)
+    return result
 
 
 def _split_rows_fake(self):
@@ -471,11 +670,21 @@ def _split_rows_vmap(info, in_dims, self):
 
 
 _lib.impl("split_rows", split_rows, "CPU")
+_lib.impl("split_rows", _split_rows_autograd, "Autograd")
 torch.library.register_fake("shapetest::split_rows", _split_rows_fake, lib=_lib)
 torch.library.register_vmap("shapetest::split_rows", _split_rows_vmap, lib=_lib)
 
 
 # shapetest::loss(Tensor input, Tensor target, str reduction="mean") -> Tensor
+
+
+def _loss_autograd(input, target, reduction='mean'):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.loss.default(input, target, reduction)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(input, target):
+        result = _no_derivative("derivative for shapetest::loss is not implemented", result, input, target)
+    return result
 
 
 def _loss_fake(input, target, reduction='mean'):
@@ -484,11 +693,21 @@ def _loss_fake(input, target, reduction='mean'):
 
 
 _lib.impl("loss", loss, "CPU")
+_lib.impl("loss", _loss_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::loss", "Meta"):
     torch.library.register_fake("shapetest::loss", _loss_fake, lib=_lib)
 
 
 # shapetest::maybe_cast(Tensor self, ScalarType? dtype=None) -> Tensor
+
+
+def _maybe_cast_autograd(self, dtype=None):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.maybe_cast.default(self, dtype)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::maybe_cast is not implemented", result, self)
+    return result
 
 
 def _maybe_cast_fake(self, dtype=None):
@@ -497,6 +716,7 @@ def _maybe_cast_fake(self, dtype=None):
 
 
 _lib.impl("maybe_cast", maybe_cast, "CPU")
+_lib.impl("maybe_cast", _maybe_cast_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::maybe_cast", "Meta"):
     torch.library.register_fake("shapetest::maybe_cast", _maybe_cast_fake, lib=_lib)
 
@@ -547,12 +767,22 @@ if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize_", "
 # shapetest::normalize(Tensor self) -> Tensor
 
 
+def _normalize_autograd(self):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.normalize.default(self)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::normalize is not implemented", result, self)
+    return result
+
+
 def _normalize_fake(self):
     """fake: like(self)"""
     return self.new_empty(self.shape)
 
 
 _lib.impl("normalize", normalize, "CPU")
+_lib.impl("normalize", _normalize_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::normalize", "Meta"):
     torch.library.register_fake("shapetest::normalize", _normalize_fake, lib=_lib)
 
@@ -668,6 +898,15 @@ torch.library.register_vmap("shapetest::accumulate", _accumulate_vmap, lib=_lib)
 # shapetest::matched_add(Tensor self, Tensor other) -> Tensor
 
 
+def _matched_add_autograd(self, other):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.matched_add.default(self, other)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, other):
+        result = _no_derivative("derivative for shapetest::matched_add is not implemented", result, self, other)
+    return result
+
+
 def _matched_add_fake(self, other):
     """fake: check(self.shape == other.shape, "self and other need one shape"); check(self.dim() >= 1); like(self, dtype=promote_types(self.dtype, other.dtype, float32))"""
     torch._check(self.shape == other.shape, lambda: "shapetest::matched_add: self and other need one shape")
@@ -676,11 +915,21 @@ def _matched_add_fake(self, other):
 
 
 _lib.impl("matched_add", matched_add, "CPU")
+_lib.impl("matched_add", _matched_add_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::matched_add", "Meta"):
     torch.library.register_fake("shapetest::matched_add", _matched_add_fake, lib=_lib)
 
 
 # shapetest::gated(Tensor self, Tensor other, bool flag=False, str mode="mul") -> Tensor
+
+
+def _gated_autograd(self, other, flag=False, mode='mul'):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.gated.default(self, other, flag, mode)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self, other):
+        result = _no_derivative("derivative for shapetest::gated is not implemented", result, self, other)
+    return result
 
 
 def _gated_fake(self, other, flag=False, mode='mul'):
@@ -694,11 +943,21 @@ def _gated_fake(self, other, flag=False, mode='mul'):
 
 
 _lib.impl("gated", gated, "CPU")
+_lib.impl("gated", _gated_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::gated", "Meta"):
     torch.library.register_fake("shapetest::gated", _gated_fake, lib=_lib)
 
 
 # shapetest::every_other(Tensor self) -> Tensor
+
+
+def _every_other_autograd(self):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.every_other.default(self)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::every_other is not implemented", result, self)
+    return result
 
 
 def _every_other_fake(self):
@@ -707,10 +966,20 @@ def _every_other_fake(self):
 
 
 _lib.impl("every_other", every_other, "CPU")
+_lib.impl("every_other", _every_other_autograd, "Autograd")
 torch.library.register_fake("shapetest::every_other", _every_other_fake, lib=_lib)
 
 
 # shapetest::chunks(Tensor self, int n) -> Tensor[]
+
+
+def _chunks_autograd(self, n):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.chunks.default(self, n)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::chunks is not implemented", result, self)
+    return result
 
 
 def _chunks_fake(self, n):
@@ -725,11 +994,21 @@ def _chunks_vmap(info, in_dims, self, n):
 
 
 _lib.impl("chunks", chunks, "CPU")
+_lib.impl("chunks", _chunks_autograd, "Autograd")
 torch.library.register_fake("shapetest::chunks", _chunks_fake, lib=_lib)
 torch.library.register_vmap("shapetest::chunks", _chunks_vmap, lib=_lib)
 
 
 # shapetest::doubled(Tensor[] tensors) -> Tensor[]
+
+
+def _doubled_autograd(tensors):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.doubled.default(tensors)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(tensors):
+        result = _no_derivative("derivative for shapetest::doubled is not implemented", result, tensors)
+    return result
 
 
 def _doubled_fake(tensors):
@@ -743,11 +1022,21 @@ def _doubled_vmap(info, in_dims, tensors):
 
 
 _lib.impl("doubled", doubled, "CPU")
+_lib.impl("doubled", _doubled_autograd, "Autograd")
 torch.library.register_fake("shapetest::doubled", _doubled_fake, lib=_lib)
 torch.library.register_vmap("shapetest::doubled", _doubled_vmap, lib=_lib)
 
 
 # shapetest::positives(Tensor self, int rows) -> Tensor[]
+
+
+def _positives_autograd(self, rows):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.positives.default(self, rows)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::positives is not implemented", result, self)
+    return result
 
 
 def _positives_fake(self, rows):
@@ -761,5 +1050,6 @@ def _positives_vmap(info, in_dims, self, rows):
 
 
 _lib.impl("positives", positives, "CPU")
+_lib.impl("positives", _positives_autograd, "Autograd")
 torch.library.register_fake("shapetest::positives", _positives_fake, lib=_lib)
 torch.library.register_vmap("shapetest::positives", _positives_vmap, lib=_lib)
