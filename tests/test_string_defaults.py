@@ -85,7 +85,9 @@ def test_every_generated_file_keeps_one_line_per_comment(tmp_path, monkeypatch):
         tree = ast.parse(files[rel])
         functions = [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
                      and f.args.args and f.args.args[-1].arg == "mode"]
-        assert len(functions) == 2, rel
+        # the stub's two ops; the fake kernels of both, and the Autograd kernel of the one with a
+        # Python kernel and no derivatives
+        assert len(functions) == (2 if rel.endswith(".pyi") else 3), rel
         for f in functions:
             assert ast.literal_eval(f.args.defaults[-1]) == VALUE, (rel, f.name)
             if rel.endswith(".pyi"):
