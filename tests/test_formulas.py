@@ -245,6 +245,9 @@ def test_an_op_without_derivatives_raises_at_backward(library):
     with pytest.raises(Exception, match=message):
         torch.compile(torch.ops.gradtest.square_backward, backend="aot_eager",
                       fullgraph=True)(g, x).sum().backward()
+    # torch.func too (an autograd.Function applied from a kernel needs the plain apply)
+    with pytest.raises(RuntimeError, match=message):
+        torch.func.grad(lambda x: torch.ops.gradtest.square_backward(g, x).sum())(x.detach())
     with torch.no_grad():
         assert not torch.ops.gradtest.square_backward(g, x).requires_grad
     assert torch.ops.gradtest.square_backward(g, x.detach()).grad_fn is None

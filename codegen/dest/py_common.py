@@ -160,7 +160,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "twins": ("loop_samples",),
     "not_implemented": (),
     "first_order": (),
-    "no_derivative": (),
+    "no_derivative": ("apply",),
     "apply": (),
     "has_tangent": (),
     "bump": (),

@@ -317,8 +317,8 @@ def _no_derivative(message, result, *inputs):
     collect(result)
     if not leaves or not anchors:
         return result
-    marked = dict(zip(map(id, leaves), _NoDerivative.apply(message, len(leaves), *leaves,
-                                                           *anchors)))
+    marked = dict(zip(map(id, leaves), _apply(_NoDerivative, message, len(leaves), *leaves,
+                                              *anchors)))
 
     def rebuild(x):
         if isinstance(x, torch.Tensor):

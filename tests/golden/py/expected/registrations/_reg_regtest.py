@@ -278,8 +278,8 @@ def _no_derivative(message, result, *inputs):
     collect(result)
     if not leaves or not anchors:
         return result
-    marked = dict(zip(map(id, leaves), _NoDerivative.apply(message, len(leaves), *leaves,
-                                                           *anchors)))
+    marked = dict(zip(map(id, leaves), _apply(_NoDerivative, message, len(leaves), *leaves,
+                                              *anchors)))
 
     def rebuild(x):
         if isinstance(x, torch.Tensor):
@@ -289,6 +289,36 @@ def _no_derivative(message, result, *inputs):
         return x
 
     return rebuild(result)
+
+
+_APPLY = torch._C._FunctionBase.__dict__["apply"]
+_FORWARD_AD = torch.autograd.forward_ad
+
+
+def _differentiating(*tensors):
+    """Whether autograd may record a call on `tensors`: grad mode is on and one requires grad,
+    or forward-mode AD is on (the Function's jvp then says it has no forward derivative)."""
+    return (torch._C.is_grad_enabled() and torch._C._any_requires_grad(*tensors)) or \
+        _FORWARD_AD._current_level >= 0
+
+
+def _apply(function, *args):
+    """`function.apply(*args)` from an Autograd kernel, with every argument given in order.
+
+    torch.autograd.Function.apply binds the arguments to forward's signature on every call, and
+    under torch.func hands the Function to functorch, which cannot run it from inside the
+    dispatcher. The plain apply records the op on the current transform level's tensors, as a
+    C++ autograd kernel does; functorch allows that of a single-level Function when asked.
+    """
+    apply = _APPLY.__get__(None, function)
+    if not torch._C._are_functorch_transforms_active():
+        return apply(*args)
+    allowed = torch._C._functorch.get_single_level_autograd_function_allowed()
+    torch._C._functorch.set_single_level_autograd_function_allowed(True)
+    try:
+        return apply(*args)
+    finally:
+        torch._C._functorch.set_single_level_autograd_function_allowed(allowed)
 
 
 def _has_tangent(*tensors):
