@@ -153,7 +153,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from importlib import resources
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterator, Sequence, Union
 
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean, with_article as _a
 from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
@@ -169,6 +169,7 @@ from codegen.model import (
     Op,
     OpLibrary,
     OptionalType,
+    Return,
     Span,
     is_base,
     is_tensor_like,
@@ -660,8 +661,7 @@ class _Checker:
 
     def _grad(self, index: int, span: Span) -> Expr:
         if not self.diff_outputs[index]:
-            r = self.returns[index]
-            raise self.error(span, f"output {index}{f' ({r.name!r})' if r.name else ''} is not "
+            raise self.error(span, f"{output_words(self.returns, index)} is not "
                              "differentiable, so it has no gradient",
                              "see output_differentiability, and the type of the return")
         return GradRef(index)
@@ -2096,10 +2096,10 @@ def warn_constants_in_backward(lib: OpLibrary, diags: Diagnostics) -> None:
     for op in lib.ops:
         for f, i, source in constant_reads(lib, op):
             diags.warning(
-                f.loc or op.loc, f"the formula reads {output_words(op, i)}, which "
-                "output_differentiability marks non-differentiable although it has the dtype of "
-                f"'{source}': the backward takes it as a constant, so {op.name} is differentiable "
-                "once only (a second derivative raises)",
+                f.loc or op.loc, f"the formula reads {output_words(op.schema.returns, i)}, "
+                "which output_differentiability marks non-differentiable although it has the "
+                f"dtype of '{source}': the backward takes it as a constant, so {op.name} is "
+                "differentiable once only (a second derivative raises)",
                 "compute the gradient from differentiable outputs and inputs to differentiate "
                 "twice", name="constant-in-backward", suppress=op.suppress)
 
@@ -2112,11 +2112,7 @@ def constant_reads(lib: OpLibrary, op: Op) -> list[tuple[Formula, int, str]]:
     outputs (an integer or bool dtype, or a non-differentiable input's) are constants, and a read
     inside a call of a library op without autograd is covered there: a second derivative raises
     naming that op."""
-    d = op.derivatives
-    if not isinstance(d, Derivatives) or all(d.output_differentiability):
-        return []
-    once = first_order_only(lib, op)
-    return constant_reads_of(op, lambda ref: resolve(lib, ref) in once)
+    return constant_reads_of(op, lambda ref: resolve(lib, ref) in first_order_only(lib, op))
 
 
 def constant_reads_of(op: Op, covered: Callable[[OpRef], bool]) -> list[tuple[Formula, int, str]]:
@@ -2158,9 +2154,9 @@ def constant_reads_of(op: Op, covered: Callable[[OpRef], bool]) -> list[tuple[Fo
     return out
 
 
-def output_words(op: Op, i: int) -> str:
+def output_words(returns: Sequence[Return], i: int) -> str:
     """`output 1 ('gradients')`: how messages name an op's output."""
-    name = op.schema.returns[i].name
+    name = returns[i].name
     return f"output {i}" + (f" ('{name}')" if name else "")
 
 

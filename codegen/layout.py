@@ -232,8 +232,7 @@ def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
 
 
 def constant_reads(lib: OpLibrary, op: Op) -> list[tuple[F.Formula, int, str]]:
-    """`formulas.constant_reads`, once per op of a library (the warning and both autograd paths
-    ask)."""
+    """`formulas.constant_reads`, once per op of a library (both autograd paths ask)."""
     return memo(lib, (constant_reads, id(op)), lambda: (op, F.constant_reads(lib, op)))[1]
 
 

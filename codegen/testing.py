@@ -148,19 +148,16 @@ OpPaths: TypeAlias = "str | os.PathLike[str] | Iterable[str | os.PathLike[str]]"
 def _op_paths(paths: OpPaths, caller: str) -> list[str]:
     """`paths` as a list of strings: one path may be given alone (a string is not a list of its
     characters)."""
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+    takes = (f"{caller}() takes op file or directory paths (a str, an os.PathLike, or a list "
+             "of them)")
     try:
-        items = list(items)
+        items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     except TypeError:
-        raise TypeError(f"{caller}() takes op file or directory paths (a str, an os.PathLike, or "
-                        f"a list of them), not {type(paths).__name__}") from None
-    out = []
+        raise TypeError(f"{takes}, not {type(paths).__name__}") from None
     for p in items:
         if not isinstance(p, (str, os.PathLike)):
-            raise TypeError(f"{caller}() takes op file or directory paths (a str, an os.PathLike, "
-                            f"or a list of them); one of them is {type(p).__name__}: {p!r}")
-        out.append(os.fspath(p))
-    return out
+            raise TypeError(f"{takes}; one of them is {type(p).__name__}: {p!r}")
+    return [os.fspath(p) for p in items]
 
 
 def load_cases(paths: OpPaths) -> list[Case]:
@@ -647,9 +644,9 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
     calls must raise that formula's NotImplementedError, naming the op.
 
     Returns False when the sample has no floating input with gradients (nothing to check)."""
-    op = case.op
     from codegen.formulas import constant_reads_of
 
+    op = case.op
     diff = set(differentiable_inputs(op))
     outputs = differentiable_outputs(op)
     if not diff or not any(outputs):
@@ -781,8 +778,7 @@ def _op_differentiable(overload: torch._ops.OpOverload) -> bool:
     which raises at backward (Note [C++ autograd])."""
     op = _LIBRARY_OPS.get(overload.name().removesuffix(".default"))
     if op is not None:
-        return op.derivatives is not None or \
-            op.kernel(DispatchKey.CompositeImplicitAutograd) is not None
+        return op.derivatives is not None or _composite_implicit(op)
     return overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.Autograd) or \
         overload.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd)
 

@@ -332,9 +332,10 @@ class _Builder:
                 raise NotCpp(f"its formulas call {target.name}, which does not return one Tensor")
             self.refs[ref] = target
         if constants := constant_reads(self.lib, op):
-            raise NotCpp(f"its formulas read {F.output_words(op, constants[0][1])}, "
-                         "non-differentiable, as a constant (the Python path makes the op "
-                         "differentiable once, with an error on a second backward)")
+            what = F.output_words(op.schema.returns, constants[0][1])
+            raise NotCpp(f"its formulas read {what}, non-differentiable, as a constant (the "
+                         "Python path makes the op differentiable once, with an error on a "
+                         "second backward)")
         saved = F.saved(d, schema)
         self.meta_only = {a for a, _ in saved.meta}
         cls = f"{_camel(op.name.name)}{'_' + _camel(op.name.overload) if op.name.overload else ''}Backward"
@@ -1253,7 +1254,7 @@ def not_differentiable_in_python(lib: OpLibrary, op: Op) -> bool:
     its kernels are Python, or its file says `autograd: python`. Not on the stable ABI, where
     each call would pay a Python call (torch's fallback stays)."""
     return (not_differentiable(op) and namespace_abi(lib, op.namespace) is None
-            and not not_differentiable_in_cpp(lib, op))
+            and (file_setting(lib, op) == "python" or _is_python(op)))
 
 
 def saves_self(functional: Op) -> bool:

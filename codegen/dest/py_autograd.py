@@ -450,7 +450,8 @@ def first_order_reason(m: ModuleScope, op: Op) -> str | None:
                 + ", which has no derivatives; give it `derivatives:` in the op file to "
                 "differentiate twice")
     read = sorted({i for _, i, _ in constants})
-    return (f"{qualname(op)}'s backward reads " + ", ".join(F.output_words(op, i) for i in read)
+    return (f"{qualname(op)}'s backward reads "
+            + ", ".join(F.output_words(op.schema.returns, i) for i in read)
             + ", which output_differentiability marks non-differentiable, as a constant; "
             "compute the gradient from differentiable outputs and inputs to differentiate twice")
 

@@ -231,8 +231,9 @@ def _not_implemented(op, why):
     raise NotImplementedError(f"the derivative of {op} is not implemented: {why}")
 
 
-class _SecondOrderError(torch.autograd.Function):
-    """Passes gradients through; differentiating them again raises `message`."""
+class _RaisingBackward(torch.autograd.Function):
+    """Views of the first `count` tensors, recorded with the rest as inputs: differentiating
+    them raises `message`."""
 
     generate_vmap_rule = True
 
@@ -269,7 +270,7 @@ def _first_order(message):
                 return result
             flat = list(result) if isinstance(result, tuple) else [result]
             where = [i for i, g in enumerate(flat) if isinstance(g, torch.Tensor)]
-            marked = _SecondOrderError.apply(message, len(where), *(flat[i] for i in where),
+            marked = _RaisingBackward.apply(message, len(where), *(flat[i] for i in where),
                                              *anchors)
             for i, t in zip(where, marked):
                 flat[i] = t
@@ -278,24 +279,6 @@ def _first_order(message):
         return wrapper
 
     return decorate
-
-
-class _NoDerivative(torch.autograd.Function):
-    """Views of an op's outputs whose backward raises `message`."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(message, count, *tensors):
-        return tuple(t.view_as(t) for t in tensors[:count])
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.message = inputs[0]
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise RuntimeError(ctx.message)
 
 
 def _no_derivative(message, result, *inputs):
@@ -317,8 +300,8 @@ def _no_derivative(message, result, *inputs):
     collect(result)
     if not leaves or not anchors:
         return result
-    marked = dict(zip(map(id, leaves), _apply(_NoDerivative, message, len(leaves), *leaves,
-                                              *anchors)))
+    marked = dict(zip(map(id, leaves), _apply(_RaisingBackward, message, len(leaves),
+                                              *leaves, *anchors)))
 
     def rebuild(x):
         if isinstance(x, torch.Tensor):

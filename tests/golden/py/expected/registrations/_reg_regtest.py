@@ -241,8 +241,9 @@ def _sample_output(value):
     return repr(value)
 
 
-class _NoDerivative(torch.autograd.Function):
-    """Views of an op's outputs whose backward raises `message`."""
+class _RaisingBackward(torch.autograd.Function):
+    """Views of the first `count` tensors, recorded with the rest as inputs: differentiating
+    them raises `message`."""
 
     generate_vmap_rule = True
 
@@ -278,8 +279,8 @@ def _no_derivative(message, result, *inputs):
     collect(result)
     if not leaves or not anchors:
         return result
-    marked = dict(zip(map(id, leaves), _apply(_NoDerivative, message, len(leaves), *leaves,
-                                              *anchors)))
+    marked = dict(zip(map(id, leaves), _apply(_RaisingBackward, message, len(leaves),
+                                              *leaves, *anchors)))
 
     def rebuild(x):
         if isinstance(x, torch.Tensor):
