@@ -52,7 +52,10 @@ Names in a formula
   through those modules only: not other modules (`torch.os`, `torch.jit`), not attributes of a
   torch function or object (`torch.ops.aten.mul`, `torch.where.__globals__`), not torch's file
   I/O and global settings (`torch.load`, `torch.save`, `torch.from_file`, `torch.compile`,
-  `torch.set_*`, `torch.manual_seed`). The recorded list is `codegen/torch_names.json`.
+  `torch.set_*`, `torch.manual_seed`). The recorded list is `codegen/torch_names.json`. A call
+  of a torch function or tensor method must fit one of its Python signatures (keywords, number of
+  arguments; `codegen/torch_signatures.json`); torch.linalg, torch.fft and torch.special go
+  unchecked.
 - Attributes and methods of values: those of tensors (`grad.sum_to_size(...)`, `self.shape`),
   and of dtypes, `torch.finfo`/`iinfo` and sizes (`eps`, `tiny`, `bits`, `count`, ...). No name
   starting with `_` anywhere (`__class__`, `_base`).
@@ -180,6 +183,7 @@ from codegen.expr import ExprParser, ExprSyntaxError, Node, children, token_span
 from codegen.literals import LiteralError, float_literal, int_literal, string_literal
 from codegen.shape import FakeRule, fake_of
 from codegen.tags import shape_tag
+from codegen import torch_signatures
 
 NON_DIFFERENTIABLE = "non_differentiable"
 BUILTINS = ("unbroadcast", "not_implemented")
@@ -955,6 +959,7 @@ class _Checker:
         kwarg_value_locs: list[Loc] = []
         spans: list[Span] = []      # of args
         kwarg_spans: list[Span] = []    # of kwargs' values: what is wrong with one is its value
+        key_spans: list[Span] = []      # of kwargs' names
         keys: list[str] = []        # given so far, their values' mistakes aside
         misplaced: list[bool] = []  # whether an argument after a keyword was reported
 
@@ -967,6 +972,7 @@ class _Checker:
                 keys.append(key)
                 kwargs.append((key, self.expr(a.parts[1])))
                 kwarg_locs.append(self.loc(token_span(a.parts[0])))
+                key_spans.append(token_span(a.parts[0]))
                 kwarg_spans.append(a.parts[1].span)
                 kwarg_value_locs.append(self.loc(a.parts[1].span))
                 return
@@ -1001,6 +1007,7 @@ class _Checker:
             raise self.error(func_node.span, f"the module '{self.src(func_node.span)}' is not "
                              "callable")
         self.tensor_operands(func, list(zip(spans, args)) + list(zip(kwarg_spans, kwargs)))
+        self.torch_signature(node, func, args, list(zip((k for k, _ in kwargs), key_spans)))
         return Call(func, tuple(args), tuple(kwargs), loc=self.loc(node.span),
                     kwarg_locs=tuple(kwarg_locs), arg_locs=tuple(self.loc(s) for s in spans),
                     kwarg_value_locs=tuple(kwarg_value_locs))
@@ -1030,6 +1037,38 @@ class _Checker:
                         else "make it a tensor: torch.full_like(x, value)")
                 raise self.error(span, f"{what} takes a Tensor as '{key}', and this is not one: "
                                  "torch has no overload taking a number", hint)
+
+    def torch_signature(self, node: _Node, func: Expr, args: list[Expr],
+                        keys: list[tuple[str, Span]]) -> None:
+        """Refuse a call of a torch function or tensor method that none of its signatures takes
+        (Note [Torch signatures] in codegen/torch_signatures.py): a misspelled keyword, too many
+        or too few arguments. Python would raise a TypeError at backward, C++ not compile."""
+        match func:
+            case TorchRef(path=path) if path[0] != "Tensor" and not _is_module(path):
+                module, name = ".".join(("torch",) + path[:-1]), path[-1]
+                shown = f"torch.{'.'.join(path)}()"
+            case Attr(obj=obj, name=name) if self.kinds.of(obj) is Kind.TENSOR:
+                module, shown = "torch.Tensor", f"Tensor.{name}()"
+            case _:
+                return
+        sigs = torch_signatures.signatures(module, name)
+        positional = None if any(isinstance(a, Star) for a in args) else len(args)
+        if sigs is None or torch_signatures.binds(module, name, positional,
+                                                  [k for k, _ in keys]):
+            return
+        shown_sigs = list(dict.fromkeys(s.show(name) for s in sigs))
+        hint = ("its signatures: " if len(shown_sigs) > 1 else "its signature: ") + "; ".join(
+            shown_sigs[:4]) + ("; ..." if len(shown_sigs) > 4 else "")
+        known = set().union(*(s.names() for s in sigs))
+        unknown = [(k, span) for k, span in keys if k not in known]
+        if unknown and not any("**" in s.params for s in sigs):
+            for key, span in unknown:
+                self.error(span, f"{shown} has no argument '{key}'",
+                           _suggest(key, known) or hint)
+            raise _Bad()
+        given = (f"{positional} positional argument{'s' if positional != 1 else ''}"
+                 if positional is not None and not keys else "these arguments")
+        raise self.error(node.span, f"no signature of {shown} takes {given}", hint)
 
     def where_none(self, names: frozenset[str], node) -> Expr:
         """`self.expr(node)` where a condition tells `names` are None."""
@@ -2490,7 +2529,11 @@ if __name__ == "__main__":
     from pathlib import Path
 
     if sys.argv[1:] != ["--refresh"]:
-        sys.exit("usage: python -m codegen.formulas --refresh")
-    target = Path(__file__).resolve().parent / TORCH_NAMES_FILE
-    target.write_text(json.dumps(torch_names(), indent=0, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {target}")
+        sys.exit("usage: python -m codegen.formulas --refresh  (writes torch_names.json and "
+                 "torch_signatures.json)")
+    names = torch_names()
+    for file, record in ((TORCH_NAMES_FILE, names),
+                         (torch_signatures.RECORD_FILE, torch_signatures.current(names))):
+        target = Path(__file__).resolve().parent / file
+        target.write_text(json.dumps(record, indent=0, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"wrote {target}")

@@ -352,7 +352,7 @@ def _exprs():
             children.map(lambda c: f"not ({c})"),
             st.tuples(children, children, children).map(
                 lambda t: f"({t[0]}) if ({t[1]}) else ({t[2]})"),
-            st.tuples(children, children).map(lambda t: f"torch.where({t[0]}, y={t[1]})"),
+            st.tuples(children, children).map(lambda t: f"torch.clamp({t[0]}, min={t[1]})"),
             children.map(lambda c: f"({c}).sum(dim=-1)[0, 1:]"),
             st.tuples(children, children).map(lambda t: f"[{t[0]}, ({t[1]},)]"),
         )
@@ -1255,3 +1255,97 @@ def test_a_keyword_only_gradient_does_not_hide_the_other_mistakes():
     assert len(messages) == 2, messages
     assert messages[0] == "keyword-only Tensor argument 'm' cannot have a gradient"
     assert "grads[3]" in messages[1], messages
+
+
+def test_the_recorded_signatures_are_the_installed_torchs():
+    """codegen/torch_signatures.json is what `--refresh` writes for the pinned torch."""
+    import json
+    from importlib import resources
+
+    from codegen import torch_signatures
+
+    recorded = json.loads(resources.files("codegen").joinpath(
+        torch_signatures.RECORD_FILE).read_text())
+    assert recorded == torch_signatures.current(F.torch_names())
+
+
+SIGNATURE_SCHEMA = "ex::f(Tensor x, Tensor y, int n=1) -> Tensor"
+# Calls torch takes, each of them run below on tensors of the formula's shape.
+TAKEN = [
+    "grad.sum(0, keepdim=True).expand_as(x)",
+    "grad.sum(dim=(0,), keepdim=True, dtype=x.dtype).expand_as(x)",
+    "torch.where(x > 0, grad, torch.zeros_like(grad))",
+    "torch.where(x > 0, grad, 0.0)",
+    "grad.view(-1).view(x.shape)",
+    "grad.reshape(x.size(0), -1)",
+    "grad.permute(1, 0).t().contiguous()",
+    "grad.transpose(0, 1).transpose(dim0=0, dim1=1)",
+    "grad.expand(x.shape) * y.mean(dim=0, keepdim=True)",
+    "torch.cat([grad, grad], dim=0)[:x.size(0)]",
+    "grad.to(x.dtype) * x.new_ones(x.shape)",
+    "grad.to(dtype=x.dtype, copy=True)",
+    "torch.nn.functional.softmax(x, dim=-1) * grad",
+    "torch.nn.functional.pad(grad, (0, 0))",
+    "torch.nn.functional.gelu(x, approximate='tanh') * grad",
+    "torch.nn.functional.linear(grad, y).sum() * x",
+    "torch.clamp(grad, min=-1.0, max=1.0)",
+    "grad.clamp(max=1.0)",
+    "grad.masked_fill(x < 0, 0.0)",
+    "torch.zeros(x.shape, dtype=x.dtype) + grad",
+    "torch.zeros(3, 4, dtype=x.dtype) + grad",
+    "grad * x.norm(p=2, dim=-1, keepdim=True)",
+    "torch.einsum('ij,ij->ij', grad, y)",
+    "grad.split(2, dim=1)[0].sum() * x",
+    "grad.new_zeros(x.shape).index_add(0, torch.arange(3), grad)",
+    "torch.stack([grad, y], 0).sum(0)",
+    "torch.ones_like(x, memory_format=torch.preserve_format) * grad",
+    "grad.roll(1, 0) + grad.roll(shifts=1, dims=0)",
+    "grad.cumsum(0).flip(0)",
+    "grad.flatten().unflatten(0, (x.size(0), -1))",
+    "grad.size(0) * grad + grad.size(dim=1)",
+    "grad.repeat(1, 1)",
+]
+
+
+@pytest.mark.parametrize("text", TAKEN)
+def test_a_call_torch_takes_passes(text):
+    assert _errors(text, SIGNATURE_SCHEMA) == []
+    x, y, g = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    assert eval(text, {"torch": torch, "grad": g, "x": x, "y": y}).shape == x.shape
+
+
+# Calls torch refuses at backward, with the error `check` gives them.
+REFUSED = [
+    ("grad.sum(dimm=0)", "Tensor.sum() has no argument 'dimm'"),
+    ("grad.clamp(minimum=0)", "Tensor.clamp() has no argument 'minimum'"),
+    ("torch.nn.functional.softmax(x, dims=0)",
+     "torch.nn.functional.softmax() has no argument 'dims'"),
+    ("torch.where(x > 0, grad)", "no signature of torch.where() takes 2 positional arguments"),
+    ("grad.masked_fill(x < 0, 0, 1)",
+     "no signature of Tensor.masked_fill() takes 3 positional arguments"),
+    ("grad.transpose(0)", "no signature of Tensor.transpose() takes 1 positional argument"),
+    ("grad.transpose(0, dim0=1)", "no signature of Tensor.transpose() takes these arguments"),
+    ("torch.zeros_like(dtype=x.dtype)",
+     "no signature of torch.zeros_like() takes these arguments"),
+]
+
+
+@pytest.mark.parametrize("text,message", REFUSED)
+def test_a_call_torch_refuses_is_an_error(text, message):
+    assert _errors(text, SIGNATURE_SCHEMA) == [message]
+    x, y, g = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    with pytest.raises(TypeError):
+        eval(text, {"torch": torch, "grad": g, "x": x, "y": y})
+
+
+def test_a_newer_torch_decides_what_the_record_refuses(monkeypatch):
+    """A keyword the pinned torch lacks may be a newer torch's: where the installed torch is
+    another version, its own signatures decide."""
+    from codegen import torch_signatures
+
+    text = "grad.sum(0, keepdims=True)"
+    assert _errors(text) == ["Tensor.sum() has no argument 'keepdims'"]
+    monkeypatch.setattr(torch_signatures, "_installed_version", lambda: "9.0.0")
+    monkeypatch.setattr(torch_signatures, "installed",
+                        lambda module, name: ["dim keepdim? keepdims? * dtype?"])
+    assert _errors(text) == []

@@ -113,7 +113,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
         "api.cpp_stable", "api.python", "abi", "tags", "torch_namespaces", "pysource",
         "contract", "compat", "sample_failures"),
     0: ("model", "diagnostics", "escape", "literals", "enums", "config", "files", "loader",
-        "reserved", "expr", "lalr", "jobs"),
+        "reserved", "expr", "lalr", "jobs", "torch_signatures"),
 }
 GENERATORS_FLOOR = 3
 

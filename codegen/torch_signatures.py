@@ -1,0 +1,250 @@
+"""The Python signatures of torch's functions and tensor methods, recorded from the pinned torch
+(`python -m codegen.torch_signatures --refresh` writes torch_signatures.json; a test checks that
+the record matches the installed torch), so that `check` refuses a formula's call that no
+signature takes (`grad.sum(dimm=0)`, `torch.where(c, x)`) without importing torch.
+
+Note [Torch signatures]
+A formula calling torch with a misspelled keyword or the wrong number of arguments used to pass
+`check` and fail at backward, in Python with torch's TypeError, in C++ as a compile error. The
+signatures come from what torch ships: the stubs torchgen writes from the same declarations as
+its argument parser (`torch/_C/_VariableFunctions.pyi` for `torch.*`, `TensorBase` in
+`torch/_C/__init__.pyi` for tensor methods, `torch/nn/functional.pyi`), and `inspect.signature`
+of the functions torch defines in Python. A call passes where one of the callable's signatures
+binds it as Python binds arguments. Callables with no signature on record (torch.linalg,
+torch.fft and torch.special are builtins without stubs) are not checked. Where the installed
+torch is not the recorded one, a call the record refuses is checked again against the installed
+torch's own signatures before it is an error, so a newer torch's additions still pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata, resources
+from pathlib import Path
+
+RECORD_FILE = "torch_signatures.json"
+# The modules whose callables are recorded: those of the formula vocabulary that have signatures.
+MODULES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.autograd", "torch.nn")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One way to call a callable, as its record spells it: space-separated parameters, `name?`
+    one with a default, `/name` positional-only, `*name` the varargs, `*` the start of the
+    keyword-only ones, `**` a **kwargs."""
+    text: str
+
+    @property
+    def params(self) -> list[str]:
+        return self.text.split()
+
+    def parts(self) -> tuple[list[tuple[str, bool, bool]], bool, list[tuple[str, bool]], bool]:
+        """(positional (name, has default, positional-only), varargs, keyword-only (name, has
+        default), **kwargs)."""
+        positional: list[tuple[str, bool, bool]] = []
+        keyword: list[tuple[str, bool]] = []
+        varargs = varkw = star = False
+        for p in self.params:
+            if p == "**":
+                varkw = True
+            elif p.startswith("*"):
+                star = True
+                varargs = varargs or p != "*"
+            elif star:
+                keyword.append((p.rstrip("?"), p.endswith("?")))
+            else:
+                positional.append((p.lstrip("/").rstrip("?"), p.endswith("?"), p.startswith("/")))
+        return positional, varargs, keyword, varkw
+
+    def names(self) -> set[str]:
+        """The names a keyword argument may have (None: any, with **kwargs)."""
+        positional, _, keyword, _ = self.parts()
+        return {n for n, _, only in positional if not only} | {n for n, _ in keyword}
+
+    def takes(self, positional: int | None, keywords: list[str]) -> bool:
+        """Whether this signature binds `positional` positional arguments (None: unknown, a
+        `*args` was given) and `keywords`."""
+        params, varargs, keyword, varkw = self.parts()
+        n = positional if positional is not None else 0
+        if positional is not None and n > len(params) and not varargs:
+            return False
+        by_name = {name: (default, only) for name, default, only in params}
+        given = {name for name, _, _ in params[:n]}
+        kw_only = dict(keyword)
+        for key in keywords:
+            if key in given and key in by_name:
+                return False        # given positionally and by keyword
+            if not ((key in by_name and not by_name[key][1]) or key in kw_only or varkw):
+                return False
+        if positional is not None:
+            if any(not default and name not in keywords for name, default, _ in params[n:]):
+                return False
+        return all(default or name in keywords for name, default in keyword)
+
+    def show(self, name: str) -> str:
+        """Python's spelling: `sum(dim, keepdim=..., *, dtype=...)`."""
+        out = []
+        for p in self.params:
+            if p == "**":
+                out.append("**kwargs")
+            elif p.endswith("?"):
+                out.append(p.lstrip("/")[:-1] + "=...")
+            else:
+                out.append(p.lstrip("/"))
+        return f"{name}({', '.join(out)})"
+
+
+@lru_cache(maxsize=1)
+def _record() -> dict:
+    return json.loads(resources.files("codegen").joinpath(RECORD_FILE).read_text(encoding="utf-8"))
+
+
+def signatures(module: str, name: str) -> list[Signature] | None:
+    """The signatures of `module`.`name` (module one of MODULES; None: not on record, so not
+    checked)."""
+    texts = _record()["modules"].get(module, {}).get(name)
+    return None if texts is None else [Signature(t) for t in texts]
+
+
+def binds(module: str, name: str, positional: int | None, keywords: list[str]) -> bool:
+    """Whether some signature of `module`.`name` takes the call (see Signature.takes); where the
+    record says no and the installed torch is another version, that torch decides."""
+    sigs = signatures(module, name)
+    if sigs is None or any(s.takes(positional, keywords) for s in sigs):
+        return True
+    if _installed_version() in (None, _record()["torch"]):
+        return False
+    mine = installed(module, name)
+    return mine is None or any(Signature(t).takes(positional, keywords) for t in mine)
+
+
+def _installed_version() -> str | None:
+    try:
+        return metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading them from the installed torch (imports torch: `--refresh`, the test, a newer torch)
+
+
+def _spell(args: ast.arguments, drop_first: bool) -> str:
+    """A stub's parameters as the record spells them."""
+    posonly = list(args.posonlyargs)
+    plain = list(args.args)
+    every = posonly + plain
+    first_default = len(every) - len(args.defaults)
+    out = []
+    for i, a in enumerate(every):
+        if drop_first and i == 0:
+            continue
+        out.append(("/" if i < len(posonly) else "") + a.arg + ("?" if i >= first_default else ""))
+    if args.vararg is not None:
+        out.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        out.append("*")
+    for a, default in zip(args.kwonlyargs, args.kw_defaults):
+        out.append(a.arg + ("?" if default is not None else ""))
+    if args.kwarg is not None:
+        out.append("**")
+    return " ".join(out)
+
+
+def _stub_defs(path: Path, cls: str | None = None) -> dict[str, list[str]]:
+    """name -> the signatures of the functions (or of `cls`'s methods) a stub file declares."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    body = tree.body
+    if cls is not None:
+        body = next(n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    out: dict[str, list[str]] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef):
+            static = any(isinstance(d, ast.Name) and d.id == "staticmethod"
+                         for d in node.decorator_list)
+            text = _spell(node.args, drop_first=cls is not None and not static)
+            if text not in out.setdefault(node.name, []):
+                out[node.name].append(text)
+    return out
+
+
+def _from_inspect(fn, drop_first: bool) -> list[str] | None:
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    out = []
+    star = False
+    params = list(sig.parameters.values())[1 if drop_first else 0:]
+    for p in params:
+        default = "?" if p.default is not inspect.Parameter.empty else ""
+        if p.kind is p.POSITIONAL_ONLY:
+            out.append(f"/{p.name}{default}")
+        elif p.kind is p.POSITIONAL_OR_KEYWORD:
+            out.append(p.name + default)
+        elif p.kind is p.VAR_POSITIONAL:
+            out.append("*" + p.name)
+            star = True
+        elif p.kind is p.KEYWORD_ONLY:
+            if not star:
+                out.append("*")
+                star = True
+            out.append(p.name + default)
+        else:
+            out.append("**")
+    return [" ".join(out)]
+
+
+@lru_cache(maxsize=1)
+def _stubs() -> dict[str, dict[str, list[str]]]:
+    """The installed torch's stubs: module -> name -> signatures."""
+    import torch
+
+    root = Path(torch.__file__).parent
+    return {"torch": _stub_defs(root / "_C" / "_VariableFunctions.pyi"),
+            "torch.Tensor": _stub_defs(root / "_C" / "__init__.pyi", "TensorBase"),
+            "torch.nn.functional": _stub_defs(root / "nn" / "functional.pyi"),
+            "torch._C._nn": _stub_defs(root / "_C" / "_nn.pyi")}
+
+
+def installed(module: str, name: str) -> list[str] | None:
+    """The signatures of `module`.`name` in the installed torch, as the record spells them
+    (None: it has none to check against)."""
+    import importlib
+    import inspect
+
+    import torch
+
+    tensor = module == "torch.Tensor"
+    obj = torch.Tensor if tensor else importlib.import_module(module)
+    try:
+        value = inspect.getattr_static(obj, name) if tensor else getattr(obj, name)
+    except AttributeError:
+        return None
+    if inspect.isfunction(value):
+        return _from_inspect(value, drop_first=tensor)
+    if isinstance(value, type) or not callable(value):
+        return None     # classes, constants, properties: not checked
+    stubs = _stubs()
+    if tensor:
+        return stubs[module].get(name)
+    # builtins: their own module's stub, else that of the module defining them (F.conv2d is
+    # torch.conv2d, F.linear torch._C._nn.linear)
+    own = getattr(value, "__name__", name)
+    home = "torch._C._nn" if getattr(value, "__module__", None) == "torch._C._nn" else "torch"
+    return stubs.get(module, {}).get(name) or stubs[home].get(own)
+
+
+def current(names: dict[str, list[str]]) -> dict:
+    """What the record holds, from the installed torch, for the formula vocabulary `names`
+    (module -> its names: codegen.formulas.torch_names)."""
+    import torch
+
+    modules = {module: {name: sigs for name in names[module]
+                        if (sigs := installed(module, name))} for module in MODULES}
+    return {"torch": torch.__version__.split("+")[0], "modules": modules}
