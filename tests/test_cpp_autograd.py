@@ -791,3 +791,20 @@ def test_cpp_ops_writing_arguments_without_derivatives_refuse_gradients(tmp_path
                                 "from tests.test_py_autograd import check_no_gradient\n"
                                 "check_no_gradient(torch.ops.nograd)\nprint('ok')\n")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("schema,words", [
+    ("ex::norm(Tensor! result, Tensor input) -> ()", "writes to 'result' and"),
+    ("ex::norm(Tensor! result, Tensor input, Tensor(b!)? residual) -> ()",
+     "writes to 'result' (and 'residual' where given) and"),
+    ("ex::norm(Tensor input, Tensor(a!)? out=None, Tensor(b!)? scale=None) -> ()",
+     "writes to 'out', 'scale' where given and"),
+])
+def test_the_refusal_says_an_optional_written_tensor_is_written_where_given(schema, words):
+    """A call may pass None for a `Tensor(a!)?`: the message no longer says it was written."""
+    from codegen.diagnostics import Loc
+    from codegen.model import Op
+    from codegen.parse import parse_schema
+
+    op = Op(schema=parse_schema(schema), loc=Loc("t.yaml", 1, 1))
+    assert cpp_autograd.no_gradient_message(op).startswith(f"ex::norm {words} has no derivatives")

@@ -1194,8 +1194,7 @@ def no_gradient_message(op: Op) -> str:
     if shape_tag(op.schema) == "out":
         return (f"{op.name}: functions with out=... arguments don't support automatic "
                 "differentiation, but one of the arguments requires grad.")
-    written = ", ".join(f"'{a.name}'" for a in op.schema.mutable_arguments
-                        if is_tensor_like(a.type))
+    written = _written_words(op)
     if shape_tag(op.schema) == "inplace":
         how = (f"declare its functional variant '{op.name.base}' with derivatives (this op then "
                "differentiates through it)")
@@ -1210,6 +1209,17 @@ def no_gradient_message(op: Op) -> str:
             "grad (its gradient would be wrong): call it under torch.no_grad() or "
             "torch.inference_mode(), or pass tensors that do not require grad; to differentiate "
             f"it, {how}")
+
+
+def _written_words(op: Op) -> str:
+    """The Tensors `op` writes to, for a message: those it may be given as None (`Tensor(a!)?`)
+    said to be written where given, since a call may pass None for them."""
+    written = [a for a in op.schema.mutable_arguments if is_tensor_like(a.type)]
+    always = ", ".join(f"'{a.name}'" for a in written if not isinstance(a.type, OptionalType))
+    maybe = ", ".join(f"'{a.name}'" for a in written if isinstance(a.type, OptionalType))
+    if not maybe:
+        return always
+    return f"{always} (and {maybe} where given)" if always else f"{maybe} where given"
 
 
 def no_forward_message(op: Op) -> str:
