@@ -808,3 +808,80 @@ def test_the_refusal_says_an_optional_written_tensor_is_written_where_given(sche
 
     op = Op(schema=parse_schema(schema), loc=Loc("t.yaml", 1, 1))
     assert cpp_autograd.no_gradient_message(op).startswith(f"ex::norm {words} has no derivatives")
+
+
+PAIR_OPS = """\
+namespace: pairag
+ops:
+  - func: smooth(Tensor x, float beta) -> Tensor
+    dispatch: {CPU: smooth_cpu}
+    fake: like(x)
+    derivatives:
+      x: smooth_backward(grad, x, beta)
+    samples:
+      - {x: {shape: [3, 4]}, beta: 2.0}
+  - func: smooth_backward(Tensor grad_out, Tensor x, float beta) -> Tensor
+    dispatch: {CPU: smooth_backward_cpu}
+    fake: broadcast(grad_out, x)
+    samples:
+      - {grad_out: {shape: [3, 4]}, x: {shape: [3, 4]}, beta: 2.0}
+"""
+PAIR_KERNELS = """\
+#include <ATen/ATen.h>
+#include <pairag/ops.h>
+
+namespace pairag {
+
+at::Tensor smooth_cpu(const at::Tensor& x, double beta) { return at::softplus(x, beta); }
+at::Tensor smooth_backward_cpu(const at::Tensor& grad_out, const at::Tensor& x, double beta) {
+  return grad_out * at::sigmoid(x * beta);
+}
+
+}  // namespace pairag
+"""
+PAIR_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck
+
+x = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+f = lambda t: torch.ops.pairag.smooth(t, 2.0)
+assert gradcheck(f, (x,))
+y = f(x)
+assert type(y.grad_fn).__name__ == "CppFunction" and y.grad_fn.name() == "SmoothBackward"
+(g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+torch.testing.assert_close(g, torch.sigmoid(2 * x))
+try:
+    torch.autograd.grad(g.sum(), x)
+except RuntimeError as e:
+    assert "derivative for pairag::smooth_backward is not implemented" in str(e), e
+else:
+    raise AssertionError("a second backward ran")
+torch.compile(f, fullgraph=True)(x).sum().backward()
+torch.testing.assert_close(x.grad, torch.sigmoid(2 * x.detach()))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_formula_calling_an_op_without_derivatives_takes_the_cpp_path(tmp_path: Path) -> None:
+    """flash-attention's and xformers' forward/backward pairs: the backward op has C++ kernels
+    and no derivatives, so torch's not-implemented kernel (Note [C++ autograd]) names it on a
+    second backward, and the forward op's Autograd kernel is C++. It stayed in Python."""
+    from tests import scratch
+
+    root = scratch.make_root(tmp_path, {"ops.yaml": PAIR_OPS},
+                             {"pairag/kernels.cpp": PAIR_KERNELS})
+    lib = load_library([str(root / "schemas" / "ops.yaml")])
+    assert cpp_autograd.reason(lib, lib.ops[0]) is None
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = scratch.python(root, PAIR_CHECK)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    # The sample checks expect that error from the second backward.
+    proc = scratch.python(root, "import runtime.testing as T\n"
+                                f"for case in T.load_cases({str(root / 'schemas' / 'ops.yaml')!r}):\n"
+                                "    T.check_gradients(case)\n"
+                                "print('ok')\n")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

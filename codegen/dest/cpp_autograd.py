@@ -32,13 +32,16 @@ writes to nor returns views of its arguments gets torch's own Autograd kernel fo
 where an input requires grad, its outputs get a node whose backward raises "derivative for <op>
 is not implemented". Without it, torch's fallback for custom ops only warned at backward, and
 eager and compiled code disagreed: eager differentiated through the ATen calls inside the C++
-kernel, and torch.compile gave no gradient (`not_differentiable_in_cpp`).
+kernel, and torch.compile gave no gradient (`not_differentiable_in_cpp`). A formula may call such
+an op (flash-attention's forward calling its backward op): a second backward then reaches that
+kernel and raises naming the callee, as aten's double backward through `_flash_attention_backward`
+does, so the calling op keeps the C++ path.
 
 An op keeps the Python path (codegen.dest.py_autograd) when its file says `autograd: python`, its
 namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
 formula needs what this translator does not carry (a Python-only helper, a library op with a
-Python kernel or without derivatives, a torch function outside TORCH_FUNCTIONS, keyword
-arguments those tables do not name, ...): `reason` says why, and `check` prints it as a located
+Python kernel, or without derivatives and that kernel, a torch function outside TORCH_FUNCTIONS,
+keyword arguments those tables do not name, ...): `reason` says why, and `check` prints it as a located
 note. Formulas are never translated approximately: anything not listed here is refused, and the
 op keeps the Python path.
 """
@@ -321,7 +324,10 @@ class _Builder:
                 raise _Unresolved()
             if _is_python(target):
                 raise NotCpp(f"its formulas call {target.name}, whose kernel is Python")
-            if target in first_order_only(self.lib, op):
+            # A callee with torch's not-implemented Autograd kernel raises, naming itself, when a
+            # second backward reaches it, as aten's do; else only Python marks the gradients.
+            if target in first_order_only(self.lib, op) and \
+                    not not_differentiable_in_cpp(self.lib, target):
                 raise NotCpp(f"its formulas call {target.name}, which has no derivatives "
                              "(the Python path makes the op differentiable once, with an error "
                              "naming it on a second backward)")
