@@ -698,8 +698,7 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
             # A formula reading an output as a constant (constant-in-backward) makes the op
             # differentiable once, as a callee without gradients does.
             second_order = not missing and not constant_reads_of(op, lambda ref: False)
-        if not second_order:
-            _check_second_order_error(fn, leaves, op, missing)
+        if not second_order and _check_second_order_error(fn, leaves, op, missing):
             return True
         try:
             torch.autograd.gradgradcheck(fn, tuple(leaves), **tolerances)
@@ -808,7 +807,11 @@ def note_library(ops: Iterable[Op]) -> None:
 
 
 def _check_second_order_error(fn: Any, leaves: list[torch.Tensor], op: Op,
-                              callees: list[str]) -> None:
+                              callees: list[str]) -> bool:
+    """That a second backward raises naming the op or a callee without gradients; False where
+    it ran, and gradgradcheck must then pass: a C++ backward's callee with torch's
+    not-implemented kernel raises only where a gradient flows into it (not into one that
+    computes indices)."""
     outs = [t for t in fn(*leaves) if t.requires_grad]
     # The incoming gradients are differentiated too, as gradgradcheck does: a backward linear in
     # them (a formula calling an op on `grad` alone) reaches its callee through them only.
@@ -821,9 +824,8 @@ def _check_second_order_error(fn: Any, leaves: list[torch.Tensor], op: Op,
         if not any(n in str(e) for n in [str(op.name), *callees]):
             raise AssertionError(f"second backward of {op.name} failed without naming the op: "
                                  f"{e}") from e
-        return
-    raise AssertionError(f"{op.name}: a second backward through formulas calling ops without "
-                         "gradients should raise, but it ran")
+        return True
+    return False
 
 
 def check_seeded(case: Case) -> int:
