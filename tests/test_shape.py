@@ -761,3 +761,40 @@ ops:
                     q(*args)
     finally:
         lib.close()
+
+
+def test_python_fake_compares_a_shape_with_a_list(tmp_path, monkeypatch):
+    """A torch.Size never equals a list in Python: `check(B.shape == A.shape[:-1] + [3])` and
+    `check(A.shape == shape)` of an `int[]` argument held only for no input at all."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from codegen import testing
+
+    op_file = tmp_path / "shapelist.yaml"
+    op_file.write_text("""\
+namespace: shapelisttest
+ops:
+  - func: f(Tensor A, Tensor B, int[] shape) -> Tensor
+    dispatch: {CPU: 'shapelist_kernels:f'}
+    fake: >-
+      check(B.shape == A.shape[:-1] + [3], "B is not A.shape[:-1] + [3]");
+      check(A.shape == shape, "A is not shape");
+      check(B.shape[:1] == A.shape[:1]);
+      empty([dynamic()])
+""")
+    (tmp_path / "shapelist_kernels.py").write_text(
+        "def f(A, B, shape):\n    return A.reshape(-1).clone()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        f = torch.ops.shapelisttest.f
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+            a = mode.from_tensor(torch.zeros(2, 5))
+            assert f(a, mode.from_tensor(torch.zeros(2, 3)), [2, 5]).dim() == 1
+            with pytest.raises(Exception, match="B is not A.shape"):
+                f(a, mode.from_tensor(torch.zeros(2, 4)), [2, 5])
+            with pytest.raises(Exception, match="A is not shape"):
+                f(a, mode.from_tensor(torch.zeros(2, 3)), [2, 6])
+    finally:
+        lib.close()
