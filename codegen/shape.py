@@ -128,8 +128,11 @@ Meta kernel sees every tensor on `meta`.
 What needs no rule
 ------------------
 In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
-kernels follow from the schema. An out= op may still give a rule, one item per out argument: the
-shape its kernel resizes that argument to (`fake: like(self)`). An op with both mutated-argument
+kernels follow from the schema. Their rule may still state preconditions, checks alone
+(`check(out.dtype == int32, "out must be int32"); check(out.shape == A.shape[:-1] + [B.size(0)])`),
+which the fake kernel runs before it returns what the schema says. An out= op may also give a
+rule, one item per out argument: the shape its kernel resizes that argument to
+(`fake: like(self)`). An op with both mutated-argument
 returns and new ones writes rule items for the new ones only. A returned optional argument
 (FlashAttention's `Tensor(out!)? out -> (Tensor(out!), Tensor)`) is a new tensor when it is None:
 it takes an item too, the output in that case, and the rule stays a Python fake. Ops with a
@@ -927,6 +930,10 @@ def _parser() -> ExprParser:
                                        "(`x.size(0) // 2`)"})
 
 
+def _is_check(node: _Syn) -> bool:
+    return isinstance(node, _Call) and isinstance(node.func, _Name) and node.func.id == "check"
+
+
 def _is_condition(node: _Syn) -> bool:
     """Whether `node` is written as a condition (a comparison, `not`, `and`, a boolean `or`)."""
     if isinstance(node, _Or):
@@ -1714,6 +1721,18 @@ class _Checker:
         fresh = [ret for r, ret in zip(returns, self.schema.returns)
                  if isinstance(r, Return) or r in optional]
         items = list(syn.body.items) if isinstance(syn.body, _Tuple) else [syn.body]
+        if not fresh and _is_check(syn.body):
+            # Checks alone: the outputs follow from the schema (bitsandbytes' `.out` fakes
+            # check `out` before the kernel writes it).
+            try:
+                checks.extend(self.statement(syn.body, len(bindings)))
+            except _Bad:
+                ok = False
+            if not ok:
+                return None
+            return FakeRule(tuple(bindings), tuple(ReturnArg(r) for r in returns
+                                                   if isinstance(r, str)),
+                            self.text.text, tuple(checks), self.text, tuple(self.spans))
         if not fresh:
             outs = [r for r in returns if isinstance(r, str)
                     and self.schema.argument(r).kwarg_only]  # type: ignore[union-attr]
@@ -1721,7 +1740,8 @@ class _Checker:
                 what = ("returns nothing" if not returns else
                         "returns only the arguments it mutates in place")
                 self.error(syn.body.span, f"this op {what}, so its fake kernel follows from the "
-                           "schema", "remove the `fake:` key")
+                           "schema", "remove the `fake:` key, or keep only its checks: "
+                           '`check(out.dtype == int32, "out must be int32")`')
                 return None
             # An out= op: the rule gives the shape each out argument is resized to.
             if len(items) != len(outs):

@@ -798,3 +798,64 @@ ops:
                 f(a, mode.from_tensor(torch.zeros(2, 3)), [2, 6])
     finally:
         lib.close()
+
+
+def test_a_rule_of_checks_alone_for_an_op_returning_what_its_schema_says():
+    """An op returning nothing, or only what it mutates, takes checks without outputs; its
+    outputs still follow from the schema."""
+    out = ok('check(out.dtype == int32, "out must be int32"); '
+             "check(out.shape == A.shape[:-1] + [B.size(0)])",
+             "ex::f(Tensor A, Tensor B, Tensor! out) -> ()")
+    assert out.outputs == () and [c.message for c in out.checks] == [
+        "ex::f: out must be int32", "ex::f: expected out.shape == A.shape[:-1] + [B.size(0)]"]
+    r = ok('check(how in ("zero", "one"))', "ex::f_(Tensor(a!) self, str how) -> Tensor(a!)")
+    assert r.outputs == (S.ReturnArg("self"),) and len(r.checks) == 1
+    r = ok("check(out.dtype == self.dtype)",
+           "ex::f(Tensor self, *, Tensor(a!) out) -> Tensor(a!)")
+    assert r.outputs == (S.ReturnArg("out"),) and len(r.checks) == 1
+
+
+def test_checks_alone_run_in_the_fake_of_an_op_returning_nothing(tmp_path, monkeypatch):
+    """bitsandbytes' `int8_linear_matmul.out(Tensor A, Tensor B, Tensor! out) -> ()` checks `out`
+    in its fake: as a Python fake (nothing built) and as a Meta kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from codegen import testing
+    from codegen.dest import cpp_meta
+    from codegen.load import load_library
+
+    op_file = tmp_path / "outcheck.yaml"
+    op_file.write_text("""\
+namespace: outchecktest
+ops:
+  - func: mm_out(Tensor A, Tensor B, Tensor! out) -> ()
+    dispatch: {CPU: 'outcheck_kernels:mm_out'}
+    fake: >-
+      check(out.dtype == int32, "out must be int32");
+      check(out.shape == A.shape[:-1] + [B.size(0)], "out has the wrong shape")
+    samples:
+      - {A: {shape: [3, 4], dtype: int8}, B: {shape: [5, 4], dtype: int8}, out: {shape: [3, 5], dtype: int32}}
+""")
+    (tmp_path / "outcheck_kernels.py").write_text(
+        "def mm_out(A, B, out):\n    out.copy_(A.int() @ B.int().t())\n")
+    [op] = load_library([str(op_file)]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None
+    assert 'TORCH_CHECK((out.scalar_type() == at::ScalarType::Int), ' \
+        '"outchecktest::mm_out: out must be int32");' in kernel.body
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        [case] = lib.cases()
+        testing.check_opcheck(case)
+        mm_out = torch.ops.outchecktest.mm_out
+        with FakeTensorMode() as mode:
+            a, b = (mode.from_tensor(torch.zeros(3, 4, dtype=torch.int8)),
+                    mode.from_tensor(torch.zeros(5, 4, dtype=torch.int8)))
+            assert mm_out(a, b, mode.from_tensor(torch.zeros(3, 5, dtype=torch.int32))) is None
+            with pytest.raises(Exception, match="outchecktest::mm_out: out must be int32"):
+                mm_out(a, b, mode.from_tensor(torch.zeros(3, 5)))
+            with pytest.raises(Exception, match="outchecktest::mm_out: out has the wrong shape"):
+                mm_out(a, b, mode.from_tensor(torch.zeros(3, 4, dtype=torch.int32)))
+    finally:
+        lib.close()
