@@ -97,6 +97,9 @@ Values
   between devices (`t.device`, `Device` arguments: fake tensors carry their real device), or
   `x is None` / `x is not None` for an optional argument. Sizes are never compared: that would
   specialize them.
+- `x in (a, b, ...)` and `x not in [a, b, ...]`, a tuple or list written out: `x == a or x == b
+  ...` and `x != a and x != b ...`, wherever those comparisons may stand
+  (`check(quant_type in ("nf4", "fp4"))`, `check(A.dtype in (float16, bfloat16, float32))`).
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
   `[t.size(0) for t in tensors]`, and `sum(sizes)`.
 
@@ -125,8 +128,11 @@ Meta kernel sees every tensor on `meta`.
 What needs no rule
 ------------------
 In-place and out= ops return their mutated arguments, ops returning `()` return nothing: their fake
-kernels follow from the schema. An out= op may still give a rule, one item per out argument: the
-shape its kernel resizes that argument to (`fake: like(self)`). An op with both mutated-argument
+kernels follow from the schema. Their rule may still state preconditions, checks alone
+(`check(out.dtype == int32, "out must be int32"); check(out.shape == A.shape[:-1] + [B.size(0)])`),
+which the fake kernel runs before it returns what the schema says. An out= op may also give a
+rule, one item per out argument: the shape its kernel resizes that argument to
+(`fake: like(self)`). An op with both mutated-argument
 returns and new ones writes rule items for the new ones only. A returned optional argument
 (FlashAttention's `Tensor(out!)? out -> (Tensor(out!), Tensor)`) is a new tensor when it is None:
 it takes an item too, the output in that case, and the rule stays a Python fake. Ops with a
@@ -680,6 +686,16 @@ class _Compare(Node):
     left: _Syn
     right: _Syn
     span: Span
+    written: str | None = None      # "in" or "not in" for an item of `_In`, for messages
+
+
+@dataclass(frozen=True)
+class _In(Node):
+    """`x in (a, b)`, `x not in [a, b]`: the checker reads it as `x == a or x == b`."""
+    negated: bool
+    left: _Syn
+    right: _Syn
+    span: Span
 
 
 @dataclass(frozen=True)
@@ -793,7 +809,7 @@ class _Rule:
     body: _Syn | _Binding
 
 
-_Syn = Union[_Name, _Lit, _IfExp, _Compare, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
+_Syn = Union[_Name, _Lit, _IfExp, _Compare, _In, _Not, _ListComp, _Attr, _Call, _Index, _Slice,
              _Bin, _Neg, _Or, _And, _List, _Tuple, _Spread, _Kwarg]
 
 
@@ -848,6 +864,12 @@ class _ToSyntax:
     ge = _compare_method(">=")
     is_ = _compare_method("is")
     is_not = _compare_method("is not")
+
+    def in_(self, span, left, right):
+        return _In(False, left, right, span)
+
+    def not_in(self, span, left, right):
+        return _In(True, left, right, span)
 
     def not_(self, span, operand):
         return _Not(operand, span)
@@ -908,11 +930,15 @@ def _parser() -> ExprParser:
                                        "(`x.size(0) // 2`)"})
 
 
+def _is_check(node: _Syn) -> bool:
+    return isinstance(node, _Call) and isinstance(node.func, _Name) and node.func.id == "check"
+
+
 def _is_condition(node: _Syn) -> bool:
     """Whether `node` is written as a condition (a comparison, `not`, `and`, a boolean `or`)."""
     if isinstance(node, _Or):
         return _is_condition(node.left)
-    return isinstance(node, (_Compare, _Not, _And))
+    return isinstance(node, (_Compare, _In, _Not, _And))
 
 
 def _not_none(cond: Expr, holds: bool) -> frozenset[str]:
@@ -1069,7 +1095,7 @@ class _Checker:
                 return self.literal(node)
             case _IfExp():
                 return self.ifexp(node)
-            case _Compare() | _Not() | _And():
+            case _Compare() | _In() | _Not() | _And():
                 return self.condition(node)
             case _ListComp():
                 return self.listcomp(node)
@@ -1160,7 +1186,28 @@ class _Checker:
         """A bool that is fixed when the op is traced: never a comparison of sizes."""
         return self.made(self._condition(node, in_check), node)
 
+    def membership(self, node: _In) -> _Syn:
+        """`x in (a, b)` as `x == a or x == b`, `x not in (a, b)` as `x != a and x != b`: each
+        item is compared as `==` compares, and `x` is evaluated once per item (it names an
+        argument or a property, so that is free)."""
+        word = "not in" if node.negated else "in"
+        items = node.right.items if isinstance(node.right, (_Tuple, _List)) else ()
+        if not items or any(isinstance(i, _Spread) for i in items):
+            raise self.error(node.right.span, f"'{word}' tests membership in a tuple or list "
+                             "written out, of one item or more",
+                             f'`quant_type {word} ("nf4", "fp4")`, '
+                             f"`dtype {word} (float16, bfloat16)`")
+        op, join = ("!=", _And) if node.negated else ("==", _Or)
+        out: _Syn | None = None
+        for item in items:
+            c = _Compare(op, node.left, item, item.span, word)
+            out = c if out is None else join(out, c, node.span)
+        assert out is not None
+        return out
+
     def _condition(self, node: _Syn, in_check: bool = False) -> Expr:
+        if isinstance(node, _In):
+            node = self.membership(node)
         if isinstance(node, _Not):
             return Not(self.condition(node.operand, in_check))
         if isinstance(node, (_And, _Or)):
@@ -1169,6 +1216,7 @@ class _Checker:
             with self.narrowed(left, op == "and"):
                 return BoolOp(op, left, self.condition(node.right, in_check))
         if isinstance(node, _Compare):
+            shown = node.written or node.op
             left = self.expr(node.left)
             right = self.expr(node.right)
             if isinstance(left, Given):     # tested again inside a branch that knows
@@ -1188,7 +1236,7 @@ class _Checker:
                 # A device is fixed when the op is traced: fake tensors carry their real device.
                 if not (self.static(e) or e.ty == Ty(T.DEVICE)):
                     if in_check:
-                        raise self.error(side.span, f"'{node.op}' in check() compares sizes, "
+                        raise self.error(side.span, f"'{shown}' in check() compares sizes, "
                                          "shapes, dtypes, devices, and str, bool and int "
                                          f"arguments with literals, got {describe(e)}")
                     hint = ("sizes and shapes compare only in check(...): an 'if' on them "
@@ -1196,11 +1244,11 @@ class _Checker:
                             if e.ty.base in (T.INT, T.INT_LIST) else None)
                     if e.ty == Ty(T.DEVICE, True):
                         hint = "an optional device may be None; compare devices that are given"
-                    raise self.error(side.span, f"'{node.op}' in an 'if' compares str, bool, "
+                    raise self.error(side.span, f"'{shown}' in an 'if' compares str, bool, "
                                      "int and dtype arguments with literals, and devices with "
                                      f"devices, got {describe(e)}", hint)
             if left.ty.base is not right.ty.base:
-                raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
+                raise self.error(node.span, f"'{shown}' of {describe(left)} and "
                                  f"{describe(right)}: they are never equal")
             return Compare(CompareOp("==" if node.op == "==" else "!="), left, right)
         return self.fixed_bool(self.expr(node), node)
@@ -1246,6 +1294,8 @@ class _Checker:
         return self.made(self._check_condition(node), node)
 
     def _check_condition(self, node: _Syn) -> Expr:
+        if isinstance(node, _In):
+            node = self.membership(node)
         if isinstance(node, _Not):
             return Not(self.check_condition(node.operand))
         if isinstance(node, (_And, _Or)):
@@ -1263,8 +1313,9 @@ class _Checker:
                 return Compare(CompareOp(node.op), left, right)
             if left.ty.base in (T.INT, T.INT_LIST, T.DTYPE) or \
                     right.ty.base in (T.INT, T.INT_LIST, T.DTYPE):
-                raise self.error(node.span, f"'{node.op}' of {describe(left)} and "
-                                 f"{describe(right)}: check() compares sizes with sizes, shapes "
+                raise self.error(node.span, f"'{node.written or node.op}' of "
+                                 f"{describe(left)} and {describe(right)}: check() compares "
+                                 "sizes with sizes, shapes "
                                  "with shapes and dtypes with dtypes")
         return self.condition(node, in_check=True)
 
@@ -1670,6 +1721,18 @@ class _Checker:
         fresh = [ret for r, ret in zip(returns, self.schema.returns)
                  if isinstance(r, Return) or r in optional]
         items = list(syn.body.items) if isinstance(syn.body, _Tuple) else [syn.body]
+        if not fresh and _is_check(syn.body):
+            # Checks alone: the outputs follow from the schema (bitsandbytes' `.out` fakes
+            # check `out` before the kernel writes it).
+            try:
+                checks.extend(self.statement(syn.body, len(bindings)))
+            except _Bad:
+                ok = False
+            if not ok:
+                return None
+            return FakeRule(tuple(bindings), tuple(ReturnArg(r) for r in returns
+                                                   if isinstance(r, str)),
+                            self.text.text, tuple(checks), self.text, tuple(self.spans))
         if not fresh:
             outs = [r for r in returns if isinstance(r, str)
                     and self.schema.argument(r).kwarg_only]  # type: ignore[union-attr]
@@ -1677,7 +1740,8 @@ class _Checker:
                 what = ("returns nothing" if not returns else
                         "returns only the arguments it mutates in place")
                 self.error(syn.body.span, f"this op {what}, so its fake kernel follows from the "
-                           "schema", "remove the `fake:` key")
+                           "schema", "remove the `fake:` key, or keep only its checks: "
+                           '`check(out.dtype == int32, "out must be int32")`')
                 return None
             # An out= op: the rule gives the shape each out argument is resized to.
             if len(items) != len(outs):

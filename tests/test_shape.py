@@ -680,3 +680,182 @@ def test_dynamic_bindings_some_branch_drops(rule, which):
     [d] = diags.items
     assert d.message.startswith("'k' is a dynamic() size, but " + which), d.message
     assert d.loc.col == 1
+
+
+def test_membership_is_a_chain_of_equalities():
+    """`x in (a, b)` reads as `x == a or x == b` and `x not in [a, b]` as `x != a and x != b`
+    (bitsandbytes' fakes check `quant_type in ("nf4", "fp4")`, `dtype in (float16, ...)`)."""
+    mode, dtype = S.Arg("mode", S.Ty(S.T.STR)), S.TensorProp(S.Arg("self", S.TENSOR), S.Prop.dtype)
+    r = ok('check(mode in ("a", "b"), "mode"); check(self.dtype not in [int8, uint8]); like(self)')
+    assert [c.cond for c in r.checks] == [
+        S.BoolOp("or", S.Compare(S.CompareOp.eq, mode, S.StrLit("a")),
+                 S.Compare(S.CompareOp.eq, mode, S.StrLit("b"))),
+        S.Compare(S.CompareOp.ne, dtype, S.DtypeLit("int8")),
+        S.Compare(S.CompareOp.ne, dtype, S.DtypeLit("uint8"))]
+    assert r.checks[1].message == "ex::f: expected self.dtype not in [int8, uint8]"
+    cond = ok('like(self) if reduction in ("sum",) else like(other)').outputs[0].cond
+    assert cond == S.Compare(S.CompareOp.eq, S.Arg("reduction", S.Ty(S.T.STR)), S.StrLit("sum"))
+
+
+@pytest.mark.parametrize("rule, message", [
+    ("like(self) if mode in (1, 2) else like(other)",
+     "'in' of str argument 'mode' and an int: they are never equal"),
+    ("like(self) if self.size(0) in (1, 2) else like(other)",
+     "'in' in an 'if' compares str, bool, int and dtype arguments with literals, and devices "
+     "with devices, got an int"),
+    ("check(mode not in size); like(self)",
+     "'not in' tests membership in a tuple or list written out, of one item or more"),
+    ("check(mode in []); like(self)",
+     "'in' tests membership in a tuple or list written out, of one item or more"),
+])
+def test_membership_errors(rule, message):
+    r, diags = parse(rule)
+    assert r is None
+    assert [d.message for d in diags.items] == [message]
+
+
+def test_membership_checks_run_in_the_fake(tmp_path, monkeypatch):
+    """The checks of a rule with `in`, as its Python fake runs them (a dynamic() size keeps the
+    rule in Python) and as its C++ Meta kernel would write them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from codegen import testing
+    from codegen.dest import cpp_meta
+    from codegen.load import load_library
+
+    op_file = tmp_path / "member.yaml"
+    op_file.write_text("""\
+namespace: membertest
+ops:
+  - func: q(Tensor A, int blocksize, str quant_type) -> Tensor
+    dispatch: {CPU: 'member_kernels:q'}
+    fake: >-
+      check(blocksize in (32, 64), "invalid blocksize");
+      check(quant_type in ("nf4", "fp4"), "bad quant_type");
+      check(A.dtype not in (int8, uint8), "A must be floating");
+      empty([dynamic()])
+  - func: r(Tensor A, str quant_type) -> Tensor
+    dispatch: {CPU: r_cpu}
+    fake: check(quant_type in ("nf4", "fp4"), "bad quant_type"); like(A)
+""")
+    (tmp_path / "member_kernels.py").write_text(
+        "import torch\ndef q(A, blocksize, quant_type):\n    return A.reshape(-1).clone()\n")
+    r = next(op for op in load_library([str(op_file)]).ops if op.schema.name.name == "r")
+    kernel, _ = cpp_meta.translate(r)
+    assert kernel is not None
+    assert 'TORCH_CHECK(((quant_type == "nf4") || (quant_type == "fp4")), ' \
+        '"membertest::r: bad quant_type");' in kernel.body
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        q = torch.ops.membertest.q
+        with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+            x = mode.from_tensor(torch.zeros(4))
+            assert q(x, 64, "fp4").dim() == 1
+            for args, message in [((x, 48, "nf4"), "invalid blocksize"),
+                                  ((x, 32, "int4"), "bad quant_type"),
+                                  ((mode.from_tensor(torch.zeros(4, dtype=torch.uint8)), 32,
+                                    "nf4"), "A must be floating")]:
+                with pytest.raises(Exception, match=f"membertest::q: {message}"):
+                    q(*args)
+    finally:
+        lib.close()
+
+
+def test_python_fake_compares_a_shape_with_a_list(tmp_path, monkeypatch):
+    """A torch.Size never equals a list in Python: `check(B.shape == A.shape[:-1] + [3])` and
+    `check(A.shape == shape)` of an `int[]` argument held only for no input at all."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from codegen import testing
+
+    op_file = tmp_path / "shapelist.yaml"
+    op_file.write_text("""\
+namespace: shapelisttest
+ops:
+  - func: f(Tensor A, Tensor B, int[] shape) -> Tensor
+    dispatch: {CPU: 'shapelist_kernels:f'}
+    fake: >-
+      check(B.shape == A.shape[:-1] + [3], "B is not A.shape[:-1] + [3]");
+      check(A.shape == shape, "A is not shape");
+      check(B.shape[:1] == A.shape[:1]);
+      empty([dynamic()])
+""")
+    (tmp_path / "shapelist_kernels.py").write_text(
+        "def f(A, B, shape):\n    return A.reshape(-1).clone()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        f = torch.ops.shapelisttest.f
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        with FakeTensorMode(shape_env=ShapeEnv()) as mode:
+            a = mode.from_tensor(torch.zeros(2, 5))
+            assert f(a, mode.from_tensor(torch.zeros(2, 3)), [2, 5]).dim() == 1
+            with pytest.raises(Exception, match="B is not A.shape"):
+                f(a, mode.from_tensor(torch.zeros(2, 4)), [2, 5])
+            with pytest.raises(Exception, match="A is not shape"):
+                f(a, mode.from_tensor(torch.zeros(2, 3)), [2, 6])
+    finally:
+        lib.close()
+
+
+def test_a_rule_of_checks_alone_for_an_op_returning_what_its_schema_says():
+    """An op returning nothing, or only what it mutates, takes checks without outputs; its
+    outputs still follow from the schema."""
+    out = ok('check(out.dtype == int32, "out must be int32"); '
+             "check(out.shape == A.shape[:-1] + [B.size(0)])",
+             "ex::f(Tensor A, Tensor B, Tensor! out) -> ()")
+    assert out.outputs == () and [c.message for c in out.checks] == [
+        "ex::f: out must be int32", "ex::f: expected out.shape == A.shape[:-1] + [B.size(0)]"]
+    r = ok('check(how in ("zero", "one"))', "ex::f_(Tensor(a!) self, str how) -> Tensor(a!)")
+    assert r.outputs == (S.ReturnArg("self"),) and len(r.checks) == 1
+    r = ok("check(out.dtype == self.dtype)",
+           "ex::f(Tensor self, *, Tensor(a!) out) -> Tensor(a!)")
+    assert r.outputs == (S.ReturnArg("out"),) and len(r.checks) == 1
+
+
+def test_checks_alone_run_in_the_fake_of_an_op_returning_nothing(tmp_path, monkeypatch):
+    """bitsandbytes' `int8_linear_matmul.out(Tensor A, Tensor B, Tensor! out) -> ()` checks `out`
+    in its fake: as a Python fake (nothing built) and as a Meta kernel."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from codegen import testing
+    from codegen.dest import cpp_meta
+    from codegen.load import load_library
+
+    op_file = tmp_path / "outcheck.yaml"
+    op_file.write_text("""\
+namespace: outchecktest
+ops:
+  - func: mm_out(Tensor A, Tensor B, Tensor! out) -> ()
+    dispatch: {CPU: 'outcheck_kernels:mm_out'}
+    fake: >-
+      check(out.dtype == int32, "out must be int32");
+      check(out.shape == A.shape[:-1] + [B.size(0)], "out has the wrong shape")
+    samples:
+      - {A: {shape: [3, 4], dtype: int8}, B: {shape: [5, 4], dtype: int8}, out: {shape: [3, 5], dtype: int32}}
+""")
+    (tmp_path / "outcheck_kernels.py").write_text(
+        "def mm_out(A, B, out):\n    out.copy_(A.int() @ B.int().t())\n")
+    [op] = load_library([str(op_file)]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None
+    assert 'TORCH_CHECK((out.scalar_type() == at::ScalarType::Int), ' \
+        '"outchecktest::mm_out: out must be int32");' in kernel.body
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        [case] = lib.cases()
+        testing.check_opcheck(case)
+        mm_out = torch.ops.outchecktest.mm_out
+        with FakeTensorMode() as mode:
+            a, b = (mode.from_tensor(torch.zeros(3, 4, dtype=torch.int8)),
+                    mode.from_tensor(torch.zeros(5, 4, dtype=torch.int8)))
+            assert mm_out(a, b, mode.from_tensor(torch.zeros(3, 5, dtype=torch.int32))) is None
+            with pytest.raises(Exception, match="outchecktest::mm_out: out must be int32"):
+                mm_out(a, b, mode.from_tensor(torch.zeros(3, 5)))
+            with pytest.raises(Exception, match="outchecktest::mm_out: out has the wrong shape"):
+                mm_out(a, b, mode.from_tensor(torch.zeros(3, 4, dtype=torch.int32)))
+    finally:
+        lib.close()

@@ -40,12 +40,24 @@ def uses_cpp_meta(op: Op) -> bool:
 # Python expressions from the fake-rule IR
 
 
+def _is_size(e: S.Expr) -> bool:
+    """Whether `e` is a torch.Size in the fake: a tensor's shape, or a slice of one."""
+    if isinstance(e, S.SliceOf):
+        return _is_size(e.seq)
+    return isinstance(e, S.TensorProp) and e.prop is S.Prop.shape
+
+
 class FakeEmitter(PyPrinter):
     """Renders one fake rule as Python statements over the op's parameters."""
 
     def __init__(self, helpers: set[str], reach: Reach = PLAIN):
         self.helpers = helpers
         self.r = reach
+
+    def _as_list(self, e: S.Expr) -> str:
+        if isinstance(e, (S.ListLit, S.Concat, S.ListComp)):
+            return self.expr(e, Prec.COMPARE + 1)
+        return f"{self.r.list}({self.expr(e)})"
 
     def form(self, e: S.Expr) -> tuple[str, int]:  # type: ignore[override]
         match e:
@@ -96,6 +108,10 @@ class FakeEmitter(PyPrinter):
                 return f"[{self.expr(elem)} for {', '.join(names)} in {seq}]", Prec.ATOM
             case S.Sum(seq=seq):
                 return f"{self.r.sum}({self.expr(seq)})", Prec.POSTFIX
+            case S.Compare(op=op, left=a, right=b) if a.ty == S.INT_LIST and not (
+                    _is_size(a) and _is_size(b)):
+                # A torch.Size never equals a list: such shapes compare as lists.
+                return f"{self._as_list(a)} {op.value} {self._as_list(b)}", Prec.COMPARE
             case S.Compare(op=op, left=a, right=b):
                 return self.binary(op.value, a, b)
             case S.Not(operand=o) if S.compares_sizes(o):
