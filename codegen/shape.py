@@ -94,7 +94,8 @@ Values
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `c1 and c2`, `c1 or c2` (Python's precedence: `not`, then `and`, then `or`), `==`/`!=`
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
-  between devices (`t.device`, `Device` arguments: fake tensors carry their real device), or
+  between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
+  `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), or
   `x is None` / `x is not None` for an optional argument. Sizes are never compared: that would
   specialize them.
 - List comprehensions over int lists and `Tensor[]`: `[s + p for s, p in zip(xs, pad)]`,
@@ -1181,9 +1182,14 @@ class _Checker:
                     raise self.error(node.left.span, f"{describe(left)} is never None")
                 return Compare(CompareOp(node.op), left, right)
             if node.op in ("<", "<=", ">", ">="):
-                raise self.error(node.span, f"'{node.op}' compares sizes, which only a check "
-                                 "may do: an 'if' on sizes would specialize them",
-                                 f"state a precondition with {_CHECK_USAGE}")
+                # A plain `int` argument is fixed when the op is traced (torch specializes it),
+                # so ordering it is no guard on a size: `min(M + k, N) if k < 0 else ...`.
+                if not (left.ty == INT and right.ty == INT
+                        and self.static(left) and self.static(right)):
+                    raise self.error(node.span, f"'{node.op}' compares sizes, which only a "
+                                     "check may do: an 'if' on sizes would specialize them",
+                                     f"state a precondition with {_CHECK_USAGE}")
+                return Compare(CompareOp(node.op), left, right)
             for side, e in ((node.left, left), (node.right, right)):
                 # A device is fixed when the op is traced: fake tensors carry their real device.
                 if not (self.static(e) or e.ty == Ty(T.DEVICE)):

@@ -235,6 +235,49 @@ def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, tes
         lib.close()
 
 
+DIAG_MASK = """\
+namespace: shapeorder
+ops:
+  - func: diag_mask(Tensor row, int M, int N, int k) -> Tensor
+    dispatch: {CPU: "tests.test_shape:diag_mask"}
+    fake: "empty([row.size(0) + (min(M + k, N) if k < 0 else min(M, N - k))], dtype=bool)"
+    samples:
+      - {row: {shape: [E=5]}, M: 3, N: 4, k: -1}
+      - {row: {shape: [E=5]}, M: 3, N: 4, k: 2}
+  - func: pick(Tensor self, int k) -> Tensor
+    dispatch: {CPU: "tests.test_shape:pick"}
+    fake: "like(self) if k >= 2 else empty([k])"
+"""
+
+
+def diag_mask(row, M, N, k):
+    return row.new_zeros([row.size(0) + (min(M + k, N) if k < 0 else min(M, N - k))], dtype=torch.bool)
+
+
+def pick(self, k):
+    return self.clone() if k >= 2 else self.new_zeros([k])
+
+
+def test_an_if_may_order_int_arguments(tmp_path, testing):
+    """torch_sparse's non_diag_mask sizes its output by the sign of its `int k`: an int argument
+    is fixed when the op is traced, so `k < 0` specializes no size (it was refused as one)."""
+    from codegen.dest import cpp_meta
+
+    path = tmp_path / "order.yaml"
+    path.write_text(DIAG_MASK)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        ops = {str(op.name): op for op in lib.ops}
+        kernel = cpp_meta.translate(ops["shapeorder::pick"])[0]
+        assert kernel is not None and "(k >= int64_t{2})" in "\n".join(kernel.body)
+        for case in lib.cases():
+            testing.check_opcheck(case)
+            testing.check_compile(case, backend="aot_eager")
+    finally:
+        lib.close()
+
+
 def test_data_dependent_outputs_share_a_bound_size(library):
     x = torch.tensor([3, 1, 3, 2, 1, 3])
     from torch._subclasses.fake_tensor import FakeTensorMode
