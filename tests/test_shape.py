@@ -11,6 +11,7 @@ size the fake kernel specializes.
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
 import torch
@@ -723,3 +724,19 @@ def test_dynamic_bindings_some_branch_drops(rule, which):
     [d] = diags.items
     assert d.message.startswith("'k' is a dynamic() size, but " + which), d.message
     assert d.loc.col == 1
+
+
+def test_a_dynamic_size_bound_alone_may_also_be_added_to(tmp_path):
+    """torch binds a data-dependent size from an output size that is the size or a multiple of
+    it; once bound, sums of it are fine (fake_dynamic_in_sum.yaml has the refused forms)."""
+    from codegen.load import load_library
+
+    path = tmp_path / "bound.yaml"
+    path.write_text(textwrap.dedent("""\
+        - func: 'ub::fine(Tensor x) -> (Tensor, Tensor)'
+          fake: 'n = dynamic(); (empty([n]), empty([x.size(0) + n]))'
+        - func: 'ub::twice(Tensor x) -> Tensor'
+          fake: 'n = dynamic(); empty([2 * n, x.size(0)])'
+        """))
+    ops = {str(op.name): op for op in load_library([str(path)]).ops}
+    assert set(ops) == {"ub::fine", "ub::twice"}
