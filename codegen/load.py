@@ -54,7 +54,7 @@ from codegen.model import (
 )
 from codegen.parse import SchemaSyntaxError, parse_schema
 from codegen.load_samples import COMPLEX_DTYPES, FLOAT_DTYPES, SampleReader
-from codegen.shape import Empty, FakeRule
+from codegen.shape import Arg, Empty, FakeRule, Given, Prop, TensorProp
 from codegen.tags import TAGS, functional_variant, rule_needs_contiguous_inputs, shape_tag
 from codegen.yaml_source import (MAX_ERRORS_PER_FILE, MAX_FILE_BYTES, Map, Node, Scalar, Seq,
                                  TooManyErrors, for_display, short)
@@ -471,6 +471,11 @@ class _FileLoader(SampleReader):
         if not empties:
             return
         like = empties[0].like
+        # A rule that gives some output another argument's dtype (`dtype=value.dtype`) has
+        # chosen: its other empty() outputs are meant to have the first argument's (indices).
+        chosen = {(n.tensor.arg if isinstance(n.tensor, Given) else n.tensor).name
+                  for n in rule.nodes() if isinstance(n, TensorProp) and n.prop is Prop.dtype
+                  and isinstance(n.tensor, (Arg, Given))}
         for sample in op.samples:
             values = dict(sample.args)
             first = values.get(like)
@@ -478,7 +483,7 @@ class _FileLoader(SampleReader):
                 continue
             other = next(((name, v) for name, v in sample.args if name != like
                           and isinstance(v, TensorSample) and enums.is_floating(v.dtype)), None)
-            if other is None:
+            if other is None or other[0] in chosen:
                 continue
             name, v = other
             for e in empties:

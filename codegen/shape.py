@@ -94,7 +94,8 @@ Values
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `c1 and c2`, `c1 or c2` (Python's precedence: `not`, then `and`, then `or`), `==`/`!=`
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
-  between devices (`t.device`, `Device` arguments: fake tensors carry their real device), or
+  between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
+  `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), or
   `x is None` / `x is not None` for an optional argument. Sizes are never compared: that would
   specialize them.
 - `x in (a, b, ...)` and `x not in [a, b, ...]`, a tuple or list written out: `x == a or x == b
@@ -108,6 +109,9 @@ a fake kernel never specializes a dynamic shape.
 
 Bindings `name = expr;` before the outputs name a value; each `dynamic()` call is a new size, so
 outputs that share a data-dependent size bind it once.
+torch finds a data-dependent size from an output size that is that size or a multiple of it
+(`empty([n])`, `empty([2 * n])`), never inside a sum: a `dynamic()` size the outputs have only
+in sums (`empty([idx.size(0) + n])`) is an error, since tracing would refuse the fake kernel.
 
 Preconditions
 -------------
@@ -979,6 +983,16 @@ def _surely(e: Node) -> set[str]:
     return out
 
 
+def _sizes_in_sums(e: Node, in_sum: bool) -> Iterator[tuple[Node, bool]]:
+    """Each binding read and dynamic() call of `e`, and whether it is inside a `+` or `-`."""
+    if isinstance(e, (Local, Dynamic)):
+        yield e, in_sum
+    if isinstance(e, Arith) and e.op in (ArithOp.add, ArithOp.sub):
+        in_sum = True
+    for c in children(e):
+        yield from _sizes_in_sums(c, in_sum)
+
+
 def compares_sizes(e: Expr) -> bool:
     """Whether the condition `e` compares sizes: traced, it is a SymBool, which Python's `and`,
     `or` and `not` would turn into a bool (a guard, specializing the size)."""
@@ -1229,9 +1243,14 @@ class _Checker:
                     raise self.error(node.left.span, f"{describe(left)} is never None")
                 return Compare(CompareOp(node.op), left, right)
             if node.op in ("<", "<=", ">", ">="):
-                raise self.error(node.span, f"'{node.op}' compares sizes, which only a check "
-                                 "may do: an 'if' on sizes would specialize them",
-                                 f"state a precondition with {_CHECK_USAGE}")
+                # A plain `int` argument is fixed when the op is traced (torch specializes it),
+                # so ordering it is no guard on a size: `min(M + k, N) if k < 0 else ...`.
+                if not (left.ty == INT and right.ty == INT
+                        and self.static(left) and self.static(right)):
+                    raise self.error(node.span, f"'{node.op}' compares sizes, which only a "
+                                     "check may do: an 'if' on sizes would specialize them",
+                                     f"state a precondition with {_CHECK_USAGE}")
+                return Compare(CompareOp(node.op), left, right)
             for side, e in ((node.left, left), (node.right, right)):
                 # A device is fixed when the op is traced: fake tensors carry their real device.
                 if not (self.static(e) or e.ty == Ty(T.DEVICE)):
@@ -1824,7 +1843,39 @@ class _Checker:
                            "refuses a fake kernel that makes a data-dependent size its outputs do "
                            "not have", hint)
                 ok = False
+        if not ok:
+            return False
+        # torch finds a data-dependent size in an output size that is the size itself (or a
+        # multiple of it), never inside a sum: `idx.size(0) + n` leaves `n` unbound when tracing.
+        dynamic = {b.name for b in bindings if isinstance(b.value, Dynamic)}
+        read_by_bindings = {n.name for b in bindings for n in walk(b.value) if isinstance(n, Local)}
+        seen: dict[str, bool] = {}      # binding -> whether an occurrence is outside any sum
+        inline: list[Node] = []
+        for o in outputs:
+            for node, in_sum in _sizes_in_sums(o, False):
+                if isinstance(node, Local) and node.name in dynamic:
+                    seen[node.name] = seen.get(node.name, False) or not in_sum
+                elif isinstance(node, Dynamic) and in_sum:
+                    inline.append(node)
+        for b in bindings:
+            if b.name in seen and not seen[b.name] and b.name not in read_by_bindings:
+                self.error(spans[b.name], f"'{b.name}' is a dynamic() size, but the outputs have "
+                           "it only inside sums: torch binds a data-dependent size only from an "
+                           "output size that is that size (or a multiple of it), and refuses this "
+                           "fake kernel when tracing (pending unbacked symbols)",
+                           f"give one output the size alone, or make each size that adds to "
+                           f"'{b.name}' a dynamic() size of its own")
+                ok = False
+        for node in inline:
+            self.error(self.span_of(node) or syn.body.span, "a dynamic() size inside a sum: torch "
+                       "binds a data-dependent size only from an output size that is that size "
+                       "(or a multiple of it), and refuses this fake kernel when tracing (pending "
+                       "unbacked symbols)", "make the whole size dynamic(): `empty([dynamic()])`")
+            ok = False
         return ok
+
+    def span_of(self, node: Node) -> Span | None:
+        return next((span for n, span in self.spans if n is node), None)
 
     def outputs_hint(self, fresh: list[Return]) -> str:
         """An example rule with one item per return of `fresh`, each of its return's kind."""

@@ -906,3 +906,30 @@ def test_a_formula_calling_an_op_without_derivatives_takes_the_cpp_path(tmp_path
                                 "    T.check_gradients(case)\n"
                                 "print('ok')\n")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_none_to_an_optional_tensor_parameter_is_nullopt(tmp_path: Path) -> None:
+    """torch_scatter's gather_csr differentiates through segment_sum_csr(grad, indptr, None):
+    None for a `Tensor?` parameter is `std::nullopt` (it kept the op on the Python path; and
+    `at::Tensor()` would be an optional holding an undefined Tensor, which a kernel takes as
+    given)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trq\nops:\n"
+                    "  - func: gather(Tensor src, Tensor indptr, Tensor? out) -> Tensor\n"
+                    "    dispatch: {CPU: gather_cpu}\n"
+                    "    fake: like(src)\n"
+                    "    derivatives:\n"
+                    "      src: segment(grad, indptr, None)\n"
+                    "      indptr: non_differentiable\n"
+                    "      out: non_differentiable\n"
+                    "  - func: segment(Tensor src, Tensor indptr, Tensor? out) -> Tensor\n"
+                    "    dispatch: {CPU: segment_cpu}\n"
+                    "    fake: like(src)\n"
+                    "    derivatives:\n"
+                    "      src: gather(grad, indptr, out=None)\n"
+                    "      indptr: non_differentiable\n"
+                    "      out: non_differentiable\n")
+    out, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == []
+    text = "\n".join(out.values())
+    assert "().call(grad, indptr, ::std::nullopt)" in text

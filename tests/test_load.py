@@ -650,3 +650,16 @@ def test_empty_takes_an_integer_first_tensors_dtype(tmp_path, fake, samples, war
     assert found == ([
         "empty() takes its dtype from 'idx', the op's first Tensor argument, which the sample "
         "at line 4 gives as int64 beside float32 'v'"] if warned else [])
+
+
+def test_empty_dtype_is_quiet_where_the_rule_chose_the_values_dtype(tmp_path):
+    """torch_sparse's relabel_one_hop returns index tensors and the values' slice: the rule gives
+    the values' output `dtype=value.dtype`, so its other empty() outputs keep the indices' dtype
+    on purpose (each was warned about)."""
+    lib = load_one(tmp_path, """\
+        - func: ex::f(Tensor idx, Tensor? value) -> (Tensor, Tensor?)
+          fake: "k = dynamic(); (empty([k]), empty([k], dtype=value.dtype) if value is not None else None)"
+          samples:
+            - {idx: {shape: [3], dtype: int64}, value: {shape: [5]}}
+        """)
+    assert [d.message for d in lib.diagnostics().items if d.severity == "warning"] == []

@@ -11,6 +11,7 @@ size the fake kernel specializes.
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
 import torch
@@ -231,6 +232,49 @@ def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, tes
         assert isinstance(out.orelse, S.OutList) and len(out.orelse.items) == 2
         for case in lib.cases():
             testing.check_opcheck(case)
+    finally:
+        lib.close()
+
+
+DIAG_MASK = """\
+namespace: shapeorder
+ops:
+  - func: diag_mask(Tensor row, int M, int N, int k) -> Tensor
+    dispatch: {CPU: "tests.test_shape:diag_mask"}
+    fake: "empty([row.size(0) + (min(M + k, N) if k < 0 else min(M, N - k))], dtype=bool)"
+    samples:
+      - {row: {shape: [E=5]}, M: 3, N: 4, k: -1}
+      - {row: {shape: [E=5]}, M: 3, N: 4, k: 2}
+  - func: pick(Tensor self, int k) -> Tensor
+    dispatch: {CPU: "tests.test_shape:pick"}
+    fake: "like(self) if k >= 2 else empty([k])"
+"""
+
+
+def diag_mask(row, M, N, k):
+    return row.new_zeros([row.size(0) + (min(M + k, N) if k < 0 else min(M, N - k))], dtype=torch.bool)
+
+
+def pick(self, k):
+    return self.clone() if k >= 2 else self.new_zeros([k])
+
+
+def test_an_if_may_order_int_arguments(tmp_path, testing):
+    """torch_sparse's non_diag_mask sizes its output by the sign of its `int k`: an int argument
+    is fixed when the op is traced, so `k < 0` specializes no size (it was refused as one)."""
+    from codegen.dest import cpp_meta
+
+    path = tmp_path / "order.yaml"
+    path.write_text(DIAG_MASK)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        ops = {str(op.name): op for op in lib.ops}
+        kernel = cpp_meta.translate(ops["shapeorder::pick"])[0]
+        assert kernel is not None and "(k >= int64_t{2})" in "\n".join(kernel.body)
+        for case in lib.cases():
+            testing.check_opcheck(case)
+            testing.check_compile(case, backend="aot_eager")
     finally:
         lib.close()
 
@@ -859,3 +903,19 @@ ops:
                 mm_out(a, b, mode.from_tensor(torch.zeros(3, 4, dtype=torch.int32)))
     finally:
         lib.close()
+
+
+def test_a_dynamic_size_bound_alone_may_also_be_added_to(tmp_path):
+    """torch binds a data-dependent size from an output size that is the size or a multiple of
+    it; once bound, sums of it are fine (fake_dynamic_in_sum.yaml has the refused forms)."""
+    from codegen.load import load_library
+
+    path = tmp_path / "bound.yaml"
+    path.write_text(textwrap.dedent("""\
+        - func: 'ub::fine(Tensor x) -> (Tensor, Tensor)'
+          fake: 'n = dynamic(); (empty([n]), empty([x.size(0) + n]))'
+        - func: 'ub::twice(Tensor x) -> Tensor'
+          fake: 'n = dynamic(); empty([2 * n, x.size(0)])'
+        """))
+    ops = {str(op.name): op for op in load_library([str(path)]).ops}
+    assert set(ops) == {"ub::fine", "ub::twice"}

@@ -852,6 +852,10 @@ class _Builder:
                 if part is not None:
                     c, k = part
                     t = b.argument.type
+                    if k == NONE and isinstance(t, OptionalType):
+                        # not `at::Tensor()`: that is an optional holding an undefined Tensor
+                        args.append("::std::nullopt")
+                        continue
                     want = _arg_kind(t)
                     if want is None:
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "

@@ -321,6 +321,9 @@ class _Emitter:
                 return f"({self.dtype(a)} {op.value} {self.dtype(b)})"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b):
                 return f"({self.value(a)} {op.value} {self.value(b)})"
+            case S.Compare(op=S.CompareOp.lt | S.CompareOp.le | S.CompareOp.gt
+                           | S.CompareOp.ge as op, left=a, right=b):
+                return f"({self.value(a)} {op.value} {self.value(b)})"
         raise NoCpp(f"condition {type(e).__name__}")
 
     def value(self, e: S.Expr) -> str:
