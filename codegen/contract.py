@@ -71,7 +71,8 @@ def has_autograd(op: Op) -> bool:
 
 def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     """None without gradients; else whether the backward is itself differentiable: every op of the
-    library its formulas call has gradients (torch's own functions do)."""
+    library its formulas call has gradients (torch's own functions do), or gives indices only
+    (formulas.indices_only)."""
     if not has_autograd(op):
         return None
     d = op.derivatives
@@ -82,7 +83,7 @@ def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     for ref in library_calls(d):
         callees = [o for o in lib.named(ref.namespace, ref.name)
                    if ref.overload is None or o.name.overload == ref.overload]
-        if not callees or not any(has_autograd(c) for c in callees):
+        if not callees or not any(has_autograd(c) or F.indices_only(c) for c in callees):
             return False
     return True
 

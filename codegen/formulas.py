@@ -159,7 +159,7 @@ from importlib import resources
 from typing import Callable, Iterator, Sequence, Union
 
 from codegen.diagnostics import Diagnostics, Loc, closest, did_you_mean, with_article as _a
-from codegen.enums import LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES
+from codegen.enums import DTYPE_NAMES, LAYOUTS, MEMORY_FORMATS, SCALAR_TYPE_NAMES, is_floating
 from codegen.model import (
     Argument,
     BaseTy,
@@ -2520,8 +2520,29 @@ def first_order_only(lib: OpLibrary, op: Op) -> list[Op]:
             continue
         if target.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
             continue
+        if indices_only(target):
+            continue
         out.append(target)
     return out
+
+
+def indices_only(op: Op) -> bool:
+    """Whether every output of `op` has an integer or bool dtype by its fake rule (torch_sparse's
+    `ptr2ind`): no gradient flows through it, so a formula calling it is differentiable twice;
+    its not-implemented Autograd kernel records nothing for such outputs."""
+    from codegen import shape as S
+
+    def integral(e) -> bool:
+        match e:
+            case S.Cond(then=a, orelse=b):
+                return integral(a) and integral(b)
+            case S.Like(dtype=S.DtypeLit(name=n)) | S.Broadcast(dtype=S.DtypeLit(name=n)) | \
+                    S.Reduce(dtype=S.DtypeLit(name=n)) | S.Empty(dtype=S.DtypeLit(name=n)):
+                return n in DTYPE_NAMES and not is_floating(n)
+        return False
+
+    rule = op.fake
+    return isinstance(rule, FakeRule) and bool(rule.outputs) and all(map(integral, rule.outputs))
 
 
 if __name__ == "__main__":

@@ -90,6 +90,14 @@ def square_backward(grad, x):
     return 2 * x * grad
 
 
+def take_rows(x, order):
+    return x.index_select(0, order)
+
+
+def inverse_order(order):
+    return torch.argsort(order)
+
+
 def cubed_sum(x):
     return (x ** 3).sum(), 3 * x ** 2
 
@@ -125,7 +133,7 @@ def _ops(library) -> dict[str, Op]:
 
 GRADCHECKED = ["cubed_sum", "mul_add", "expand_to", "minmax", "halves", "max_with_index",
                "lincomb", "cube", "square", "product", "weighted", "scaled", "soft_limit", "doubled_up",
-               "scale_all", "times_x_backward"]
+               "scale_all", "times_x_backward", "take_rows"]
 
 
 @pytest.mark.parametrize("name", GRADCHECKED)
@@ -227,6 +235,21 @@ def test_second_backward_names_the_output_read_as_a_constant(library):
     ops = {op.name.name: op for op in lib.ops}
     assert contract.double_backward(ops["cubed_sum"], lib) is False
     assert contract.double_backward(ops["product"], lib) is True
+
+
+def test_a_callee_giving_indices_only_leaves_the_op_differentiable_twice(library):
+    """inverse_order has no derivatives, but its fake rule gives an int64 output: nothing
+    differentiates through it, so take_rows, whose formula calls it, was wrongly made
+    differentiable once (a second backward raised naming it)."""
+    x = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    order = torch.tensor([2, 0, 1])
+    f = lambda t: torch.ops.gradtest.take_rows(t, order) ** 2
+    assert torch.autograd.gradgradcheck(f, (x,))
+    with scratch.in_repo():
+        lib = load_library([OP_FILE])
+    ops = {op.name.name: op for op in lib.ops}
+    assert contract.double_backward(ops["take_rows"], lib) is True
+    assert F.first_order_only(lib, ops["take_rows"]) == []
 
 
 def test_an_op_without_derivatives_raises_at_backward(library):

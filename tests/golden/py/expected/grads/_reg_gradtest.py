@@ -18,6 +18,7 @@ from tests.test_formulas import (
     expand_to,
     frozen,
     halves,
+    inverse_order,
     lincomb,
     max_with_index,
     minmax,
@@ -28,6 +29,7 @@ from tests.test_formulas import (
     soft_limit,
     square,
     square_backward,
+    take_rows,
     times_x_backward,
     weighted,
 )
@@ -784,6 +786,81 @@ _lib.impl("square_backward", square_backward, "CPU")
 _lib.impl("square_backward", _square_backward_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::square_backward", "Meta"):
     torch.library.register_fake("gradtest::square_backward", _square_backward_fake, lib=_lib)
+
+
+# gradtest::take_rows(Tensor x, Tensor order) -> Tensor
+
+
+def _take_rows_fake(x, order):
+    """fake: like(x)"""
+    return x.new_empty(x.shape)
+
+
+class _TakeRowsFunction(torch.autograd.Function):
+    """gradtest::take_rows under autograd, from its derivative formulas."""
+
+    @staticmethod
+    def forward(x, order):
+        with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+            return _ops.take_rows.default(x, order)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        """x: grad.index_select(0, inverse_order(order))
+        order: non_differentiable
+        """
+        order, = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        x_grad = None
+        order_grad = None
+        if needs[0]:
+            x_grad = grad.index_select(0, _ops.inverse_order.default(order))
+        return x_grad, order_grad
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        raise NotImplementedError("gradtest::take_rows has no forward-mode derivative: its derivative formulas are reverse-mode (torch.func.jvp, jacfwd and forward_ad are not supported)")
+
+
+def _take_rows_autograd(x, order):
+    """Autograd kernel: _TakeRowsFunction when differentiating."""
+    if _differentiating(x, order):
+        return _apply(_TakeRowsFunction, x, order)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _ops.take_rows.default(x, order)
+
+
+_lib.impl("take_rows", take_rows, "CPU")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::take_rows", "Meta"):
+    torch.library.register_fake("gradtest::take_rows", _take_rows_fake, lib=_lib)
+_lib.impl("take_rows", _take_rows_autograd, "Autograd")
+
+
+# gradtest::inverse_order(Tensor order) -> Tensor
+
+
+def _inverse_order_autograd(order):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.inverse_order.default(order)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(order):
+        result = _no_derivative("derivative for gradtest::inverse_order is not implemented", result, order)
+    return result
+
+
+def _inverse_order_fake(order):
+    """fake: empty([order.size(0)], dtype=int64)"""
+    return order.new_empty([order.size(0)], dtype=torch.int64)
+
+
+_lib.impl("inverse_order", inverse_order, "CPU")
+_lib.impl("inverse_order", _inverse_order_autograd, "Autograd")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("gradtest::inverse_order", "Meta"):
+    torch.library.register_fake("gradtest::inverse_order", _inverse_order_fake, lib=_lib)
 
 
 # gradtest::cubed_sum(Tensor x) -> (Tensor total, Tensor slope)

@@ -16,6 +16,7 @@ __all__ = [
     "expand_to",
     "frozen",
     "halves",
+    "inverse_order",
     "lincomb",
     "max_with_index",
     "minmax",
@@ -26,6 +27,7 @@ __all__ = [
     "soft_limit",
     "square",
     "square_backward",
+    "take_rows",
     "times_x_backward",
     "weighted",
 ]
@@ -66,6 +68,10 @@ def frozen(x: Tensor) -> Tensor:
 
 def halves(x: Tensor) -> tuple[Tensor, Tensor]:
     """gradtest::halves(Tensor x) -> (Tensor, Tensor)"""
+
+
+def inverse_order(order: Tensor) -> Tensor:
+    """gradtest::inverse_order(Tensor order) -> Tensor"""
 
 
 def lincomb(xs: Sequence[Tensor], ws: Sequence[float]) -> Tensor:
@@ -112,6 +118,10 @@ def square(x: Tensor) -> Tensor:
 
 def square_backward(grad: Tensor, x: Tensor) -> Tensor:
     """gradtest::square_backward(Tensor grad, Tensor x) -> Tensor"""
+
+
+def take_rows(x: Tensor, order: Tensor) -> Tensor:
+    """gradtest::take_rows(Tensor x, Tensor order) -> Tensor"""
 
 
 def times_x_backward(grad: Tensor, x: Tensor) -> Tensor:
