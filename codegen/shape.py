@@ -343,6 +343,14 @@ class TensorProp(Node):
 
 
 @dataclass(frozen=True)
+class ItemSize(Node):
+    """`d.itemsize` of a dtype (`t.dtype.itemsize`, `t.element_size()`): the bytes of one
+    element, an int fixed when the op is traced."""
+    dtype: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
 class TensorSize(Node):
     """`t.size(d)` / `t.shape[d]`."""
     tensor: Expr
@@ -572,7 +580,7 @@ class Empty(Node):
 
 
 Expr = Union[Arg, Given, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
-             TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
+             ItemSize, TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
              PromoteTypes, Sum, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Compare, Not, BoolOp,
              Cond,
              Like, Broadcast, Reduce, Empty]
@@ -1011,8 +1019,9 @@ _FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "
               "promote_types")
 _CHECK_USAGE = 'check(condition, "message"); before the outputs'
 
-_METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel}
-_ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim}
+_METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel, "element_size": None}
+_ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim,
+          "itemsize": None}
 _CONSTANTS = ("True", "False", "None")
 
 
@@ -1174,6 +1183,8 @@ class _Checker:
         return e
 
     def attribute(self, node: _Attr) -> Expr:
+        if node.name == "itemsize":
+            return self.itemsize(node)
         if node.name in _METHODS:
             raise self.error(node.span, f"'{node.name}' is a method; call it: "
                              f"{_syn_text(self, node)}()")
@@ -1183,6 +1194,24 @@ class _Checker:
                              did_you_mean(node.name, list(_ATTRS) + list(_METHODS))
                              or "a tensor has: " + ", ".join(list(_ATTRS) + [m + "()" for m in _METHODS]))
         return TensorProp(self.tensor(node.obj, f"the object of '.{node.name}'"), prop)
+
+    def itemsize(self, node: _Attr) -> Expr:
+        """`d.itemsize`: the bytes of one element of the dtype `d`; a tensor's too, as torch's
+        `Tensor.itemsize` is `t.dtype.itemsize`."""
+        e = self.expr(node.obj)
+        if e.ty == TENSOR or e.ty == OUT:
+            return ItemSize(self.made(TensorProp(e, Prop.dtype), node.obj))
+        if e.ty == DTYPE:
+            return ItemSize(e)
+        obj = _syn_text(self, node.obj)
+        if e.ty == Ty(T.DTYPE, True):
+            raise self.error(node.obj.span, f"'.itemsize' of {describe(e)}, which may be None",
+                             f"test it first (`... if {obj} is not None else ...`) or give a "
+                             f"default: `({obj} or float32).itemsize`")
+        raise self.error(node.obj.span, f"'.itemsize' is the byte size of a dtype, got "
+                         f"{describe(e)}",
+                         "a ScalarType argument, `t.dtype`, a dtype name (`float32`), or "
+                         "`t.element_size()` of a tensor")
 
     def tensor(self, node: _Syn, role: str) -> Expr:
         """A Tensor argument, or a tensor the rule made (`reduce(broadcast(a, b), None)`)."""
@@ -1297,8 +1326,8 @@ class _Checker:
 
     def static(self, e: Expr) -> bool:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
-        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit)):
-            return True
+        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
+            return True     # a dtype, and so its itemsize, is never symbolic
         if isinstance(e, Arg):
             arg = self.schema.argument(e.name)
             assert arg is not None
@@ -1566,13 +1595,18 @@ class _Checker:
                              did_you_mean(func.name, _METHODS)
                              or "tensor methods: " + ", ".join(m + "()" for m in _METHODS))
         t = self.tensor(func.obj, f"the object of '.{func.name}()'")
+        if func.name == "element_size":
+            self.bind(node, func.name, (), 0)
+            return ItemSize(self.made(TensorProp(t, Prop.dtype), func))
         if func.name == "size":
             _, named = self.bind(node, "size", ("dim",), 0)
             if "dim" in named:
                 return TensorSize(t, self.want(named["dim"], INT, "a dimension"))
             return TensorProp(t, Prop.shape)
         self.bind(node, func.name, (), 0)
-        return TensorProp(t, _METHODS[func.name])
+        prop = _METHODS[func.name]
+        assert prop is not None
+        return TensorProp(t, prop)
 
     def sizes(self, node: _Syn, shape: Expr) -> None:
         """Refuse shape elements that are negative constants (`empty([-1])`)."""
@@ -1661,7 +1695,7 @@ class _Checker:
     def plain_int(self, e: Expr) -> bool:
         """Whether `e` is a plain int when the op is traced (never a symbol)."""
         match e:
-            case IntLit() | Len():
+            case IntLit() | Len() | ItemSize():
                 return True
             case TensorProp(prop=prop):
                 return prop is Prop.ndim

@@ -919,3 +919,58 @@ def test_a_dynamic_size_bound_alone_may_also_be_added_to(tmp_path):
         """))
     ops = {str(op.name): op for op in load_library([str(path)]).ops}
     assert set(ops) == {"ub::fine", "ub::twice"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The byte size of a dtype
+
+QUANT = "ex::q(Tensor A, int blocksize, ScalarType storage, ScalarType? dtype=None) -> Tensor"
+
+
+def test_itemsize_of_a_dtype_is_an_int():
+    """`storage.itemsize` of a ScalarType argument, `A.dtype.itemsize`, `A.element_size()` and
+    torch's `A.itemsize` are one IR: the bytes of an element, an int fixed when traced
+    (bitsandbytes' quantize_4bit packs `(n + 1) // (quant_storage.itemsize * 2)` elements)."""
+    A, storage = S.Arg("A", S.TENSOR), S.Arg("storage", S.DTYPE)
+    of_a = S.ItemSize(S.TensorProp(A, S.Prop.dtype))
+    r = ok("empty([(A.numel() + 1) // (storage.itemsize * 2), 1], dtype=storage)", QUANT)
+    assert r.outputs[0].shape.items[0] == S.Arith(
+        S.ArithOp.floordiv,
+        S.Arith(S.ArithOp.add, S.TensorProp(A, S.Prop.numel), S.IntLit(1)),
+        S.Arith(S.ArithOp.mul, S.ItemSize(storage), S.IntLit(2)))
+    for written in ("A.dtype.itemsize", "A.element_size()", "A.itemsize"):
+        assert ok(f"empty([A.numel() * {written}], dtype=uint8)", QUANT).outputs[0].shape \
+            == S.ListLit((S.Arith(S.ArithOp.mul, S.TensorProp(A, S.Prop.numel), of_a),)), written
+    # any dtype: a literal, a default, promote_types, a guarded optional
+    assert ok("empty([float16.itemsize])", QUANT).outputs[0].shape == S.ListLit(
+        (S.ItemSize(S.DtypeLit("float16")),))
+    ok("empty([(dtype or float32).itemsize, promote_types(A.dtype, storage).itemsize])", QUANT)
+    r = ok("empty([dtype.itemsize]) if dtype is not None else like(A)", QUANT)
+    assert r.outputs[0].then.shape.items[0] == S.ItemSize(
+        S.Given(S.Arg("dtype", S.Ty(S.T.DTYPE, True))))
+    # fixed when traced: an `if` may compare it, a count may be it
+    ok("like(A) if storage.itemsize == 1 else empty([A.numel() // storage.itemsize])", QUANT)
+    ok("[like(A) for i in range(A.element_size())]",
+       "ex::q(Tensor A) -> Tensor[]")
+    ok("empty([dynamic(max=A.element_size())])", QUANT)
+
+
+@pytest.mark.parametrize("rule, message, hint", [
+    ("empty([blocksize.itemsize])",
+     "'.itemsize' is the byte size of a dtype, got int argument 'blocksize'",
+     "a ScalarType argument, `t.dtype`, a dtype name (`float32`), or `t.element_size()` of a "
+     "tensor"),
+    ("empty([dtype.itemsize])",
+     "'.itemsize' of dtype? argument 'dtype', which may be None",
+     "test it first (`... if dtype is not None else ...`) or give a default: "
+     "`(dtype or float32).itemsize`"),
+    ("empty([A.element_size])", "'element_size' is a method; call it: A.element_size()", None),
+    ("empty([A.dtype.itemsize()])", "'itemsize' is an attribute, not a method",
+     "write `A.dtype.itemsize` without parentheses"),
+    ("empty([A.element_size(0)])", "element_size() takes 0 arguments but 1 were given", None),
+])
+def test_itemsize_errors(rule, message, hint):
+    r, diags = parse(rule, QUANT)
+    assert r is None
+    [d] = diags.items
+    assert (d.message, d.hint) == (message, hint)

@@ -337,6 +337,8 @@ class _Emitter:
                 return "true" if v else "false"
             case S.DtypeLit():
                 return self.dtype(e)
+            case S.ItemSize():
+                return self.static(e)
             case S.Arg():
                 name, ty = self.arg(e)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
@@ -353,6 +355,10 @@ class _Emitter:
                 return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
             case S.TensorProp(tensor=t, prop=S.Prop.ndim):
                 return f"{self.tensor(t)}.dim()"
+            case S.ItemSize(dtype=S.Given(arg=a)):
+                return f"static_cast<int64_t>(c10::elementSize(*{self.arg(a)[0]}))"
+            case S.ItemSize(dtype=d):
+                return f"static_cast<int64_t>(c10::elementSize({self.dtype(d)}))"
             case S.Len(seq=s):
                 if s.ty == S.INT_LIST:
                     return f"static_cast<int64_t>({self.shape(s)}.size())"

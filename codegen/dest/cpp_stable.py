@@ -397,6 +397,12 @@ class _MetaEmitter:
                 return f"{self.name(t.name)}.dim()"
             case S.Len(seq=S.Arg() as a) if not a.ty.optional:
                 return f"static_cast<int64_t>({self.name(a.name)}.size())"
+            case S.ItemSize(dtype=S.TensorProp(tensor=S.Arg() as t)) if t.ty == S.TENSOR:
+                return f"static_cast<int64_t>({self.name(t.name)}.element_size())"
+            case S.ItemSize():
+                # torch/headeronly has no elementSize(ScalarType); only a Tensor tells its own.
+                raise _NoCpp("takes the byte size of a dtype, which torch's stable ABI gives only "
+                             "of a Tensor argument (`t.element_size()`)", node=e)
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
                 return f"({self.static(a)} {op.value} {self.static(b)})"
             case S.Neg(operand=o):
