@@ -974,3 +974,89 @@ def test_itemsize_errors(rule, message, hint):
     assert r is None
     [d] = diags.items
     assert (d.message, d.hint) == (message, hint)
+
+
+ITEMSIZE_OPS = """\
+namespace: itemsizetest
+ops:
+  - func: quantize(Tensor A, int blocksize, ScalarType storage) -> (Tensor, Tensor)
+    dispatch: {CPU: 'itemsize_kernels:quantize'}
+    fake: >-
+      check(A.dtype in (float16, bfloat16, float32), "A must be floating");
+      (empty([(A.numel() + 1) // (storage.itemsize * 2), 1], dtype=storage),
+       empty([(A.numel() + blocksize - 1) // blocksize], dtype=float32))
+    samples:
+      uint8: {A: {shape: [8, 16]}, blocksize: 64, storage: uint8}
+      float32: {A: {shape: [4, 16]}, blocksize: 64, storage: float32}
+  - func: as_bytes(Tensor A) -> Tensor
+    dispatch: {CPU: 'itemsize_kernels:as_bytes'}
+    fake: empty([A.numel() * A.element_size()], dtype=uint8)
+    samples:
+      float32: {A: {shape: [3, 5]}}
+      float16: {A: {shape: [3, 5], dtype: float16}}
+  - func: widen(Tensor A, ScalarType dtype) -> Tensor
+    dispatch: {CPU: 'itemsize_kernels:widen'}
+    fake: empty([A.numel() * dtype.itemsize], dtype=uint8)
+    samples:
+      float64: {A: {shape: [2, 3]}, dtype: float64}
+      int16: {A: {shape: [2, 3]}, dtype: int16}
+"""
+
+ITEMSIZE_KERNELS = """\
+import torch
+
+
+def quantize(A, blocksize, storage):
+    n = A.numel()
+    codes = (A.reshape(-1).abs() * 7).clamp(max=15).to(torch.uint8)
+    codes = torch.cat([codes, codes.new_zeros(n % 2)])
+    packed = (codes[0::2] << 4) | codes[1::2]
+    # Bytes reinterpreted as the storage dtype, as bitsandbytes' quant_storage does.
+    packed = torch.cat([packed, packed.new_zeros(-packed.numel() % storage.itemsize)])
+    absmax = torch.nn.functional.pad(A.reshape(-1), (0, -n % blocksize)).reshape(-1, blocksize)
+    return packed.view(storage).reshape(-1, 1), absmax.abs().amax(1).float()
+
+
+def as_bytes(A):
+    return A.contiguous().reshape(-1).view(torch.uint8).clone()
+
+
+def widen(A, dtype):
+    return A.to(dtype).reshape(-1).view(torch.uint8).clone()
+"""
+
+
+def test_itemsize_fakes_run_with_two_dtypes(tmp_path, monkeypatch, testing):
+    """Output sizes from the byte size of a ScalarType argument and of a tensor's dtype: opcheck
+    and one compiled graph for three sizes pass for two dtypes each; where a rule has no `//`,
+    its Meta kernel takes the size from c10::elementSize."""
+    from codegen.dest import cpp_meta
+    from codegen.load import load_library
+
+    op_file = tmp_path / "itemsize.yaml"
+    op_file.write_text(ITEMSIZE_OPS)
+    (tmp_path / "itemsize_kernels.py").write_text(ITEMSIZE_KERNELS)
+    ops = {op.schema.name.name: op for op in load_library([str(op_file)]).ops}
+    assert cpp_meta.translate(ops["quantize"])[0] is None       # `//` stays Python
+    assert cpp_meta.translate(ops["as_bytes"])[0].body == (
+        "return meta_empty(std::vector<c10::SymInt>{(A.sym_numel() * "
+        "c10::SymInt(static_cast<int64_t>(c10::elementSize(A.scalar_type()))))}, A, "
+        "at::ScalarType::Byte);",)
+    assert cpp_meta.translate(ops["widen"])[0].body == (
+        "return meta_empty(std::vector<c10::SymInt>{(A.sym_numel() * "
+        "c10::SymInt(static_cast<int64_t>(c10::elementSize(dtype))))}, A, "
+        "at::ScalarType::Byte);",)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        cases = lib.cases()
+        assert len(cases) == 6
+        for case in cases:
+            testing.check_opcheck(case)
+            testing.check_compile(case, backend="aot_eager")
+        A = torch.randn(8, 16)
+        for storage, rows in ((torch.uint8, 64), (torch.float32, 16)):
+            packed, absmax = torch.ops.itemsizetest.quantize(A, 64, storage)
+            assert (packed.shape, packed.dtype, absmax.shape) == ((rows, 1), storage, (2,))
+    finally:
+        lib.close()
