@@ -25,6 +25,7 @@ call:
     fake: empty(self.shape[:self.dim() - len(pad)] + [s + p for s, p in zip(self.shape[self.dim() - len(pad):], pad)])
     fake: check(input.shape == target.shape, "input and target differ"); like(input, dtype=promote_types(input.dtype, float32))
     fake: [like(t) for t in tensors]                                  # a Tensor[] return
+    fake: empty([self.numel() * self.element_size()], dtype=uint8)    # the bytes of `self`
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
 language cannot say, name a Python function instead (`fake: package.module:function`, called with
@@ -69,6 +70,11 @@ Values
 - Sizes (symbolic under dynamic shapes): integer literals (decimal, no leading zeros, 64-bit),
   `int`/`SymInt` arguments,
   `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(sizes)`,
+  the byte size of an element of a dtype, `d.itemsize` (a `ScalarType` argument, `t.dtype`, a
+  dtype name, `promote_types(...)`, `(dtype or float32)`; `t.element_size()` and `t.itemsize`
+  are `t.dtype.itemsize`, as in torch): `(n + 1) // (quant_storage.itemsize * 2)`. It is fixed
+  when the op is traced, so an `if` may compare it and a `range()` count may be it; a
+  `ScalarType?` needs a None test or a default first,
   `a + b`, `a - b`, `a * b`, `a // b`, `a % b`, `-a`, `max(a, b, ...)`, `min(a, b, ...)`, and
   `dynamic(min=0, max=None)`: a fresh data-dependent size
   (`torch.library.get_ctx().new_dynamic_size()`).

@@ -13,7 +13,8 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
 - optional `Tensor`, `int`, `SymInt` and `int[]` arguments where a None test tells they are
   given (`like(out) if out is not None else ...`), dereferenced there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
-  `t.dim()`, `len(...)`, `+`, `-`, `*`, unary `-`, `max`, `min`; shapes from list literals with
+  `t.dim()`, `len(...)`, a dtype's `.itemsize` (`c10::elementSize`), `+`, `-`, `*`, unary `-`,
+  `max`, `min`; shapes from list literals with
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
 - dtypes from literals, `ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)`
   (`c10::promoteTypes`);
