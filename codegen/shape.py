@@ -25,6 +25,7 @@ call:
     fake: empty(self.shape[:self.dim() - len(pad)] + [s + p for s, p in zip(self.shape[self.dim() - len(pad):], pad)])
     fake: check(input.shape == target.shape, "input and target differ"); like(input, dtype=promote_types(input.dtype, float32))
     fake: [like(t) for t in tensors]                                  # a Tensor[] return
+    fake: empty([self.numel() * self.element_size()], dtype=uint8)    # the bytes of `self`
 
 Every output a rule makes is a new contiguous tensor. For other layouts, views, or anything the
 language cannot say, name a Python function instead (`fake: package.module:function`, called with
@@ -69,6 +70,11 @@ Values
 - Sizes (symbolic under dynamic shapes): integer literals (decimal, no leading zeros, 64-bit),
   `int`/`SymInt` arguments,
   `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(sizes)`,
+  the byte size of an element of a dtype, `d.itemsize` (a `ScalarType` argument, `t.dtype`, a
+  dtype name, `promote_types(...)`, `(dtype or float32)`; `t.element_size()` and `t.itemsize`
+  are `t.dtype.itemsize`, as in torch): `(n + 1) // (quant_storage.itemsize * 2)`. It is fixed
+  when the op is traced, so an `if` may compare it and a `range()` count may be it; a
+  `ScalarType?` needs a None test or a default first,
   `a + b`, `a - b`, `a * b`, `a // b`, `a % b`, `-a`, `max(a, b, ...)`, `min(a, b, ...)`, and
   `dynamic(min=0, max=None)`: a fresh data-dependent size
   (`torch.library.get_ctx().new_dynamic_size()`).
@@ -343,6 +349,14 @@ class TensorProp(Node):
 
 
 @dataclass(frozen=True)
+class ItemSize(Node):
+    """`d.itemsize` of a dtype (`t.dtype.itemsize`, `t.element_size()`): the bytes of one
+    element, an int fixed when the op is traced."""
+    dtype: Expr
+    ty: Ty = INT
+
+
+@dataclass(frozen=True)
 class TensorSize(Node):
     """`t.size(d)` / `t.shape[d]`."""
     tensor: Expr
@@ -572,7 +586,7 @@ class Empty(Node):
 
 
 Expr = Union[Arg, Given, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
-             TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
+             ItemSize, TensorSize, Item, SliceOf, Len, Spread, ListLit, ListComp, Range, OutList,
              PromoteTypes, Sum, Concat, Arith, Neg, MinMax, Dynamic, Fallback, Compare, Not, BoolOp,
              Cond,
              Like, Broadcast, Reduce, Empty]
@@ -1011,8 +1025,9 @@ _FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "
               "promote_types")
 _CHECK_USAGE = 'check(condition, "message"); before the outputs'
 
-_METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel}
-_ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim}
+_METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel, "element_size": None}
+_ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim": Prop.ndim,
+          "itemsize": None}
 _CONSTANTS = ("True", "False", "None")
 
 
@@ -1174,6 +1189,8 @@ class _Checker:
         return e
 
     def attribute(self, node: _Attr) -> Expr:
+        if node.name == "itemsize":
+            return self.itemsize(node)
         if node.name in _METHODS:
             raise self.error(node.span, f"'{node.name}' is a method; call it: "
                              f"{_syn_text(self, node)}()")
@@ -1183,6 +1200,24 @@ class _Checker:
                              did_you_mean(node.name, list(_ATTRS) + list(_METHODS))
                              or "a tensor has: " + ", ".join(list(_ATTRS) + [m + "()" for m in _METHODS]))
         return TensorProp(self.tensor(node.obj, f"the object of '.{node.name}'"), prop)
+
+    def itemsize(self, node: _Attr) -> Expr:
+        """`d.itemsize`: the bytes of one element of the dtype `d`; a tensor's too, as torch's
+        `Tensor.itemsize` is `t.dtype.itemsize`."""
+        e = self.expr(node.obj)
+        if e.ty == TENSOR or e.ty == OUT:
+            return ItemSize(self.made(TensorProp(e, Prop.dtype), node.obj))
+        if e.ty == DTYPE:
+            return ItemSize(e)
+        obj = _syn_text(self, node.obj)
+        if e.ty == Ty(T.DTYPE, True):
+            raise self.error(node.obj.span, f"'.itemsize' of {describe(e)}, which may be None",
+                             f"test it first (`... if {obj} is not None else ...`) or give a "
+                             f"default: `({obj} or float32).itemsize`")
+        raise self.error(node.obj.span, f"'.itemsize' is the byte size of a dtype, got "
+                         f"{describe(e)}",
+                         "a ScalarType argument, `t.dtype`, a dtype name (`float32`), or "
+                         "`t.element_size()` of a tensor")
 
     def tensor(self, node: _Syn, role: str) -> Expr:
         """A Tensor argument, or a tensor the rule made (`reduce(broadcast(a, b), None)`)."""
@@ -1297,8 +1332,8 @@ class _Checker:
 
     def static(self, e: Expr) -> bool:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
-        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit)):
-            return True
+        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
+            return True     # a dtype, and so its itemsize, is never symbolic
         if isinstance(e, Arg):
             arg = self.schema.argument(e.name)
             assert arg is not None
@@ -1566,13 +1601,18 @@ class _Checker:
                              did_you_mean(func.name, _METHODS)
                              or "tensor methods: " + ", ".join(m + "()" for m in _METHODS))
         t = self.tensor(func.obj, f"the object of '.{func.name}()'")
+        if func.name == "element_size":
+            self.bind(node, func.name, (), 0)
+            return ItemSize(self.made(TensorProp(t, Prop.dtype), func))
         if func.name == "size":
             _, named = self.bind(node, "size", ("dim",), 0)
             if "dim" in named:
                 return TensorSize(t, self.want(named["dim"], INT, "a dimension"))
             return TensorProp(t, Prop.shape)
         self.bind(node, func.name, (), 0)
-        return TensorProp(t, _METHODS[func.name])
+        prop = _METHODS[func.name]
+        assert prop is not None
+        return TensorProp(t, prop)
 
     def sizes(self, node: _Syn, shape: Expr) -> None:
         """Refuse shape elements that are negative constants (`empty([-1])`)."""
@@ -1661,7 +1701,7 @@ class _Checker:
     def plain_int(self, e: Expr) -> bool:
         """Whether `e` is a plain int when the op is traced (never a symbol)."""
         match e:
-            case IntLit() | Len():
+            case IntLit() | Len() | ItemSize():
                 return True
             case TensorProp(prop=prop):
                 return prop is Prop.ndim

@@ -299,3 +299,102 @@ def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CHECKED narrowfull::pick: out needs src's columns" in proc.stdout
     assert "OK 7" in proc.stdout
+
+
+ITEMSIZE_FULL = """\
+namespace: itemfull
+ops:
+  - func: as_bytes(Tensor A) -> Tensor
+    dispatch: {CPU: as_bytes_cpu}
+    fake: empty([A.numel() * A.element_size()], dtype=uint8)
+    samples:
+      - {A: {shape: [3, 5]}}
+      - {A: {shape: [3, 5], dtype: float16}}
+  - func: widen(Tensor A, ScalarType dtype) -> Tensor
+    dispatch: {CPU: widen_cpu}
+    fake: check(dtype.itemsize >= A.dtype.itemsize, "widen narrows"); empty([A.numel() * dtype.itemsize], dtype=uint8)
+    samples:
+      - {A: {shape: [2, 3]}, dtype: float64}
+      - {A: {shape: [2, 3], dtype: int8}, dtype: int16}
+"""
+ITEMSIZE_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <itemfull/itemsize_full.h>
+namespace itemfull {
+at::Tensor as_bytes_cpu(const at::Tensor& A) {
+  return A.contiguous().reshape(-1).view(at::kByte).clone();
+}
+at::Tensor widen_cpu(const at::Tensor& A, at::ScalarType dtype) {
+  return A.to(dtype).reshape(-1).view(at::kByte).clone();
+}
+}  // namespace itemfull
+"""
+ITEMSIZE_STABLE = """\
+namespace: itemstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: wide_only(Tensor A) -> Tensor
+    dispatch: {CPU: wide_only_cpu}
+    fake: check(A.element_size() >= 4, "A needs 4-byte elements"); like(A)
+    samples:
+      - {A: {shape: [N=3, 2]}}
+      - {A: {shape: [N=3, 2], dtype: float64}}
+"""
+ITEMSIZE_STABLE_CPP = """\
+#include <itemstable/itemsize_stable.h>
+#include <torch/csrc/stable/ops.h>
+namespace itemstable {
+torch::stable::Tensor wide_only_cpu(const torch::stable::Tensor& A) {
+  return torch::stable::fill_(torch::stable::empty_like(A), 1.0);
+}
+}  // namespace itemstable
+"""
+ITEMSIZE_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from codegen import testing
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for name in ("itemfull::as_bytes", "itemfull::widen", "itemstable::wide_only"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"), name
+    assert singleton.find(name).fake_impl.kernel is None, name
+for f, args in ((torch.ops.itemfull.widen, (torch.empty(3, dtype=torch.float64), torch.int8)),
+                (torch.ops.itemstable.wide_only, (torch.empty(3, dtype=torch.float16),))):
+    try:
+        with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+            f(mode.from_tensor(args[0]), *args[1:])
+    except RuntimeError as e:
+        print("CHECKED", str(e).splitlines()[0])
+print("OK", len(cases))
+"""
+
+
+@pytest.mark.e2e
+def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
+    """Sizes and checks from the byte size of a dtype are Meta kernels, built and run with two
+    dtypes each: c10::elementSize on the full ABI, Tensor::element_size() on the stable one."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(ITEMSIZE_STABLE)
+    [op] = load_library(["s.yaml"]).ops
+    meta = cpp_stable.translate_meta(op)
+    assert meta is not None and meta.body[0] == \
+        "if (!(static_cast<int64_t>(A.element_size()) >= 4)) {"
+    root = tmp_path / "root"
+    scratch.make_root(root, {"itemsize_full.yaml": ITEMSIZE_FULL,
+                             "itemsize_stable.yaml": ITEMSIZE_STABLE},
+                      {"itemfull/k.cpp": ITEMSIZE_FULL_CPP, "itemstable/k.cpp": ITEMSIZE_STABLE_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / n) for n in ("itemsize_full.yaml", "itemsize_stable.yaml")]
+    proc = scratch.python(root, ITEMSIZE_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CHECKED itemfull::widen: widen narrows" in proc.stdout
+    assert "CHECKED itemstable::wide_only: A needs 4-byte elements" in proc.stdout
+    assert "OK 6" in proc.stdout

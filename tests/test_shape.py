@@ -919,3 +919,144 @@ def test_a_dynamic_size_bound_alone_may_also_be_added_to(tmp_path):
         """))
     ops = {str(op.name): op for op in load_library([str(path)]).ops}
     assert set(ops) == {"ub::fine", "ub::twice"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The byte size of a dtype
+
+QUANT = "ex::q(Tensor A, int blocksize, ScalarType storage, ScalarType? dtype=None) -> Tensor"
+
+
+def test_itemsize_of_a_dtype_is_an_int():
+    """`storage.itemsize` of a ScalarType argument, `A.dtype.itemsize`, `A.element_size()` and
+    torch's `A.itemsize` are one IR: the bytes of an element, an int fixed when traced
+    (bitsandbytes' quantize_4bit packs `(n + 1) // (quant_storage.itemsize * 2)` elements)."""
+    A, storage = S.Arg("A", S.TENSOR), S.Arg("storage", S.DTYPE)
+    of_a = S.ItemSize(S.TensorProp(A, S.Prop.dtype))
+    r = ok("empty([(A.numel() + 1) // (storage.itemsize * 2), 1], dtype=storage)", QUANT)
+    assert r.outputs[0].shape.items[0] == S.Arith(
+        S.ArithOp.floordiv,
+        S.Arith(S.ArithOp.add, S.TensorProp(A, S.Prop.numel), S.IntLit(1)),
+        S.Arith(S.ArithOp.mul, S.ItemSize(storage), S.IntLit(2)))
+    for written in ("A.dtype.itemsize", "A.element_size()", "A.itemsize"):
+        assert ok(f"empty([A.numel() * {written}], dtype=uint8)", QUANT).outputs[0].shape \
+            == S.ListLit((S.Arith(S.ArithOp.mul, S.TensorProp(A, S.Prop.numel), of_a),)), written
+    # any dtype: a literal, a default, promote_types, a guarded optional
+    assert ok("empty([float16.itemsize])", QUANT).outputs[0].shape == S.ListLit(
+        (S.ItemSize(S.DtypeLit("float16")),))
+    ok("empty([(dtype or float32).itemsize, promote_types(A.dtype, storage).itemsize])", QUANT)
+    r = ok("empty([dtype.itemsize]) if dtype is not None else like(A)", QUANT)
+    assert r.outputs[0].then.shape.items[0] == S.ItemSize(
+        S.Given(S.Arg("dtype", S.Ty(S.T.DTYPE, True))))
+    # fixed when traced: an `if` may compare it, a count may be it
+    ok("like(A) if storage.itemsize == 1 else empty([A.numel() // storage.itemsize])", QUANT)
+    ok("[like(A) for i in range(A.element_size())]",
+       "ex::q(Tensor A) -> Tensor[]")
+    ok("empty([dynamic(max=A.element_size())])", QUANT)
+
+
+@pytest.mark.parametrize("rule, message, hint", [
+    ("empty([blocksize.itemsize])",
+     "'.itemsize' is the byte size of a dtype, got int argument 'blocksize'",
+     "a ScalarType argument, `t.dtype`, a dtype name (`float32`), or `t.element_size()` of a "
+     "tensor"),
+    ("empty([dtype.itemsize])",
+     "'.itemsize' of dtype? argument 'dtype', which may be None",
+     "test it first (`... if dtype is not None else ...`) or give a default: "
+     "`(dtype or float32).itemsize`"),
+    ("empty([A.element_size])", "'element_size' is a method; call it: A.element_size()", None),
+    ("empty([A.dtype.itemsize()])", "'itemsize' is an attribute, not a method",
+     "write `A.dtype.itemsize` without parentheses"),
+    ("empty([A.element_size(0)])", "element_size() takes 0 arguments but 1 were given", None),
+])
+def test_itemsize_errors(rule, message, hint):
+    r, diags = parse(rule, QUANT)
+    assert r is None
+    [d] = diags.items
+    assert (d.message, d.hint) == (message, hint)
+
+
+ITEMSIZE_OPS = """\
+namespace: itemsizetest
+ops:
+  - func: quantize(Tensor A, int blocksize, ScalarType storage) -> (Tensor, Tensor)
+    dispatch: {CPU: 'itemsize_kernels:quantize'}
+    fake: >-
+      check(A.dtype in (float16, bfloat16, float32), "A must be floating");
+      (empty([(A.numel() + 1) // (storage.itemsize * 2), 1], dtype=storage),
+       empty([(A.numel() + blocksize - 1) // blocksize], dtype=float32))
+    samples:
+      uint8: {A: {shape: [8, 16]}, blocksize: 64, storage: uint8}
+      float32: {A: {shape: [4, 16]}, blocksize: 64, storage: float32}
+  - func: as_bytes(Tensor A) -> Tensor
+    dispatch: {CPU: 'itemsize_kernels:as_bytes'}
+    fake: empty([A.numel() * A.element_size()], dtype=uint8)
+    samples:
+      float32: {A: {shape: [3, 5]}}
+      float16: {A: {shape: [3, 5], dtype: float16}}
+  - func: widen(Tensor A, ScalarType dtype) -> Tensor
+    dispatch: {CPU: 'itemsize_kernels:widen'}
+    fake: empty([A.numel() * dtype.itemsize], dtype=uint8)
+    samples:
+      float64: {A: {shape: [2, 3]}, dtype: float64}
+      int16: {A: {shape: [2, 3]}, dtype: int16}
+"""
+
+ITEMSIZE_KERNELS = """\
+import torch
+
+
+def quantize(A, blocksize, storage):
+    n = A.numel()
+    codes = (A.reshape(-1).abs() * 7).clamp(max=15).to(torch.uint8)
+    codes = torch.cat([codes, codes.new_zeros(n % 2)])
+    packed = (codes[0::2] << 4) | codes[1::2]
+    # Bytes reinterpreted as the storage dtype, as bitsandbytes' quant_storage does.
+    packed = torch.cat([packed, packed.new_zeros(-packed.numel() % storage.itemsize)])
+    absmax = torch.nn.functional.pad(A.reshape(-1), (0, -n % blocksize)).reshape(-1, blocksize)
+    return packed.view(storage).reshape(-1, 1), absmax.abs().amax(1).float()
+
+
+def as_bytes(A):
+    return A.contiguous().reshape(-1).view(torch.uint8).clone()
+
+
+def widen(A, dtype):
+    return A.to(dtype).reshape(-1).view(torch.uint8).clone()
+"""
+
+
+def test_itemsize_fakes_run_with_two_dtypes(tmp_path, monkeypatch, testing):
+    """Output sizes from the byte size of a ScalarType argument and of a tensor's dtype: opcheck
+    and one compiled graph for three sizes pass for two dtypes each; where a rule has no `//`,
+    its Meta kernel takes the size from c10::elementSize."""
+    from codegen.dest import cpp_meta
+    from codegen.load import load_library
+
+    op_file = tmp_path / "itemsize.yaml"
+    op_file.write_text(ITEMSIZE_OPS)
+    (tmp_path / "itemsize_kernels.py").write_text(ITEMSIZE_KERNELS)
+    ops = {op.schema.name.name: op for op in load_library([str(op_file)]).ops}
+    assert cpp_meta.translate(ops["quantize"])[0] is None       # `//` stays Python
+    assert cpp_meta.translate(ops["as_bytes"])[0].body == (
+        "return meta_empty(std::vector<c10::SymInt>{(A.sym_numel() * "
+        "c10::SymInt(static_cast<int64_t>(c10::elementSize(A.scalar_type()))))}, A, "
+        "at::ScalarType::Byte);",)
+    assert cpp_meta.translate(ops["widen"])[0].body == (
+        "return meta_empty(std::vector<c10::SymInt>{(A.sym_numel() * "
+        "c10::SymInt(static_cast<int64_t>(c10::elementSize(dtype))))}, A, "
+        "at::ScalarType::Byte);",)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(op_file)])
+    try:
+        cases = lib.cases()
+        assert len(cases) == 6
+        for case in cases:
+            testing.check_opcheck(case)
+            testing.check_compile(case, backend="aot_eager")
+        A = torch.randn(8, 16)
+        for storage, rows in ((torch.uint8, 64), (torch.float32, 16)):
+            packed, absmax = torch.ops.itemsizetest.quantize(A, 64, storage)
+            assert (packed.shape, packed.dtype, absmax.shape) == ((rows, 1), storage, (2,))
+    finally:
+        lib.close()

@@ -13,7 +13,8 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
 - optional `Tensor`, `int`, `SymInt` and `int[]` arguments where a None test tells they are
   given (`like(out) if out is not None else ...`), dereferenced there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
-  `t.dim()`, `len(...)`, `+`, `-`, `*`, unary `-`, `max`, `min`; shapes from list literals with
+  `t.dim()`, `len(...)`, a dtype's `.itemsize` (`c10::elementSize`), `+`, `-`, `*`, unary `-`,
+  `max`, `min`; shapes from list literals with
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
 - dtypes from literals, `ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)`
   (`c10::promoteTypes`);
@@ -337,6 +338,8 @@ class _Emitter:
                 return "true" if v else "false"
             case S.DtypeLit():
                 return self.dtype(e)
+            case S.ItemSize():
+                return self.static(e)
             case S.Arg():
                 name, ty = self.arg(e)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
@@ -353,6 +356,10 @@ class _Emitter:
                 return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
             case S.TensorProp(tensor=t, prop=S.Prop.ndim):
                 return f"{self.tensor(t)}.dim()"
+            case S.ItemSize(dtype=S.Given(arg=a)):
+                return f"static_cast<int64_t>(c10::elementSize(*{self.arg(a)[0]}))"
+            case S.ItemSize(dtype=d):
+                return f"static_cast<int64_t>(c10::elementSize({self.dtype(d)}))"
             case S.Len(seq=s):
                 if s.ty == S.INT_LIST:
                     return f"static_cast<int64_t>({self.shape(s)}.size())"

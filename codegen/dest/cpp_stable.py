@@ -20,7 +20,9 @@ through the dispatcher: the stable headers have no promotion table), or is the s
 and out= ops return the argument, `-> ()` ops nothing). These call back into torch's
 dispatcher, so FakeTensor keeps symbolic sizes symbolic. The rule's `check(...)`s come first,
 when their conditions are fixed at trace time without reading a size: dtypes (`scalar_type()`),
-`t.dim()`, `len(list)`, `bool`/`int`/`str`/`ScalarType` arguments and literals; each throws
+`t.dim()`, `len(list)`, `t.element_size()` (a Tensor argument's itemsize: the stable headers have
+no element size of a ScalarType, so `dtype.itemsize` keeps the fake in Python),
+`bool`/`int`/`str`/`ScalarType` arguments and literals; each throws
 the `std::runtime_error` STD_TORCH_CHECK throws, with the message the full ABI's TORCH_CHECK and
 a Python fake's torch._check give. Rules that compute sizes (`empty`, `broadcast`, arithmetic
 on sizes) or check them stay Python fakes: the stable Tensor gives sizes only as int64_t, which
@@ -397,6 +399,12 @@ class _MetaEmitter:
                 return f"{self.name(t.name)}.dim()"
             case S.Len(seq=S.Arg() as a) if not a.ty.optional:
                 return f"static_cast<int64_t>({self.name(a.name)}.size())"
+            case S.ItemSize(dtype=S.TensorProp(tensor=S.Arg() as t)) if t.ty == S.TENSOR:
+                return f"static_cast<int64_t>({self.name(t.name)}.element_size())"
+            case S.ItemSize():
+                # torch/headeronly has no elementSize(ScalarType); only a Tensor tells its own.
+                raise _NoCpp("takes the byte size of a dtype, which torch's stable ABI gives only "
+                             "of a Tensor argument (`t.element_size()`)", node=e)
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
                 return f"({self.static(a)} {op.value} {self.static(b)})"
             case S.Neg(operand=o):

@@ -80,6 +80,8 @@ class FakeEmitter(PyPrinter):
                 if p in (S.Prop.ndim, S.Prop.numel):
                     return f"{obj}.{p.value}()", Prec.POSTFIX
                 return f"{obj}.{p.value}", Prec.POSTFIX
+            case S.ItemSize(dtype=d):
+                return f"{self.expr(d, Prec.POSTFIX)}.itemsize", Prec.POSTFIX
             case S.TensorSize(tensor=t, dim=d):
                 return f"{self.expr(t, Prec.POSTFIX)}.size({self.expr(d)})", Prec.POSTFIX
             case S.Item(seq=s, index=i):
