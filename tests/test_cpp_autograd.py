@@ -933,3 +933,29 @@ def test_none_to_an_optional_tensor_parameter_is_nullopt(tmp_path: Path) -> None
     assert [d.message for d in diags.items] == []
     text = "\n".join(out.values())
     assert "().call(grad, indptr, ::std::nullopt)" in text
+
+
+def test_clamp_with_keywords_and_symbolic_bounds_is_carried(tmp_path: Path) -> None:
+    """`clamp(min=...)`, `clamp(max=...)` and a SymInt bound (torch_scatter's segment means,
+    torch_sparse's spmm_min) take the C++ path: a missing bound is std::nullopt, as torch's
+    Python binding passes it, and a symbolic one a Scalar holding it (it kept the Python path)."""
+    formulas = {
+        "a": ("grad * x.clamp(min=1)", "(grad * x.clamp(1, ::std::nullopt))"),
+        "b": ("grad * x.clamp(max=x.size(0) - 1)",
+              "(grad * x.clamp(::std::nullopt, at::Scalar((x.sym_size(0) - 1))))"),
+        "c": ("grad * torch.clamp(x, None, 2.5)", "(grad * at::clamp(x, ::std::nullopt, 2.5))"),
+        "d": ("grad * x.clamp(0, max=n)", "(grad * x.clamp(0, at::Scalar(n)))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: clp\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, SymInt n) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body

@@ -877,6 +877,10 @@ class _Builder:
             if name == "cat" and given and isinstance(given[0], F.TupleLit):
                 # torch.cat((a, b)) is torch.cat([a, b])
                 given = (F.ListLit(given[0].items), *given[1:])
+            if name == "clamp" and given:
+                tc, tk = self.expr(given[0])
+                if tk == T:
+                    return f"at::clamp({tc}, {self._clamp_bounds(given[1:], e.kwargs)})", T
             args = self._args(given, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
             return f"at::{name}({', '.join(args)})", T
         if isinstance(func, F.Attr):
@@ -905,6 +909,8 @@ class _Builder:
                     return f"{oc}.sym_size({ic})", SYMINT
             if func.name == "numel" and not e.args and not e.kwargs:
                 return f"{oc}.sym_numel()", SYMINT
+            if func.name == "clamp":
+                return f"{oc}.clamp({self._clamp_bounds(e.args, e.kwargs)})", T
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
@@ -920,6 +926,34 @@ class _Builder:
             # named: "this form of call" did not say which call to rewrite
             raise NotCpp(f"the builtin {func.name}()")
         raise NotCpp("this form of call")
+
+    def _clamp_bounds(self, args: tuple[F.Expr, ...],
+                      kwargs: tuple[tuple[str, F.Expr], ...]) -> str:
+        """The bounds of `clamp(min, max)`, either given by position or keyword, or left out:
+        C++ takes both, as optional Scalars (std::nullopt for a missing one or None, as torch's
+        Python binding passes it); a symbolic number is a Scalar holding it, as in Python."""
+        named = dict(kwargs)
+        if len(args) > 2 or set(named) - {"min", "max"} or \
+                any(key in named for key in ("min", "max")[:len(args)]):
+            raise NotCpp("clamp with arguments other than the numbers min and max")
+        bounds = dict(zip(("min", "max"), args)) | named
+        codes = []
+        for key in ("min", "max"):
+            if key not in bounds:
+                codes.append("::std::nullopt")
+                continue
+            code, kind = self.expr(bounds[key])
+            if kind == NONE:
+                codes.append("::std::nullopt")
+            elif kind in NUMBER:
+                codes.append(code)
+            elif kind in (SYMINT, SYMFLOAT):
+                codes.append(f"at::Scalar({code})")
+            else:
+                raise NotCpp(f"clamp with {_a(kind)} as {key}")
+        if codes == ["::std::nullopt"] * 2:
+            raise NotCpp("clamp without bounds")
+        return ", ".join(codes)
 
     def _listcomp(self, e: F.ListComp) -> tuple[str, str]:
         it = e.iterable
