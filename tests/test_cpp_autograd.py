@@ -959,3 +959,31 @@ def test_clamp_with_keywords_and_symbolic_bounds_is_carried(tmp_path: Path) -> N
         plan = cpp_autograd.plan(lib, op)
         assert plan is not None
         assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
+def test_sizes_and_none_to_int_and_optional_parameters_are_carried(tmp_path: Path) -> None:
+    """torch_sparse's ptr2ind(rowptr, col.size(0)) and torch_scatter's segment_sum_coo(grad,
+    index, None, src.size(0)): a SymInt given to an `int` parameter of a library op is guarded to
+    an int, as torch.ops' Python binding does, and `int?`, `float?`, `bool?` parameters take a
+    value or None (they kept the Python path)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trq\nops:\n"
+                    "  - func: head(Tensor x, int k) -> Tensor\n"
+                    "    dispatch: {CPU: head_cpu}\n"
+                    "    fake: empty([k, x.size(1)])\n"
+                    "    derivatives:\n"
+                    "      x: pad(grad, x.size(0), x.size(1) * 1, None, True)\n"
+                    "  - func: pad(Tensor g, int n, int? cols, float? value, bool? check) -> Tensor\n"
+                    "    dispatch: {CPU: pad_cpu}\n"
+                    "    fake: empty([n, g.size(1)])\n"
+                    "    derivatives:\n"
+                    "      g: head(grad, g.size(0))\n")
+    out, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == []
+    text = "\n".join(out.values())
+    assert ("().call(grad, x_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(x_sizes_.size()), "
+            "/*wrap_scalar=*/false)].guard_int(__FILE__, __LINE__), (x_sizes_[c10::maybe_wrap_dim("
+            "1, static_cast<int64_t>(x_sizes_.size()), /*wrap_scalar=*/false)] * 1).guard_int("
+            "__FILE__, __LINE__), ::std::nullopt, true)") in text, text
+    assert ("().call(grad, g_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(g_sizes_.size()), "
+            "/*wrap_scalar=*/false)].guard_int(__FILE__, __LINE__))") in text, text

@@ -861,6 +861,11 @@ class _Builder:
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
                                      f"{_a(t)}, a type the C++ translation does not pass to a "
                                      "library op")
+                    if want == "i" and k == SYMINT:
+                        # What torch.ops' Python binding does with a SymInt given to an int: it
+                        # guards on its value (torch.compile specializes it), as guard_int does.
+                        args.append(f"{c}.guard_int(__FILE__, __LINE__)")
+                        continue
                     if not _fits(k, want):
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
                                      f"{_a(t)}, and the formula gives it {_given(k)}, which the "
@@ -1031,8 +1036,11 @@ def handle_name(op: Op) -> str:
 
 
 def _arg_kind(t) -> str | None:
+    """What a library op's parameter takes; an optional one what its value does (C++'s
+    std::optional converts from it, and None is std::nullopt)."""
     base = strip_optional(t)
-    if isinstance(t, OptionalType) and base != BaseType(BaseTy.Tensor):
+    if isinstance(t, OptionalType) and not (isinstance(base, BaseType) and base.name in (
+            BaseTy.Tensor, BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)):
         return None
     if isinstance(base, BaseType):
         return {BaseTy.Tensor: "T", BaseTy.float: "f", BaseTy.int: "i", BaseTy.bool: "b",
