@@ -987,3 +987,41 @@ def test_sizes_and_none_to_int_and_optional_parameters_are_carried(tmp_path: Pat
             "__FILE__, __LINE__), ::std::nullopt, true)") in text, text
     assert ("().call(grad, g_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(g_sizes_.size()), "
             "/*wrap_scalar=*/false)].guard_int(__FILE__, __LINE__))") in text, text
+
+
+def test_new_tensor_methods_are_carried(tmp_path: Path) -> None:
+    """`grad.new_empty(src.shape)` (torch_scatter's segment_sum_csr), new_zeros, new_ones and
+    new_full take the C++ path, as Tensor's methods of the same names, which take the dtype and
+    device of the tensor (they kept the Python path)."""
+    formulas = {
+        "a": ("gather(grad, grad.new_empty(x.shape))",
+              "opgen_gather_op().call(grad, grad.new_empty_symint(x_sizes_))"),
+        "b": ("grad.new_zeros(x.shape) + grad.new_ones(sizes) * grad",
+              "(grad.new_zeros_symint(x_sizes_) + (grad.new_ones(at::IntArrayRef(sizes)) * grad))"),
+        "c": ("grad * grad.new_full(x.shape, x.size(0))",
+              "(grad * grad.new_full_symint(x_sizes_, at::Scalar(x_sizes_[c10::maybe_wrap_dim(0, "
+              "static_cast<int64_t>(x_sizes_.size()), /*wrap_scalar=*/false)])))"),
+        "d": ("grad * grad.new_full(x.shape, fill_value=0.5)",
+              "(grad * grad.new_full_symint(x_sizes_, 0.5))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: nwt\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, int[] sizes) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n" for name, (formula, _) in formulas.items())
+        + "  - func: gather(Tensor g, Tensor out) -> Tensor\n"
+          "    dispatch: {CPU: gather_cpu}\n"
+          "    fake: like(out)\n"
+          "    derivatives:\n"
+          "      g: grad\n"
+          "      out: non_differentiable\n")
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        if op.name.name == "gather":
+            continue
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body

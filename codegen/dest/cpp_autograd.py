@@ -916,6 +916,8 @@ class _Builder:
                 return f"{oc}.sym_numel()", SYMINT
             if func.name == "clamp":
                 return f"{oc}.clamp({self._clamp_bounds(e.args, e.kwargs)})", T
+            if func.name in ("new_empty", "new_zeros", "new_ones", "new_full"):
+                return self._new_tensor(oc, func.name, e.args, e.kwargs), T
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
@@ -959,6 +961,31 @@ class _Builder:
         if codes == ["::std::nullopt"] * 2:
             raise NotCpp("clamp without bounds")
         return ", ".join(codes)
+
+    def _new_tensor(self, oc: str, name: str, args: tuple[F.Expr, ...],
+                    kwargs: tuple[tuple[str, F.Expr], ...]) -> str:
+        """`t.new_zeros(size)` (new_empty, new_ones; new_full with a fill value): Tensor's own
+        methods, which take the dtype and device of `t` as Python's do."""
+        params = ("size", "fill_value") if name == "new_full" else ("size",)
+        given, named = list(args), dict(kwargs)
+        given += [named.pop(key) for key in params[len(given):] if key in named]
+        if len(given) != len(params) or named:
+            raise NotCpp(f".{name} with arguments other than " + " and ".join(params))
+        sc, sk = self.expr(given[0])
+        if sk == SIZES:
+            call = f"{oc}.{name}_symint({sc}"
+        elif sk == "int[]":
+            call = f"{oc}.{name}(at::IntArrayRef({sc})"
+        else:
+            raise NotCpp(f".{name} of {_a(sk)}")
+        if name == "new_full":
+            fc, fk = self.expr(given[1])
+            if fk in (SYMINT, SYMFLOAT):
+                fc = f"at::Scalar({fc})"
+            elif fk not in NUMBER:
+                raise NotCpp(f".new_full with {_a(fk)} as fill value")
+            call += f", {fc}"
+        return call + ")"
 
     def _listcomp(self, e: F.ListComp) -> tuple[str, str]:
         it = e.iterable
