@@ -141,7 +141,7 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
                     "    dispatch: {CPU: d_cpu}\n"
                     "    fake: like(self)\n"
                     "    derivatives:\n"
-                    "      self: grad.reshape(self.shape[1:] + self.shape[:1])\n")
+                    "      self: grad.reshape(self.shape[::-1])\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
         "frm::a: its Autograd kernel stays in Python: its formulas use torch.float64, which the "
@@ -150,8 +150,8 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
         "Tensor, which the C++ translation does not carry",
         "frm::c: its Autograd kernel stays in Python: its formulas use slicing a Tensor[], which "
         "the C++ translation does not carry",
-        "frm::d: its Autograd kernel stays in Python: its formulas use slicing sizes, which the "
-        "C++ translation does not carry"]
+        "frm::d: its Autograd kernel stays in Python: its formulas use slicing sizes with a "
+        "step, which the C++ translation does not carry"]
 
 
 def test_sizes_arithmetic_cat_and_indexing_are_carried(tmp_path: Path) -> None:
@@ -574,7 +574,7 @@ def test_argument_with_the_generated_prefix_keeps_python(tmp_path: Path) -> None
     assert out == {}    # both Autograd kernels are Python (py_autograd, py_functionalize)
 
 def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
-    """A Python builtin called in a formula (`range`, `abs`) is named in the note; it said 'this
+    """A Python builtin called in a formula (`float`, `abs`) is named in the note; it said 'this
     form of call', which did not tell the author what to rewrite."""
     path = tmp_path / "ops.yaml"
     path.write_text("namespace: trb\nops:\n"
@@ -582,7 +582,7 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
                     "    dispatch: {CPU: wsum_cpu}\n"
                     "    fake: like(tensors[0])\n"
                     "    derivatives:\n"
-                    "      tensors: '[grad * weights[i] for i in range(len(tensors))]'\n"
+                    "      tensors: '[grad * float(len(tensors)) for t in tensors]'\n"
                     "      weights: non_differentiable\n"
                     "  - func: nrm(Tensor self) -> Tensor\n"
                     "    dispatch: {CPU: nrm_cpu}\n"
@@ -591,7 +591,7 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
                     "      self: grad * abs(self)\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
-        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin range(), "
+        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin float(), "
         "which the C++ translation does not carry",
         "trb::nrm: its Autograd kernel stays in Python: its formulas use the builtin abs(), "
         "which the C++ translation does not carry"]
@@ -1025,3 +1025,49 @@ def test_new_tensor_methods_are_carried(tmp_path: Path) -> None:
         plan = cpp_autograd.plan(lib, op)
         assert plan is not None
         assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
+def test_lists_of_sizes_are_carried(tmp_path: Path) -> None:
+    """torch_scatter's `index.view([-1 if i == d else 1 for i in range(src.dim())])`,
+    `[s + 1 if i == d else s for i, s in enumerate(src.shape)]` and `[n + 1] +
+    list(src.shape[1:])`: comprehensions over range() and enumerate() giving ints or SymInts,
+    list literals of them, their `+`, slices and `list()`, and `len()` of a list take the C++
+    path (they kept the Python path), as std::vectors of int64_t, or of c10::SymInt where a
+    size is read, so that no size is specialized."""
+    formulas = {
+        "a": ("grad.view([-1 if i == 0 else 1 for i in range(x.dim())])",
+              "grad.view(at::IntArrayRef([&] {\n  std::vector<int64_t> out;\n"
+              "  for (int64_t i = 0; i < static_cast<int64_t>(x_sizes_.size()); ++i) {\n"
+              "    out.push_back(((i == 0) ? (-1) : 1));\n  }\n  return out;\n}()))"),
+        "b": ("grad.reshape([s for i, s in enumerate(x.shape) if i != 1 - 1])",
+              "grad.reshape_symint([&] {\n  const auto& seq = x_sizes_;\n"
+              "  std::vector<c10::SymInt> out;\n  out.reserve(seq.size());\n"
+              "  for (size_t i = 0; i < seq.size(); ++i) {\n"
+              "    const auto& i_ = static_cast<int64_t>(i);\n    const auto& s = seq[i];\n"
+              "    if ((i_ != (1 - 1))) {\n      out.push_back(s);\n    }\n  }\n"
+              "  return out;\n}())"),
+        "c": ("grad.reshape([x.size(0)] + list(x.shape[1:]))",
+              "grad.reshape_symint(opgen_concat(std::vector<c10::SymInt>{x_sizes_["
+              "c10::maybe_wrap_dim(0, static_cast<int64_t>(x_sizes_.size()), "
+              "/*wrap_scalar=*/false)]}, opgen_slice<c10::SymInt>(x_sizes_, 1, ::std::nullopt)))"),
+        "d": ("grad.view([1, 1] + sizes[:-2] + [1 for t in range(2, len(sizes))])",
+              "grad.view(at::IntArrayRef(opgen_concat(opgen_concat(std::vector<int64_t>{1, 1}, "
+              "opgen_slice<int64_t>(sizes, ::std::nullopt, (-2))), [&] {\n"
+              "  std::vector<int64_t> out;\n"
+              "  for (int64_t t = 2; t < static_cast<int64_t>(sizes.size()); ++t) {\n"
+              "    out.push_back(1);\n  }\n  return out;\n}())))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: lst\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, int[] sizes) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: '{formula}'\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in "\n".join(plan.body), \
+            "\n".join(plan.body)
