@@ -1071,3 +1071,36 @@ def test_lists_of_sizes_are_carried(tmp_path: Path) -> None:
         assert plan is not None
         assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in "\n".join(plan.body), \
             "\n".join(plan.body)
+
+
+def test_gather_scatter_narrow_diff_flatten_are_carried(tmp_path: Path) -> None:
+    """torch.gather and the tensor methods gather, scatter (of a tensor or a number),
+    scatter_add, narrow (SymInt start and length), diff and flatten, which torch_scatter's and
+    torch_sparse's formulas use, take the C++ path (they kept the Python path)."""
+    formulas = {
+        "a": ("torch.gather(grad, 0, idx) + grad.gather(-1, idx)",
+              "(at::gather(grad, 0, idx) + grad.gather((-1), idx))"),
+        "b": ("grad.new_zeros([grad.size(0) + 1]).scatter(0, idx, grad).narrow(0, 0, "
+              "grad.size(0))",
+              "grad.new_zeros_symint(std::vector<c10::SymInt>{(grad.sym_size(0) + 1)})"
+              ".scatter(0, idx, grad).narrow_symint(0, c10::SymInt(0), grad.sym_size(0))"),
+        "c": ("torch.zeros_like(x).scatter_add(0, idx, grad).scatter(0, idx, 2.0) * x",
+              "(at::zeros_like(x).scatter_add(0, idx, grad).scatter(0, idx, at::Scalar(2.0)) "
+              "* x)"),
+        "d": ("grad * idx.diff().flatten() + grad * idx.diff(1, 0).flatten(0, -1)",
+              "((grad * idx.diff().flatten()) + (grad * idx.diff(1, 0).flatten(0, (-1))))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: gsc\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, Tensor idx) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n"
+        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body

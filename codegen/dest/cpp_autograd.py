@@ -101,6 +101,7 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     "clamp": (("T", "n", "n"),),
     **{name: (("T",), ("T", "dim:d"), ("T", "dim:d", "keepdim:b")) for name in ("sum", "mean")},
     "cat": (("TL",), ("TL", "dim:i")),
+    "gather": (("T", "i", "T"),),
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: ((),) for name in _UNARY if not name.endswith("_like")},
@@ -115,9 +116,14 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     "index_select": (("n", "T"),), "index_add": (("n", "T", "T"),), "clamp": (("n", "n"),),
     "expand": (("s",),), "reshape": (("s",),), "view": (("s",),), "sum_to_size": (("s",),),
     "to": (("dtype",),),
+    "gather": (("i", "T"),), "scatter": (("i", "T", "T|n"),), "scatter_add": (("i", "T", "T"),),
+    "narrow": (("i", "si", "si"),), "diff": ((), ("i",), ("i", "i")),
+    "flatten": ((), ("i",), ("i", "i")),
 }
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
 _SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size"}
+# Methods whose SymInt arguments C++ takes in `<name>_symint` only.
+_SYMINT_ONLY = {"narrow"}
 
 _BINARY_CPP = {F.BinOpKind.add: "+", F.BinOpKind.sub: "-", F.BinOpKind.mul: "*",
                F.BinOpKind.div: "/"}
@@ -950,7 +956,9 @@ class _Builder:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
                 method = func.name
-                if method in _SYMINT_METHODS and any(
+                if method in _SYMINT_ONLY:
+                    method += "_symint"
+                elif method in _SYMINT_METHODS and any(
                         self.expr(a)[1] == SIZES for a in e.args):
                     method += "_symint"
                 return f"{oc}.{method}({', '.join(args)})", T
@@ -1154,6 +1162,8 @@ def _converted(code: str, kind: str, spec: str) -> str:
         return f"at::IntArrayRef({code})"
     if kind == INT and spec == "d":
         return f"at::IntArrayRef({{{code}}})"
+    if kind == INT and spec == "si":   # not a literal 0, which also converts to a Tensor
+        return f"c10::SymInt({code})"
     return code
 
 
