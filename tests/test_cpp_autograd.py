@@ -1104,3 +1104,176 @@ def test_gather_scatter_narrow_diff_flatten_are_carried(tmp_path: Path) -> None:
         plan = cpp_autograd.plan(lib, op)
         assert plan is not None
         assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
+# torch_scatter's and torch_sparse's constructs, in two namespaces: `cts` on the C++ path and
+# `pts` (`autograd: python`) on the Python one, so that one build compares them.
+SCATTER_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: scatter_sum(Tensor src, Tensor index, int dim, int dim_size) -> Tensor
+    dispatch: {{CPU: scatter_sum_cpu}}
+    fake: d = dim % src.dim(); empty(src.shape[:d] + [dim_size] + src.shape[d + 1:])
+    derivatives:
+      src: >-
+        d = dim % src.dim();
+        idx = index.view([-1 if i == d else 1 for i in range(src.dim())]).expand_as(src) if index.dim() == 1 else index;
+        torch.gather(grad, d, idx)
+      index: non_differentiable
+  - func: take(Tensor src, Tensor pos) -> Tensor
+    dispatch: {{CPU: take_cpu}}
+    fake: empty(pos.shape, dtype=src.dtype)
+    derivatives:
+      src: >-
+        sh = [s + 1 if i == 0 else s for i, s in enumerate(src.shape)];
+        grad.new_zeros(sh).scatter(0, pos, grad).narrow(0, 0, src.size(0))
+      pos: non_differentiable
+  - func: take_add(Tensor src, Tensor pos) -> Tensor
+    dispatch: {{CPU: take_add_cpu}}
+    fake: empty(pos.shape, dtype=src.dtype)
+    derivatives:
+      src: >-
+        n = src.size(0);
+        grad.new_zeros([n + 1] + list(src.shape[1:])).scatter_add(0, pos, grad).narrow(0, 0, n)
+      pos: non_differentiable
+  - func: seg_scale(Tensor x, Tensor indptr) -> Tensor
+    dispatch: {{CPU: seg_scale_cpu}}
+    fake: like(x)
+    derivatives:
+      x: grad / indptr.diff().clamp(min=1) * indptr.diff().flatten().clamp(max=x.size(0) - 1)
+      indptr: non_differentiable
+  - func: head(Tensor x, int k) -> Tensor
+    dispatch: {{CPU: head_cpu}}
+    fake: empty([k, x.size(1)])
+    derivatives:
+      x: pad(grad, x.size(0), x.size(1))
+  - func: pad(Tensor g, int n, int? cols) -> Tensor
+    dispatch: {{CPU: pad_cpu}}
+    fake: empty([n, cols]) if cols is not None else empty([n, g.size(1)])
+    derivatives:
+      g: grad[:g.size(0), :g.size(1)]
+  - func: twice(Tensor x) -> Tensor
+    dispatch: {{CPU: twice_cpu}}
+    fake: like(x)
+    derivatives:
+      x: >-
+        torch.where(grad.new_ones(x.shape) > 0, grad.new_zeros(x.shape) + grad, grad.new_empty(x.shape))
+        + grad.new_full(x.shape, 1.0) * grad
+"""
+SCATTER_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+
+namespace {ns} {{
+
+at::Tensor scatter_sum_cpu(const at::Tensor& src, const at::Tensor& index, int64_t dim,
+                           int64_t dim_size) {{
+  const auto d = c10::maybe_wrap_dim(dim, src.dim());
+  auto sizes = src.sizes().vec();
+  sizes[d] = dim_size;
+  at::Tensor idx = index;
+  if (index.dim() == 1) {{
+    std::vector<int64_t> shape(src.dim(), 1);
+    shape[d] = -1;
+    idx = index.view(shape).expand_as(src);
+  }}
+  return at::zeros(sizes, src.options()).scatter_add(d, idx, src);
+}}
+// src's rows at pos, a row of zeros where pos is src.size(0)
+at::Tensor take_cpu(const at::Tensor& src, const at::Tensor& pos) {{
+  return at::cat({{src, at::zeros_like(src.narrow(0, 0, 1))}}, 0).gather(0, pos);
+}}
+at::Tensor take_add_cpu(const at::Tensor& src, const at::Tensor& pos) {{
+  return take_cpu(src, pos);
+}}
+at::Tensor seg_scale_cpu(const at::Tensor& x, const at::Tensor& indptr) {{
+  return x / indptr.diff().clamp_min(1) * indptr.diff().flatten().clamp_max(x.size(0) - 1);
+}}
+at::Tensor head_cpu(const at::Tensor& x, int64_t k) {{ return x.narrow(0, 0, k).clone(); }}
+at::Tensor pad_cpu(const at::Tensor& g, int64_t n, std::optional<int64_t> cols) {{
+  auto out = at::zeros({{n, cols.value_or(g.size(1))}}, g.options());
+  out.narrow(0, 0, g.size(0)).narrow(1, 0, g.size(1)).copy_(g);
+  return out;
+}}
+at::Tensor twice_cpu(const at::Tensor& x) {{ return x * 2; }}
+
+}}  // namespace {ns}
+"""
+SCATTER_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.autograd import gradcheck, gradgradcheck
+
+L = lambda *v: torch.tensor(v, dtype=torch.int64)
+cases = {  # op -> (input shape, the call at it), two points each
+    "scatter_sum": [((6, 3), lambda ns, t: ns.scatter_sum(t, L(0, 2, 1, 2, 0, 3), 0, 4)),
+                    ((2, 5), lambda ns, t: ns.scatter_sum(t, L(1, 0, 2, 2, 0), -1, 3)),
+                    ((3, 4), lambda ns, t: ns.scatter_sum(t, L([0, 1, 1, 0], [2, 2, 0, 1],
+                                                              [1, 0, 0, 2]), 1, 3))],
+    # distinct positions in each column but the row of zeros (4, 3)
+    "take": [((4, 3), lambda ns, t: ns.take(t, L([0, 4, 1], [3, 2, 4]))),
+             ((3, 2), lambda ns, t: ns.take(t, L([2, 3], [3, 0], [0, 1])))],
+    "take_add": [((4, 3), lambda ns, t: ns.take_add(t, L([0, 4, 1], [0, 2, 4]))),
+                 ((3, 2), lambda ns, t: ns.take_add(t, L([2, 2], [3, 0], [1, 1])))],
+    "seg_scale": [((4,), lambda ns, t: ns.seg_scale(t, L(0, 2, 2, 5, 9))),
+                  ((3,), lambda ns, t: ns.seg_scale(t, L(0, 1, 4, 4)))],
+    "head": [((5, 3), lambda ns, t: ns.head(t, 2)), ((4, 2), lambda ns, t: ns.head(t, 3))],
+    "pad": [((2, 3), lambda ns, t: ns.pad(t, 4, 5)), ((3, 2), lambda ns, t: ns.pad(t, 5, None))],
+    "twice": [((3, 2), lambda ns, t: ns.twice(t)), ((4,), lambda ns, t: ns.twice(t))],
+}
+cpp, python = torch.ops.cts, torch.ops.pts
+for name, points in cases.items():
+    node = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+    counters = {}
+    for k, (shape, call) in enumerate(points):
+        x = torch.randn(shape, dtype=torch.double, generator=torch.Generator().manual_seed(k),
+                        requires_grad=True)
+        assert call(cpp, x).grad_fn.name() == node, (name, call(cpp, x).grad_fn.name())
+        assert type(call(python, x).grad_fn).__name__ != "CppFunction", name
+        assert gradcheck(lambda t: call(cpp, t), (x,)), name
+        assert gradgradcheck(lambda t: call(cpp, t), (x,)), name
+        out = call(cpp, x)
+        g = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(9))
+        (on_cpp,) = torch.autograd.grad(out, x, g)
+        (on_python,) = torch.autograd.grad(call(python, x), x, g)
+        assert torch.equal(on_cpp, on_python), (name, on_cpp, on_python)
+        # Under dynamic shapes the backward is traced with symbolic sizes: the same gradient,
+        # and as many graphs as the Python path compiles (an int parameter given a size
+        # specializes it on both).
+        for path, ns in (("cpp", cpp), ("python", python)):
+            torch._dynamo.reset()   # each point and path compiles apart
+            counter = counters.setdefault(path, CompileCounterWithBackend("aot_eager"))
+            compiled = torch.compile(lambda t: call(ns, t), backend=counter, dynamic=True,
+                                     fullgraph=True)
+            (on_compiled,) = torch.autograd.grad(compiled(x), x, g)
+            assert torch.allclose(on_compiled, on_cpp), (name, path, on_compiled, on_cpp)
+    assert counters["cpp"].frame_count == counters["python"].frame_count, name
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_scatter_constructs_take_the_cpp_path(tmp_path: Path) -> None:
+    """torch_scatter's and torch_sparse's formulas: comprehensions over range() and enumerate()
+    giving sizes, lists of sizes joined and sliced, new_zeros/new_empty/new_ones/new_full,
+    gather, scatter, scatter_add, narrow, diff, flatten, clamp(min=...) and clamp(max=<size>),
+    and sizes given to `int` and `int?` parameters of library ops take the C++ path: gradients
+    pass gradcheck and gradgradcheck, equal those of the Python path exactly, and are the same
+    under torch.compile with dynamic shapes."""
+    from tests import scratch
+
+    root = scratch.make_root(
+        tmp_path,
+        {"cts.yaml": SCATTER_OPS.format(ns="cts", setting=""),
+         "pts.yaml": SCATTER_OPS.format(ns="pts", setting="autograd: python\n")},
+        {f"{ns}/kernels.cpp": SCATTER_KERNELS.format(ns=ns) for ns in ("cts", "pts")})
+    lib = load_library([str(root / "schemas" / "cts.yaml")])
+    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
+        f"cts::{name}": None for name in ("scatter_sum", "take", "take_add", "seg_scale",
+                                          "head", "pad", "twice")}
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = scratch.python(root, SCATTER_CHECK, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
