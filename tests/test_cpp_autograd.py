@@ -141,7 +141,7 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
                     "    dispatch: {CPU: d_cpu}\n"
                     "    fake: like(self)\n"
                     "    derivatives:\n"
-                    "      self: grad.reshape(self.shape[1:] + self.shape[:1])\n")
+                    "      self: grad.reshape(self.shape[::-1])\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
         "frm::a: its Autograd kernel stays in Python: its formulas use torch.float64, which the "
@@ -150,8 +150,8 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
         "Tensor, which the C++ translation does not carry",
         "frm::c: its Autograd kernel stays in Python: its formulas use slicing a Tensor[], which "
         "the C++ translation does not carry",
-        "frm::d: its Autograd kernel stays in Python: its formulas use slicing sizes, which the "
-        "C++ translation does not carry"]
+        "frm::d: its Autograd kernel stays in Python: its formulas use slicing sizes with a "
+        "step, which the C++ translation does not carry"]
 
 
 def test_sizes_arithmetic_cat_and_indexing_are_carried(tmp_path: Path) -> None:
@@ -574,7 +574,7 @@ def test_argument_with_the_generated_prefix_keeps_python(tmp_path: Path) -> None
     assert out == {}    # both Autograd kernels are Python (py_autograd, py_functionalize)
 
 def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
-    """A Python builtin called in a formula (`range`, `abs`) is named in the note; it said 'this
+    """A Python builtin called in a formula (`float`, `abs`) is named in the note; it said 'this
     form of call', which did not tell the author what to rewrite."""
     path = tmp_path / "ops.yaml"
     path.write_text("namespace: trb\nops:\n"
@@ -582,7 +582,7 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
                     "    dispatch: {CPU: wsum_cpu}\n"
                     "    fake: like(tensors[0])\n"
                     "    derivatives:\n"
-                    "      tensors: '[grad * weights[i] for i in range(len(tensors))]'\n"
+                    "      tensors: '[grad * float(len(tensors)) for t in tensors]'\n"
                     "      weights: non_differentiable\n"
                     "  - func: nrm(Tensor self) -> Tensor\n"
                     "    dispatch: {CPU: nrm_cpu}\n"
@@ -591,7 +591,7 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
                     "      self: grad * abs(self)\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
-        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin range(), "
+        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin float(), "
         "which the C++ translation does not carry",
         "trb::nrm: its Autograd kernel stays in Python: its formulas use the builtin abs(), "
         "which the C++ translation does not carry"]
@@ -933,3 +933,347 @@ def test_none_to_an_optional_tensor_parameter_is_nullopt(tmp_path: Path) -> None
     assert [d.message for d in diags.items] == []
     text = "\n".join(out.values())
     assert "().call(grad, indptr, ::std::nullopt)" in text
+
+
+def test_clamp_with_keywords_and_symbolic_bounds_is_carried(tmp_path: Path) -> None:
+    """`clamp(min=...)`, `clamp(max=...)` and a SymInt bound (torch_scatter's segment means,
+    torch_sparse's spmm_min) take the C++ path: a missing bound is std::nullopt, as torch's
+    Python binding passes it, and a symbolic one a Scalar holding it (it kept the Python path)."""
+    formulas = {
+        "a": ("grad * x.clamp(min=1)", "(grad * x.clamp(1, ::std::nullopt))"),
+        "b": ("grad * x.clamp(max=x.size(0) - 1)",
+              "(grad * x.clamp(::std::nullopt, at::Scalar((x.sym_size(0) - 1))))"),
+        "c": ("grad * torch.clamp(x, None, 2.5)", "(grad * at::clamp(x, ::std::nullopt, 2.5))"),
+        "d": ("grad * x.clamp(0, max=n)", "(grad * x.clamp(0, at::Scalar(n)))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: clp\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, SymInt n) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
+def test_sizes_and_none_to_int_and_optional_parameters_are_carried(tmp_path: Path) -> None:
+    """torch_sparse's ptr2ind(rowptr, col.size(0)) and torch_scatter's segment_sum_coo(grad,
+    index, None, src.size(0)): a SymInt given to an `int` parameter of a library op is guarded to
+    an int, as torch.ops' Python binding does, and `int?`, `float?`, `bool?` parameters take a
+    value or None (they kept the Python path)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: trq\nops:\n"
+                    "  - func: head(Tensor x, int k) -> Tensor\n"
+                    "    dispatch: {CPU: head_cpu}\n"
+                    "    fake: empty([k, x.size(1)])\n"
+                    "    derivatives:\n"
+                    "      x: pad(grad, x.size(0), x.size(1) * 1, None, True)\n"
+                    "  - func: pad(Tensor g, int n, int? cols, float? value, bool? check) -> Tensor\n"
+                    "    dispatch: {CPU: pad_cpu}\n"
+                    "    fake: empty([n, g.size(1)])\n"
+                    "    derivatives:\n"
+                    "      g: head(grad, g.size(0))\n")
+    out, diags = _render([str(path)])
+    assert [d.message for d in diags.items] == []
+    text = "\n".join(out.values())
+    assert ("().call(grad, x_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(x_sizes_.size()), "
+            "/*wrap_scalar=*/false)].guard_int(__FILE__, __LINE__), (x_sizes_[c10::maybe_wrap_dim("
+            "1, static_cast<int64_t>(x_sizes_.size()), /*wrap_scalar=*/false)] * 1).guard_int("
+            "__FILE__, __LINE__), ::std::nullopt, true)") in text, text
+    assert ("().call(grad, g_sizes_[c10::maybe_wrap_dim(0, static_cast<int64_t>(g_sizes_.size()), "
+            "/*wrap_scalar=*/false)].guard_int(__FILE__, __LINE__))") in text, text
+
+
+def test_new_tensor_methods_are_carried(tmp_path: Path) -> None:
+    """`grad.new_empty(src.shape)` (torch_scatter's segment_sum_csr), new_zeros, new_ones and
+    new_full take the C++ path, as Tensor's methods of the same names, which take the dtype and
+    device of the tensor (they kept the Python path)."""
+    formulas = {
+        "a": ("gather(grad, grad.new_empty(x.shape))",
+              "opgen_gather_op().call(grad, grad.new_empty_symint(x_sizes_))"),
+        "b": ("grad.new_zeros(x.shape) + grad.new_ones(sizes) * grad",
+              "(grad.new_zeros_symint(x_sizes_) + (grad.new_ones(at::IntArrayRef(sizes)) * grad))"),
+        "c": ("grad * grad.new_full(x.shape, x.size(0))",
+              "(grad * grad.new_full_symint(x_sizes_, at::Scalar(x_sizes_[c10::maybe_wrap_dim(0, "
+              "static_cast<int64_t>(x_sizes_.size()), /*wrap_scalar=*/false)])))"),
+        "d": ("grad * grad.new_full(x.shape, fill_value=0.5)",
+              "(grad * grad.new_full_symint(x_sizes_, 0.5))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: nwt\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, int[] sizes) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n" for name, (formula, _) in formulas.items())
+        + "  - func: gather(Tensor g, Tensor out) -> Tensor\n"
+          "    dispatch: {CPU: gather_cpu}\n"
+          "    fake: like(out)\n"
+          "    derivatives:\n"
+          "      g: grad\n"
+          "      out: non_differentiable\n")
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        if op.name.name == "gather":
+            continue
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
+def test_lists_of_sizes_are_carried(tmp_path: Path) -> None:
+    """torch_scatter's `index.view([-1 if i == d else 1 for i in range(src.dim())])`,
+    `[s + 1 if i == d else s for i, s in enumerate(src.shape)]` and `[n + 1] +
+    list(src.shape[1:])`: comprehensions over range() and enumerate() giving ints or SymInts,
+    list literals of them, their `+`, slices and `list()`, and `len()` of a list take the C++
+    path (they kept the Python path), as std::vectors of int64_t, or of c10::SymInt where a
+    size is read, so that no size is specialized."""
+    formulas = {
+        "a": ("grad.view([-1 if i == 0 else 1 for i in range(x.dim())])",
+              "grad.view(at::IntArrayRef([&] {\n  std::vector<int64_t> out;\n"
+              "  for (int64_t i = 0; i < static_cast<int64_t>(x_sizes_.size()); ++i) {\n"
+              "    out.push_back(((i == 0) ? (-1) : 1));\n  }\n  return out;\n}()))"),
+        "b": ("grad.reshape([s for i, s in enumerate(x.shape) if i != 1 - 1])",
+              "grad.reshape_symint([&] {\n  const auto& seq = x_sizes_;\n"
+              "  std::vector<c10::SymInt> out;\n  out.reserve(seq.size());\n"
+              "  for (size_t i = 0; i < seq.size(); ++i) {\n"
+              "    const auto& i_ = static_cast<int64_t>(i);\n    const auto& s = seq[i];\n"
+              "    if ((i_ != (1 - 1))) {\n      out.push_back(s);\n    }\n  }\n"
+              "  return out;\n}())"),
+        "c": ("grad.reshape([x.size(0)] + list(x.shape[1:]))",
+              "grad.reshape_symint(opgen_concat(std::vector<c10::SymInt>{x_sizes_["
+              "c10::maybe_wrap_dim(0, static_cast<int64_t>(x_sizes_.size()), "
+              "/*wrap_scalar=*/false)]}, opgen_slice<c10::SymInt>(x_sizes_, 1, ::std::nullopt)))"),
+        "d": ("grad.view([1, 1] + sizes[:-2] + [1 for t in range(2, len(sizes))])",
+              "grad.view(at::IntArrayRef(opgen_concat(opgen_concat(std::vector<int64_t>{1, 1}, "
+              "opgen_slice<int64_t>(sizes, ::std::nullopt, (-2))), [&] {\n"
+              "  std::vector<int64_t> out;\n"
+              "  for (int64_t t = 2; t < static_cast<int64_t>(sizes.size()); ++t) {\n"
+              "    out.push_back(1);\n  }\n  return out;\n}())))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: lst\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, int[] sizes) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: '{formula}'\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in "\n".join(plan.body), \
+            "\n".join(plan.body)
+
+
+def test_gather_scatter_narrow_diff_flatten_are_carried(tmp_path: Path) -> None:
+    """torch.gather and the tensor methods gather, scatter (of a tensor or a number),
+    scatter_add, narrow (SymInt start and length), diff and flatten, which torch_scatter's and
+    torch_sparse's formulas use, take the C++ path (they kept the Python path)."""
+    formulas = {
+        "a": ("torch.gather(grad, 0, idx) + grad.gather(-1, idx)",
+              "(at::gather(grad, 0, idx) + grad.gather((-1), idx))"),
+        "b": ("grad.new_zeros([grad.size(0) + 1]).scatter(0, idx, grad).narrow(0, 0, "
+              "grad.size(0))",
+              "grad.new_zeros_symint(std::vector<c10::SymInt>{(grad.sym_size(0) + 1)})"
+              ".scatter(0, idx, grad).narrow_symint(0, c10::SymInt(0), grad.sym_size(0))"),
+        "c": ("torch.zeros_like(x).scatter_add(0, idx, grad).scatter(0, idx, 2.0) * x",
+              "(at::zeros_like(x).scatter_add(0, idx, grad).scatter(0, idx, at::Scalar(2.0)) "
+              "* x)"),
+        "d": ("grad * idx.diff().flatten() + grad * idx.diff(1, 0).flatten(0, -1)",
+              "((grad * idx.diff().flatten()) + (grad * idx.diff(1, 0).flatten(0, (-1))))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: gsc\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, Tensor idx) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n"
+        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
+# torch_scatter's and torch_sparse's constructs, in two namespaces: `cts` on the C++ path and
+# `pts` (`autograd: python`) on the Python one, so that one build compares them.
+SCATTER_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: scatter_sum(Tensor src, Tensor index, int dim, int dim_size) -> Tensor
+    dispatch: {{CPU: scatter_sum_cpu}}
+    fake: d = dim % src.dim(); empty(src.shape[:d] + [dim_size] + src.shape[d + 1:])
+    derivatives:
+      src: >-
+        d = dim % src.dim();
+        idx = index.view([-1 if i == d else 1 for i in range(src.dim())]).expand_as(src) if index.dim() == 1 else index;
+        torch.gather(grad, d, idx)
+      index: non_differentiable
+  - func: take(Tensor src, Tensor pos) -> Tensor
+    dispatch: {{CPU: take_cpu}}
+    fake: empty(pos.shape, dtype=src.dtype)
+    derivatives:
+      src: >-
+        sh = [s + 1 if i == 0 else s for i, s in enumerate(src.shape)];
+        grad.new_zeros(sh).scatter(0, pos, grad).narrow(0, 0, src.size(0))
+      pos: non_differentiable
+  - func: take_add(Tensor src, Tensor pos) -> Tensor
+    dispatch: {{CPU: take_add_cpu}}
+    fake: empty(pos.shape, dtype=src.dtype)
+    derivatives:
+      src: >-
+        n = src.size(0);
+        grad.new_zeros([n + 1] + list(src.shape[1:])).scatter_add(0, pos, grad).narrow(0, 0, n)
+      pos: non_differentiable
+  - func: seg_scale(Tensor x, Tensor indptr) -> Tensor
+    dispatch: {{CPU: seg_scale_cpu}}
+    fake: like(x)
+    derivatives:
+      x: grad / indptr.diff().clamp(min=1) * indptr.diff().flatten().clamp(max=x.size(0) - 1)
+      indptr: non_differentiable
+  - func: head(Tensor x, int k) -> Tensor
+    dispatch: {{CPU: head_cpu}}
+    fake: empty([k, x.size(1)])
+    derivatives:
+      x: pad(grad, x.size(0), x.size(1))
+  - func: pad(Tensor g, int n, int? cols) -> Tensor
+    dispatch: {{CPU: pad_cpu}}
+    fake: empty([n, cols]) if cols is not None else empty([n, g.size(1)])
+    derivatives:
+      g: grad[:g.size(0), :g.size(1)]
+  - func: twice(Tensor x) -> Tensor
+    dispatch: {{CPU: twice_cpu}}
+    fake: like(x)
+    derivatives:
+      x: >-
+        torch.where(grad.new_ones(x.shape) > 0, grad.new_zeros(x.shape) + grad, grad.new_empty(x.shape))
+        + grad.new_full(x.shape, 1.0) * grad
+"""
+SCATTER_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+
+namespace {ns} {{
+
+at::Tensor scatter_sum_cpu(const at::Tensor& src, const at::Tensor& index, int64_t dim,
+                           int64_t dim_size) {{
+  const auto d = c10::maybe_wrap_dim(dim, src.dim());
+  auto sizes = src.sizes().vec();
+  sizes[d] = dim_size;
+  at::Tensor idx = index;
+  if (index.dim() == 1) {{
+    std::vector<int64_t> shape(src.dim(), 1);
+    shape[d] = -1;
+    idx = index.view(shape).expand_as(src);
+  }}
+  return at::zeros(sizes, src.options()).scatter_add(d, idx, src);
+}}
+// src's rows at pos, a row of zeros where pos is src.size(0)
+at::Tensor take_cpu(const at::Tensor& src, const at::Tensor& pos) {{
+  return at::cat({{src, at::zeros_like(src.narrow(0, 0, 1))}}, 0).gather(0, pos);
+}}
+at::Tensor take_add_cpu(const at::Tensor& src, const at::Tensor& pos) {{
+  return take_cpu(src, pos);
+}}
+at::Tensor seg_scale_cpu(const at::Tensor& x, const at::Tensor& indptr) {{
+  return x / indptr.diff().clamp_min(1) * indptr.diff().flatten().clamp_max(x.size(0) - 1);
+}}
+at::Tensor head_cpu(const at::Tensor& x, int64_t k) {{ return x.narrow(0, 0, k).clone(); }}
+at::Tensor pad_cpu(const at::Tensor& g, int64_t n, std::optional<int64_t> cols) {{
+  auto out = at::zeros({{n, cols.value_or(g.size(1))}}, g.options());
+  out.narrow(0, 0, g.size(0)).narrow(1, 0, g.size(1)).copy_(g);
+  return out;
+}}
+at::Tensor twice_cpu(const at::Tensor& x) {{ return x * 2; }}
+
+}}  // namespace {ns}
+"""
+SCATTER_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.autograd import gradcheck, gradgradcheck
+
+L = lambda *v: torch.tensor(v, dtype=torch.int64)
+cases = {  # op -> (input shape, the call at it), two points each
+    "scatter_sum": [((6, 3), lambda ns, t: ns.scatter_sum(t, L(0, 2, 1, 2, 0, 3), 0, 4)),
+                    ((2, 5), lambda ns, t: ns.scatter_sum(t, L(1, 0, 2, 2, 0), -1, 3)),
+                    ((3, 4), lambda ns, t: ns.scatter_sum(t, L([0, 1, 1, 0], [2, 2, 0, 1],
+                                                              [1, 0, 0, 2]), 1, 3))],
+    # distinct positions in each column but the row of zeros (4, 3)
+    "take": [((4, 3), lambda ns, t: ns.take(t, L([0, 4, 1], [3, 2, 4]))),
+             ((3, 2), lambda ns, t: ns.take(t, L([2, 3], [3, 0], [0, 1])))],
+    "take_add": [((4, 3), lambda ns, t: ns.take_add(t, L([0, 4, 1], [0, 2, 4]))),
+                 ((3, 2), lambda ns, t: ns.take_add(t, L([2, 2], [3, 0], [1, 1])))],
+    "seg_scale": [((4,), lambda ns, t: ns.seg_scale(t, L(0, 2, 2, 5, 9))),
+                  ((3,), lambda ns, t: ns.seg_scale(t, L(0, 1, 4, 4)))],
+    "head": [((5, 3), lambda ns, t: ns.head(t, 2)), ((4, 2), lambda ns, t: ns.head(t, 3))],
+    "pad": [((2, 3), lambda ns, t: ns.pad(t, 4, 5)), ((3, 2), lambda ns, t: ns.pad(t, 5, None))],
+    "twice": [((3, 2), lambda ns, t: ns.twice(t)), ((4,), lambda ns, t: ns.twice(t))],
+}
+cpp, python = torch.ops.cts, torch.ops.pts
+for name, points in cases.items():
+    node = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+    counters = {}
+    for k, (shape, call) in enumerate(points):
+        x = torch.randn(shape, dtype=torch.double, generator=torch.Generator().manual_seed(k),
+                        requires_grad=True)
+        assert call(cpp, x).grad_fn.name() == node, (name, call(cpp, x).grad_fn.name())
+        assert type(call(python, x).grad_fn).__name__ != "CppFunction", name
+        assert gradcheck(lambda t: call(cpp, t), (x,)), name
+        assert gradgradcheck(lambda t: call(cpp, t), (x,)), name
+        out = call(cpp, x)
+        g = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(9))
+        (on_cpp,) = torch.autograd.grad(out, x, g)
+        (on_python,) = torch.autograd.grad(call(python, x), x, g)
+        assert torch.equal(on_cpp, on_python), (name, on_cpp, on_python)
+        # Under dynamic shapes the backward is traced with symbolic sizes: the same gradient,
+        # and as many graphs as the Python path compiles (an int parameter given a size
+        # specializes it on both).
+        for path, ns in (("cpp", cpp), ("python", python)):
+            torch._dynamo.reset()   # each point and path compiles apart
+            counter = counters.setdefault(path, CompileCounterWithBackend("aot_eager"))
+            compiled = torch.compile(lambda t: call(ns, t), backend=counter, dynamic=True,
+                                     fullgraph=True)
+            (on_compiled,) = torch.autograd.grad(compiled(x), x, g)
+            assert torch.allclose(on_compiled, on_cpp), (name, path, on_compiled, on_cpp)
+    assert counters["cpp"].frame_count == counters["python"].frame_count, name
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_scatter_constructs_take_the_cpp_path(tmp_path: Path) -> None:
+    """torch_scatter's and torch_sparse's formulas: comprehensions over range() and enumerate()
+    giving sizes, lists of sizes joined and sliced, new_zeros/new_empty/new_ones/new_full,
+    gather, scatter, scatter_add, narrow, diff, flatten, clamp(min=...) and clamp(max=<size>),
+    and sizes given to `int` and `int?` parameters of library ops take the C++ path: gradients
+    pass gradcheck and gradgradcheck, equal those of the Python path exactly, and are the same
+    under torch.compile with dynamic shapes."""
+    from tests import scratch
+
+    root = scratch.make_root(
+        tmp_path,
+        {"cts.yaml": SCATTER_OPS.format(ns="cts", setting=""),
+         "pts.yaml": SCATTER_OPS.format(ns="pts", setting="autograd: python\n")},
+        {f"{ns}/kernels.cpp": SCATTER_KERNELS.format(ns=ns) for ns in ("cts", "pts")})
+    lib = load_library([str(root / "schemas" / "cts.yaml")])
+    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
+        f"cts::{name}": None for name in ("scatter_sum", "take", "take_add", "seg_scale",
+                                          "head", "pad", "twice")}
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = scratch.python(root, SCATTER_CHECK, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

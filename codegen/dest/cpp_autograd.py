@@ -101,6 +101,7 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     "clamp": (("T", "n", "n"),),
     **{name: (("T",), ("T", "dim:d"), ("T", "dim:d", "keepdim:b")) for name in ("sum", "mean")},
     "cat": (("TL",), ("TL", "dim:i")),
+    "gather": (("T", "i", "T"),),
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: ((),) for name in _UNARY if not name.endswith("_like")},
@@ -115,9 +116,14 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     "index_select": (("n", "T"),), "index_add": (("n", "T", "T"),), "clamp": (("n", "n"),),
     "expand": (("s",),), "reshape": (("s",),), "view": (("s",),), "sum_to_size": (("s",),),
     "to": (("dtype",),),
+    "gather": (("i", "T"),), "scatter": (("i", "T", "T|n"),), "scatter_add": (("i", "T", "T"),),
+    "narrow": (("i", "si", "si"),), "diff": ((), ("i",), ("i", "i")),
+    "flatten": ((), ("i",), ("i", "i")),
 }
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
 _SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size"}
+# Methods whose SymInt arguments C++ takes in `<name>_symint` only.
+_SYMINT_ONLY = {"narrow"}
 
 _BINARY_CPP = {F.BinOpKind.add: "+", F.BinOpKind.sub: "-", F.BinOpKind.mul: "*",
                F.BinOpKind.div: "/"}
@@ -133,7 +139,8 @@ _COMPARE = {F.BinOpKind.eq: ("eq", "==", "eq"), F.BinOpKind.ne: ("ne", "!=", "ne
 _APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock", "mutex_", "input_metadata",
                           "task_should_compute_output", "getptr", "size_t",
                           "opgen_save_list", "opgen_unpack_list", "opgen_true_divide",
-                          "opgen_floordiv", "opgen_mod", "opgen_not_implemented"})
+                          "opgen_floordiv", "opgen_mod", "opgen_not_implemented",
+                          "opgen_concat", "opgen_slice"})
 # Namespaces the generated C++ names: always qualified (`at::Tensor`), and the name before `::`
 # finds namespaces and types only, so an argument `at` or `std` hides none. Bindings still keep
 # off them, for the reader.
@@ -647,7 +654,14 @@ class _Builder:
                 if all(k in (T, NONE) for _, k in parts):
                     return ("std::vector<at::Tensor>{" + ", ".join(c for c, _ in parts) + "}",
                             TL)
-                raise NotCpp("a list literal of non-tensors")
+                # A list of sizes: of SymInts where one is symbolic, else of ints.
+                if all(k == INT for _, k in parts):
+                    return "std::vector<int64_t>{" + ", ".join(c for c, _ in parts) + "}", \
+                        "int[]"
+                if all(k in (INT, SYMINT) for _, k in parts):
+                    return ("std::vector<c10::SymInt>{" + ", ".join(c for c, _ in parts) + "}",
+                            SIZES)
+                raise NotCpp("a list literal of other than tensors or integers")
             case F.ListComp():
                 return self._listcomp(e)
             case F.TorchRef(path=path):     # a value such as torch.float32 or torch.pi
@@ -675,8 +689,23 @@ class _Builder:
             if any(isinstance(i, F.Slice) for i in items):
                 raise NotCpp("slicing a Tensor[]")
             raise NotCpp("indexing a Tensor[] other than with an integer literal")
+        if kind in (SIZES, "int[]") and isinstance(single, F.Slice) and (
+                single.step is None or isinstance(single.step, F.Const)
+                and single.step.value is None):
+            bounds = []
+            for b in (single.lo, single.hi):
+                if b is None or isinstance(b, F.Const) and b.value is None:
+                    bounds.append("::std::nullopt")
+                    continue
+                bc, bk = self.expr(b)
+                if bk != INT:
+                    raise NotCpp(f"slicing sizes with {_a(bk)} as a bound")
+                bounds.append(bc)
+            self.helpers.add("opgen_slice")
+            elem = "c10::SymInt" if kind == SIZES else "int64_t"
+            return f"opgen_slice<{elem}>({code}, {', '.join(bounds)})", kind
         if kind == SIZES:
-            raise NotCpp("slicing sizes" if isinstance(single, F.Slice) else
+            raise NotCpp("slicing sizes with a step" if isinstance(single, F.Slice) else
                          "indexing sizes other than a tensor's .shape with an int")
         if kind != T:
             raise NotCpp(f"indexing a {kind}")
@@ -721,6 +750,11 @@ class _Builder:
         bc, bk = self.expr(b)
         tensors = ak == T or bk == T
         symbolic = bool({ak, bk} & {SYMINT, SYMFLOAT})
+        if op is F.BinOpKind.add and ak in (SIZES, "int[]") and bk in (SIZES, "int[]"):
+            self.helpers.add("opgen_concat")
+            if ak == bk == "int[]":
+                return f"opgen_concat({ac}, {bc})", "int[]"
+            return f"opgen_concat({_sym_sizes(ac, ak)}, {_sym_sizes(bc, bk)})", SIZES
         if op in _COMPARE:
             fn, sym, flipped = _COMPARE[op]
             if ak == T and (bk == T or bk in SCALARS):
@@ -861,6 +895,11 @@ class _Builder:
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
                                      f"{_a(t)}, a type the C++ translation does not pass to a "
                                      "library op")
+                    if want == "i" and k == SYMINT:
+                        # What torch.ops' Python binding does with a SymInt given to an int: it
+                        # guards on its value (torch.compile specializes it), as guard_int does.
+                        args.append(f"{c}.guard_int(__FILE__, __LINE__)")
+                        continue
                     if not _fits(k, want):
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
                                      f"{_a(t)}, and the formula gives it {_given(k)}, which the "
@@ -877,6 +916,10 @@ class _Builder:
             if name == "cat" and given and isinstance(given[0], F.TupleLit):
                 # torch.cat((a, b)) is torch.cat([a, b])
                 given = (F.ListLit(given[0].items), *given[1:])
+            if name == "clamp" and given:
+                tc, tk = self.expr(given[0])
+                if tk == T:
+                    return f"at::clamp({tc}, {self._clamp_bounds(given[1:], e.kwargs)})", T
             args = self._args(given, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
             return f"at::{name}({', '.join(args)})", T
         if isinstance(func, F.Attr):
@@ -905,59 +948,154 @@ class _Builder:
                     return f"{oc}.sym_size({ic})", SYMINT
             if func.name == "numel" and not e.args and not e.kwargs:
                 return f"{oc}.sym_numel()", SYMINT
+            if func.name == "clamp":
+                return f"{oc}.clamp({self._clamp_bounds(e.args, e.kwargs)})", T
+            if func.name in ("new_empty", "new_zeros", "new_ones", "new_full"):
+                return self._new_tensor(oc, func.name, e.args, e.kwargs), T
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
                 method = func.name
-                if method in _SYMINT_METHODS and any(
+                if method in _SYMINT_ONLY:
+                    method += "_symint"
+                elif method in _SYMINT_METHODS and any(
                         self.expr(a)[1] == SIZES for a in e.args):
                     method += "_symint"
                 return f"{oc}.{method}({', '.join(args)})", T
             raise NotCpp(f"the method .{func.name}")
         if isinstance(func, F.TorchRef):
             raise NotCpp(f"torch.{'.'.join(func.path)}")
+        if isinstance(func, F.PyBuiltinRef) and func.name in ("list", "len") \
+                and len(e.args) == 1 and not e.kwargs:
+            code, kind = self.expr(e.args[0])
+            if kind in (SIZES, "int[]", TL):
+                if func.name == "len":
+                    return f"static_cast<int64_t>({code}.size())", INT
+                return code, kind    # a copy, of values no formula changes: the list itself
         if isinstance(func, F.PyBuiltinRef):
             # named: "this form of call" did not say which call to rewrite
             raise NotCpp(f"the builtin {func.name}()")
         raise NotCpp("this form of call")
 
+    def _clamp_bounds(self, args: tuple[F.Expr, ...],
+                      kwargs: tuple[tuple[str, F.Expr], ...]) -> str:
+        """The bounds of `clamp(min, max)`, either given by position or keyword, or left out:
+        C++ takes both, as optional Scalars (std::nullopt for a missing one or None, as torch's
+        Python binding passes it); a symbolic number is a Scalar holding it, as in Python."""
+        named = dict(kwargs)
+        if len(args) > 2 or set(named) - {"min", "max"} or \
+                any(key in named for key in ("min", "max")[:len(args)]):
+            raise NotCpp("clamp with arguments other than the numbers min and max")
+        bounds = dict(zip(("min", "max"), args)) | named
+        codes = []
+        for key in ("min", "max"):
+            if key not in bounds:
+                codes.append("::std::nullopt")
+                continue
+            code, kind = self.expr(bounds[key])
+            if kind == NONE:
+                codes.append("::std::nullopt")
+            elif kind in NUMBER:
+                codes.append(code)
+            elif kind in (SYMINT, SYMFLOAT):
+                codes.append(f"at::Scalar({code})")
+            else:
+                raise NotCpp(f"clamp with {_a(kind)} as {key}")
+        if codes == ["::std::nullopt"] * 2:
+            raise NotCpp("clamp without bounds")
+        return ", ".join(codes)
+
+    def _new_tensor(self, oc: str, name: str, args: tuple[F.Expr, ...],
+                    kwargs: tuple[tuple[str, F.Expr], ...]) -> str:
+        """`t.new_zeros(size)` (new_empty, new_ones; new_full with a fill value): Tensor's own
+        methods, which take the dtype and device of `t` as Python's do."""
+        params = ("size", "fill_value") if name == "new_full" else ("size",)
+        given, named = list(args), dict(kwargs)
+        given += [named.pop(key) for key in params[len(given):] if key in named]
+        if len(given) != len(params) or named:
+            raise NotCpp(f".{name} with arguments other than " + " and ".join(params))
+        sc, sk = self.expr(given[0])
+        if sk == SIZES:
+            call = f"{oc}.{name}_symint({sc}"
+        elif sk == "int[]":
+            call = f"{oc}.{name}(at::IntArrayRef({sc})"
+        else:
+            raise NotCpp(f".{name} of {_a(sk)}")
+        if name == "new_full":
+            fc, fk = self.expr(given[1])
+            if fk in (SYMINT, SYMFLOAT):
+                fc = f"at::Scalar({fc})"
+            elif fk not in NUMBER:
+                raise NotCpp(f".new_full with {_a(fk)} as fill value")
+            call += f", {fc}"
+        return call + ")"
+
     def _listcomp(self, e: F.ListComp) -> tuple[str, str]:
         it = e.iterable
-        if isinstance(it, F.Call) and isinstance(it.func, F.PyBuiltinRef) and \
-                it.func.name == "zip" and not it.kwargs:
-            seqs = [self.expr(a) for a in it.args]
-        else:
-            seqs = [self.expr(it)]
-        if len(seqs) != len(e.names):
-            raise NotCpp("a comprehension unpacking other than zip")
-        elem_kinds = []
-        for _, k in seqs:
-            if k == TL:
-                elem_kinds.append(T)
-            elif k in LISTS:
-                elem_kinds.append(LISTS[k])
-            else:
-                raise NotCpp(f"a comprehension over a {k}")
+        builtin = it.func.name if isinstance(it, F.Call) and \
+            isinstance(it.func, F.PyBuiltinRef) and not it.kwargs else None
         saved = dict(self.locals)
-        i = self.fresh("i")
-        seq_locals = [self.fresh("seq") for _ in seqs]
         lines = []
-        for (code, _), local in zip(seqs, seq_locals):
-            lines.append(f"const auto& {local} = {code};")
-        n = ", ".join(f"{s}.size()" for s in seq_locals)
-        size = f"std::min({{{n}}})" if len(seqs) > 1 else f"{seq_locals[0]}.size()"
-        for name, local, kind in zip(e.names, seq_locals, elem_kinds):
-            var = self.fresh(name)
-            self.locals[name] = var
-            self.kinds["$" + name] = kind
+        # per name: its local and kind, and the C++ reading it in the loop's body
+        bound: list[tuple[str, str, str]] = []
+        if builtin == "range":
+            # range(stop), range(start, stop) of ints (a SymInt bound would be a guard)
+            bounds = [self.expr(a) for a in it.args]
+            if len(bounds) not in (1, 2) or any(k != INT for _, k in bounds):
+                raise NotCpp("range() other than of one or two ints")
+            if len(e.names) != 1:
+                raise NotCpp("a comprehension unpacking range()")
+            start, stop = ("0", bounds[0][0]) if len(bounds) == 1 else \
+                (bounds[0][0], bounds[1][0])
+            i = self.fresh(e.names[0])
+            self.locals[e.names[0]] = i
+            self.kinds["$" + e.names[0]] = INT
+            header = f"for (int64_t {i} = {start}; {i} < {stop}; ++{i}) {{"
+        else:
+            enumerated = builtin == "enumerate"
+            if enumerated:
+                if len(it.args) != 1:
+                    raise NotCpp("enumerate() with a start")
+                seqs = [self.expr(it.args[0])]
+            elif builtin == "zip":
+                seqs = [self.expr(a) for a in it.args]
+            else:
+                seqs = [self.expr(it)]
+            if len(seqs) + enumerated != len(e.names):
+                raise NotCpp("a comprehension unpacking other than zip and enumerate")
+            elem_kinds = []
+            for _, k in seqs:
+                if k == TL:
+                    elem_kinds.append(T)
+                elif k in LISTS:
+                    elem_kinds.append(LISTS[k])
+                elif k == SIZES:
+                    elem_kinds.append(SYMINT)
+                else:
+                    raise NotCpp(f"a comprehension over {_a(k)}")
+            i = self.fresh("i")
+            seq_locals = [self.fresh("seq") for _ in seqs]
+            for (code, _), local in zip(seqs, seq_locals):
+                lines.append(f"const auto& {local} = {code};")
+            n = ", ".join(f"{s}.size()" for s in seq_locals)
+            size = f"std::min({{{n}}})" if len(seqs) > 1 else f"{seq_locals[0]}.size()"
+            header = f"for (size_t {i} = 0; {i} < {size}; ++{i}) {{"
+            reads = ([(INT, f"static_cast<int64_t>({i})")] if enumerated else []) + \
+                [(k, f"{local}[{i}]") for k, local in zip(elem_kinds, seq_locals)]
+            for name, (kind, read) in zip(e.names, reads):
+                var = self.fresh(name)
+                self.locals[name] = var
+                self.kinds["$" + name] = kind
+                bound.append((name, var, read))
         # A name the element and the condition never read gets no local (-Wunused-variable).
         read = {n.name for n in walk(e.elem, *([e.cond] if e.cond is not None else []))
                 if isinstance(n, F.LoopVar)}
-        body_decls = [f"const auto& {self.locals[name]} = {local}[{i}];"
-                      for name, local in zip(e.names, seq_locals) if name in read]
+        body_decls = [f"const auto& {var} = {code};" for name, var, code in bound if name in read]
         ec, ek = self.expr(e.elem)
-        if ek not in (T, NONE):
-            raise NotCpp("a comprehension of non-tensors")
+        elem_type = {T: "at::Tensor", NONE: "at::Tensor", INT: "int64_t",
+                     SYMINT: "c10::SymInt"}.get(ek)
+        if elem_type is None:
+            raise NotCpp(f"a comprehension of {_a(ek)}")
         cond = None
         if e.cond is not None:
             cond, ck = self.expr(e.cond)
@@ -968,11 +1106,11 @@ class _Builder:
         inner = [*body_decls]
         push = f"{out}.push_back({ec});"
         inner += [f"if ({cond}) {{", f"  {push}", "}"] if cond else [push]
-        text = ("[&] {\n" + "\n".join("  " + x for x in lines)
-                + f"\n  std::vector<at::Tensor> {out};\n  {out}.reserve({size});\n"
-                + f"  for (size_t {i} = 0; {i} < {size}; ++{i}) {{\n"
+        reserve = "" if builtin == "range" else f"\n  {out}.reserve({size});"
+        text = ("[&] {\n" + "".join("  " + x + "\n" for x in lines)
+                + f"  std::vector<{elem_type}> {out};{reserve}\n  {header}\n"
                 + "\n".join("    " + x for x in inner) + f"\n  }}\n  return {out};\n}}()")
-        return text, TL
+        return text, {INT: "int[]", SYMINT: SIZES}.get(ek, TL)
 
 
 def _function_stem(op: Op) -> str:
@@ -997,8 +1135,11 @@ def handle_name(op: Op) -> str:
 
 
 def _arg_kind(t) -> str | None:
+    """What a library op's parameter takes; an optional one what its value does (C++'s
+    std::optional converts from it, and None is std::nullopt)."""
     base = strip_optional(t)
-    if isinstance(t, OptionalType) and base != BaseType(BaseTy.Tensor):
+    if isinstance(t, OptionalType) and not (isinstance(base, BaseType) and base.name in (
+            BaseTy.Tensor, BaseTy.int, BaseTy.SymInt, BaseTy.float, BaseTy.bool)):
         return None
     if isinstance(base, BaseType):
         return {BaseTy.Tensor: "T", BaseTy.float: "f", BaseTy.int: "i", BaseTy.bool: "b",
@@ -1021,7 +1162,14 @@ def _converted(code: str, kind: str, spec: str) -> str:
         return f"at::IntArrayRef({code})"
     if kind == INT and spec == "d":
         return f"at::IntArrayRef({{{code}}})"
+    if kind == INT and spec == "si":   # not a literal 0, which also converts to a Tensor
+        return f"c10::SymInt({code})"
     return code
+
+
+def _sym_sizes(code: str, kind: str) -> str:
+    """A list of sizes as c10::SymInts (a list of ints converts)."""
+    return f"c10::fromIntArrayRefSlow({code})" if kind == "int[]" else code
 
 
 def _scalar(code: str, kind: str) -> str:
