@@ -32,15 +32,14 @@ EXPECTED = HERE / "golden" / "cpp" / "expected" / "meta"
 
 # Ops of shapes.yaml whose rules stay Python, and why (cpp_meta's module docstring).
 PYTHON_FAKES = {
-    "shapetest::windows": "`//` (floor division)",
     "shapetest::pad_last": "list comprehension",
     "shapetest::concat": "sum(), list comprehension, device=",
-    "shapetest::split_rows": "bindings, `//`, an int return",
+    "shapetest::split_rows": "bindings, an int return",
     "shapetest::filled": "factory op with device=",
     "shapetest::nonzero_values": "dynamic()",
     "shapetest::unique_counts": "bindings and dynamic()",
     "shapetest::every_other": "a slice with a step",
-    "shapetest::chunks": "Tensor[] return, `//`",
+    "shapetest::chunks": "Tensor[] return",
     "shapetest::doubled": "Tensor[] return, list comprehension",
     "shapetest::positives": "Tensor[] return, dynamic()",
 }
@@ -398,3 +397,153 @@ def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
     assert "CHECKED itemfull::widen: widen narrows" in proc.stdout
     assert "CHECKED itemstable::wide_only: A needs 4-byte elements" in proc.stdout
     assert "OK 6" in proc.stdout
+
+
+FLOOR_FULL = """\
+namespace: floorfull
+ops:
+  - func: down(Tensor A, SymInt k) -> Tensor
+    dispatch: {CPU: down_cpu}
+    fake: empty([-(A.size(0) // k), A.size(0) % k - 2 * k, A.dim() // -2 + 2])
+    samples:
+      - {A: {shape: [N=7]}, k: -3}
+      - {A: {shape: [N=8]}, k: -4}
+      - {A: {shape: [N=9]}, k: -7}
+  - func: blocks(Tensor A, int blocksize) -> Tensor
+    dispatch: {CPU: blocks_cpu}
+    fake: check(blocksize > 0, "blocksize must be positive"); empty([(A.numel() + blocksize - 1) // blocksize], dtype=float32)
+    samples:
+      - {A: {shape: [N=6, 5]}, blocksize: 4}
+      - {A: {shape: [N=6, 5]}, blocksize: 7}
+  - func: lead(Tensor src, int dim) -> Tensor
+    dispatch: {CPU: lead_cpu}
+    fake: empty(src.shape[:dim % src.dim()])
+    samples:
+      - {src: {shape: [N=3, 4, 5]}, dim: -1}
+      - {src: {shape: [N=3, 4, 5]}, dim: -5}
+      - {src: {shape: [N=3, 4, 5]}, dim: 2}
+"""
+FLOOR_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <floorfull/floor_full.h>
+namespace floorfull {
+namespace {
+int64_t floordiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+int64_t mod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+}  // namespace
+at::Tensor down_cpu(const at::Tensor& A, c10::SymInt k_) {
+  const int64_t n = A.size(0), k = k_.expect_int();
+  return at::ones({-floordiv(n, k), mod(n, k) - 2 * k, floordiv(A.dim(), -2) + 2}, A.options());
+}
+at::Tensor blocks_cpu(const at::Tensor& A, int64_t blocksize) {
+  return at::ones({floordiv(A.numel() + blocksize - 1, blocksize)}, A.options().dtype(at::kFloat));
+}
+at::Tensor lead_cpu(const at::Tensor& src, int64_t dim) {
+  return at::ones(src.sizes().slice(0, mod(dim, src.dim())), src.options());
+}
+}  // namespace floorfull
+"""
+# Opcheck and compile every sample; then, under FakeTensorMode with symbolic sizes and a symbolic
+# negative `k`, the Meta kernel and the generated Python fake give the same sizes, and both
+# refuse `// 0` (RuntimeError from TORCH_CHECK, ZeroDivisionError from Python).
+FLOOR_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, DimDynamic, StatelessSymbolicContext
+from codegen import testing
+import runtime._reg_floorfull as reg
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for name in %(ops)r:
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("floorfull::" + name, "Meta"), name
+    assert singleton.find("floorfull::" + name).fake_impl.kernel is None, name
+env = ShapeEnv()
+mode = FakeTensorMode(shape_env=env)
+def sym(t):
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())
+    return mode.from_tensor(t, symbolic_context=ctx)
+def same(op, fake, *args):
+    with mode:
+        a, b = op(*args), fake(*args)
+    assert [str(s) for s in a.shape] == [str(s) for s in b.shape], (a.shape, b.shape)
+    assert a.dtype == b.dtype
+    return [s.node.hint if isinstance(s, torch.SymInt) else s for s in a.shape]
+for n, kv in ((7, -3), (8, -4), (5, -7), (11, -2)):
+    k = env.create_unspecified_symint_and_symbol(kv, ConstantSource(f"k{n}"), DimDynamic.DYNAMIC)
+    A = sym(torch.empty(n))
+    hints = same(torch.ops.floorfull.down, reg._down_fake, A, k)
+    assert hints == [-(n // kv), n %% kv - 2 * kv, 1], hints
+    print("SYMBOLIC", n, kv, hints, isinstance(k, torch.SymInt))
+for n, bs in ((30, 4), (30, 7), (9, 9)):
+    same(torch.ops.floorfull.blocks, reg._blocks_fake, sym(torch.empty(n, 1)), bs)
+for d in (-1, -2, -5, 1):
+    same(torch.ops.floorfull.lead, reg._lead_fake, sym(torch.empty(3, 4, 5)), d)
+for op, fake, args in ((torch.ops.floorfull.down, reg._down_fake, (torch.empty(7), 0)),
+                       (torch.ops.floorfull.lead, reg._lead_fake, (torch.empty(()), 1))):
+    with FakeTensorMode() as m:
+        x = m.from_tensor(args[0])
+        try:
+            op(x, *args[1:])
+        except RuntimeError as e:
+            print("META", str(e).splitlines()[0])
+        try:
+            fake(x, *args[1:])
+        except ZeroDivisionError as e:
+            print("PYTHON", e)
+print("OK", len(cases))
+"""
+
+
+def test_floordiv_and_mod_translate(tmp_path, monkeypatch):
+    """`//` and `%` become Meta kernels: floored on known values, c10::SymInt's own operators
+    (Python's FloorDiv and PythonMod) on symbolic ones; fixed-at-trace-time operands stay int64."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.yaml").write_text(FLOOR_FULL)
+    ops = {op.name.name: op for op in load_library(["f.yaml"]).ops}
+    kernels = {n: cpp_meta.translate(op) for n, op in ops.items()}
+    assert all(k is not None for k, _ in kernels.values())
+    down, helpers = kernels["down"]
+    assert helpers == {"empty", "floordiv", "floordiv_int", "mod", "mod_int"}
+    assert down.body == (
+        "return meta_empty(std::vector<c10::SymInt>{(-meta_floordiv(A.sym_size(0), k, "
+        '"floorfull::down", "A.size(0) // k")), (meta_mod(A.sym_size(0), k, "floorfull::down", '
+        '"A.size(0) % k") - (c10::SymInt(2) * k)), c10::SymInt((meta_floordiv_int(A.dim(), (-2), "floorfull::down", '
+        '"A.dim() // -2") + 2))}, A, std::nullopt);',)
+    lead, helpers = kernels["lead"]
+    assert helpers == {"mod_int", "slice", "empty"}
+    assert 'meta_mod_int(dim, src.dim(), "floorfull::lead", "dim % src.dim()")' in lead.body[0]
+    diags = Diagnostics()
+    (path, text), = cpp_register.generate(load_library(["f.yaml"]), diags,
+                                          config.default_project(tmp_path)).items()
+    assert "int64_t meta_floordiv_int(int64_t a, int64_t b, const char* op, const char* expr)" \
+        in text
+    assert "return a / b;" in text and "return a % b;" in text
+
+
+@pytest.mark.e2e
+def test_floordiv_and_mod_in_meta_kernels(tmp_path, monkeypatch):
+    """Built and run: opcheck and one compiled graph per sample (negative divisors too); the Meta
+    kernels agree with the Python fakes on symbolic sizes and a symbolic negative `k`; both refuse
+    division by zero."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"floor_full.yaml": FLOOR_FULL}, {"floorfull/k.cpp": FLOOR_FULL_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / "floor_full.yaml")]
+    proc = scratch.python(root, FLOOR_CHECK % {"files": files, "ops": ["down", "blocks", "lead"]},
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SYMBOLIC 7 -3 [3, 4, 1] True" in proc.stdout
+    assert "META floorfull::down: integer division by zero in `A.size(0) // k`" in proc.stdout
+    assert "META floorfull::lead: integer modulo by zero in `dim % src.dim()`" in proc.stdout
+    assert proc.stdout.count("PYTHON integer") == 2
+    assert "OK 8" in proc.stdout

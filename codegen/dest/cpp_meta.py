@@ -14,7 +14,11 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
   given (`like(out) if out is not None else ...`), dereferenced there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
   `t.dim()`, `len(...)`, a dtype's `.itemsize` (`c10::elementSize`), `+`, `-`, `*`, unary `-`,
-  `max`, `min`; shapes from list literals with
+  `max`, `min`, and `//` and `%` with Python's semantics (`meta_floordiv`, `meta_mod`: known
+  values floored, the remainder with the divisor's sign; a symbolic operand goes to
+  c10::SymInt's `/` and `%`, whose SymNode methods are Python's FloorDiv and PythonMod; by zero
+  a TORCH_CHECK naming the op and the expression, where the Python fake raises
+  ZeroDivisionError); dims and slice bounds may use `int` arguments; shapes from list literals with
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
 - dtypes from literals, `ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)`
   (`c10::promoteTypes`);
@@ -28,8 +32,7 @@ Everything else keeps its Python fake kernel, exactly as before:
   every tensor on `meta`, so only a Python fake sees the devices it compares;
 - `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
   `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
-- `//` and `%` (Python floors, c10::SymInt's concrete path truncates), list comprehensions,
-  slices with a step, `Tensor[]` returns,
+- list comprehensions, slices with a step, `Tensor[]` returns,
   `sum`, bindings, `tensors[i]`, int returns, a mix of new and mutated-argument returns, ops
   with a Meta or CompositeImplicitAutograd kernel of their own.
 
@@ -58,7 +61,8 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
-    "opt": (), "dims": (), "same": (),
+    "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
+    "floordiv": ("floordiv_int",), "mod": ("mod_int",),
 }
 
 
@@ -109,12 +113,14 @@ def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
 class _Emitter:
     def __init__(self, op: Op, sig: cpp.CppSignature):
         self.op = op
+        self.rule: S.FakeRule | None = None
         self.sig = sig
         self.args = {b.argument.name: b for b in sig.arguments}
         self.used: set[str] = set()
         self.helpers: set[str] = set()
 
     def kernel(self, rule: S.FakeRule) -> tuple[MetaKernel, set[str]]:
+        self.rule = rule
         if rule.bindings or rule.uses_dynamic:
             raise NoCpp("bindings and dynamic sizes")
         returns = self.op.schema.returns
@@ -349,11 +355,21 @@ class _Emitter:
 
     # -- sizes
 
-    def static(self, e: S.Expr) -> str:
-        """An `int64_t` fixed when the op is traced: literals, `t.dim()`, `len(...)`."""
+    def static(self, e: S.Expr, args: bool = False) -> str:
+        """An `int64_t` fixed when the op is traced: literals, `t.dim()`, `len(...)`, and with
+        `args` the op's `int` (not `SymInt`) arguments: what indexes a shape (`t.size(d)`,
+        `t.shape[:d]`)."""
         match e:
             case S.IntLit(value=v):
                 return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
+            case S.Arg(ty=ty) if args and ty == S.INT:
+                name, t = self.arg(e)
+                if t == BaseType(BaseTy.int):
+                    return name
+            case S.Given(arg=a) if args and e.ty == S.INT:
+                name, t = self.arg(a)
+                if strip_optional(t) == BaseType(BaseTy.int):
+                    return f"(*{name})"
             case S.TensorProp(tensor=t, prop=S.Prop.ndim):
                 return f"{self.tensor(t)}.dim()"
             case S.ItemSize(dtype=S.Given(arg=a)):
@@ -366,10 +382,24 @@ class _Emitter:
                 if isinstance(s, S.Arg):
                     return f"static_cast<int64_t>({self.arg(s)[0]}.size())"
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
-                return f"({self.static(a)} {op.value} {self.static(b)})"
+                return f"({self.static(a, args)} {op.value} {self.static(b, args)})"
+            case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
+                helper = f"{op.name}_int"
+                self.helpers.add(helper)
+                return (f"meta_{helper}({self.static(a, args)}, {self.static(b, args)}, "
+                        f"{self.where(e)})")
             case S.Neg(operand=o):
-                return f"(-{self.static(o)})"
+                return f"(-{self.static(o, args)})"
         raise NoCpp(f"static int {type(e).__name__}")
+
+    def where(self, e: S.Expr) -> str:
+        """The op and `e` as written, two C++ string literals: what a helper that can fail (`//`
+        by zero) names in its message."""
+        assert self.rule is not None
+        span = self.rule.span_of(e)
+        text = self.rule.text[span.start:span.end] if span is not None else self.rule.text
+        return (f"{cpp.string_literal(str(self.op.schema.name))}, "
+                f"{cpp.string_literal(' '.join(text.split()))}")
 
     def size(self, e: S.Expr) -> str:
         """A `c10::SymInt`."""
@@ -388,14 +418,17 @@ class _Emitter:
                 return f"(*{name})" if strip_optional(t) == BaseType(BaseTy.SymInt) \
                     else f"c10::SymInt(*{name})"
             case S.TensorSize(tensor=t, dim=d):
-                return f"{self.tensor(t)}.sym_size({self.static(d)})"
+                return f"{self.tensor(t)}.sym_size({self.static(d, True)})"
             case S.TensorProp(tensor=t, prop=S.Prop.numel):
                 return f"{self.tensor(t)}.sym_numel()"
             case S.Item(seq=s, index=i) if s.ty == S.INT_LIST:
                 self.helpers.add("at")
-                return f"meta_at({self.shape(s)}, {self.static(i)})"
+                return f"meta_at({self.shape(s)}, {self.static(i, True)})"
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
                 return f"({self.size(a)} {op.value} {self.size(b)})"
+            case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
+                self.helpers |= {op.name, *HELPERS[op.name]}
+                return f"meta_{op.name}({self.size(a)}, {self.size(b)}, {self.where(e)})"
             case S.Neg(operand=o):
                 return f"(-{self.size(o)})"
             case S.MinMax(fn=fn, items=items):
@@ -446,8 +479,8 @@ class _Emitter:
                         f"c10::SymIntArrayRef({self.shape(b)})}})")
             case S.SliceOf(seq=s, lo=lo, hi=hi, step=None):
                 self.helpers.add("slice")
-                lo_t = self.static(lo) if lo is not None else "std::nullopt"
-                hi_t = self.static(hi) if hi is not None else "std::nullopt"
+                lo_t = self.static(lo, True) if lo is not None else "std::nullopt"
+                hi_t = self.static(hi, True) if hi is not None else "std::nullopt"
                 return f"meta_slice({self.shape(s)}, {lo_t}, {hi_t})"
         raise NoCpp(f"shape {type(e).__name__}")
 
