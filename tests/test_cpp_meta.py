@@ -34,10 +34,10 @@ EXPECTED = HERE / "golden" / "cpp" / "expected" / "meta"
 PYTHON_FAKES = {
     "shapetest::pad_last": "list comprehension",
     "shapetest::concat": "sum(), list comprehension, device=",
-    "shapetest::split_rows": "bindings, an int return",
+    "shapetest::split_rows": "an int return",
     "shapetest::filled": "factory op with device=",
     "shapetest::nonzero_values": "dynamic()",
-    "shapetest::unique_counts": "bindings and dynamic()",
+    "shapetest::unique_counts": "dynamic()",
     "shapetest::every_other": "a slice with a step",
     "shapetest::chunks": "Tensor[] return",
     "shapetest::doubled": "Tensor[] return, list comprehension",
@@ -547,3 +547,145 @@ def test_floordiv_and_mod_in_meta_kernels(tmp_path, monkeypatch):
     assert "META floorfull::lead: integer modulo by zero in `dim % src.dim()`" in proc.stdout
     assert proc.stdout.count("PYTHON integer") == 2
     assert "OK 8" in proc.stdout
+
+
+BIND_FULL = """\
+namespace: bindfull
+ops:
+  - func: scatter(Tensor src, int dim, int dim_size) -> Tensor
+    dispatch: {CPU: scatter_cpu}
+    fake: d = dim % src.dim(); empty(src.shape[:d] + [dim_size] + src.shape[d + 1:])
+    samples:
+      - {src: {shape: [N=4, 5, 6]}, dim: -2, dim_size: 3}
+      - {src: {shape: [N=4, 5, 6]}, dim: 0, dim_size: 7}
+      - {src: {shape: [N=4, 5, 6]}, dim: -1, dim_size: 2}
+  - func: split(Tensor A, SymInt k, int auto_) -> Tensor
+    dispatch: {CPU: split_cpu}
+    fake: >-
+      auto = A.size(0) // k; at = [-auto, A.size(0) % k - 2 * k]; meta_empty = auto_ // 2;
+      unused = 1 // auto_; check(auto <= 0, "k must be negative"); empty(at + [meta_empty])
+    samples:
+      - {A: {shape: [N=7]}, k: -3, auto_: 5}
+      - {A: {shape: [N=8]}, k: -4, auto_: 4}
+"""
+BIND_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <bindfull/bind_full.h>
+namespace bindfull {
+namespace {
+int64_t floordiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+int64_t mod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+}  // namespace
+at::Tensor scatter_cpu(const at::Tensor& src, int64_t dim, int64_t dim_size) {
+  std::vector<int64_t> shape = src.sizes().vec();
+  shape[mod(dim, src.dim())] = dim_size;
+  return at::ones(shape, src.options());
+}
+at::Tensor split_cpu(const at::Tensor& A, c10::SymInt k_, int64_t auto_) {
+  const int64_t n = A.size(0), k = k_.expect_int();
+  return at::ones({-floordiv(n, k), mod(n, k) - 2 * k, floordiv(auto_, 2)}, A.options());
+}
+}  // namespace bindfull
+"""
+BIND_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, DimDynamic, StatelessSymbolicContext
+from codegen import testing
+import runtime._reg_bindfull as reg
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for name in ("scatter", "split"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("bindfull::" + name, "Meta"), name
+    assert singleton.find("bindfull::" + name).fake_impl.kernel is None, name
+env = ShapeEnv()
+mode = FakeTensorMode(shape_env=env)
+def sym(t):
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())
+    return mode.from_tensor(t, symbolic_context=ctx)
+def same(op, fake, *args):
+    with mode:
+        a, b = op(*args), fake(*args)
+    assert [str(s) for s in a.shape] == [str(s) for s in b.shape], (a.shape, b.shape)
+    return [s.node.hint if isinstance(s, torch.SymInt) else s for s in a.shape]
+for d in (-1, -3, 1, 5):
+    print("SCATTER", d, same(torch.ops.bindfull.scatter, reg._scatter_fake, sym(torch.empty(4, 5, 6)), d, 9))
+k = env.create_unspecified_symint_and_symbol(-3, ConstantSource("k"), DimDynamic.DYNAMIC)
+print("SPLIT", same(torch.ops.bindfull.split, reg._split_fake, sym(torch.empty(7)), k, 5))
+for args in ((torch.empty(7), 0, 5), (torch.empty(7), -3, 0), (torch.empty(7), 3, 4)):
+    with FakeTensorMode() as m:
+        x = m.from_tensor(args[0])
+        try:
+            torch.ops.bindfull.split(x, *args[1:])
+        except RuntimeError as e:
+            print("META", str(e).splitlines()[0])
+        try:
+            reg._split_fake(x, *args[1:])
+        except (ZeroDivisionError, RuntimeError) as e:
+            print("PYTHON", type(e).__name__)
+print("OK", len(cases))
+"""
+
+
+def test_bindings_translate(tmp_path, monkeypatch):
+    """Bindings are const locals before the outputs: int64_t when fixed at trace time
+    (`d = dim % src.dim()`), c10::SymInt for sizes, a vector for shapes; named apart from C++
+    keywords, parameters, helpers and namespaces; one nothing reads is still evaluated."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.yaml").write_text(BIND_FULL)
+    ops = {op.name.name: op for op in load_library(["b.yaml"]).ops}
+    scatter = cpp_meta.translate(ops["scatter"])[0]
+    assert scatter.body == (
+        'const int64_t d = meta_mod_int(dim, src.dim(), "bindfull::scatter", "dim % src.dim()");',
+        "return meta_empty(meta_cat({c10::SymIntArrayRef(meta_cat({c10::SymIntArrayRef("
+        "meta_slice(src.sym_sizes(), std::nullopt, d)), c10::SymIntArrayRef(std::vector<"
+        "c10::SymInt>{c10::SymInt(dim_size)})})), c10::SymIntArrayRef(meta_slice(src.sym_sizes(), "
+        "(d + 1), std::nullopt))}), src, std::nullopt);")
+    split = cpp_meta.translate(ops["split"])[0]
+    assert split.decl == "at::Tensor meta_split(const at::Tensor& A, c10::SymInt k, int64_t auto_)"
+    assert split.body == (
+        'const c10::SymInt auto__ = meta_floordiv(A.sym_size(0), k, "bindfull::split", '
+        '"A.size(0) // k");',
+        "const std::vector<c10::SymInt> at_ = c10::SymIntArrayRef(std::vector<c10::SymInt>{"
+        '(-auto__), (meta_mod(A.sym_size(0), k, "bindfull::split", "A.size(0) % k") - '
+        "(c10::SymInt(2) * k))}).vec();",
+        'const int64_t meta_empty_ = meta_floordiv_int(auto_, 2, "bindfull::split", '
+        '"auto_ // 2");',
+        '[[maybe_unused]] const int64_t unused = meta_floordiv_int(1, auto_, "bindfull::split", '
+        '"1 // auto_");',
+        'TORCH_SYM_CHECK(auto__.sym_le(c10::SymInt(0)), "bindfull::split: k must be negative");',
+        "return meta_empty(meta_cat({c10::SymIntArrayRef(at_), c10::SymIntArrayRef("
+        "std::vector<c10::SymInt>{c10::SymInt(meta_empty_)})}), A, std::nullopt);")
+
+
+@pytest.mark.e2e
+def test_bindings_in_meta_kernels(tmp_path, monkeypatch):
+    """Built and run: opcheck and one compiled graph per sample; on symbolic sizes and a symbolic
+    negative `k` the Meta kernels agree with the Python fakes; both refuse division by zero, in
+    an output's binding and in one nothing reads, and the same failed check."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"bind_full.yaml": BIND_FULL}, {"bindfull/k.cpp": BIND_FULL_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in built.stdout + built.stderr
+    files = [str(root / "schemas" / "bind_full.yaml")]
+    proc = scratch.python(root, BIND_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SCATTER -1 [4, 5, 9]" in proc.stdout and "SCATTER -3 [9, 5, 6]" in proc.stdout
+    assert "SCATTER 5 [4, 5, 9]" in proc.stdout
+    assert "SPLIT [3, 4, 2]" in proc.stdout
+    assert "META bindfull::split: integer division by zero in `A.size(0) // k`" in proc.stdout
+    assert "META bindfull::split: integer division by zero in `1 // auto_`" in proc.stdout
+    assert "META bindfull::split: k must be negative" in proc.stdout
+    assert proc.stdout.count("PYTHON ZeroDivisionError") == 2
+    assert proc.stdout.count("PYTHON RuntimeError") == 1
+    assert "OK 5" in proc.stdout

@@ -25,7 +25,12 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
 - no rule at all for an op that returns nothing or only the arguments it mutates (in-place,
   out=): its Meta kernel returns them, an out= argument resized first to its rule item's shape;
 - `check(...)` preconditions: `TORCH_SYM_CHECK` on comparisons of sizes and shapes (asserted,
-  never specialized), `TORCH_CHECK` on conditions fixed at trace time.
+  never specialized), `TORCH_CHECK` on conditions fixed at trace time;
+- bindings `name = expr;` of sizes and shapes: const locals in the rule's order among the
+  checks, `int64_t` where the value is fixed at trace time (PyG's `d = dim % src.dim()`, usable
+  as a dim), else `c10::SymInt` or `std::vector<c10::SymInt>`; each named by
+  `reserved.cpp_identifier` apart from the parameters, the helpers, `at`, `c10` and `std`; one
+  that nothing reads is still evaluated (`[[maybe_unused]]`), as the Python fake evaluates it.
 Everything else keeps its Python fake kernel, exactly as before:
 - `dynamic()` sizes (they need `torch.library.get_ctx()`), Python functions (`fake: pkg.mod:fn`);
 - device comparisons (`check(a.device == b.device)`): while a Meta kernel runs, FakeTensor shows
@@ -33,7 +38,7 @@ Everything else keeps its Python fake kernel, exactly as before:
 - `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
   `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
 - list comprehensions, slices with a step, `Tensor[]` returns,
-  `sum`, bindings, `tensors[i]`, int returns, a mix of new and mutated-argument returns, ops
+  `sum`, bindings of other values (dtypes), `tensors[i]`, int returns, a mix of new and mutated-argument returns, ops
   with a Meta or CompositeImplicitAutograd kernel of their own.
 
 Sizes are `c10::SymInt` throughout (`sym_sizes()`, `sym_size(d)`, `at::empty_symint`,
@@ -118,14 +123,25 @@ class _Emitter:
         self.args = {b.argument.name: b for b in sig.arguments}
         self.used: set[str] = set()
         self.helpers: set[str] = set()
+        # Bindings: the C++ local of each, and what it holds ("static", "size" or "shape").
+        self.locals: dict[str, tuple[str, str]] = {}
 
     def kernel(self, rule: S.FakeRule) -> tuple[MetaKernel, set[str]]:
         self.rule = rule
-        if rule.bindings or rule.uses_dynamic:
-            raise NoCpp("bindings and dynamic sizes")
+        if rule.uses_dynamic:
+            raise NoCpp("dynamic sizes")
         returns = self.op.schema.returns
         mutated = S.mutated_returns(self.op.schema)
-        checks = [self.check(c) for c in rule.checks]
+        # A binding's local may not hide a parameter, a helper or a namespace the body names.
+        taken = {b.name for b in self.sig.arguments} | {f"meta_{h}" for h in HELPERS} | {
+            "at", "c10", "std"}
+        # Every binding is evaluated, as in the Python fake (`//` by zero fails there too).
+        read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
+        checks: list[str] = []
+        for i, b in enumerate(rule.bindings):
+            checks += [self.check(c) for c in rule.checks if c.after == i]
+            checks.append(("" if b.name in read else "[[maybe_unused]] ") + self.binding(b, taken))
+        checks += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
         resizes: list[str] = []
         outs: list[str] = []
         returns_arguments = all(isinstance(m, str) for m in mutated)
@@ -167,6 +183,34 @@ class _Emitter:
         decl = f"{self.sig.returns.cpp()} {fn}({params})"
         return MetaKernel(L.impl_name(self.op), str(self.op.schema), rule.text or "(schema)",
                           fn, decl, body), self.helpers
+
+    def binding(self, b: S.Binding, taken: set[str]) -> str:
+        """`name = value;` as a const local: an `int64_t` when the value is fixed at trace time
+        (`d = dim % src.dim()`), a `c10::SymInt` for other sizes, a vector for shapes."""
+        name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
+        taken.add(name)
+        v = b.value
+        if v.ty == S.INT:
+            used, helpers = set(self.used), set(self.helpers)
+            try:
+                decl, kind = f"const int64_t {name} = {self.static(v, True)};", "static"
+            except NoCpp:
+                self.used, self.helpers = used, helpers
+                decl, kind = f"const c10::SymInt {name} = {self.size(v)};", "size"
+        elif v.ty == S.INT_LIST:
+            decl = (f"const std::vector<c10::SymInt> {name} = "
+                    f"c10::SymIntArrayRef({self.shape(v)}).vec();")
+            kind = "shape"
+        else:
+            raise NoCpp(f"a binding of {v.ty}")
+        self.locals[b.name] = (name, kind)
+        return decl
+
+    def local(self, e: S.Local, kind: str) -> str:
+        name, k = self.locals[e.name]
+        if k != kind:
+            raise NoCpp(f"a {k} binding as a {kind}")
+        return name
 
     # -- values
 
@@ -346,6 +390,8 @@ class _Emitter:
                 return self.dtype(e)
             case S.ItemSize():
                 return self.static(e)
+            case S.Local():
+                return self.local(e, "static")
             case S.Arg():
                 name, ty = self.arg(e)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
@@ -370,6 +416,8 @@ class _Emitter:
                 name, t = self.arg(a)
                 if strip_optional(t) == BaseType(BaseTy.int):
                     return f"(*{name})"
+            case S.Local():
+                return self.local(e, "static")
             case S.TensorProp(tensor=t, prop=S.Prop.ndim):
                 return f"{self.tensor(t)}.dim()"
             case S.ItemSize(dtype=S.Given(arg=a)):
@@ -417,6 +465,8 @@ class _Emitter:
                 name, t = self.arg(a)
                 return f"(*{name})" if strip_optional(t) == BaseType(BaseTy.SymInt) \
                     else f"c10::SymInt(*{name})"
+            case S.Local():
+                return self.local(e, "size")
             case S.TensorSize(tensor=t, dim=d):
                 return f"{self.tensor(t)}.sym_size({self.static(d, True)})"
             case S.TensorProp(tensor=t, prop=S.Prop.numel):
@@ -441,6 +491,8 @@ class _Emitter:
     def shape(self, e: S.Expr) -> str:
         """Something that converts to `c10::SymIntArrayRef` for the full expression."""
         match e:
+            case S.Local():
+                return self.local(e, "shape")
             case S.TensorProp(tensor=t, prop=S.Prop.shape):
                 return f"{self.tensor(t)}.sym_sizes()"
             case S.Arg(ty=ty) if ty == S.INT_LIST:
