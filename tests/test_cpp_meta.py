@@ -689,3 +689,111 @@ def test_bindings_in_meta_kernels(tmp_path, monkeypatch):
     assert proc.stdout.count("PYTHON ZeroDivisionError") == 2
     assert proc.stdout.count("PYTHON RuntimeError") == 1
     assert "OK 5" in proc.stdout
+
+
+FLOOR_STABLE = """\
+namespace: floorstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: pick(Tensor src, int dim, int blocksize) -> Tensor
+    dispatch: {CPU: pick_cpu}
+    fake: >-
+      std = dim % src.dim(); unused = 1 // blocksize; check(std >= 1, "dim is the batch dim");
+      check(blocksize // -2 < 0, "blocksize must be positive"); like(src)
+    samples:
+      - {src: {shape: [N=3, 4, 5]}, dim: -4, blocksize: 1}
+      - {src: {shape: [N=3, 4]}, dim: -1, blocksize: 8}
+"""
+FLOOR_STABLE_CPP = """\
+#include <floorstable/floor_stable.h>
+#include <torch/csrc/stable/ops.h>
+namespace floorstable {
+torch::stable::Tensor pick_cpu(const torch::stable::Tensor& src, int64_t, int64_t) {
+  return torch::stable::fill_(torch::stable::empty_like(src), 1.0);
+}
+}  // namespace floorstable
+"""
+# Each call's verdict as the rule computes it in Python (the Python fake's arithmetic): the Meta
+# kernel refuses exactly the calls Python refuses, by zero too.
+FLOOR_STABLE_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from codegen import testing
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+assert torch._C._dispatch_has_kernel_for_dispatch_key("floorstable::pick", "Meta")
+def python(ndim, dim, blocksize):
+    try:
+        std = dim %% ndim
+        unused = 1 // blocksize
+        if not std >= 1:
+            return "dim is the batch dim"
+        if not blocksize // -2 < 0:
+            return "blocksize must be positive"
+    except ZeroDivisionError as e:
+        return "ZeroDivisionError"
+    return None
+for shape, dim, blocksize in (((3, 4, 5), -4, 1), ((3, 4, 5), -3, 1), ((3, 4), 3, 2),
+                              ((3, 4), -1, -1), ((), 0, 1), ((3,), 0, 0), ((3, 4), 1, 0)):
+    expected = python(len(shape), dim, blocksize)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(shape))
+        try:
+            out = torch.ops.floorstable.pick(x, dim, blocksize)
+            got = None
+            assert out.shape == x.shape
+        except RuntimeError as e:
+            got = str(e).splitlines()[0]
+    print("CALL", shape, dim, blocksize, expected, "|", got)
+    assert (expected is None) == (got is None), (expected, got)
+    if expected is not None and expected != "ZeroDivisionError":
+        assert got == "floorstable::pick: " + expected, got
+print("OK", len(cases))
+"""
+
+
+def test_floordiv_and_mod_on_the_stable_abi(tmp_path, monkeypatch):
+    """On the stable ABI, `//`, `%` and bindings of ints fixed at trace time (no sizes: the stable
+    ABI reads them as int64_t) are plain C++ with Python's semantics, exact at any min_torch."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(FLOOR_STABLE)
+    [op] = load_library(["s.yaml"]).ops
+    meta = cpp_stable.translate_meta(op)
+    assert meta is not None and meta.helpers == {"floordiv", "mod"}
+    assert meta.body[:4] == (
+        'const int64_t std_ = meta_mod(dim, src.dim(), "floorstable::pick", "dim % src.dim()");',
+        '[[maybe_unused]] const int64_t unused = meta_floordiv(1, blocksize, "floorstable::pick", '
+        '"1 // blocksize");',
+        "if (!(std_ >= 1)) {",
+        '  throw std::runtime_error("floorstable::pick: dim is the batch dim");')
+    assert 'if (!(meta_floordiv(blocksize, (-2), "floorstable::pick", "blocksize // -2") < 0)) {' \
+        in meta.body
+
+
+@pytest.mark.e2e
+def test_floordiv_and_mod_in_stable_meta_kernels(tmp_path, monkeypatch):
+    """Built on the stable ABI and run: opcheck and a compiled graph per sample; the Meta kernel
+    accepts and refuses the calls the rule's Python arithmetic does (negative operands, `%` and
+    `//` by zero with the op and the expression named)."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"floor_stable.yaml": FLOOR_STABLE},
+                      {"floorstable/k.cpp": FLOOR_STABLE_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in built.stdout + built.stderr
+    files = [str(root / "schemas" / "floor_stable.yaml")]
+    proc = scratch.python(root, FLOOR_STABLE_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CALL (3, 4, 5) -4 1 None | None" in proc.stdout
+    assert ("CALL () 0 1 ZeroDivisionError | floorstable::pick: integer modulo by zero in "
+            "`dim % src.dim()`") in proc.stdout
+    assert ("CALL (3,) 0 0 ZeroDivisionError | floorstable::pick: integer division by zero in "
+            "`1 // blocksize`") in proc.stdout
+    assert "OK 2" in proc.stdout
