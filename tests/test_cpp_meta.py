@@ -32,15 +32,14 @@ EXPECTED = HERE / "golden" / "cpp" / "expected" / "meta"
 
 # Ops of shapes.yaml whose rules stay Python, and why (cpp_meta's module docstring).
 PYTHON_FAKES = {
-    "shapetest::windows": "`//` (floor division)",
     "shapetest::pad_last": "list comprehension",
     "shapetest::concat": "sum(), list comprehension, device=",
-    "shapetest::split_rows": "bindings, `//`, an int return",
+    "shapetest::split_rows": "an int return",
     "shapetest::filled": "factory op with device=",
     "shapetest::nonzero_values": "dynamic()",
-    "shapetest::unique_counts": "bindings and dynamic()",
+    "shapetest::unique_counts": "dynamic()",
     "shapetest::every_other": "a slice with a step",
-    "shapetest::chunks": "Tensor[] return, `//`",
+    "shapetest::chunks": "Tensor[] return",
     "shapetest::doubled": "Tensor[] return, list comprehension",
     "shapetest::positives": "Tensor[] return, dynamic()",
 }
@@ -398,3 +397,403 @@ def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
     assert "CHECKED itemfull::widen: widen narrows" in proc.stdout
     assert "CHECKED itemstable::wide_only: A needs 4-byte elements" in proc.stdout
     assert "OK 6" in proc.stdout
+
+
+FLOOR_FULL = """\
+namespace: floorfull
+ops:
+  - func: down(Tensor A, SymInt k) -> Tensor
+    dispatch: {CPU: down_cpu}
+    fake: empty([-(A.size(0) // k), A.size(0) % k - 2 * k, A.dim() // -2 + 2])
+    samples:
+      - {A: {shape: [N=7]}, k: -3}
+      - {A: {shape: [N=8]}, k: -4}
+      - {A: {shape: [N=9]}, k: -7}
+  - func: blocks(Tensor A, int blocksize) -> Tensor
+    dispatch: {CPU: blocks_cpu}
+    fake: check(blocksize > 0, "blocksize must be positive"); empty([(A.numel() + blocksize - 1) // blocksize], dtype=float32)
+    samples:
+      - {A: {shape: [N=6, 5]}, blocksize: 4}
+      - {A: {shape: [N=6, 5]}, blocksize: 7}
+  - func: lead(Tensor src, int dim) -> Tensor
+    dispatch: {CPU: lead_cpu}
+    fake: empty(src.shape[:dim % src.dim()])
+    samples:
+      - {src: {shape: [N=3, 4, 5]}, dim: -1}
+      - {src: {shape: [N=3, 4, 5]}, dim: -5}
+      - {src: {shape: [N=3, 4, 5]}, dim: 2}
+"""
+FLOOR_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <floorfull/floor_full.h>
+namespace floorfull {
+namespace {
+int64_t floordiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+int64_t mod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+}  // namespace
+at::Tensor down_cpu(const at::Tensor& A, c10::SymInt k_) {
+  const int64_t n = A.size(0), k = k_.expect_int();
+  return at::ones({-floordiv(n, k), mod(n, k) - 2 * k, floordiv(A.dim(), -2) + 2}, A.options());
+}
+at::Tensor blocks_cpu(const at::Tensor& A, int64_t blocksize) {
+  return at::ones({floordiv(A.numel() + blocksize - 1, blocksize)}, A.options().dtype(at::kFloat));
+}
+at::Tensor lead_cpu(const at::Tensor& src, int64_t dim) {
+  return at::ones(src.sizes().slice(0, mod(dim, src.dim())), src.options());
+}
+}  // namespace floorfull
+"""
+# Opcheck and compile every sample; then, under FakeTensorMode with symbolic sizes and a symbolic
+# negative `k`, the Meta kernel and the generated Python fake give the same sizes, and both
+# refuse `// 0` (RuntimeError from TORCH_CHECK, ZeroDivisionError from Python).
+FLOOR_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, DimDynamic, StatelessSymbolicContext
+from codegen import testing
+import runtime._reg_floorfull as reg
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for name in %(ops)r:
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("floorfull::" + name, "Meta"), name
+    assert singleton.find("floorfull::" + name).fake_impl.kernel is None, name
+env = ShapeEnv()
+mode = FakeTensorMode(shape_env=env)
+def sym(t):
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())
+    return mode.from_tensor(t, symbolic_context=ctx)
+def same(op, fake, *args):
+    with mode:
+        a, b = op(*args), fake(*args)
+    assert [str(s) for s in a.shape] == [str(s) for s in b.shape], (a.shape, b.shape)
+    assert a.dtype == b.dtype
+    return [s.node.hint if isinstance(s, torch.SymInt) else s for s in a.shape]
+for n, kv in ((7, -3), (8, -4), (5, -7), (11, -2)):
+    k = env.create_unspecified_symint_and_symbol(kv, ConstantSource(f"k{n}"), DimDynamic.DYNAMIC)
+    A = sym(torch.empty(n))
+    hints = same(torch.ops.floorfull.down, reg._down_fake, A, k)
+    assert hints == [-(n // kv), n %% kv - 2 * kv, 1], hints
+    print("SYMBOLIC", n, kv, hints, isinstance(k, torch.SymInt))
+for n, bs in ((30, 4), (30, 7), (9, 9)):
+    same(torch.ops.floorfull.blocks, reg._blocks_fake, sym(torch.empty(n, 1)), bs)
+for d in (-1, -2, -5, 1):
+    same(torch.ops.floorfull.lead, reg._lead_fake, sym(torch.empty(3, 4, 5)), d)
+for op, fake, args in ((torch.ops.floorfull.down, reg._down_fake, (torch.empty(7), 0)),
+                       (torch.ops.floorfull.lead, reg._lead_fake, (torch.empty(()), 1))):
+    with FakeTensorMode() as m:
+        x = m.from_tensor(args[0])
+        try:
+            op(x, *args[1:])
+        except RuntimeError as e:
+            print("META", str(e).splitlines()[0])
+        try:
+            fake(x, *args[1:])
+        except ZeroDivisionError as e:
+            print("PYTHON", e)
+print("OK", len(cases))
+"""
+
+
+def test_floordiv_and_mod_translate(tmp_path, monkeypatch):
+    """`//` and `%` become Meta kernels: floored on known values, c10::SymInt's own operators
+    (Python's FloorDiv and PythonMod) on symbolic ones; fixed-at-trace-time operands stay int64."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.yaml").write_text(FLOOR_FULL)
+    ops = {op.name.name: op for op in load_library(["f.yaml"]).ops}
+    kernels = {n: cpp_meta.translate(op) for n, op in ops.items()}
+    assert all(k is not None for k, _ in kernels.values())
+    down, helpers = kernels["down"]
+    assert helpers == {"empty", "floordiv", "floordiv_int", "mod", "mod_int"}
+    assert down.body == (
+        "return meta_empty(std::vector<c10::SymInt>{(-meta_floordiv(A.sym_size(0), k, "
+        '"floorfull::down", "A.size(0) // k")), (meta_mod(A.sym_size(0), k, "floorfull::down", '
+        '"A.size(0) % k") - (c10::SymInt(2) * k)), c10::SymInt((meta_floordiv_int(A.dim(), (-2), "floorfull::down", '
+        '"A.dim() // -2") + 2))}, A, std::nullopt);',)
+    lead, helpers = kernels["lead"]
+    assert helpers == {"mod_int", "slice", "empty"}
+    assert 'meta_mod_int(dim, src.dim(), "floorfull::lead", "dim % src.dim()")' in lead.body[0]
+    diags = Diagnostics()
+    (path, text), = cpp_register.generate(load_library(["f.yaml"]), diags,
+                                          config.default_project(tmp_path)).items()
+    assert "int64_t meta_floordiv_int(int64_t a, int64_t b, const char* op, const char* expr)" \
+        in text
+    assert "return a / b;" in text and "return a % b;" in text
+
+
+@pytest.mark.e2e
+def test_floordiv_and_mod_in_meta_kernels(tmp_path, monkeypatch):
+    """Built and run: opcheck and one compiled graph per sample (negative divisors too); the Meta
+    kernels agree with the Python fakes on symbolic sizes and a symbolic negative `k`; both refuse
+    division by zero."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"floor_full.yaml": FLOOR_FULL}, {"floorfull/k.cpp": FLOOR_FULL_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / "floor_full.yaml")]
+    proc = scratch.python(root, FLOOR_CHECK % {"files": files, "ops": ["down", "blocks", "lead"]},
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SYMBOLIC 7 -3 [3, 4, 1] True" in proc.stdout
+    assert "META floorfull::down: integer division by zero in `A.size(0) // k`" in proc.stdout
+    assert "META floorfull::lead: integer modulo by zero in `dim % src.dim()`" in proc.stdout
+    assert proc.stdout.count("PYTHON integer") == 2
+    assert "OK 8" in proc.stdout
+
+
+BIND_FULL = """\
+namespace: bindfull
+ops:
+  - func: scatter(Tensor src, int dim, int dim_size) -> Tensor
+    dispatch: {CPU: scatter_cpu}
+    fake: d = dim % src.dim(); empty(src.shape[:d] + [dim_size] + src.shape[d + 1:])
+    samples:
+      - {src: {shape: [N=4, 5, 6]}, dim: -2, dim_size: 3}
+      - {src: {shape: [N=4, 5, 6]}, dim: 0, dim_size: 7}
+      - {src: {shape: [N=4, 5, 6]}, dim: -1, dim_size: 2}
+  - func: split(Tensor A, SymInt k, int auto_) -> Tensor
+    dispatch: {CPU: split_cpu}
+    fake: >-
+      auto = A.size(0) // k; at = [-auto, A.size(0) % k - 2 * k]; meta_empty = auto_ // 2;
+      unused = 1 // auto_; check(auto <= 0, "k must be negative"); empty(at + [meta_empty])
+    samples:
+      - {A: {shape: [N=7]}, k: -3, auto_: 5}
+      - {A: {shape: [N=8]}, k: -4, auto_: 4}
+"""
+BIND_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <bindfull/bind_full.h>
+namespace bindfull {
+namespace {
+int64_t floordiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+int64_t mod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+}  // namespace
+at::Tensor scatter_cpu(const at::Tensor& src, int64_t dim, int64_t dim_size) {
+  std::vector<int64_t> shape = src.sizes().vec();
+  shape[mod(dim, src.dim())] = dim_size;
+  return at::ones(shape, src.options());
+}
+at::Tensor split_cpu(const at::Tensor& A, c10::SymInt k_, int64_t auto_) {
+  const int64_t n = A.size(0), k = k_.expect_int();
+  return at::ones({-floordiv(n, k), mod(n, k) - 2 * k, floordiv(auto_, 2)}, A.options());
+}
+}  // namespace bindfull
+"""
+BIND_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import ShapeEnv, DimDynamic, StatelessSymbolicContext
+from codegen import testing
+import runtime._reg_bindfull as reg
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for name in ("scatter", "split"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("bindfull::" + name, "Meta"), name
+    assert singleton.find("bindfull::" + name).fake_impl.kernel is None, name
+env = ShapeEnv()
+mode = FakeTensorMode(shape_env=env)
+def sym(t):
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim())
+    return mode.from_tensor(t, symbolic_context=ctx)
+def same(op, fake, *args):
+    with mode:
+        a, b = op(*args), fake(*args)
+    assert [str(s) for s in a.shape] == [str(s) for s in b.shape], (a.shape, b.shape)
+    return [s.node.hint if isinstance(s, torch.SymInt) else s for s in a.shape]
+for d in (-1, -3, 1, 5):
+    print("SCATTER", d, same(torch.ops.bindfull.scatter, reg._scatter_fake, sym(torch.empty(4, 5, 6)), d, 9))
+k = env.create_unspecified_symint_and_symbol(-3, ConstantSource("k"), DimDynamic.DYNAMIC)
+print("SPLIT", same(torch.ops.bindfull.split, reg._split_fake, sym(torch.empty(7)), k, 5))
+for args in ((torch.empty(7), 0, 5), (torch.empty(7), -3, 0), (torch.empty(7), 3, 4)):
+    with FakeTensorMode() as m:
+        x = m.from_tensor(args[0])
+        try:
+            torch.ops.bindfull.split(x, *args[1:])
+        except RuntimeError as e:
+            print("META", str(e).splitlines()[0])
+        try:
+            reg._split_fake(x, *args[1:])
+        except (ZeroDivisionError, RuntimeError) as e:
+            print("PYTHON", type(e).__name__)
+print("OK", len(cases))
+"""
+
+
+def test_bindings_translate(tmp_path, monkeypatch):
+    """Bindings are const locals before the outputs: int64_t when fixed at trace time
+    (`d = dim % src.dim()`), c10::SymInt for sizes, a vector for shapes; named apart from C++
+    keywords, parameters, helpers and namespaces; one nothing reads is still evaluated."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.yaml").write_text(BIND_FULL)
+    ops = {op.name.name: op for op in load_library(["b.yaml"]).ops}
+    scatter = cpp_meta.translate(ops["scatter"])[0]
+    assert scatter.body == (
+        'const int64_t d = meta_mod_int(dim, src.dim(), "bindfull::scatter", "dim % src.dim()");',
+        "return meta_empty(meta_cat({c10::SymIntArrayRef(meta_cat({c10::SymIntArrayRef("
+        "meta_slice(src.sym_sizes(), std::nullopt, d)), c10::SymIntArrayRef(std::vector<"
+        "c10::SymInt>{c10::SymInt(dim_size)})})), c10::SymIntArrayRef(meta_slice(src.sym_sizes(), "
+        "(d + 1), std::nullopt))}), src, std::nullopt);")
+    split = cpp_meta.translate(ops["split"])[0]
+    assert split.decl == "at::Tensor meta_split(const at::Tensor& A, c10::SymInt k, int64_t auto_)"
+    assert split.body == (
+        'const c10::SymInt auto__ = meta_floordiv(A.sym_size(0), k, "bindfull::split", '
+        '"A.size(0) // k");',
+        "const std::vector<c10::SymInt> at_ = c10::SymIntArrayRef(std::vector<c10::SymInt>{"
+        '(-auto__), (meta_mod(A.sym_size(0), k, "bindfull::split", "A.size(0) % k") - '
+        "(c10::SymInt(2) * k))}).vec();",
+        'const int64_t meta_empty_ = meta_floordiv_int(auto_, 2, "bindfull::split", '
+        '"auto_ // 2");',
+        '[[maybe_unused]] const int64_t unused = meta_floordiv_int(1, auto_, "bindfull::split", '
+        '"1 // auto_");',
+        'TORCH_SYM_CHECK(auto__.sym_le(c10::SymInt(0)), "bindfull::split: k must be negative");',
+        "return meta_empty(meta_cat({c10::SymIntArrayRef(at_), c10::SymIntArrayRef("
+        "std::vector<c10::SymInt>{c10::SymInt(meta_empty_)})}), A, std::nullopt);")
+
+
+@pytest.mark.e2e
+def test_bindings_in_meta_kernels(tmp_path, monkeypatch):
+    """Built and run: opcheck and one compiled graph per sample; on symbolic sizes and a symbolic
+    negative `k` the Meta kernels agree with the Python fakes; both refuse division by zero, in
+    an output's binding and in one nothing reads, and the same failed check."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"bind_full.yaml": BIND_FULL}, {"bindfull/k.cpp": BIND_FULL_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in built.stdout + built.stderr
+    files = [str(root / "schemas" / "bind_full.yaml")]
+    proc = scratch.python(root, BIND_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SCATTER -1 [4, 5, 9]" in proc.stdout and "SCATTER -3 [9, 5, 6]" in proc.stdout
+    assert "SCATTER 5 [4, 5, 9]" in proc.stdout
+    assert "SPLIT [3, 4, 2]" in proc.stdout
+    assert "META bindfull::split: integer division by zero in `A.size(0) // k`" in proc.stdout
+    assert "META bindfull::split: integer division by zero in `1 // auto_`" in proc.stdout
+    assert "META bindfull::split: k must be negative" in proc.stdout
+    assert proc.stdout.count("PYTHON ZeroDivisionError") == 2
+    assert proc.stdout.count("PYTHON RuntimeError") == 1
+    assert "OK 5" in proc.stdout
+
+
+FLOOR_STABLE = """\
+namespace: floorstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: pick(Tensor src, int dim, int blocksize) -> Tensor
+    dispatch: {CPU: pick_cpu}
+    fake: >-
+      std = dim % src.dim(); unused = 1 // blocksize; check(std >= 1, "dim is the batch dim");
+      check(blocksize // -2 < 0, "blocksize must be positive"); like(src)
+    samples:
+      - {src: {shape: [N=3, 4, 5]}, dim: -4, blocksize: 1}
+      - {src: {shape: [N=3, 4]}, dim: -1, blocksize: 8}
+"""
+FLOOR_STABLE_CPP = """\
+#include <floorstable/floor_stable.h>
+#include <torch/csrc/stable/ops.h>
+namespace floorstable {
+torch::stable::Tensor pick_cpu(const torch::stable::Tensor& src, int64_t, int64_t) {
+  return torch::stable::fill_(torch::stable::empty_like(src), 1.0);
+}
+}  // namespace floorstable
+"""
+# Each call's verdict as the rule computes it in Python (the Python fake's arithmetic): the Meta
+# kernel refuses exactly the calls Python refuses, by zero too.
+FLOOR_STABLE_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from codegen import testing
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+assert torch._C._dispatch_has_kernel_for_dispatch_key("floorstable::pick", "Meta")
+def python(ndim, dim, blocksize):
+    try:
+        std = dim %% ndim
+        unused = 1 // blocksize
+        if not std >= 1:
+            return "dim is the batch dim"
+        if not blocksize // -2 < 0:
+            return "blocksize must be positive"
+    except ZeroDivisionError as e:
+        return "ZeroDivisionError"
+    return None
+for shape, dim, blocksize in (((3, 4, 5), -4, 1), ((3, 4, 5), -3, 1), ((3, 4), 3, 2),
+                              ((3, 4), -1, -1), ((), 0, 1), ((3,), 0, 0), ((3, 4), 1, 0)):
+    expected = python(len(shape), dim, blocksize)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(shape))
+        try:
+            out = torch.ops.floorstable.pick(x, dim, blocksize)
+            got = None
+            assert out.shape == x.shape
+        except RuntimeError as e:
+            got = str(e).splitlines()[0]
+    print("CALL", shape, dim, blocksize, expected, "|", got)
+    assert (expected is None) == (got is None), (expected, got)
+    if expected is not None and expected != "ZeroDivisionError":
+        assert got == "floorstable::pick: " + expected, got
+print("OK", len(cases))
+"""
+
+
+def test_floordiv_and_mod_on_the_stable_abi(tmp_path, monkeypatch):
+    """On the stable ABI, `//`, `%` and bindings of ints fixed at trace time (no sizes: the stable
+    ABI reads them as int64_t) are plain C++ with Python's semantics, exact at any min_torch."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(FLOOR_STABLE)
+    [op] = load_library(["s.yaml"]).ops
+    meta = cpp_stable.translate_meta(op)
+    assert meta is not None and meta.helpers == {"floordiv", "mod"}
+    assert meta.body[:4] == (
+        'const int64_t std_ = meta_mod(dim, src.dim(), "floorstable::pick", "dim % src.dim()");',
+        '[[maybe_unused]] const int64_t unused = meta_floordiv(1, blocksize, "floorstable::pick", '
+        '"1 // blocksize");',
+        "if (!(std_ >= 1)) {",
+        '  throw std::runtime_error("floorstable::pick: dim is the batch dim");')
+    assert 'if (!(meta_floordiv(blocksize, (-2), "floorstable::pick", "blocksize // -2") < 0)) {' \
+        in meta.body
+
+
+@pytest.mark.e2e
+def test_floordiv_and_mod_in_stable_meta_kernels(tmp_path, monkeypatch):
+    """Built on the stable ABI and run: opcheck and a compiled graph per sample; the Meta kernel
+    accepts and refuses the calls the rule's Python arithmetic does (negative operands, `%` and
+    `//` by zero with the op and the expression named)."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"floor_stable.yaml": FLOOR_STABLE},
+                      {"floorstable/k.cpp": FLOOR_STABLE_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "warning" not in built.stdout + built.stderr
+    files = [str(root / "schemas" / "floor_stable.yaml")]
+    proc = scratch.python(root, FLOOR_STABLE_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CALL (3, 4, 5) -4 1 None | None" in proc.stdout
+    assert ("CALL () 0 1 ZeroDivisionError | floorstable::pick: integer modulo by zero in "
+            "`dim % src.dim()`") in proc.stdout
+    assert ("CALL (3,) 0 0 ZeroDivisionError | floorstable::pick: integer division by zero in "
+            "`1 // blocksize`") in proc.stdout
+    assert "OK 2" in proc.stdout

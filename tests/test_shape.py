@@ -1028,8 +1028,8 @@ def widen(A, dtype):
 
 def test_itemsize_fakes_run_with_two_dtypes(tmp_path, monkeypatch, testing):
     """Output sizes from the byte size of a ScalarType argument and of a tensor's dtype: opcheck
-    and one compiled graph for three sizes pass for two dtypes each; where a rule has no `//`,
-    its Meta kernel takes the size from c10::elementSize."""
+    and one compiled graph for three sizes pass for two dtypes each; the Meta kernels take the
+    size from c10::elementSize, `//` included."""
     from codegen.dest import cpp_meta
     from codegen.load import load_library
 
@@ -1037,7 +1037,10 @@ def test_itemsize_fakes_run_with_two_dtypes(tmp_path, monkeypatch, testing):
     op_file.write_text(ITEMSIZE_OPS)
     (tmp_path / "itemsize_kernels.py").write_text(ITEMSIZE_KERNELS)
     ops = {op.schema.name.name: op for op in load_library([str(op_file)]).ops}
-    assert cpp_meta.translate(ops["quantize"])[0] is None       # `//` stays Python
+    quantize = "\n".join(cpp_meta.translate(ops["quantize"])[0].body)
+    assert ('meta_floordiv((A.sym_numel() + c10::SymInt(1)), c10::SymInt((static_cast<int64_t>('
+            'c10::elementSize(storage)) * 2)), "itemsizetest::quantize", '
+            '"(A.numel() + 1) // (storage.itemsize * 2)")') in quantize
     assert cpp_meta.translate(ops["as_bytes"])[0].body == (
         "return meta_empty(std::vector<c10::SymInt>{(A.sym_numel() * "
         "c10::SymInt(static_cast<int64_t>(c10::elementSize(A.scalar_type()))))}, A, "

@@ -14,23 +14,31 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
   given (`like(out) if out is not None else ...`), dereferenced there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
   `t.dim()`, `len(...)`, a dtype's `.itemsize` (`c10::elementSize`), `+`, `-`, `*`, unary `-`,
-  `max`, `min`; shapes from list literals with
+  `max`, `min`, and `//` and `%` with Python's semantics (`meta_floordiv`, `meta_mod`: known
+  values floored, the remainder with the divisor's sign; a symbolic operand goes to
+  c10::SymInt's `/` and `%`, whose SymNode methods are Python's FloorDiv and PythonMod; by zero
+  a TORCH_CHECK naming the op and the expression, where the Python fake raises
+  ZeroDivisionError); dims and slice bounds may use `int` arguments; shapes from list literals with
   `*` spreads, `t.shape`, int-list arguments, slices with static bounds, and `+` concatenation;
 - dtypes from literals, `ScalarType` arguments, `t.dtype`, `x or y` and `promote_types(...)`
   (`c10::promoteTypes`);
 - no rule at all for an op that returns nothing or only the arguments it mutates (in-place,
   out=): its Meta kernel returns them, an out= argument resized first to its rule item's shape;
 - `check(...)` preconditions: `TORCH_SYM_CHECK` on comparisons of sizes and shapes (asserted,
-  never specialized), `TORCH_CHECK` on conditions fixed at trace time.
+  never specialized), `TORCH_CHECK` on conditions fixed at trace time;
+- bindings `name = expr;` of sizes and shapes: const locals in the rule's order among the
+  checks, `int64_t` where the value is fixed at trace time (PyG's `d = dim % src.dim()`, usable
+  as a dim), else `c10::SymInt` or `std::vector<c10::SymInt>`; each named by
+  `reserved.cpp_identifier` apart from the parameters, the helpers, `at`, `c10` and `std`; one
+  that nothing reads is still evaluated (`[[maybe_unused]]`), as the Python fake evaluates it.
 Everything else keeps its Python fake kernel, exactly as before:
 - `dynamic()` sizes (they need `torch.library.get_ctx()`), Python functions (`fake: pkg.mod:fn`);
 - device comparisons (`check(a.device == b.device)`): while a Meta kernel runs, FakeTensor shows
   every tensor on `meta`, so only a Python fake sees the devices it compares;
 - `device=` (FakeTensor places a Meta kernel's output on the inputs' common device or the call's
   `device` keyword, not on a positional Device argument) and factory ops (no Tensor argument);
-- `//` and `%` (Python floors, c10::SymInt's concrete path truncates), list comprehensions,
-  slices with a step, `Tensor[]` returns,
-  `sum`, bindings, `tensors[i]`, int returns, a mix of new and mutated-argument returns, ops
+- list comprehensions, slices with a step, `Tensor[]` returns,
+  `sum`, bindings of other values (dtypes), `tensors[i]`, int returns, a mix of new and mutated-argument returns, ops
   with a Meta or CompositeImplicitAutograd kernel of their own.
 
 Sizes are `c10::SymInt` throughout (`sym_sizes()`, `sym_size(d)`, `at::empty_symint`,
@@ -58,7 +66,8 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
-    "opt": (), "dims": (), "same": (),
+    "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
+    "floordiv": ("floordiv_int",), "mod": ("mod_int",),
 }
 
 
@@ -109,17 +118,30 @@ def _translate(op: Op) -> tuple[MetaKernel | None, set[str]]:
 class _Emitter:
     def __init__(self, op: Op, sig: cpp.CppSignature):
         self.op = op
+        self.rule: S.FakeRule | None = None
         self.sig = sig
         self.args = {b.argument.name: b for b in sig.arguments}
         self.used: set[str] = set()
         self.helpers: set[str] = set()
+        # Bindings: the C++ local of each, and what it holds ("static", "size" or "shape").
+        self.locals: dict[str, tuple[str, str]] = {}
 
     def kernel(self, rule: S.FakeRule) -> tuple[MetaKernel, set[str]]:
-        if rule.bindings or rule.uses_dynamic:
-            raise NoCpp("bindings and dynamic sizes")
+        self.rule = rule
+        if rule.uses_dynamic:
+            raise NoCpp("dynamic sizes")
         returns = self.op.schema.returns
         mutated = S.mutated_returns(self.op.schema)
-        checks = [self.check(c) for c in rule.checks]
+        # A binding's local may not hide a parameter, a helper or a namespace the body names.
+        taken = {b.name for b in self.sig.arguments} | {f"meta_{h}" for h in HELPERS} | {
+            "at", "c10", "std"}
+        # Every binding is evaluated, as in the Python fake (`//` by zero fails there too).
+        read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
+        checks: list[str] = []
+        for i, b in enumerate(rule.bindings):
+            checks += [self.check(c) for c in rule.checks if c.after == i]
+            checks.append(("" if b.name in read else "[[maybe_unused]] ") + self.binding(b, taken))
+        checks += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
         resizes: list[str] = []
         outs: list[str] = []
         returns_arguments = all(isinstance(m, str) for m in mutated)
@@ -161,6 +183,34 @@ class _Emitter:
         decl = f"{self.sig.returns.cpp()} {fn}({params})"
         return MetaKernel(L.impl_name(self.op), str(self.op.schema), rule.text or "(schema)",
                           fn, decl, body), self.helpers
+
+    def binding(self, b: S.Binding, taken: set[str]) -> str:
+        """`name = value;` as a const local: an `int64_t` when the value is fixed at trace time
+        (`d = dim % src.dim()`), a `c10::SymInt` for other sizes, a vector for shapes."""
+        name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
+        taken.add(name)
+        v = b.value
+        if v.ty == S.INT:
+            used, helpers = set(self.used), set(self.helpers)
+            try:
+                decl, kind = f"const int64_t {name} = {self.static(v, True)};", "static"
+            except NoCpp:
+                self.used, self.helpers = used, helpers
+                decl, kind = f"const c10::SymInt {name} = {self.size(v)};", "size"
+        elif v.ty == S.INT_LIST:
+            decl = (f"const std::vector<c10::SymInt> {name} = "
+                    f"c10::SymIntArrayRef({self.shape(v)}).vec();")
+            kind = "shape"
+        else:
+            raise NoCpp(f"a binding of {v.ty}")
+        self.locals[b.name] = (name, kind)
+        return decl
+
+    def local(self, e: S.Local, kind: str) -> str:
+        name, k = self.locals[e.name]
+        if k != kind:
+            raise NoCpp(f"a {k} binding as a {kind}")
+        return name
 
     # -- values
 
@@ -340,6 +390,8 @@ class _Emitter:
                 return self.dtype(e)
             case S.ItemSize():
                 return self.static(e)
+            case S.Local():
+                return self.local(e, "static")
             case S.Arg():
                 name, ty = self.arg(e)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
@@ -349,11 +401,23 @@ class _Emitter:
 
     # -- sizes
 
-    def static(self, e: S.Expr) -> str:
-        """An `int64_t` fixed when the op is traced: literals, `t.dim()`, `len(...)`."""
+    def static(self, e: S.Expr, args: bool = False) -> str:
+        """An `int64_t` fixed when the op is traced: literals, `t.dim()`, `len(...)`, and with
+        `args` the op's `int` (not `SymInt`) arguments: what indexes a shape (`t.size(d)`,
+        `t.shape[:d]`)."""
         match e:
             case S.IntLit(value=v):
                 return str(v) if -2 ** 31 < v < 2 ** 31 else f"int64_t{{{v}}}"
+            case S.Arg(ty=ty) if args and ty == S.INT:
+                name, t = self.arg(e)
+                if t == BaseType(BaseTy.int):
+                    return name
+            case S.Given(arg=a) if args and e.ty == S.INT:
+                name, t = self.arg(a)
+                if strip_optional(t) == BaseType(BaseTy.int):
+                    return f"(*{name})"
+            case S.Local():
+                return self.local(e, "static")
             case S.TensorProp(tensor=t, prop=S.Prop.ndim):
                 return f"{self.tensor(t)}.dim()"
             case S.ItemSize(dtype=S.Given(arg=a)):
@@ -366,10 +430,24 @@ class _Emitter:
                 if isinstance(s, S.Arg):
                     return f"static_cast<int64_t>({self.arg(s)[0]}.size())"
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
-                return f"({self.static(a)} {op.value} {self.static(b)})"
+                return f"({self.static(a, args)} {op.value} {self.static(b, args)})"
+            case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
+                helper = f"{op.name}_int"
+                self.helpers.add(helper)
+                return (f"meta_{helper}({self.static(a, args)}, {self.static(b, args)}, "
+                        f"{self.where(e)})")
             case S.Neg(operand=o):
-                return f"(-{self.static(o)})"
+                return f"(-{self.static(o, args)})"
         raise NoCpp(f"static int {type(e).__name__}")
+
+    def where(self, e: S.Expr) -> str:
+        """The op and `e` as written, two C++ string literals: what a helper that can fail (`//`
+        by zero) names in its message."""
+        assert self.rule is not None
+        span = self.rule.span_of(e)
+        text = self.rule.text[span.start:span.end] if span is not None else self.rule.text
+        return (f"{cpp.string_literal(str(self.op.schema.name))}, "
+                f"{cpp.string_literal(' '.join(text.split()))}")
 
     def size(self, e: S.Expr) -> str:
         """A `c10::SymInt`."""
@@ -387,15 +465,20 @@ class _Emitter:
                 name, t = self.arg(a)
                 return f"(*{name})" if strip_optional(t) == BaseType(BaseTy.SymInt) \
                     else f"c10::SymInt(*{name})"
+            case S.Local():
+                return self.local(e, "size")
             case S.TensorSize(tensor=t, dim=d):
-                return f"{self.tensor(t)}.sym_size({self.static(d)})"
+                return f"{self.tensor(t)}.sym_size({self.static(d, True)})"
             case S.TensorProp(tensor=t, prop=S.Prop.numel):
                 return f"{self.tensor(t)}.sym_numel()"
             case S.Item(seq=s, index=i) if s.ty == S.INT_LIST:
                 self.helpers.add("at")
-                return f"meta_at({self.shape(s)}, {self.static(i)})"
+                return f"meta_at({self.shape(s)}, {self.static(i, True)})"
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
                 return f"({self.size(a)} {op.value} {self.size(b)})"
+            case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
+                self.helpers |= {op.name, *HELPERS[op.name]}
+                return f"meta_{op.name}({self.size(a)}, {self.size(b)}, {self.where(e)})"
             case S.Neg(operand=o):
                 return f"(-{self.size(o)})"
             case S.MinMax(fn=fn, items=items):
@@ -408,6 +491,8 @@ class _Emitter:
     def shape(self, e: S.Expr) -> str:
         """Something that converts to `c10::SymIntArrayRef` for the full expression."""
         match e:
+            case S.Local():
+                return self.local(e, "shape")
             case S.TensorProp(tensor=t, prop=S.Prop.shape):
                 return f"{self.tensor(t)}.sym_sizes()"
             case S.Arg(ty=ty) if ty == S.INT_LIST:
@@ -446,8 +531,8 @@ class _Emitter:
                         f"c10::SymIntArrayRef({self.shape(b)})}})")
             case S.SliceOf(seq=s, lo=lo, hi=hi, step=None):
                 self.helpers.add("slice")
-                lo_t = self.static(lo) if lo is not None else "std::nullopt"
-                hi_t = self.static(hi) if hi is not None else "std::nullopt"
+                lo_t = self.static(lo, True) if lo is not None else "std::nullopt"
+                hi_t = self.static(hi, True) if hi is not None else "std::nullopt"
                 return f"meta_slice({self.shape(s)}, {lo_t}, {hi_t})"
         raise NoCpp(f"shape {type(e).__name__}")
 

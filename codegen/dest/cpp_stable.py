@@ -22,7 +22,10 @@ dispatcher, so FakeTensor keeps symbolic sizes symbolic. The rule's `check(...)`
 when their conditions are fixed at trace time without reading a size: dtypes (`scalar_type()`),
 `t.dim()`, `len(list)`, `t.element_size()` (a Tensor argument's itemsize: the stable headers have
 no element size of a ScalarType, so `dtype.itemsize` keeps the fake in Python),
-`bool`/`int`/`str`/`ScalarType` arguments and literals; each throws
+`bool`/`int`/`str`/`ScalarType` arguments and literals, `//` and `%` on them with Python's
+semantics (`meta_floordiv`, `meta_mod`: floored, by zero a std::runtime_error naming the op and
+the expression) and bindings of such ints (const `int64_t` locals, named as on the full ABI,
+each evaluated even when unread, as the Python fake evaluates it); each check throws
 the `std::runtime_error` STD_TORCH_CHECK throws, with the message the full ABI's TORCH_CHECK and
 a Python fake's torch._check give. Rules that compute sizes (`empty`, `broadcast`, arithmetic
 on sizes) or check them stay Python fakes: the stable Tensor gives sizes only as int64_t, which
@@ -221,9 +224,12 @@ class _MetaEmitter:
         self.args = {b.argument.name: b for b in sig.arguments}
         self.used: set[str] = set()
         self.helpers: set[str] = set()
+        self.rule: S.FakeRule | None = None
+        self.locals: dict[str, str] = {}    # binding -> its C++ local
 
     def kernel(self, rule: S.FakeRule) -> StableMeta:
-        if rule.bindings:
+        self.rule = rule
+        if rule.bindings and rule.uses_dynamic:
             raise _NoCpp("a binding (`name = ...;`) has no stable C++ Meta kernel translation")
         if rule.uses_dynamic:
             # In an output or, without bindings, a check's condition.
@@ -232,11 +238,24 @@ class _MetaEmitter:
                              n for n in S.walk(*rule.outputs, *(c.cond for c in rule.checks))
                              if isinstance(n, S.Dynamic)))
         checks: list[str] = []
-        for c in rule.checks:
+        # Bindings of ints fixed at trace time are const locals (as on the full ABI,
+        # codegen.dest.cpp_meta), every one evaluated as the Python fake evaluates it.
+        taken = {b.name for b in self.sig.arguments} | {f"meta_{h}" for h in HELPERS} | {
+            "std", "torch"}
+        read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
+        for i, b in enumerate(rule.bindings):
+            checks += self.checks(c for c in rule.checks if c.after == i)
             try:
-                checks += self.check(c)
-            except _NoCpp as e:
-                raise _NoCpp(e.reason, c) from None
+                value = self.static(b.value)
+            except _NoCpp:
+                raise _NoCpp("a binding (`name = ...;`) has no stable C++ Meta kernel "
+                             "translation") from None
+            name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
+            taken.add(name)
+            self.locals[b.name] = name
+            checks.append(("" if b.name in read else "[[maybe_unused]] ")
+                          + f"const int64_t {name} = {value};")
+        checks += self.checks(c for c in rule.checks if c.after == len(rule.bindings))
         mutated = S.mutated_returns(self.op.schema)
         if all(isinstance(m, str) for m in mutated):
             if any(not is_base(r.type, BaseTy.Tensor) for r in self.op.schema.returns):
@@ -268,6 +287,15 @@ class _MetaEmitter:
                           rule.text or "(schema)", fn,
                           f"{self.sig.returns.cpp()} {fn}({params})", (*checks, *ret),
                           frozenset(self.helpers))
+
+    def checks(self, cs) -> list[str]:
+        out: list[str] = []
+        for c in cs:
+            try:
+                out += self.check(c)
+            except _NoCpp as e:
+                raise _NoCpp(e.reason, c) from None
+        return out
 
     def name(self, arg: str) -> str:
         self.used.add(arg)
@@ -405,8 +433,19 @@ class _MetaEmitter:
                 # torch/headeronly has no elementSize(ScalarType); only a Tensor tells its own.
                 raise _NoCpp("takes the byte size of a dtype, which torch's stable ABI gives only "
                              "of a Tensor argument (`t.element_size()`)", node=e)
+            case S.Local(name=n) if n in self.locals:
+                return self.locals[n]
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
                 return f"({self.static(a)} {op.value} {self.static(b)})"
+            case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
+                # Python's floor division and modulo, by zero an error (meta_floordiv).
+                self.helpers.add(op.name)
+                assert self.rule is not None
+                span = self.rule.span_of(e)
+                text = self.rule.text[span.start:span.end] if span else self.rule.text
+                return (f"meta_{op.name}({self.static(a)}, {self.static(b)}, "
+                        f"{cpp.string_literal(str(self.op.schema.name))}, "
+                        f"{cpp.string_literal(' '.join(text.split()))})")
             case S.Neg(operand=o):
                 return f"(-{self.static(o)})"
             case S.TensorSize() | S.TensorProp(prop=S.Prop.numel | S.Prop.shape) | S.Item():
@@ -450,8 +489,12 @@ def registrations(shard: L.Shard, diags: Diagnostics) -> list[tuple[str, str]]:
     return cpp_register.registered(impl_blocks(shard, diags), meta_kernels(shard))
 
 
+# C++ helpers of stable Meta kernels (cpp_stable_register.cpp.j2): no kernel takes their names.
+HELPERS = ("promote_types", "floordiv", "mod")
+
+
 def meta_kernels(shard: L.Shard) -> list[StableMeta]:
-    out, used = [], set()
+    out, used = [], {f"meta_{h}" for h in HELPERS}
     for op in shard.ops:
         k = translate_meta(op)
         if k is None:
@@ -514,7 +557,8 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
                 defs=def_entries(shard, diags),
                 blocks=impl_blocks(shard, diags),
                 meta=(meta := meta_kernels(shard)),
-                meta_throws=any("throw " in line for k in meta for line in k.body),
+                meta_throws=any("throw " in line for k in meta for line in k.body) or any(
+                    {"floordiv", "mod"} & k.helpers for k in meta),
                 meta_helpers=sorted(set().union(*(k.helpers for k in meta))),
             )
     return out

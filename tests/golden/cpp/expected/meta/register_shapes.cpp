@@ -163,6 +163,28 @@ std::vector<c10::SymInt> meta_slice(c10::SymIntArrayRef s, std::optional<int64_t
                : std::vector<c10::SymInt>();
 }
 
+// `a // b` as Python computes it: floored (C++'s `/` truncates toward zero). By zero it fails as
+// Python's ZeroDivisionError does; INT64_MIN // -1 overflows int64 (undefined behaviour in C++).
+int64_t meta_floordiv_int(int64_t a, int64_t b, const char* op, const char* expr) {
+  TORCH_CHECK(b != 0, op, ": integer division by zero in `", expr, "`");
+  TORCH_CHECK(b != -1 || a != INT64_MIN, op, ": integer overflow in `", expr, "`");
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+// `a // b` of sizes: known values as Python floors them; a symbolic operand goes to c10::SymInt's
+// `/`, whose SymNode floordiv is Python's (FloorDiv), so the size stays symbolic.
+c10::SymInt meta_floordiv(const c10::SymInt& a, const c10::SymInt& b, const char* op,
+                          const char* expr) {
+  const std::optional<int64_t> x = a.maybe_as_int();
+  const std::optional<int64_t> y = b.maybe_as_int();
+  if (x.has_value() && y.has_value()) {
+    return c10::SymInt(meta_floordiv_int(*x, *y, op, expr));
+  }
+  TORCH_CHECK(!(y.has_value() && *y == 0), op, ": integer division by zero in `", expr, "`");
+  return a / b;
+}
+
 // `a == b` of shapes inside check(...): asserted as a SymBool, so no size is specialized.
 c10::SymBool meta_same(c10::SymIntArrayRef a, c10::SymIntArrayRef b) {
   if (a.size() != b.size()) {
@@ -215,6 +237,12 @@ at::Tensor meta_amax(const at::Tensor& self, int64_t dim, bool keepdim) {
 // fake: empty([self.size(0) * times, *self.shape[1:]])
 at::Tensor meta_tile_rows(const at::Tensor& self, c10::SymInt times) {
   return meta_empty(meta_cat({c10::SymIntArrayRef(std::vector<c10::SymInt>{(self.sym_size(0) * times)}), c10::SymIntArrayRef(meta_slice(self.sym_sizes(), 1, std::nullopt))}), self, std::nullopt);
+}
+
+// shapetest::windows(Tensor self, SymInt size, SymInt step) -> Tensor
+// fake: empty([*self.shape[:-1], (self.size(-1) - size) // step + 1, size])
+at::Tensor meta_windows(const at::Tensor& self, c10::SymInt size, c10::SymInt step) {
+  return meta_empty(meta_cat({c10::SymIntArrayRef(meta_slice(self.sym_sizes(), std::nullopt, (-1))), c10::SymIntArrayRef(std::vector<c10::SymInt>{(meta_floordiv((self.sym_size((-1)) - size), step, "shapetest::windows", "(self.size(-1) - size) // step") + c10::SymInt(1)), size})}), self, std::nullopt);
 }
 
 // shapetest::grow(Tensor self, SymInt n) -> Tensor
@@ -294,6 +322,7 @@ TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
   m.impl("sum_dims", TORCH_FN(opgen::meta_sum_dims));
   m.impl("amax", TORCH_FN(opgen::meta_amax));
   m.impl("tile_rows", TORCH_FN(opgen::meta_tile_rows));
+  m.impl("windows", TORCH_FN(opgen::meta_windows));
   m.impl("grow", TORCH_FN(opgen::meta_grow));
   m.impl("astype", TORCH_FN(opgen::meta_astype));
   m.impl("loss", TORCH_FN(opgen::meta_loss));
