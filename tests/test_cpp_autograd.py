@@ -825,6 +825,19 @@ ops:
     fake: broadcast(grad_out, x)
     samples:
       - {grad_out: {shape: [3, 4]}, x: {shape: [3, 4]}, beta: 2.0}
+  # One call gives the gradients of two inputs (flash-attention's backward ops return a tuple).
+  - func: mix(Tensor a, Tensor b) -> Tensor
+    dispatch: {CPU: mix_cpu}
+    fake: broadcast(a, b)
+    derivatives:
+      a, b: mix_backward(grad, a, b)
+    samples:
+      - {a: {shape: [3, 4]}, b: {shape: [3, 4]}}
+  - func: mix_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)
+    dispatch: {CPU: mix_backward_cpu}
+    fake: (like(a), like(b))
+    samples:
+      - {grad: {shape: [3, 4]}, a: {shape: [3, 4]}, b: {shape: [3, 4]}}
   # The callee computes indices only: no gradient flows into it, and a second backward is right.
   - func: take_rows(Tensor x, Tensor order) -> Tensor
     dispatch: {CPU: take_rows_cpu}
@@ -849,6 +862,11 @@ namespace pairag {
 at::Tensor smooth_cpu(const at::Tensor& x, double beta) { return at::softplus(x, beta); }
 at::Tensor smooth_backward_cpu(const at::Tensor& grad_out, const at::Tensor& x, double beta) {
   return grad_out * at::sigmoid(x * beta);
+}
+at::Tensor mix_cpu(const at::Tensor& a, const at::Tensor& b) { return at::sin(a) * b; }
+std::tuple<at::Tensor, at::Tensor> mix_backward_cpu(const at::Tensor& grad, const at::Tensor& a,
+                                                    const at::Tensor& b) {
+  return {grad * at::cos(a) * b, grad * at::sin(a)};
 }
 at::Tensor take_rows_cpu(const at::Tensor& x, const at::Tensor& order) {
   return x.index_select(0, order);
@@ -877,6 +895,17 @@ else:
     raise AssertionError("a second backward ran")
 torch.compile(f, fullgraph=True)(x).sum().backward()
 torch.testing.assert_close(x.grad, torch.sigmoid(2 * x.detach()))
+a = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+b = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
+assert gradcheck(torch.ops.pairag.mix, (a, b))
+assert torch.ops.pairag.mix(a, b).grad_fn.name() == "MixBackward"
+ga, gb = torch.autograd.grad(torch.ops.pairag.mix(a, b).sum(), (a, b), create_graph=True)
+try:
+    torch.autograd.grad((ga.sum(), gb.sum()), (a, b))
+except RuntimeError as e:
+    assert "derivative for pairag::mix_backward is not implemented" in str(e), e
+else:
+    raise AssertionError("a second backward ran")
 print("ok")
 """
 
@@ -894,6 +923,7 @@ def test_a_formula_calling_an_op_without_derivatives_takes_the_cpp_path(tmp_path
     ops = {op.name.name: op for op in lib.ops}
     assert cpp_autograd.reason(lib, ops["smooth"]) is None
     assert cpp_autograd.reason(lib, ops["take_rows"]) is None
+    assert cpp_autograd.reason(lib, ops["mix"]) is None
     for step in (scratch.generate, scratch.build):
         proc = step(root)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -1277,3 +1307,36 @@ def test_scatter_constructs_take_the_cpp_path(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = scratch.python(root, SCATTER_CHECK, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_a_call_giving_several_gradients_is_taken_apart_in_cpp(tmp_path: Path) -> None:
+    """`a, b: mix_backward(grad, a, b)`, a library op returning a Tensor per input, is one call
+    whose elements are the gradients; called any other way, such an op keeps the Python path."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: tup
+        ops:
+          - func: mix(Tensor a, Tensor b) -> Tensor
+            dispatch: {CPU: mix_cpu}
+            fake: broadcast(a, b)
+            derivatives:
+              a, b: mix_backward(grad, a, b)
+          - func: mix_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)
+            dispatch: {CPU: mix_backward_cpu}
+            fake: (like(a), like(b))
+          - func: indexed(Tensor a, Tensor b) -> Tensor
+            dispatch: {CPU: indexed_cpu}
+            fake: broadcast(a, b)
+            derivatives:
+              a: mix_backward(grad, a, b)[0]
+              b: mix_backward(grad, a, b)[1]
+        """))
+    lib = load_library([str(path)])
+    ops = {op.name.name: op for op in lib.ops}
+    assert cpp_autograd.reason(lib, ops["mix"]) is None
+    assert cpp_autograd.reason(lib, ops["indexed"]) == (
+        "its formulas call tup::mix_backward, which does not return one Tensor")
+    out, _ = _render([str(path)])
+    (source,) = out.values()
+    assert "auto input_grads = opgen_mix_backward_op().call(grad, a, b);" in source
+    assert "grad_inputs[1] = std::get<1>(input_grads);" in source

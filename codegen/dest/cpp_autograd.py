@@ -35,7 +35,9 @@ eager and compiled code disagreed: eager differentiated through the ATen calls i
 kernel, and torch.compile gave no gradient (`not_differentiable_in_cpp`). A formula may call such
 an op (flash-attention's forward calling its backward op): a second backward then reaches that
 kernel and raises naming the callee, as aten's double backward through `_flash_attention_backward`
-does, so the calling op keeps the C++ path.
+does, so the calling op keeps the C++ path. A formula for several inputs may be one call of a
+library op returning a Tensor for each (`q, k, v: flash_backward(...)`): the call runs once and
+each input takes its element.
 
 An op keeps the Python path (codegen.dest.py_autograd) when its file says `autograd: python`, its
 namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
@@ -50,6 +52,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
+from typing import Callable
 
 from codegen import formulas as F
 from codegen import reserved
@@ -340,8 +344,8 @@ class _Builder:
                              "naming it on a second backward)")
             if isinstance(cached_signature(target.schema), cpp.Unsupported):
                 raise NotCpp(f"its formulas call {target.name}, whose schema has no C++ binding")
-            if len(target.schema.returns) != 1 or strip_optional(target.schema.returns[0].type) \
-                    != BaseType(BaseTy.Tensor):
+            if (len(target.schema.returns) != 1 or strip_optional(target.schema.returns[0].type)
+                    != BaseType(BaseTy.Tensor)) and not _only_whole_tuples(d, ref, target):
                 raise NotCpp(f"its formulas call {target.name}, which does not return one Tensor")
             self.refs[ref] = target
         if constants := constant_reads(self.lib, op):
@@ -530,14 +534,25 @@ class _Builder:
             self.locals[name] = local
             self.kinds["$" + name] = kind
             inner.append(f"auto {local} = {code};")
-        if len(f.inputs) > 1:
+        values: list[tuple[str, Callable[[], tuple[str, str]]]]
+        if len(f.inputs) > 1 and _whole_tuple(f, self.lib):
+            # `a, b: f_backward(...)` (flash-attention's): the call once, each input its element
+            assert isinstance(f.expr, F.Call)
+            if any(self.slots[name] for name in f.inputs):
+                raise NotCpp("a call giving the gradients of several inputs, one a Tensor[]")
+            call, _ = self._call(f.expr)
+            grads = self.fresh("input_grads")
+            inner.append(f"auto {grads} = {call};")
+            values = [(name, lambda i=i: (f"std::get<{i}>({grads})", T))
+                      for i, name in enumerate(f.inputs)]
+        elif len(f.inputs) > 1:
             if not isinstance(f.expr, F.TupleLit) or len(f.expr.items) != len(f.inputs):
                 raise NotCpp("a formula for several inputs is not a tuple literal")
-            values = list(zip(f.inputs, f.expr.items))
+            values = [(name, partial(self.expr, e)) for name, e in zip(f.inputs, f.expr.items)]
         else:
-            values = [(f.inputs[0], f.expr)]
-        for name, e in values:
-            code, kind = self.expr(e)
+            values = [(f.inputs[0], partial(self.expr, f.expr))]
+        for name, value in values:
+            code, kind = value()
             is_list = self.slots[name]
             off = _fold(self.offsets[name])
             if kind == NONE:
@@ -1127,6 +1142,28 @@ def kernel_name(op: Op) -> str:
 def view_kernel_name(op: Op) -> str:
     """The ADInplaceOrView kernel of a mutating op (Note [ADInplaceOrView kernels])."""
     return f"{_function_stem(op)}_inplace_or_view"
+
+
+def _whole_tuple(f: F.Formula, lib: OpLibrary) -> bool:
+    """Whether formula `f`, for several inputs, is one call of a library op returning as many
+    Tensors (`q, k, v: flash_backward(...)`)."""
+    match f.expr:
+        case F.Call(func=F.OpRef() as ref) if len(f.inputs) > 1:
+            target = F.resolve(lib, ref)
+            return target is not None and len(target.schema.returns) == len(f.inputs) and all(
+                r.type == BaseType(BaseTy.Tensor) for r in target.schema.returns)
+    return False
+
+
+def _only_whole_tuples(d: F.Derivatives, ref: F.OpRef, target: Op) -> bool:
+    """Whether every call of `ref` in the formulas is the whole of a formula `_whole_tuple`
+    takes: a call whose Tensors the C++ translation takes apart there only."""
+    whole = {id(f.expr) for f in d.formulas if isinstance(f.expr, F.Call) and f.expr.func == ref
+             and len(f.inputs) == len(target.schema.returns)}
+    calls = [n for f in d.formulas for n in walk(*f.exprs())
+             if isinstance(n, F.Call) and n.func == ref]
+    return bool(calls) and all(id(c) in whole for c in calls) and all(
+        r.type == BaseType(BaseTy.Tensor) for r in target.schema.returns)
 
 
 def handle_name(op: Op) -> str:
