@@ -826,14 +826,16 @@ ops:
     samples:
       - {grad_out: {shape: [3, 4]}, x: {shape: [3, 4]}, beta: 2.0}
   # One call gives the gradients of two inputs (flash-attention's backward ops return a tuple).
-  - func: mix(Tensor a, Tensor b) -> Tensor
+  # An optional number passes on to the callee's parameter of its type.
+  - func: mix(Tensor a, Tensor b, float? w=None) -> Tensor
     dispatch: {CPU: mix_cpu}
     fake: broadcast(a, b)
     derivatives:
-      a, b: mix_backward(grad, a, b)
+      a, b: mix_backward(grad, a, b, w=w)
     samples:
       - {a: {shape: [3, 4]}, b: {shape: [3, 4]}}
-  - func: mix_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)
+      - {a: {shape: [3, 4]}, b: {shape: [3, 4]}, w: 2.5}
+  - func: mix_backward(Tensor grad, Tensor a, Tensor b, float? w=None) -> (Tensor, Tensor)
     dispatch: {CPU: mix_backward_cpu}
     fake: (like(a), like(b))
     samples:
@@ -863,10 +865,12 @@ at::Tensor smooth_cpu(const at::Tensor& x, double beta) { return at::softplus(x,
 at::Tensor smooth_backward_cpu(const at::Tensor& grad_out, const at::Tensor& x, double beta) {
   return grad_out * at::sigmoid(x * beta);
 }
-at::Tensor mix_cpu(const at::Tensor& a, const at::Tensor& b) { return at::sin(a) * b; }
+at::Tensor mix_cpu(const at::Tensor& a, const at::Tensor& b, std::optional<double> w) {
+  return at::sin(a) * b * w.value_or(1.0);
+}
 std::tuple<at::Tensor, at::Tensor> mix_backward_cpu(const at::Tensor& grad, const at::Tensor& a,
-                                                    const at::Tensor& b) {
-  return {grad * at::cos(a) * b, grad * at::sin(a)};
+                                                    const at::Tensor& b, std::optional<double> w) {
+  return {grad * at::cos(a) * b * w.value_or(1.0), grad * at::sin(a) * w.value_or(1.0)};
 }
 at::Tensor take_rows_cpu(const at::Tensor& x, const at::Tensor& order) {
   return x.index_select(0, order);
@@ -898,6 +902,7 @@ torch.testing.assert_close(x.grad, torch.sigmoid(2 * x.detach()))
 a = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
 b = torch.randn(3, 4, dtype=torch.double, requires_grad=True)
 assert gradcheck(torch.ops.pairag.mix, (a, b))
+assert gradcheck(lambda u, v: torch.ops.pairag.mix(u, v, 2.5), (a, b))
 assert torch.ops.pairag.mix(a, b).grad_fn.name() == "MixBackward"
 ga, gb = torch.autograd.grad(torch.ops.pairag.mix(a, b).sum(), (a, b), create_graph=True)
 try:
@@ -1340,3 +1345,42 @@ def test_a_call_giving_several_gradients_is_taken_apart_in_cpp(tmp_path: Path) -
     (source,) = out.values()
     assert "auto input_grads = opgen_mix_backward_op().call(grad, a, b);" in source
     assert "grad_inputs[1] = std::get<1>(input_grads);" in source
+
+
+def test_an_optional_number_passes_to_a_parameter_of_its_type(tmp_path: Path) -> None:
+    """`scale=scale` of flash-attention's `float? scale` reaches the backward op in C++; given
+    to a parameter of another type (std::optional<double> does not convert), the op keeps the
+    Python path, and read any other way too."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: opt
+        ops:
+          - func: back(Tensor grad, Tensor x, float? scale=None, int? n=None) -> Tensor
+            dispatch: {CPU: back_cpu}
+            fake: broadcast(grad, x)
+          - func: same(Tensor x, float? scale=None) -> Tensor
+            dispatch: {CPU: f_cpu}
+            fake: like(x)
+            derivatives:
+              x: back(grad, x, scale=scale)
+          - func: other(Tensor x, int? scale=None) -> Tensor
+            dispatch: {CPU: f_cpu}
+            fake: like(x)
+            derivatives:
+              x: back(grad, x, scale)
+          - func: read(Tensor x, float? scale=None) -> Tensor
+            dispatch: {CPU: f_cpu}
+            fake: like(x)
+            derivatives:
+              x: grad if scale is None else grad * scale
+        """))
+    lib = load_library([str(path)])
+    ops = {op.name.name: op for op in lib.ops}
+    assert cpp_autograd.reason(lib, ops["same"]) is None
+    assert cpp_autograd.reason(lib, ops["other"]) == (
+        "argument 'scale' of opt::back is float?, and the formula gives it int?, which the C++ "
+        "translation does not convert")
+    assert cpp_autograd.reason(lib, ops["read"]) is not None
+    out, _ = _render([str(path)])
+    (source,) = out.values()
+    assert "std::optional<double> scale_value_;" in source

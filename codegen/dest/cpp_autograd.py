@@ -43,9 +43,10 @@ An op keeps the Python path (codegen.dest.py_autograd) when its file says `autog
 namespace is on the stable ABI (which has no autograd API), its own kernels are Python, or a
 formula needs what this translator does not carry (a Python-only helper, a library op with a
 Python kernel, or without derivatives and that kernel, a torch function outside TORCH_FUNCTIONS,
-keyword arguments those tables do not name, ...): `reason` says why, and `check` prints it as a located
-note. Formulas are never translated approximately: anything not listed here is refused, and the
-op keeps the Python path.
+keyword arguments those tables do not name, ...): `reason` says why, and `check` prints it as a
+located note. Formulas are never translated approximately: anything not listed here is refused,
+and the op keeps the Python path. An optional number argument of the op (`float? scale`) is
+carried to a library op's parameter of its type only.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
 # and a float computed from one a c10::SymFloat: their arithmetic stays symbolic, so that dynamic
 # shapes are not specialized by the backward (comparing them guards, as in Python).
 SYMINT, SYMFLOAT = "SymInt", "SymFloat"
+# The kind of an optional argument of the op, `opt:float?`: passed on to a library op whose
+# parameter has its type, and used nowhere else.
+OPTIONAL = "opt:"
 NUMBER = (FLT, INT, BOOL, SCALAR)
 # Numbers Python's + - * / take (bools aside), and what meets a Tensor as a Scalar.
 ARITH = (FLT, INT, SYMINT, SYMFLOAT)
@@ -491,6 +495,10 @@ class _Builder:
         opt = isinstance(t, OptionalType)
         base = strip_optional(t)
         if opt:
+            # carried to a library op's parameter of the same type only (`scale=scale`)
+            if isinstance(base, BaseType) and base.name in (BaseTy.float, BaseTy.int,
+                                                            BaseTy.bool, BaseTy.SymInt):
+                return f"{OPTIONAL}{t}"
             return None
         if isinstance(base, BaseType):
             return {BaseTy.float: FLT, BaseTy.int: INT, BaseTy.bool: BOOL,
@@ -904,6 +912,13 @@ class _Builder:
                     if k == NONE and isinstance(t, OptionalType):
                         # not `at::Tensor()`: that is an optional holding an undefined Tensor
                         args.append("::std::nullopt")
+                        continue
+                    if k.startswith(OPTIONAL):
+                        if k != f"{OPTIONAL}{t}":
+                            raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
+                                         f"{t}, and the formula gives it {k[len(OPTIONAL):]}, "
+                                         "which the C++ translation does not convert")
+                        args.append(c)
                         continue
                     want = _arg_kind(t)
                     if want is None:
