@@ -10,6 +10,11 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
 - outputs `like(t, dtype=)`, `broadcast(..., dtype=)`, `reduce(t, dims, keepdim, dtype=)`,
   `empty(shape, dtype=)` of an op with a Tensor argument, nested (`reduce(broadcast(a, b), None)`),
   and `a if cond else b` over conditions on bool/str/int/dtype arguments and None tests;
+- `a if cond else b` between sizes or shapes, on those same conditions (PyG's
+  `min(M + k, N) if k < 0 else min(M, N - k)`, `out.shape if out is not None else [...]`): a C++
+  conditional of `c10::SymInt`, `std::vector<c10::SymInt>`, or `int64_t` where both branches are
+  fixed at trace time; only the chosen branch is evaluated, and no size is specialized (a
+  condition comparing sizes keeps the Python fake);
 - optional `Tensor`, `int`, `SymInt` and `int[]` arguments where a None test tells they are
   given (`like(out) if out is not None else ...`), dereferenced there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
@@ -438,6 +443,8 @@ class _Emitter:
                         f"{self.where(e)})")
             case S.Neg(operand=o):
                 return f"(-{self.static(o, args)})"
+            case S.Cond(cond=c, then=a, orelse=b):
+                return f"({self.cond(c)} ? {self.static(a, args)} : {self.static(b, args)})"
         raise NoCpp(f"static int {type(e).__name__}")
 
     def where(self, e: S.Expr) -> str:
@@ -486,6 +493,10 @@ class _Emitter:
                 for item in items[1:]:
                     text = f"{text}.{fn}({self.size(item)})"
                 return text
+            case S.Cond(cond=c, then=a, orelse=b):
+                # The condition is fixed at trace time (cond() refuses sizes), so choosing a
+                # branch specializes nothing; only the chosen branch is evaluated, as in Python.
+                return f"({self.cond(c)} ? {self.size(a)} : {self.size(b)})"
         raise NoCpp(f"size {type(e).__name__}")
 
     def shape(self, e: S.Expr) -> str:
@@ -534,7 +545,17 @@ class _Emitter:
                 lo_t = self.static(lo, True) if lo is not None else "std::nullopt"
                 hi_t = self.static(hi, True) if hi is not None else "std::nullopt"
                 return f"meta_slice({self.shape(s)}, {lo_t}, {hi_t})"
+            case S.Cond(cond=c, then=a, orelse=b):
+                return f"({self.cond(c)} ? {self.shape_vector(a)} : {self.shape_vector(b)})"
         raise NoCpp(f"shape {type(e).__name__}")
+
+    def shape_vector(self, e: S.Expr) -> str:
+        """A `std::vector<c10::SymInt>`: both branches of a conditional shape have this type."""
+        text = self.shape(e)
+        if isinstance(e, (S.ListLit, S.Concat, S.SliceOf, S.Cond)) or (
+                isinstance(e, S.Local) and self.locals[e.name][1] == "shape"):
+            return text     # already a vector (a literal, meta_cat, meta_slice, a local)
+        return f"c10::SymIntArrayRef({text}).vec()"
 
 
 @L.per_object
