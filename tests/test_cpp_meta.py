@@ -297,9 +297,6 @@ def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     proc = scratch.python(root, NARROW_CHECK % {"files": files}, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CHECKED narrowfull::pick: out needs src's columns" in proc.stdout
-    for line in ("band [10] True", "band [8] True", "segmin [3, 3] True", "segmin [5, 2] True",
-                 "pick [3] True", "pick [4] True", "pick [3, 4] True"):
-        assert "SAME " + line in proc.stdout, (line, proc.stdout)
     assert "OK 7" in proc.stdout
 
 
@@ -692,7 +689,6 @@ def test_bindings_in_meta_kernels(tmp_path, monkeypatch):
     assert proc.stdout.count("PYTHON ZeroDivisionError") == 2
     assert proc.stdout.count("PYTHON RuntimeError") == 1
     assert "OK 5" in proc.stdout
-
 
 
 # Conditionals whose branches are sizes or shapes, each condition fixed at trace time: PyG's
