@@ -1053,7 +1053,7 @@ class _Checker:
                 return
         sigs = torch_signatures.signatures(module, name)
         positional = None if any(isinstance(a, Star) for a in args) else len(args)
-        if sigs is None or torch_signatures.binds(module, name, positional,
+        if sigs is None or torch_signatures.binds(sigs, module, name, positional,
                                                   [k for k, _ in keys]):
             return
         shown_sigs = list(dict.fromkeys(s.show(name) for s in sigs))
@@ -1061,7 +1061,7 @@ class _Checker:
             shown_sigs[:4]) + ("; ..." if len(shown_sigs) > 4 else "")
         known = set().union(*(s.names() for s in sigs))
         unknown = [(k, span) for k, span in keys if k not in known]
-        if unknown and not any("**" in s.params for s in sigs):
+        if unknown and not any(s.varkw for s in sigs):
             for key, span in unknown:
                 self.error(span, f"{shown} has no argument '{key}'",
                            _suggest(key, known) or hint)

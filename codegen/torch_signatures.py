@@ -32,22 +32,21 @@ MODULES = ("torch", "torch.Tensor", "torch.nn.functional", "torch.autograd", "to
 
 @dataclass(frozen=True)
 class Signature:
-    """One way to call a callable, as its record spells it: space-separated parameters, `name?`
+    """One way to call a callable. Its record spells it as space-separated parameters: `name?`
     one with a default, `/name` positional-only, `*name` the varargs, `*` the start of the
-    keyword-only ones, `**` a **kwargs."""
+    keyword-only ones, `**` a **kwargs (Signature.parse)."""
     text: str
+    positional: tuple[tuple[str, bool, bool], ...]   # (name, has default, positional-only)
+    varargs: bool
+    keyword: tuple[tuple[str, bool], ...]            # (name, has default)
+    varkw: bool
 
-    @property
-    def params(self) -> list[str]:
-        return self.text.split()
-
-    def parts(self) -> tuple[list[tuple[str, bool, bool]], bool, list[tuple[str, bool]], bool]:
-        """(positional (name, has default, positional-only), varargs, keyword-only (name, has
-        default), **kwargs)."""
+    @staticmethod
+    def parse(text: str) -> Signature:
         positional: list[tuple[str, bool, bool]] = []
         keyword: list[tuple[str, bool]] = []
         varargs = varkw = star = False
-        for p in self.params:
+        for p in text.split():
             if p == "**":
                 varkw = True
             elif p.startswith("*"):
@@ -57,37 +56,36 @@ class Signature:
                 keyword.append((p.rstrip("?"), p.endswith("?")))
             else:
                 positional.append((p.lstrip("/").rstrip("?"), p.endswith("?"), p.startswith("/")))
-        return positional, varargs, keyword, varkw
+        return Signature(text, tuple(positional), varargs, tuple(keyword), varkw)
 
     def names(self) -> set[str]:
-        """The names a keyword argument may have (None: any, with **kwargs)."""
-        positional, _, keyword, _ = self.parts()
-        return {n for n, _, only in positional if not only} | {n for n, _ in keyword}
+        """The names a keyword argument may have."""
+        return {n for n, _, only in self.positional if not only} | {n for n, _ in self.keyword}
 
     def takes(self, positional: int | None, keywords: list[str]) -> bool:
         """Whether this signature binds `positional` positional arguments (None: unknown, a
         `*args` was given) and `keywords`."""
-        params, varargs, keyword, varkw = self.parts()
+        params = self.positional
         n = positional if positional is not None else 0
-        if positional is not None and n > len(params) and not varargs:
+        if positional is not None and n > len(params) and not self.varargs:
             return False
-        by_name = {name: (default, only) for name, default, only in params}
+        by_name = {name: only for name, _, only in params}
         given = {name for name, _, _ in params[:n]}
-        kw_only = dict(keyword)
+        kw_only = dict(self.keyword)
         for key in keywords:
-            if key in given and key in by_name:
+            if key in given:
                 return False        # given positionally and by keyword
-            if not ((key in by_name and not by_name[key][1]) or key in kw_only or varkw):
+            if not ((key in by_name and not by_name[key]) or key in kw_only or self.varkw):
                 return False
         if positional is not None:
             if any(not default and name not in keywords for name, default, _ in params[n:]):
                 return False
-        return all(default or name in keywords for name, default in keyword)
+        return all(default or name in keywords for name, default in self.keyword)
 
     def show(self, name: str) -> str:
         """Python's spelling: `sum(dim, keepdim=..., *, dtype=...)`."""
         out = []
-        for p in self.params:
+        for p in self.text.split():
             if p == "**":
                 out.append("**kwargs")
             elif p.endswith("?"):
@@ -102,23 +100,25 @@ def _record() -> dict:
     return json.loads(resources.files("codegen").joinpath(RECORD_FILE).read_text(encoding="utf-8"))
 
 
-def signatures(module: str, name: str) -> list[Signature] | None:
+@lru_cache(maxsize=None)
+def signatures(module: str, name: str) -> tuple[Signature, ...] | None:
     """The signatures of `module`.`name` (module one of MODULES; None: not on record, so not
     checked)."""
     texts = _record()["modules"].get(module, {}).get(name)
-    return None if texts is None else [Signature(t) for t in texts]
+    return None if texts is None else tuple(map(Signature.parse, texts))
 
 
-def binds(module: str, name: str, positional: int | None, keywords: list[str]) -> bool:
-    """Whether some signature of `module`.`name` takes the call (see Signature.takes); where the
-    record says no and the installed torch is another version, that torch decides."""
-    sigs = signatures(module, name)
-    if sigs is None or any(s.takes(positional, keywords) for s in sigs):
+def binds(sigs: tuple[Signature, ...], module: str, name: str, positional: int | None,
+          keywords: list[str]) -> bool:
+    """Whether one of `sigs`, the record's signatures of `module`.`name`, takes the call (see
+    Signature.takes); where none does and the installed torch is another version, that torch
+    decides."""
+    if any(s.takes(positional, keywords) for s in sigs):
         return True
     if _installed_version() in (None, _record()["torch"]):
         return False
     mine = installed(module, name)
-    return mine is None or any(Signature(t).takes(positional, keywords) for t in mine)
+    return mine is None or any(Signature.parse(t).takes(positional, keywords) for t in mine)
 
 
 def _installed_version() -> str | None:
