@@ -1159,14 +1159,19 @@ def view_kernel_name(op: Op) -> str:
     return f"{_function_stem(op)}_inplace_or_view"
 
 
+def _tensors(op: Op, n: int) -> bool:
+    """Whether `op` returns `n` Tensors, none optional."""
+    returns = op.schema.returns
+    return len(returns) == n and all(r.type == BaseType(BaseTy.Tensor) for r in returns)
+
+
 def _whole_tuple(f: F.Formula, lib: OpLibrary) -> bool:
     """Whether formula `f`, for several inputs, is one call of a library op returning as many
     Tensors (`q, k, v: flash_backward(...)`)."""
     match f.expr:
         case F.Call(func=F.OpRef() as ref) if len(f.inputs) > 1:
             target = F.resolve(lib, ref)
-            return target is not None and len(target.schema.returns) == len(f.inputs) and all(
-                r.type == BaseType(BaseTy.Tensor) for r in target.schema.returns)
+            return target is not None and _tensors(target, len(f.inputs))
     return False
 
 
@@ -1174,11 +1179,10 @@ def _only_whole_tuples(d: F.Derivatives, ref: F.OpRef, target: Op) -> bool:
     """Whether every call of `ref` in the formulas is the whole of a formula `_whole_tuple`
     takes: a call whose Tensors the C++ translation takes apart there only."""
     whole = {id(f.expr) for f in d.formulas if isinstance(f.expr, F.Call) and f.expr.func == ref
-             and len(f.inputs) == len(target.schema.returns)}
+             and _tensors(target, len(f.inputs))}
     calls = [n for f in d.formulas for n in walk(*f.exprs())
              if isinstance(n, F.Call) and n.func == ref]
-    return bool(calls) and all(id(c) in whole for c in calls) and all(
-        r.type == BaseType(BaseTy.Tensor) for r in target.schema.returns)
+    return bool(calls) and all(id(c) in whole for c in calls)
 
 
 def handle_name(op: Op) -> str:
