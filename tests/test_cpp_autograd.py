@@ -117,7 +117,7 @@ def test_library_op_argument_note_says_why(tmp_path: Path) -> None:
 
 
 def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
-    """A torch constant (a dtype, torch.pi) or an index the translation does not carry (a
+    """A torch constant (torch.pi) or an index the translation does not carry (a
     Tensor's mask, a slice of a Tensor[] or of sizes) is named as written, not by the formula
     IR's class names (the note said 'the expression TorchRef')."""
     path = tmp_path / "ops.yaml"
@@ -126,7 +126,7 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
                     "    dispatch: {CPU: a_cpu}\n"
                     "    fake: like(self)\n"
                     "    derivatives:\n"
-                    "      self: (grad * self.to(torch.float64)).to(self.dtype)\n"
+                    "      self: grad * torch.pi\n"
                     "  - func: b(Tensor self) -> Tensor\n"
                     "    dispatch: {CPU: b_cpu}\n"
                     "    fake: like(self)\n"
@@ -144,7 +144,7 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
                     "      self: grad.reshape(self.shape[::-1])\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
-        "frm::a: its Autograd kernel stays in Python: its formulas use torch.float64, which the "
+        "frm::a: its Autograd kernel stays in Python: its formulas use torch.pi, which the "
         "C++ translation does not carry",
         "frm::b: its Autograd kernel stays in Python: its formulas use indexing a Tensor with a "
         "Tensor, which the C++ translation does not carry",
@@ -574,7 +574,7 @@ def test_argument_with_the_generated_prefix_keeps_python(tmp_path: Path) -> None
     assert out == {}    # both Autograd kernels are Python (py_autograd, py_functionalize)
 
 def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
-    """A Python builtin called in a formula (`float`, `abs`) is named in the note; it said 'this
+    """A Python builtin called in a formula (`int`, `abs`) is named in the note; it said 'this
     form of call', which did not tell the author what to rewrite."""
     path = tmp_path / "ops.yaml"
     path.write_text("namespace: trb\nops:\n"
@@ -582,7 +582,7 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
                     "    dispatch: {CPU: wsum_cpu}\n"
                     "    fake: like(tensors[0])\n"
                     "    derivatives:\n"
-                    "      tensors: '[grad * float(len(tensors)) for t in tensors]'\n"
+                    "      tensors: '[grad * int(t.size(0) / 2) for t in tensors]'\n"
                     "      weights: non_differentiable\n"
                     "  - func: nrm(Tensor self) -> Tensor\n"
                     "    dispatch: {CPU: nrm_cpu}\n"
@@ -591,7 +591,7 @@ def test_builtin_call_note_names_the_builtin(tmp_path: Path) -> None:
                     "      self: grad * abs(self)\n")
     _, diags = _render([str(path)])
     assert [d.message for d in diags.items] == [
-        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin float(), "
+        "trb::wsum: its Autograd kernel stays in Python: its formulas use the builtin int(), "
         "which the C++ translation does not carry",
         "trb::nrm: its Autograd kernel stays in Python: its formulas use the builtin abs(), "
         "which the C++ translation does not carry"]
@@ -1384,3 +1384,237 @@ def test_an_optional_number_passes_to_a_parameter_of_its_type(tmp_path: Path) ->
     out, _ = _render([str(path)])
     (source,) = out.values()
     assert "std::optional<double> scale_value_;" in source
+
+
+def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
+    """softmax, log_softmax, logsumexp, cumsum, flip, roll, permute, movedim, masked_fill,
+    tril/triu, chunk/split/unbind (lists of tensors), stack, select, unflatten, torch dtypes,
+    float() of sizes, new_zeros(dtype=), zeros_like(dtype=), scatter(src=), enumerate(..., start)
+    and range() over a size take the C++ path (each kept the Python path), each as the C++ call
+    with Python's meaning."""
+    formulas = {
+        "a": ("torch.roll(grad.flip(0).cumsum(0).flip(0), -k, 0)",
+              "at::roll(grad.flip(at::IntArrayRef({0})).cumsum(0).flip(at::IntArrayRef({0})), "
+              "at::IntArrayRef({(-k)}), at::IntArrayRef({0}))"),
+        "b": ("grad.unsqueeze(-1) * torch.softmax(x, -1) + x.log_softmax(dim=-1) * "
+              "torch.logsumexp(x, [-1], keepdim=True)",
+              "((grad.unsqueeze((-1)) * at::softmax(x, (-1))) + (x.log_softmax((-1)) * "
+              "at::logsumexp(x, at::IntArrayRef(std::vector<int64_t>{(-1)}), true)))"),
+        "c": ("torch.permute(grad, [1, 0]).movedim(0, -1).masked_fill(x > 0, 0).tril(-1) + "
+              "torch.triu(grad, diagonal=1)",
+              "(at::permute(grad, at::IntArrayRef(std::vector<int64_t>{1, 0})).movedim(0, (-1))"
+              ".masked_fill(at::gt(x, 0), at::Scalar(0)).tril((-1)) + at::triu(grad, 1))"),
+        "d": ("h = x.chunk(2); p = torch.split(x, [1, x.size(0) - 1]); "
+              "torch.cat([grad * h[1], grad * h[0]]) + torch.stack(grad.unbind(0)) * "
+              "p[0].select(0, 0).sum() + grad.split(1)[0].sum()",
+              None),
+        "e": ("(torch.zeros_like(x, dtype=torch.float64) + grad.to(torch.float64)).to(x.dtype) / "
+              "float(x.numel()) + grad.new_zeros(x.shape, dtype=x.dtype)",
+              "(((at::zeros_like(x, at::ScalarType::Double) + grad.to(at::ScalarType::Double))"
+              ".to(x.scalar_type()) / at::Scalar(c10::SymFloat(x.sym_numel()))) + "
+              "grad.new_zeros_symint(x.sym_sizes(), at::TensorOptions().dtype(x.scalar_type())))"),
+        "f": ("torch.zeros_like(x).scatter(0, idx, src=grad.unflatten(0, [1, grad.size(0)])"
+              ".squeeze(0))",
+              "at::zeros_like(x).scatter(0, idx, grad.unflatten_symint(0, "
+              "std::vector<c10::SymInt>{1, grad.sym_size(0)}).squeeze(0))"),
+        "g": ("torch.stack([grad.select(0, i) * (i + 1) for i in range(x.size(0))]) + "
+              "torch.stack([g * i for i, g in enumerate(grad.unbind(), 1)])",
+              None),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: more\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, Tensor idx, int k) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n"
+        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        expected = formulas[op.name.name][1]
+        if expected is not None:
+            assert f"  grad_inputs[0] = {expected};" in plan.body, plan.body
+    body = "\n".join(cpp_autograd.plan(lib, lib.ops[3]).body)
+    assert "x.chunk(2)" in body and "x.split_symint(std::vector<c10::SymInt>{1, " in body
+    assert "grad.unbind(0)" in body and "grad.split(1, 0).at(0)" in body
+    body = "\n".join(cpp_autograd.plan(lib, lib.ops[6]).body)
+    # the range's bound is guarded once; enumerate counts from 1
+    assert body.count("guard_int(__FILE__, __LINE__)") == 1, body
+    assert "static_cast<int64_t>(i_) + 1;" in body, body
+
+
+# Ops whose formulas use the operations test_more_torch_operations_are_carried lists, with real
+# derivatives, in two namespaces: `cmo` on the C++ path and `pmo` (`autograd: python`) on the
+# Python one, so that one build compares them.
+MORE_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: rcsum(Tensor x, int k) -> Tensor
+    dispatch: {{CPU: rcsum_cpu}}
+    fake: like(x)
+    derivatives:
+      x: torch.roll(grad, -k, 0).flip(0).cumsum(0).flip(0)
+  - func: lse(Tensor x) -> Tensor
+    dispatch: {{CPU: lse_cpu}}
+    fake: reduce(x, -1)
+    derivatives:
+      x: grad.unsqueeze(-1) * torch.softmax(x, -1)
+  - func: lsm(Tensor x) -> Tensor
+    dispatch: {{CPU: lsm_cpu}}
+    fake: like(x)
+    derivatives:
+      x: grad - x.log_softmax(dim=-1).exp() * grad.sum(-1, keepdim=True)
+  - func: turn(Tensor x, Tensor mask) -> Tensor
+    dispatch: {{CPU: turn_cpu}}
+    fake: empty([x.size(2), x.size(0), x.size(1)])
+    derivatives:
+      x: torch.permute(grad.movedim(0, -1), [1, 0, 2]).transpose(0, 1).masked_fill(mask, 0)
+      mask: non_differentiable
+  - func: tri(Tensor x) -> Tensor
+    dispatch: {{CPU: tri_cpu}}
+    fake: like(x)
+    derivatives:
+      x: grad.tril(-1) + torch.triu(grad, diagonal=1) * 2
+  - func: halves(Tensor x) -> Tensor
+    dispatch: {{CPU: halves_cpu}}
+    fake: h = x.size(0) // 2; empty([h] + x.shape[1:])
+    derivatives:
+      x: h = x.chunk(2); torch.cat([grad * h[1], grad * h[0]])
+  - func: head_rest(Tensor x) -> Tensor
+    dispatch: {{CPU: head_rest_cpu}}
+    fake: empty(x.shape[1:])
+    derivatives:
+      x: >-
+        p = torch.split(x, [1, x.size(0) - 1]);
+        torch.cat([(grad * p[1].sum(0)).unsqueeze(0), (grad * p[0].select(0, 0)).expand_as(p[1])])
+  - func: rows(Tensor x) -> Tensor
+    dispatch: {{CPU: rows_cpu}}
+    fake: reduce(x, 0)
+    derivatives:
+      x: r = x.unbind(); torch.stack([grad * r[1], grad * r[0]])
+  - func: mean64(Tensor x) -> Tensor
+    dispatch: {{CPU: mean64_cpu}}
+    fake: empty([], dtype=x.dtype)
+    derivatives:
+      x: >-
+        (torch.zeros_like(x, dtype=torch.float64) + grad.to(torch.float64)).to(x.dtype)
+        / float(x.numel()) + grad.new_zeros(x.shape, dtype=x.dtype)
+  - func: pick(Tensor x, Tensor idx) -> Tensor
+    dispatch: {{CPU: pick_cpu}}
+    fake: like(idx, dtype=x.dtype)
+    derivatives:
+      x: torch.zeros_like(x).scatter(0, idx, src=grad.unflatten(0, [1, grad.size(0)]).squeeze(0))
+      idx: non_differentiable
+  - func: ramp(Tensor x) -> Tensor
+    dispatch: {{CPU: ramp_cpu}}
+    fake: like(x)
+    derivatives:
+      x: >-
+        torch.stack([grad.select(0, i) * (i + 1) for i in range(x.size(0))]) * 0.5
+        + torch.stack([g * i for i, g in enumerate(grad.unbind(), 1)]) * 0.5
+"""
+MORE_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+
+namespace {ns} {{
+
+at::Tensor rcsum_cpu(const at::Tensor& x, int64_t k) {{ return x.cumsum(0).roll(k, 0); }}
+at::Tensor lse_cpu(const at::Tensor& x) {{ return x.logsumexp(-1); }}
+at::Tensor lsm_cpu(const at::Tensor& x) {{ return x.log_softmax(-1); }}
+at::Tensor turn_cpu(const at::Tensor& x, const at::Tensor& mask) {{
+  return x.masked_fill(mask, 0).permute({{2, 0, 1}}).contiguous();
+}}
+at::Tensor tri_cpu(const at::Tensor& x) {{ return x.tril(-1) + x.triu(1) * 2; }}
+at::Tensor halves_cpu(const at::Tensor& x) {{
+  auto h = x.chunk(2);
+  return h[0] * h[1];
+}}
+at::Tensor head_rest_cpu(const at::Tensor& x) {{ return x[0] * x.slice(0, 1).sum(0); }}
+at::Tensor rows_cpu(const at::Tensor& x) {{ return x[0] * x[1]; }}
+at::Tensor mean64_cpu(const at::Tensor& x) {{
+  return x.to(at::kDouble).mean().to(x.scalar_type());
+}}
+at::Tensor pick_cpu(const at::Tensor& x, const at::Tensor& idx) {{ return x.gather(0, idx); }}
+at::Tensor ramp_cpu(const at::Tensor& x) {{
+  auto w = at::arange(1, x.size(0) + 1, x.options());
+  return x * w.view({{-1, 1}});
+}}
+
+}}  // namespace {ns}
+"""
+MORE_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.autograd import gradcheck, gradgradcheck
+
+gen = lambda k: torch.Generator().manual_seed(k)
+m1, m2 = (torch.rand(s, generator=gen(7)) > 0.6 for s in ((2, 3, 4), (3, 2, 2)))
+cases = {  # op -> (input shape, the call at it), two points each
+    "rcsum": [((5, 2), lambda ns, t: ns.rcsum(t, 2)), ((4,), lambda ns, t: ns.rcsum(t, -1))],
+    "lse": [((3, 4), lambda ns, t: ns.lse(t)), ((5,), lambda ns, t: ns.lse(t))],
+    "lsm": [((3, 4), lambda ns, t: ns.lsm(t)), ((2, 2, 3), lambda ns, t: ns.lsm(t))],
+    "turn": [((2, 3, 4), lambda ns, t: ns.turn(t, m1)),
+             ((3, 2, 2), lambda ns, t: ns.turn(t, m2))],
+    "tri": [((4, 4), lambda ns, t: ns.tri(t)), ((3, 5), lambda ns, t: ns.tri(t))],
+    "halves": [((4, 3), lambda ns, t: ns.halves(t)), ((6,), lambda ns, t: ns.halves(t))],
+    "head_rest": [((4, 3), lambda ns, t: ns.head_rest(t)), ((3,), lambda ns, t: ns.head_rest(t))],
+    "rows": [((2, 3), lambda ns, t: ns.rows(t)), ((2, 2, 2), lambda ns, t: ns.rows(t))],
+    "mean64": [((3, 4), lambda ns, t: ns.mean64(t)), ((5,), lambda ns, t: ns.mean64(t))],
+    "pick": [((4, 3), lambda ns, t: ns.pick(t, torch.tensor([[3, 0, 2]]))),
+             ((3, 2), lambda ns, t: ns.pick(t, torch.tensor([[1, 2]])))],
+    "ramp": [((4, 3), lambda ns, t: ns.ramp(t)), ((3, 2), lambda ns, t: ns.ramp(t))],
+}
+cpp, python = torch.ops.cmo, torch.ops.pmo
+for name, points in cases.items():
+    node = "".join(p.capitalize() for p in name.split("_")) + "Backward"
+    counters = {}
+    for k, (shape, call) in enumerate(points):
+        x = torch.randn(shape, dtype=torch.double, generator=gen(k), requires_grad=True)
+        assert call(cpp, x).grad_fn.name() == node, (name, call(cpp, x).grad_fn.name())
+        assert type(call(python, x).grad_fn).__name__ != "CppFunction", name
+        assert gradcheck(lambda t: call(cpp, t), (x,)), name
+        assert gradgradcheck(lambda t: call(cpp, t), (x,)), name
+        out = call(cpp, x)
+        g = torch.randn(out.shape, dtype=out.dtype, generator=gen(9))
+        (on_cpp,) = torch.autograd.grad(out, x, g)
+        (on_python,) = torch.autograd.grad(call(python, x), x, g)
+        assert torch.allclose(on_cpp, on_python, rtol=0, atol=1e-12), (name, on_cpp, on_python)
+        for path, ns in (("cpp", cpp), ("python", python)):
+            torch._dynamo.reset()   # each point and path compiles apart
+            counter = counters.setdefault(path, CompileCounterWithBackend("aot_eager"))
+            compiled = torch.compile(lambda t: call(ns, t), backend=counter, dynamic=True,
+                                     fullgraph=True)
+            (on_compiled,) = torch.autograd.grad(compiled(x), x, g)
+            assert torch.allclose(on_compiled, on_cpp), (name, path, on_compiled, on_cpp)
+    assert counters["cpp"].frame_count == counters["python"].frame_count, name
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_more_torch_operations_differentiate_as_python_does(tmp_path: Path) -> None:
+    """The operations of test_more_torch_operations_are_carried, in formulas with real
+    derivatives, take the C++ path: gradients pass gradcheck and gradgradcheck, equal those of
+    the Python path, and are the same under torch.compile with dynamic shapes, with as many
+    graphs."""
+    from tests import scratch
+
+    root = scratch.make_root(
+        tmp_path,
+        {"cmo.yaml": MORE_OPS.format(ns="cmo", setting=""),
+         "pmo.yaml": MORE_OPS.format(ns="pmo", setting="autograd: python\n")},
+        {f"{ns}/kernels.cpp": MORE_KERNELS.format(ns=ns) for ns in ("cmo", "pmo")})
+    lib = load_library([str(root / "schemas" / "cmo.yaml")])
+    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
+        f"cmo::{name}": None for name in ("rcsum", "lse", "lsm", "turn", "tri", "halves",
+                                          "head_rest", "rows", "mean64", "pick", "ramp")}
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = scratch.python(root, MORE_CHECK, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr

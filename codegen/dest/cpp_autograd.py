@@ -63,6 +63,7 @@ from codegen.expr import walk
 from codegen.api import cpp
 from codegen.config import Project
 from codegen.diagnostics import Diagnostics, with_article as _a
+from codegen.enums import SCALAR_TYPES, scalar_type_number
 from codegen.layout import (cached_signature, check_formulas, constant_reads, first_order_only,
                             impl_name, library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
@@ -95,8 +96,12 @@ LISTS = {"float[]": FLT, "int[]": INT}
 _UNARY = ("abs", "neg", "exp", "expm1", "log", "log1p", "sin", "cos", "tan", "tanh", "sinh",
           "cosh", "sigmoid", "sqrt", "rsqrt", "sign", "sgn", "reciprocal", "relu", "erf",
           "square", "conj", "logical_not", "isnan", "floor", "ceil", "round", "trunc", "atan",
-          "asin", "acos", "exp2", "log2", "log10", "signbit", "isfinite", "zeros_like",
-          "ones_like")
+          "asin", "acos", "exp2", "log2", "log10", "signbit", "isfinite", "erfc", "erfinv",
+          "lgamma", "digamma", "asinh", "acosh", "atanh", "sinc", "i0", "frac")
+# torch.zeros_like(x) and ones_like, also given a dtype (C++ takes it as TensorOptions).
+_LIKE = ("zeros_like", "ones_like")
+# Operations along one dimension, `dim` an int (C++ takes an optional dtype after it).
+_ALONG_DIM = ("softmax", "log_softmax", "cumsum", "cumprod")
 TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: (("T",),) for name in _UNARY},
     **{name: (("T", "T|n"),) for name in ("mul", "add", "sub", "div", "pow", "gt", "ge", "lt",
@@ -110,9 +115,25 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: (("T",), ("T", "dim:d"), ("T", "dim:d", "keepdim:b")) for name in ("sum", "mean")},
     "cat": (("TL",), ("TL", "dim:i")),
     "gather": (("T", "i", "T"),),
+    "chunk": (("T", "chunks:i"), ("T", "chunks:i", "dim:i")),
+    "unbind": (("T",), ("T", "dim:i")),
+    **{name: (("T", "dim:i"),) for name in _ALONG_DIM},
+    **{name: (("T",), ("T", "dim:d"), ("T", "dim:d", "keepdim:b")) for name in ("amax", "amin")},
+    "logsumexp": (("T", "dim:d"), ("T", "dim:d", "keepdim:b")),
+    "flip": (("T", "dims:d"),), "permute": (("T", "dims:d"),),
+    "roll": (("T", "shifts:d"), ("T", "shifts:d", "dims:d")),
+    "movedim": (("T", "source:i", "destination:i"), ("T", "source:d", "destination:d")),
+    "masked_fill": (("T", "mask:T", "value:T|n"),),
+    "index_select": (("T", "dim:i", "index:T"),),
+    "index_add": (("T", "dim:i", "index:T", "source:T"),),
+    "stack": (("TL",), ("TL", "dim:i")),
+    **{name: (("T",), ("T", "diagonal:i")) for name in ("tril", "triu")},
+    **{name: (("T", "T"),) for name in ("outer", "dot", "mv")},
+    **{name: (("T",), ("T", "dtype:dtype")) for name in _LIKE},
+    "full_like": (("T", "fill_value:n"),),
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
-    **{name: ((),) for name in _UNARY if not name.endswith("_like")},
+    **{name: ((),) for name in _UNARY},
     **{name: (("T|n",),) for name in ("mul", "add", "sub", "div", "pow", "gt", "ge", "lt", "le",
                                       "eq", "ne", "fmod", "remainder")},
     **{name: (("T",),) for name in ("maximum", "minimum", "logical_and", "logical_or")},
@@ -124,14 +145,32 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     "index_select": (("n", "T"),), "index_add": (("n", "T", "T"),), "clamp": (("n", "n"),),
     "expand": (("s",),), "reshape": (("s",),), "view": (("s",),), "sum_to_size": (("s",),),
     "to": (("dtype",),),
-    "gather": (("i", "T"),), "scatter": (("i", "T", "T|n"),), "scatter_add": (("i", "T", "T"),),
+    "gather": (("i", "T"),), "scatter_add": (("i", "T", "T"),),
+    "scatter": (("i", "T", "T|n"), ("i", "T", "src:T"), ("i", "T", "value:n")),
     "narrow": (("i", "si", "si"),), "diff": ((), ("i",), ("i", "i")),
     "flatten": ((), ("i",), ("i", "i")),
+    **{name: (("dim:i",),) for name in _ALONG_DIM},
+    **{name: ((), ("dim:d",), ("dim:d", "keepdim:b")) for name in ("amax", "amin")},
+    "logsumexp": (("dim:d",), ("dim:d", "keepdim:b")),
+    "flip": (("dims:d",),), "permute": (("dims:d",),),
+    "roll": (("shifts:d",), ("shifts:d", "dims:d")),
+    "movedim": (("source:i", "destination:i"), ("source:d", "destination:d")),
+    "masked_fill": (("mask:T", "value:T|n"),),
+    **{name: ((), ("diagonal:i",)) for name in ("tril", "triu")},
+    **{name: (("T",),) for name in ("outer", "dot", "mv")},
+    "diagonal": ((), ("offset:i",), ("offset:i", "dim1:i", "dim2:i")),
+    "select": (("dim:i", "index:si"),),
+    "unflatten": (("dim:i", "sizes:s"),),
+    "repeat": (("repeats:s",),),
+    "chunk": (("chunks:i",), ("chunks:i", "dim:i")),
+    "unbind": ((), ("dim:i",)),
 }
+# Methods and torch functions giving a list of tensors (`split`: codegen's own, by its argument).
+_LIST_RESULTS = {"chunk", "unbind", "split"}
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
-_SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size"}
+_SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size", "unflatten", "repeat"}
 # Methods whose SymInt arguments C++ takes in `<name>_symint` only.
-_SYMINT_ONLY = {"narrow"}
+_SYMINT_ONLY = {"narrow", "select"}
 
 _BINARY_CPP = {F.BinOpKind.add: "+", F.BinOpKind.sub: "-", F.BinOpKind.mul: "*",
                F.BinOpKind.div: "/"}
@@ -687,7 +726,9 @@ class _Builder:
                 raise NotCpp("a list literal of other than tensors or integers")
             case F.ListComp():
                 return self._listcomp(e)
-            case F.TorchRef(path=path):     # a value such as torch.float32 or torch.pi
+            case F.TorchRef(path=(name,)) if scalar_type_number(name) is not None:
+                return SCALAR_TYPES[scalar_type_number(name)].cpp, DTYPE     # torch.float64
+            case F.TorchRef(path=path):     # a value such as torch.pi
                 raise NotCpp("torch" + "".join("." + p for p in path))
         raise NotCpp(_FORMS.get(type(e), "this form of expression"))
 
@@ -928,7 +969,7 @@ class _Builder:
                     if want == "i" and k == SYMINT:
                         # What torch.ops' Python binding does with a SymInt given to an int: it
                         # guards on its value (torch.compile specializes it), as guard_int does.
-                        args.append(f"{c}.guard_int(__FILE__, __LINE__)")
+                        args.append(_guarded(c))
                         continue
                     if not _fits(k, want):
                         raise NotCpp(f"argument '{b.argument.name}' of {target.name} is "
@@ -951,7 +992,11 @@ class _Builder:
                 if tk == T:
                     return f"at::clamp({tc}, {self._clamp_bounds(given[1:], e.kwargs)})", T
             args = self._args(given, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
-            return f"at::{name}({', '.join(args)})", T
+            return f"at::{name}({', '.join(args)})", TL if name in _LIST_RESULTS else T
+        if func == F.TorchRef(("split",)) and e.args:
+            tc, tk = self.expr(e.args[0])
+            if tk == T:
+                return self._split(tc, e.args[1:], e.kwargs, "split_size_or_sections"), TL
         if isinstance(func, F.Attr):
             if isinstance(func.obj, F.InputRef) and func.obj.name in self.meta_only \
                     and func.name in F.META_METHODS:
@@ -982,6 +1027,8 @@ class _Builder:
                 return f"{oc}.clamp({self._clamp_bounds(e.args, e.kwargs)})", T
             if func.name in ("new_empty", "new_zeros", "new_ones", "new_full"):
                 return self._new_tensor(oc, func.name, e.args, e.kwargs), T
+            if func.name == "split":
+                return self._split(oc, e.args, e.kwargs, "split_size"), TL
             if func.name in TENSOR_METHODS:
                 args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
                                   f".{func.name}")
@@ -989,9 +1036,10 @@ class _Builder:
                 if method in _SYMINT_ONLY:
                     method += "_symint"
                 elif method in _SYMINT_METHODS and any(
-                        self.expr(a)[1] == SIZES for a in e.args):
+                        self.expr(a)[1] == SIZES for a in (*e.args, *dict(e.kwargs).values())):
                     method += "_symint"
-                return f"{oc}.{method}({', '.join(args)})", T
+                return f"{oc}.{method}({', '.join(args)})", \
+                    TL if func.name in _LIST_RESULTS else T
             raise NotCpp(f"the method .{func.name}")
         if isinstance(func, F.TorchRef):
             raise NotCpp(f"torch.{'.'.join(func.path)}")
@@ -1002,10 +1050,41 @@ class _Builder:
                 if func.name == "len":
                     return f"static_cast<int64_t>({code}.size())", INT
                 return code, kind    # a copy, of values no formula changes: the list itself
+        if isinstance(func, F.PyBuiltinRef) and func.name == "float" and len(e.args) == 1 \
+                and not e.kwargs:
+            code, kind = self.expr(e.args[0])
+            if kind in (FLT, SYMFLOAT):
+                return code, kind
+            if kind in (INT, BOOL):
+                return f"static_cast<double>({code})", FLT
+            if kind == SYMINT:      # symbolic, as Python's float() of a SymInt is
+                return f"c10::SymFloat({code})", SYMFLOAT
         if isinstance(func, F.PyBuiltinRef):
             # named: "this form of call" did not say which call to rewrite
             raise NotCpp(f"the builtin {func.name}()")
         raise NotCpp("this form of call")
+
+    def _split(self, tc: str, args: tuple[F.Expr, ...], kwargs: tuple[tuple[str, F.Expr], ...],
+               size_key: str) -> str:
+        """`t.split(size, dim=0)` or `torch.split(t, ...)`: by a size (an int or a SymInt) or a
+        list of sizes, each overload C++ has (`split_symint` for the symbolic ones)."""
+        given, named = list(args), dict(kwargs)
+        given += [named.pop(key) for key in (size_key, "dim")[len(given):] if key in named]
+        if named or not 1 <= len(given) <= 2:
+            raise NotCpp("split with arguments other than a size and a dim")
+        sc, sk = self.expr(given[0])
+        dim = "0"
+        if len(given) == 2:
+            dim, dk = self.expr(given[1])
+            if dk != INT:
+                raise NotCpp(f"split along {_a(dk)}")
+        if sk in (SYMINT, SIZES):
+            return f"{tc}.split_symint({sc}, {dim})"
+        if sk == INT:
+            return f"{tc}.split({sc}, {dim})"
+        if sk == "int[]":
+            return f"{tc}.split(at::IntArrayRef({sc}), {dim})"
+        raise NotCpp(f"split by {_a(sk)}")
 
     def _clamp_bounds(self, args: tuple[F.Expr, ...],
                       kwargs: tuple[tuple[str, F.Expr], ...]) -> str:
@@ -1037,13 +1116,16 @@ class _Builder:
 
     def _new_tensor(self, oc: str, name: str, args: tuple[F.Expr, ...],
                     kwargs: tuple[tuple[str, F.Expr], ...]) -> str:
-        """`t.new_zeros(size)` (new_empty, new_ones; new_full with a fill value): Tensor's own
-        methods, which take the dtype and device of `t` as Python's do."""
+        """`t.new_zeros(size)` (new_empty, new_ones; new_full with a fill value), and a `dtype=`:
+        Tensor's own methods, which take the dtype and device of `t` as Python's do, C++ merging
+        in the options given."""
         params = ("size", "fill_value") if name == "new_full" else ("size",)
         given, named = list(args), dict(kwargs)
         given += [named.pop(key) for key in params[len(given):] if key in named]
+        dtype = named.pop("dtype", None)
         if len(given) != len(params) or named:
-            raise NotCpp(f".{name} with arguments other than " + " and ".join(params))
+            raise NotCpp(f".{name} with arguments other than " + " and ".join(params) +
+                         " (and dtype=)")
         sc, sk = self.expr(given[0])
         if sk == SIZES:
             call = f"{oc}.{name}_symint({sc}"
@@ -1058,6 +1140,11 @@ class _Builder:
             elif fk not in NUMBER:
                 raise NotCpp(f".new_full with {_a(fk)} as fill value")
             call += f", {fc}"
+        if dtype is not None:
+            dc, dk = self.expr(dtype)
+            if dk != DTYPE:
+                raise NotCpp(f".{name} with {_a(dk)} as dtype")
+            call += f", at::TensorOptions().dtype({dc})"
         return call + ")"
 
     def _listcomp(self, e: F.ListComp) -> tuple[str, str]:
@@ -1069,10 +1156,12 @@ class _Builder:
         # per name: its local and kind, and the C++ reading it in the loop's body
         bound: list[tuple[str, str, str]] = []
         if builtin == "range":
-            # range(stop), range(start, stop) of ints (a SymInt bound would be a guard)
+            # range(stop), range(start, stop) of ints; a SymInt bound is guarded on, as Python's
+            # range() does (torch.compile specializes it)
             bounds = [self.expr(a) for a in it.args]
-            if len(bounds) not in (1, 2) or any(k != INT for _, k in bounds):
-                raise NotCpp("range() other than of one or two ints")
+            if len(bounds) not in (1, 2) or any(k not in (INT, SYMINT) for _, k in bounds):
+                raise NotCpp("range() other than of one or two integers")
+            bounds = [(_guarded(c) if k == SYMINT else c, INT) for c, k in bounds]
             if len(e.names) != 1:
                 raise NotCpp("a comprehension unpacking range()")
             start, stop = ("0", bounds[0][0]) if len(bounds) == 1 else \
@@ -1080,12 +1169,21 @@ class _Builder:
             i = self.fresh(e.names[0])
             self.locals[e.names[0]] = i
             self.kinds["$" + e.names[0]] = INT
-            header = f"for (int64_t {i} = {start}; {i} < {stop}; ++{i}) {{"
+            if "guard_int" in stop:     # guarded once, not at each step
+                end = self.fresh("end")
+                header = f"for (int64_t {i} = {start}, {end} = {stop}; {i} < {end}; ++{i}) {{"
+            else:
+                header = f"for (int64_t {i} = {start}; {i} < {stop}; ++{i}) {{"
         else:
             enumerated = builtin == "enumerate"
+            start = None
             if enumerated:
-                if len(it.args) != 1:
-                    raise NotCpp("enumerate() with a start")
+                if len(it.args) == 2:
+                    start, sk = self.expr(it.args[1])
+                    if sk != INT:
+                        raise NotCpp(f"enumerate() starting at {_a(sk)}")
+                elif len(it.args) != 1:
+                    raise NotCpp("enumerate() other than of one sequence and a start")
                 seqs = [self.expr(it.args[0])]
             elif builtin == "zip":
                 seqs = [self.expr(a) for a in it.args]
@@ -1110,7 +1208,8 @@ class _Builder:
             n = ", ".join(f"{s}.size()" for s in seq_locals)
             size = f"std::min({{{n}}})" if len(seqs) > 1 else f"{seq_locals[0]}.size()"
             header = f"for (size_t {i} = 0; {i} < {size}; ++{i}) {{"
-            reads = ([(INT, f"static_cast<int64_t>({i})")] if enumerated else []) + \
+            index = f"static_cast<int64_t>({i})" + (f" + {start}" if start else "")
+            reads = ([(INT, index)] if enumerated else []) + \
                 [(k, f"{local}[{i}]") for k, local in zip(elem_kinds, seq_locals)]
             for name, (kind, read) in zip(e.names, reads):
                 var = self.fresh(name)
@@ -1274,6 +1373,12 @@ def _fits(kind: str, spec: str) -> bool:
         if s == "dtype" and kind == DTYPE:
             return True
     return False
+
+
+def _guarded(code: str) -> str:
+    """A SymInt's value as an int64_t, guarded on (a trace specializes it), where Python reads
+    one as an int."""
+    return f"{code}.guard_int(__FILE__, __LINE__)"
 
 
 def _size_at(sizes: str, index: str) -> str:
