@@ -1618,3 +1618,64 @@ def test_more_torch_operations_differentiate_as_python_does(tmp_path: Path) -> N
         assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = scratch.python(root, MORE_CHECK, timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+# An argument of each kind the tables of cpp_autograd name (`T|n`: both are tried).
+_TABLE_ARGS = {"T": ["grad"], "T|n": ["grad", "2"], "n": ["2"], "i": ["0"],
+               "si": ["0", "x.size(0)"], "d": ["0", "[0]"], "b": ["True"], "s": ["x.shape"],
+               "TL": ["[grad, x]"], "dtype": ["torch.float64"], "f": ["1.0"]}
+
+
+def _table_calls() -> list[str]:
+    """A call of every torch function and tensor method of cpp_autograd's tables, in each form
+    its specs allow, as a Tensor."""
+    import itertools
+
+    calls = []
+    for table, prefix in ((cpp_autograd.TORCH_FUNCTIONS, "torch.{}("),
+                          (cpp_autograd.TENSOR_METHODS, "grad.{}(")):
+        for name, specs in sorted(table.items()):
+            for spec in specs:
+                choices = []
+                for param in spec:
+                    key, _, kind = param.rpartition(":")
+                    choices.append([f"{key}={a}" if key else a for a in _TABLE_ARGS[kind]])
+                for args in itertools.product(*choices):
+                    # keywords follow the positional arguments they name, as C++ takes them
+                    call = prefix.format(name) + ", ".join(args) + ")"
+                    if name in ("chunk", "unbind"):
+                        call += "[0]"
+                    calls.append(call)
+    return calls
+
+
+@pytest.mark.slow
+def test_every_table_entry_compiles(tmp_path: Path) -> None:
+    """Each torch function and tensor method the C++ translation names, in each argument form
+    its table allows, is taken by the C++ path and compiles warning-free against ATen: a table
+    entry that C++ spells otherwise (an overload it lacks, an ambiguous call) fails here."""
+    from codegen import toolchain as tc
+
+    calls = _table_calls()
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: tbl\nops:\n" + "".join(
+        f"  - func: t{i}(Tensor x) -> Tensor\n"
+        f"    dispatch: {{CPU: t{i}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: \"{call}\"\n" for i, call in enumerate(calls)))
+    lib = load_library([str(path)])
+    refused = {call: cpp_autograd.reason(lib, op) for call, op in zip(calls, lib.ops)
+               if cpp_autograd.reason(lib, op) is not None}
+    assert not refused, refused
+    out, diags = _render([str(path)])
+    assert not diags.has_errors, diags.render()
+    (source,) = out.values()
+    src = tmp_path / "autograd.cpp"
+    src.write_text(source)
+    toolchain = tc.make_toolchain(tc.toolchain_key()).text
+    cflags = shlex.split(tc.toolchain_var(toolchain, "cflags") or "")
+    cxx = shlex.split(tc.toolchain_var(toolchain, "cxx") or "c++")
+    proc = subprocess.run([*cxx, *cflags, "-Werror", "-fsyntax-only", str(src)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-6000:]
