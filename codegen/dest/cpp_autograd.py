@@ -551,8 +551,12 @@ class _Builder:
             call, _ = self._call(f.expr)
             grads = self.fresh("input_grads")
             inner.append(f"auto {grads} = {call};")
-            values = [(name, lambda i=i: (f"std::get<{i}>({grads})", T))
-                      for i, name in enumerate(f.inputs)]
+            target = F.resolve(self.lib, f.expr.func)
+            # an optional return's None is an undefined Tensor: no gradient, as in Python
+            values = [(name, lambda i=i, r=r: (
+                f"std::get<{i}>({grads})" + (".value_or(at::Tensor())"
+                                             if isinstance(r.type, OptionalType) else ""), T))
+                      for i, (name, r) in enumerate(zip(f.inputs, target.schema.returns))]
         elif len(f.inputs) > 1:
             if not isinstance(f.expr, F.TupleLit) or len(f.expr.items) != len(f.inputs):
                 raise NotCpp("a formula for several inputs is not a tuple literal")
@@ -1160,9 +1164,11 @@ def view_kernel_name(op: Op) -> str:
 
 
 def _tensors(op: Op, n: int) -> bool:
-    """Whether `op` returns `n` Tensors, none optional."""
+    """Whether `op` returns `n` Tensors, some perhaps optional (causal-conv1d's backward gives
+    `Tensor? dbias`, None without a bias)."""
     returns = op.schema.returns
-    return len(returns) == n and all(r.type == BaseType(BaseTy.Tensor) for r in returns)
+    return len(returns) == n and all(strip_optional(r.type) == BaseType(BaseTy.Tensor)
+                                     for r in returns)
 
 
 def _whole_tuple(f: F.Formula, lib: OpLibrary) -> bool:
