@@ -148,7 +148,7 @@ _APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock", "mutex_", "input_metad
                           "task_should_compute_output", "getptr", "size_t",
                           "opgen_save_list", "opgen_unpack_list", "opgen_true_divide",
                           "opgen_floordiv", "opgen_mod", "opgen_not_implemented",
-                          "opgen_concat", "opgen_slice"})
+                          "opgen_concat", "opgen_slice", "opgen_optional"})
 # Namespaces the generated C++ names: always qualified (`at::Tensor`), and the name before `::`
 # finds namespaces and types only, so an argument `at` or `std` hides none. Bindings still keep
 # off them, for the reader.
@@ -906,6 +906,9 @@ class _Builder:
             named = {key: self.expr(v) for key, v in e.kwargs}
             if len(parts) > len(tsig.arguments):
                 raise NotCpp(f"a call of {target.name} with too many arguments")
+            given = dict(zip(range(len(e.args)), e.args)) | dict(e.kwargs)
+            optional_inputs = {a.name for a in self.schema.arguments
+                               if isinstance(a.type, OptionalType) and is_tensor_like(a.type)}
             args = []
             for i, b in enumerate(tsig.arguments):
                 # formulas.check_library has matched the keywords to the schema's arguments
@@ -916,6 +919,14 @@ class _Builder:
                     if k == NONE and isinstance(t, OptionalType):
                         # not `at::Tensor()`: that is an optional holding an undefined Tensor
                         args.append("::std::nullopt")
+                        continue
+                    source = given.get(i if i < len(parts) else b.argument.name)
+                    if isinstance(source, F.InputRef) and source.name in optional_inputs \
+                            and t == OptionalType(BaseType(BaseTy.Tensor)):
+                        # a None input is unpacked as an undefined Tensor: None again, as the
+                        # kernel of a `Tensor?` tests `has_value()`
+                        self.helpers.add("opgen_optional")
+                        args.append(f"opgen_optional({c})")
                         continue
                     if k.startswith(OPTIONAL):
                         if k != f"{OPTIONAL}{t}":
