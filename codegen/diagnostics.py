@@ -171,6 +171,8 @@ WARNINGS: dict[str, str] = {
     "empty-dtype": "empty() in a fake rule takes its dtype from an integer Tensor argument",
     "out-tag": "an `out` tag on an out= op with a functional variant breaks inductor (torch 2.13+)",
     "constant-in-backward": "a formula reads a non-differentiable output computed from the inputs",
+    "backward-not-functionalizable": "torch.compile cannot differentiate the op: its backward "
+                                     "calls an op torch cannot functionalize",
 }
 
 

@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Any, Iterable
 
-from codegen.contract import differentiable_inputs, torch_refuses
+from codegen.contract import differentiable_inputs, torch_refuses, unfunctionalizable_in_backward
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.enums import is_floating
 from codegen.load import FAILURES_FILE
@@ -135,17 +135,25 @@ def kernel_devices(op: Op) -> list[str]:
 def opcheck_utils(op: Op, library: Iterable[Op] = ()) -> tuple[str, ...]:
     """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
     OPCHECK_UTILS, less those that functionalize it where torch cannot (its
-    not-functionalizable warning)."""
-    if unfunctionalizable(op, library) is None:
+    not-functionalizable warning), or its backward (backward-not-functionalizable)."""
+    library = list(library)
+    if unfunctionalizable(op, library) is None and \
+            unfunctionalizable_in_backward(op, library) is None:
         return OPCHECK_UTILS
     return tuple(u for u in OPCHECK_UTILS if u not in FUNCTIONALIZING_UTILS)
 
 
 def opcheck_skips(op: Op, library: Iterable[Op] = ()) -> str | None:
     """What the opcheck check leaves out on the op, and why (None: nothing)."""
+    library = list(library)
     left = [u for u in OPCHECK_UTILS if u not in opcheck_utils(op, library)]
     if not left:
         return None
+    if unfunctionalizable(op, library) is None:
+        callee = unfunctionalizable_in_backward(op, library)[1]
+        return (f"opgen runs opcheck without {', '.join(left)} on {op.name}, as its backward "
+                f"calls {callee.name}, which torch cannot functionalize (its "
+                "backward-not-functionalizable warning)")
     return (f"opgen runs opcheck without {', '.join(left)} on {op.name}, as torch cannot "
             "functionalize it (its not-functionalizable warning)")
 

@@ -1347,6 +1347,61 @@ def test_a_call_giving_several_gradients_is_taken_apart_in_cpp(tmp_path: Path) -
     assert "grad_inputs[1] = std::get<1>(input_grads);" in source
 
 
+def test_a_call_giving_an_optional_gradient_is_taken_apart_in_cpp(tmp_path: Path) -> None:
+    """causal-conv1d's backward returns `Tensor? dbias`, None without a bias: taken apart in
+    C++ too, its None an undefined Tensor (no gradient)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: tupopt
+        ops:
+          - func: conv(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor
+            dispatch: {CPU: conv_cpu}
+            fake: like(x)
+            derivatives:
+              x, weight, bias: conv_bwd(x, weight, bias, grad)
+          - func: conv_bwd(Tensor x, Tensor weight, Tensor? bias, Tensor dout) -> (Tensor dx, Tensor dweight, Tensor? dbias)
+            dispatch: {CPU: conv_bwd_cpu}
+            fake: (like(x), like(weight), like(bias) if bias is not None else None)
+        """))
+    lib = load_library([str(path)])
+    ops = {op.name.name: op for op in lib.ops}
+    assert cpp_autograd.reason(lib, ops["conv"]) is None
+    out, _ = _render([str(path)])
+    (source,) = out.values()
+    assert "auto input_grads = opgen_conv_bwd_op().call(x, weight, opgen_optional(bias), grad);" \
+        in source
+    assert "grad_inputs[1] = std::get<1>(input_grads);" in source
+    assert "grad_inputs[2] = std::get<2>(input_grads).value_or(at::Tensor());" in source
+
+
+def test_an_optional_tensor_input_reaches_a_library_op_as_none(tmp_path: Path) -> None:
+    """A `Tensor?` input left None is saved and unpacked as an undefined Tensor: given on to a
+    `Tensor?` parameter, it is None again (an optional holding an undefined Tensor has a value,
+    and a kernel testing `bias.has_value()` read it); a required Tensor passes as it is."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: optin
+        ops:
+          - func: conv(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor
+            dispatch: {CPU: conv_cpu}
+            fake: like(x)
+            derivatives:
+              x: conv_bwd_x(grad, weight, bias)
+              weight: conv_bwd_x(grad, x, weight)
+              bias: grad.sum()
+          - func: conv_bwd_x(Tensor dout, Tensor weight, Tensor? bias) -> Tensor
+            dispatch: {CPU: conv_bwd_x_cpu}
+            fake: like(dout)
+        """))
+    lib = load_library([str(path)])
+    assert cpp_autograd.reason(lib, next(op for op in lib.ops if op.name.name == "conv")) is None
+    out, _ = _render([str(path)])
+    (source,) = out.values()
+    assert "opgen_conv_bwd_x_op().call(grad, weight, opgen_optional(bias));" in source
+    assert "opgen_conv_bwd_x_op().call(grad, x, weight);" in source
+    assert "std::optional<at::Tensor> opgen_optional(const at::Tensor& t) {" in source
+
+
 def test_an_optional_number_passes_to_a_parameter_of_its_type(tmp_path: Path) -> None:
     """`scale=scale` of flash-attention's `float? scale` reaches the backward op in C++; given
     to a parameter of another type (std::optional<double> does not convert), the op keeps the

@@ -151,6 +151,42 @@ def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
         lib.close()
 
 
+def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizable(tmp_path):
+    """A formula calling an op torch cannot functionalize (mamba's `selective_scan_bwd(...,
+    Tensor!? dz_, ...) -> Tensor[]`): AOTAutograd cannot trace the backward, so opcheck runs
+    without test_aot_dispatch_*, which fail for torch's reason; the rest passes."""
+    path = tmp_path / "bwd.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpbwd
+        ops:
+          - func: tripled(Tensor x) -> Tensor
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:tripled}
+            fake: like(x)
+            derivatives:
+              x: smpbwd.tripled_bwd(grad, None)[0]
+            samples: [{x: {shape: [3]}}]
+          - func: tripled_bwd(Tensor grad, Tensor!? dx_) -> Tensor[]
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:tripled_bwd}
+            fake: "[like(grad)]"
+            suppress: [not-functionalizable]
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        case = next(c for c in lib.cases() if c.op.name.name == "tripled")
+        assert testing.opcheck_skipped(case) == (
+            "opgen runs opcheck without test_aot_dispatch_dynamic on smpbwd::tripled, as its "
+            "backward calls smpbwd::tripled_bwd, which torch cannot functionalize (its "
+            "backward-not-functionalizable warning)")
+        testing.check_opcheck(case)
+        assert testing.check_gradients(case)
+        with pytest.raises(Exception, match="custom \\(non-ATen\\) operator whose output has "
+                                            "alias annotations"):
+            testing.check_opcheck(case, ["test_aot_dispatch_dynamic"])
+    finally:
+        lib.close()
+
+
 def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
     """A named size the kernel ties to a tensor given by `values` cannot vary: the compile check
     fails for torch's reason (torch's own message names neither the sample nor its sizes), with

@@ -187,7 +187,7 @@ _APPLY_NAMES = frozenset({"grads", "grad_inputs", "lock", "mutex_", "input_metad
                           "task_should_compute_output", "getptr", "size_t",
                           "opgen_save_list", "opgen_unpack_list", "opgen_true_divide",
                           "opgen_floordiv", "opgen_mod", "opgen_not_implemented",
-                          "opgen_concat", "opgen_slice"})
+                          "opgen_concat", "opgen_slice", "opgen_optional"})
 # Namespaces the generated C++ names: always qualified (`at::Tensor`), and the name before `::`
 # finds namespaces and types only, so an argument `at` or `std` hides none. Bindings still keep
 # off them, for the reader.
@@ -590,8 +590,12 @@ class _Builder:
             call, _ = self._call(f.expr)
             grads = self.fresh("input_grads")
             inner.append(f"auto {grads} = {call};")
-            values = [(name, lambda i=i: (f"std::get<{i}>({grads})", T))
-                      for i, name in enumerate(f.inputs)]
+            target = F.resolve(self.lib, f.expr.func)
+            # an optional return's None is an undefined Tensor: no gradient, as in Python
+            values = [(name, lambda i=i, r=r: (
+                f"std::get<{i}>({grads})" + (".value_or(at::Tensor())"
+                                             if isinstance(r.type, OptionalType) else ""), T))
+                      for i, (name, r) in enumerate(zip(f.inputs, target.schema.returns))]
         elif len(f.inputs) > 1:
             if not isinstance(f.expr, F.TupleLit) or len(f.expr.items) != len(f.inputs):
                 raise NotCpp("a formula for several inputs is not a tuple literal")
@@ -943,6 +947,9 @@ class _Builder:
             named = {key: self.expr(v) for key, v in e.kwargs}
             if len(parts) > len(tsig.arguments):
                 raise NotCpp(f"a call of {target.name} with too many arguments")
+            given = dict(zip(range(len(e.args)), e.args)) | dict(e.kwargs)
+            optional_inputs = {a.name for a in self.schema.arguments
+                               if isinstance(a.type, OptionalType) and is_tensor_like(a.type)}
             args = []
             for i, b in enumerate(tsig.arguments):
                 # formulas.check_library has matched the keywords to the schema's arguments
@@ -953,6 +960,14 @@ class _Builder:
                     if k == NONE and isinstance(t, OptionalType):
                         # not `at::Tensor()`: that is an optional holding an undefined Tensor
                         args.append("::std::nullopt")
+                        continue
+                    source = given.get(i if i < len(parts) else b.argument.name)
+                    if isinstance(source, F.InputRef) and source.name in optional_inputs \
+                            and t == OptionalType(BaseType(BaseTy.Tensor)):
+                        # a None input is unpacked as an undefined Tensor: None again, as the
+                        # kernel of a `Tensor?` tests `has_value()`
+                        self.helpers.add("opgen_optional")
+                        args.append(f"opgen_optional({c})")
                         continue
                     if k.startswith(OPTIONAL):
                         if k != f"{OPTIONAL}{t}":
@@ -1259,9 +1274,11 @@ def view_kernel_name(op: Op) -> str:
 
 
 def _tensors(op: Op, n: int) -> bool:
-    """Whether `op` returns `n` Tensors, none optional."""
+    """Whether `op` returns `n` Tensors, some perhaps optional (causal-conv1d's backward gives
+    `Tensor? dbias`, None without a bias)."""
     returns = op.schema.returns
-    return len(returns) == n and all(r.type == BaseType(BaseTy.Tensor) for r in returns)
+    return len(returns) == n and all(strip_optional(r.type) == BaseType(BaseTy.Tensor)
+                                     for r in returns)
 
 
 def _whole_tuple(f: F.Formula, lib: OpLibrary) -> bool:

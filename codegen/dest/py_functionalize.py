@@ -12,12 +12,14 @@ from codegen import reserved
 from codegen import shape as S
 from codegen import tags as T
 from codegen.api import python as P
+from codegen.contract import unfunctionalizable_in_backward
+from codegen.diagnostics import Diagnostics
 from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_gradient_doc,
                                        no_gradient_message, not_differentiable_in_python,
                                        refuses_gradient, saves_self, through_functional)
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
-from codegen.model import ListType, Op, OptionalType, is_tensor_like, without_alias
+from codegen.model import ListType, Op, OpLibrary, OptionalType, is_tensor_like, without_alias
 from codegen.tags import FUNCTIONALIZING_TAGS, copies_back, functional_variant
 
 if TYPE_CHECKING:
@@ -304,3 +306,22 @@ def _written(op: Op) -> str:
     taken = {a.name for a in op.schema.arguments}
     t = reserved.fresh("t", taken)
     return f"[{t} for {t} in ({', '.join(parts)},) if {t} is not None]"
+
+
+def warn_unfunctionalizable_backwards(lib: OpLibrary, diags: Diagnostics) -> None:
+    """`backward-not-functionalizable` for each op whose formulas call a library op torch
+    cannot functionalize: AOTAutograd functionalizes the backward it traces, so a compiled model
+    differentiating the op fails where eager autograd works."""
+    for op in lib.ops:
+        found = unfunctionalizable_in_backward(op, lib.ops)
+        if found is None:
+            continue
+        ref, callee = found
+        diags.warning(
+            ref.loc or op.loc, f"the backward of {op.name} calls {callee.name}, which torch "
+            "cannot functionalize (its not-functionalizable warning): torch.compile cannot "
+            f"differentiate {op.name} (AOTAutograd functionalizes the backward), eager "
+            "autograd can",
+            f"make {callee.name} functionalizable (return only new Tensors, or nothing), or "
+            "call a functional op from the formula",
+            name="backward-not-functionalizable", suppress=op.suppress)

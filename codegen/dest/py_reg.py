@@ -80,6 +80,7 @@ def generate_registrations(lib: OpLibrary, diags: Diagnostics,
     """`_reg_<ns>.py` of every namespace."""
     if layout.check_formulas(lib, diags):
         F.warn_constants_in_backward(lib, diags)
+        py_functionalize.warn_unfunctionalizable_backwards(lib, diags)
     names = python_names(lib, diags)
     py_sources = PySources(python_roots(project),
                            project.python_roots if project.config_path is not None else None)

@@ -222,6 +222,19 @@ def named_rows(x):
     return {"rows": x * 2}
 
 
+def tripled(x):
+    return x * 3
+
+
+def tripled_bwd(grad, dx_):
+    """mamba's selective_scan_bwd's form: writes the gradient into `dx_` when given, and
+    returns it in a list."""
+    g = grad * 3
+    if dx_ is not None:
+        dx_.copy_(g)
+    return [g]
+
+
 # -- what torch.compile and torch.export take or refuse (tests/test_reference_marks.py) ----------
 
 
