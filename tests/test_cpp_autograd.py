@@ -854,6 +854,21 @@ ops:
     fake: like(order)
     samples:
       - {order: {values: [2, 0, 1]}}
+  # causal-conv1d's pair: the backward gives `Tensor? dbias`, and takes the optional bias, None
+  # where the forward had none (its kernel tests has_value()).
+  - func: affine(Tensor x, Tensor w, Tensor? bias=None) -> Tensor
+    dispatch: {CPU: affine_cpu}
+    fake: broadcast(x, w)
+    derivatives:
+      x, w, bias: affine_backward(grad, x, w, bias)
+    samples:
+      - {x: {shape: [3, 4]}, w: {shape: [4]}}
+      - {x: {shape: [3, 4]}, w: {shape: [4]}, bias: {shape: [4]}}
+  - func: affine_backward(Tensor grad, Tensor x, Tensor w, Tensor? bias) -> (Tensor, Tensor, Tensor?)
+    dispatch: {CPU: affine_backward_cpu}
+    fake: (like(x), like(w), like(bias) if bias is not None else None)
+    samples:
+      - {grad: {shape: [3, 4]}, x: {shape: [3, 4]}, w: {shape: [4]}, bias: {shape: [4]}}
 """
 PAIR_KERNELS = """\
 #include <ATen/ATen.h>
@@ -876,6 +891,19 @@ at::Tensor take_rows_cpu(const at::Tensor& x, const at::Tensor& order) {
   return x.index_select(0, order);
 }
 at::Tensor inverse_cpu(const at::Tensor& order) { return at::argsort(order); }
+at::Tensor affine_cpu(const at::Tensor& x, const at::Tensor& w,
+                      const std::optional<at::Tensor>& bias) {
+  return bias.has_value() ? x * w + *bias : x * w;
+}
+std::tuple<at::Tensor, at::Tensor, std::optional<at::Tensor>> affine_backward_cpu(
+    const at::Tensor& grad, const at::Tensor& x, const at::Tensor& w,
+    const std::optional<at::Tensor>& bias) {
+  std::optional<at::Tensor> dbias;
+  if (bias.has_value()) {
+    dbias = grad.sum(0) + bias->new_zeros(bias->sizes());
+  }
+  return {grad * w, (grad * x).sum(0), dbias};
+}
 
 }  // namespace pairag
 """
@@ -911,6 +939,11 @@ except RuntimeError as e:
     assert "derivative for pairag::mix_backward is not implemented" in str(e), e
 else:
     raise AssertionError("a second backward ran")
+w = torch.randn(4, dtype=torch.double, requires_grad=True)
+c = torch.randn(4, dtype=torch.double, requires_grad=True)
+assert torch.ops.pairag.affine(a, w).grad_fn.name() == "AffineBackward"
+assert gradcheck(torch.ops.pairag.affine, (a, w))
+assert gradcheck(torch.ops.pairag.affine, (a, w, c))
 print("ok")
 """
 
@@ -929,6 +962,7 @@ def test_a_formula_calling_an_op_without_derivatives_takes_the_cpp_path(tmp_path
     assert cpp_autograd.reason(lib, ops["smooth"]) is None
     assert cpp_autograd.reason(lib, ops["take_rows"]) is None
     assert cpp_autograd.reason(lib, ops["mix"]) is None
+    assert cpp_autograd.reason(lib, ops["affine"]) is None
     for step in (scratch.generate, scratch.build):
         proc = step(root)
         assert proc.returncode == 0, proc.stdout + proc.stderr
