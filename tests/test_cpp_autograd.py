@@ -1478,9 +1478,9 @@ def test_an_optional_number_passes_to_a_parameter_of_its_type(tmp_path: Path) ->
 def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
     """softmax, log_softmax, logsumexp, cumsum, flip, roll, permute, movedim, masked_fill,
     tril/triu, chunk/split/unbind (lists of tensors), stack, select, unflatten, torch dtypes,
-    float() of sizes, new_zeros(dtype=), zeros_like(dtype=), scatter(src=), enumerate(..., start)
-    and range() over a size take the C++ path (each kept the Python path), each as the C++ call
-    with Python's meaning."""
+    float() of sizes, new_zeros(dtype=), zeros_like(dtype=), scatter(src=), clamp between tensors,
+    enumerate(..., start) and range() over a size take the C++ path (each kept the Python path),
+    each as the C++ call with Python's meaning."""
     formulas = {
         "a": ("torch.roll(grad.flip(0).cumsum(0).flip(0), -k, 0)",
               "at::roll(grad.flip(at::IntArrayRef({0})).cumsum(0).flip(at::IntArrayRef({0})), "
@@ -1506,6 +1506,10 @@ def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
               ".squeeze(0))",
               "at::zeros_like(x).scatter(0, idx, grad.unflatten_symint(0, "
               "std::vector<c10::SymInt>{1, grad.sym_size(0)}).squeeze(0))"),
+        "h": ("torch.clamp(grad, x, x + 1) + grad.clamp(max=x) + torch.clamp(grad, None, x)",
+              "((at::clamp(grad, x, (x + at::Scalar(1))) + "
+              "grad.clamp(::std::optional<at::Tensor>(), x)) + "
+              "at::clamp(grad, ::std::optional<at::Tensor>(), x))"),
         "g": ("torch.stack([grad.select(0, i) * (i + 1) for i in range(x.size(0))]) + "
               "torch.stack([g * i for i, g in enumerate(grad.unbind(), 1)])",
               None),
@@ -1529,7 +1533,7 @@ def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
     body = "\n".join(cpp_autograd.plan(lib, lib.ops[3]).body)
     assert "x.chunk(2)" in body and "x.split_symint(std::vector<c10::SymInt>{1, " in body
     assert "grad.unbind(0)" in body and "grad.split(1, 0).at(0)" in body
-    body = "\n".join(cpp_autograd.plan(lib, lib.ops[6]).body)
+    body = "\n".join(cpp_autograd.plan(lib, lib.ops[7]).body)
     # the range's bound is guarded once; enumerate counts from 1
     assert body.count("guard_int(__FILE__, __LINE__)") == 1, body
     assert "static_cast<int64_t>(i_) + 1;" in body, body
@@ -1597,6 +1601,12 @@ namespace: {ns}
     derivatives:
       x: torch.zeros_like(x).scatter(0, idx, src=grad.unflatten(0, [1, grad.size(0)]).squeeze(0))
       idx: non_differentiable
+  - func: floor_at(Tensor x, Tensor lo) -> Tensor
+    dispatch: {{CPU: floor_at_cpu}}
+    fake: like(x)
+    derivatives:
+      x: grad * (x.clamp(min=lo) == x)
+      lo: grad * (torch.clamp(x, lo, None) != x)
   - func: ramp(Tensor x) -> Tensor
     dispatch: {{CPU: ramp_cpu}}
     fake: like(x)
@@ -1628,6 +1638,7 @@ at::Tensor mean64_cpu(const at::Tensor& x) {{
   return x.to(at::kDouble).mean().to(x.scalar_type());
 }}
 at::Tensor pick_cpu(const at::Tensor& x, const at::Tensor& idx) {{ return x.gather(0, idx); }}
+at::Tensor floor_at_cpu(const at::Tensor& x, const at::Tensor& lo) {{ return x.clamp_min(lo); }}
 at::Tensor ramp_cpu(const at::Tensor& x) {{
   auto w = at::arange(1, x.size(0) + 1, x.options());
   return x * w.view({{-1, 1}});
@@ -1643,6 +1654,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 gen = lambda k: torch.Generator().manual_seed(k)
 m1, m2 = (torch.rand(s, generator=gen(7)) > 0.6 for s in ((2, 3, 4), (3, 2, 2)))
+lo1, lo2 = (torch.randn(s, dtype=torch.double, generator=gen(8)) for s in ((4, 3), (5,)))
 cases = {  # op -> (input shape, the call at it), two points each
     "rcsum": [((5, 2), lambda ns, t: ns.rcsum(t, 2)), ((4,), lambda ns, t: ns.rcsum(t, -1))],
     "lse": [((3, 4), lambda ns, t: ns.lse(t)), ((5,), lambda ns, t: ns.lse(t))],
@@ -1657,6 +1669,8 @@ cases = {  # op -> (input shape, the call at it), two points each
     "pick": [((4, 3), lambda ns, t: ns.pick(t, torch.tensor([[3, 0, 2]]))),
              ((3, 2), lambda ns, t: ns.pick(t, torch.tensor([[1, 2]])))],
     "ramp": [((4, 3), lambda ns, t: ns.ramp(t)), ((3, 2), lambda ns, t: ns.ramp(t))],
+    "floor_at": [((4, 3), lambda ns, t: ns.floor_at(t, lo1)),
+                 ((5,), lambda ns, t: ns.floor_at(t, lo2))],
 }
 cpp, python = torch.ops.cmo, torch.ops.pmo
 for name, points in cases.items():
@@ -1701,7 +1715,8 @@ def test_more_torch_operations_differentiate_as_python_does(tmp_path: Path) -> N
     lib = load_library([str(root / "schemas" / "cmo.yaml")])
     assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
         f"cmo::{name}": None for name in ("rcsum", "lse", "lsm", "turn", "tri", "halves",
-                                          "head_rest", "rows", "mean64", "pick", "ramp")}
+                                          "head_rest", "rows", "mean64", "pick", "floor_at",
+                                          "ramp")}
     for step in (scratch.generate, scratch.build):
         proc = step(root)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1111,12 +1111,22 @@ class _Builder:
                 any(key in named for key in ("min", "max")[:len(args)]):
             raise NotCpp("clamp with arguments other than the numbers min and max")
         bounds = dict(zip(("min", "max"), args)) | named
+        given = {key: self.expr(v) for key, v in bounds.items()}
+        if any(kind == T for _, kind in given.values()):
+            # Tensor bounds, elementwise: the overload of optional Tensors
+            codes = []
+            for key in ("min", "max"):
+                code, kind = given.get(key, ("", NONE))
+                if kind not in (T, NONE):
+                    raise NotCpp(f"clamp with a Tensor and {_a(kind)} as bounds")
+                codes.append(code if kind == T else "::std::optional<at::Tensor>()")
+            return ", ".join(codes)
         codes = []
         for key in ("min", "max"):
             if key not in bounds:
                 codes.append("::std::nullopt")
                 continue
-            code, kind = self.expr(bounds[key])
+            code, kind = given[key]
             if kind == NONE:
                 codes.append("::std::nullopt")
             elif kind in NUMBER:
