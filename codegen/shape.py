@@ -102,7 +102,9 @@ Values
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
   between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
   `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), or
-  `x is None` / `x is not None` for an optional argument. Sizes are never compared: that would
+  `x is None` / `x is not None` for an optional argument. An optional `bool`, `str`, `int` or
+  `ScalarType` argument is one of these where a None test tells it is given (apex's
+  `per_tensor_python is not None and per_tensor_python`). Sizes are never compared: that would
   specialize them.
 - `x in (a, b, ...)` and `x not in [a, b, ...]`, a tuple or list written out: `x == a or x == b
   ...` and `x != a and x != b ...`, wherever those comparisons may stand
@@ -1268,9 +1270,9 @@ class _Checker:
             shown = node.written or node.op
             left = self.expr(node.left)
             right = self.expr(node.right)
-            if isinstance(left, Given):     # tested again inside a branch that knows
-                left = left.arg
             if node.op in ("is", "is not"):
+                if isinstance(left, Given):     # tested again inside a branch that knows
+                    left = left.arg
                 if right.ty.base is not T.NONE:
                     raise self.error(node.right.span, f"'{node.op}' only tests for None: "
                                      f"`x {node.op} None`")
@@ -1334,8 +1336,8 @@ class _Checker:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
         if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
             return True     # a dtype, and so its itemsize, is never symbolic
-        if isinstance(e, Arg):
-            arg = self.schema.argument(e.name)
+        if isinstance(e, (Arg, Given)):     # an optional one where a test tells it is given
+            arg = self.schema.argument(e.name if isinstance(e, Arg) else e.arg.name)
             assert arg is not None
             base = strip_optional(arg.type)
             return not e.ty.optional and isinstance(base, BaseType) and base.name in (
