@@ -206,6 +206,90 @@ def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monk
         lib.close()
 
 
+FOREACH_KERNELS = """\
+    import torch
+
+    def mul(self, scalar):
+        return [t * scalar for t in self]
+
+    def mul_(self, scalar):
+        with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+            for t in self:
+                t.mul_(scalar)
+
+    def addcmul(self, tensor1, tensor2, value=1):
+        return [s + a * b * value for s, a, b in zip(self, tensor1, tensor2)]
+
+    def addcmul_(self, tensor1, tensor2, value=1):
+        with torch.no_grad():
+            for s, a, b in zip(self, tensor1, tensor2):
+                s.add_(a * b * value)
+    """
+FOREACH_OPS = """\
+    namespace: fegrad
+    ops:
+      - func: _foreach_mul.Scalar(Tensor[] self, Scalar scalar) -> Tensor[]
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:mul"}
+        fake: "[like(t) for t in self]"
+        derivatives:
+          self: "[g * scalar for g in grad]"
+      - func: _foreach_mul_.Scalar(Tensor(a!)[] self, Scalar scalar) -> ()
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:mul_"}
+      - func: _foreach_addcmul.Scalar(Tensor[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> Tensor[]
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:addcmul"}
+        fake: "[like(t) for t in self]"
+        derivatives:
+          self: "[g * 1 + 0 * s for g, s in zip(grad, self)]"
+          tensor1: "[g * t2 * value for g, t2 in zip(grad, tensor2)]"
+          tensor2: "[g * t1 * value for g, t1 in zip(grad, tensor1)]"
+      - func: _foreach_addcmul_.Scalar(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> ()
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:addcmul_"}
+    """
+
+
+def foreach_step(mul_, addcmul_, a, b, c):
+    xs = [a * 1.0, b * 1.0]
+    mul_(xs, 3.0)
+    addcmul_(xs, [c, c], [a, b], 0.5)
+    return (xs[0] * xs[1]).sum()
+
+
+def test_inplace_list_op_differentiates_through_its_functional_variant(tmp_path, monkeypatch):
+    """An in-place op on a Tensor list (`_foreach_mul_(Tensor(a!)[] self, Scalar scalar) -> ()`)
+    beside a functional variant with derivatives differentiates through it, copied into each
+    tensor of `self`, as aten's foreach ops do: the same gradients as torch._foreach_mul_ and
+    _foreach_addcmul_, eagerly, under torch.compile and torch.func.grad. Before, its Autograd
+    kernel raised that it has no derivatives. A formula reading `self` gets it from before the
+    write (the `self` formula of addcmul here)."""
+    import torch
+
+    lib = _python_library(tmp_path, monkeypatch, "fe_kernels", FOREACH_KERNELS, FOREACH_OPS)
+    try:
+        ops = torch.ops.fegrad
+        mine = (lambda xs, s: ops._foreach_mul_.Scalar(xs, s),
+                lambda xs, t1, t2, v: ops._foreach_addcmul_.Scalar(xs, t1, t2, v))
+        aten = (torch._foreach_mul_, torch._foreach_addcmul_)
+        args = [torch.randn(4, dtype=torch.double, requires_grad=True) for _ in range(3)]
+        expected = torch.autograd.grad(foreach_step(*aten, *args), args)
+        torch.testing.assert_close(torch.autograd.grad(foreach_step(*mine, *args), args), expected)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda *a: foreach_step(*mine, *a), backend="aot_eager",
+                                 fullgraph=True)
+        torch.testing.assert_close(torch.autograd.grad(compiled(*args), args), expected)
+        torch.testing.assert_close(
+            torch.func.grad(lambda a: foreach_step(*mine, a, *args[1:]))(args[0].detach()),
+            expected[0])
+        assert torch.autograd.gradcheck(lambda *a: foreach_step(*mine, *a), args)
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+            ops._foreach_mul_.Scalar([args[0]], 2.0)
+        y = torch.ones(3)
+        before = y._version
+        ops._foreach_mul_.Scalar([y], 2.0)
+        assert y.tolist() == [2.0] * 3 and y._version > before
+    finally:
+        lib.close()
+
+
 def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch):
     """A Tensor[] input's formula must give a list as long as the input, or None: on the
     Python path, as the C++ path's TORCH_CHECK says, the message names the op and the input.

@@ -67,7 +67,7 @@ from codegen.layout import (cached_signature, check_formulas, constant_reads, fi
                             impl_name, library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
-                           PyRef, annotation_of, is_tensor_like, strip_optional)
+                           PyRef, annotation_of, is_tensor_like, strip_optional, without_alias)
 from codegen.tags import copies_back, functional_variant, shape_tag
 
 # Value kinds of translated expressions.
@@ -1351,7 +1351,9 @@ def kernel_context(p: Plan) -> dict:
 # An in-place op `f_` takes no formulas: beside a differentiable functional variant `f` (codegen.tags
 # functional_variant), its Autograd kernel runs `f` (through its own autograd) and copies the
 # result into `self`, as torchgen differentiates `mul_` with `mul`'s formulas; `self` is cloned
-# first when `f`'s formulas save it (torchgen's `original_self`). Its out= variant raises aten's
+# first when `f`'s formulas save it (torchgen's `original_self`). So does an in-place op on a
+# Tensor list, `f_(Tensor(a!)[] self, ...) -> ()` beside `f(Tensor[] self, ...) -> Tensor[]`
+# (aten's `_foreach_mul_` with `_foreach_mul`'s formulas), element by element. Its out= variant raises aten's
 # error when an input requires grad. Any other op writing to Tensor arguments (vLLM's
 # `rms_norm(Tensor! result, Tensor input, ...) -> ()`, an in-place op without a differentiable
 # `f`) has no gradient at all, and its Autograd kernel raises when grad mode is on and an argument
@@ -1372,9 +1374,10 @@ def kernel_context(p: Plan) -> dict:
 
 
 def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
-    """("inplace" or "out", its functional variant) when `op`'s autograd goes through a
-    differentiable functional variant (Note [Autograd of mutating ops]); None otherwise."""
-    kind = shape_tag(op.schema)
+    """("inplace", "inplace_list" or "out", its functional variant) when `op`'s autograd goes
+    through a differentiable functional variant (Note [Autograd of mutating ops]); None
+    otherwise."""
+    kind = shape_tag(op.schema) or ("inplace_list" if _writes_its_list(op.schema) else None)
     if kind is None:
         return None
     functional = functional_variant(lib, op)
@@ -1382,7 +1385,23 @@ def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
         return None
     differentiable = functional.derivatives is not None or \
         DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
-    return (kind, functional) if copies_back(op.schema) and differentiable else None
+    if kind == "inplace_list":
+        copies = without_alias(functional.schema.returns[0].type) == _TENSOR_LIST
+    else:
+        copies = copies_back(op.schema)
+    return (kind, functional) if copies and differentiable else None
+
+
+_TENSOR_LIST = ListType(BaseType(BaseTy.Tensor), None)
+
+
+def _writes_its_list(schema) -> bool:
+    """`f_(Tensor(a!)[] self, ...) -> ()`: returns nothing and writes only its first argument, a
+    Tensor list (aten's in-place foreach ops)."""
+    first = schema.positional[0] if schema.positional else None
+    return (first is not None and not schema.returns and first.is_write
+            and without_alias(first.type) == _TENSOR_LIST
+            and [a.name for a in schema.mutable_arguments] == [first.name])
 
 
 def refuses_gradient(lib: OpLibrary, op: Op) -> bool:
@@ -1411,6 +1430,10 @@ def no_gradient_message(op: Op) -> str:
     written = _written_words(op)
     if shape_tag(op.schema) == "inplace":
         how = (f"declare its functional variant '{op.name.base}' with derivatives (this op then "
+               "differentiates through it)")
+    elif _writes_its_list(op.schema):
+        how = (f"declare its functional variant '{op.name.base}', returning the new "
+               f"'{op.schema.positional[0].name}' as a Tensor[], with derivatives (this op then "
                "differentiates through it)")
     elif op.name.inplace and op.schema.positional and op.schema.positional[0].is_write:
         # Named in-place, but not shaped so (`f_(Tensor(a!) self) -> ()`): no functional route.
@@ -1486,7 +1509,10 @@ def saves_self(functional: Op) -> bool:
     clones it before the copy overwrites it)."""
     d = functional.derivatives
     first = functional.schema.positional[0].name
-    return not isinstance(d, F.Derivatives) or first in F.saved(d, functional.schema).tensors
+    if not isinstance(d, F.Derivatives):
+        return True
+    saved = F.saved(d, functional.schema)
+    return first in saved.tensors or first in saved.tensor_lists
 
 
 def _bump(name: str, t) -> str:
@@ -1527,7 +1553,22 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "bumps": [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
                   if is_tensor_like(a.type)],
     }
-    if kind == "inplace":
+    if kind == "inplace_list":
+        assert functional is not None
+        self_ = cname[schema.positional[0].name]
+        # The copies would overwrite what the functional variant's backward saved of `self`.
+        clone = (f"[&] {{ std::vector<at::Tensor> opgen_v; opgen_v.reserve({self_}.size()); "
+                 f"for (const at::Tensor& opgen_t : {self_}) "
+                 "{ opgen_v.push_back(opgen_t.clone()); } return opgen_v; }()")
+        ctx.update(
+            self=self_,
+            doc=f"Under autograd: {functional.name}, which has the derivatives, copied into "
+                f"each tensor of {schema.positional[0].name}",
+            functional=handle_name(functional),
+            functional_args=", ".join(
+                clone if a.name == schema.positional[0].name and saves_self(functional)
+                else cname[a.name] for a in schema.arguments))
+    elif kind == "inplace":
         assert functional is not None
         self_ = cname[schema.positional[0].name]
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
@@ -1562,7 +1603,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
         # The library ops formulas call, and the functional variants in-place ops run.
         throughs = [through_functional(lib, op) for op in mutating]
         for target in [t for p in plans for t in p.calls] + [
-                t[1] for t in throughs if t is not None and t[0] == "inplace"]:
+                t[1] for t in throughs if t is not None and t[0] != "out"]:
             called.setdefault(handle_name(target), target)
         handles = [{"name": name, "qualname": f"{t.namespace}::{t.name.name}",
                     "overload": t.name.overload or "",

@@ -189,6 +189,44 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     _inplace_or_view(m, op, api, sec)
 
 
+def list_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """The Autograd kernel of an in-place op on a Tensor list (`_foreach_mul_(Tensor(a!)[] self,
+    Scalar scalar) -> ()`) beside a differentiable functional variant, where it is not C++: the
+    variant, copied into each tensor of `self`, as torchgen differentiates aten's foreach ops.
+    Without it, the op raised that it has no derivatives."""
+    through = through_functional(m.lib, op)
+    if through is None or through[0] != "inplace_list" or mutating_in_cpp(m.lib, op):
+        return
+    functional = through[1]
+    schema = op.schema
+    self_ = schema.positional[0].name
+    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    r = m.reach(op)
+    taken = {a.name for a in schema.arguments}
+    result = reserved.fresh("result", taken)
+    t, new = reserved.fresh("t", taken), reserved.fresh("new", taken)
+    # The functional op's backward may read `self`, which the copies then overwrite.
+    call = _functional_call(r, op, functional,
+                            f"[{t}.clone() for {t} in {self_}]" if saves_self(functional)
+                            else None)
+    m.helpers.add("has_tangent")
+    body = [f"if ({r.torch}._C.is_grad_enabled() and "
+            f"{r.torch}._C._any_requires_grad({', '.join(tensors)})) or "
+            f"{r._has_tangent}({', '.join(tensors)}):",
+            f"    {result} = {call}",
+            f"    for {t}, {new} in {r.zip}({self_}, {result}, strict=True):",
+            f"        {t}.copy_({new})",
+            "    return",
+            *_below_then_bump(m, r, op, f"{r._ops}.{op_attr(op)}"
+                              f"({', '.join(P.call_arguments(schema))})", taken)]
+    name = m.define(f"_{api}_autograd")
+    doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into each "
+           f"tensor of {self_}; below autograd when no gradient is recorded.")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _inplace_or_view(m, op, api, sec)
+
+
 def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """An out= op's Autograd kernel: aten's error when a gradient would be recorded. Without it,
     torch's autograd fallback returned `out` detached from a differentiable input, and the
