@@ -904,3 +904,29 @@ def test_formulas_read_non_tensor_outputs(tmp_path, monkeypatch):
         assert checked == 4
     finally:
         lib.close()
+
+
+@pytest.mark.parametrize("schema, how", [
+    # PyTorch's optimizers write several lists: no functional route to point at.
+    ("_fused_sgd_(Tensor(a!)[] self, Tensor(b!)[] grads, *, float lr) -> ()",
+     "call instead an op that returns what this one writes and has derivatives (an op writing "
+     "to its arguments takes none)"),
+    ("_foreach_zero_(Tensor(a!)[] self) -> ()",
+     "declare its functional variant '_foreach_zero', returning the new 'self' as a Tensor[], "
+     "with derivatives (this op then differentiates through it)"),
+    ("fill_(Tensor(a!) self, float value) -> ()",
+     "return what it writes (`-> Tensor(a!)`), so that it differentiates through its "
+     "functional variant 'fill' once that has derivatives"),
+])
+def test_no_gradient_message_of_a_list_writer_says_what_would_differentiate_it(schema, how):
+    """A mutated Tensor list returned (`-> Tensor(a!)[]`) is what torch.compile cannot
+    functionalize, so an op writing lists is not told to return what it writes, as `fill_` is:
+    an in-place foreach op differentiates through `f(Tensor[] self) -> Tensor[]` once that has
+    derivatives, and an optimizer writing several lists through no variant."""
+    from codegen.dest.cpp_autograd import no_gradient_message
+    from codegen.model import Op
+    from codegen.parse import parse_schema
+
+    op = Op(schema=parse_schema(f"ns::{schema}"), loc=None)
+    message = no_gradient_message(op)
+    assert message.endswith(f"to differentiate it, {how}"), message

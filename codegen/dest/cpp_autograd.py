@@ -1435,8 +1435,10 @@ def no_gradient_message(op: Op) -> str:
         how = (f"declare its functional variant '{op.name.base}', returning the new "
                f"'{op.schema.positional[0].name}' as a Tensor[], with derivatives (this op then "
                "differentiates through it)")
-    elif op.name.inplace and op.schema.positional and op.schema.positional[0].is_write:
+    elif op.name.inplace and op.schema.positional and op.schema.positional[0].is_write and \
+            without_alias(op.schema.positional[0].type) == BaseType(BaseTy.Tensor):
         # Named in-place, but not shaped so (`f_(Tensor(a!) self) -> ()`): no functional route.
+        # (A written Tensor list returned would not be functionalizable.)
         how = (f"return what it writes (`-> Tensor(a!)`), so that it differentiates through its "
                f"functional variant '{op.name.base}' once that has derivatives")
     else:
