@@ -17,6 +17,7 @@ from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_g
                                        refuses_gradient, saves_self, through_functional)
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
+from codegen.layout import locate as locate_in_func
 from codegen.model import ListType, Op, OptionalType, is_tensor_like, without_alias
 from codegen.tags import FUNCTIONALIZING_TAGS, copies_back, functional_variant
 
@@ -53,6 +54,18 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             "torch functionalizes no custom op whose output aliases an input",
             "return a new Tensor (drop the alias annotation and copy), or make the op "
             "CompositeImplicitAutograd over torch's own view ops",
+            name="not-functionalizable", suppress=op.suppress)
+        return
+    if kind == T.NESTED_WRITE:
+        arg = T.nested_write(op)
+        assert arg is not None
+        span = arg.type_span or arg.span
+        m.diags.warning(
+            locate_in_func(op, span) if span is not None else op.loc,
+            f"{op.name} writes to '{arg.name}' ('{arg.type}'), Tensors inside a nested list, "
+            "so torch.compile and torch.export cannot functionalize it (torch "
+            "auto-functionalizes written Tensor, Tensor?, Tensor[] and Tensor?[] arguments "
+            "only)", "pass each list it writes as an argument of its own (`Tensor(a!)[] out`)",
             name="not-functionalizable", suppress=op.suppress)
         return
     if kind == T.OTHER_RETURN:
