@@ -904,6 +904,46 @@ def test_cpp_ops_writing_arguments_without_derivatives_refuse_gradients(tmp_path
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+NESTED_KERNELS = """\
+#include <ATen/ATen.h>
+#include <nestgrad/ops.h>
+
+namespace nestgrad {
+
+void scale_lists_cpu(at::Tensor& noop_flag, const std::vector<std::vector<at::Tensor>>& lists,
+                     double s) {
+  at::NoGradGuard no_grad;  // a kernel autograd sees nothing of
+  for (size_t i = 0; i < lists[0].size(); ++i) lists[1][i].copy_(lists[0][i] * s);
+}
+
+}  // namespace nestgrad
+"""
+
+
+@pytest.mark.e2e
+def test_cpp_writes_inside_a_tensor_list_of_lists_are_seen_by_autograd(tmp_path: Path) -> None:
+    """apex's `Tensor(b!)[][] tensor_lists`: the C++ Autograd and ADInplaceOrView kernels
+    refuse a written Tensor that requires grad and bump each one's version, as the Python path
+    does (tests/test_py_autograd.py). Before, they saw Tensor, Tensor? and Tensor[] only."""
+    from tests import scratch
+    from tests.test_py_autograd import NESTED_OPS
+
+    ops = textwrap.dedent(NESTED_OPS).replace('"nest_kernels:scale_lists"', "scale_lists_cpu") \
+        .replace("CompositeExplicitAutograd", "CPU")
+    root = scratch.make_root(tmp_path, {"ops.yaml": ops},
+                             {"nestgrad/kernels.cpp": NESTED_KERNELS})
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (root / "generated" / "cpp" / "nestgrad" / "autograd.cpp").read_text()
+    assert "opgen_flatten(lists)" in text
+    proc = scratch.python(root, "import torch, runtime\n"
+                                "from tests.test_py_autograd import check_nested_writes\n"
+                                "check_nested_writes(torch.ops.nestgrad.scale_lists)\n"
+                                "print('ok')\n")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("schema,words", [
     ("ex::norm(Tensor! result, Tensor input) -> ()", "writes to 'result' and"),
     ("ex::norm(Tensor! result, Tensor input, Tensor(b!)? residual) -> ()",

@@ -930,3 +930,64 @@ def test_no_gradient_message_of_a_list_writer_says_what_would_differentiate_it(s
     op = Op(schema=parse_schema(f"ns::{schema}"), loc=None)
     message = no_gradient_message(op)
     assert message.endswith(f"to differentiate it, {how}"), message
+
+
+NESTED_KERNELS = """\
+    import torch
+
+    def scale_lists(noop_flag, lists, s):
+        with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+            for src, dst in zip(lists[0], lists[1]):
+                dst.copy_(src * s)
+    """
+NESTED_OPS = """\
+    namespace: nestgrad
+    suppress: [not-functionalizable]
+    ops:
+      # The dispatcher sees no Tensor inside a Tensor[][]: its keys come from noop_flag.
+      - func: scale_lists(Tensor(a!) noop_flag, Tensor(b!)[][] lists, float s) -> ()
+        dispatch: {CompositeExplicitAutograd: "nest_kernels:scale_lists"}
+    """
+
+
+def check_nested_writes(scale_lists) -> None:
+    """What tests/test_py_autograd.py and tests/test_cpp_autograd.py both check of an op writing
+    the Tensors of a `Tensor(a!)[][]` (apex's amp_multi_tensor_scale)."""
+    import torch
+
+    a = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "scale_lists writes to 'noop_flag', 'lists' and has no derivatives, but an argument "
+            "requires grad")):
+        scale_lists(torch.zeros(1), [[torch.randn(3)], [a * 1.0]], 2.0)
+    dst = a * 1.0
+    saved = dst * dst       # mul saves dst
+    with torch.no_grad():
+        scale_lists(torch.zeros(1), [[torch.ones(3)], [dst]], 2.0)
+    assert dst.tolist() == [2.0] * 3
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+    x = torch.zeros(3)
+    for mode in (torch.no_grad, torch.inference_mode):
+        before = x._version
+        with mode():
+            scale_lists(torch.zeros(1), [[torch.ones(3)], [x]], 3.0)
+        assert x._version == before + 1, mode
+    with torch.inference_mode():
+        frozen = torch.zeros(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside"):
+        scale_lists(torch.zeros(1), [[torch.ones(3)], [frozen]], 3.0)
+
+
+def test_writes_inside_a_tensor_list_of_lists_are_seen_by_autograd(tmp_path, monkeypatch):
+    """The Tensors an op writes inside a `Tensor(a!)[][]` are written as any other: an argument
+    requiring grad is refused, and each written Tensor's version is bumped (a backward that
+    saved one raises). Before, the generated kernels looked at Tensor, Tensor? and Tensor[]
+    arguments only: the write went unseen and the gradient was silently wrong."""
+    import torch
+
+    lib = _python_library(tmp_path, monkeypatch, "nest_kernels", NESTED_KERNELS, NESTED_OPS)
+    try:
+        check_nested_writes(torch.ops.nestgrad.scale_lists)
+    finally:
+        lib.close()

@@ -67,7 +67,8 @@ from codegen.layout import (cached_signature, check_formulas, constant_reads, fi
                             impl_name, library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
-                           PyRef, annotation_of, is_tensor_like, strip_optional, without_alias)
+                           PyRef, annotation_of, is_tensor_like, is_tensor_list_list,
+                           strip_optional, without_alias)
 from codegen.tags import copies_back, functional_variant, shape_tag
 
 # Value kinds of translated expressions.
@@ -1361,7 +1362,8 @@ def kernel_context(p: Plan) -> dict:
 # autograd fallback ran the kernel and recorded nothing: the gradient skipped the op, or was
 # silently zero (torch.func.grad), or the written tensor kept its old history. With no gradient
 # to record, all of them call the op below autograd and bump the mutated tensors' versions (what
-# aten's ADInplaceOrView kernels do). They are C++ here where the op's namespace builds a
+# aten's ADInplaceOrView kernels do). The Tensors of a written `Tensor(a!)[][]` (apex's
+# `tensor_lists`) count as written, flattened into one list (`opgen_flatten`). They are C++ here where the op's namespace builds a
 # full-ABI library; else Python (codegen.dest.py_functionalize), which costs a Python call on
 # every call.
 
@@ -1409,7 +1411,8 @@ def refuses_gradient(lib: OpLibrary, op: Op) -> bool:
     raises when an argument requires grad (Note [Autograd of mutating ops]). A composite op is
     differentiated through its decomposition; one without kernels has nothing to guard."""
     keys = {k for k, _ in op.dispatch}
-    return (any(is_tensor_like(a.type) for a in op.schema.mutable_arguments) and bool(keys)
+    return (any(is_tensor_like(a.type) or is_tensor_list_list(a.type)
+                for a in op.schema.mutable_arguments) and bool(keys)
             and DispatchKey.CompositeImplicitAutograd not in keys
             and through_functional(lib, op) is None)
 
@@ -1453,7 +1456,8 @@ def no_gradient_message(op: Op) -> str:
 def _written_words(op: Op) -> str:
     """The Tensors `op` writes to, for a message: those it may be given as None (`Tensor(a!)?`)
     said to be written where given, since a call may pass None for them."""
-    written = [a for a in op.schema.mutable_arguments if is_tensor_like(a.type)]
+    written = [a for a in op.schema.mutable_arguments
+               if is_tensor_like(a.type) or is_tensor_list_list(a.type)]
     always = ", ".join(f"'{a.name}'" for a in written if not isinstance(a.type, OptionalType))
     maybe = ", ".join(f"'{a.name}'" for a in written if isinstance(a.type, OptionalType))
     if not maybe:
@@ -1538,8 +1542,21 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
     assert not isinstance(sig, cpp.Unsupported)
     cname = {b.argument.name: b.name for b in sig.arguments}
     schema = op.schema
+    # Tensors in a list of lists (apex's `Tensor(b!)[][] tensor_lists`), flattened to one list
+    # for the requires-grad and tangent tests and the version bumps.
+    flat = {a.name: f"opgen_flat_{cname[a.name]}" for a in schema.arguments
+            if is_tensor_list_list(a.type)}
+    tensors = [flat.get(a.name, cname[a.name]) for a in schema.arguments
+               if is_tensor_like(a.type) or a.name in flat]
+    bumps = [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
+             if is_tensor_like(a.type)]
+    bumps += [_bump(flat[a.name], ListType(BaseType(BaseTy.Tensor), None))
+              for a in schema.mutable_arguments if a.name in flat]
+    fw = " || ".join(filter(None, [_tangent_test(schema, cname), *(
+        f"torch::autograd::isFwGradDefinedTensorList({f})" for f in flat.values())]))
     ctx = {
         "kind": kind,
+        "flatten": [{"name": f, "arg": cname[a]} for a, f in flat.items()],
         "schema": str(schema),
         "qualname": f"{op.namespace}::{op.name.name}",
         "overload": op.name.overload or "",
@@ -1550,10 +1567,9 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "function_type": sig.function_type(),
         "params": ", ".join(b.decl() for b in sig.arguments),
         "args": ", ".join(b.name for b in sig.arguments),
-        "tensors": ", ".join(cname[a.name] for a in schema.arguments if is_tensor_like(a.type)),
-        "fw": _tangent_test(schema, cname),
-        "bumps": [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
-                  if is_tensor_like(a.type)],
+        "tensors": ", ".join(tensors),
+        "fw": fw,
+        "bumps": bumps,
     }
     if kind == "inplace_list":
         assert functional is not None

@@ -18,7 +18,8 @@ from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_g
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
 from codegen.layout import locate as locate_in_func
-from codegen.model import ListType, Op, OptionalType, is_tensor_like, without_alias
+from codegen.model import (ListType, Op, OptionalType, is_tensor_like, is_tensor_list_list,
+                           without_alias)
 from codegen.tags import FUNCTIONALIZING_TAGS, copies_back, functional_variant
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     in-place op were silently wrong (eager, and under torch.compile)."""
     schema = op.schema
     self_ = schema.positional[0].name
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     # The functional op's backward may read `self`, which the copy then overwrites: it gets a
     # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
     r = m.reach(op)
@@ -213,7 +214,7 @@ def list_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     functional = through[1]
     schema = op.schema
     self_ = schema.positional[0].name
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     r = m.reach(op)
     taken = {a.name for a in schema.arguments}
     result = reserved.fresh("result", taken)
@@ -263,7 +264,7 @@ def not_implemented(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     if not not_differentiable_in_python(m.lib, op):
         return
     schema = op.schema
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     r = m.reach(op)
     result = reserved.fresh("result", {a.name for a in schema.arguments})
     call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
@@ -286,7 +287,7 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """An Autograd kernel raising no_gradient_message when grad mode is on and an argument
     requires grad; else the op below autograd, the written tensors' versions bumped."""
     schema = op.schema
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     r = m.reach(op)
     call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
     m.helpers.add("has_tangent")
@@ -340,11 +341,23 @@ def _bump(m: ModuleScope, r: Reach, op: Op) -> str:
     return f"{r._bump}({q(str(op.name))}, {_written(op)})"
 
 
+def _tensor_args(schema) -> list[str]:
+    """The Tensor arguments of `schema` as the requires-grad and tangent tests take them: a
+    Tensor list of lists (`Tensor[][]`) spread into its lists."""
+    return [a.name if is_tensor_like(a.type) else f"*{a.name}" for a in schema.arguments
+            if is_tensor_like(a.type) or is_tensor_list_list(a.type)]
+
+
 def _written(op: Op) -> str:
     """The list of the Tensors `op` writes to, for increment_version (None: nothing written)."""
     parts: list[str] = []
     optional = False
     for a in op.schema.mutable_arguments:
+        if is_tensor_list_list(a.type):
+            names = {b.name for b in op.schema.arguments}
+            inner, t = reserved.fresh("inner", names), reserved.fresh("t", names)
+            parts.append(f"*({t} for {inner} in {a.name} for {t} in {inner})")
+            continue
         if not is_tensor_like(a.type):
             continue
         parts.append(f"*{a.name}" if isinstance(a.type, ListType) else a.name)
