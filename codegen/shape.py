@@ -1310,12 +1310,13 @@ class _Checker:
         return self.fixed_bool(self.expr(node), node)
 
     @contextmanager
-    def narrowed(self, cond: Expr, holds: bool) -> Iterator[None]:
+    def narrowed(self, cond: Expr, holds: bool, branch: bool = False) -> Iterator[None]:
         """Optional arguments known not None where `cond` is `holds`, as Python's type checkers
         narrow them. A SymBool on the left of `and`/`or` does not short-circuit (both sides
-        are evaluated, py_fake), so it narrows nothing there."""
+        are evaluated, py_fake), so it narrows nothing there. In a `branch` of `a if cond else
+        b`, `cond` was evaluated whole (and compares no sizes but fixed ints: `k > 2`)."""
         saved = self.given
-        if not compares_sizes(cond):
+        if branch or not compares_sizes(cond):
             self.given = saved | _not_none(cond, holds)
         try:
             yield
@@ -1407,9 +1408,9 @@ class _Checker:
 
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
-        with self.narrowed(cond, True):
+        with self.narrowed(cond, True, branch=True):
             then = self.expr(node.then)
-        with self.narrowed(cond, False):
+        with self.narrowed(cond, False, branch=True):
             orelse = self.expr(node.orelse)
         if then.ty != orelse.ty and T.NONE not in (then.ty.base, orelse.ty.base):
             raise self.error(node.span, f"the branches of 'if' differ: {describe(then)} and "
@@ -1971,9 +1972,9 @@ class _Checker:
             # Each branch is a list of outputs (FBGEMM's `[values, lengths, weights] if
             # weights is not None else [values, lengths]`), not a shape.
             cond = self.condition(item.cond)
-            with self.narrowed(cond, True):
+            with self.narrowed(cond, True, branch=True):
                 then = self.list_output(item.then, what)
-            with self.narrowed(cond, False):
+            with self.narrowed(cond, False, branch=True):
                 orelse = self.list_output(item.orelse, what)
             return Cond(cond, then, orelse)
         if isinstance(item, _List):

@@ -217,7 +217,7 @@ ops:
   - func: flags(Tensor src, bool? per_row, str? mode, int? k, ScalarType? dtype) -> Tensor
     dispatch: {CPU: flags_cpu}
     fake: |
-      empty([src.size(0)]) if per_row is not None and per_row else (like(src) if mode is not None and mode == "same" else (empty([3]) if k is not None and k > 2 else (empty([1], dtype=dtype) if dtype is not None and dtype == float64 else empty([2]))))
+      empty([src.size(0)]) if per_row is not None and per_row else (like(src) if mode is not None and mode == "same" else (empty([k]) if k is not None and k > 2 else (empty([1], dtype=dtype) if dtype is not None and dtype == float64 else empty([2]))))
     samples:
       - {src: {shape: [N=3, 2]}, per_row: true, mode: null, k: null, dtype: null}
       - {src: {shape: [N=3, 2]}, per_row: false, mode: same, k: null, dtype: null}
@@ -234,7 +234,7 @@ at::Tensor flags_cpu(const at::Tensor& src, std::optional<bool> per_row,
                      std::optional<at::ScalarType> dtype) {
   if (per_row.value_or(false)) return at::ones({src.size(0)}, src.options());
   if (mode.has_value() && *mode == "same") return at::ones_like(src);
-  if (k.has_value() && *k > 2) return at::ones({3}, src.options());
+  if (k.has_value() && *k > 2) return at::ones({*k}, src.options());
   if (dtype == at::kDouble) return at::ones({1}, src.options().dtype(at::kDouble));
   return at::ones({2}, src.options());
 }
@@ -322,7 +322,7 @@ def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     assert "(*out)" in body and "c10::SymInt(*n)" in body and "c10::fromIntArrayRefSlow(*shape)" in body
     flags = "\n".join(cpp_meta.translate(ops["narrowfull::flags"])[0].body)
     assert "(*per_row)" in flags and '((*mode) == "same")' in flags and "((*k) > int64_t{2})" in flags
-    assert "((*dtype) == at::ScalarType::Double)" in flags
+    assert "((*dtype) == at::ScalarType::Double)" in flags and "c10::SymInt(*k)" in flags
     assert py_fake.uses_cpp_meta(ops["narrowstable::pick"])
     assert py_fake.uses_cpp_meta(ops["narrowstable::flags"])
     root = tmp_path / "root"

@@ -669,6 +669,9 @@ FLAGS = "ex::f(Tensor self, bool? per_tensor, str? mode, int? k, ScalarType? dty
     "empty([self.size(0)]) if per_tensor is None or per_tensor else empty([1])",
     "like(self) if mode is not None and mode == 'rows' else empty([1])",
     "like(self) if k is not None and k > 2 else empty([1])",
+    # the condition held whole: `k` is given in the branch, though `k > 2` compares ints
+    "empty([k]) if k is not None and k > 2 else empty([1])",
+    "empty([1]) if k is None or k < 2 else empty([k, k])",
     "like(self) if dtype is not None and dtype == float32 else empty([1])",
 ])
 def test_a_narrowed_optional_is_a_condition(rule):
