@@ -235,6 +235,11 @@ def is_tensor_like(t: Type) -> bool:
     return is_base(t, BaseTy.Tensor)
 
 
+def is_tensor_list_list(t: Type) -> bool:
+    """`Tensor[][]`: Tensors in a list of lists (apex's `tensor_lists`)."""
+    return without_alias(t) == ListType(ListType(BaseType(BaseTy.Tensor), None), None)
+
+
 def holds_dict(t: Type) -> bool:
     return any(isinstance(p, GenericType) and p.kind is Generic.Dict for p in iter_types(t))
 

@@ -102,7 +102,9 @@ Values
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
   between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
   `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), or
-  `x is None` / `x is not None` for an optional argument. Sizes are never compared: that would
+  `x is None` / `x is not None` for an optional argument. An optional `bool`, `str`, `int` or
+  `ScalarType` argument is one of these where a None test tells it is given (apex's
+  `per_tensor_python is not None and per_tensor_python`). Sizes are never compared: that would
   specialize them.
 - `x in (a, b, ...)` and `x not in [a, b, ...]`, a tuple or list written out: `x == a or x == b
   ...` and `x != a and x != b ...`, wherever those comparisons may stand
@@ -1268,9 +1270,9 @@ class _Checker:
             shown = node.written or node.op
             left = self.expr(node.left)
             right = self.expr(node.right)
-            if isinstance(left, Given):     # tested again inside a branch that knows
-                left = left.arg
             if node.op in ("is", "is not"):
+                if isinstance(left, Given):     # tested again inside a branch that knows
+                    left = left.arg
                 if right.ty.base is not T.NONE:
                     raise self.error(node.right.span, f"'{node.op}' only tests for None: "
                                      f"`x {node.op} None`")
@@ -1308,12 +1310,13 @@ class _Checker:
         return self.fixed_bool(self.expr(node), node)
 
     @contextmanager
-    def narrowed(self, cond: Expr, holds: bool) -> Iterator[None]:
+    def narrowed(self, cond: Expr, holds: bool, branch: bool = False) -> Iterator[None]:
         """Optional arguments known not None where `cond` is `holds`, as Python's type checkers
         narrow them. A SymBool on the left of `and`/`or` does not short-circuit (both sides
-        are evaluated, py_fake), so it narrows nothing there."""
+        are evaluated, py_fake), so it narrows nothing there. In a `branch` of `a if cond else
+        b`, `cond` was evaluated whole (and compares no sizes but fixed ints: `k > 2`)."""
         saved = self.given
-        if not compares_sizes(cond):
+        if branch or not compares_sizes(cond):
             self.given = saved | _not_none(cond, holds)
         try:
             yield
@@ -1334,8 +1337,8 @@ class _Checker:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
         if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
             return True     # a dtype, and so its itemsize, is never symbolic
-        if isinstance(e, Arg):
-            arg = self.schema.argument(e.name)
+        if isinstance(e, (Arg, Given)):     # an optional one where a test tells it is given
+            arg = self.schema.argument(e.name if isinstance(e, Arg) else e.arg.name)
             assert arg is not None
             base = strip_optional(arg.type)
             return not e.ty.optional and isinstance(base, BaseType) and base.name in (
@@ -1405,9 +1408,9 @@ class _Checker:
 
     def ifexp(self, node: _IfExp) -> Expr:
         cond = self.condition(node.cond)
-        with self.narrowed(cond, True):
+        with self.narrowed(cond, True, branch=True):
             then = self.expr(node.then)
-        with self.narrowed(cond, False):
+        with self.narrowed(cond, False, branch=True):
             orelse = self.expr(node.orelse)
         if then.ty != orelse.ty and T.NONE not in (then.ty.base, orelse.ty.base):
             raise self.error(node.span, f"the branches of 'if' differ: {describe(then)} and "
@@ -1969,9 +1972,9 @@ class _Checker:
             # Each branch is a list of outputs (FBGEMM's `[values, lengths, weights] if
             # weights is not None else [values, lengths]`), not a shape.
             cond = self.condition(item.cond)
-            with self.narrowed(cond, True):
+            with self.narrowed(cond, True, branch=True):
                 then = self.list_output(item.then, what)
-            with self.narrowed(cond, False):
+            with self.narrowed(cond, False, branch=True):
                 orelse = self.list_output(item.orelse, what)
             return Cond(cond, then, orelse)
         if isinstance(item, _List):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from codegen.model import (Argument, BaseTy, BaseType, DispatchKey, Op, OpLibrary,
-                           is_tensor_like, without_alias)
+                           is_tensor_like, iter_types, without_alias)
 from codegen.shape import FakeRule, mutated_returns
 
 TAGS: frozenset[str] = frozenset({
@@ -198,6 +198,15 @@ STABLE_TAG = "stable-tag"       # its `inplace`/`out` tag cannot be registered (
 NEW_VALUES = "new-values"       # returns what it mutates and new values
 NO_COPY_BACK = "no-copy-back"   # has a functional variant, but mutates a list or an optional
 NO_VARIANT = "no-variant"       # returns what it mutates, neither in-place nor out=, no variant
+NESTED_WRITE = "nested-write"   # writes Tensors held deeper than a list (apex's Tensor(a!)[][])
+
+
+def nested_write(op: Op) -> Argument | None:
+    """The first argument `op` writes that holds Tensors deeper than a Tensor list
+    (`Tensor(a!)[][]`): auto_functionalize takes written Tensor, Tensor?, Tensor[] and Tensor?[]
+    only, so torch's FunctionalTensorMode refuses the op."""
+    return next((a for a in op.schema.mutable_arguments if not is_tensor_like(a.type) and any(
+        t == BaseType(BaseTy.Tensor) for t in iter_types(without_alias(a.type)))), None)
 
 
 def only_decomposes(op: Op) -> bool:
@@ -217,6 +226,8 @@ def unfunctionalizable(op: Op, overloads: Iterable[Op]) -> str | None:
         # torch functionalizes aten's views with their view_copy and inverse; a custom op has
         # neither, so FunctionalTensorMode refuses it.
         return VIEW if any(r.annotation is not None for r in schema.returns) else None
+    if nested_write(op) is not None:
+        return NESTED_WRITE
     returns = mutated_returns(schema)
     if not any(isinstance(r, str) for r in returns):
         # auto_functionalize takes ops that return nothing or new Tensors only.

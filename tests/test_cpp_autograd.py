@@ -452,6 +452,117 @@ def test_keywords_and_symints_take_the_cpp_path_and_differentiate(tmp_path: Path
 
 
 
+
+FOREACH_OPS = """\
+namespace: fecpp
+ops:
+  - func: _foreach_mul.Scalar(Tensor[] self, Scalar scalar) -> Tensor[]
+    dispatch: {CPU: mul_cpu}
+    fake: "[like(t) for t in self]"
+    derivatives:
+      self: "[g * scalar for g in grad]"
+  - func: _foreach_mul_.Scalar(Tensor(a!)[] self, Scalar scalar) -> ()
+    dispatch: {CPU: mul_cpu_}
+  - func: _foreach_addcmul.Scalar(Tensor[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> Tensor[]
+    dispatch: {CPU: addcmul_cpu}
+    fake: "[like(t) for t in self]"
+    derivatives:
+      self: "[g * 1 + 0 * s for g, s in zip(grad, self)]"
+      tensor1: "[g * t2 * value for g, t2 in zip(grad, tensor2)]"
+      tensor2: "[g * t1 * value for g, t1 in zip(grad, tensor1)]"
+  - func: _foreach_addcmul_.Scalar(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> ()
+    dispatch: {CPU: addcmul_cpu_}
+"""
+FOREACH_KERNELS = """\
+#include <ATen/ATen.h>
+#include <fecpp/ops.h>
+
+namespace fecpp {
+
+std::vector<at::Tensor> mul_cpu(at::TensorList self, const at::Scalar& scalar) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : self) out.push_back(t * scalar);
+  return out;
+}
+void mul_cpu_(at::TensorList self, const at::Scalar& scalar) {
+  for (const at::Tensor& t : self) t.mul_(scalar);
+}
+std::vector<at::Tensor> addcmul_cpu(at::TensorList self, at::TensorList tensor1,
+                                    at::TensorList tensor2, const at::Scalar& value) {
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < self.size(); ++i) out.push_back(self[i].addcmul(tensor1[i], tensor2[i], value));
+  return out;
+}
+void addcmul_cpu_(at::TensorList self, at::TensorList tensor1, at::TensorList tensor2,
+                  const at::Scalar& value) {
+  for (size_t i = 0; i < self.size(); ++i) self[i].addcmul_(tensor1[i], tensor2[i], value);
+}
+
+}  // namespace fecpp
+"""
+FOREACH_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+
+for name in ("fecpp::_foreach_mul_.Scalar", "fecpp::_foreach_addcmul_.Scalar"):
+    autograd = [line for line in torch._C._dispatch_dump(name).splitlines()
+                if line.startswith("Autograd")]
+    assert len(autograd) == 1 and "cpp/fecpp/autograd.cpp" in autograd[0], autograd
+ops = torch.ops.fecpp
+
+def step(mul_, addcmul_, a, b, c):
+    xs = [a * 1.0, b * 1.0]
+    mul_(xs, 3.0)
+    addcmul_(xs, [c, c], [a, b], 0.5)
+    return (xs[0] * xs[1]).sum()
+
+mine = (ops._foreach_mul_.Scalar, ops._foreach_addcmul_.Scalar)
+aten = (torch._foreach_mul_, torch._foreach_addcmul_)
+args = [torch.randn(4, dtype=torch.double, requires_grad=True) for _ in range(3)]
+expected = torch.autograd.grad(step(*aten, *args), args)
+torch.testing.assert_close(torch.autograd.grad(step(*mine, *args), args), expected)
+compiled = torch.compile(lambda *a: step(*mine, *a), backend="aot_eager", fullgraph=True)
+torch.testing.assert_close(torch.autograd.grad(compiled(*args), args), expected)
+torch.testing.assert_close(
+    torch.func.grad(lambda a: step(*mine, a, *args[1:]))(args[0].detach()), expected[0])
+assert torch.autograd.gradcheck(lambda *a: step(*mine, *a), args)
+try:
+    ops._foreach_mul_.Scalar([args[0]], 2.0)
+    raise AssertionError("an in-place write to a leaf that requires grad")
+except RuntimeError as e:
+    assert "a leaf Variable that requires grad" in str(e), e
+y = torch.ones(3)
+before = y._version
+ops._foreach_mul_.Scalar([y], 2.0)
+assert y.tolist() == [2.0] * 3 and y._version == before + 1
+print("ok")
+"""
+
+
+@pytest.mark.e2e
+def test_inplace_list_ops_differentiate_through_their_functional_variant(tmp_path: Path) -> None:
+    """aten's foreach pattern, `_foreach_mul_(Tensor(a!)[] self, Scalar scalar) -> ()` beside
+    `_foreach_mul(Tensor[] self, Scalar scalar) -> Tensor[]` with derivatives: the in-place op's
+    C++ Autograd kernel runs the functional op and copies into each tensor of `self` (a clone
+    of `self` goes to the functional op when its formulas read it), giving aten's gradients
+    eagerly, compiled and under torch.func.grad. Before, it raised that it has no derivatives."""
+    from tests import scratch
+
+    root = scratch.make_root(tmp_path, {"ops.yaml": FOREACH_OPS},
+                             {"fecpp/kernels.cpp": FOREACH_KERNELS})
+    lib = load_library([str(root / "schemas" / "ops.yaml")])
+    ops = {str(op.name): op for op in lib.ops}
+    assert cpp_autograd.through_functional(lib, ops["fecpp::_foreach_mul_.Scalar"]) == \
+        ("inplace_list", ops["fecpp::_foreach_mul.Scalar"])
+    assert cpp_autograd.mutating_in_cpp(lib, ops["fecpp::_foreach_addcmul_.Scalar"])
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (root / "generated" / "cpp" / "fecpp" / "autograd.cpp").read_text()
+    assert "opgen_v.push_back(opgen_t.clone())" in text     # addcmul's formulas read self
+    proc = scratch.python(root, FOREACH_CHECK)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
 # Arguments and bindings named like what the generated C++ uses: namespaces (`at`, `std`, `c10`,
 # `torch`), apply's parameter and locals (`grads`, `grad_inputs`, `lock`), the Node members it calls
 # (`task_should_compute_output`, `input_metadata`, `getptr`), `size_t`, and the node's own members
@@ -790,6 +901,46 @@ def test_cpp_ops_writing_arguments_without_derivatives_refuse_gradients(tmp_path
     proc = scratch.python(root, "import torch, runtime\n"
                                 "from tests.test_py_autograd import check_no_gradient\n"
                                 "check_no_gradient(torch.ops.nograd)\nprint('ok')\n")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+NESTED_KERNELS = """\
+#include <ATen/ATen.h>
+#include <nestgrad/ops.h>
+
+namespace nestgrad {
+
+void scale_lists_cpu(at::Tensor& noop_flag, const std::vector<std::vector<at::Tensor>>& lists,
+                     double s) {
+  at::NoGradGuard no_grad;  // a kernel autograd sees nothing of
+  for (size_t i = 0; i < lists[0].size(); ++i) lists[1][i].copy_(lists[0][i] * s);
+}
+
+}  // namespace nestgrad
+"""
+
+
+@pytest.mark.e2e
+def test_cpp_writes_inside_a_tensor_list_of_lists_are_seen_by_autograd(tmp_path: Path) -> None:
+    """apex's `Tensor(b!)[][] tensor_lists`: the C++ Autograd and ADInplaceOrView kernels
+    refuse a written Tensor that requires grad and bump each one's version, as the Python path
+    does (tests/test_py_autograd.py). Before, they saw Tensor, Tensor? and Tensor[] only."""
+    from tests import scratch
+    from tests.test_py_autograd import NESTED_OPS
+
+    ops = textwrap.dedent(NESTED_OPS).replace('"nest_kernels:scale_lists"', "scale_lists_cpu") \
+        .replace("CompositeExplicitAutograd", "CPU")
+    root = scratch.make_root(tmp_path, {"ops.yaml": ops},
+                             {"nestgrad/kernels.cpp": NESTED_KERNELS})
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (root / "generated" / "cpp" / "nestgrad" / "autograd.cpp").read_text()
+    assert "opgen_flatten(lists)" in text
+    proc = scratch.python(root, "import torch, runtime\n"
+                                "from tests.test_py_autograd import check_nested_writes\n"
+                                "check_nested_writes(torch.ops.nestgrad.scale_lists)\n"
+                                "print('ok')\n")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 

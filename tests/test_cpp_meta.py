@@ -214,11 +214,30 @@ ops:
       - {src: {shape: [N=3, M=2]}, out: null, n: null, s: K=4, shape: null}
       - {src: {shape: [N=3, M=2]}, out: null, n: null, s: null, shape: [2, 6]}
       - {src: {shape: [N=3, M=2]}, out: null, n: null, s: null, shape: null}
+  - func: flags(Tensor src, bool? per_row, str? mode, int? k, ScalarType? dtype) -> Tensor
+    dispatch: {CPU: flags_cpu}
+    fake: |
+      empty([src.size(0)]) if per_row is not None and per_row else (like(src) if mode is not None and mode == "same" else (empty([k]) if k is not None and k > 2 else (empty([1], dtype=dtype) if dtype is not None and dtype == float64 else empty([2]))))
+    samples:
+      - {src: {shape: [N=3, 2]}, per_row: true, mode: null, k: null, dtype: null}
+      - {src: {shape: [N=3, 2]}, per_row: false, mode: same, k: null, dtype: null}
+      - {src: {shape: [N=3, 2]}, per_row: null, mode: other, k: 4, dtype: null}
+      - {src: {shape: [N=3, 2]}, per_row: null, mode: null, k: 1, dtype: float64}
+      - {src: {shape: [N=3, 2]}, per_row: null, mode: null, k: null, dtype: null}
 """
 NARROW_FULL_CPP = """\
 #include <ATen/ATen.h>
 #include <narrowfull/narrow_full.h>
 namespace narrowfull {
+at::Tensor flags_cpu(const at::Tensor& src, std::optional<bool> per_row,
+                     std::optional<c10::string_view> mode, std::optional<int64_t> k,
+                     std::optional<at::ScalarType> dtype) {
+  if (per_row.value_or(false)) return at::ones({src.size(0)}, src.options());
+  if (mode.has_value() && *mode == "same") return at::ones_like(src);
+  if (k.has_value() && *k > 2) return at::ones({*k}, src.options());
+  if (dtype == at::kDouble) return at::ones({1}, src.options().dtype(at::kDouble));
+  return at::ones({2}, src.options());
+}
 at::Tensor pick_cpu(const at::Tensor& src, const std::optional<at::Tensor>& out,
                     std::optional<int64_t> n, std::optional<c10::SymInt> s, at::OptionalIntArrayRef shape) {
   if (out.has_value()) return at::ones_like(*out);
@@ -240,11 +259,26 @@ ops:
     samples:
       - {src: {shape: [N=3, 2]}, out: {shape: [K=4, 5]}}
       - {src: {shape: [N=3, 2]}, out: null}
+  - func: flags(Tensor src, bool? per_row, str? mode) -> Tensor
+    dispatch: {CPU: flags_cpu}
+    fake: |
+      like(src, dtype=float64) if per_row is not None and per_row else (like(src) if mode is not None and mode == "same" else like(src, dtype=int64))
+    samples:
+      - {src: {shape: [N=3, 2]}, per_row: true, mode: null}
+      - {src: {shape: [N=3, 2]}, per_row: false, mode: same}
+      - {src: {shape: [N=3, 2]}, per_row: null, mode: other}
 """
 NARROW_STABLE_CPP = """\
 #include <narrowstable/narrow_stable.h>
 #include <torch/csrc/stable/ops.h>
 namespace narrowstable {
+torch::stable::Tensor flags_cpu(const torch::stable::Tensor& src, std::optional<bool> per_row,
+                                const std::optional<std::string>& mode) {
+  auto ones = torch::stable::fill_(torch::stable::empty_like(src), 1.0);
+  if (per_row.value_or(false)) return torch::stable::to(ones, torch::headeronly::ScalarType::Double);
+  if (mode.has_value() && *mode == "same") return ones;
+  return torch::stable::to(ones, torch::headeronly::ScalarType::Long);
+}
 torch::stable::Tensor pick_cpu(const torch::stable::Tensor& src,
                                const std::optional<torch::stable::Tensor>& out) {
   auto r = torch::stable::empty_like(out.has_value() ? *out : src);
@@ -260,9 +294,9 @@ for c in cases:
     testing.check_opcheck(c)
     testing.check_compile(c, backend="aot_eager")
 for ns in ("narrowfull", "narrowstable"):
-    op = getattr(torch.ops, ns).pick.default
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"), ns
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+    for op in (getattr(torch.ops, ns).pick.default, getattr(torch.ops, ns).flags.default):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "Meta"), op
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
 try:
     with torch._subclasses.fake_tensor.FakeTensorMode():
         torch.ops.narrowfull.pick(torch.empty(3, 2), torch.empty(4, 3), None, None, None)
@@ -276,7 +310,8 @@ print("OK", len(cases))
 def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     """A rule using an optional argument where a None test tells it is given
     (`like(out) if out is not None else ...`) compiles to a Meta kernel on both ABIs:
-    `Tensor?`, `int?`, `SymInt?` and `int[]?` dereferenced in the branch that tested them."""
+    `Tensor?`, `int?`, `SymInt?` and `int[]?` dereferenced in the branch that tested them, and
+    `bool?`, `str?`, `int?` and `ScalarType?` as conditions there (apex's `per_tensor_python`)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "f.yaml").write_text(NARROW_FULL)
     (tmp_path / "s.yaml").write_text(NARROW_STABLE)
@@ -285,7 +320,11 @@ def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     assert kernel is not None
     body = "\n".join(kernel.body)
     assert "(*out)" in body and "c10::SymInt(*n)" in body and "c10::fromIntArrayRefSlow(*shape)" in body
+    flags = "\n".join(cpp_meta.translate(ops["narrowfull::flags"])[0].body)
+    assert "(*per_row)" in flags and '((*mode) == "same")' in flags and "((*k) > int64_t{2})" in flags
+    assert "((*dtype) == at::ScalarType::Double)" in flags and "c10::SymInt(*k)" in flags
     assert py_fake.uses_cpp_meta(ops["narrowstable::pick"])
+    assert py_fake.uses_cpp_meta(ops["narrowstable::flags"])
     root = tmp_path / "root"
     scratch.make_root(root, {"narrow_full.yaml": NARROW_FULL, "narrow_stable.yaml": NARROW_STABLE},
                       {"narrowfull/k.cpp": NARROW_FULL_CPP, "narrowstable/k.cpp": NARROW_STABLE_CPP})
@@ -297,7 +336,7 @@ def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     proc = scratch.python(root, NARROW_CHECK % {"files": files}, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "CHECKED narrowfull::pick: out needs src's columns" in proc.stdout
-    assert "OK 7" in proc.stdout
+    assert "OK 15" in proc.stdout
 
 
 ITEMSIZE_FULL = """\

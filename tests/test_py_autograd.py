@@ -206,6 +206,90 @@ def test_inplace_op_differentiates_through_its_functional_variant(tmp_path, monk
         lib.close()
 
 
+FOREACH_KERNELS = """\
+    import torch
+
+    def mul(self, scalar):
+        return [t * scalar for t in self]
+
+    def mul_(self, scalar):
+        with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+            for t in self:
+                t.mul_(scalar)
+
+    def addcmul(self, tensor1, tensor2, value=1):
+        return [s + a * b * value for s, a, b in zip(self, tensor1, tensor2)]
+
+    def addcmul_(self, tensor1, tensor2, value=1):
+        with torch.no_grad():
+            for s, a, b in zip(self, tensor1, tensor2):
+                s.add_(a * b * value)
+    """
+FOREACH_OPS = """\
+    namespace: fegrad
+    ops:
+      - func: _foreach_mul.Scalar(Tensor[] self, Scalar scalar) -> Tensor[]
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:mul"}
+        fake: "[like(t) for t in self]"
+        derivatives:
+          self: "[g * scalar for g in grad]"
+      - func: _foreach_mul_.Scalar(Tensor(a!)[] self, Scalar scalar) -> ()
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:mul_"}
+      - func: _foreach_addcmul.Scalar(Tensor[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> Tensor[]
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:addcmul"}
+        fake: "[like(t) for t in self]"
+        derivatives:
+          self: "[g * 1 + 0 * s for g, s in zip(grad, self)]"
+          tensor1: "[g * t2 * value for g, t2 in zip(grad, tensor2)]"
+          tensor2: "[g * t1 * value for g, t1 in zip(grad, tensor1)]"
+      - func: _foreach_addcmul_.Scalar(Tensor(a!)[] self, Tensor[] tensor1, Tensor[] tensor2, Scalar value=1) -> ()
+        dispatch: {CompositeExplicitAutograd: "fe_kernels:addcmul_"}
+    """
+
+
+def foreach_step(mul_, addcmul_, a, b, c):
+    xs = [a * 1.0, b * 1.0]
+    mul_(xs, 3.0)
+    addcmul_(xs, [c, c], [a, b], 0.5)
+    return (xs[0] * xs[1]).sum()
+
+
+def test_inplace_list_op_differentiates_through_its_functional_variant(tmp_path, monkeypatch):
+    """An in-place op on a Tensor list (`_foreach_mul_(Tensor(a!)[] self, Scalar scalar) -> ()`)
+    beside a functional variant with derivatives differentiates through it, copied into each
+    tensor of `self`, as aten's foreach ops do: the same gradients as torch._foreach_mul_ and
+    _foreach_addcmul_, eagerly, under torch.compile and torch.func.grad. Before, its Autograd
+    kernel raised that it has no derivatives. A formula reading `self` gets it from before the
+    write (the `self` formula of addcmul here)."""
+    import torch
+
+    lib = _python_library(tmp_path, monkeypatch, "fe_kernels", FOREACH_KERNELS, FOREACH_OPS)
+    try:
+        ops = torch.ops.fegrad
+        mine = (lambda xs, s: ops._foreach_mul_.Scalar(xs, s),
+                lambda xs, t1, t2, v: ops._foreach_addcmul_.Scalar(xs, t1, t2, v))
+        aten = (torch._foreach_mul_, torch._foreach_addcmul_)
+        args = [torch.randn(4, dtype=torch.double, requires_grad=True) for _ in range(3)]
+        expected = torch.autograd.grad(foreach_step(*aten, *args), args)
+        torch.testing.assert_close(torch.autograd.grad(foreach_step(*mine, *args), args), expected)
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda *a: foreach_step(*mine, *a), backend="aot_eager",
+                                 fullgraph=True)
+        torch.testing.assert_close(torch.autograd.grad(compiled(*args), args), expected)
+        torch.testing.assert_close(
+            torch.func.grad(lambda a: foreach_step(*mine, a, *args[1:]))(args[0].detach()),
+            expected[0])
+        assert torch.autograd.gradcheck(lambda *a: foreach_step(*mine, *a), args)
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+            ops._foreach_mul_.Scalar([args[0]], 2.0)
+        y = torch.ones(3)
+        before = y._version
+        ops._foreach_mul_.Scalar([y], 2.0)
+        assert y.tolist() == [2.0] * 3 and y._version > before
+    finally:
+        lib.close()
+
+
 def test_tensor_list_formula_gives_one_gradient_per_tensor(tmp_path, monkeypatch):
     """A Tensor[] input's formula must give a list as long as the input, or None: on the
     Python path, as the C++ path's TORCH_CHECK says, the message names the op and the input.
@@ -818,5 +902,92 @@ def test_formulas_read_non_tensor_outputs(tmp_path, monkeypatch):
                     assert testing.run_check(case, check) is None, (case.id, check)
                     checked += 1
         assert checked == 4
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("schema, how", [
+    # PyTorch's optimizers write several lists: no functional route to point at.
+    ("_fused_sgd_(Tensor(a!)[] self, Tensor(b!)[] grads, *, float lr) -> ()",
+     "call instead an op that returns what this one writes and has derivatives (an op writing "
+     "to its arguments takes none)"),
+    ("_foreach_zero_(Tensor(a!)[] self) -> ()",
+     "declare its functional variant '_foreach_zero', returning the new 'self' as a Tensor[], "
+     "with derivatives (this op then differentiates through it)"),
+    ("fill_(Tensor(a!) self, float value) -> ()",
+     "return what it writes (`-> Tensor(a!)`), so that it differentiates through its "
+     "functional variant 'fill' once that has derivatives"),
+])
+def test_no_gradient_message_of_a_list_writer_says_what_would_differentiate_it(schema, how):
+    """A mutated Tensor list returned (`-> Tensor(a!)[]`) is what torch.compile cannot
+    functionalize, so an op writing lists is not told to return what it writes, as `fill_` is:
+    an in-place foreach op differentiates through `f(Tensor[] self) -> Tensor[]` once that has
+    derivatives, and an optimizer writing several lists through no variant."""
+    from codegen.dest.cpp_autograd import no_gradient_message
+    from codegen.model import Op
+    from codegen.parse import parse_schema
+
+    op = Op(schema=parse_schema(f"ns::{schema}"), loc=None)
+    message = no_gradient_message(op)
+    assert message.endswith(f"to differentiate it, {how}"), message
+
+
+NESTED_KERNELS = """\
+    import torch
+
+    def scale_lists(noop_flag, lists, s):
+        with torch.no_grad():  # a hand-written kernel: autograd sees nothing of it
+            for src, dst in zip(lists[0], lists[1]):
+                dst.copy_(src * s)
+    """
+NESTED_OPS = """\
+    namespace: nestgrad
+    suppress: [not-functionalizable]
+    ops:
+      # The dispatcher sees no Tensor inside a Tensor[][]: its keys come from noop_flag.
+      - func: scale_lists(Tensor(a!) noop_flag, Tensor(b!)[][] lists, float s) -> ()
+        dispatch: {CompositeExplicitAutograd: "nest_kernels:scale_lists"}
+    """
+
+
+def check_nested_writes(scale_lists) -> None:
+    """What tests/test_py_autograd.py and tests/test_cpp_autograd.py both check of an op writing
+    the Tensors of a `Tensor(a!)[][]` (apex's amp_multi_tensor_scale)."""
+    import torch
+
+    a = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=re.escape(
+            "scale_lists writes to 'noop_flag', 'lists' and has no derivatives, but an argument "
+            "requires grad")):
+        scale_lists(torch.zeros(1), [[torch.randn(3)], [a * 1.0]], 2.0)
+    dst = a * 1.0
+    saved = dst * dst       # mul saves dst
+    with torch.no_grad():
+        scale_lists(torch.zeros(1), [[torch.ones(3)], [dst]], 2.0)
+    assert dst.tolist() == [2.0] * 3
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+    x = torch.zeros(3)
+    for mode in (torch.no_grad, torch.inference_mode):
+        before = x._version
+        with mode():
+            scale_lists(torch.zeros(1), [[torch.ones(3)], [x]], 3.0)
+        assert x._version == before + 1, mode
+    with torch.inference_mode():
+        frozen = torch.zeros(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside"):
+        scale_lists(torch.zeros(1), [[torch.ones(3)], [frozen]], 3.0)
+
+
+def test_writes_inside_a_tensor_list_of_lists_are_seen_by_autograd(tmp_path, monkeypatch):
+    """The Tensors an op writes inside a `Tensor(a!)[][]` are written as any other: an argument
+    requiring grad is refused, and each written Tensor's version is bumped (a backward that
+    saved one raises). Before, the generated kernels looked at Tensor, Tensor? and Tensor[]
+    arguments only: the write went unseen and the gradient was silently wrong."""
+    import torch
+
+    lib = _python_library(tmp_path, monkeypatch, "nest_kernels", NESTED_KERNELS, NESTED_OPS)
+    try:
+        check_nested_writes(torch.ops.nestgrad.scale_lists)
     finally:
         lib.close()

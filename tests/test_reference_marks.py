@@ -44,6 +44,14 @@ ops:
   - func: view_of(Tensor(a) x) -> Tensor(a)
     dispatch: {CompositeImplicitAutograd: tests.samplelib.kernels:alias_of}
     samples: [{x: {shape: [N=3, 2]}}]
+  # Writing a Tensor list, returning nothing (aten's foreach and fused optimizers):
+  # auto_functionalize. Writing Tensors inside a nested list (apex's amp_C): it takes none.
+  - func: scale_all_(Tensor(a!)[] xs, float s) -> ()
+    dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:scale_all_}
+    samples: [{xs: [{shape: [N=4, 3]}, {shape: [2]}], s: 2.0}]
+  - func: scale_lists(Tensor(a!)[][] lists, float s) -> ()
+    dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:scale_lists}
+    samples: [{lists: [[{shape: [N=4, 3]}], [{shape: [N, 3]}]], s: 2.0}]
   # Mutating, returning a Tensor[]: auto_functionalize takes nothing but new Tensors.
   - func: double_rows_(Tensor(a!) x, int chunks) -> Tensor[]
     dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:double_rows_}
@@ -132,5 +140,5 @@ def test_the_reference_marks_what_the_sample_checks_do(tmp_path):
         "twice": CHECKS, "bounded": CHECKS, "bounded_": CHECKS, "accumulate": CHECKS,
         "alias_of": ("export",), "view_of": CHECKS, "double_rows_": (), "add_to": CHECKS,
         "add_to.into": (), "attend": (), "add_into_second": (), "row_count": ("export",),
-        "named_rows": (),
+        "named_rows": (), "scale_all_": CHECKS, "scale_lists": (),
     }

@@ -659,6 +659,42 @@ def test_no_narrowing_where_the_argument_may_be_none(rule, col):
     assert d.hint == "an optional tensor may be None; only broadcast() accepts one"
 
 
+FLAGS = "ex::f(Tensor self, bool? per_tensor, str? mode, int? k, ScalarType? dtype) -> Tensor"
+
+
+@pytest.mark.parametrize("rule", [
+    # apex's `bool? per_tensor_python`: given, it is a bool fixed when the op is traced
+    "empty([self.size(0)]) if per_tensor is not None and per_tensor else empty([1])",
+    "empty([1]) if per_tensor is None or not per_tensor else empty([self.size(0)])",
+    "empty([self.size(0)]) if per_tensor is None or per_tensor else empty([1])",
+    "like(self) if mode is not None and mode == 'rows' else empty([1])",
+    "like(self) if k is not None and k > 2 else empty([1])",
+    # the condition held whole: `k` is given in the branch, though `k > 2` compares ints
+    "empty([k]) if k is not None and k > 2 else empty([1])",
+    "empty([1]) if k is None or k < 2 else empty([k, k])",
+    "like(self) if dtype is not None and dtype == float32 else empty([1])",
+])
+def test_a_narrowed_optional_is_a_condition(rule):
+    r = ok(rule, FLAGS)
+    assert any(isinstance(n, S.Given) for n in S.walk(*r.outputs))
+
+
+@pytest.mark.parametrize("rule, col, message", [
+    ("empty([1]) if per_tensor else like(self)", 15,
+     "a condition must be a bool argument or a comparison, got bool? argument 'per_tensor'"),
+    ("empty([1]) if per_tensor is not None or per_tensor else like(self)", 41,
+     "a condition must be a bool argument or a comparison, got bool? argument 'per_tensor'"),
+    ("like(self) if mode == 'rows' else empty([1])", 15,
+     "'==' in an 'if' compares str, bool, int and dtype arguments with literals, and devices "
+     "with devices, got str? argument 'mode'"),
+])
+def test_an_optional_that_may_be_none_is_no_condition(rule, col, message):
+    r, diags = parse(rule, FLAGS)
+    assert r is None
+    [d] = diags.items
+    assert (d.message, d.loc.col) == (message, col)
+
+
 def test_narrowed_int_is_a_size():
     schema = "ex::f(Tensor src, int? dim_size) -> Tensor"
     ok("empty([dim_size]) if dim_size is not None else empty([dynamic()])", schema)

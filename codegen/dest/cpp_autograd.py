@@ -68,7 +68,8 @@ from codegen.layout import (cached_signature, check_formulas, constant_reads, fi
                             impl_name, library_calls, memo, per_object, shards)
 from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
-                           PyRef, annotation_of, is_tensor_like, strip_optional)
+                           PyRef, annotation_of, is_tensor_like, is_tensor_list_list,
+                           strip_optional, without_alias)
 from codegen.tags import copies_back, functional_variant, shape_tag
 
 # Value kinds of translated expressions.
@@ -1483,7 +1484,9 @@ def kernel_context(p: Plan) -> dict:
 # An in-place op `f_` takes no formulas: beside a differentiable functional variant `f` (codegen.tags
 # functional_variant), its Autograd kernel runs `f` (through its own autograd) and copies the
 # result into `self`, as torchgen differentiates `mul_` with `mul`'s formulas; `self` is cloned
-# first when `f`'s formulas save it (torchgen's `original_self`). Its out= variant raises aten's
+# first when `f`'s formulas save it (torchgen's `original_self`). So does an in-place op on a
+# Tensor list, `f_(Tensor(a!)[] self, ...) -> ()` beside `f(Tensor[] self, ...) -> Tensor[]`
+# (aten's `_foreach_mul_` with `_foreach_mul`'s formulas), element by element. Its out= variant raises aten's
 # error when an input requires grad. Any other op writing to Tensor arguments (vLLM's
 # `rms_norm(Tensor! result, Tensor input, ...) -> ()`, an in-place op without a differentiable
 # `f`) has no gradient at all, and its Autograd kernel raises when grad mode is on and an argument
@@ -1491,7 +1494,8 @@ def kernel_context(p: Plan) -> dict:
 # autograd fallback ran the kernel and recorded nothing: the gradient skipped the op, or was
 # silently zero (torch.func.grad), or the written tensor kept its old history. With no gradient
 # to record, all of them call the op below autograd and bump the mutated tensors' versions (what
-# aten's ADInplaceOrView kernels do). They are C++ here where the op's namespace builds a
+# aten's ADInplaceOrView kernels do). The Tensors of a written `Tensor(a!)[][]` (apex's
+# `tensor_lists`) count as written, flattened into one list (`opgen_flatten`). They are C++ here where the op's namespace builds a
 # full-ABI library; else Python (codegen.dest.py_functionalize), which costs a Python call on
 # every call.
 
@@ -1504,9 +1508,10 @@ def kernel_context(p: Plan) -> dict:
 
 
 def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
-    """("inplace" or "out", its functional variant) when `op`'s autograd goes through a
-    differentiable functional variant (Note [Autograd of mutating ops]); None otherwise."""
-    kind = shape_tag(op.schema)
+    """("inplace", "inplace_list" or "out", its functional variant) when `op`'s autograd goes
+    through a differentiable functional variant (Note [Autograd of mutating ops]); None
+    otherwise."""
+    kind = shape_tag(op.schema) or ("inplace_list" if _writes_its_list(op.schema) else None)
     if kind is None:
         return None
     functional = functional_variant(lib, op)
@@ -1514,7 +1519,23 @@ def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
         return None
     differentiable = functional.derivatives is not None or \
         DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
-    return (kind, functional) if copies_back(op.schema) and differentiable else None
+    if kind == "inplace_list":
+        copies = without_alias(functional.schema.returns[0].type) == _TENSOR_LIST
+    else:
+        copies = copies_back(op.schema)
+    return (kind, functional) if copies and differentiable else None
+
+
+_TENSOR_LIST = ListType(BaseType(BaseTy.Tensor), None)
+
+
+def _writes_its_list(schema) -> bool:
+    """`f_(Tensor(a!)[] self, ...) -> ()`: returns nothing and writes only its first argument, a
+    Tensor list (aten's in-place foreach ops)."""
+    first = schema.positional[0] if schema.positional else None
+    return (first is not None and not schema.returns and first.is_write
+            and without_alias(first.type) == _TENSOR_LIST
+            and [a.name for a in schema.mutable_arguments] == [first.name])
 
 
 def refuses_gradient(lib: OpLibrary, op: Op) -> bool:
@@ -1522,7 +1543,8 @@ def refuses_gradient(lib: OpLibrary, op: Op) -> bool:
     raises when an argument requires grad (Note [Autograd of mutating ops]). A composite op is
     differentiated through its decomposition; one without kernels has nothing to guard."""
     keys = {k for k, _ in op.dispatch}
-    return (any(is_tensor_like(a.type) for a in op.schema.mutable_arguments) and bool(keys)
+    return (any(is_tensor_like(a.type) or is_tensor_list_list(a.type)
+                for a in op.schema.mutable_arguments) and bool(keys)
             and DispatchKey.CompositeImplicitAutograd not in keys
             and through_functional(lib, op) is None)
 
@@ -1544,8 +1566,14 @@ def no_gradient_message(op: Op) -> str:
     if shape_tag(op.schema) == "inplace":
         how = (f"declare its functional variant '{op.name.base}' with derivatives (this op then "
                "differentiates through it)")
-    elif op.name.inplace and op.schema.positional and op.schema.positional[0].is_write:
+    elif _writes_its_list(op.schema):
+        how = (f"declare its functional variant '{op.name.base}', returning the new "
+               f"'{op.schema.positional[0].name}' as a Tensor[], with derivatives (this op then "
+               "differentiates through it)")
+    elif op.name.inplace and op.schema.positional and op.schema.positional[0].is_write and \
+            without_alias(op.schema.positional[0].type) == BaseType(BaseTy.Tensor):
         # Named in-place, but not shaped so (`f_(Tensor(a!) self) -> ()`): no functional route.
+        # (A written Tensor list returned would not be functionalizable.)
         how = (f"return what it writes (`-> Tensor(a!)`), so that it differentiates through its "
                f"functional variant '{op.name.base}' once that has derivatives")
     else:
@@ -1560,7 +1588,8 @@ def no_gradient_message(op: Op) -> str:
 def _written_words(op: Op) -> str:
     """The Tensors `op` writes to, for a message: those it may be given as None (`Tensor(a!)?`)
     said to be written where given, since a call may pass None for them."""
-    written = [a for a in op.schema.mutable_arguments if is_tensor_like(a.type)]
+    written = [a for a in op.schema.mutable_arguments
+               if is_tensor_like(a.type) or is_tensor_list_list(a.type)]
     always = ", ".join(f"'{a.name}'" for a in written if not isinstance(a.type, OptionalType))
     maybe = ", ".join(f"'{a.name}'" for a in written if isinstance(a.type, OptionalType))
     if not maybe:
@@ -1618,7 +1647,10 @@ def saves_self(functional: Op) -> bool:
     clones it before the copy overwrites it)."""
     d = functional.derivatives
     first = functional.schema.positional[0].name
-    return not isinstance(d, F.Derivatives) or first in F.saved(d, functional.schema).tensors
+    if not isinstance(d, F.Derivatives):
+        return True
+    saved = F.saved(d, functional.schema)
+    return first in saved.tensors or first in saved.tensor_lists
 
 
 def _bump(name: str, t) -> str:
@@ -1642,8 +1674,21 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
     assert not isinstance(sig, cpp.Unsupported)
     cname = {b.argument.name: b.name for b in sig.arguments}
     schema = op.schema
+    # Tensors in a list of lists (apex's `Tensor(b!)[][] tensor_lists`), flattened to one list
+    # for the requires-grad and tangent tests and the version bumps.
+    flat = {a.name: f"opgen_flat_{cname[a.name]}" for a in schema.arguments
+            if is_tensor_list_list(a.type)}
+    tensors = [flat.get(a.name, cname[a.name]) for a in schema.arguments
+               if is_tensor_like(a.type) or a.name in flat]
+    bumps = [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
+             if is_tensor_like(a.type)]
+    bumps += [_bump(flat[a.name], ListType(BaseType(BaseTy.Tensor), None))
+              for a in schema.mutable_arguments if a.name in flat]
+    fw = " || ".join(filter(None, [_tangent_test(schema, cname), *(
+        f"torch::autograd::isFwGradDefinedTensorList({f})" for f in flat.values())]))
     ctx = {
         "kind": kind,
+        "flatten": [{"name": f, "arg": cname[a]} for a, f in flat.items()],
         "schema": str(schema),
         "qualname": f"{op.namespace}::{op.name.name}",
         "overload": op.name.overload or "",
@@ -1654,12 +1699,26 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "function_type": sig.function_type(),
         "params": ", ".join(b.decl() for b in sig.arguments),
         "args": ", ".join(b.name for b in sig.arguments),
-        "tensors": ", ".join(cname[a.name] for a in schema.arguments if is_tensor_like(a.type)),
-        "fw": _tangent_test(schema, cname),
-        "bumps": [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
-                  if is_tensor_like(a.type)],
+        "tensors": ", ".join(tensors),
+        "fw": fw,
+        "bumps": bumps,
     }
-    if kind == "inplace":
+    if kind == "inplace_list":
+        assert functional is not None
+        self_ = cname[schema.positional[0].name]
+        # The copies would overwrite what the functional variant's backward saved of `self`.
+        clone = (f"[&] {{ std::vector<at::Tensor> opgen_v; opgen_v.reserve({self_}.size()); "
+                 f"for (const at::Tensor& opgen_t : {self_}) "
+                 "{ opgen_v.push_back(opgen_t.clone()); } return opgen_v; }()")
+        ctx.update(
+            self=self_,
+            doc=f"Under autograd: {functional.name}, which has the derivatives, copied into "
+                f"each tensor of {schema.positional[0].name}",
+            functional=handle_name(functional),
+            functional_args=", ".join(
+                clone if a.name == schema.positional[0].name and saves_self(functional)
+                else cname[a.name] for a in schema.arguments))
+    elif kind == "inplace":
         assert functional is not None
         self_ = cname[schema.positional[0].name]
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
@@ -1694,7 +1753,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
         # The library ops formulas call, and the functional variants in-place ops run.
         throughs = [through_functional(lib, op) for op in mutating]
         for target in [t for p in plans for t in p.calls] + [
-                t[1] for t in throughs if t is not None and t[0] == "inplace"]:
+                t[1] for t in throughs if t is not None and t[0] != "out"]:
             called.setdefault(handle_name(target), target)
         handles = [{"name": name, "qualname": f"{t.namespace}::{t.name.name}",
                     "overload": t.name.overload or "",

@@ -322,6 +322,8 @@ class _Emitter:
                 return f"at::ScalarType::{SCALAR_TYPES[n]}"
             case S.Arg(ty=ty) if ty.base is S.T.DTYPE:
                 return self.arg(e)[0]
+            case S.Given(arg=a) if e.ty.base is S.T.DTYPE:
+                return f"(*{self.arg(a)[0]})"
             case S.TensorProp(tensor=t, prop=S.Prop.dtype):
                 return f"{self.tensor(t)}.scalar_type()"
             case S.Fallback(value=v, default=d):
@@ -363,6 +365,8 @@ class _Emitter:
                 return "true" if v else "false"
             case S.Arg(ty=ty) if ty == S.Ty(S.T.BOOL):
                 return self.arg(e)[0]
+            case S.Given(arg=a) if e.ty == S.Ty(S.T.BOOL):
+                return f"(*{self.arg(a)[0]})"
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
             case S.BoolOp(op=op, left=a, right=b):
@@ -397,11 +401,11 @@ class _Emitter:
                 return self.static(e)
             case S.Local():
                 return self.local(e, "static")
-            case S.Arg():
-                name, ty = self.arg(e)
+            case S.Arg() | S.Given():
+                name, ty = self.arg(e if isinstance(e, S.Arg) else e.arg)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
                                           BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType)):
-                    return name
+                    return name if isinstance(e, S.Arg) else f"(*{name})"
         raise NoCpp(f"compared value {type(e).__name__}")
 
     # -- sizes

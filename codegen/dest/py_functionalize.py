@@ -19,7 +19,9 @@ from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_g
                                        refuses_gradient, saves_self, through_functional)
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
-from codegen.model import ListType, Op, OpLibrary, OptionalType, is_tensor_like, without_alias
+from codegen.layout import locate as locate_in_func
+from codegen.model import (ListType, Op, OpLibrary, OptionalType, is_tensor_like,
+                           is_tensor_list_list, without_alias)
 from codegen.tags import FUNCTIONALIZING_TAGS, copies_back, functional_variant
 
 if TYPE_CHECKING:
@@ -55,6 +57,18 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             "torch functionalizes no custom op whose output aliases an input",
             "return a new Tensor (drop the alias annotation and copy), or make the op "
             "CompositeImplicitAutograd over torch's own view ops",
+            name="not-functionalizable", suppress=op.suppress)
+        return
+    if kind == T.NESTED_WRITE:
+        arg = T.nested_write(op)
+        assert arg is not None
+        span = arg.type_span or arg.span
+        m.diags.warning(
+            locate_in_func(op, span) if span is not None else op.loc,
+            f"{op.name} writes to '{arg.name}' ('{arg.type}'), Tensors inside a nested list, "
+            "so torch.compile and torch.export cannot functionalize it (torch "
+            "auto-functionalizes written Tensor, Tensor?, Tensor[] and Tensor?[] arguments "
+            "only)", "pass each list it writes as an argument of its own (`Tensor(a!)[] out`)",
             name="not-functionalizable", suppress=op.suppress)
         return
     if kind == T.OTHER_RETURN:
@@ -162,7 +176,7 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     in-place op were silently wrong (eager, and under torch.compile)."""
     schema = op.schema
     self_ = schema.positional[0].name
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     # The functional op's backward may read `self`, which the copy then overwrites: it gets a
     # clone (torchgen's `original_self`) unless its formulas read no more than its metadata.
     r = m.reach(op)
@@ -191,6 +205,44 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     _inplace_or_view(m, op, api, sec)
 
 
+def list_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
+    """The Autograd kernel of an in-place op on a Tensor list (`_foreach_mul_(Tensor(a!)[] self,
+    Scalar scalar) -> ()`) beside a differentiable functional variant, where it is not C++: the
+    variant, copied into each tensor of `self`, as torchgen differentiates aten's foreach ops.
+    Without it, the op raised that it has no derivatives."""
+    through = through_functional(m.lib, op)
+    if through is None or through[0] != "inplace_list" or mutating_in_cpp(m.lib, op):
+        return
+    functional = through[1]
+    schema = op.schema
+    self_ = schema.positional[0].name
+    tensors = _tensor_args(schema)
+    r = m.reach(op)
+    taken = {a.name for a in schema.arguments}
+    result = reserved.fresh("result", taken)
+    t, new = reserved.fresh("t", taken), reserved.fresh("new", taken)
+    # The functional op's backward may read `self`, which the copies then overwrite.
+    call = _functional_call(r, op, functional,
+                            f"[{t}.clone() for {t} in {self_}]" if saves_self(functional)
+                            else None)
+    m.helpers.add("has_tangent")
+    body = [f"if ({r.torch}._C.is_grad_enabled() and "
+            f"{r.torch}._C._any_requires_grad({', '.join(tensors)})) or "
+            f"{r._has_tangent}({', '.join(tensors)}):",
+            f"    {result} = {call}",
+            f"    for {t}, {new} in {r.zip}({self_}, {result}, strict=True):",
+            f"        {t}.copy_({new})",
+            "    return",
+            *_below_then_bump(m, r, op, f"{r._ops}.{op_attr(op)}"
+                              f"({', '.join(P.call_arguments(schema))})", taken)]
+    name = m.define(f"_{api}_autograd")
+    doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into each "
+           f"tensor of {self_}; below autograd when no gradient is recorded.")
+    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _inplace_or_view(m, op, api, sec)
+
+
 def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """An out= op's Autograd kernel: aten's error when a gradient would be recorded. Without it,
     torch's autograd fallback returned `out` detached from a differentiable input, and the
@@ -214,7 +266,7 @@ def not_implemented(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     if not not_differentiable_in_python(m.lib, op):
         return
     schema = op.schema
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     r = m.reach(op)
     result = reserved.fresh("result", {a.name for a in schema.arguments})
     call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
@@ -237,7 +289,7 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """An Autograd kernel raising no_gradient_message when grad mode is on and an argument
     requires grad; else the op below autograd, the written tensors' versions bumped."""
     schema = op.schema
-    tensors = [a.name for a in schema.arguments if is_tensor_like(a.type)]
+    tensors = _tensor_args(schema)
     r = m.reach(op)
     call = f"{r._ops}.{op_attr(op)}({', '.join(P.call_arguments(schema))})"
     m.helpers.add("has_tangent")
@@ -291,11 +343,23 @@ def _bump(m: ModuleScope, r: Reach, op: Op) -> str:
     return f"{r._bump}({q(str(op.name))}, {_written(op)})"
 
 
+def _tensor_args(schema) -> list[str]:
+    """The Tensor arguments of `schema` as the requires-grad and tangent tests take them: a
+    Tensor list of lists (`Tensor[][]`) spread into its lists."""
+    return [a.name if is_tensor_like(a.type) else f"*{a.name}" for a in schema.arguments
+            if is_tensor_like(a.type) or is_tensor_list_list(a.type)]
+
+
 def _written(op: Op) -> str:
     """The list of the Tensors `op` writes to, for increment_version (None: nothing written)."""
     parts: list[str] = []
     optional = False
     for a in op.schema.mutable_arguments:
+        if is_tensor_list_list(a.type):
+            names = {b.name for b in op.schema.arguments}
+            inner, t = reserved.fresh("inner", names), reserved.fresh("t", names)
+            parts.append(f"*({t} for {inner} in {a.name} for {t} in {inner})")
+            continue
         if not is_tensor_like(a.type):
             continue
         parts.append(f"*{a.name}" if isinstance(a.type, ListType) else a.name)

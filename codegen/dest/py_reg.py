@@ -50,6 +50,7 @@ class _Module(ModuleScope):
             py_kernels.kernels(self, op, sec)
             py_functionalize.functionalize(self, op, api, sec)
             py_functionalize.no_gradient(self, op, api, sec)
+            py_functionalize.list_autograd(self, op, api, sec)
             py_functionalize.not_implemented(self, op, api, sec)
             py_fake.fake(self, op, api, sec)
             py_autograd.autograd(self, op, api, sec)

@@ -267,6 +267,17 @@ def row_count(x):
     return x.size(0)
 
 
+def scale_all_(xs, s):
+    for x in xs:
+        x.mul_(s)
+
+
+def scale_lists(lists, s):
+    """apex's amp_C scale: lists[1][i] = lists[0][i] * s."""
+    for src, dst in zip(lists[0], lists[1]):
+        dst.copy_(src * s)
+
+
 def tied_scatter_sum(src, index, dim_size):
     # index_add needs as many indices as src has elements: the sizes are tied.
     return src.new_zeros(dim_size).index_add(0, index, src)

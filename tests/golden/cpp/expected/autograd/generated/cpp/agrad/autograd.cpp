@@ -1357,7 +1357,7 @@ void zero_some__autograd(at::TensorList self, const std::optional<at::Tensor>& e
       .findSchemaOrThrow("agrad::zero_some_", "")
       .typed<void(at::TensorList, const std::optional<at::Tensor>&, const c10::List<std::optional<at::Tensor>>&)>();
   TORCH_CHECK(!torch::autograd::compute_requires_grad(self, extra, maybe),
-      "agrad::zero_some_ writes to 'self', 'maybe' (and 'extra' where given) and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, return what it writes (`-> Tensor(a!)`), so that it differentiates through its functional variant 'zero_some' once that has derivatives");
+      "agrad::zero_some_ writes to 'self', 'maybe' (and 'extra' where given) and has no derivatives, but an argument requires grad (its gradient would be wrong): call it under torch.no_grad() or torch.inference_mode(), or pass tensors that do not require grad; to differentiate it, call instead an op that returns what this one writes and has derivatives (an op writing to its arguments takes none)");
   TORCH_CHECK_NOT_IMPLEMENTED(!(torch::autograd::isFwGradDefinedTensorList(self) || torch::autograd::isFwGradDefined(extra) || torch::autograd::isFwGradDefinedTensorList(maybe)),
       "agrad::zero_some_ writes to its arguments and has no forward-mode derivative (torch.func.jvp, jacfwd and forward_ad are not supported): a tangent reached it");
   {
