@@ -161,22 +161,17 @@ def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
     return None
 
 
-def unfunctionalizable_in_backward(op: Op, library: Iterable[Op]) -> tuple[F.OpRef, Op] | None:
+def unfunctionalizable_in_backward(op: Op, lib: OpLibrary) -> tuple[F.OpRef, Op] | None:
     """The first call in the formulas of `op` of a library op torch cannot functionalize
     (tags.unfunctionalizable; mamba's `selective_scan_bwd(..., Tensor!? dz_, ...) -> Tensor[]`),
     with that op; None when there is none. AOTAutograd functionalizes the backward it traces,
     so torch.compile cannot differentiate `op`, nor opcheck's test_aot_dispatch_* run it;
-    eager autograd can. `library`: the ops of its library."""
+    eager autograd can."""
     if op.derivatives is None:
         return None
-    ops = list(library)
     for ref in library_calls(op.derivatives):
-        named = [o for o in ops if o.namespace == ref.namespace and o.name.name == ref.name
-                 and (ref.overload is None or o.name.overload == ref.overload)]
-        # as formulas.resolve: the only overload, or the default one
-        callee = named[0] if len(named) == 1 else next(
-            (o for o in named if ref.overload is None and o.name.overload == ""), None)
-        if callee is not None and unfunctionalizable(callee, ops) is not None:
+        callee = F.resolve(lib, ref)
+        if callee is not None and unfunctionalizable(callee, lib.ops) is not None:
             return ref, callee
     return None
 

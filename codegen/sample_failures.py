@@ -13,12 +13,13 @@ import contextlib
 import os
 from typing import Any, Iterable
 
-from codegen.contract import differentiable_inputs, torch_refuses, unfunctionalizable_in_backward
+from codegen.contract import (differentiable_inputs, torch_refuses,
+                              unfunctionalizable_in_backward)
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.enums import is_floating
 from codegen.load import FAILURES_FILE
-from codegen.model import BaseTy, BaseType, DispatchKey, Op, Sample, TensorSample, is_tensor_like, \
-    strip_optional
+from codegen.model import (BaseTy, BaseType, DispatchKey, Op, OpFile, OpLibrary, Sample,
+                           TensorSample, is_tensor_like, strip_optional)
 from codegen.tags import unfunctionalizable
 from codegen.yaml_source import Scalar, YamlFile, short
 
@@ -136,26 +137,31 @@ def opcheck_utils(op: Op, library: Iterable[Op] = ()) -> tuple[str, ...]:
     """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
     OPCHECK_UTILS, less those that functionalize it where torch cannot (its
     not-functionalizable warning), or its backward (backward-not-functionalizable)."""
-    library = list(library)
-    if unfunctionalizable(op, library) is None and \
-            unfunctionalizable_in_backward(op, library) is None:
+    if _unfunctionalizable(op, library) is None:
         return OPCHECK_UTILS
     return tuple(u for u in OPCHECK_UTILS if u not in FUNCTIONALIZING_UTILS)
 
 
 def opcheck_skips(op: Op, library: Iterable[Op] = ()) -> str | None:
     """What the opcheck check leaves out on the op, and why (None: nothing)."""
-    library = list(library)
-    left = [u for u in OPCHECK_UTILS if u not in opcheck_utils(op, library)]
-    if not left:
+    why = _unfunctionalizable(op, library)
+    if why is None:
         return None
-    if unfunctionalizable(op, library) is None:
-        callee = unfunctionalizable_in_backward(op, library)[1]
-        return (f"opgen runs opcheck without {', '.join(left)} on {op.name}, as its backward "
-                f"calls {callee.name}, which torch cannot functionalize (its "
+    left = [u for u in OPCHECK_UTILS if u in FUNCTIONALIZING_UTILS]
+    return f"opgen runs opcheck without {', '.join(left)} on {op.name}, as {why}"
+
+
+def _unfunctionalizable(op: Op, library: Iterable[Op]) -> str | None:
+    """Why torch cannot functionalize the op or its backward (a warning of the op), or None."""
+    ops = tuple(library)
+    if unfunctionalizable(op, ops) is not None:
+        return "torch cannot functionalize it (its not-functionalizable warning)"
+    # the ops indexed by name, as formulas resolve their calls
+    found = unfunctionalizable_in_backward(op, OpLibrary((OpFile("", None, ops),)))
+    if found is not None:
+        return (f"its backward calls {found[1].name}, which torch cannot functionalize (its "
                 "backward-not-functionalizable warning)")
-    return (f"opgen runs opcheck without {', '.join(left)} on {op.name}, as torch cannot "
-            "functionalize it (its not-functionalizable warning)")
+    return None
 
 
 def why_not(op: Op, sample: Sample, check: str, library: Iterable[Op] = ()) -> str | None:

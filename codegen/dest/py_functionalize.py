@@ -377,7 +377,7 @@ def warn_unfunctionalizable_backwards(lib: OpLibrary, diags: Diagnostics) -> Non
     cannot functionalize: AOTAutograd functionalizes the backward it traces, so a compiled model
     differentiating the op fails where eager autograd works."""
     for op in lib.ops:
-        found = unfunctionalizable_in_backward(op, lib.ops)
+        found = unfunctionalizable_in_backward(op, lib)
         if found is None:
             continue
         ref, callee = found
