@@ -1,5 +1,5 @@
 """The Python signatures of torch's functions and tensor methods, recorded from the pinned torch
-(`python -m codegen.torch_signatures --refresh` writes torch_signatures.json; a test checks that
+(`python -m codegen.formulas --refresh` writes torch_signatures.json; a test checks that
 the record matches the installed torch), so that `check` refuses a formula's call that no
 signature takes (`grad.sum(dimm=0)`, `torch.where(c, x)`) without importing torch.
 
@@ -18,12 +18,15 @@ torch's own signatures before it is an error, so a newer torch's additions still
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata, resources
+from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ast
 
 RECORD_FILE = "torch_signatures.json"
 # The modules whose callables are recorded: those of the formula vocabulary that have signatures.
@@ -122,6 +125,8 @@ def binds(sigs: tuple[Signature, ...], module: str, name: str, positional: int |
 
 
 def _installed_version() -> str | None:
+    from importlib import metadata     # not at import: `check` imports this module
+
     try:
         return metadata.version("torch").split("+")[0]
     except metadata.PackageNotFoundError:
@@ -156,6 +161,8 @@ def _spell(args: ast.arguments, drop_first: bool) -> str:
 
 def _stub_defs(path: Path, cls: str | None = None) -> dict[str, list[str]]:
     """name -> the signatures of the functions (or of `cls`'s methods) a stub file declares."""
+    import ast
+
     tree = ast.parse(path.read_text(encoding="utf-8"))
     body = tree.body
     if cls is not None:
