@@ -142,11 +142,9 @@ class _Emitter:
             "at", "c10", "std"}
         # Every binding is evaluated, as in the Python fake (`//` by zero fails there too).
         read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
-        checks: list[str] = []
-        for i, b in enumerate(rule.bindings):
-            checks += [self.check(c) for c in rule.checks if c.after == i]
-            checks.append(("" if b.name in read else "[[maybe_unused]] ") + self.binding(b, taken))
-        checks += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
+        checks = [self.check(s) if isinstance(s, S.Check) else
+                  ("" if s.name in read else "[[maybe_unused]] ") + self.binding(s, taken)
+                  for s in rule.steps()]
         resizes: list[str] = []
         outs: list[str] = []
         returns_arguments = all(isinstance(m, str) for m in mutated)

@@ -243,19 +243,23 @@ class _MetaEmitter:
         taken = {b.name for b in self.sig.arguments} | {f"meta_{h}" for h in HELPERS} | {
             "std", "torch"}
         read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
-        for i, b in enumerate(rule.bindings):
-            checks += self.checks(c for c in rule.checks if c.after == i)
+        for step in rule.steps():
+            if isinstance(step, S.Check):
+                try:
+                    checks += self.check(step)
+                except _NoCpp as e:
+                    raise _NoCpp(e.reason, step) from None
+                continue
             try:
-                value = self.static(b.value)
+                value = self.static(step.value)
             except _NoCpp:
                 raise _NoCpp("a binding (`name = ...;`) has no stable C++ Meta kernel "
                              "translation") from None
-            name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
+            name = reserved.fresh(reserved.cpp_identifier(step.name), taken)
             taken.add(name)
-            self.locals[b.name] = name
-            checks.append(("" if b.name in read else "[[maybe_unused]] ")
+            self.locals[step.name] = name
+            checks.append(("" if step.name in read else "[[maybe_unused]] ")
                           + f"const int64_t {name} = {value};")
-        checks += self.checks(c for c in rule.checks if c.after == len(rule.bindings))
         mutated = S.mutated_returns(self.op.schema)
         if all(isinstance(m, str) for m in mutated):
             if any(not is_base(r.type, BaseTy.Tensor) for r in self.op.schema.returns):
@@ -287,15 +291,6 @@ class _MetaEmitter:
                           rule.text or "(schema)", fn,
                           f"{self.sig.returns.cpp()} {fn}({params})", (*checks, *ret),
                           frozenset(self.helpers))
-
-    def checks(self, cs) -> list[str]:
-        out: list[str] = []
-        for c in cs:
-            try:
-                out += self.check(c)
-            except _NoCpp as e:
-                raise _NoCpp(e.reason, c) from None
-        return out
 
     def name(self, arg: str) -> str:
         self.used.add(arg)
