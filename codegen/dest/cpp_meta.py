@@ -76,6 +76,16 @@ HELPERS: dict[str, tuple[str, ...]] = {
 }
 
 
+def where(op: Op, rule: S.FakeRule | None, e: S.Expr) -> str:
+    """The op and `e` as written in its rule, two C++ string literals: what a helper that can
+    fail (`//` by zero) names in its message, on either ABI."""
+    assert rule is not None
+    span = rule.span_of(e)
+    text = rule.text[span.start:span.end] if span is not None else rule.text
+    return (f"{cpp.string_literal(str(op.schema.name))}, "
+            f"{cpp.string_literal(' '.join(text.split()))}")
+
+
 class NoCpp(Exception):
     """The rule uses something this translation leaves to Python."""
 
@@ -442,21 +452,12 @@ class _Emitter:
                 helper = f"{op.name}_int"
                 self.helpers.add(helper)
                 return (f"meta_{helper}({self.static(a, args)}, {self.static(b, args)}, "
-                        f"{self.where(e)})")
+                        f"{where(self.op, self.rule, e)})")
             case S.Neg(operand=o):
                 return f"(-{self.static(o, args)})"
             case S.Cond(cond=c, then=a, orelse=b):
                 return f"({self.cond(c)} ? {self.static(a, args)} : {self.static(b, args)})"
         raise NoCpp(f"static int {type(e).__name__}")
-
-    def where(self, e: S.Expr) -> str:
-        """The op and `e` as written, two C++ string literals: what a helper that can fail (`//`
-        by zero) names in its message."""
-        assert self.rule is not None
-        span = self.rule.span_of(e)
-        text = self.rule.text[span.start:span.end] if span is not None else self.rule.text
-        return (f"{cpp.string_literal(str(self.op.schema.name))}, "
-                f"{cpp.string_literal(' '.join(text.split()))}")
 
     def size(self, e: S.Expr) -> str:
         """A `c10::SymInt`."""
@@ -487,7 +488,8 @@ class _Emitter:
                 return f"({self.size(a)} {op.value} {self.size(b)})"
             case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
                 self.helpers |= {op.name, *HELPERS[op.name]}
-                return f"meta_{op.name}({self.size(a)}, {self.size(b)}, {self.where(e)})"
+                return (f"meta_{op.name}({self.size(a)}, {self.size(b)}, "
+                        f"{where(self.op, self.rule, e)})")
             case S.Neg(operand=o):
                 return f"(-{self.size(o)})"
             case S.MinMax(fn=fn, items=items):

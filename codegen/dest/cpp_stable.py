@@ -55,7 +55,7 @@ from codegen.rendering import banner, render
 from codegen.tags import implied_tags, registered_tags
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            PyRef, is_base)
-from codegen.dest.cpp_meta import SCALAR_TYPES
+from codegen.dest.cpp_meta import SCALAR_TYPES, where
 
 
 def is_stable(op: Op) -> bool:
@@ -441,12 +441,8 @@ class _MetaEmitter:
             case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
                 # Python's floor division and modulo, by zero an error (meta_floordiv).
                 self.helpers.add(op.name)
-                assert self.rule is not None
-                span = self.rule.span_of(e)
-                text = self.rule.text[span.start:span.end] if span else self.rule.text
                 return (f"meta_{op.name}({self.static(a)}, {self.static(b)}, "
-                        f"{cpp.string_literal(str(self.op.schema.name))}, "
-                        f"{cpp.string_literal(' '.join(text.split()))})")
+                        f"{where(self.op, self.rule, e)})")
             case S.Neg(operand=o):
                 return f"(-{self.static(o)})"
             case S.TensorSize() | S.TensorProp(prop=S.Prop.numel | S.Prop.shape) | S.Item():
