@@ -203,13 +203,10 @@ class _Emitter:
         name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
         taken.add(name)
         v = b.value
-        if v.ty == S.INT:
-            used, helpers = set(self.used), set(self.helpers)
-            try:
-                decl, kind = f"const int64_t {name} = {self.static(v, True)};", "static"
-            except NoCpp:
-                self.used, self.helpers = used, helpers
-                decl, kind = f"const c10::SymInt {name} = {self.size(v)};", "size"
+        if v.ty == S.INT and (fixed := self.try_static(v, True)) is not None:
+            decl, kind = f"const int64_t {name} = {fixed};", "static"
+        elif v.ty == S.INT:
+            decl, kind = f"const c10::SymInt {name} = {self.size(v)};", "size"
         elif v.ty == S.INT_LIST:
             decl = (f"const std::vector<c10::SymInt> {name} = "
                     f"c10::SymIntArrayRef({self.shape(v)}).vec();")
@@ -459,14 +456,20 @@ class _Emitter:
                 return f"({self.cond(c)} ? {self.static(a, args)} : {self.static(b, args)})"
         raise NoCpp(f"static int {type(e).__name__}")
 
-    def size(self, e: S.Expr) -> str:
-        """A `c10::SymInt`."""
+    def try_static(self, e: S.Expr, args: bool = False) -> str | None:
+        """`static(e, args)`, or None where `e` is not fixed at trace time."""
         used, helpers = set(self.used), set(self.helpers)
         try:
-            return f"c10::SymInt({self.static(e)})"
+            return self.static(e, args)
         except NoCpp:
             # What the failed attempt marked would leave unused parameters and helpers.
             self.used, self.helpers = used, helpers
+            return None
+
+    def size(self, e: S.Expr) -> str:
+        """A `c10::SymInt`."""
+        if (fixed := self.try_static(e)) is not None:
+            return f"c10::SymInt({fixed})"
         match e:
             case S.Arg(ty=ty) if ty == S.INT:
                 name, t = self.arg(e)
