@@ -650,6 +650,14 @@ class FakeRule:
             return self.located.loc
         return self.located.at(span.start, max(1, span.end - span.start))
 
+    def steps(self) -> Iterator[Binding | Check]:
+        """The bindings and checks in the rule's order: each check after the bindings it
+        follows (`after`), before the next one."""
+        for i, b in enumerate(self.bindings):
+            yield from (c for c in self.checks if c.after == i)
+            yield b
+        yield from (c for c in self.checks if c.after == len(self.bindings))
+
     def nodes(self) -> Iterator[Node]:
         """Every IR node of the rule: bindings, checks, outputs."""
         return walk(*(b.value for b in self.bindings), *(c.cond for c in self.checks),

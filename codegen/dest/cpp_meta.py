@@ -76,6 +76,16 @@ HELPERS: dict[str, tuple[str, ...]] = {
 }
 
 
+def where(op: Op, rule: S.FakeRule | None, e: S.Expr) -> str:
+    """The op and `e` as written in its rule, two C++ string literals: what a helper that can
+    fail (`//` by zero) names in its message, on either ABI."""
+    assert rule is not None
+    span = rule.span_of(e)
+    text = rule.text[span.start:span.end] if span is not None else rule.text
+    return (f"{cpp.string_literal(str(op.schema.name))}, "
+            f"{cpp.string_literal(' '.join(text.split()))}")
+
+
 class NoCpp(Exception):
     """The rule uses something this translation leaves to Python."""
 
@@ -142,11 +152,9 @@ class _Emitter:
             "at", "c10", "std"}
         # Every binding is evaluated, as in the Python fake (`//` by zero fails there too).
         read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
-        checks: list[str] = []
-        for i, b in enumerate(rule.bindings):
-            checks += [self.check(c) for c in rule.checks if c.after == i]
-            checks.append(("" if b.name in read else "[[maybe_unused]] ") + self.binding(b, taken))
-        checks += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
+        checks = [self.check(s) if isinstance(s, S.Check) else
+                  ("" if s.name in read else "[[maybe_unused]] ") + self.binding(s, taken)
+                  for s in rule.steps()]
         resizes: list[str] = []
         outs: list[str] = []
         returns_arguments = all(isinstance(m, str) for m in mutated)
@@ -195,13 +203,10 @@ class _Emitter:
         name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
         taken.add(name)
         v = b.value
-        if v.ty == S.INT:
-            used, helpers = set(self.used), set(self.helpers)
-            try:
-                decl, kind = f"const int64_t {name} = {self.static(v, True)};", "static"
-            except NoCpp:
-                self.used, self.helpers = used, helpers
-                decl, kind = f"const c10::SymInt {name} = {self.size(v)};", "size"
+        if v.ty == S.INT and (fixed := self.try_static(v, True)) is not None:
+            decl, kind = f"const int64_t {name} = {fixed};", "static"
+        elif v.ty == S.INT:
+            decl, kind = f"const c10::SymInt {name} = {self.size(v)};", "size"
         elif v.ty == S.INT_LIST:
             decl = (f"const std::vector<c10::SymInt> {name} = "
                     f"c10::SymIntArrayRef({self.shape(v)}).vec();")
@@ -444,30 +449,27 @@ class _Emitter:
                 helper = f"{op.name}_int"
                 self.helpers.add(helper)
                 return (f"meta_{helper}({self.static(a, args)}, {self.static(b, args)}, "
-                        f"{self.where(e)})")
+                        f"{where(self.op, self.rule, e)})")
             case S.Neg(operand=o):
                 return f"(-{self.static(o, args)})"
             case S.Cond(cond=c, then=a, orelse=b):
                 return f"({self.cond(c)} ? {self.static(a, args)} : {self.static(b, args)})"
         raise NoCpp(f"static int {type(e).__name__}")
 
-    def where(self, e: S.Expr) -> str:
-        """The op and `e` as written, two C++ string literals: what a helper that can fail (`//`
-        by zero) names in its message."""
-        assert self.rule is not None
-        span = self.rule.span_of(e)
-        text = self.rule.text[span.start:span.end] if span is not None else self.rule.text
-        return (f"{cpp.string_literal(str(self.op.schema.name))}, "
-                f"{cpp.string_literal(' '.join(text.split()))}")
-
-    def size(self, e: S.Expr) -> str:
-        """A `c10::SymInt`."""
+    def try_static(self, e: S.Expr, args: bool = False) -> str | None:
+        """`static(e, args)`, or None where `e` is not fixed at trace time."""
         used, helpers = set(self.used), set(self.helpers)
         try:
-            return f"c10::SymInt({self.static(e)})"
+            return self.static(e, args)
         except NoCpp:
             # What the failed attempt marked would leave unused parameters and helpers.
             self.used, self.helpers = used, helpers
+            return None
+
+    def size(self, e: S.Expr) -> str:
+        """A `c10::SymInt`."""
+        if (fixed := self.try_static(e)) is not None:
+            return f"c10::SymInt({fixed})"
         match e:
             case S.Arg(ty=ty) if ty == S.INT:
                 name, t = self.arg(e)
@@ -489,7 +491,8 @@ class _Emitter:
                 return f"({self.size(a)} {op.value} {self.size(b)})"
             case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
                 self.helpers |= {op.name, *HELPERS[op.name]}
-                return f"meta_{op.name}({self.size(a)}, {self.size(b)}, {self.where(e)})"
+                return (f"meta_{op.name}({self.size(a)}, {self.size(b)}, "
+                        f"{where(self.op, self.rule, e)})")
             case S.Neg(operand=o):
                 return f"(-{self.size(o)})"
             case S.MinMax(fn=fn, items=items):

@@ -55,7 +55,7 @@ from codegen.rendering import banner, render
 from codegen.tags import implied_tags, registered_tags
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            PyRef, is_base)
-from codegen.dest.cpp_meta import SCALAR_TYPES
+from codegen.dest.cpp_meta import SCALAR_TYPES, where
 
 
 def is_stable(op: Op) -> bool:
@@ -243,19 +243,23 @@ class _MetaEmitter:
         taken = {b.name for b in self.sig.arguments} | {f"meta_{h}" for h in HELPERS} | {
             "std", "torch"}
         read = {n.name for n in rule.nodes() if isinstance(n, S.Local)}
-        for i, b in enumerate(rule.bindings):
-            checks += self.checks(c for c in rule.checks if c.after == i)
+        for step in rule.steps():
+            if isinstance(step, S.Check):
+                try:
+                    checks += self.check(step)
+                except _NoCpp as e:
+                    raise _NoCpp(e.reason, step) from None
+                continue
             try:
-                value = self.static(b.value)
+                value = self.static(step.value)
             except _NoCpp:
                 raise _NoCpp("a binding (`name = ...;`) has no stable C++ Meta kernel "
                              "translation") from None
-            name = reserved.fresh(reserved.cpp_identifier(b.name), taken)
+            name = reserved.fresh(reserved.cpp_identifier(step.name), taken)
             taken.add(name)
-            self.locals[b.name] = name
-            checks.append(("" if b.name in read else "[[maybe_unused]] ")
+            self.locals[step.name] = name
+            checks.append(("" if step.name in read else "[[maybe_unused]] ")
                           + f"const int64_t {name} = {value};")
-        checks += self.checks(c for c in rule.checks if c.after == len(rule.bindings))
         mutated = S.mutated_returns(self.op.schema)
         if all(isinstance(m, str) for m in mutated):
             if any(not is_base(r.type, BaseTy.Tensor) for r in self.op.schema.returns):
@@ -287,15 +291,6 @@ class _MetaEmitter:
                           rule.text or "(schema)", fn,
                           f"{self.sig.returns.cpp()} {fn}({params})", (*checks, *ret),
                           frozenset(self.helpers))
-
-    def checks(self, cs) -> list[str]:
-        out: list[str] = []
-        for c in cs:
-            try:
-                out += self.check(c)
-            except _NoCpp as e:
-                raise _NoCpp(e.reason, c) from None
-        return out
 
     def name(self, arg: str) -> str:
         self.used.add(arg)
@@ -446,12 +441,8 @@ class _MetaEmitter:
             case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):
                 # Python's floor division and modulo, by zero an error (meta_floordiv).
                 self.helpers.add(op.name)
-                assert self.rule is not None
-                span = self.rule.span_of(e)
-                text = self.rule.text[span.start:span.end] if span else self.rule.text
                 return (f"meta_{op.name}({self.static(a)}, {self.static(b)}, "
-                        f"{cpp.string_literal(str(self.op.schema.name))}, "
-                        f"{cpp.string_literal(' '.join(text.split()))})")
+                        f"{where(self.op, self.rule, e)})")
             case S.Neg(operand=o):
                 return f"(-{self.static(o)})"
             case S.TensorSize() | S.TensorProp(prop=S.Prop.numel | S.Prop.shape) | S.Item():

@@ -189,11 +189,8 @@ class FakeEmitter(PyPrinter):
         return f"{o.name} if {o.name} is not None else {self.expr(o.otherwise, Prec.COND)}"
 
     def body(self, rule: S.FakeRule, schema: FunctionSchema) -> list[str]:
-        lines = []
-        for i, b in enumerate(rule.bindings):
-            lines += [self.check(c) for c in rule.checks if c.after == i]
-            lines.append(f"{b.name} = {self.expr(b.value)}")
-        lines += [self.check(c) for c in rule.checks if c.after == len(rule.bindings)]
+        lines = [self.check(s) if isinstance(s, S.Check) else f"{s.name} = {self.expr(s.value)}"
+                 for s in rule.steps()]
         for o in rule.outputs:
             if isinstance(o, S.ReturnArg) and o.resize is not None:
                 # As an out= kernel resizes its out argument (a no-op when the shape matches).
