@@ -186,9 +186,7 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
     # Forward-mode AD goes through the functional variant too: its jvp raises (or its
     # decomposition carries the tangent); below autograd the tangent of `self` stayed as it was.
     m.helpers.add("has_tangent")
-    body = [f"if ({r.torch}._C.is_grad_enabled() and "
-            f"{r.torch}._C._any_requires_grad({', '.join(tensors)})) or "
-            f"{r._has_tangent}({', '.join(tensors)}):",
+    body = [_recording(r, tensors),
             f"    {result} = {call}",
             f"    {self_}.copy_({result})",
             f"    return {self_}",
@@ -197,11 +195,9 @@ def _autograd_as(m: ModuleScope, op: Op, api: str, sec: Section, functional: Op,
             # what torch's autograd fallback did for the op: autograd sees the write
             _bump(m, r, op),
             f"return {self_}"]
-    name = m.define(f"_{api}_autograd")
-    doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into "
-           f"{self_}; below autograd when no gradient is recorded.")
-    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
-    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _register_autograd(m, op, api, sec, body,
+                       f"Under autograd: {functional.name}, which has the derivatives, copied "
+                       f"into {self_}; below autograd when no gradient is recorded.")
     _inplace_or_view(m, op, api, sec)
 
 
@@ -226,21 +222,34 @@ def list_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
                             f"[{t}.clone() for {t} in {self_}]" if saves_self(functional)
                             else None)
     m.helpers.add("has_tangent")
-    body = [f"if ({r.torch}._C.is_grad_enabled() and "
-            f"{r.torch}._C._any_requires_grad({', '.join(tensors)})) or "
-            f"{r._has_tangent}({', '.join(tensors)}):",
+    body = [_recording(r, tensors),
             f"    {result} = {call}",
             f"    for {t}, {new} in {r.zip}({self_}, {result}, strict=True):",
             f"        {t}.copy_({new})",
             "    return",
             *_below_then_bump(m, r, op, f"{r._ops}.{op_attr(op)}"
                               f"({', '.join(P.call_arguments(schema))})", taken)]
-    name = m.define(f"_{api}_autograd")
-    doc = (f"Under autograd: {functional.name}, which has the derivatives, copied into each "
-           f"tensor of {self_}; below autograd when no gradient is recorded.")
-    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body, doc))
-    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _register_autograd(m, op, api, sec, body,
+                       f"Under autograd: {functional.name}, which has the derivatives, copied "
+                       f"into each tensor of {self_}; below autograd when no gradient is "
+                       "recorded.")
     _inplace_or_view(m, op, api, sec)
+
+
+def _recording(r: Reach, tensors: list[str]) -> str:
+    """The test that autograd records a call: grad mode on and an argument requiring grad, or a
+    tangent (forward-mode AD)."""
+    return (f"if ({r.torch}._C.is_grad_enabled() and "
+            f"{r.torch}._C._any_requires_grad({', '.join(tensors)})) or "
+            f"{r._has_tangent}({', '.join(tensors)}):")
+
+
+def _register_autograd(m: ModuleScope, op: Op, api: str, sec: Section, body: list[str],
+                       doc: str) -> None:
+    """Defines the op's Autograd kernel, `body`, and registers it."""
+    name = m.define(f"_{api}_autograd")
+    sec.functions.append(Function(name, ", ".join(P.parameters(op.schema)), body, doc))
+    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
 
 
 def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
@@ -278,11 +287,8 @@ def not_implemented(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             f"    {result} = {r._no_derivative}({q(f'derivative for {op.name} is not implemented')}"
             f", {result}, {', '.join(tensors)})",
             f"return {result}"]
-    name = m.define(f"_{api}_autograd")
-    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body,
-                                  "Under autograd: no derivatives, so a backward through the "
-                                  "outputs raises."))
-    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _register_autograd(m, op, api, sec, body, "Under autograd: no derivatives, so a backward "
+                       "through the outputs raises.")
 
 
 def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
@@ -300,10 +306,7 @@ def _refusing_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
             f"if {r._has_tangent}({', '.join(tensors)}):",
             f"    raise {r.NotImplementedError}({q(no_forward_message(op))})",
             *_below_then_bump(m, r, op, call, {a.name for a in schema.arguments})]
-    name = m.define(f"_{api}_autograd")
-    sec.functions.append(Function(name, ", ".join(P.parameters(schema)), body,
-                                  no_gradient_doc(op) + "."))
-    sec.registrations.append(f"_lib.impl({q(op_name(op))}, {name}, \"Autograd\")")
+    _register_autograd(m, op, api, sec, body, no_gradient_doc(op) + ".")
     _inplace_or_view(m, op, api, sec)
 
 
