@@ -388,8 +388,7 @@ class _Builder:
                              "naming it on a second backward)")
             if isinstance(cached_signature(target.schema), cpp.Unsupported):
                 raise NotCpp(f"its formulas call {target.name}, whose schema has no C++ binding")
-            if (len(target.schema.returns) != 1 or strip_optional(target.schema.returns[0].type)
-                    != BaseType(BaseTy.Tensor)) and not _only_whole_tuples(d, ref, target):
+            if not _tensors(target, 1) and not _only_whole_tuples(d, ref, target):
                 raise NotCpp(f"its formulas call {target.name}, which does not return one Tensor")
             self.refs[ref] = target
         if constants := constant_reads(self.lib, op):
