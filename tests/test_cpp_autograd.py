@@ -32,6 +32,28 @@ def _render(paths: list[str]) -> tuple[dict[str, str], Diagnostics]:
     return out, diags
 
 
+def _check_beside_python(tmp_path: Path, ops: str, kernels: str, check: str, cpp_ns: str,
+                         py_ns: str, names: tuple[str, ...]) -> None:
+    """Build `ops` and `kernels` (formatted with `ns`, and `ops` with `setting`) in two
+    namespaces, `cpp_ns`, where each op of `names` takes the C++ path, and `py_ns` with
+    `autograd: python`; then run the script `check`, which compares them and prints "ok"."""
+    from tests import scratch
+
+    root = scratch.make_root(
+        tmp_path,
+        {f"{cpp_ns}.yaml": ops.format(ns=cpp_ns, setting=""),
+         f"{py_ns}.yaml": ops.format(ns=py_ns, setting="autograd: python\n")},
+        {f"{ns}/kernels.cpp": kernels.format(ns=ns) for ns in (cpp_ns, py_ns)})
+    lib = load_library([str(root / "schemas" / f"{cpp_ns}.yaml")])
+    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
+        f"{cpp_ns}::{name}": None for name in names}
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = scratch.python(root, check, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 def test_golden_autograd(monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     out, diags = _render([INPUT])
@@ -844,22 +866,9 @@ def test_symbolic_numbers_cat_and_indexing_take_the_cpp_path(tmp_path: Path) -> 
     (negative operands included) are carried to C++: gradients
     pass gradcheck and gradgradcheck, equal those of the Python path exactly, and are the same
     under torch.compile with dynamic shapes, without specializing them."""
-    from tests import scratch
-
-    root = scratch.make_root(
-        tmp_path,
-        {"ctr.yaml": INDEXING_OPS.format(ns="ctr", setting=""),
-         "ptr.yaml": INDEXING_OPS.format(ns="ptr", setting="autograd: python\n")},
-        {f"{ns}/kernels.cpp": INDEXING_KERNELS.format(ns=ns) for ns in ("ctr", "ptr")})
-    lib = load_library([str(root / "schemas" / "ctr.yaml")])
-    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
-        f"ctr::{name}": None for name in ("mean_rows", "scale_count", "head", "rowdiff",
-                                          "shift_mul", "stack3", "pairs", "roll_half")}
-    for step in (scratch.generate, scratch.build):
-        proc = step(root)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = scratch.python(root, INDEXING_CHECK, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    _check_beside_python(tmp_path, INDEXING_OPS, INDEXING_KERNELS, INDEXING_CHECK, "ctr", "ptr",
+                         ("mean_rows", "scale_count", "head", "rowdiff", "shift_mul", "stack3",
+                          "pairs", "roll_half"))
 
 
 NO_GRADIENT_KERNELS = """\
@@ -1481,22 +1490,8 @@ def test_scatter_constructs_take_the_cpp_path(tmp_path: Path) -> None:
     and sizes given to `int` and `int?` parameters of library ops take the C++ path: gradients
     pass gradcheck and gradgradcheck, equal those of the Python path exactly, and are the same
     under torch.compile with dynamic shapes."""
-    from tests import scratch
-
-    root = scratch.make_root(
-        tmp_path,
-        {"cts.yaml": SCATTER_OPS.format(ns="cts", setting=""),
-         "pts.yaml": SCATTER_OPS.format(ns="pts", setting="autograd: python\n")},
-        {f"{ns}/kernels.cpp": SCATTER_KERNELS.format(ns=ns) for ns in ("cts", "pts")})
-    lib = load_library([str(root / "schemas" / "cts.yaml")])
-    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
-        f"cts::{name}": None for name in ("scatter_sum", "take", "take_add", "seg_scale",
-                                          "head", "pad", "twice")}
-    for step in (scratch.generate, scratch.build):
-        proc = step(root)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = scratch.python(root, SCATTER_CHECK, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    _check_beside_python(tmp_path, SCATTER_OPS, SCATTER_KERNELS, SCATTER_CHECK, "cts", "pts",
+                         ("scatter_sum", "take", "take_add", "seg_scale", "head", "pad", "twice"))
 
 
 def test_a_call_giving_several_gradients_is_taken_apart_in_cpp(tmp_path: Path) -> None:
@@ -1856,23 +1851,9 @@ def test_more_torch_operations_differentiate_as_python_does(tmp_path: Path) -> N
     derivatives, take the C++ path: gradients pass gradcheck and gradgradcheck, equal those of
     the Python path, and are the same under torch.compile with dynamic shapes, with as many
     graphs."""
-    from tests import scratch
-
-    root = scratch.make_root(
-        tmp_path,
-        {"cmo.yaml": MORE_OPS.format(ns="cmo", setting=""),
-         "pmo.yaml": MORE_OPS.format(ns="pmo", setting="autograd: python\n")},
-        {f"{ns}/kernels.cpp": MORE_KERNELS.format(ns=ns) for ns in ("cmo", "pmo")})
-    lib = load_library([str(root / "schemas" / "cmo.yaml")])
-    assert {str(op.name): cpp_autograd.reason(lib, op) for op in lib.ops} == {
-        f"cmo::{name}": None for name in ("rcsum", "lse", "lsm", "turn", "tri", "halves",
-                                          "head_rest", "rows", "mean64", "pick", "floor_at",
-                                          "ramp")}
-    for step in (scratch.generate, scratch.build):
-        proc = step(root)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = scratch.python(root, MORE_CHECK, timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+    _check_beside_python(tmp_path, MORE_OPS, MORE_KERNELS, MORE_CHECK, "cmo", "pmo",
+                         ("rcsum", "lse", "lsm", "turn", "tri", "halves", "head_rest", "rows",
+                          "mean64", "pick", "floor_at", "ramp"))
 
 
 # An argument of each kind the tables of cpp_autograd name (`T|n`: both are tried).

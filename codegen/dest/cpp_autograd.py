@@ -388,8 +388,7 @@ class _Builder:
                              "naming it on a second backward)")
             if isinstance(cached_signature(target.schema), cpp.Unsupported):
                 raise NotCpp(f"its formulas call {target.name}, whose schema has no C++ binding")
-            if (len(target.schema.returns) != 1 or strip_optional(target.schema.returns[0].type)
-                    != BaseType(BaseTy.Tensor)) and not _only_whole_tuples(d, ref, target):
+            if not _tensors(target, 1) and not _only_whole_tuples(d, ref, target):
                 raise NotCpp(f"its formulas call {target.name}, which does not return one Tensor")
             self.refs[ref] = target
         if constants := constant_reads(self.lib, op):
@@ -1682,7 +1681,7 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
                if is_tensor_like(a.type) or a.name in flat]
     bumps = [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
              if is_tensor_like(a.type)]
-    bumps += [_bump(flat[a.name], ListType(BaseType(BaseTy.Tensor), None))
+    bumps += [_bump(flat[a.name], _TENSOR_LIST)
               for a in schema.mutable_arguments if a.name in flat]
     fw = " || ".join(filter(None, [_tangent_test(schema, cname), *(
         f"torch::autograd::isFwGradDefinedTensorList({f})" for f in flat.values())]))
@@ -1703,33 +1702,28 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
         "fw": fw,
         "bumps": bumps,
     }
-    if kind == "inplace_list":
+    if kind in ("inplace", "inplace_list"):
         assert functional is not None
-        self_ = cname[schema.positional[0].name]
-        # The copies would overwrite what the functional variant's backward saved of `self`.
-        clone = (f"[&] {{ std::vector<at::Tensor> opgen_v; opgen_v.reserve({self_}.size()); "
-                 f"for (const at::Tensor& opgen_t : {self_}) "
-                 "{ opgen_v.push_back(opgen_t.clone()); } return opgen_v; }()")
-        ctx.update(
-            self=self_,
-            doc=f"Under autograd: {functional.name}, which has the derivatives, copied into "
-                f"each tensor of {schema.positional[0].name}",
-            functional=handle_name(functional),
-            functional_args=", ".join(
-                clone if a.name == schema.positional[0].name and saves_self(functional)
-                else cname[a.name] for a in schema.arguments))
-    elif kind == "inplace":
-        assert functional is not None
-        self_ = cname[schema.positional[0].name]
+        first = schema.positional[0].name
+        self_ = cname[first]
+        # The copy would overwrite what the functional variant's backward saved of `self`.
+        if kind == "inplace":
+            clone, into = f"{self_}.clone()", first
+        else:
+            clone = (f"[&] {{ std::vector<at::Tensor> opgen_v; opgen_v.reserve({self_}.size()); "
+                     f"for (const at::Tensor& opgen_t : {self_}) "
+                     "{ opgen_v.push_back(opgen_t.clone()); } return opgen_v; }()")
+            into = f"each tensor of {first}"
+        # (an in-place list op writes only `self`: it has no kwarg-only written argument)
         inputs = [a for a in schema.arguments if not (a.kwarg_only and a.is_write)]
         ctx.update(
             self=self_,
             doc=f"Under autograd: {functional.name}, which has the derivatives, copied into "
-                f"{schema.positional[0].name}",
+                f"{into}",
             functional=handle_name(functional),
             functional_args=", ".join(
-                f"{self_}.clone()" if a.name == schema.positional[0].name and saves_self(functional)
-                else cname[a.name] for a in inputs))
+                clone if a.name == first and saves_self(functional) else cname[a.name]
+                for a in inputs))
     else:
         ctx.update(doc=no_gradient_doc(op), message=no_gradient_message(op),
                    no_forward=no_forward_message(op))
