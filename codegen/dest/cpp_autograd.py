@@ -1186,15 +1186,15 @@ class _Builder:
             bounds = [self.expr(a) for a in it.args]
             if len(bounds) not in (1, 2) or any(k not in (INT, SYMINT) for _, k in bounds):
                 raise NotCpp("range() other than of one or two integers")
-            bounds = [(_guarded(c) if k == SYMINT else c, INT) for c, k in bounds]
             if len(e.names) != 1:
                 raise NotCpp("a comprehension unpacking range()")
-            start, stop = ("0", bounds[0][0]) if len(bounds) == 1 else \
-                (bounds[0][0], bounds[1][0])
+            (start, start_kind), (stop, stop_kind) = [("0", INT)] * (len(bounds) == 1) + bounds
+            start = _guarded(start) if start_kind == SYMINT else start
             i = self.fresh(e.names[0])
             self.locals[e.names[0]] = i
             self.kinds["$" + e.names[0]] = INT
-            if "guard_int" in stop:     # guarded once, not at each step
+            if stop_kind == SYMINT:     # guarded once, not at each step
+                stop = _guarded(stop)
                 end = self.fresh("end")
                 header = f"for (int64_t {i} = {start}, {end} = {stop}; {i} < {end}; ++{i}) {{"
             else:
