@@ -64,6 +64,7 @@ from codegen.model import (
     without_alias,
 )
 from codegen.schema_errors import foreign_type_hint
+from codegen.tags import effect_only
 
 # --------------------------------------------------------------------------------------------------
 # Note [Rules torch breaks]
@@ -488,14 +489,15 @@ class _OpVerifier:
         if not self.ok:
             return  # a type already refused says enough
         s = self.schema
-        if not s.returns and not any(a.is_write for a in s.arguments):
+        if effect_only(s):
             self.warning(self._empty_returns(), "no-effect",
-                         f"'{s.name}' returns nothing and marks no argument as written, so "
-                         "torch.compile and torch.export take a call of it for one without "
-                         "effect and drop it, with any write its kernel makes",
+                         f"'{s.name}' returns nothing and marks no argument as written: "
+                         "torch.compile and torch.export keep its calls (registered as having a "
+                         "side effect), but know of no write its kernel makes, and may read what "
+                         "it writes before the call",
                          "mark what the kernel writes (`Tensor! output`); an op called for a "
-                         "side effect outside tensors (logging, communication) keeps this "
-                         "warning off with `suppress: [no-effect]`")
+                         "side effect outside tensors (logging, communication, a file) keeps "
+                         "this warning off with `suppress: [no-effect]`")
         r = untraceable_return(self.schema.returns)
         if r is not None and holds_dict(r.type):
             self.warning(r.type_span or r.span, "non-tensor-return",
