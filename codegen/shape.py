@@ -94,7 +94,8 @@ Values
 - An optional argument where a None test around it tells it is not None, as type checkers
   narrow it: `like(out) if out is not None else empty(...)`, the right side of
   `out is None or ...` and of `out is not None and ...` (unless the left side compares sizes,
-  which evaluates both sides).
+  which evaluates both sides); there a `bool?`, `str?`, `int?` or `ScalarType?` argument is a
+  condition or compares as its plain type does (`normalize is None or normalize`).
 - `x or y`: the optional value `x`, or `y` when `x` is None (`dtype or float32`); between
   conditions, Python's boolean `or`.
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
@@ -1268,9 +1269,9 @@ class _Checker:
             shown = node.written or node.op
             left = self.expr(node.left)
             right = self.expr(node.right)
-            if isinstance(left, Given):     # tested again inside a branch that knows
-                left = left.arg
             if node.op in ("is", "is not"):
+                if isinstance(left, Given):     # tested again inside a branch that knows
+                    left = left.arg
                 if right.ty.base is not T.NONE:
                     raise self.error(node.right.span, f"'{node.op}' only tests for None: "
                                      f"`x {node.op} None`")
@@ -1334,6 +1335,8 @@ class _Checker:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
         if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
             return True     # a dtype, and so its itemsize, is never symbolic
+        if isinstance(e, Given):    # an optional argument where a None test tells it is given
+            e = Arg(e.arg.name, e.ty)
         if isinstance(e, Arg):
             arg = self.schema.argument(e.name)
             assert arg is not None
