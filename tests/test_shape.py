@@ -706,6 +706,27 @@ def quantize(x, normalize):
         lib.close()
 
 
+@pytest.mark.parametrize("rule,col", [
+    ("(empty([dynamic(), 2]), dynamic())", 25),
+    ("k = dynamic(); (empty([k, 2]), k)", 32),
+    ("r = dynamic(); (like(self), r * 2)", 29),
+])
+def test_a_data_dependent_int_return_is_refused(rule, col):
+    """torchaudio's load_audio_file(...) -> (Tensor, int) reads its sample rate from the file:
+    torch turns an `int` return into a Python int when tracing, and a dynamic() size cannot be
+    one (torch.compile failed on every call: 'Could not extract specialized integer')."""
+    r, diags = parse(rule, "ex::f(Tensor self) -> (Tensor, int)")
+    assert r is None
+    [d] = diags.items
+    assert d.message == ("the output for return type 'int' is a dynamic() size, but torch makes "
+                         "an int return a Python int when tracing, which a data-dependent size "
+                         "cannot be: torch.compile and torch.export would fail on every call")
+    assert d.hint == "declare the return `SymInt`, which may hold a data-dependent size"
+    assert d.loc.col == col
+    ok(rule, "ex::f(Tensor self) -> (Tensor, SymInt)")
+    ok("(empty([dynamic(), 2]), self.size(0))", "ex::f(Tensor self) -> (Tensor, int)")
+
+
 def test_narrowed_fake_runs_under_fake_tensors(tmp_path, monkeypatch):
     """The generated Python fake of a narrowing rule, with the optional argument given and not."""
     from codegen import testing
