@@ -506,6 +506,13 @@ class _OpVerifier:
                          "graph break, so fullgraph=True fails, and so does torch.export with "
                          "strict=True)", "return Tensors (a Tensor[] with a str[] of the keys "
                          "for a Dict of Tensors) where the op must compile")
+        elif r is not None and len(self.schema.returns) > 1:
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.compile and torch.export cannot trace a call of this op: among "
+                         f"its returns is '{r.type}', and Dynamo puts no op returning a str or a "
+                         "Device in a graph (a graph break, so fullgraph=True fails)",
+                         "return Tensors, numbers and dtypes where the op must compile (a str "
+                         "as a number the caller maps back)")
         elif r is not None:
             self.warning(r.type_span or r.span, "non-tensor-return",
                          f"torch.compile cannot trace a call of this op: it returns a lone "
