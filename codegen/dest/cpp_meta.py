@@ -363,6 +363,8 @@ class _Emitter:
                 return "true" if v else "false"
             case S.Arg(ty=ty) if ty == S.Ty(S.T.BOOL):
                 return self.arg(e)[0]
+            case S.Given(arg=a) if e.ty == S.Ty(S.T.BOOL):
+                return f"(*{self.arg(a)[0]})"
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
             case S.BoolOp(op=op, left=a, right=b):
@@ -402,6 +404,11 @@ class _Emitter:
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
                                           BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType)):
                     return name
+            case S.Given(arg=a):
+                name, ty = self.arg(a)
+                if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
+                                          BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType)):
+                    return f"(*{name})"
         raise NoCpp(f"compared value {type(e).__name__}")
 
     # -- sizes

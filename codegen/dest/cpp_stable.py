@@ -378,6 +378,9 @@ class _MetaEmitter:
                 return "true" if v else "false"
             case S.Arg(name=n) if self.args[n].argument.type == BaseType(BaseTy.bool):
                 return self.name(n)
+            case S.Given(arg=S.Arg(name=n)) \
+                    if self.args[n].argument.type == OptionalType(BaseType(BaseTy.bool)):
+                return f"(*{self.name(n)})"
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
             case S.BoolOp(op=op, left=a, right=b):
@@ -409,6 +412,9 @@ class _MetaEmitter:
             case S.Arg(name=n) if strip(self.args[n].argument.type) in (
                     BaseType(BaseTy.str), BaseType(BaseTy.bool)):
                 return self.name(n)
+            case S.Given(arg=S.Arg(name=n)) if strip(self.args[n].argument.type) in (
+                    BaseType(BaseTy.str), BaseType(BaseTy.bool)):
+                return f"(*{self.name(n)})"
         raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def static(self, e: S.Expr) -> str:
