@@ -152,6 +152,10 @@ def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
         # Exported, the program does not save: torch serializes no custom op's Dict output.
         return (f"torch.export cannot save a program calling {op.name}, which returns a Dict "
                 "(its non-tensor-return warning)")
+    if check == "export" and len(op.schema.returns) > 1 and \
+            untraceable_return(op.schema.returns) is not None:
+        return (f"torch.export cannot trace a call of {op.name}, which returns a str or a Device "
+                "among several values (its non-tensor-return warning)")
     if check in ("compile", "export"):
         kind = unfunctionalizable(op, library)
         # check_export decomposes (functionalizes) the program of a mutating op only.

@@ -167,7 +167,7 @@ WARNINGS: dict[str, str] = {
     "nested-tensor-argument": "torch.compile fails on Tensors passed inside a tuple or Dict",
     "alias-on-non-tensor": "an alias annotation on a type that is not a Tensor has no effect",
     "inplace-without-mutation": "an op named like an in-place op mutates none of its arguments",
-    "no-effect": "torch.compile drops calls of an op that returns nothing and writes nothing",
+    "no-effect": "torch.compile knows of no write of an op that returns nothing and marks none",
     "empty-dtype": "empty() in a fake rule takes its dtype from an integer Tensor argument",
     "out-tag": "an `out` tag on an out= op with a functional variant breaks inductor (torch 2.13+)",
     "constant-in-backward": "a formula reads a non-differentiable output computed from the inputs",

@@ -736,6 +736,12 @@ class _FileLoader(SampleReader):
 # The library
 
 
+def directory_op_files(d: str) -> list[str]:
+    """The op files of a directory, sorted: its `*.yaml` files but the known-failures file."""
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))
+            if n.endswith(".yaml") and n != FAILURES_FILE and os.path.isfile(os.path.join(d, n))]
+
+
 def op_files(paths: list[str], diags: Diagnostics,
              origin: Callable[[str, Diagnostics], Loc | None] | None = None) -> list[str]:
     """Command-line paths -> op files: files as given, directories' `*.yaml` sorted, no repeats.
@@ -745,12 +751,9 @@ def op_files(paths: list[str], diags: Diagnostics,
     seen: set[str] = set()
     for p in paths:
         if os.path.isdir(p):
-            names = sorted(os.listdir(p))
-            found = [os.path.join(p, n) for n in names
-                     if n.endswith(".yaml") and n != FAILURES_FILE
-                     and os.path.isfile(os.path.join(p, n))]
+            found = directory_op_files(p)
             if not found:
-                yml = [n for n in names if n.endswith(".yml")]
+                yml = [n for n in sorted(os.listdir(p)) if n.endswith(".yml")]
                 hint = (f"{os.path.join(p, yml[0])} ends in .yml: op files are named *.yaml"
                         if yml else None)
                 at = origin(p, diags) if origin is not None else None

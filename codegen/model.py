@@ -244,17 +244,23 @@ def holds_dict(t: Type) -> bool:
     return any(isinstance(p, GenericType) and p.kind is Generic.Dict for p in iter_types(t))
 
 
+def holds_str_or_device(t: Type) -> bool:
+    return any(is_base(p, BaseTy.str) or is_base(p, BaseTy.Device) for p in iter_types(t))
+
+
 def untraceable_return(returns: Sequence[Return]) -> Return | None:
     """A return that keeps torch.compile from putting the op in a graph: Dynamo graph-breaks on
     an op returning a Dict anywhere among its returns ("Unsupported torch.* op returned
-    non-Tensor"), or a lone int, SymInt, bool, str, Scalar, dtype, device (optional or not) or
-    str[]; a float, a list of numbers or several returns trace (tests/test_traceable_returns.py
+    non-Tensor"), a str or a Device anywhere among several returns (torchaudio's
+    `sox_io_get_info(...) -> (int, int, int, int, str)`), or a lone int, SymInt, bool, str,
+    Scalar, dtype, device (optional or not) or str[]; a float, a list of numbers or several
+    returns of Tensors, numbers, dtypes and lists of them trace (tests/test_traceable_returns.py
     holds the rule to torch)."""
     for r in returns:
         if holds_dict(r.type):
             return r
     if len(returns) != 1:
-        return None
+        return next((r for r in returns if holds_str_or_device(r.type)), None)
     t = strip_optional(returns[0].type)
     if isinstance(t, BaseType) and t.name not in (BaseTy.Tensor, BaseTy.float, BaseTy.NoneType):
         return returns[0]

@@ -53,7 +53,8 @@ promotes integer tensors to the default floating dtype, as multiplying by a Pyth
 
 A `dtype=`/`device=` value that is None at run time (an optional argument) means the default.
 For an op with several returns, the rule is a tuple with one item per return; a `Tensor?` return
-may be `None`, and an `int`/`SymInt` return is a size expression (`self.numel()`).
+may be `None`, and an `int`/`SymInt` return is a size expression (`self.numel()`); a
+data-dependent one (`dynamic()`) needs a `SymInt` return, as torch makes an `int` a Python int.
 
 A `Tensor[]` return is a list of new tensors: a list literal `[like(a), like(b)]`, or a
 comprehension making one per element of a list argument or of `range(n)`:
@@ -171,7 +172,7 @@ import operator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator, Union
+from typing import Iterable, Iterator, Union
 
 
 from codegen import enums
@@ -670,16 +671,21 @@ class FakeRule:
     def output_uses_dynamic(self, i: int) -> bool:
         """Whether output `i` is made with `dynamic()`, itself or through the bindings it reads:
         an `int` return made so is read from the data, one made of sizes is known to a trace."""
-        values = {b.name: b.value for b in self.bindings}
-        todo, seen = [self.outputs[i]], set()
-        while todo:
-            for n in walk(todo.pop()):
-                if isinstance(n, Dynamic):
-                    return True
-                if isinstance(n, Local) and n.name in values and n.name not in seen:
-                    seen.add(n.name)
-                    todo.append(values[n.name])
-        return False
+        return _made_with_dynamic(self.outputs[i], self.bindings)
+
+
+def _made_with_dynamic(e: Node, bindings: Iterable[Binding]) -> bool:
+    """Whether `e` calls `dynamic()`, itself or through the bindings it reads."""
+    values = {b.name: b.value for b in bindings}
+    todo, seen = [e], set()
+    while todo:
+        for n in walk(todo.pop()):
+            if isinstance(n, Dynamic):
+                return True
+            if isinstance(n, Local) and n.name in values and n.name not in seen:
+                seen.add(n.name)
+                todo.append(values[n.name])
+    return False
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1860,6 +1866,7 @@ class _Checker:
                     outputs.append(ReturnArg(r, otherwise=self.output(item, ret)))
                 else:
                     outputs.append(self.output(item, r))
+                    self.int_return_fixed(item, r, outputs[-1], bindings)
             except _Bad:
                 ok = False
         if not ok or not self.dynamic_reaches_outputs(syn, bindings, outputs):
@@ -1970,6 +1977,21 @@ class _Checker:
         raise self.error(item.span, f"a fake rule cannot describe {what}",
                          "write a Python fake function: `fake: package.module:function`")
 
+
+    def int_return_fixed(self, item: _Syn, ret: Return, out: Expr,
+                         bindings: list[Binding]) -> None:
+        """An `int` return is guarded to a Python int when the op is traced (torch's binding of
+        the return type), which a data-dependent size cannot be: torch.compile and torch.export
+        would fail on every call ("Could not extract specialized integer")."""
+        if strip_optional(ret.type) == BaseType(BaseTy.int) and _made_with_dynamic(out, bindings):
+            what = f"return '{ret.name}'" if ret.name else f"return type '{ret.type}'"
+            symint = "SymInt?" if isinstance(ret.type, OptionalType) else "SymInt"
+            raise self.error(item.span, f"the output for {what} is a dynamic() size, but torch "
+                             "makes an int return a Python int when tracing, which a "
+                             "data-dependent size cannot be: torch.compile and torch.export "
+                             "would fail on every call",
+                             f"declare the return `{symint}`, which may hold a data-dependent "
+                             "size")
 
     def list_output(self, item: _Syn, what: str) -> Expr:
         """The outputs of a Tensor[] return: a list of new tensors, or a comprehension making

@@ -132,6 +132,21 @@ def copies_back(schema) -> bool:
         without_alias(a.type) == BaseType(BaseTy.Tensor) for a in schema.mutable_arguments)
 
 
+def effect_only(schema) -> bool:
+    """Whether the op returns nothing and marks no argument as written: it is called for an
+    effect its schema does not show (a file written, a log, a collective), or its kernel writes
+    an argument the schema does not mark (the `no-effect` warning).
+
+    Note [Ops called for an effect]
+    torch.compile takes a call whose outputs nobody reads, of an op that mutates nothing, for dead
+    code: aot_autograd and inductor drop it (torchaudio's `sox_io_save_audio_file(str path,
+    Tensor tensor, ...) -> ()` then wrote no file). The generated registrations name such an op
+    to `torch.fx.node.has_side_effect`, which both read (`torch._library.utils.is_impure`), so its
+    calls are kept, in order; torch.export keeps them anyway. A write its kernel makes to an
+    unmarked argument stays unknown to them: the `no-effect` warning."""
+    return not schema.returns and not any(a.is_write for a in schema.arguments)
+
+
 def shape_tag(schema) -> str | None:
     """`inplace` or `out` when the schema has that shape (Note [Tags from the schema's shape])."""
     def plain_tensor(t) -> bool:

@@ -64,6 +64,7 @@ from codegen.model import (
     without_alias,
 )
 from codegen.schema_errors import foreign_type_hint
+from codegen.tags import effect_only
 
 # --------------------------------------------------------------------------------------------------
 # Note [Rules torch breaks]
@@ -488,14 +489,15 @@ class _OpVerifier:
         if not self.ok:
             return  # a type already refused says enough
         s = self.schema
-        if not s.returns and not any(a.is_write for a in s.arguments):
+        if effect_only(s):
             self.warning(self._empty_returns(), "no-effect",
-                         f"'{s.name}' returns nothing and marks no argument as written, so "
-                         "torch.compile and torch.export take a call of it for one without "
-                         "effect and drop it, with any write its kernel makes",
+                         f"'{s.name}' returns nothing and marks no argument as written: "
+                         "torch.compile and torch.export keep its calls (registered as having a "
+                         "side effect), but know of no write its kernel makes, and may read what "
+                         "it writes before the call",
                          "mark what the kernel writes (`Tensor! output`); an op called for a "
-                         "side effect outside tensors (logging, communication) keeps this "
-                         "warning off with `suppress: [no-effect]`")
+                         "side effect outside tensors (logging, communication, a file) keeps "
+                         "this warning off with `suppress: [no-effect]`")
         r = untraceable_return(self.schema.returns)
         if r is not None and holds_dict(r.type):
             self.warning(r.type_span or r.span, "non-tensor-return",
@@ -504,6 +506,13 @@ class _OpVerifier:
                          "graph break, so fullgraph=True fails, and so does torch.export with "
                          "strict=True)", "return Tensors (a Tensor[] with a str[] of the keys "
                          "for a Dict of Tensors) where the op must compile")
+        elif r is not None and len(self.schema.returns) > 1:
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.compile and torch.export cannot trace a call of this op: among "
+                         f"its returns is '{r.type}', and Dynamo puts no op returning a str or a "
+                         "Device in a graph (a graph break, so fullgraph=True fails)",
+                         "return Tensors, numbers and dtypes where the op must compile (a str "
+                         "as a number the caller maps back)")
         elif r is not None:
             self.warning(r.type_span or r.span, "non-tensor-return",
                          f"torch.compile cannot trace a call of this op: it returns a lone "

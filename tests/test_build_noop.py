@@ -99,6 +99,31 @@ def test_codegen_edge_declares_exactly_the_generated_set(tmp_path: Path, monkeyp
     assert not any(p.startswith("generated/cpp/nstab/stab/") for p in declared)
 
 
+def codegen_command(ninja_text: str) -> str:
+    """The command of the build file's `codegen` rule."""
+    joined = re.sub(r"\$\n\s*", "", ninja_text)
+    rule = joined.split("rule codegen\n", 1)[1]
+    return next(ln for ln in rule.splitlines() if ln.strip().startswith("command = "))
+
+
+def test_the_codegen_edge_reads_the_op_file_directory_beside_its_failures_file(
+        tmp_path: Path, monkeypatch) -> None:
+    """`sample_failures.yaml` beside the op files is not an op file: the edge still reruns
+    `generate` on the directory, so an op file added later is taken (given the old files one by
+    one, `generate` refused to leave it out, and `opgen build` failed until `opgen generate`)."""
+    monkeypatch.chdir(tmp_path)
+    Path("ops").mkdir()
+    Path("ops/full.yaml").write_text(FULL_OPS.format(ns="nfull"), encoding="utf-8")
+    Path("ops/sample_failures.yaml").write_text("{}\n", encoding="utf-8")
+    lib = load_library(["ops"])
+    diags = Diagnostics()
+    project = config.default_project(tmp_path)
+    fileset = render(lib, diags, project)
+    assert not diags.has_errors, diags.render()
+    command = codegen_command(fileset.files[project.ninja_file])
+    assert command.endswith("generate --depfile build/codegen.d ops"), command
+
+
 def test_the_repository_build_file_declares_its_generated_set() -> None:
     """The committed generated/build.ninja against the committed generated set."""
     ninja = (scratch.REPO / "generated" / "build.ninja").read_text(encoding="utf-8")

@@ -411,6 +411,33 @@ print("OK", len(cases))
 
 
 @pytest.mark.e2e
+def test_narrowed_bool_and_str_conditions_in_meta_kernels(tmp_path, monkeypatch):
+    """torchaudio's load_audio_file(..., bool? normalize, ..., str? format): an optional bool or
+    str where a None test tells it is given, as a condition or compared, is dereferenced in a
+    Meta kernel on both ABIs (the full ABI kept a Python fake; a stable namespace before
+    min_torch 2.13 refused the rule)."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    rule = ("like(x) if (normalize is None or normalize) and (fmt is None or fmt == 'wav') "
+            "else like(x, dtype=int16)")
+    for ns, head in (("nbfull", ""), ("nbstable", 'abi: stable\nmin_torch: "2.10"\n')):
+        (tmp_path / f"{ns}.yaml").write_text(
+            f"namespace: {ns}\n{head}ops:\n"
+            "  - func: load_dtype(Tensor x, bool? normalize, str? fmt) -> Tensor\n"
+            "    dispatch: {CPU: load_dtype_cpu}\n"
+            f'    fake: "{rule}"\n')
+    ops = {str(op.name): op for op in load_library(["nbfull.yaml", "nbstable.yaml"]).ops}
+    full = cpp_meta.translate(ops["nbfull::load_dtype"])[0]
+    assert full is not None
+    assert "((!normalize.has_value() || (*normalize)) && (!fmt.has_value() || ((*fmt) == " \
+        '"wav")))' in "\n".join(full.body), full.body
+    stable = cpp_stable.translate_meta(ops["nbstable::load_dtype"])
+    assert stable is not None
+    assert '((!normalize.has_value() || (*normalize)) && (!fmt.has_value() || (*fmt) == "wav"))' \
+        in "\n".join(stable.body), stable.body
+
+
 def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
     """Sizes and checks from the byte size of a dtype are Meta kernels, built and run with two
     dtypes each: c10::elementSize on the full ABI, Tensor::element_size() on the stable one."""

@@ -95,6 +95,13 @@ def accumulate(acc, x):
     acc.add_(x)
 
 
+LOG: list[tuple[str, float]] = []       # what `record` logged
+
+
+def record(x, label):
+    LOG.append((label, float(x.sum())))
+
+
 # --------------------------------------------------------------------------------------------------
 # Golden outputs
 
@@ -235,6 +242,21 @@ def test_in_place_and_out_ops_compile(library):
         out, ref_out = torch.empty(n, 4), torch.empty(n, 4)
         torch.testing.assert_close(compiled(x, out), f(x, ref_out))
         torch.testing.assert_close(out, ref_out)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_an_op_called_for_its_effect_keeps_its_calls_when_compiled(library, backend):
+    """`record(...) -> ()` writes no argument: torch.compile took its call for dead code and
+    dropped it (Note [Ops called for an effect])."""
+    def f(x):
+        torch.ops.regtest.record(x * 2, "twice")
+        return x + 1
+
+    torch._dynamo.reset()
+    LOG.clear()
+    compiled = torch.compile(f, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(torch.ones(3)), torch.full((3,), 2.0))
+    assert LOG == [("twice", 6.0)]
 
 
 def test_out_of_the_wrong_shape_under_functionalization(library):

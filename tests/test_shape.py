@@ -703,6 +703,66 @@ def test_narrowed_int_is_a_size():
         "a shape element must be an int, got int? argument 'dim_size'"
 
 
+@pytest.mark.parametrize("rule", [
+    "like(x) if normalize is None or normalize else like(x, dtype=int16)",
+    "like(x, dtype=int16) if normalize is not None and not normalize else like(x)",
+    "like(x) if fmt is None or fmt == 'wav' else like(x, dtype=int16)",
+])
+def test_narrowed_bool_and_str_are_conditions(rule):
+    """torchaudio's load_audio_file(..., bool? normalize, ..., str? format): an optional bool or
+    str where a None test tells it is given is fixed at trace time, as its plain type is."""
+    ok(rule, "ex::f(Tensor x, bool? normalize, str? fmt) -> Tensor")
+
+
+def test_narrowed_bool_fake_runs_under_fake_tensors(tmp_path, monkeypatch):
+    from codegen import testing
+
+    (tmp_path / "narrowbool.yaml").write_text("""\
+namespace: narrowbool
+ops:
+  - func: quantize(Tensor x, bool? normalize) -> Tensor
+    dispatch: {CPU: 'narrowbool_kernels:quantize'}
+    fake: like(x) if normalize is None or normalize else like(x, dtype=int16)
+    samples:
+      - {x: {shape: [4]}, normalize: null}
+      - {x: {shape: [4]}, normalize: true}
+      - {x: {shape: [4]}, normalize: false}
+""")
+    (tmp_path / "narrowbool_kernels.py").write_text("""\
+import torch
+def quantize(x, normalize):
+    return x.clone() if normalize is None or normalize else (x * 32767).to(torch.int16)
+""")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lib = testing.load_python_library([str(tmp_path / "narrowbool.yaml")])
+    try:
+        for case in lib.cases():
+            testing.check_opcheck(case)
+    finally:
+        lib.close()
+
+
+@pytest.mark.parametrize("rule,col", [
+    ("(empty([dynamic(), 2]), dynamic())", 25),
+    ("k = dynamic(); (empty([k, 2]), k)", 32),
+    ("r = dynamic(); (like(self), r * 2)", 29),
+])
+def test_a_data_dependent_int_return_is_refused(rule, col):
+    """torchaudio's load_audio_file(...) -> (Tensor, int) reads its sample rate from the file:
+    torch turns an `int` return into a Python int when tracing, and a dynamic() size cannot be
+    one (torch.compile failed on every call: 'Could not extract specialized integer')."""
+    r, diags = parse(rule, "ex::f(Tensor self) -> (Tensor, int)")
+    assert r is None
+    [d] = diags.items
+    assert d.message == ("the output for return type 'int' is a dynamic() size, but torch makes "
+                         "an int return a Python int when tracing, which a data-dependent size "
+                         "cannot be: torch.compile and torch.export would fail on every call")
+    assert d.hint == "declare the return `SymInt`, which may hold a data-dependent size"
+    assert d.loc.col == col
+    ok(rule, "ex::f(Tensor self) -> (Tensor, SymInt)")
+    ok("(empty([dynamic(), 2]), self.size(0))", "ex::f(Tensor self) -> (Tensor, int)")
+
+
 def test_narrowed_fake_runs_under_fake_tensors(tmp_path, monkeypatch):
     """The generated Python fake of a narrowing rule, with the optional argument given and not."""
     from codegen import testing

@@ -21,6 +21,15 @@ RETURNS = {
     # pyg-team/pyg-lib pyg_lib/csrc/sampler/neighbor.cpp returns Dicts of Tensors.
     "Dict(str, Tensor)": "dict", "Dict(str, int)": {"a": 1}, "Dict(str, Tensor)?": "dict",
     "(Tensor, Dict(str, Tensor))": "tensor_and_dict",
+    # Several returns: a str or a Device among them breaks the graph, numbers and dtypes do not.
+    # pytorch/audio src/libtorchaudio/sox/io.h (get_info_file, registered with an inferred schema)
+    "(int, int, int, int, str)": (8000, 16, 2, 16, "PCM_S"),
+    "(Tensor, str)": lambda x: (x.clone(), "a"), "(Tensor, str[])": lambda x: (x.clone(), ["a"]),
+    "(Tensor, str?)": lambda x: (x.clone(), "a"), "(Tensor, (int, str))": lambda x: (x.clone(), (1, "a")),
+    "(Tensor, Device)": lambda x: (x.clone(), torch.device("cpu")),
+    "(Tensor, ScalarType)": lambda x: (x.clone(), torch.float32),
+    "(Tensor, bool)": lambda x: (x.clone(), True), "(int, Scalar)": (1, 2),
+    "(Tensor, int[])": lambda x: (x.clone(), [1]), "(Tensor, (int, int))": lambda x: (x.clone(), (1, 2)),
 }
 _names = itertools.count()
 
@@ -33,6 +42,8 @@ def test_rule_matches_torch_compile(ret: str) -> None:
     value = RETURNS[ret]
 
     def kernel(x):
+        if callable(value):
+            return value(x)
         if value == "tensor":
             return x.clone()
         if value == "dict":

@@ -72,6 +72,8 @@ ops:
     fake: "tests.test_vmap_rules:clip_count_fake"
   - func: halves_into.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)
     dispatch: {CompositeImplicitAutograd: "tests.test_vmap_rules:halves_into"}
+  - func: scaled_sum(Tensor x, Tensor y, float scale) -> Tensor
+    dispatch: {CompositeImplicitAutograd: "tests.test_vmap_rules:scaled_sum"}
 """
 
 CALLS: list[str] = []
@@ -176,6 +178,11 @@ def halves_into(x, *, out):
     return out.copy_(x * 0.5)
 
 
+def scaled_sum(x, y, scale):
+    CALLS.append("scaled_sum")
+    return (x + y) * scale
+
+
 def clip_count_fake(self, limit):
     return self.new_empty((), dtype=torch.int64)
 
@@ -211,7 +218,8 @@ def test_every_op_without_a_rule_that_the_fallback_refuses_gets_one(library):
                      "noisy": "loop", "fill_": "loop", "accumulate": "loop",
                      "zero_each_": "loop", "cumsum_into": "loop", "fill_out": "loop",
                      "split_scaled": "loop", "scale_out": "loop", "scale_into": "loop",
-                     "extrema": "loop", "clip_count_": "loop", "halves_into": "decompose"}
+                     "extrema": "loop", "clip_count_": "loop", "halves_into": "decompose",
+                     "scaled_sum": "decompose"}
 
 
 @pytest.mark.parametrize("in_dim", [0, 1, -1])
@@ -286,6 +294,19 @@ def test_a_composite_runs_its_decomposition_once_on_the_whole_batch(library):
         torch.testing.assert_close(got[k], half.movedim(1, 0))
     assert torch._C._dispatch_has_kernel_for_dispatch_key("vmaprules::halves",
                                                            "FuncTorchBatched")
+
+
+def test_a_composite_returning_a_tensor_decomposes_where_the_fallback_would_loop(library):
+    """torchaudio's lfilter (CompositeImplicitAutograd, `-> Tensor`): torch's fallback takes the
+    schema, but ran the decomposition once per batch element."""
+    op = torch.ops.vmaprules.scaled_sum
+    x, y = torch.randn(5, 3, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    CALLS.clear()
+    got = vmap(lambda t: op(t, y, 2.0), in_dims=1)(x)
+    assert CALLS == ["scaled_sum"]
+    torch.testing.assert_close(got, ((x + y) * 2.0).movedim(1, 0))
+    g = vmap(grad(lambda t, w: op(t, w, 2.0).pow(2).sum(), argnums=1), in_dims=(0, None))(x, y)
+    torch.testing.assert_close(g, (8.0 * (x + y)).sum(1))
 
 
 def test_the_loop_calls_the_kernel_once_per_batch_element(library):

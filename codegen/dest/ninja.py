@@ -34,6 +34,7 @@ from codegen.abi import namespace_abi
 from codegen.config import KERNEL_SUFFIXES, Project, is_below
 from codegen import layout as L
 from codegen.diagnostics import Diagnostics, Loc
+from codegen.load import directory_op_files
 from codegen.rendering import banner, set_stamp
 from codegen.model import OpLibrary
 from codegen.files import write_atomic, write_if_changed
@@ -545,11 +546,12 @@ def _loc(source: str, code: str, offset: int, length: int) -> Loc:
 
 
 def _codegen_args(lib: OpLibrary, root: Path) -> tuple[str, ...]:
-    """The schema directories when the library is every op file in them, else the files."""
+    """The schema directories when the library is every op file in them (as `generate` reads a
+    directory), else the files."""
     files = sorted({f.path for f in lib.files})
     dirs = sorted({str(PurePosixPath(f).parent) for f in files})
-    in_dirs = {str(PurePosixPath(d) / p.name) for d in dirs for p in (root / d).glob("*")
-               if p.suffix in (".yaml", ".yml")}
+    in_dirs = {str(PurePosixPath(d) / PurePosixPath(p).name) for d in dirs
+               for p in directory_op_files(str(root / d))}
     return tuple(dirs) if in_dirs == set(files) else tuple(files)
 
 

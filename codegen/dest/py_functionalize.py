@@ -259,6 +259,13 @@ def _out_autograd(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     _refusing_autograd(m, op, api, sec)
 
 
+def side_effect(op: Op, sec: Section) -> None:
+    """An op called for an effect its schema does not show is registered as having a side effect,
+    so that torch.compile keeps its calls (Note [Ops called for an effect] in codegen/tags.py)."""
+    if T.effect_only(op.schema):
+        sec.registrations.append(f"torch.fx.node.has_side_effect(_ops.{op_attr(op)})")
+
+
 def no_gradient(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
     """The Autograd kernel of an op that writes to Tensor arguments and that nothing
     differentiates (vLLM's `rms_norm(Tensor! result, ...) -> ()`), where it is not C++: an error

@@ -38,6 +38,7 @@ from codegen.diagnostics import Diagnostics
 from codegen.rendering import banner, python_dir, render
 from codegen.model import Op, OpLibrary, PyRef
 from codegen.dest.py_vmap import generated_rule
+from codegen.tags import effect_only
 
 
 @lru_cache(maxsize=1)
@@ -69,7 +70,7 @@ def has_python_side(op: Op) -> bool:
     """Whether the op needs `runtime._reg_<ns>`: anything registered from Python."""
     return (op.fake is not None or op.derivatives is not None or op.vmap is not None
             or op.autocast is not None or any(isinstance(k, PyRef) for _, k in op.dispatch)
-            or generated_rule(op) is not None)
+            or generated_rule(op) is not None or effect_only(op.schema))
 
 
 def generate_ops(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, str]:

@@ -5,8 +5,9 @@ by its `m.set_python_module`). It registers, on one `torch.library.Library(ns, "
 one generator module per concern renders for each op, in this order:
 - `py_kernels`: Python kernels (dispatch values `package.module:function`), with `Library.impl`;
 - `py_functionalize`: `Functionalize` kernels for in-place and out= ops (their functional variant
-  plus copies, Note [Functionalizing mutable ops]), so torch.compile and export take them, and the
-  Autograd kernels of mutating ops where they are not C++ (Note [Autograd of mutating ops]);
+  plus copies, Note [Functionalizing mutable ops]), so torch.compile and export take them, ops
+  called for an effect marked as such (Note [Ops called for an effect]), and the Autograd
+  kernels of mutating ops where they are not C++ (Note [Autograd of mutating ops]);
 - `py_fake`: fake kernels from shape rules, the schema or Python functions
   (`torch.library.register_fake`), unless `codegen.dest.cpp_meta` made the rule a C++ Meta kernel;
 - `py_autograd`: autograd from derivative formulas (Note [Generated autograd]);
@@ -49,6 +50,7 @@ class _Module(ModuleScope):
             # One generator per concern, in the order their registrations must run.
             py_kernels.kernels(self, op, sec)
             py_functionalize.functionalize(self, op, api, sec)
+            py_functionalize.side_effect(op, sec)
             py_functionalize.no_gradient(self, op, api, sec)
             py_functionalize.list_autograd(self, op, api, sec)
             py_functionalize.not_implemented(self, op, api, sec)

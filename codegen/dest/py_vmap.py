@@ -1,6 +1,7 @@
 """Batching rules: `pointwise`, `leading`, or Python functions, registered with
 `torch.library.register_vmap`; and, for an op without `vmap:` whose schema torch's own loop
-fallback refuses (Note [Generated batching rules]), a generated one.
+fallback refuses, or that is CompositeImplicitAutograd (Note [Generated batching rules]), a
+generated one.
 
 Note [Generated batching rules]
 functorch runs an op without a batching rule through its C++ loop fallback, which refuses
@@ -15,7 +16,10 @@ or writes to its Tensor arguments, returning nothing, new values, or what it wri
 `-> Tensor(a!)`), and takes a Tensor (else vmap never reaches it):
 - a CompositeImplicitAutograd op gets a kernel at vmap's key (`FuncTorchBatched`) that runs its
   decomposition (`OpOverload.decompose`) on the batched Tensors, so the ops it is made of batch
-  them with their own rules, as functorch's decompositions do;
+  them with their own rules, as functorch's decompositions do. It gets one also where the
+  fallback would take it (a functional op returning Tensors): functorch does not decompose a
+  custom op, and its fallback runs the whole decomposition once per batch element, warning
+  "There is a performance drop";
 - any other op runs once per batch element, its outputs stacked at dim 0, as torch's fallback
   does; the elements' outputs must then agree in what cannot be batched (a list's length, a
   non-Tensor value, a Tensor's shape, dtype and device), else the rule raises. An op that writes
@@ -106,7 +110,11 @@ def generated_rule(op: Op) -> str | None:
     """The batching rule generated for an op without `vmap:`: `decompose`, `loop`, or None
     (Note [Generated batching rules])."""
     schema = op.schema
-    if op.vmap is not None or schema.is_vararg or schema.is_varret or not fallback_refuses(op):
+    if op.vmap is not None or schema.is_vararg or schema.is_varret:
+        return None
+    # A decomposition batches once for the whole batch; torch's fallback would loop, and warn.
+    decomposes = op.kernel(DispatchKey.CompositeImplicitAutograd) is not None
+    if not decomposes and not fallback_refuses(op):
         return None
     if any(a.annotation is not None and not (a.is_write and is_tensor_like(a.type))
            for a in schema.arguments):
@@ -116,9 +124,7 @@ def generated_rule(op: Op) -> str | None:
         return None
     if not any(is_tensor_like(a.type) for a in schema.arguments):
         return None
-    if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
-        return "decompose"
-    return "loop"
+    return "decompose" if decomposes else "loop"
 
 
 def needs_twin(op: Op) -> bool:

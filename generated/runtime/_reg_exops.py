@@ -583,6 +583,17 @@ if not torch._C._dispatch_has_kernel_for_dispatch_key("exops::smooth_clamp_backw
 torch.library.register_vmap("exops::smooth_clamp_backward", _smooth_clamp_backward_vmap, lib=_lib)
 
 
+# exops::scaled_smooth_clamp(Tensor self, Tensor scale, float limit=1.0) -> Tensor
+
+
+def _scaled_smooth_clamp_vmap(self, scale, limit=1.0):
+    """vmap: the decomposition, batched by the ops it calls (generated: no `vmap:`)"""
+    return _ops.scaled_smooth_clamp.default.decompose(self, scale, limit)
+
+
+_lib.impl("scaled_smooth_clamp", _scaled_smooth_clamp_vmap, "FuncTorchBatched")
+
+
 # exops::signbit_mask(Tensor x) -> Tensor
 
 

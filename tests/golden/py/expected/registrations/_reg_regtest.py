@@ -16,6 +16,7 @@ from tests.test_py_reg import (
     clip_out,
     halves,
     offset,
+    record,
     row_sums,
     scaled_row_sums,
     shift,
@@ -654,6 +655,36 @@ _lib.impl("accumulate", _accumulate_inplace_or_view, "ADInplaceOrView", with_key
 if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::accumulate", "Meta"):
     torch.library.register_fake("regtest::accumulate", _accumulate_fake, lib=_lib)
 torch.library.register_vmap("regtest::accumulate", _accumulate_vmap, lib=_lib)
+
+
+# regtest::record(Tensor x, str label) -> ()
+
+
+def _record_autograd(x, label):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.record.default(x, label)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x):
+        result = _no_derivative("derivative for regtest::record is not implemented", result, x)
+    return result
+
+
+def _record_fake(x, label):
+    """Returns nothing (from the schema)."""
+    return None
+
+
+def _record_vmap(info, in_dims, x, label):
+    """vmap: a loop over the batch (generated: no `vmap:`)"""
+    return _loop_samples(_ops.record.default, info, in_dims, (x, label), {}, random=False)
+
+
+_lib.impl("record", record, "CPU")
+torch.fx.node.has_side_effect(_ops.record.default)
+_lib.impl("record", _record_autograd, "Autograd")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::record", "Meta"):
+    torch.library.register_fake("regtest::record", _record_fake, lib=_lib)
+torch.library.register_vmap("regtest::record", _record_vmap, lib=_lib)
 
 
 # regtest::split_by_sizes(Tensor x, SymInt[] sizes) -> Tensor[]

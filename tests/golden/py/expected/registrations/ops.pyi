@@ -15,6 +15,7 @@ __all__ = [
     "clip_out",
     "halves",
     "offset",
+    "record",
     "row_sums",
     "scaled_row_sums",
     "shift",
@@ -53,6 +54,13 @@ def offset(x: Tensor, y: Tensor | None = None) -> Tensor:
     """x + y, or x when y is left out.
 
     regtest::offset(Tensor x, Tensor? y=None) -> Tensor
+    """
+
+
+def record(x: Tensor, label: str) -> None:
+    """logs x under label, called for that effect alone (torchaudio's sox_io_save_audio_file).
+
+    regtest::record(Tensor x, str label) -> ()
     """
 
 

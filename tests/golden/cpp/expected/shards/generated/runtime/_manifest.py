@@ -42,7 +42,7 @@ NAMESPACES = {
         "schema_hash": "0f30eff4436e7789",
         "stamp_prefix": "@opgen-stamp ns=beta ",
         "python_module": "runtime._reg_beta",
-        "python_required": False,
+        "python_required": True,
         "ops": 1,
         "claims_namespace": True,
         "op_names": [
