@@ -15,7 +15,7 @@ from codegen.formulas import Derivatives, constant_reads, library_calls
 from codegen.model import (DispatchKey, Op, OpLibrary, PyRef, holds_dict, is_tensor_like,
                            untraceable_return)
 from codegen.shape import fake_of
-from codegen.tags import VIEW, unfunctionalizable
+from codegen.tags import VIEW, through_functional_among, unfunctionalizable
 
 DEVICES = ("CPU", "CUDA", "Meta")
 
@@ -53,28 +53,48 @@ def implemented_inputs(formula) -> list[str]:
     return [] if _is_not_implemented(e) else list(formula.inputs)
 
 
-def differentiable_inputs(op: Op) -> list[str]:
+def differentiable_inputs(op: Op, library: Iterable[Op] | OpLibrary = ()) -> list[str]:
     """Inputs with gradients: a formula that is not `not_implemented(...)`, or every Tensor input
-    of a CompositeImplicitAutograd op (differentiated through its decomposition). The sample
-    checks (codegen.testing) differentiate exactly these."""
+    of a CompositeImplicitAutograd op (differentiated through its decomposition), or, for an
+    in-place op of `library` that differentiates through its functional variant
+    (`tags.through_functional`), those of the variant. The sample checks (codegen.testing)
+    differentiate exactly these."""
     d = op.derivatives
     if isinstance(d, Derivatives):
         return [n for f in d.formulas for n in implemented_inputs(f)]
     if op.kernel(DispatchKey.CompositeImplicitAutograd) is not None:
         return [a.name for a in op.schema.arguments if is_tensor_like(a.type)]
-    return []
+    functional = differentiated_through(op, library)
+    if functional is None:
+        return []
+    # The variant takes the op's arguments in order (tags.functional_among).
+    mine = {theirs.name: a.name for a, theirs in zip(op.schema.arguments,
+                                                       functional.schema.arguments)}
+    return [mine[n] for n in differentiable_inputs(functional)]
 
 
-def has_autograd(op: Op) -> bool:
-    return bool(differentiable_inputs(op))
+def differentiated_through(op: Op, library: Iterable[Op] | OpLibrary) -> Op | None:
+    """The functional variant an in-place op of `library` differentiates through; None for an out= op (its
+    Autograd kernel refuses gradients, as aten's do) and an op without one."""
+    overloads = library.named(op.namespace, op.name.base) if isinstance(library, OpLibrary) \
+        else library
+    through = through_functional_among(op, overloads)
+    return through[1] if through is not None and through[0] != "out" else None
+
+
+def has_autograd(op: Op, library: Iterable[Op] | OpLibrary = ()) -> bool:
+    return bool(differentiable_inputs(op, library))
 
 
 def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     """None without gradients; else whether the backward is itself differentiable: every op of the
     library its formulas call has gradients (torch's own functions do), or gives indices only
-    (formulas.indices_only)."""
-    if not has_autograd(op):
+    (formulas.indices_only). An in-place op's is its functional variant's."""
+    if not has_autograd(op, lib):
         return None
+    functional = differentiated_through(op, lib) if not has_autograd(op) else None
+    if functional is not None:
+        return double_backward(functional, lib)
     d = op.derivatives
     if not isinstance(d, Derivatives):
         return True     # a decomposition into differentiable ops
@@ -83,7 +103,7 @@ def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     for ref in library_calls(d):
         callees = [o for o in lib.named(ref.namespace, ref.name)
                    if ref.overload is None or o.name.overload == ref.overload]
-        if not callees or not any(has_autograd(c) or F.indices_only(c) for c in callees):
+        if not callees or not any(has_autograd(c, lib) or F.indices_only(c) for c in callees):
             return False
     return True
 
@@ -214,6 +234,6 @@ def contract(op: Op, lib: OpLibrary, api: str | None = None) -> Contract:
     return Contract(
         schema=str(op.schema), file=op.path, tags=tuple(sorted(op.tags)),
         kernels=tuple(sorted(k.value for k, _ in op.dispatch)), devices=devices(op),
-        fake=fake_kind(op), differentiable=tuple(differentiable_inputs(op)),
+        fake=fake_kind(op), differentiable=tuple(differentiable_inputs(op, lib)),
         double_backward=double_backward(op, lib), vmap=vmap_rule(op),
         autocast=autocast_rule(op), api=api)

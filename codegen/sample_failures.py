@@ -13,7 +13,7 @@ import contextlib
 import os
 from typing import Any, Iterable
 
-from codegen.contract import (differentiable_inputs, torch_refuses,
+from codegen.contract import (differentiable_inputs, differentiated_through, torch_refuses,
                               unfunctionalizable_in_backward)
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.enums import is_floating
@@ -83,14 +83,25 @@ def sample_ids(ops: Iterable[Op]) -> dict[str, tuple[Op, Sample]]:
     return {sample_id(op, s, i): (op, s) for op in ops for i, s in enumerate(op.samples)}
 
 
-def differentiable_outputs(op: Op) -> list[bool]:
-    """One flag per return: `output_differentiability`, else whether it is a Tensor."""
+def differentiable_outputs(op: Op, library: Iterable[Op] = ()) -> list[bool]:
+    """One flag per return: `output_differentiability`, else whether it is a Tensor. An in-place
+    op of `library` returning nothing that differentiates through its functional variant
+    (`_foreach_mul_(Tensor(a!)[] self, Scalar s) -> ()`): one per argument it writes, which are
+    its outputs (`written_outputs`)."""
     from codegen.formulas import Derivatives
 
     d = op.derivatives
     if isinstance(d, Derivatives):
         return list(d.output_differentiability)
+    if written_outputs(op, library):
+        return [True for _ in op.schema.mutable_arguments]
     return [is_tensor_like(r.type) for r in op.schema.returns]
+
+
+def written_outputs(op: Op, library: Iterable[Op] = ()) -> bool:
+    """Whether the gradient check takes what `op` writes for its outputs: it returns nothing
+    and differentiates through its functional variant."""
+    return not op.schema.returns and differentiated_through(op, library) is not None
 
 
 def _floating_sample(v: Any) -> bool:
@@ -101,11 +112,12 @@ def _floating_sample(v: Any) -> bool:
     return isinstance(v, tuple) and any(_floating_sample(x) for x in v)
 
 
-def sample_has_gradients(op: Op, sample: Sample) -> bool:
+def sample_has_gradients(op: Op, sample: Sample, library: Iterable[Op] = ()) -> bool:
     """Whether the gradient check has something to check: a floating (or complex) tensor given
-    for a differentiable input, not marked `requires_grad: false`, and a differentiable output."""
-    diff = set(differentiable_inputs(op))
-    return any(differentiable_outputs(op)) and \
+    for a differentiable input, not marked `requires_grad: false`, and a differentiable output.
+    `library`: the ops of its library (an in-place op differentiates through another)."""
+    diff = set(differentiable_inputs(op, library))
+    return any(differentiable_outputs(op, library)) and \
         any(name in diff and _floating_sample(v) for name, v in sample.args)
 
 
@@ -171,9 +183,9 @@ def why_not(op: Op, sample: Sample, check: str, library: Iterable[Op] = ()) -> s
     if refused is not None:
         return refused
     if check == "gradients":
-        if not differentiable_inputs(op) or not any(differentiable_outputs(op)):
+        if not differentiable_inputs(op, library) or not any(differentiable_outputs(op, library)):
             return "the op has no gradients"
-        return None if sample_has_gradients(op, sample) else (
+        return None if sample_has_gradients(op, sample, library) else (
             "the sample gives no differentiable input a floating tensor that may require grad")
     if check == "seeded":
         return None if "nondeterministic_seeded" in op.tags or generator_arguments(op) else \

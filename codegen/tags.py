@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from codegen.model import (Argument, BaseTy, BaseType, DispatchKey, Op, OpLibrary,
+from codegen.model import (Argument, BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary,
                            is_tensor_like, iter_types, without_alias)
 from codegen.shape import FakeRule, mutated_returns
 
@@ -197,6 +197,42 @@ def functional_among(op: Op, overloads: Iterable[Op]) -> Op | None:
         if tuple(_plain(a) for a in s.arguments) == wanted:
             return other
     return None
+
+
+def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
+    """("inplace", "inplace_list" or "out", its functional variant) when `op`'s autograd goes
+    through a differentiable functional variant (Note [Autograd of mutating ops] in
+    codegen/dest/cpp_autograd.py); None otherwise."""
+    return through_functional_among(op, lib.named(op.namespace, op.name.base))
+
+
+def through_functional_among(op: Op, overloads: Iterable[Op]) -> tuple[str, Op] | None:
+    """`through_functional` of `op`, its functional variant found among `overloads`."""
+    kind = shape_tag(op.schema) or ("inplace_list" if writes_its_list(op.schema) else None)
+    if kind is None:
+        return None
+    functional = functional_among(op, overloads)
+    if functional is None:
+        return None
+    differentiable = functional.derivatives is not None or \
+        DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
+    if kind == "inplace_list":
+        copies = without_alias(functional.schema.returns[0].type) == TENSOR_LIST
+    else:
+        copies = copies_back(op.schema)
+    return (kind, functional) if copies and differentiable else None
+
+
+TENSOR_LIST = ListType(BaseType(BaseTy.Tensor), None)
+
+
+def writes_its_list(schema) -> bool:
+    """`f_(Tensor(a!)[] self, ...) -> ()`: returns nothing and writes only its first argument, a
+    Tensor list (aten's in-place foreach ops)."""
+    first = schema.positional[0] if schema.positional else None
+    return (first is not None and not schema.returns and first.is_write
+            and without_alias(first.type) == TENSOR_LIST
+            and [a.name for a in schema.mutable_arguments] == [first.name])
 
 
 def _plain(a: Argument) -> tuple:

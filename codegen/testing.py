@@ -55,7 +55,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, S
 
 import torch
 
-from codegen.contract import differentiable_inputs, implemented_inputs
+from codegen.contract import differentiable_inputs, differentiated_through, implemented_inputs
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.model import (
     BaseTy,
@@ -86,6 +86,7 @@ from codegen.sample_failures import (
     sample_id,
     kernel_devices,
     why_not,
+    written_outputs,
 )
 
 if TYPE_CHECKING:
@@ -533,7 +534,7 @@ def _composite_implicit(op: Op) -> bool:
 def has_gradients(case: Case) -> bool:
     """Whether `check_gradients` has something to check: a floating (or complex) tensor given
     for a differentiable input, not marked `requires_grad: false`, and a differentiable output."""
-    return sample_has_gradients(case.op, case.sample)
+    return sample_has_gradients(case.op, case.sample, _LIBRARY_OPS.values())
 
 
 def is_mutating(op: Op) -> bool:
@@ -598,7 +599,10 @@ def check_opcheck(case: Case, test_utils: Iterable[str] | None = None) -> dict[s
     raise in the backward opcheck runs)."""
     if test_utils is None:
         test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values())
-    diff = set(differentiable_inputs(case.op))
+    # An argument the op writes stays a leaf not requiring grad: writing one that does is
+    # refused (as for aten's in-place ops), and opcheck copies it, which a non-leaf refuses.
+    diff = set(differentiable_inputs(case.op, _LIBRARY_OPS.values())) - {
+        a.name for a in case.op.schema.mutable_arguments}
     named = make_named(case.op, case.sample, seed=case.seed)
     named = _require_grad(case, named, diff)
     args, kwargs = split_call(case.op, named)
@@ -620,6 +624,15 @@ def _require_grad(case: Case, named: dict[str, Any], names: set[str]) -> dict[st
         return x
 
     return {k: mark(v, given.get(k), k in names) for k, v in named.items()}
+
+
+def _cloned(x: Any) -> Any:
+    """`x` with each tensor in it cloned (through autograd)."""
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, list):
+        return [_cloned(v) for v in x]
+    return x
 
 
 def _flat_tensors(x: Any) -> list[torch.Tensor]:
@@ -647,10 +660,15 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
     from codegen.formulas import constant_reads_of
 
     op = case.op
-    diff = set(differentiable_inputs(op))
-    outputs = differentiable_outputs(op)
+    library = _LIBRARY_OPS.values()
+    diff = set(differentiable_inputs(op, library))
+    outputs = differentiable_outputs(op, library)
     if not diff or not any(outputs):
         return False
+    # An in-place op differentiates through its functional variant, whose formulas are its own.
+    formulas_of = differentiated_through(op, library) or op
+    written = [a.name for a in op.schema.mutable_arguments]
+    written_out = written_outputs(op, library)
     spec = gradcheck_spec(case)
     named = make_named(op, case.sample, seed=case.seed, dtype=getattr(torch, spec.dtype or
                                                                       "float64"))
@@ -672,10 +690,14 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
         return {k: put(v) for k, v in named.items()}
 
     def fn(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        a, k = split_call(op, rebuild(flat))
+        named_now = rebuild(flat)
+        # gradcheck's inputs are leaves, which an in-place op may not write: it writes copies.
+        named_now.update({n: _cloned(named_now[n]) for n in written if n in named_now})
+        a, k = split_call(op, named_now)
         # gradcheck compares calls with each other: a random op draws the same numbers in each.
         with _reseeded(op, case.seed):
-            out = _returns(op, overload(*a, **k))
+            out = overload(*a, **k)
+        out = [named_now[n] for n in written] if written_out else _returns(op, out)
         return tuple(t for r, keep in zip(out, outputs) if keep
                      for t in _flat_tensors(r) if t.is_floating_point() or t.is_complex())
 
@@ -685,7 +707,7 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
         # gradcheck warns about inputs that are not float64; `gradcheck: {dtype: ...}` chose them.
         warnings.filterwarnings("ignore", "Input #", UserWarning)
         torch.autograd.gradcheck(fn, tuple(leaves), **tolerances)
-        missing, not_implemented = _second_order_callees(op)
+        missing, not_implemented = _second_order_callees(formulas_of)
         if _composite_implicit(op):
             # Differentiated through what it calls: their second order is its own.
             for callee in _library_callees(op, fn, leaves):
@@ -697,7 +719,7 @@ def check_gradients(case: Case, *, second_order: bool | None = None) -> bool:
         if second_order is None:
             # A formula reading an output as a constant (constant-in-backward) makes the op
             # differentiable once, as a callee without gradients does.
-            second_order = not missing and not constant_reads_of(op, lambda ref: False)
+            second_order = not missing and not constant_reads_of(formulas_of, lambda ref: False)
         if not second_order and _check_second_order_error(fn, leaves, op, missing):
             return True
         try:

@@ -10,7 +10,8 @@ Python kernels only: nothing is built.
 
 - Every check passes on every sample, with an empty failures file.
 - Each check fails when the op really is wrong (a wrong fake shape, a fake that fixes a size, a
-  wrong formula, a complex formula missing a conj(), a kernel that ignores its generator, an
+  wrong formula (also one an in-place op differentiates through), a complex formula missing a
+  conj(), a kernel that ignores its generator, an
   in-place kernel that writes nothing, a batching rule folding a shared weight, a float32-only
   kernel gradchecked in float64, a random op
   (with gradients or without) lacking its tag, a kernel computing in float32 under autocast, an
@@ -88,6 +89,12 @@ def test_the_library_has_an_op_of_each_kind():
     assert testing.gradcheck_spec(wide) == GradcheckSpec("float32", 0.05, 0.01, 0.001)
     assert testing.differentiable_inputs(ops["rms_norm"].op) == ["x", "weight"]
     assert testing.is_mutating(ops["bounded_"].op)
+    # In-place ops differentiate through their functional variants: the gradient check runs.
+    library = [c.op for c in CASES]
+    assert testing.differentiable_inputs(ops["bounded_"].op, library) == ["self"]
+    assert testing.differentiable_inputs(ops["bounded_"].op) == []     # no library, no variant
+    assert testing.differentiable_outputs(ops["scale_all_"].op, library) == [True]
+    assert testing.has_gradients(ops["bounded_"]) and testing.has_gradients(ops["scale_all_"])
     # torch cannot functionalize these (-Wnot-functionalizable): what it refuses is skipped.
     assert testing.skipped(ops["attend"], "compile") == \
         "torch.compile cannot functionalize smp::attend (its not-functionalizable warning)"
@@ -341,6 +348,17 @@ WRONG = {
           samples:
             - {self: {shape: [N=5, 2], low: -2.0, high: 2.0}, lo: -1.0, hi: 1.0}
         """, ["opcheck", "compile", "export"]),
+    # An in-place op differentiates through its functional variant, here with a wrong formula.
+    "inplace_through_a_wrong_formula": ("""\
+        - func: bounded(Tensor self, float lo, float hi) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded}
+          fake: like(self)
+          derivatives: {self: "grad * torch.logical_or(self >= lo, self <= hi)"}
+        - func: bounded_(Tensor(a!) self, float lo, float hi) -> Tensor(a!)
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:bounded_}
+          samples:
+            - {self: {shape: [N=5, 2], low: -2.0, high: 2.0}, lo: -1.0, hi: 1.0}
+        """, ["gradients"]),
     "computes_in_float32_under_autocast": ("""\
         - func: row_scale(Tensor x, Tensor weight) -> Tensor
           dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale_in_float32}

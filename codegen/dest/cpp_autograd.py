@@ -70,7 +70,7 @@ from codegen.rendering import banner, output_dir, render
 from codegen.model import (BaseTy, BaseType, DispatchKey, ListType, Op, OpLibrary, OptionalType,
                            PyRef, annotation_of, is_tensor_like, is_tensor_list_list,
                            strip_optional, without_alias)
-from codegen.tags import copies_back, functional_variant, shape_tag
+from codegen.tags import TENSOR_LIST, shape_tag, through_functional, writes_its_list
 
 # Value kinds of translated expressions.
 T, TL, FLT, INT, BOOL, SCALAR, STR, SIZES, DTYPE, DEVICE, NONE = (
@@ -1506,37 +1506,6 @@ def kernel_context(p: Plan) -> dict:
 # as aten gives). Autograd kernels call the op below ADInplaceOrView, so a write bumps once.
 
 
-def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
-    """("inplace", "inplace_list" or "out", its functional variant) when `op`'s autograd goes
-    through a differentiable functional variant (Note [Autograd of mutating ops]); None
-    otherwise."""
-    kind = shape_tag(op.schema) or ("inplace_list" if _writes_its_list(op.schema) else None)
-    if kind is None:
-        return None
-    functional = functional_variant(lib, op)
-    if functional is None:
-        return None
-    differentiable = functional.derivatives is not None or \
-        DispatchKey.CompositeImplicitAutograd in {k for k, _ in functional.dispatch}
-    if kind == "inplace_list":
-        copies = without_alias(functional.schema.returns[0].type) == _TENSOR_LIST
-    else:
-        copies = copies_back(op.schema)
-    return (kind, functional) if copies and differentiable else None
-
-
-_TENSOR_LIST = ListType(BaseType(BaseTy.Tensor), None)
-
-
-def _writes_its_list(schema) -> bool:
-    """`f_(Tensor(a!)[] self, ...) -> ()`: returns nothing and writes only its first argument, a
-    Tensor list (aten's in-place foreach ops)."""
-    first = schema.positional[0] if schema.positional else None
-    return (first is not None and not schema.returns and first.is_write
-            and without_alias(first.type) == _TENSOR_LIST
-            and [a.name for a in schema.mutable_arguments] == [first.name])
-
-
 def refuses_gradient(lib: OpLibrary, op: Op) -> bool:
     """Whether `op` writes to Tensor arguments and nothing differentiates it: its Autograd kernel
     raises when an argument requires grad (Note [Autograd of mutating ops]). A composite op is
@@ -1565,7 +1534,7 @@ def no_gradient_message(op: Op) -> str:
     if shape_tag(op.schema) == "inplace":
         how = (f"declare its functional variant '{op.name.base}' with derivatives (this op then "
                "differentiates through it)")
-    elif _writes_its_list(op.schema):
+    elif writes_its_list(op.schema):
         how = (f"declare its functional variant '{op.name.base}', returning the new "
                f"'{op.schema.positional[0].name}' as a Tensor[], with derivatives (this op then "
                "differentiates through it)")
@@ -1681,7 +1650,7 @@ def mutating_context(lib: OpLibrary, op: Op) -> dict:
                if is_tensor_like(a.type) or a.name in flat]
     bumps = [_bump(cname[a.name], a.type) for a in schema.mutable_arguments
              if is_tensor_like(a.type)]
-    bumps += [_bump(flat[a.name], _TENSOR_LIST)
+    bumps += [_bump(flat[a.name], TENSOR_LIST)
               for a in schema.mutable_arguments if a.name in flat]
     fw = " || ".join(filter(None, [_tangent_test(schema, cname), *(
         f"torch::autograd::isFwGradDefinedTensorList({f})" for f in flat.values())]))

@@ -53,7 +53,7 @@ def support(op: Op, lib: OpLibrary) -> dict[str, bool]:
     devices = C.devices(op)
     return {
         "CPU": "CPU" in devices, "CUDA": "CUDA" in devices, "Meta": "Meta" in devices,
-        "autograd": C.has_autograd(op), "compile": C.traces(op, lib, "compile"),
+        "autograd": C.has_autograd(op, lib), "compile": C.traces(op, lib, "compile"),
         "export": C.traces(op, lib, "export"),
         "vmap": C.vmap_rule(op) is not None, "autocast": op.autocast is not None,
     }
@@ -141,7 +141,7 @@ def _kernels(op: Op) -> str:
 
 
 def _autograd(op: Op, lib: OpLibrary) -> str:
-    inputs = C.differentiable_inputs(op)
+    inputs = C.differentiable_inputs(op, lib)
     if not inputs:
         return NO
     double = C.double_backward(op, lib)

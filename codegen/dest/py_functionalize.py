@@ -16,13 +16,14 @@ from codegen.contract import unfunctionalizable_in_backward
 from codegen.diagnostics import Diagnostics
 from codegen.dest.cpp_autograd import (mutating_in_cpp, no_forward_message, no_gradient_doc,
                                        no_gradient_message, not_differentiable_in_python,
-                                       refuses_gradient, saves_self, through_functional)
+                                       refuses_gradient, saves_self)
 from codegen.dest.py_common import (TENSOR, Function, Reach, Section, op_attr, op_name, q,
                                     returns_loc)
 from codegen.layout import locate as locate_in_func
 from codegen.model import (ListType, Op, OpLibrary, OptionalType, is_tensor_like,
                            is_tensor_list_list, without_alias)
-from codegen.tags import FUNCTIONALIZING_TAGS, copies_back, functional_variant
+from codegen.tags import (FUNCTIONALIZING_TAGS, copies_back, functional_variant,
+                          through_functional)
 
 if TYPE_CHECKING:
     from codegen.dest.py_common import ModuleScope

@@ -98,6 +98,15 @@ def bounded_(x, lo, hi):
     return x.clamp_(lo, hi)
 
 
+def scale_all(xs, s):
+    return [x * s for x in xs]
+
+
+def scale_all_(xs, s):
+    for x in xs:
+        x.mul_(s)
+
+
 def row_scale(x, weight):
     return x * weight
 
