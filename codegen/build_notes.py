@@ -178,7 +178,7 @@ def generated_header_note(line: str, root: Path, indexes: list[dict] | None = No
             if len(op.parts) == 2 else [])
     hint = (f"did you mean <{near[0]}>?" if near else
             f"include <{ns}/{files[0]}.h>" if len(files) == 1 else
-            f"include the header of the op file that declares the kernels")
+            "include the header of the op file that declares the kernels")
     return (f"{m['where']}: note: <{header}> is not a header opgen generates: namespace '{ns}' "
             f"has {have}; each op file's header is named after the file, each op's after the "
             f"op (<{ns}/<op file>/<op>.h>)\nhint: {hint}")

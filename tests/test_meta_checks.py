@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
-from codegen.dest import cpp_meta, cpp_stable, py_fake
+from codegen.dest import cpp_stable, py_fake
 from codegen.load import load_library
 from tests import scratch
 

@@ -7,7 +7,6 @@ Python kernels only (tests/samplelib/kernels.py): nothing is built.
 from __future__ import annotations
 
 import re
-import textwrap
 
 from codegen import testing
 from codegen.diagnostics import Diagnostics

@@ -28,8 +28,8 @@ from codegen import layout
 from codegen.api import python as P
 from codegen.config import Project
 from codegen.dest import py_autocast, py_autograd, py_fake, py_functionalize, py_kernels, py_vmap
-from codegen.dest.py_common import (HELPERS, ModuleScope, Section, module_name, reg_module_names,
-                                    twin_namespace, wrap_call)
+from codegen.dest.py_common import (HELPERS, ModuleScope, Section, module_name, twin_namespace,
+                                    wrap_call)
 from codegen.dest.py_ops import python_names
 from codegen.dest.py_sources import PySources, python_roots
 from codegen.diagnostics import Diagnostics
