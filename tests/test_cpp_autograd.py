@@ -1685,6 +1685,60 @@ def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
     assert "static_cast<int64_t>(i_) + 1;" in body, body
 
 
+def test_einsum_pad_unfold_and_repeat_interleave_are_carried(tmp_path: Path) -> None:
+    """torch.einsum (operands as arguments or as a list), torch.nn.functional.pad (sizes as a
+    list or a tuple, with a mode and a value), unfold and repeat_interleave (repeats an int, a
+    size or a Tensor; as a method or a torch function) take the C++ path (each kept the Python
+    path), each as the C++ call with Python's meaning; what they do not take keeps Python's."""
+    formulas = {
+        "a": ("torch.einsum('ij,jk->ik', grad, x.t()) + torch.einsum('ij->ji', [grad]).t()",
+              '(at::einsum(std::string_view("ij,jk->ik"), std::vector<at::Tensor>{grad, x.t()}) '
+              '+ at::einsum(std::string_view("ij->ji"), std::vector<at::Tensor>{grad}).t())'),
+        "b": ("torch.nn.functional.pad(grad, (1, k))[:, 1:-k] + "
+              "torch.nn.functional.pad(grad, [0, x.size(1)], 'constant', value=2)[:, :-x.size(1)]",
+              None),
+        "c": ("grad.unfold(0, 1, 1).squeeze(-1) + grad.repeat_interleave(2, 0)[::2] + "
+              "grad.repeat_interleave(idx, dim=0) + torch.repeat_interleave(grad, 1, 1)",
+              "(((grad.unfold(0, 1, 1).squeeze((-1)) + grad.repeat_interleave_symint("
+              "c10::SymInt(2), 0).index({at::indexing::Slice(std::nullopt, std::nullopt, 2)})) + "
+              "grad.repeat_interleave_symint(idx, 0)) + "
+              "at::repeat_interleave_symint(grad, c10::SymInt(1), 1))"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: epur\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, Tensor idx, int k) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: \"{formula}\"\n"
+        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        expected = formulas[op.name.name][1]
+        if expected is not None:
+            assert f"  grad_inputs[0] = {expected};" in cpp_autograd.plan(lib, op).body
+    body = "\n".join(cpp_autograd.plan(lib, lib.ops[1]).body)
+    assert 'at::pad_symint(grad, c10::fromIntArrayRefSlow(std::vector<int64_t>{1, k}), ' \
+        '"constant", std::nullopt)' in body, body
+    assert 'std::string_view("constant"), std::optional<double>(2))' in body, body
+    refused = {
+        "torch.einsum(grad, x)": "torch.einsum with a Tensor equation",
+        "torch.nn.functional.pad(grad, [1, 0], value=x)":
+            "torch.nn.functional.pad with a Tensor value",
+        "torch.nn.functional.pad(grad, x)": "torch.nn.functional.pad of a Tensor by a Tensor",
+    }
+    path.write_text("namespace: epurno\nops:\n" + "".join(
+        f"  - func: r{i}(Tensor x) -> Tensor\n"
+        f"    dispatch: {{CPU: r{i}_cpu}}\n"
+        "    fake: like(x)\n"
+        f"    derivatives: {{x: \"{formula}\"}}\n" for i, formula in enumerate(refused)))
+    lib = load_library([str(path)])
+    assert [cpp_autograd.reason(lib, op) for op in lib.ops] == [
+        f"its formulas use {why}, which the C++ translation does not carry"
+        for why in refused.values()]
+
+
 # Ops whose formulas use the operations test_more_torch_operations_are_carried lists, with real
 # derivatives, in two namespaces: `cmo` on the C++ path and `pmo` (`autograd: python`) on the
 # Python one, so that one build compares them.
@@ -1760,6 +1814,29 @@ namespace: {ns}
       x: >-
         torch.stack([grad.select(0, i) * (i + 1) for i in range(x.size(0))]) * 0.5
         + torch.stack([g * i for i, g in enumerate(grad.unbind(), 1)]) * 0.5
+  - func: bil(Tensor x, Tensor w) -> Tensor
+    dispatch: {{CPU: bil_cpu}}
+    fake: empty([x.size(0), w.size(1)])
+    derivatives:
+      x: torch.einsum("ik,jk->ij", grad, w) + torch.einsum('ik->i', [grad]).unsqueeze(1).expand_as(x)
+      w: non_differentiable
+  - func: shifted(Tensor x) -> Tensor
+    dispatch: {{CPU: shifted_cpu}}
+    fake: like(x)
+    derivatives:
+      x: >-
+        torch.nn.functional.pad(grad[:, :-1], (1, 0)) * 0.5
+        + torch.nn.functional.pad(grad[:, :-1], [1, 0], "constant", value=0.0) * 0.5
+  - func: pairsum(Tensor x) -> Tensor
+    dispatch: {{CPU: pairsum_cpu}}
+    fake: empty([x.size(0) // 2])
+    derivatives:
+      x: (grad.repeat_interleave(x.size(0) // grad.size(0)) + torch.repeat_interleave(grad, 2, 0)) * 0.5
+  - func: dup(Tensor x) -> Tensor
+    dispatch: {{CPU: dup_cpu}}
+    fake: empty([x.size(0) * 2])
+    derivatives:
+      x: grad.unfold(0, 2, 2).sum(-1)
 """
 MORE_KERNELS = """\
 #include <ATen/ATen.h>
@@ -1789,6 +1866,12 @@ at::Tensor ramp_cpu(const at::Tensor& x) {{
   auto w = at::arange(1, x.size(0) + 1, x.options());
   return x * w.view({{-1, 1}});
 }}
+at::Tensor bil_cpu(const at::Tensor& x, const at::Tensor& w) {{
+  return at::einsum("ij,jk->ik", {{x, w}}) + x.sum(1, true);
+}}
+at::Tensor shifted_cpu(const at::Tensor& x) {{ return at::constant_pad_nd(x.slice(1, 1), {{0, 1}}); }}
+at::Tensor pairsum_cpu(const at::Tensor& x) {{ return x.unfold(0, 2, 2).sum(-1); }}
+at::Tensor dup_cpu(const at::Tensor& x) {{ return x.repeat_interleave(2); }}
 
 }}  // namespace {ns}
 """
@@ -1801,6 +1884,7 @@ from torch.autograd import gradcheck, gradgradcheck
 gen = lambda k: torch.Generator().manual_seed(k)
 m1, m2 = (torch.rand(s, generator=gen(7)) > 0.6 for s in ((2, 3, 4), (3, 2, 2)))
 lo1, lo2 = (torch.randn(s, dtype=torch.double, generator=gen(8)) for s in ((4, 3), (5,)))
+w1, w2 = (torch.randn(s, dtype=torch.double, generator=gen(10)) for s in ((4, 2), (3, 5)))
 cases = {  # op -> (input shape, the call at it), two points each
     "rcsum": [((5, 2), lambda ns, t: ns.rcsum(t, 2)), ((4,), lambda ns, t: ns.rcsum(t, -1))],
     "lse": [((3, 4), lambda ns, t: ns.lse(t)), ((5,), lambda ns, t: ns.lse(t))],
@@ -1817,6 +1901,10 @@ cases = {  # op -> (input shape, the call at it), two points each
     "ramp": [((4, 3), lambda ns, t: ns.ramp(t)), ((3, 2), lambda ns, t: ns.ramp(t))],
     "floor_at": [((4, 3), lambda ns, t: ns.floor_at(t, lo1)),
                  ((5,), lambda ns, t: ns.floor_at(t, lo2))],
+    "bil": [((3, 4), lambda ns, t: ns.bil(t, w1)), ((2, 3), lambda ns, t: ns.bil(t, w2))],
+    "shifted": [((3, 4), lambda ns, t: ns.shifted(t)), ((2, 5), lambda ns, t: ns.shifted(t))],
+    "pairsum": [((6,), lambda ns, t: ns.pairsum(t)), ((4,), lambda ns, t: ns.pairsum(t))],
+    "dup": [((3,), lambda ns, t: ns.dup(t)), ((5,), lambda ns, t: ns.dup(t))],
 }
 cpp, python = torch.ops.cmo, torch.ops.pmo
 for name, points in cases.items():
@@ -1847,13 +1935,15 @@ print("ok")
 
 @pytest.mark.slow
 def test_more_torch_operations_differentiate_as_python_does(tmp_path: Path) -> None:
-    """The operations of test_more_torch_operations_are_carried, in formulas with real
+    """The operations of test_more_torch_operations_are_carried and
+    test_einsum_pad_unfold_and_repeat_interleave_are_carried, in formulas with real
     derivatives, take the C++ path: gradients pass gradcheck and gradgradcheck, equal those of
     the Python path, and are the same under torch.compile with dynamic shapes, with as many
     graphs."""
     _check_beside_python(tmp_path, MORE_OPS, MORE_KERNELS, MORE_CHECK, "cmo", "pmo",
                          ("rcsum", "lse", "lsm", "turn", "tri", "halves", "head_rest", "rows",
-                          "mean64", "pick", "floor_at", "ramp"))
+                          "mean64", "pick", "floor_at", "ramp", "bil", "shifted", "pairsum",
+                          "dup"))
 
 
 # An argument of each kind the tables of cpp_autograd name (`T|n`: both are tried).

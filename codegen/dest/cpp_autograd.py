@@ -132,6 +132,8 @@ TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: (("T", "T"),) for name in ("outer", "dot", "mv")},
     **{name: (("T",), ("T", "dtype:dtype")) for name in _LIKE},
     "full_like": (("T", "fill_value:n"),),
+    "repeat_interleave": (("T", "repeats:T"), ("T", "repeats:T", "dim:i"), ("T", "repeats:si"),
+                          ("T", "repeats:si", "dim:i")),
 }
 TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: ((),) for name in _UNARY},
@@ -165,13 +167,16 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     "repeat": (("repeats:s",),),
     "chunk": (("chunks:i",), ("chunks:i", "dim:i")),
     "unbind": ((), ("dim:i",)),
+    "unfold": (("dimension:i", "size:i", "step:i"),),
+    "repeat_interleave": (("repeats:T",), ("repeats:T", "dim:i"), ("repeats:si",),
+                          ("repeats:si", "dim:i")),
 }
 # Methods and torch functions giving a list of tensors (`split`: codegen's own, by its argument).
 _LIST_RESULTS = {"chunk", "unbind", "split"}
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
 _SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size", "unflatten", "repeat"}
 # Methods whose SymInt arguments C++ takes in `<name>_symint` only.
-_SYMINT_ONLY = {"narrow", "select"}
+_SYMINT_ONLY = {"narrow", "select", "repeat_interleave"}
 
 _BINARY_CPP = {F.BinOpKind.add: "+", F.BinOpKind.sub: "-", F.BinOpKind.mul: "*",
                F.BinOpKind.div: "/"}
@@ -895,6 +900,49 @@ class _Builder:
             raise NotCpp(f"{op.value} on a Tensor")
         raise NotCpp(f"{op.value} on a {ak} and a {bk}")
 
+    def _einsum(self, e: F.Call) -> str:
+        """torch.einsum(equation, a, b, ...) or (equation, [a, b, ...]): at::einsum."""
+        if e.kwargs or len(e.args) < 2:
+            raise NotCpp("torch.einsum other than (equation, operands...)")
+        eq, eq_kind = self.expr(e.args[0])
+        if eq_kind != STR:
+            raise NotCpp(f"torch.einsum with {_a(eq_kind)} equation")
+        rest = e.args[1:]
+        operands = rest[0] if len(rest) == 1 and isinstance(rest[0], F.ListLit) else \
+            F.ListLit(tuple(rest))
+        code, kind = self.expr(operands)
+        if kind != TL:
+            raise NotCpp("torch.einsum of other than tensors")
+        return f"at::einsum({eq}, {code})"
+
+    def _pad(self, e: F.Call) -> str:
+        """torch.nn.functional.pad(input, pad, mode="constant", value=None): at::pad, with the
+        pad sizes as SymInts."""
+        params = ("input", "pad", "mode", "value")
+        given = dict(zip(params, e.args)) | dict(e.kwargs)
+        if len(e.args) > len(params) or set(given) - set(params) or \
+                not {"input", "pad"} <= set(given):
+            raise NotCpp("torch.nn.functional.pad other than (input, pad, mode, value)")
+        xc, xk = self.expr(given["input"])
+        pad = given["pad"]
+        # a tuple of sizes, as Python callers often write it, is the list C++ takes
+        pc, pk = self.expr(F.ListLit(pad.items) if isinstance(pad, F.TupleLit) else pad)
+        if xk != T or pk not in (SIZES, "int[]"):
+            raise NotCpp(f"torch.nn.functional.pad of {_given(xk)} by {_given(pk)}")
+        mode = "\"constant\""
+        if "mode" in given:
+            mode, mk = self.expr(given["mode"])
+            if mk != STR:
+                raise NotCpp(f"torch.nn.functional.pad with {_given(mk)} mode")
+        value = "std::nullopt"
+        if "value" in given:
+            vc, vk = self.expr(given["value"])
+            if vk in (FLT, INT, BOOL):
+                value = f"std::optional<double>({vc})"
+            elif vk != NONE:
+                raise NotCpp(f"torch.nn.functional.pad with {_given(vk)} value")
+        return f"at::pad_symint({xc}, {_sym_sizes(pc, pk)}, {mode}, {value})"
+
     def _args(self, args: tuple[F.Expr, ...], kwargs: tuple[tuple[str, F.Expr], ...],
               specs: tuple[tuple[str, ...], ...], what: str) -> list[str]:
         parts = [self.expr(a) for a in args]
@@ -1007,7 +1055,12 @@ class _Builder:
                 if tk == T:
                     return f"at::clamp({tc}, {self._clamp_bounds(given[1:], e.kwargs)})", T
             args = self._args(given, e.kwargs, TORCH_FUNCTIONS[name], f"torch.{name}")
-            return f"at::{name}({', '.join(args)})", TL if name in _LIST_RESULTS else T
+            cpp_name = name + "_symint" if name in _SYMINT_ONLY else name
+            return f"at::{cpp_name}({', '.join(args)})", TL if name in _LIST_RESULTS else T
+        if func == F.TorchRef(("einsum",)):
+            return self._einsum(e), T
+        if func == F.TorchRef(("nn", "functional", "pad")):
+            return self._pad(e), T
         if func == F.TorchRef(("split",)) and e.args:
             tc, tk = self.expr(e.args[0])
             if tk == T:
