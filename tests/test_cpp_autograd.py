@@ -1688,8 +1688,9 @@ def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
 def test_einsum_pad_unfold_and_repeat_interleave_are_carried(tmp_path: Path) -> None:
     """torch.einsum (operands as arguments or as a list), torch.nn.functional.pad (sizes as a
     list or a tuple, with a mode and a value), unfold and repeat_interleave (repeats an int, a
-    size or a Tensor; as a method or a torch function) take the C++ path (each kept the Python
-    path), each as the C++ call with Python's meaning; what they do not take keeps Python's."""
+    size or a Tensor; as a method or a torch function), and permute, flip, reshape, view, expand
+    and repeat given separate ints take the C++ path (each kept the Python path), each as the
+    C++ call with Python's meaning; what they do not take keeps Python's."""
     formulas = {
         "a": ("torch.einsum('ij,jk->ik', grad, x.t()) + torch.einsum('ij->ji', [grad]).t()",
               '(at::einsum(std::string_view("ij,jk->ik"), std::vector<at::Tensor>{grad, x.t()}) '
@@ -1697,6 +1698,14 @@ def test_einsum_pad_unfold_and_repeat_interleave_are_carried(tmp_path: Path) -> 
         "b": ("torch.nn.functional.pad(grad, (1, k))[:, 1:-k] + "
               "torch.nn.functional.pad(grad, [0, x.size(1)], 'constant', value=2)[:, :-x.size(1)]",
               None),
+        # sizes and dims as separate ints, as Python takes them
+        "d": ("grad.permute(1, 0).flip(0, 1).reshape(grad.size(1), -1).view(-1).view("
+              "grad.size(1), grad.size(0)).repeat(1, 1)",
+              "grad.permute(at::IntArrayRef(std::vector<int64_t>{1, 0})).flip(at::IntArrayRef("
+              "std::vector<int64_t>{0, 1})).reshape_symint(std::vector<c10::SymInt>{"
+              "grad.sym_size(1), (-1)}).view(at::IntArrayRef(std::vector<int64_t>{(-1)}))"
+              ".view_symint(std::vector<c10::SymInt>{grad.sym_size(1), grad.sym_size(0)})"
+              ".repeat(at::IntArrayRef(std::vector<int64_t>{1, 1}))"),
         "c": ("grad.unfold(0, 1, 1).squeeze(-1) + grad.repeat_interleave(2, 0)[::2] + "
               "grad.repeat_interleave(idx, dim=0) + torch.repeat_interleave(grad, 1, 1)",
               "(((grad.unfold(0, 1, 1).squeeze((-1)) + grad.repeat_interleave_symint("
@@ -1727,6 +1736,7 @@ def test_einsum_pad_unfold_and_repeat_interleave_are_carried(tmp_path: Path) -> 
         "torch.nn.functional.pad(grad, [1, 0], value=x)":
             "torch.nn.functional.pad with a Tensor value",
         "torch.nn.functional.pad(grad, x)": "torch.nn.functional.pad of a Tensor by a Tensor",
+        "grad.view(1, x)": ".view with arguments of kinds int, Tensor",
     }
     path.write_text("namespace: epurno\nops:\n" + "".join(
         f"  - func: r{i}(Tensor x) -> Tensor\n"
@@ -1837,6 +1847,11 @@ namespace: {ns}
     fake: empty([x.size(0) * 2])
     derivatives:
       x: grad.unfold(0, 2, 2).sum(-1)
+  - func: tp(Tensor x) -> Tensor
+    dispatch: {{CPU: tp_cpu}}
+    fake: empty([x.size(1) * x.size(0)])
+    derivatives:
+      x: grad.view(x.size(1), x.size(0)).permute(1, 0).flip(0, 1).reshape(x.size(0), -1) * 2
 """
 MORE_KERNELS = """\
 #include <ATen/ATen.h>
@@ -1872,6 +1887,7 @@ at::Tensor bil_cpu(const at::Tensor& x, const at::Tensor& w) {{
 at::Tensor shifted_cpu(const at::Tensor& x) {{ return at::constant_pad_nd(x.slice(1, 1), {{0, 1}}); }}
 at::Tensor pairsum_cpu(const at::Tensor& x) {{ return x.unfold(0, 2, 2).sum(-1); }}
 at::Tensor dup_cpu(const at::Tensor& x) {{ return x.repeat_interleave(2); }}
+at::Tensor tp_cpu(const at::Tensor& x) {{ return x.flip({{0, 1}}).t().reshape({{-1}}) * 2; }}
 
 }}  // namespace {ns}
 """
@@ -1905,6 +1921,7 @@ cases = {  # op -> (input shape, the call at it), two points each
     "shifted": [((3, 4), lambda ns, t: ns.shifted(t)), ((2, 5), lambda ns, t: ns.shifted(t))],
     "pairsum": [((6,), lambda ns, t: ns.pairsum(t)), ((4,), lambda ns, t: ns.pairsum(t))],
     "dup": [((3,), lambda ns, t: ns.dup(t)), ((5,), lambda ns, t: ns.dup(t))],
+    "tp": [((3, 4), lambda ns, t: ns.tp(t)), ((2, 5), lambda ns, t: ns.tp(t))],
 }
 cpp, python = torch.ops.cmo, torch.ops.pmo
 for name, points in cases.items():
@@ -1943,7 +1960,7 @@ def test_more_torch_operations_differentiate_as_python_does(tmp_path: Path) -> N
     _check_beside_python(tmp_path, MORE_OPS, MORE_KERNELS, MORE_CHECK, "cmo", "pmo",
                          ("rcsum", "lse", "lsm", "turn", "tri", "halves", "head_rest", "rows",
                           "mean64", "pick", "floor_at", "ramp", "bil", "shifted", "pairsum",
-                          "dup"))
+                          "dup", "tp"))
 
 
 # An argument of each kind the tables of cpp_autograd name (`T|n`: both are tried).

@@ -175,6 +175,8 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
 _LIST_RESULTS = {"chunk", "unbind", "split"}
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
 _SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size", "unflatten", "repeat"}
+# Methods taking their sizes or dims as a list or as separate ints (`x.permute(1, 0)`).
+_VARARGS_METHODS = {"permute", "flip", "reshape", "view", "expand", "repeat"}
 # Methods whose SymInt arguments C++ takes in `<name>_symint` only.
 _SYMINT_ONLY = {"narrow", "select", "repeat_interleave"}
 
@@ -1098,13 +1100,22 @@ class _Builder:
             if func.name == "split":
                 return self._split(oc, e.args, e.kwargs, "split_size"), TL
             if func.name in TENSOR_METHODS:
-                args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
-                                  f".{func.name}")
+                given = e.args
+                try:
+                    args = self._args(given, e.kwargs, TENSOR_METHODS[func.name],
+                                      f".{func.name}")
+                except NotCpp:
+                    if func.name not in _VARARGS_METHODS or not given or e.kwargs or any(
+                            self.expr(a)[1] not in (INT, SYMINT) for a in given):
+                        raise
+                    given = (F.ListLit(tuple(given)),)  # x.view(n, -1) is x.view([n, -1])
+                    args = self._args(given, e.kwargs, TENSOR_METHODS[func.name],
+                                      f".{func.name}")
                 method = func.name
                 if method in _SYMINT_ONLY:
                     method += "_symint"
                 elif method in _SYMINT_METHODS and any(
-                        self.expr(a)[1] == SIZES for a in (*e.args, *dict(e.kwargs).values())):
+                        self.expr(a)[1] == SIZES for a in (*given, *dict(e.kwargs).values())):
                     method += "_symint"
                 return f"{oc}.{method}({', '.join(args)})", \
                     TL if func.name in _LIST_RESULTS else T
