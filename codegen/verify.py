@@ -56,6 +56,7 @@ from codegen.model import (
     Type,
     TypeVar,
     holds_dict,
+    holds_str_or_device,
     is_tensor_like,
     iter_types,
     strip_optional,
@@ -513,6 +514,13 @@ class _OpVerifier:
                          "Device in a graph (a graph break, so fullgraph=True fails)",
                          "return Tensors, numbers and dtypes where the op must compile (a str "
                          "as a number the caller maps back)")
+        elif r is not None and holds_str_or_device(r.type):
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.compile cannot trace a call of this op: it returns a lone "
+                         f"'{r.type}', which Dynamo does not put in a graph (a graph break, so "
+                         "fullgraph=True fails), and torch.export cannot save a program calling "
+                         "it", "return a Tensor (a str as a number the caller maps back) where "
+                         "the op must compile or export")
         elif r is not None:
             self.warning(r.type_span or r.span, "non-tensor-return",
                          f"torch.compile cannot trace a call of this op: it returns a lone "

@@ -151,6 +151,40 @@ def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
         lib.close()
 
 
+def test_export_and_aot_dispatch_of_an_op_returning_a_str_are_skipped(tmp_path):
+    """torchcodec's `get_json_metadata`-style lone str: AOTAutograd cannot compare it and an
+    exported program calling it does not save, so opcheck runs without test_aot_dispatch_dynamic
+    and export is skipped (-Wnon-tensor-return); both fail for torch's reason when run."""
+    path = tmp_path / "str.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpstr
+        suppress: [non-tensor-return]
+        ops:
+          - func: describe(Tensor x) -> str
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:describe}
+            samples: [{x: {shape: [N=4, 3]}}]
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        assert testing.skipped(case, "export") == (
+            "torch.export cannot save a program calling smpstr::describe, which returns a str "
+            "or a Device (its non-tensor-return warning)")
+        assert testing.opcheck_skipped(case) == (
+            "opgen runs opcheck without test_aot_dispatch_dynamic on smpstr::describe, as "
+            "AOTAutograd cannot compare the str or Device it returns (its non-tensor-return "
+            "warning)")
+        assert [c for c in testing.CHECKS if testing.applies(case, c)] == ["opcheck"]
+        testing.check_opcheck(case)
+        with pytest.raises(Exception, match="No comparison pair"):
+            testing.check_opcheck(case, ["test_aot_dispatch_dynamic"])
+        with pytest.raises(Exception, match="deserializing"):
+            testing.check_export(case)
+    finally:
+        lib.close()
+
+
 def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizable(tmp_path):
     """A formula calling an op torch cannot functionalize (mamba's `selective_scan_bwd(...,
     Tensor!? dz_, ...) -> Tensor[]`): AOTAutograd cannot trace the backward, so opcheck runs

@@ -222,6 +222,10 @@ def named_rows(x):
     return {"rows": x * 2}
 
 
+def describe(x):
+    return f"{x.dim()}-dim"
+
+
 def tripled(x):
     return x * 3
 
