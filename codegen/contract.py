@@ -12,7 +12,8 @@ from typing import Iterable
 
 from codegen import formulas as F
 from codegen.formulas import Derivatives, constant_reads, library_calls
-from codegen.model import (DispatchKey, Op, OpLibrary, PyRef, holds_dict, is_tensor_like,
+from codegen.model import (DispatchKey, ExportLoss, Op, OpLibrary, PyRef, holds_dict,
+                           holds_str_or_device, is_tensor_like, unexported_return,
                            untraceable_return)
 from codegen.shape import fake_of
 from codegen.tags import VIEW, through_functional_among, unfunctionalizable
@@ -160,7 +161,9 @@ def autocast_rule(op: Op) -> str | None:
 def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
     """Why torch cannot pass `check` (`compile`, `export`) on the op whatever its kernels, as a
     warning of the op says, or None: torch.compile puts no call returning a lone non-Tensor or a
-    Dict in a graph, torch.export saves no program calling an op returning a Dict, and neither
+    Dict in a graph, a program torch.export makes of a call loses some returns
+    (`model.unexported_return`: a Dict, a str, a Device, a list other than Tensor[], a nested
+    tuple, a bool among several), and neither
     takes an op it cannot functionalize (tags.unfunctionalizable) but the export of a view, whose
     program is not decomposed. The sample checks skip the check (codegen.sample_failures), the
     op reference marks it ✗ (`traces`). `library`: ops of its library, where a functional variant
@@ -168,14 +171,26 @@ def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
     if check == "compile" and untraceable_return(op.schema.returns) is not None:
         return (f"torch.compile cannot put a call of {op.name} in a graph (its "
                 "non-tensor-return warning)")
-    if check == "export" and any(holds_dict(r.type) for r in op.schema.returns):
-        # Exported, the program does not save: torch serializes no custom op's Dict output.
-        return (f"torch.export cannot save a program calling {op.name}, which returns a Dict "
-                "(its non-tensor-return warning)")
-    if check == "export" and len(op.schema.returns) > 1 and \
-            untraceable_return(op.schema.returns) is not None:
-        return (f"torch.export cannot trace a call of {op.name}, which returns a str or a Device "
-                "among several values (its non-tensor-return warning)")
+    lost = unexported_return(op.schema.returns) if check == "export" else None
+    if lost is not None:
+        ret, loss = lost
+        warning = "(its non-tensor-return warning)"
+        if any(holds_dict(r.type) for r in op.schema.returns):
+            # Exported, the program does not save: torch serializes no custom op's Dict output.
+            return (f"torch.export cannot save a program calling {op.name}, which returns a "
+                    f"Dict {warning}")
+        if loss is ExportLoss.TRACE:
+            return (f"torch.export cannot trace a call of {op.name}, which returns a str or a "
+                    f"Device among several values {warning}")
+        if loss is ExportLoss.SAVE and holds_str_or_device(ret.type):
+            # Traced, its value is the fake kernel's, and the program does not save or load.
+            return (f"torch.export cannot save a program calling {op.name}, which returns a str "
+                    f"or a Device {warning}")
+        if loss is ExportLoss.SAVE:
+            return (f"torch.export cannot save a program calling {op.name}, which returns "
+                    f"'{ret.type}' {warning}")
+        return (f"torch.export cannot load a program calling {op.name}, which returns a "
+                f"bool among several values {warning}")
     if check in ("compile", "export"):
         kind = unfunctionalizable(op, library)
         # check_export decomposes (functionalizes) the program of a mutating op only.

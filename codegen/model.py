@@ -269,6 +269,40 @@ def untraceable_return(returns: Sequence[Return]) -> Return | None:
     return None
 
 
+class ExportLoss(enum.Enum):
+    """Where a program torch.export makes of a call loses what the op returns (torch 2.13)."""
+
+    TRACE = "trace"     # a str or a Device among several returns
+    SAVE = "save"       # a Dict, a str, a Device, a list but Tensor[], a tuple inside a return
+    LOAD = "load"       # a bool among several returns: the saved program does not load
+
+
+def unexported_return(returns: Sequence[Return]) -> tuple[Return, ExportLoss] | None:
+    """The first return (by the stage that fails first: tracing, saving, loading) that a
+    program torch.export makes of a call of the op does not carry back: torch serializes no
+    Dict, str, Device, list other than `Tensor[]` (`int[]`, `bool[]`, `float[]`, `SymInt[]`,
+    `Tensor?[]`, `Tensor[]?`) or tuple nested in a return, and loads no program with a bool
+    among several returns. Tensors, numbers, a lone bool, `Tensor[]` and dtypes go through (a
+    returned ScalarType is its number through torch.ops, eagerly as exported;
+    tests/test_traceable_returns.py holds the rule to torch)."""
+    def unsaved(t: Type) -> bool:
+        return holds_dict(t) or holds_str_or_device(t) or any(
+            isinstance(p, TupleType)
+            or (isinstance(p, ListType) and not is_base(p.elem, BaseTy.Tensor))
+            or (isinstance(p, OptionalType) and isinstance(p.elem, ListType))
+            for p in iter_types(t))
+
+    several = len(returns) > 1
+    stages = ((ExportLoss.TRACE, lambda t: several and holds_str_or_device(t)),
+              (ExportLoss.SAVE, unsaved),
+              (ExportLoss.LOAD, lambda t: several and is_base(strip_optional(t), BaseTy.bool)))
+    for loss, loses in stages:
+        r = next((r for r in returns if loses(r.type)), None)
+        if r is not None:
+            return r, loss
+    return None
+
+
 def untraceable_argument(arguments: Sequence[Argument]) -> Argument | None:
     """The first argument holding Tensors inside a tuple or a Dict (`(Tensor, Tensor)?`,
     `Dict(str, Tensor)`): functionalization does not unwrap them, so torch.compile fails in

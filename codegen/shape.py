@@ -67,10 +67,12 @@ branch of `a if cond else b` (`[like(v), like(w)] if w is not None else [like(v)
 Values
 ------
 - Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
-  optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`.
+  optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`; any other list
+  (`float[]`, `bool[]`, `str[]`, `Tensor?[]`, optional or not) for its `len()` only.
 - Sizes (symbolic under dynamic shapes): integer literals (decimal, no leading zeros, 64-bit),
   `int`/`SymInt` arguments,
-  `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(sizes)`,
+  `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(xs)` of any
+  list argument (fixed when the op is traced: torchcodec's `n = len(timestamps)` of a `float[]`),
   the byte size of an element of a dtype, `d.itemsize` (a `ScalarType` argument, `t.dtype`, a
   dtype name, `promote_types(...)`, `(dtype or float32)`; `t.element_size()` and `t.itemsize`
   are `t.dtype.itemsize`, as in torch): `(n + 1) // (quant_storage.itemsize * 2)`. It is fixed
@@ -194,6 +196,7 @@ from codegen.model import (
     Span,
     Type,
     strip_optional,
+    without_alias,
 )
 
 # --------------------------------------------------------------------------------------------------
@@ -205,6 +208,7 @@ class T(enum.Enum):
     TENSOR_LIST = "Tensor[]"
     INT = "int"
     INT_LIST = "int[]"
+    LIST = "list"      # any other list (float[], bool[], str[], Tensor?[]): only len() reads it
     BOOL = "bool"
     SCALAR = "number"
     DTYPE = "dtype"
@@ -220,9 +224,11 @@ class T(enum.Enum):
 class Ty:
     base: T
     optional: bool = False
+    # How messages name a T.LIST (`float[]`); types compare by kind alone.
+    written: str | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
-        return self.base.value + ("?" if self.optional else "")
+        return (self.written or self.base.value) + ("?" if self.optional else "")
 
 
 _BASE_TY: dict[BaseTy, T] = {
@@ -250,6 +256,8 @@ def arg_ty(t: Type) -> Ty:
             return Ty(T.TENSOR_LIST, optional)
         if elem in (BaseTy.int, BaseTy.SymInt):
             return Ty(T.INT_LIST, optional)
+    if isinstance(base, ListType):
+        return Ty(T.LIST, optional, str(without_alias(base)))
     return Ty(T.OTHER, optional)
 
 
@@ -283,7 +291,7 @@ class Given(Node):
 
     @property
     def ty(self) -> Ty:
-        return Ty(self.arg.ty.base)
+        return Ty(self.arg.ty.base, written=self.arg.ty.written)
 
 
 @dataclass(frozen=True)
@@ -1741,9 +1749,12 @@ class _Checker:
     def fn_len(self, node: _Call) -> Expr:
         _, named = self.bind(node, "len", ("seq",), 1)
         seq = self.expr(named["seq"])
-        if seq.ty not in (INT_LIST, Ty(T.TENSOR_LIST)):
-            raise self.error(named["seq"].span, f"len() takes an int list or a Tensor[], got "
-                             f"{describe(seq)}")
+        if seq.ty not in (INT_LIST, Ty(T.TENSOR_LIST), Ty(T.LIST)):
+            hint = None
+            if seq.ty.optional and seq.ty.base in (T.INT_LIST, T.TENSOR_LIST, T.LIST):
+                text = _syn_text(self, named["seq"])
+                hint = f"an optional list may be None: `len({text}) if {text} is not None else 0`"
+            raise self.error(named["seq"].span, f"len() takes a list, got {describe(seq)}", hint)
         return Len(seq)
 
     def _minmax(self, node: _Call, fn: str) -> Expr:
@@ -2055,7 +2066,7 @@ def _count(n: int, word: str) -> str:
 
 def _a(ty: Ty) -> str:
     names = {T.TENSOR: "a Tensor", T.TENSOR_LIST: "a Tensor[]", T.INT: "an int",
-             T.INT_LIST: "an int list", T.BOOL: "a bool", T.SCALAR: "a number",
+             T.INT_LIST: "an int list", T.LIST: "a list", T.BOOL: "a bool", T.SCALAR: "a number",
              T.DTYPE: "a dtype", T.DEVICE: "a device", T.STR: "a string", T.NONE: "None",
              T.OUT: "an output tensor", T.OUT_LIST: "a list of output tensors",
              T.OTHER: "a supported value"}

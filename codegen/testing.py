@@ -575,9 +575,9 @@ def applies(case: Case, check: str) -> bool:
 def skipped(case: Case, check: str) -> str | None:
     """Why `check` does not run on `case` (None: it runs, given a GPU for the GPU checks): it has
     nothing to check, or torch cannot pass it on the op by its own design, as a warning of the
-    op says (torch.compile on an op returning a lone int, and torch.export on one returning a
-    Dict, -Wnon-tensor-return; compile and export on an op torch cannot functionalize,
-    -Wnot-functionalizable)."""
+    op says (torch.compile on an op returning a lone int, and torch.export on one whose
+    returns the saved program loses, a Dict or an int[], -Wnon-tensor-return; compile and export
+    on an op torch cannot functionalize, -Wnot-functionalizable)."""
     return why_not(case.op, case.sample, check, _LIBRARY_OPS.values())
 
 

@@ -38,6 +38,7 @@ from codegen.model import (
     Default,
     DispatchKey,
     EnumDefault,
+    ExportLoss,
     FloatDefault,
     FunctionSchema,
     Generic,
@@ -56,9 +57,11 @@ from codegen.model import (
     Type,
     TypeVar,
     holds_dict,
+    holds_str_or_device,
     is_tensor_like,
     iter_types,
     strip_optional,
+    unexported_return,
     untraceable_argument,
     untraceable_return,
     without_alias,
@@ -485,6 +488,22 @@ class _OpVerifier:
             self.error(span, f"default value {d} does not fit type '{a.type}' of argument "
                        f"'{a.name}'", _default_hint(d, a.type))
 
+    def unexported(self, r: Return, loss: ExportLoss) -> None:
+        """A return torch.compile traces but a program torch.export saves loses."""
+        where = "it returns" if len(self.schema.returns) == 1 else "among its returns is"
+        if loss is ExportLoss.SAVE:
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.export cannot save a program calling this op: {where} "
+                         f"'{r.type}', and torch serializes no list other than Tensor[] nor "
+                         "tuple inside a return of an op", "return a Tensor (a 1-dim one for a "
+                         "list of numbers) or a Tensor[] where the op must export")
+        else:
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.export cannot load a program calling this op: {where} "
+                         f"'{r.type}', and torch loads no saved program whose op returns a bool "
+                         "among several values", "return the bool as an int or a 0-dim Tensor "
+                         "where the op must export")
+
     def traceable(self) -> None:
         if not self.ok:
             return  # a type already refused says enough
@@ -499,6 +518,7 @@ class _OpVerifier:
                          "side effect outside tensors (logging, communication, a file) keeps "
                          "this warning off with `suppress: [no-effect]`")
         r = untraceable_return(self.schema.returns)
+        lost = unexported_return(self.schema.returns)
         if r is not None and holds_dict(r.type):
             self.warning(r.type_span or r.span, "non-tensor-return",
                          f"torch.compile cannot trace a call of this op: it returns "
@@ -513,6 +533,13 @@ class _OpVerifier:
                          "Device in a graph (a graph break, so fullgraph=True fails)",
                          "return Tensors, numbers and dtypes where the op must compile (a str "
                          "as a number the caller maps back)")
+        elif r is not None and holds_str_or_device(r.type):
+            self.warning(r.type_span or r.span, "non-tensor-return",
+                         f"torch.compile cannot trace a call of this op: it returns a lone "
+                         f"'{r.type}', which Dynamo does not put in a graph (a graph break, so "
+                         "fullgraph=True fails), and torch.export cannot save a program calling "
+                         "it", "return a Tensor (a str as a number the caller maps back) where "
+                         "the op must compile or export")
         elif r is not None:
             self.warning(r.type_span or r.span, "non-tensor-return",
                          f"torch.compile cannot trace a call of this op: it returns a lone "
@@ -520,6 +547,8 @@ class _OpVerifier:
                          "fullgraph=True fails), and torch.export records its value as a "
                          "constant", "return a Tensor (a 0-dim one for a number) where the op "
                          "must compile")
+        elif lost is not None:
+            self.unexported(*lost)
         a = untraceable_argument(self.schema.arguments)
         if a is not None:
             in_dict = holds_dict(a.type)

@@ -465,6 +465,93 @@ def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
     assert "OK 6" in proc.stdout
 
 
+LENGTHS_FULL = """\
+namespace: lenfull
+ops:
+  - func: lengths(Tensor x, bool[] keep, str[] names, Tensor?[] maybe, float[]? weights) -> Tensor
+    dispatch: {CPU: lengths_cpu}
+    fake: empty([x.size(0), len(keep), len(names), len(maybe), len(weights) if weights is not None else 0])
+    samples:
+      - {x: {shape: [N=2]}, keep: [true, false, true], names: [a], maybe: [{shape: [1]}, null], weights: [0.5]}
+      - {x: {shape: [N=2]}, keep: [], names: [a, b], maybe: [], weights: null}
+"""
+LENGTHS_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <lenfull/lengths_full.h>
+namespace lenfull {
+at::Tensor lengths_cpu(const at::Tensor& x, const c10::List<bool>& keep,
+                       at::ArrayRef<c10::string_view> names,
+                       const c10::List<std::optional<at::Tensor>>& maybe,
+                       std::optional<at::ArrayRef<double>> weights) {
+  const int64_t w = weights.has_value() ? static_cast<int64_t>(weights->size()) : 0;
+  return at::zeros({x.size(0), static_cast<int64_t>(keep.size()),
+                    static_cast<int64_t>(names.size()), static_cast<int64_t>(maybe.size()), w},
+                   x.options());
+}
+}  // namespace lenfull
+"""
+LENGTHS_STABLE = """\
+namespace: lenstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: masked(Tensor x, bool[] keep, float[] weights) -> Tensor
+    dispatch: {CPU: masked_cpu}
+    fake: check(len(keep) == len(weights), "keep and weights differ"); like(x)
+    samples:
+      - {x: {shape: [N=3]}, keep: [true, false], weights: [0.5, 2.0]}
+"""
+LENGTHS_STABLE_CPP = """\
+#include <lenstable/lengths_stable.h>
+#include <torch/csrc/stable/ops.h>
+namespace lenstable {
+torch::stable::Tensor masked_cpu(const torch::stable::Tensor& x, const std::vector<bool>& keep,
+                                 torch::headeronly::HeaderOnlyArrayRef<double> weights) {
+  STD_TORCH_CHECK(keep.size() == weights.size(), "keep and weights differ");
+  return torch::stable::fill_(torch::stable::empty_like(x), 1.0);
+}
+}  // namespace lenstable
+"""
+LENGTHS_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from codegen import testing
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for name in ("lenfull::lengths", "lenstable::masked"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"), name
+    assert singleton.find(name).fake_impl.kernel is None, name
+try:
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        torch.ops.lenstable.masked(mode.from_tensor(torch.ones(3)), [True], [0.5, 1.0])
+except RuntimeError as e:
+    print("CHECKED", str(e).splitlines()[0])
+print("OK", len(cases))
+"""
+
+
+@pytest.mark.e2e
+def test_len_of_any_list_in_meta_kernels(tmp_path):
+    """The length of a `bool[]`, `str[]`, `Tensor?[]`, given `float[]?` (full ABI) or `bool[]`
+    and `float[]` (stable ABI) argument is its C++ list's size() in a Meta kernel: built and run
+    (before, the rules were refused: "cannot be used in a fake rule")."""
+    root = tmp_path / "root"
+    scratch.make_root(root, {"lengths_full.yaml": LENGTHS_FULL,
+                             "lengths_stable.yaml": LENGTHS_STABLE},
+                      {"lenfull/k.cpp": LENGTHS_FULL_CPP, "lenstable/k.cpp": LENGTHS_STABLE_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / n) for n in ("lengths_full.yaml", "lengths_stable.yaml")]
+    proc = scratch.python(root, LENGTHS_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CHECKED lenstable::masked: keep and weights differ" in proc.stdout
+    assert "OK 3" in proc.stdout
+
+
 FLOOR_FULL = """\
 namespace: floorfull
 ops:

@@ -84,6 +84,16 @@ ops:
     dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:named_rows}
     fake: tests.samplelib.kernels:named_rows
     samples: [{x: {shape: [N=4, 3]}}]
+  # Traced, but lost by the program export saves: a list of numbers (not saved), a bool among
+  # several returns (not loaded).
+  - func: dims_of(Tensor x) -> int[]
+    dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:dims_of}
+    fake: tests.samplelib.kernels:dims_of
+    samples: [{x: {shape: [N=4, 3]}}]
+  - func: with_flag(Tensor x) -> (Tensor, bool)
+    dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:with_flag}
+    fake: tests.samplelib.kernels:with_flag
+    samples: [{x: {shape: [N=4, 3]}}]
 """
 
 CHECKS = ("compile", "export")
@@ -140,4 +150,5 @@ def test_the_reference_marks_what_the_sample_checks_do(tmp_path):
         "alias_of": ("export",), "view_of": CHECKS, "double_rows_": (), "add_to": CHECKS,
         "add_to.into": (), "attend": (), "add_into_second": (), "row_count": ("export",),
         "named_rows": (), "scale_all_": CHECKS, "scale_lists": (),
+        "dims_of": ("compile",), "with_flag": ("compile",),
     }

@@ -158,6 +158,78 @@ def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
         lib.close()
 
 
+def test_export_of_an_op_returning_a_number_list_or_a_bool_among_several_is_skipped(tmp_path):
+    """torch.export traces a call of an op returning an `int[]` but cannot save the program, nor
+    load one whose op returns a bool among several values: export is skipped with the reason
+    (-Wnon-tensor-return), compile runs, and export fails for torch's reason when run."""
+    path = tmp_path / "lists.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smplists
+        suppress: [non-tensor-return]
+        ops:
+          - func: dims_of(Tensor x) -> int[]
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:dims_of}
+            fake: tests.samplelib.kernels:dims_of
+            samples: [{x: {shape: [N=4, 3]}}]
+          - func: with_flag(Tensor x) -> (Tensor, bool)
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:with_flag}
+            fake: tests.samplelib.kernels:with_flag
+            samples: [{x: {shape: [N=4, 3]}}]
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        cases = {c.op.name.name: c for c in lib.cases()}
+        assert testing.skipped(cases["dims_of"], "export") == (
+            "torch.export cannot save a program calling smplists::dims_of, which returns "
+            "'int[]' (its non-tensor-return warning)")
+        assert testing.skipped(cases["with_flag"], "export") == (
+            "torch.export cannot load a program calling smplists::with_flag, which returns a "
+            "bool among several values (its non-tensor-return warning)")
+        for case in cases.values():
+            assert not testing.applies(case, "export") and testing.applies(case, "compile")
+        with pytest.raises(Exception, match="Failed serializing node dims_of"):
+            testing.check_export(cases["dims_of"])
+        with pytest.raises(Exception, match="deserializing"):
+            testing.check_export(cases["with_flag"])
+    finally:
+        lib.close()
+
+
+def test_export_and_aot_dispatch_of_an_op_returning_a_str_are_skipped(tmp_path):
+    """torchcodec's `get_json_metadata`-style lone str: AOTAutograd cannot compare it and an
+    exported program calling it does not save, so opcheck runs without test_aot_dispatch_dynamic
+    and export is skipped (-Wnon-tensor-return); both fail for torch's reason when run."""
+    path = tmp_path / "str.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpstr
+        suppress: [non-tensor-return]
+        ops:
+          - func: describe(Tensor x) -> str
+            dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:describe}
+            samples: [{x: {shape: [N=4, 3]}}]
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        assert testing.skipped(case, "export") == (
+            "torch.export cannot save a program calling smpstr::describe, which returns a str "
+            "or a Device (its non-tensor-return warning)")
+        assert testing.opcheck_skipped(case) == (
+            "opgen runs opcheck without test_aot_dispatch_dynamic on smpstr::describe, as "
+            "AOTAutograd cannot compare the str or Device it returns (its non-tensor-return "
+            "warning)")
+        assert [c for c in testing.CHECKS if testing.applies(case, c)] == ["opcheck"]
+        testing.check_opcheck(case)
+        with pytest.raises(Exception, match="No comparison pair"):
+            testing.check_opcheck(case, ["test_aot_dispatch_dynamic"])
+        with pytest.raises(Exception, match="deserializing"):
+            testing.check_export(case)
+    finally:
+        lib.close()
+
+
 def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizable(tmp_path):
     """A formula calling an op torch cannot functionalize (mamba's `selective_scan_bwd(...,
     Tensor!? dz_, ...) -> Tensor[]`): AOTAutograd cannot trace the backward, so opcheck runs

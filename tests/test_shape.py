@@ -279,6 +279,65 @@ def test_an_if_may_order_int_arguments(tmp_path, testing):
         lib.close()
 
 
+LIST_LENGTHS = """\
+namespace: shapelen
+ops:
+  # pytorch/torchcodec src/torchcodec/_core/custom_ops.cpp
+  - func: get_frames_by_pts(Tensor(a!) decoder, *, float[] timestamps) -> (Tensor, Tensor, Tensor)
+    dispatch: {CPU: "tests.test_shape:get_frames_by_pts"}
+    fake: n = len(timestamps); (empty([n, dynamic(), dynamic(), dynamic()], dtype=uint8), empty([n], dtype=float64), empty([n], dtype=float64))
+    samples:
+      - {decoder: {shape: [4], dtype: uint8}, timestamps: [0.0, 0.25, 0.1]}
+  - func: lengths(Tensor x, bool[] keep, str[] names, Tensor?[] maybe, float[]? weights) -> Tensor
+    dispatch: {CPU: "tests.test_shape:lengths"}
+    fake: empty([x.size(0), len(keep), len(names), len(maybe), len(weights) if weights is not None else 0])
+    samples:
+      - {x: {shape: [N=2]}, keep: [true, false, true], names: [a], maybe: [{shape: [1]}, null], weights: [0.5]}
+      - {x: {shape: [N=2]}, keep: [], names: [a, b], maybe: [], weights: null}
+"""
+
+
+def get_frames_by_pts(decoder, *, timestamps):
+    n = len(timestamps)
+    pts = torch.tensor(timestamps, dtype=torch.float64)
+    return decoder.new_zeros([n, 3, 2, 2]), pts, torch.full_like(pts, 0.04)
+
+
+def lengths(x, keep, names, maybe, weights):
+    return x.new_zeros([x.size(0), len(keep), len(names), len(maybe),
+                        len(weights) if weights is not None else 0])
+
+
+def test_len_of_any_list_argument(tmp_path, testing):
+    """A list's length is fixed when the op is traced, whatever its elements: torchcodec's
+    `n = len(timestamps)` of a `float[]` (refused: "cannot be used in a fake rule"), and the
+    lengths of `bool[]`, `str[]`, `Tensor?[]` and a given `float[]?`, which a Meta kernel reads
+    as the C++ list's size()."""
+    from codegen.dest import cpp_meta
+
+    path = tmp_path / "lengths.yaml"
+    path.write_text(LIST_LENGTHS)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        ops = {str(op.name): op for op in lib.ops}
+        kernel = cpp_meta.translate(ops["shapelen::lengths"])[0]
+        assert kernel is not None
+        assert kernel.body == (
+            "return meta_empty(std::vector<c10::SymInt>{x.sym_size(0), "
+            "c10::SymInt(static_cast<int64_t>(keep.size())), "
+            "c10::SymInt(static_cast<int64_t>(names.size())), "
+            "c10::SymInt(static_cast<int64_t>(maybe.size())), "
+            "c10::SymInt((weights.has_value() ? static_cast<int64_t>(weights->size()) : 0))}, "
+            "x, std::nullopt);",)
+        for case in lib.cases():
+            testing.check_opcheck(case)
+            if case.op.name.name == "lengths":
+                testing.check_compile(case, backend="aot_eager")
+    finally:
+        lib.close()
+
+
 def test_data_dependent_outputs_share_a_bound_size(library):
     x = torch.tensor([3, 1, 3, 2, 1, 3])
     from torch._subclasses.fake_tensor import FakeTensorMode

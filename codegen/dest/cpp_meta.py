@@ -16,7 +16,8 @@ The choice is made per op, at generation time. A rule becomes C++ when it is mad
   fixed at trace time; only the chosen branch is evaluated, and no size is specialized (a
   condition comparing sizes keeps the Python fake);
 - optional `Tensor`, `int`, `SymInt` and `int[]` arguments where a None test tells they are
-  given (`like(out) if out is not None else ...`), dereferenced there;
+  given (`like(out) if out is not None else ...`), dereferenced there, and the `len()` of any
+  optional list there;
 - sizes from int literals, `int`/`SymInt` arguments, `t.size(d)`, `t.shape[d]`, `t.numel()`,
   `t.dim()`, `len(...)`, a dtype's `.itemsize` (`c10::elementSize`), `+`, `-`, `*`, unary `-`,
   `max`, `min`, and `//` and `%` with Python's semantics (`meta_floordiv`, `meta_mod`: known
@@ -443,6 +444,8 @@ class _Emitter:
                     return f"static_cast<int64_t>({self.shape(s)}.size())"
                 if isinstance(s, S.Arg):
                     return f"static_cast<int64_t>({self.arg(s)[0]}.size())"
+                if isinstance(s, S.Given):
+                    return f"static_cast<int64_t>({self.arg(s.arg)[0]}->size())"
             case S.Arith(op=S.ArithOp.add | S.ArithOp.sub | S.ArithOp.mul as op, left=a, right=b):
                 return f"({self.static(a, args)} {op.value} {self.static(b, args)})"
             case S.Arith(op=S.ArithOp.floordiv | S.ArithOp.mod as op, left=a, right=b):

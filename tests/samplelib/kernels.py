@@ -231,6 +231,18 @@ def named_rows(x):
     return {"rows": x * 2}
 
 
+def describe(x):
+    return f"{x.dim()}-dim"
+
+
+def dims_of(x):
+    return [x.dim(), x.dim() + 1]
+
+
+def with_flag(x):
+    return x * 2, x.dim() == 2
+
+
 def tripled(x):
     return x * 3
 
