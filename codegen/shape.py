@@ -102,7 +102,8 @@ Values
   `c1 and c2`, `c1 or c2` (Python's precedence: `not`, then `and`, then `or`), `==`/`!=`
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
   between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
-  `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), or
+  `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), ranks and list
+  lengths, which are plain ints too (`w.size(3) if w.dim() == 4 else 1`, `len(sizes) > 1`), or
   `x is None` / `x is not None` for an optional argument. An optional `bool`, `str`, `int` or
   `ScalarType` argument is one of these where a None test tells it is given (apex's
   `per_tensor_python is not None and per_tensor_python`). Sizes are never compared: that would
@@ -1351,6 +1352,9 @@ class _Checker:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
         if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
             return True     # a dtype, and so its itemsize, is never symbolic
+        if e.ty == INT and isinstance(e, (TensorProp, Len, Arith, Neg, MinMax)):
+            # A rank and a list's length are plain ints (torchao's `weight.dim() == 4`).
+            return self.plain_int(e)
         if isinstance(e, (Arg, Given)):     # an optional one where a test tells it is given
             arg = self.schema.argument(e.name if isinstance(e, Arg) else e.arg.name)
             assert arg is not None
