@@ -1028,3 +1028,79 @@ def test_floordiv_and_mod_in_stable_meta_kernels(tmp_path, monkeypatch):
     assert ("CALL (3,) 0 0 ZeroDivisionError | floorstable::pick: integer division by zero in "
             "`1 // blocksize`") in proc.stdout
     assert "OK 2" in proc.stdout
+
+
+GROUPED = """\
+namespace: grouped
+ops:
+  - func: grouped_mm(Tensor x, Tensor s_group, int size_k) -> Tensor
+    dispatch: {CPU: grouped_mm_cpu}
+    fake: >-
+      check(s_group.numel() == 0 or size_k // s_group.size(0) == 4, "Unexpected groupsize");
+      check(not (s_group.numel() != 0 and size_k % s_group.size(0) != 0), "groups must divide K");
+      like(x)
+    samples:
+      - {x: {shape: [N=3, 8]}, s_group: {shape: [0, 8]}, size_k: 8}
+      - {x: {shape: [N=3, 8]}, s_group: {shape: [2, 8]}, size_k: 8}
+"""
+GROUPED_CPP = """\
+#include <ATen/ATen.h>
+#include <grouped/grouped.h>
+namespace grouped {
+at::Tensor grouped_mm_cpu(const at::Tensor& x, const at::Tensor& s_group, int64_t size_k) {
+  TORCH_CHECK(s_group.numel() == 0 || size_k / s_group.size(0) == 4, "Unexpected groupsize");
+  return x.clone();
+}
+}  // namespace grouped
+"""
+GROUPED_CHECK = """\
+import torch, runtime
+from torch._subclasses.fake_tensor import FakeTensorMode
+from codegen import testing
+import runtime._reg_grouped as reg
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+assert torch._C._dispatch_has_kernel_for_dispatch_key("grouped::grouped_mm", "Meta")
+for rows, k in ((0, 8), (2, 8), (3, 8), (4, 6)):
+    with FakeTensorMode() as m:
+        x, s = m.from_tensor(torch.empty(3, 8)), m.from_tensor(torch.empty(rows, 8))
+        for name, fn in (("META", torch.ops.grouped.grouped_mm), ("PYTHON", reg._grouped_mm_fake)):
+            try:
+                fn(x, s, k)
+                print(name, rows, k, "ok")
+            except RuntimeError as e:
+                print(name, rows, k, str(e).splitlines()[0])
+print("OK", len(cases))
+"""
+
+
+def test_a_check_or_divides_only_where_python_would(tmp_path, monkeypatch):
+    """torchao's marlin_qqq_gemm has no groups when s_group is empty: `check(s_group.numel() == 0
+    or size_k // s_group.size(0) == 4)` divided by that zero (`|` and sym_or evaluate both sides).
+    A left side known when traced decides alone, in the Meta kernel and the Python fake."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.yaml").write_text(GROUPED)
+    (op,) = load_library(["g.yaml"]).ops
+    kernel, helpers = cpp_meta.translate(op)
+    assert kernel is not None and {"or", "and"} <= helpers
+    assert "meta_or(s_group.sym_numel().sym_eq(c10::SymInt(0)), [&] { return " in kernel.body[0]
+
+
+@pytest.mark.e2e
+def test_a_check_or_divides_only_where_python_would_built(tmp_path):
+    root = tmp_path / "root"
+    scratch.make_root(root, {"grouped.yaml": GROUPED}, {"grouped/k.cpp": GROUPED_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / "grouped.yaml")]
+    proc = scratch.python(root, GROUPED_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("META", "PYTHON"):
+        assert f"{name} 0 8 ok" in proc.stdout and f"{name} 2 8 ok" in proc.stdout
+        assert f"{name} 3 8 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
+        assert f"{name} 4 6 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
+    assert "OK 2" in proc.stdout

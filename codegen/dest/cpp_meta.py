@@ -72,7 +72,7 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
     "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
-    "floordiv": ("floordiv_int",), "mod": ("mod_int",),
+    "floordiv": ("floordiv_int",), "mod": ("mod_int",), "or": (), "and": (),
 }
 
 
@@ -285,7 +285,8 @@ class _Emitter:
                             else f"({self.cond(a)} ? c10::SymBool(true) : {right})")
                 if right is None:
                     right = f"c10::SymBool({self.cond(b)})"
-                return f"{left}.sym_{op}({right})"
+                self.helpers.add(op)
+                return f"meta_{op}({left}, [&] {{ return {right}; }})"
             case S.Compare(op=op, left=a, right=b) if a.ty == S.INT and b.ty == S.INT:
                 return f"{self.size(a)}.sym_{op.name}({self.size(b)})"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
