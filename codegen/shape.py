@@ -133,7 +133,9 @@ runs. The condition is anything an `if` takes, and also comparisons of sizes (`=
 (`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic.
 `and`/`or` join them: `check(a and b)` is `check(a); check(b)`, and `or` evaluates its right side
 only when a left side fixed at trace time does not decide (`check(not causal or q.size(1) ==
-k.size(1))`); after a comparison of sizes both sides are evaluated, as SymBools. It
+k.size(1))`); after a comparison of sizes, too, when the sizes are known when traced (an
+empty tensor's: `check(g.numel() == 0 or k // g.size(0) == 128)` divides by no zero size), and
+else both sides are evaluated, as SymBools. It
 becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or `TORCH_CHECK` in a C++
 Meta kernel (a thrown `std::runtime_error` on the stable ABI), failing with "<ns>::<op>: message"
 (without a message, the condition as written). A device check keeps the rule a Python fake: a
