@@ -1915,3 +1915,55 @@ def test_every_table_entry_compiles(tmp_path: Path) -> None:
     proc = subprocess.run([*cxx, *cflags, "-Werror", "-fsyntax-only", str(src)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-6000:]
+
+
+BIAS_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: scaled_linear(Tensor x, Tensor w, Tensor? bias=None) -> Tensor
+    dispatch: {{CPU: scaled_linear_cpu}}
+    fake: empty([x.size(0), w.size(0)])
+    derivatives:
+      x: grad.mm(w)
+      w: grad.t().mm(x)
+      bias: unbroadcast(grad, bias).to(bias.dtype)
+"""
+BIAS_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+namespace {ns} {{
+at::Tensor scaled_linear_cpu(const at::Tensor& x, const at::Tensor& w,
+                             const std::optional<at::Tensor>& bias) {{
+  auto out = x.mm(w.t());
+  return bias.has_value() ? (out + *bias).contiguous() : out;
+}}
+}}  // namespace {ns}
+"""
+BIAS_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck, gradgradcheck
+
+cpp, python = torch.ops.ctb, torch.ops.ptb
+for bias in (torch.randn(4, dtype=torch.double, requires_grad=True),
+             torch.randn(1, dtype=torch.double, requires_grad=True), None):
+    x = torch.randn(3, 5, dtype=torch.double, requires_grad=True)
+    w = torch.randn(4, 5, dtype=torch.double, requires_grad=True)
+    assert cpp.scaled_linear(x, w, bias).grad_fn.name() == "ScaledLinearBackward"
+    inputs = (x, w) if bias is None else (x, w, bias)
+    assert gradcheck(lambda *a: cpp.scaled_linear(*a), inputs)
+    assert gradgradcheck(lambda *a: cpp.scaled_linear(*a), inputs)
+    got = torch.autograd.grad(cpp.scaled_linear(*inputs).sum(), inputs)
+    want = torch.autograd.grad(python.scaled_linear(*inputs).sum(), inputs)
+    assert all(torch.equal(g, v) for g, v in zip(got, want))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_formula_reading_an_optional_tensors_metadata_takes_the_cpp_path(tmp_path: Path) -> None:
+    """torchao's row-wise scaled linears give `Tensor? bias` the gradient
+    `...sum(0).to(bias.dtype)`: its shape and dtype, read where it is given, are kept as
+    optionals on the node (it was a note, and the op stayed on the Python path)."""
+    _check_beside_python(tmp_path, BIAS_OPS, BIAS_KERNELS, BIAS_CHECK, "ctb", "ptb",
+                         ("scaled_linear",))

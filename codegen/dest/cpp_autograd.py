@@ -442,7 +442,15 @@ class _Builder:
                 "device": ("at::Device", "{c}.device()"),
             }[what]
             if optional:
-                raise NotCpp(f"a formula reads the {what} of the optional Tensor '{name}'")
+                # Read by its own formula (a bias's dtype), where it is given: kept when it is;
+                # read where it was None, `.value()` throws, as Python raises on None.dtype.
+                c = self.cname[name]
+                value = init.format(c=f"(*{c})")
+                members.append(Member(m, f"std::optional<{ctype}>",
+                                      f"{c}.has_value() && {c}->defined() ? "
+                                      f"std::make_optional({value}) : std::nullopt"))
+                meta_locals[(name, what)] = f"{m}.value()"
+                continue
             members.append(Member(m, ctype, init.format(c=self.cname[name])))
             meta_locals[(name, what)] = m
         for name in saved.values:
