@@ -1967,3 +1967,48 @@ def test_a_formula_reading_an_optional_tensors_metadata_takes_the_cpp_path(tmp_p
     optionals on the node (it was a note, and the op stayed on the Python path)."""
     _check_beside_python(tmp_path, BIAS_OPS, BIAS_KERNELS, BIAS_CHECK, "ctb", "ptb",
                          ("scaled_linear",))
+
+
+VARARGS_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: group_sum(Tensor x, int g) -> Tensor
+    dispatch: {{CPU: group_sum_cpu}}
+    fake: empty([x.size(0), x.size(1) // g])
+    derivatives:
+      x: grad.unsqueeze(-1).expand(grad.size(0), grad.size(1), g).reshape(grad.size(0), -1).view(-1).view(x.size(0), x.size(1))
+"""
+VARARGS_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+namespace {ns} {{
+at::Tensor group_sum_cpu(const at::Tensor& x, int64_t g) {{
+  return x.reshape({{x.size(0), -1, g}}).sum(-1);
+}}
+}}  // namespace {ns}
+"""
+VARARGS_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck, gradgradcheck
+
+cpp, python = torch.ops.ctv, torch.ops.ptv
+for shape, g in (((3, 8), 4), ((2, 6), 3)):
+    x = torch.randn(shape, dtype=torch.double, requires_grad=True)
+    assert cpp.group_sum(x, g).grad_fn.name() == "GroupSumBackward"
+    assert gradcheck(lambda t: cpp.group_sum(t, g), (x,))
+    assert gradgradcheck(lambda t: cpp.group_sum(t, g), (x,))
+    got, = torch.autograd.grad(cpp.group_sum(x, g).sum(), (x,))
+    want, = torch.autograd.grad(python.group_sum(x, g).sum(), (x,))
+    assert torch.equal(got, want)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_shapes_given_size_by_size_take_the_cpp_path(tmp_path: Path) -> None:
+    """torchao's tinygemm scale gradient reshapes with `grad.reshape(grad.size(0), -1, g)`:
+    `reshape`, `view`, `expand`, `repeat` and `sum_to_size` given sizes one by one (ints and
+    SymInts mixed) are carried (a note kept them on the Python path)."""
+    _check_beside_python(tmp_path, VARARGS_OPS, VARARGS_KERNELS, VARARGS_CHECK, "ctv", "ptv",
+                         ("group_sum",))

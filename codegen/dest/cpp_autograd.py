@@ -170,6 +170,8 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
 _LIST_RESULTS = {"chunk", "unbind", "split"}
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
 _SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size", "unflatten", "repeat"}
+# Methods taking their shape as one list or size by size (`x.reshape(-1, n)`).
+_SHAPE_VARARGS = {"expand", "reshape", "view", "sum_to_size", "repeat"}
 # Methods whose SymInt arguments C++ takes in `<name>_symint` only.
 _SYMINT_ONLY = {"narrow", "select"}
 
@@ -903,6 +905,16 @@ class _Builder:
             raise NotCpp(f"{op.value} on a Tensor")
         raise NotCpp(f"{op.value} on a {ak} and a {bk}")
 
+    def _sizes_one_by_one(self, method: str, e: F.Call) -> str | None:
+        """The sizes of `grad.reshape(-1, n)`, given one by one as Python takes them, as
+        c10::SymInts; None when the call is not of that form."""
+        if method not in _SHAPE_VARARGS or not e.args or e.kwargs:
+            return None
+        parts = [self.expr(a) for a in e.args]
+        if not all(k in (INT, SYMINT) for _, k in parts):
+            return None
+        return ", ".join(_symint(c, k) for c, k in parts)
+
     def _args(self, args: tuple[F.Expr, ...], kwargs: tuple[tuple[str, F.Expr], ...],
               specs: tuple[tuple[str, ...], ...], what: str) -> list[str]:
         parts = [self.expr(a) for a in args]
@@ -1053,8 +1065,14 @@ class _Builder:
             if func.name == "split":
                 return self._split(oc, e.args, e.kwargs, "split_size"), TL
             if func.name in TENSOR_METHODS:
-                args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
-                                  f".{func.name}")
+                try:
+                    args = self._args(e.args, e.kwargs, TENSOR_METHODS[func.name],
+                                      f".{func.name}")
+                except NotCpp:
+                    sizes = self._sizes_one_by_one(func.name, e)
+                    if sizes is None:
+                        raise
+                    return f"{oc}.{func.name}_symint({{{sizes}}})", T
                 method = func.name
                 if method in _SYMINT_ONLY:
                     method += "_symint"
