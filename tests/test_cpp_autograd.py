@@ -67,7 +67,7 @@ def test_python_path_is_a_located_note(monkeypatch) -> None:
     _, diags = _render([INPUT])
     notes = [d for d in diags.items if d.severity == "note"]
     assert [(str(d.loc), d.message) for d in notes] == [
-        (f"{INPUT}:53:7", "agrad::gelu_like: its Autograd kernel stays in Python: its formulas "
+        (f"{INPUT}:53:13", "agrad::gelu_like: its Autograd kernel stays in Python: its formulas "
                           "use torch.nn.functional.gelu, which the C++ translation does not "
                           "carry"),
     ]
@@ -2012,3 +2012,20 @@ def test_shapes_given_size_by_size_take_the_cpp_path(tmp_path: Path) -> None:
     SymInts mixed) are carried (a note kept them on the Python path)."""
     _check_beside_python(tmp_path, VARARGS_OPS, VARARGS_KERNELS, VARARGS_CHECK, "ctv", "ptv",
                          ("group_sum",))
+
+
+def test_the_python_path_note_points_at_the_formula_it_is_about(tmp_path: Path) -> None:
+    """Of several formulas, the note is at the one C++ does not carry (it was at the first key of
+    `derivatives:`, an `x: non_differentiable` in torchao's linears)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: locnote\nops:\n"
+                    "  - func: lin(Tensor x, Tensor w) -> Tensor\n"
+                    "    dispatch: {CPU: lin_cpu}\n"
+                    "    fake: empty([x.size(0), w.size(0)])\n"
+                    "    derivatives:\n"
+                    "      x: grad.mm(w)\n"
+                    "      w: grad.t().mm(x) * torch.special.i0e(w)\n")
+    _, diags = _render([str(path)])
+    assert [(str(d.loc), d.message) for d in diags.items] == [
+        (f"{path}:8:10", "locnote::lin: its Autograd kernel stays in Python: its formulas use "
+                         "torch.special.i0e, which the C++ translation does not carry")]

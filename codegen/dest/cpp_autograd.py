@@ -62,7 +62,7 @@ from codegen.abi import namespace_abi
 from codegen.expr import walk
 from codegen.api import cpp
 from codegen.config import Project
-from codegen.diagnostics import Diagnostics, with_article as _a
+from codegen.diagnostics import Diagnostics, Loc, with_article as _a
 from codegen.enums import SCALAR_TYPES, scalar_type_number
 from codegen.layout import (cached_signature, check_formulas, constant_reads, first_order_only,
                             impl_name, library_calls, memo, per_object, shards)
@@ -198,7 +198,15 @@ _NAMESPACES = frozenset({"at", "c10", "std", "torch"})
 
 
 class NotCpp(Exception):
-    """What keeps an op's autograd in Python."""
+    """What keeps an op's autograd in Python; `loc`: the formula it is in, where there is one."""
+
+    loc: Loc | None = None
+
+
+class Why(str):
+    """Why an op keeps Python autograd, and the formula that says so (None: the op's)."""
+
+    loc: Loc | None = None
 
 
 # What a note calls the formula forms the translation does not carry (not the IR's class names).
@@ -298,9 +306,11 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
         return None
     except NotCpp as e:
         why = str(e)
-        if why.startswith(("its ", "a return", "argument", "a formula")):
-            return why
-        return f"its formulas use {why}, which the C++ translation does not carry"
+        if not why.startswith(("its ", "a return", "argument", "a formula")):
+            why = f"its formulas use {why}, which the C++ translation does not carry"
+        located = Why(why)
+        located.loc = e.loc
+        return located
 
 
 def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
@@ -324,7 +334,7 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             continue
         why = reason(lib, op)
         if why is not None:
-            loc = op.derivatives.loc or op.loc
+            loc = getattr(why, "loc", None) or op.derivatives.loc or op.loc
             diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library cannot differentiate this op")
     for op in lib.ops:
@@ -532,7 +542,11 @@ class _Builder:
         self.slots = dict(slots)
         # formulas
         for f in d.formulas:
-            body += self._formula(f)
+            try:
+                body += self._formula(f)
+            except NotCpp as e:
+                e.loc = e.loc or f.loc
+                raise
         body.append("return grad_inputs;")
         names = [m.name for m in members]
         assert len(set(names)) == len(names), names    # suffixes, and results' fresh locals
