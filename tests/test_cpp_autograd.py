@@ -2029,3 +2029,54 @@ def test_the_python_path_note_points_at_the_formula_it_is_about(tmp_path: Path) 
     assert [(str(d.loc), d.message) for d in diags.items] == [
         (f"{path}:8:10", "locnote::lin: its Autograd kernel stays in Python: its formulas use "
                          "torch.special.i0e, which the C++ translation does not carry")]
+
+
+NIBBLE_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: int4_rows(Tensor packed, Tensor scale) -> Tensor
+    dispatch: {{CPU: int4_rows_cpu}}
+    fake: empty([packed.size(0), packed.size(1) * 2], dtype=scale.dtype)
+    derivatives:
+      packed: non_differentiable
+      scale: >-
+        lo = torch.bitwise_right_shift(torch.bitwise_left_shift(packed, 4), 4);
+        hi = torch.bitwise_right_shift(packed, 4) + 0 * torch.bitwise_and(torch.bitwise_or(torch.bitwise_xor(packed, 1), 2), 3);
+        (grad * torch.stack([lo, hi], -1).reshape(packed.size(0), -1).to(grad.dtype)).sum(1)
+"""
+NIBBLE_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+namespace {ns} {{
+at::Tensor int4_rows_cpu(const at::Tensor& packed, const at::Tensor& scale) {{
+  auto lo = at::bitwise_right_shift(at::bitwise_left_shift(packed, 4), 4);
+  auto hi = at::bitwise_right_shift(packed, 4);
+  return at::stack({{lo, hi}}, -1).reshape({{packed.size(0), -1}}).to(scale.scalar_type()) *
+         scale.unsqueeze(1);
+}}
+}}  // namespace {ns}
+"""
+NIBBLE_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck
+
+cpp, python = torch.ops.ctn, torch.ops.ptn
+q = torch.randint(-128, 128, (3, 4), dtype=torch.int8)
+s = torch.randn(3, dtype=torch.double, requires_grad=True)
+assert cpp.int4_rows(q, s).grad_fn.name() == "Int4RowsBackward"
+assert gradcheck(lambda t: cpp.int4_rows(q, t), (s,))
+got, = torch.autograd.grad(cpp.int4_rows(q, s).sum(), (s,))
+want, = torch.autograd.grad(python.int4_rows(q, s).sum(), (s,))
+assert torch.equal(got, want)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_bitwise_functions_take_the_cpp_path(tmp_path: Path) -> None:
+    """torchao's int4 linears unpack nibbles in their scale gradients
+    (`torch.bitwise_right_shift(torch.bitwise_left_shift(w, 4), 4)`): the bitwise torch
+    functions are carried (a note kept the op on the Python path)."""
+    _check_beside_python(tmp_path, NIBBLE_OPS, NIBBLE_KERNELS, NIBBLE_CHECK, "ctn", "ptn",
+                         ("int4_rows",))

@@ -106,7 +106,10 @@ _ALONG_DIM = ("softmax", "log_softmax", "cumsum", "cumprod")
 TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: (("T",),) for name in _UNARY},
     **{name: (("T", "T|n"),) for name in ("mul", "add", "sub", "div", "pow", "gt", "ge", "lt",
-                                          "le", "eq", "ne", "fmod", "remainder")},
+                                          "le", "eq", "ne", "fmod", "remainder",
+                                          # integer unpacking (torchao's int4 nibbles)
+                                          "bitwise_left_shift", "bitwise_right_shift",
+                                          "bitwise_and", "bitwise_or", "bitwise_xor")},
     # No overload of these takes a number (formulas.py refuses one at check).
     **{name: (("T", "T"),) for name in ("maximum", "minimum", "logical_and", "logical_or",
                                         "atan2")},
