@@ -1104,3 +1104,24 @@ def test_a_check_or_divides_only_where_python_would_built(tmp_path):
         assert f"{name} 3 8 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
         assert f"{name} 4 6 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
     assert "OK 2" in proc.stdout
+
+
+def test_a_condition_on_ranks_and_lengths_translates(tmp_path, monkeypatch):
+    """torchao's float8_linear_cpu takes N from a prepacked 4D weight or a plain 2D one: a rank
+    or a list's length compared in an `if` is an int64_t in the Meta kernel (the rule stayed a
+    Python fake)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(
+        "namespace: rk\nops:\n"
+        "  - func: packed_rows(Tensor weight, int[] sizes) -> Tensor\n"
+        "    dispatch: {CPU: k}\n"
+        "    fake: \"n = weight.size(0) * weight.size(3) if weight.dim() == 4 else weight.size(0);"
+        " empty([n, len(sizes)] if len(sizes) > 1 else [n])\"\n")
+    (op,) = load_library(["r.yaml"]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None
+    assert kernel.body[0] == (
+        "const c10::SymInt n = ((weight.dim() == int64_t{4}) ? "
+        "(weight.sym_size(0) * weight.sym_size(3)) : weight.sym_size(0));")
+    assert "((static_cast<int64_t>(c10::fromIntArrayRefSlow(sizes).size()) > int64_t{1}) ? " \
+        in kernel.body[1]

@@ -403,7 +403,7 @@ class _Emitter:
                 return "true" if v else "false"
             case S.DtypeLit():
                 return self.dtype(e)
-            case S.ItemSize():
+            case S.ItemSize() | S.TensorProp(prop=S.Prop.ndim) | S.Len():
                 return self.static(e)
             case S.Local():
                 return self.local(e, "static")
