@@ -129,7 +129,8 @@ Preconditions
 arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
 runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
 `<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
-`check(a.shape == b.shape)`, `check(w.dtype == float32)`), and of devices like an `if`
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`), of `float` arguments with numbers
+(torchao's `check(dropout_p == 0.0)`), and of devices like an `if`
 (`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic.
 `and`/`or` join them: `check(a and b)` is `check(a); check(b)`, and `or` evaluates its right side
 only when a left side fixed at trace time does not decide (`check(not causal or q.size(1) ==
@@ -1310,8 +1311,9 @@ class _Checker:
                 if not (self.static(e) or e.ty == Ty(T.DEVICE)):
                     if in_check:
                         raise self.error(side.span, f"'{shown}' in check() compares sizes, "
-                                         "shapes, dtypes, devices, and str, bool and int "
-                                         f"arguments with literals, got {describe(e)}")
+                                         "shapes, dtypes, devices, str, bool and int "
+                                         "arguments with literals, and float arguments with "
+                                         f"numbers, got {describe(e)}")
                     hint = ("sizes and shapes compare only in check(...): an 'if' on them "
                             "would specialize them under dynamic shapes"
                             if e.ty.base in (T.INT, T.INT_LIST) else None)
@@ -1382,6 +1384,10 @@ class _Checker:
                 return BoolOp(op, left, self.check_condition(node.right))
         if isinstance(node, _Compare) and node.op not in ("is", "is not"):
             left, right = self.expr(node.left), self.expr(node.right)
+            if self.float_value(left) and self.float_value(right) and \
+                    (isinstance(left, Arg) or isinstance(right, Arg)):
+                # torchao's `check(dropout_p == 0.0)`: a float argument with a number
+                return Compare(CompareOp(node.op), left, right)
             kinds = {INT: "ints", INT_LIST: "shapes", DTYPE: "dtypes"}
             if left.ty in kinds and left.ty == right.ty:
                 if left.ty != INT and node.op not in ("==", "!="):
@@ -1395,6 +1401,15 @@ class _Checker:
                                  "sizes with sizes, shapes "
                                  "with shapes and dtypes with dtypes")
         return self.condition(node, in_check=True)
+
+    def float_value(self, e: Expr) -> bool:
+        """A `float` argument (a double, never a size) or a number literal."""
+        if isinstance(e, (IntLit, FloatLit)):
+            return True
+        if isinstance(e, Arg):
+            arg = self.schema.argument(e.name)
+            return arg is not None and arg.type == BaseType(BaseTy.float)
+        return False
 
     def statement(self, node: _Syn, after: int) -> list[Check]:
         """A `check(condition, "message")` statement before the outputs."""

@@ -1125,3 +1125,81 @@ def test_a_condition_on_ranks_and_lengths_translates(tmp_path, monkeypatch):
         "(weight.sym_size(0) * weight.sym_size(3)) : weight.sym_size(0));")
     assert "((static_cast<int64_t>(c10::fromIntArrayRefSlow(sizes).size()) > int64_t{1}) ? " \
         in kernel.body[1]
+
+
+FLOATS = """\
+namespace: floatck
+ops:
+  - func: qsdpa(Tensor q, float dropout_p=0.0, float scale=1.0) -> Tensor
+    dispatch: {CPU: qsdpa_cpu}
+    fake: 'check(dropout_p == 0.0, "dropout is not supported"); check(0 < scale and scale <= 1e3, "scale out of range"); like(q)'
+    samples:
+      - {q: {shape: [N=3, 4]}, scale: 0.5}
+"""
+FLOATS_CPP = """\
+#include <ATen/ATen.h>
+#include <floatck/floats.h>
+namespace floatck {
+at::Tensor qsdpa_cpu(const at::Tensor& q, double dropout_p, double scale) {
+  return q * scale;
+}
+}  // namespace floatck
+"""
+FLOATS_CHECK = """\
+import torch, runtime
+from torch._subclasses.fake_tensor import FakeTensorMode
+from codegen import testing
+import runtime._reg_floatck as reg
+for c in testing.load_cases(%(files)r):
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+assert torch._C._dispatch_has_kernel_for_dispatch_key("floatck::qsdpa", "Meta")
+for p, s in ((0.0, 0.5), (0.1, 0.5), (0.0, 0.0), (0.0, 2e3)):
+    with FakeTensorMode() as m:
+        x = m.from_tensor(torch.empty(3, 4))
+        for name, fn in (("META", torch.ops.floatck.qsdpa), ("PYTHON", reg._qsdpa_fake)):
+            try:
+                fn(x, p, s)
+                print(name, p, s, "ok")
+            except RuntimeError as e:
+                print(name, p, s, str(e).splitlines()[0])
+"""
+
+
+def test_a_check_compares_float_arguments_with_numbers(tmp_path, monkeypatch):
+    """torchao's quantized SDPA supports no dropout: `check(dropout_p == 0.0)` compares a float
+    argument with a number (it was refused as a comparison of a number argument), in the Meta
+    kernels of both ABIs."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.yaml").write_text(FLOATS)
+    (op,) = load_library(["f.yaml"]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None and kernel.body[:3] == (
+        'TORCH_CHECK((dropout_p == double{0.0}), "floatck::qsdpa: dropout is not supported");',
+        'TORCH_CHECK((int64_t{0} < scale), "floatck::qsdpa: scale out of range");',
+        'TORCH_CHECK((scale <= double{1000.0}), "floatck::qsdpa: scale out of range");')
+    (tmp_path / "s.yaml").write_text(FLOATS.replace("namespace: floatck",
+                                                    'namespace: floatst\nabi: stable\n'
+                                                    'min_torch: "2.10"'))
+    (op,) = load_library(["s.yaml"]).ops
+    meta = cpp_stable.translate_meta(op)
+    assert meta is not None and meta.body[0] == "if (!(dropout_p == double{0.0})) {"
+
+
+@pytest.mark.e2e
+def test_a_check_compares_float_arguments_with_numbers_built(tmp_path):
+    root = tmp_path / "root"
+    scratch.make_root(root, {"floats.yaml": FLOATS}, {"floatck/k.cpp": FLOATS_CPP})
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = [str(root / "schemas" / "floats.yaml")]
+    proc = scratch.python(root, FLOATS_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("META", "PYTHON"):
+        assert f"{name} 0.0 0.5 ok" in proc.stdout
+        assert f"{name} 0.1 0.5 floatck::qsdpa: dropout is not supported" in proc.stdout
+        assert f"{name} 0.0 0.0 floatck::qsdpa: scale out of range" in proc.stdout
+        assert f"{name} 0.0 2000.0 floatck::qsdpa: scale out of range" in proc.stdout

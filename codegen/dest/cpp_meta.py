@@ -399,6 +399,8 @@ class _Emitter:
                 return cpp.string_literal(v)
             case S.IntLit(value=v):
                 return f"int64_t{{{v}}}"
+            case S.FloatLit(value=v) if math.isfinite(v):
+                return f"double{{{float(v)!r}}}"
             case S.BoolLit(value=v):
                 return "true" if v else "false"
             case S.DtypeLit():
@@ -410,7 +412,8 @@ class _Emitter:
             case S.Arg() | S.Given():
                 name, ty = self.arg(e if isinstance(e, S.Arg) else e.arg)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
-                                          BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType)):
+                                          BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType),
+                                          BaseType(BaseTy.float)):
                     return name if isinstance(e, S.Arg) else f"(*{name})"
         raise NoCpp(f"compared value {type(e).__name__}")
 
