@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from codegen import cli, config
-from codegen.build_notes import Notes, generated_namespaces, namespace_indexes, stable_namespaces
+from codegen.build_notes import Notes, generated_namespaces, namespace_indexes
 from codegen.dest.ninja import check_kernel_sources, kernel_sources, ninja_file, refresh_listing
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.files import verify_stamp
@@ -162,8 +162,9 @@ def build(root: Path, extra: list[str] | None = None, *, out=None, err=None) -> 
     except ToolchainError as e:
         err.write(f"{e}\n")
         return 1
-    if stable_namespaces(root):
-        write_stable_include(root)
+    # Links only (idempotent): a stable namespace may come from op files that ninja's codegen edge
+    # generates only once ninja runs, after which no index would be read again.
+    write_stable_include(root)
     if toolchain_var(text, "nvcc") is None:
         skipped = cuda_sources(root)
         if skipped:

@@ -96,7 +96,7 @@ DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "sh
 TENSOR_DTYPES: tuple[str, ...] = (
     "bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
     "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
 )
 # Every name op files may give those dtypes -> torch's canonical name (`long` -> `int64`).
 DTYPE_NAMES: dict[str, str] = {n: n for n in TENSOR_DTYPES} | {

@@ -145,23 +145,51 @@ def kernel_devices(op: Op) -> list[str]:
         ["cuda"] * (DispatchKey.CUDA in keys)
 
 
-def opcheck_utils(op: Op, library: Iterable[Op] = ()) -> tuple[str, ...]:
+def opcheck_utils(op: Op, library: Iterable[Op] = (),
+                  sample: Sample | None = None) -> tuple[str, ...]:
     """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
     OPCHECK_UTILS, less those that functionalize it where torch cannot (its
     not-functionalizable warning), or its backward (backward-not-functionalizable), or that
-    compare a str or Device it returns (non-tensor-return)."""
-    if _unfunctionalizable(op, library) is None:
-        return OPCHECK_UTILS
-    return tuple(u for u in OPCHECK_UTILS if u not in FUNCTIONALIZING_UTILS)
+    compare a str or Device it returns (non-tensor-return), and less test_schema on a sample
+    giving a float8 tensor (`float8_argument`)."""
+    left: set[str] = set()
+    if _unfunctionalizable(op, library) is not None:
+        left.update(FUNCTIONALIZING_UTILS)
+    if sample is not None and float8_argument(sample) is not None:
+        left.add("test_schema")
+    return tuple(u for u in OPCHECK_UTILS if u not in left)
 
 
-def opcheck_skips(op: Op, library: Iterable[Op] = ()) -> str | None:
-    """What the opcheck check leaves out on the op, and why (None: nothing)."""
+def opcheck_skips(op: Op, library: Iterable[Op] = (), sample: Sample | None = None) -> str | None:
+    """What the opcheck check leaves out on the op (on `sample`), and why (None: nothing)."""
     why = _unfunctionalizable(op, library)
-    if why is None:
+    reasons = []
+    if why is not None:
+        left = [u for u in OPCHECK_UTILS if u in FUNCTIONALIZING_UTILS]
+        reasons.append(f"without {', '.join(left)} on {op.name}, as {why}")
+    given = float8_argument(sample) if sample is not None else None
+    if given is not None:
+        reasons.append(f"without test_schema on this sample, as it gives '{given[0]}' a "
+                       f"{given[1]} tensor, which test_schema's torch.allclose cannot compare")
+    return "opgen runs opcheck " + "; and ".join(reasons) if reasons else None
+
+
+def float8_argument(sample: Sample) -> tuple[str, str] | None:
+    """(argument, dtype) of the first float8 tensor the sample gives, or None. opcheck's
+    test_schema compares every input of each call before and after with torch.allclose, which
+    has no float8 kernel, so it fails on any op taking one (torchao's mx and fp8 linears)."""
+    def dtype_in(value: Any) -> str | None:
+        if isinstance(value, TensorSample):
+            return value.dtype if value.dtype.startswith("float8_") else None
+        if isinstance(value, tuple):
+            return next((d for d in map(dtype_in, value) if d is not None), None)
         return None
-    left = [u for u in OPCHECK_UTILS if u in FUNCTIONALIZING_UTILS]
-    return f"opgen runs opcheck without {', '.join(left)} on {op.name}, as {why}"
+
+    for name, value in sample.args:
+        found = dtype_in(value)
+        if found is not None:
+            return name, found
+    return None
 
 
 def _unfunctionalizable(op: Op, library: Iterable[Op]) -> str | None:

@@ -104,7 +104,8 @@ Values
   `c1 and c2`, `c1 or c2` (Python's precedence: `not`, then `and`, then `or`), `==`/`!=`
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
   between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
-  `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), or
+  `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), ranks and list
+  lengths, which are plain ints too (`w.size(3) if w.dim() == 4 else 1`, `len(sizes) > 1`), or
   `x is None` / `x is not None` for an optional argument. An optional `bool`, `str`, `int` or
   `ScalarType` argument is one of these where a None test tells it is given (apex's
   `per_tensor_python is not None and per_tensor_python`). Sizes are never compared: that would
@@ -130,11 +131,14 @@ Preconditions
 arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
 runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
 `<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
-`check(a.shape == b.shape)`, `check(w.dtype == float32)`), and of devices like an `if`
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`), of `float` arguments with numbers
+(torchao's `check(dropout_p == 0.0)`), and of devices like an `if`
 (`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic.
 `and`/`or` join them: `check(a and b)` is `check(a); check(b)`, and `or` evaluates its right side
 only when a left side fixed at trace time does not decide (`check(not causal or q.size(1) ==
-k.size(1))`); after a comparison of sizes both sides are evaluated, as SymBools. It
+k.size(1))`); after a comparison of sizes, too, when the sizes are known when traced (an
+empty tensor's: `check(g.numel() == 0 or k // g.size(0) == 128)` divides by no zero size), and
+else both sides are evaluated, as SymBools. It
 becomes `torch._check` in a Python fake and `TORCH_SYM_CHECK` (sizes) or `TORCH_CHECK` in a C++
 Meta kernel (a thrown `std::runtime_error` on the stable ABI), failing with "<ns>::<op>: message"
 (without a message, the condition as written). A device check keeps the rule a Python fake: a
@@ -1315,8 +1319,9 @@ class _Checker:
                 if not (self.static(e) or e.ty == Ty(T.DEVICE)):
                     if in_check:
                         raise self.error(side.span, f"'{shown}' in check() compares sizes, "
-                                         "shapes, dtypes, devices, and str, bool and int "
-                                         f"arguments with literals, got {describe(e)}")
+                                         "shapes, dtypes, devices, str, bool and int "
+                                         "arguments with literals, and float arguments with "
+                                         f"numbers, got {describe(e)}")
                     hint = ("sizes and shapes compare only in check(...): an 'if' on them "
                             "would specialize them under dynamic shapes"
                             if e.ty.base in (T.INT, T.INT_LIST) else None)
@@ -1359,6 +1364,9 @@ class _Checker:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
         if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
             return True     # a dtype, and so its itemsize, is never symbolic
+        if e.ty == INT and isinstance(e, (TensorProp, Len, Arith, Neg, MinMax)):
+            # A rank and a list's length are plain ints (torchao's `weight.dim() == 4`).
+            return self.plain_int(e)
         if isinstance(e, (Arg, Given)):     # an optional one where a test tells it is given
             arg = self.schema.argument(e.name if isinstance(e, Arg) else e.arg.name)
             assert arg is not None
@@ -1384,6 +1392,10 @@ class _Checker:
                 return BoolOp(op, left, self.check_condition(node.right))
         if isinstance(node, _Compare) and node.op not in ("is", "is not"):
             left, right = self.expr(node.left), self.expr(node.right)
+            if self.float_value(left) and self.float_value(right) and \
+                    (isinstance(left, Arg) or isinstance(right, Arg)):
+                # torchao's `check(dropout_p == 0.0)`: a float argument with a number
+                return Compare(CompareOp(node.op), left, right)
             kinds = {INT: "ints", INT_LIST: "shapes", DTYPE: "dtypes"}
             if left.ty in kinds and left.ty == right.ty:
                 if left.ty != INT and node.op not in ("==", "!="):
@@ -1397,6 +1409,15 @@ class _Checker:
                                  "sizes with sizes, shapes "
                                  "with shapes and dtypes with dtypes")
         return self.condition(node, in_check=True)
+
+    def float_value(self, e: Expr) -> bool:
+        """A `float` argument (a double, never a size) or a number literal."""
+        if isinstance(e, (IntLit, FloatLit)):
+            return True
+        if isinstance(e, Arg):
+            arg = self.schema.argument(e.name)
+            return arg is not None and arg.type == BaseType(BaseTy.float)
+        return False
 
     def statement(self, node: _Syn, after: int) -> list[Check]:
         """A `check(condition, "message")` statement before the outputs."""

@@ -583,7 +583,7 @@ def skipped(case: Case, check: str) -> str | None:
 
 def opcheck_skipped(case: Case) -> str | None:
     """Which utilities `check_opcheck` leaves out on `case` by default, and why (None: none)."""
-    return opcheck_skips(case.op, _LIBRARY_OPS.values())
+    return opcheck_skips(case.op, _LIBRARY_OPS.values(), case.sample)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -593,12 +593,12 @@ def opcheck_skipped(case: Case) -> str | None:
 def check_opcheck(case: Case, test_utils: Iterable[str] | None = None) -> dict[str, str]:
     """`torch.library.opcheck` on the sample, with `test_utils`; by default every one of
     ALL_OPCHECK_UTILS that torch can pass on the op: those that functionalize it are left out
-    for an op torch cannot functionalize (its not-functionalizable warning; `opcheck_skipped`).
-    Differentiable inputs require grad (so the autograd registration is exercised) unless the
+    for an op torch cannot functionalize (its not-functionalizable warning; `opcheck_skipped`),
+    and test_schema on a sample giving a float8 tensor, which it cannot compare. Differentiable inputs require grad (so the autograd registration is exercised) unless the
     sample says `requires_grad: false`; no other input does (a `not_implemented` gradient would
     raise in the backward opcheck runs)."""
     if test_utils is None:
-        test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values())
+        test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values(), case.sample)
     # An argument the op writes stays a leaf not requiring grad: writing one that does is
     # refused (as for aten's in-place ops), and opcheck copies it, which a non-leaf refuses.
     diff = set(differentiable_inputs(case.op, _LIBRARY_OPS.values())) - {

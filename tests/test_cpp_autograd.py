@@ -67,7 +67,7 @@ def test_python_path_is_a_located_note(monkeypatch) -> None:
     _, diags = _render([INPUT])
     notes = [d for d in diags.items if d.severity == "note"]
     assert [(str(d.loc), d.message) for d in notes] == [
-        (f"{INPUT}:53:7", "agrad::gelu_like: its Autograd kernel stays in Python: its formulas "
+        (f"{INPUT}:53:13", "agrad::gelu_like: its Autograd kernel stays in Python: its formulas "
                           "use torch.nn.functional.gelu, which the C++ translation does not "
                           "carry"),
     ]
@@ -2022,3 +2022,168 @@ def test_every_table_entry_compiles(tmp_path: Path) -> None:
     proc = subprocess.run([*cxx, *cflags, "-Werror", "-fsyntax-only", str(src)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-6000:]
+
+
+BIAS_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: scaled_linear(Tensor x, Tensor w, Tensor? bias=None) -> Tensor
+    dispatch: {{CPU: scaled_linear_cpu}}
+    fake: empty([x.size(0), w.size(0)])
+    derivatives:
+      x: grad.mm(w)
+      w: grad.t().mm(x)
+      bias: unbroadcast(grad, bias).to(bias.dtype)
+"""
+BIAS_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+namespace {ns} {{
+at::Tensor scaled_linear_cpu(const at::Tensor& x, const at::Tensor& w,
+                             const std::optional<at::Tensor>& bias) {{
+  auto out = x.mm(w.t());
+  return bias.has_value() ? (out + *bias).contiguous() : out;
+}}
+}}  // namespace {ns}
+"""
+BIAS_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck, gradgradcheck
+
+cpp, python = torch.ops.ctb, torch.ops.ptb
+for bias in (torch.randn(4, dtype=torch.double, requires_grad=True),
+             torch.randn(1, dtype=torch.double, requires_grad=True), None):
+    x = torch.randn(3, 5, dtype=torch.double, requires_grad=True)
+    w = torch.randn(4, 5, dtype=torch.double, requires_grad=True)
+    assert cpp.scaled_linear(x, w, bias).grad_fn.name() == "ScaledLinearBackward"
+    inputs = (x, w) if bias is None else (x, w, bias)
+    assert gradcheck(lambda *a: cpp.scaled_linear(*a), inputs)
+    assert gradgradcheck(lambda *a: cpp.scaled_linear(*a), inputs)
+    got = torch.autograd.grad(cpp.scaled_linear(*inputs).sum(), inputs)
+    want = torch.autograd.grad(python.scaled_linear(*inputs).sum(), inputs)
+    assert all(torch.equal(g, v) for g, v in zip(got, want))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_formula_reading_an_optional_tensors_metadata_takes_the_cpp_path(tmp_path: Path) -> None:
+    """torchao's row-wise scaled linears give `Tensor? bias` the gradient
+    `...sum(0).to(bias.dtype)`: its shape and dtype, read where it is given, are kept as
+    optionals on the node (it was a note, and the op stayed on the Python path)."""
+    _check_beside_python(tmp_path, BIAS_OPS, BIAS_KERNELS, BIAS_CHECK, "ctb", "ptb",
+                         ("scaled_linear",))
+
+
+VARARGS_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: group_sum(Tensor x, int g) -> Tensor
+    dispatch: {{CPU: group_sum_cpu}}
+    fake: empty([x.size(0), x.size(1) // g])
+    derivatives:
+      x: grad.unsqueeze(-1).expand(grad.size(0), grad.size(1), g).reshape(grad.size(0), -1).view(-1).view(x.size(0), x.size(1))
+"""
+VARARGS_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+namespace {ns} {{
+at::Tensor group_sum_cpu(const at::Tensor& x, int64_t g) {{
+  return x.reshape({{x.size(0), -1, g}}).sum(-1);
+}}
+}}  // namespace {ns}
+"""
+VARARGS_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck, gradgradcheck
+
+cpp, python = torch.ops.ctv, torch.ops.ptv
+for shape, g in (((3, 8), 4), ((2, 6), 3)):
+    x = torch.randn(shape, dtype=torch.double, requires_grad=True)
+    assert cpp.group_sum(x, g).grad_fn.name() == "GroupSumBackward"
+    assert gradcheck(lambda t: cpp.group_sum(t, g), (x,))
+    assert gradgradcheck(lambda t: cpp.group_sum(t, g), (x,))
+    got, = torch.autograd.grad(cpp.group_sum(x, g).sum(), (x,))
+    want, = torch.autograd.grad(python.group_sum(x, g).sum(), (x,))
+    assert torch.equal(got, want)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_shapes_given_size_by_size_take_the_cpp_path(tmp_path: Path) -> None:
+    """torchao's tinygemm scale gradient reshapes with `grad.reshape(grad.size(0), -1, g)`:
+    `reshape`, `view`, `expand`, `repeat` and `sum_to_size` given sizes one by one (ints and
+    SymInts mixed) are carried (a note kept them on the Python path)."""
+    _check_beside_python(tmp_path, VARARGS_OPS, VARARGS_KERNELS, VARARGS_CHECK, "ctv", "ptv",
+                         ("group_sum",))
+
+
+def test_the_python_path_note_points_at_the_formula_it_is_about(tmp_path: Path) -> None:
+    """Of several formulas, the note is at the one C++ does not carry (it was at the first key of
+    `derivatives:`, an `x: non_differentiable` in torchao's linears)."""
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: locnote\nops:\n"
+                    "  - func: lin(Tensor x, Tensor w) -> Tensor\n"
+                    "    dispatch: {CPU: lin_cpu}\n"
+                    "    fake: empty([x.size(0), w.size(0)])\n"
+                    "    derivatives:\n"
+                    "      x: grad.mm(w)\n"
+                    "      w: grad.t().mm(x) * torch.special.i0e(w)\n")
+    _, diags = _render([str(path)])
+    assert [(str(d.loc), d.message) for d in diags.items] == [
+        (f"{path}:8:10", "locnote::lin: its Autograd kernel stays in Python: its formulas use "
+                         "torch.special.i0e, which the C++ translation does not carry")]
+
+
+NIBBLE_OPS = """\
+namespace: {ns}
+{setting}ops:
+  - func: int4_rows(Tensor packed, Tensor scale) -> Tensor
+    dispatch: {{CPU: int4_rows_cpu}}
+    fake: empty([packed.size(0), packed.size(1) * 2], dtype=scale.dtype)
+    derivatives:
+      packed: non_differentiable
+      scale: >-
+        lo = torch.bitwise_right_shift(torch.bitwise_left_shift(packed, 4), 4);
+        hi = torch.bitwise_right_shift(packed, 4) + 0 * torch.bitwise_and(torch.bitwise_or(torch.bitwise_xor(packed, 1), 2), 3);
+        (grad * torch.stack([lo, hi], -1).reshape(packed.size(0), -1).to(grad.dtype)).sum(1)
+"""
+NIBBLE_KERNELS = """\
+#include <ATen/ATen.h>
+#include <{ns}/{ns}.h>
+namespace {ns} {{
+at::Tensor int4_rows_cpu(const at::Tensor& packed, const at::Tensor& scale) {{
+  auto lo = at::bitwise_right_shift(at::bitwise_left_shift(packed, 4), 4);
+  auto hi = at::bitwise_right_shift(packed, 4);
+  return at::stack({{lo, hi}}, -1).reshape({{packed.size(0), -1}}).to(scale.scalar_type()) *
+         scale.unsqueeze(1);
+}}
+}}  // namespace {ns}
+"""
+NIBBLE_CHECK = """\
+import torch
+import runtime  # noqa: F401  (loads the built library)
+from torch.autograd import gradcheck
+
+cpp, python = torch.ops.ctn, torch.ops.ptn
+q = torch.randint(-128, 128, (3, 4), dtype=torch.int8)
+s = torch.randn(3, dtype=torch.double, requires_grad=True)
+assert cpp.int4_rows(q, s).grad_fn.name() == "Int4RowsBackward"
+assert gradcheck(lambda t: cpp.int4_rows(q, t), (s,))
+got, = torch.autograd.grad(cpp.int4_rows(q, s).sum(), (s,))
+want, = torch.autograd.grad(python.int4_rows(q, s).sum(), (s,))
+assert torch.equal(got, want)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_bitwise_functions_take_the_cpp_path(tmp_path: Path) -> None:
+    """torchao's int4 linears unpack nibbles in their scale gradients
+    (`torch.bitwise_right_shift(torch.bitwise_left_shift(w, 4), 4)`): the bitwise torch
+    functions are carried (a note kept the op on the Python path)."""
+    _check_beside_python(tmp_path, NIBBLE_OPS, NIBBLE_KERNELS, NIBBLE_CHECK, "ctn", "ptn",
+                         ("int4_rows",))

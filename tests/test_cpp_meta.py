@@ -1115,3 +1115,178 @@ def test_floordiv_and_mod_in_stable_meta_kernels(tmp_path, monkeypatch):
     assert ("CALL (3,) 0 0 ZeroDivisionError | floorstable::pick: integer division by zero in "
             "`1 // blocksize`") in proc.stdout
     assert "OK 2" in proc.stdout
+
+
+GROUPED = """\
+namespace: grouped
+ops:
+  - func: grouped_mm(Tensor x, Tensor s_group, int size_k) -> Tensor
+    dispatch: {CPU: grouped_mm_cpu}
+    fake: >-
+      check(s_group.numel() == 0 or size_k // s_group.size(0) == 4, "Unexpected groupsize");
+      check(not (s_group.numel() != 0 and size_k % s_group.size(0) != 0), "groups must divide K");
+      like(x)
+    samples:
+      - {x: {shape: [N=3, 8]}, s_group: {shape: [0, 8]}, size_k: 8}
+      - {x: {shape: [N=3, 8]}, s_group: {shape: [2, 8]}, size_k: 8}
+"""
+GROUPED_CPP = """\
+#include <ATen/ATen.h>
+#include <grouped/grouped.h>
+namespace grouped {
+at::Tensor grouped_mm_cpu(const at::Tensor& x, const at::Tensor& s_group, int64_t size_k) {
+  TORCH_CHECK(s_group.numel() == 0 || size_k / s_group.size(0) == 4, "Unexpected groupsize");
+  return x.clone();
+}
+}  // namespace grouped
+"""
+GROUPED_CHECK = """\
+import torch, runtime
+from torch._subclasses.fake_tensor import FakeTensorMode
+from codegen import testing
+import runtime._reg_grouped as reg
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+assert torch._C._dispatch_has_kernel_for_dispatch_key("grouped::grouped_mm", "Meta")
+for rows, k in ((0, 8), (2, 8), (3, 8), (4, 6)):
+    with FakeTensorMode() as m:
+        x, s = m.from_tensor(torch.empty(3, 8)), m.from_tensor(torch.empty(rows, 8))
+        for name, fn in (("META", torch.ops.grouped.grouped_mm), ("PYTHON", reg._grouped_mm_fake)):
+            try:
+                fn(x, s, k)
+                print(name, rows, k, "ok")
+            except RuntimeError as e:
+                print(name, rows, k, str(e).splitlines()[0])
+print("OK", len(cases))
+"""
+
+
+def test_a_check_or_divides_only_where_python_would(tmp_path, monkeypatch):
+    """torchao's marlin_qqq_gemm has no groups when s_group is empty: `check(s_group.numel() == 0
+    or size_k // s_group.size(0) == 4)` divided by that zero (`|` and sym_or evaluate both sides).
+    A left side known when traced decides alone, in the Meta kernel and the Python fake."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.yaml").write_text(GROUPED)
+    (op,) = load_library(["g.yaml"]).ops
+    kernel, helpers = cpp_meta.translate(op)
+    assert kernel is not None and {"or", "and"} <= helpers
+    assert "meta_or(s_group.sym_numel().sym_eq(c10::SymInt(0)), [&] { return " in kernel.body[0]
+
+
+@pytest.mark.e2e
+def test_a_check_or_divides_only_where_python_would_built(tmp_path):
+    root = tmp_path / "root"
+    scratch.make_root(root, {"grouped.yaml": GROUPED}, {"grouped/k.cpp": GROUPED_CPP})
+    gen = scratch.generate(root)
+    assert gen.returncode == 0, gen.stdout + gen.stderr
+    built = scratch.build(root)
+    assert built.returncode == 0, built.stdout + built.stderr
+    files = [str(root / "schemas" / "grouped.yaml")]
+    proc = scratch.python(root, GROUPED_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("META", "PYTHON"):
+        assert f"{name} 0 8 ok" in proc.stdout and f"{name} 2 8 ok" in proc.stdout
+        assert f"{name} 3 8 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
+        assert f"{name} 4 6 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
+    assert "OK 2" in proc.stdout
+
+
+def test_a_condition_on_ranks_and_lengths_translates(tmp_path, monkeypatch):
+    """torchao's float8_linear_cpu takes N from a prepacked 4D weight or a plain 2D one: a rank
+    or a list's length compared in an `if` is an int64_t in the Meta kernel (the rule stayed a
+    Python fake)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.yaml").write_text(
+        "namespace: rk\nops:\n"
+        "  - func: packed_rows(Tensor weight, int[] sizes) -> Tensor\n"
+        "    dispatch: {CPU: k}\n"
+        "    fake: \"n = weight.size(0) * weight.size(3) if weight.dim() == 4 else weight.size(0);"
+        " empty([n, len(sizes)] if len(sizes) > 1 else [n])\"\n")
+    (op,) = load_library(["r.yaml"]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None
+    assert kernel.body[0] == (
+        "const c10::SymInt n = ((weight.dim() == int64_t{4}) ? "
+        "(weight.sym_size(0) * weight.sym_size(3)) : weight.sym_size(0));")
+    assert "((static_cast<int64_t>(c10::fromIntArrayRefSlow(sizes).size()) > int64_t{1}) ? " \
+        in kernel.body[1]
+
+
+FLOATS = """\
+namespace: floatck
+ops:
+  - func: qsdpa(Tensor q, float dropout_p=0.0, float scale=1.0) -> Tensor
+    dispatch: {CPU: qsdpa_cpu}
+    fake: 'check(dropout_p == 0.0, "dropout is not supported"); check(0 < scale and scale <= 1e3, "scale out of range"); like(q)'
+    samples:
+      - {q: {shape: [N=3, 4]}, scale: 0.5}
+"""
+FLOATS_CPP = """\
+#include <ATen/ATen.h>
+#include <floatck/floats.h>
+namespace floatck {
+at::Tensor qsdpa_cpu(const at::Tensor& q, double dropout_p, double scale) {
+  return q * scale;
+}
+}  // namespace floatck
+"""
+FLOATS_CHECK = """\
+import torch, runtime
+from torch._subclasses.fake_tensor import FakeTensorMode
+from codegen import testing
+import runtime._reg_floatck as reg
+for c in testing.load_cases(%(files)r):
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+assert torch._C._dispatch_has_kernel_for_dispatch_key("floatck::qsdpa", "Meta")
+for p, s in ((0.0, 0.5), (0.1, 0.5), (0.0, 0.0), (0.0, 2e3)):
+    with FakeTensorMode() as m:
+        x = m.from_tensor(torch.empty(3, 4))
+        for name, fn in (("META", torch.ops.floatck.qsdpa), ("PYTHON", reg._qsdpa_fake)):
+            try:
+                fn(x, p, s)
+                print(name, p, s, "ok")
+            except RuntimeError as e:
+                print(name, p, s, str(e).splitlines()[0])
+"""
+
+
+def test_a_check_compares_float_arguments_with_numbers(tmp_path, monkeypatch):
+    """torchao's quantized SDPA supports no dropout: `check(dropout_p == 0.0)` compares a float
+    argument with a number (it was refused as a comparison of a number argument), in the Meta
+    kernels of both ABIs."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "f.yaml").write_text(FLOATS)
+    (op,) = load_library(["f.yaml"]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None and kernel.body[:3] == (
+        'TORCH_CHECK((dropout_p == double{0.0}), "floatck::qsdpa: dropout is not supported");',
+        'TORCH_CHECK((int64_t{0} < scale), "floatck::qsdpa: scale out of range");',
+        'TORCH_CHECK((scale <= double{1000.0}), "floatck::qsdpa: scale out of range");')
+    (tmp_path / "s.yaml").write_text(FLOATS.replace("namespace: floatck",
+                                                    'namespace: floatst\nabi: stable\n'
+                                                    'min_torch: "2.10"'))
+    (op,) = load_library(["s.yaml"]).ops
+    meta = cpp_stable.translate_meta(op)
+    assert meta is not None and meta.body[0] == "if (!(dropout_p == double{0.0})) {"
+
+
+@pytest.mark.e2e
+def test_a_check_compares_float_arguments_with_numbers_built(tmp_path):
+    root = tmp_path / "root"
+    scratch.make_root(root, {"floats.yaml": FLOATS}, {"floatck/k.cpp": FLOATS_CPP})
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = [str(root / "schemas" / "floats.yaml")]
+    proc = scratch.python(root, FLOATS_CHECK % {"files": files}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("META", "PYTHON"):
+        assert f"{name} 0.0 0.5 ok" in proc.stdout
+        assert f"{name} 0.1 0.5 floatck::qsdpa: dropout is not supported" in proc.stdout
+        assert f"{name} 0.0 0.0 floatck::qsdpa: scale out of range" in proc.stdout
+        assert f"{name} 0.0 2000.0 floatck::qsdpa: scale out of range" in proc.stdout

@@ -266,6 +266,40 @@ def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizabl
         lib.close()
 
 
+def fp8_rows(a, a_scale):
+    return (a.float() * torch.pow(2.0, a_scale.float() - 127)).sum(1).to(torch.bfloat16)
+
+
+def test_opcheck_leaves_out_test_schema_on_float8_samples(tmp_path):
+    """torchao's mx_fp8_bf16 takes float8 tensors: opcheck's test_schema compares each input
+    before and after every call with torch.allclose, which has no float8 kernel, so opcheck
+    failed on every such sample and a failures entry hid its other three utilities too."""
+    path = tmp_path / "fp8.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpfp8
+        ops:
+          - func: fp8_rows(Tensor a, Tensor a_scale) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:fp8_rows"}
+            fake: empty([a.size(0)], dtype=bfloat16)
+            samples:
+              - {a: {shape: [3, 32], dtype: float8_e4m3fn}, a_scale: {shape: [3, 1], dtype: uint8, low: 120, high: 130}}
+              - {a: {shape: [3, 32]}, a_scale: {shape: [3, 1], dtype: uint8, low: 120, high: 130}}
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        fp8, plain = lib.cases()
+        assert testing.opcheck_skipped(fp8) == (
+            "opgen runs opcheck without test_schema on this sample, as it gives 'a' a "
+            "float8_e4m3fn tensor, which test_schema's torch.allclose cannot compare")
+        assert testing.opcheck_skipped(plain) is None
+        assert set(testing.check_opcheck(fp8)) == {
+            "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"}
+        assert "test_schema" in testing.check_opcheck(plain)
+    finally:
+        lib.close()
+
+
 def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
     """A named size the kernel ties to a tensor given by `values` cannot vary: the compile check
     fails for torch's reason (torch's own message names neither the sample nor its sizes), with

@@ -1218,3 +1218,72 @@ def test_itemsize_fakes_run_with_two_dtypes(tmp_path, monkeypatch, testing):
             assert (packed.shape, packed.dtype, absmax.shape) == ((rows, 1), storage, (2,))
     finally:
         lib.close()
+
+
+RANKED = """\
+namespace: shaperank
+ops:
+  - func: packed_rows(Tensor weight, int[] sizes) -> Tensor
+    dispatch: {CPU: "tests.test_shape:packed_rows"}
+    fake: "n = weight.size(0) * weight.size(3) if weight.dim() == 4 else weight.size(0); empty([n, len(sizes)] if len(sizes) > 1 else [n])"
+    samples:
+      - {weight: {shape: [N=6, 3]}, sizes: [1]}
+      - {weight: {shape: [N=2, 1, 3, 4]}, sizes: [1, 2]}
+"""
+
+
+def packed_rows(weight, sizes):
+    n = weight.size(0) * weight.size(3) if weight.dim() == 4 else weight.size(0)
+    return weight.new_zeros([n, len(sizes)] if len(sizes) > 1 else [n])
+
+
+def test_an_if_may_compare_ranks_and_list_lengths(tmp_path, testing):
+    """torchao's float8_linear_cpu fake takes N from a prepacked 4D weight or a plain 2D one:
+    a rank (and a list's length) is a plain int when the op is traced, as an int argument is,
+    so comparing it specializes no size (it was refused as a size)."""
+    path = tmp_path / "rank.yaml"
+    path.write_text(RANKED)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (op,) = lib.ops
+        assert isinstance(op.fake.bindings[0].value, S.Cond)
+        for case in lib.cases():
+            testing.check_opcheck(case)
+            testing.check_compile(case, backend="aot_eager")
+    finally:
+        lib.close()
+
+
+MX_SCALES = """\
+namespace: shapemx
+ops:
+  - func: mx_rows(Tensor a, Tensor a_scale) -> Tensor
+    dispatch: {CPU: "tests.test_shape:mx_rows"}
+    fake: "check(a_scale.dtype in (uint8, float8_e8m0fnu), \\"scales must be uint8 or float8_e8m0fnu\\"); empty([a.size(0)], dtype=bfloat16)"
+    samples:
+      - {a: {shape: [M=3, 32]}, a_scale: {shape: [M, 1], dtype: float8_e8m0fnu}}
+      - {a: {shape: [M=3, 32]}, a_scale: {shape: [M, 1], dtype: uint8, low: 120, high: 130}}
+"""
+
+
+def mx_rows(a, a_scale):
+    s = a_scale.float() if a_scale.dtype != torch.uint8 else torch.pow(2.0, a_scale.float() - 127)
+    return (a.float() * s).sum(1).to(torch.bfloat16)
+
+
+def test_mx_scales_are_float8_e8m0fnu(tmp_path, testing):
+    """torchao's mx_fp8_bf16 takes E8M0 scales as uint8 or float8_e8m0fnu: fake rules and
+    samples name that dtype (it was an unknown name)."""
+    path = tmp_path / "mx.yaml"
+    path.write_text(MX_SCALES)
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        cases = lib.cases()
+        assert testing.make_named(cases[0].op, cases[0].sample)["a_scale"].dtype == \
+            torch.float8_e8m0fnu
+        for case in cases:     # opcheck's test_schema has no allclose for float8 tensors
+            testing.check_compile(case, backend="aot_eager")
+    finally:
+        lib.close()

@@ -513,3 +513,46 @@ def test_a_python_kernel_op_is_defined_whatever_its_types(tmp_path: Path, monkey
     assert 'm.def("rnnt_loss(Tensor logits, Tensor targets, int blank, float clamp) -> ' \
            '(Tensor, Tensor?)",' in reg
     assert "rnnt_loss_cpp(" not in reg
+
+
+FULL_OP_FILE = """\
+namespace: sfirst
+ops:
+  - func: plain(Tensor self) -> Tensor
+    dispatch: {CPU: plain_cpu}
+    fake: like(self)
+"""
+FULL_KERNEL = """\
+#include <ATen/ATen.h>
+#include <sfirst/sfirst.h>
+namespace sfirst {
+at::Tensor plain_cpu(const at::Tensor& self) { return self.clone(); }
+}  // namespace sfirst
+"""
+STABLE_KERNEL = """\
+#include <sbad/sbad.h>
+
+namespace sbad {
+
+torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor) {
+  (void)factor;
+  return self;
+}
+
+}  // namespace sbad
+"""
+
+
+@pytest.mark.e2e
+def test_a_stable_namespace_added_since_the_last_generate_builds(tmp_path: Path) -> None:
+    """A stable op file added to a built project, then `build` (ninja's codegen edge generates
+    it): the stable include root was written from the namespaces generated before ninja ran, so
+    the new namespace's sources found no torch/csrc/stable headers until a second build."""
+    scratch.make_root(tmp_path, {"sfirst.yaml": FULL_OP_FILE}, {"sfirst/k.cpp": FULL_KERNEL})
+    for step in (scratch.generate, scratch.build):
+        proc = step(tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    scratch.make_root(tmp_path, {"sbad.yaml": STABLE_OP_FILE}, {"sbad/k.cpp": STABLE_KERNEL})
+    proc = scratch.build(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "build" / "libsbad_ops.so").is_file()

@@ -62,7 +62,7 @@ from codegen.abi import namespace_abi
 from codegen.expr import walk
 from codegen.api import cpp
 from codegen.config import Project
-from codegen.diagnostics import Diagnostics, with_article as _a
+from codegen.diagnostics import Diagnostics, Loc, with_article as _a
 from codegen.enums import SCALAR_TYPES, scalar_type_number
 from codegen.layout import (cached_signature, check_formulas, constant_reads, first_order_only,
                             impl_name, library_calls, memo, per_object, shards)
@@ -106,7 +106,10 @@ _ALONG_DIM = ("softmax", "log_softmax", "cumsum", "cumprod")
 TORCH_FUNCTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{name: (("T",),) for name in _UNARY},
     **{name: (("T", "T|n"),) for name in ("mul", "add", "sub", "div", "pow", "gt", "ge", "lt",
-                                          "le", "eq", "ne", "fmod", "remainder")},
+                                          "le", "eq", "ne", "fmod", "remainder",
+                                          # integer unpacking (torchao's int4 nibbles)
+                                          "bitwise_left_shift", "bitwise_right_shift",
+                                          "bitwise_and", "bitwise_or", "bitwise_xor")},
     # No overload of these takes a number (formulas.py refuses one at check).
     **{name: (("T", "T"),) for name in ("maximum", "minimum", "logical_and", "logical_or",
                                         "atan2")},
@@ -176,7 +179,7 @@ _LIST_RESULTS = {"chunk", "unbind", "split"}
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
 _SYMINT_METHODS = {"expand", "reshape", "view", "sum_to_size", "unflatten", "repeat"}
 # Methods taking their sizes or dims as a list or as separate ints (`x.permute(1, 0)`).
-_VARARGS_METHODS = {"permute", "flip", "reshape", "view", "expand", "repeat"}
+_VARARGS_METHODS = {"permute", "flip", "reshape", "view", "expand", "repeat", "sum_to_size"}
 # Methods whose SymInt arguments C++ takes in `<name>_symint` only.
 _SYMINT_ONLY = {"narrow", "select", "repeat_interleave"}
 
@@ -203,7 +206,15 @@ _NAMESPACES = frozenset({"at", "c10", "std", "torch"})
 
 
 class NotCpp(Exception):
-    """What keeps an op's autograd in Python."""
+    """What keeps an op's autograd in Python; `loc`: the formula it is in, where there is one."""
+
+    loc: Loc | None = None
+
+
+class Why(str):
+    """Why an op keeps Python autograd, and the formula that says so (None: the op's)."""
+
+    loc: Loc | None = None
 
 
 # What a note calls the formula forms the translation does not carry (not the IR's class names).
@@ -303,9 +314,11 @@ def _plan_uncached(lib: OpLibrary, op: Op) -> Plan | str | None:
         return None
     except NotCpp as e:
         why = str(e)
-        if why.startswith(("its ", "a return", "argument", "a formula")):
-            return why
-        return f"its formulas use {why}, which the C++ translation does not carry"
+        if not why.startswith(("its ", "a return", "argument", "a formula")):
+            why = f"its formulas use {why}, which the C++ translation does not carry"
+        located = Why(why)
+        located.loc = e.loc
+        return located
 
 
 def _plan(lib: OpLibrary, op: Op) -> Plan | str | None:
@@ -329,7 +342,7 @@ def check(lib: OpLibrary, diags: Diagnostics) -> None:
             continue
         why = reason(lib, op)
         if why is not None:
-            loc = op.derivatives.loc or op.loc
+            loc = getattr(why, "loc", None) or op.derivatives.loc or op.loc
             diags.note(loc, f"{op.name}: its Autograd kernel stays in Python: {why}",
                        "a C++ program linking the library cannot differentiate this op")
     for op in lib.ops:
@@ -449,7 +462,15 @@ class _Builder:
                 "device": ("at::Device", "{c}.device()"),
             }[what]
             if optional:
-                raise NotCpp(f"a formula reads the {what} of the optional Tensor '{name}'")
+                # Read by its own formula (a bias's dtype), where it is given: kept when it is;
+                # read where it was None, `.value()` throws, as Python raises on None.dtype.
+                c = self.cname[name]
+                value = init.format(c=f"(*{c})")
+                members.append(Member(m, f"std::optional<{ctype}>",
+                                      f"{c}.has_value() && {c}->defined() ? "
+                                      f"std::make_optional({value}) : std::nullopt"))
+                meta_locals[(name, what)] = f"{m}.value()"
+                continue
             members.append(Member(m, ctype, init.format(c=self.cname[name])))
             meta_locals[(name, what)] = m
         for name in saved.values:
@@ -529,7 +550,11 @@ class _Builder:
         self.slots = dict(slots)
         # formulas
         for f in d.formulas:
-            body += self._formula(f)
+            try:
+                body += self._formula(f)
+            except NotCpp as e:
+                e.loc = e.loc or f.loc
+                raise
         body.append("return grad_inputs;")
         names = [m.name for m in members]
         assert len(set(names)) == len(names), names    # suffixes, and results' fresh locals

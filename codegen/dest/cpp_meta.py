@@ -73,7 +73,7 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
     "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
-    "floordiv": ("floordiv_int",), "mod": ("mod_int",),
+    "floordiv": ("floordiv_int",), "mod": ("mod_int",), "or": (), "and": (),
 }
 
 
@@ -286,7 +286,8 @@ class _Emitter:
                             else f"({self.cond(a)} ? c10::SymBool(true) : {right})")
                 if right is None:
                     right = f"c10::SymBool({self.cond(b)})"
-                return f"{left}.sym_{op}({right})"
+                self.helpers.add(op)
+                return f"meta_{op}({left}, [&] {{ return {right}; }})"
             case S.Compare(op=op, left=a, right=b) if a.ty == S.INT and b.ty == S.INT:
                 return f"{self.size(a)}.sym_{op.name}({self.size(b)})"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
@@ -399,18 +400,21 @@ class _Emitter:
                 return cpp.string_literal(v)
             case S.IntLit(value=v):
                 return f"int64_t{{{v}}}"
+            case S.FloatLit(value=v) if math.isfinite(v):
+                return f"double{{{float(v)!r}}}"
             case S.BoolLit(value=v):
                 return "true" if v else "false"
             case S.DtypeLit():
                 return self.dtype(e)
-            case S.ItemSize():
+            case S.ItemSize() | S.TensorProp(prop=S.Prop.ndim) | S.Len():
                 return self.static(e)
             case S.Local():
                 return self.local(e, "static")
             case S.Arg() | S.Given():
                 name, ty = self.arg(e if isinstance(e, S.Arg) else e.arg)
                 if strip_optional(ty) in (BaseType(BaseTy.str), BaseType(BaseTy.int),
-                                          BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType)):
+                                          BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType),
+                                          BaseType(BaseTy.float)):
                     return name if isinstance(e, S.Arg) else f"(*{name})"
         raise NoCpp(f"compared value {type(e).__name__}")
 

@@ -39,6 +39,7 @@ Python).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from codegen import abi as abi_mod
@@ -391,10 +392,23 @@ class _MetaEmitter:
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b) \
                     if a.ty.base is S.T.DTYPE:
                 return f"{self.dtype(a)} {op.value} {self.dtype(b)}"
+            case S.Compare(op=op, left=a, right=b) if S.T.SCALAR in (a.ty.base, b.ty.base):
+                return f"{self.number(a)} {op.value} {self.number(b)}"
             case S.Compare(op=op, left=a, right=b) if a.ty.base is S.T.INT:
                 return f"{self.static(a)} {op.value} {self.static(b)}"
             case S.Compare(op=S.CompareOp.eq | S.CompareOp.ne as op, left=a, right=b):
                 return f"{self.value(a)} {op.value} {self.value(b)}"
+        raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
+
+    def number(self, e: S.Expr) -> str:
+        """A side of a comparison of a `float` argument with a number (shape.float_value)."""
+        match e:
+            case S.FloatLit(value=v) if math.isfinite(v):
+                return f"double{{{float(v)!r}}}"
+            case S.IntLit(value=v):
+                return f"int64_t{{{v}}}"
+            case S.Arg(name=n) if strip(self.args[n].argument.type) == BaseType(BaseTy.float):
+                return self.name(n)
         raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
 
     def value(self, e: S.Expr) -> str:

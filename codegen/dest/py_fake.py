@@ -122,8 +122,13 @@ class FakeEmitter(PyPrinter):
                 return self.unary("not", o)
             case S.BoolOp(op=op, left=a, right=b):
                 # A SymBool on the left stays one: `&`/`|` evaluate both sides without bool().
+                # Sizes known when traced compare to a plain bool, which decides alone as in
+                # Python, so `n == 0 or k // n == 2` divides by no zero size.
                 if S.compares_sizes(a):
-                    return self.binary("&" if op == "and" else "|", a, b)
+                    joined, _ = self.binary("&" if op == "and" else "|", a, b)
+                    decided = "False" if op == "and" else "True"
+                    return (f"{decided} if {self.expr(a, Prec.COMPARE + 1)} is {decided} "
+                            f"else {joined}"), Prec.COND
                 return self.binary(op, a, b)
             case S.Cond(cond=c, then=a, orelse=b):
                 return self.conditional(a, c, b)

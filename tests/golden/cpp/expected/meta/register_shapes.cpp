@@ -185,6 +185,18 @@ c10::SymInt meta_floordiv(const c10::SymInt& a, const c10::SymInt& b, const char
   return a / b;
 }
 
+// `a or b` of conditions on sizes as Python evaluates it: a left side whose value is known decides
+// alone (`n == 0 or k // n == 2` divides by no zero size); a symbolic one is joined with the right
+// side without guarding on it.
+template <class F>
+c10::SymBool meta_or(const c10::SymBool& a, F b) {
+  const std::optional<bool> x = a.maybe_as_bool();
+  if (x.has_value()) {
+    return *x ? a : b();
+  }
+  return a.sym_or(b());
+}
+
 // `a == b` of shapes inside check(...): asserted as a SymBool, so no size is specialized.
 c10::SymBool meta_same(c10::SymIntArrayRef a, c10::SymIntArrayRef b) {
   if (a.size() != b.size()) {
@@ -306,7 +318,7 @@ at::Tensor meta_matched_add(const at::Tensor& self, const at::Tensor& other) {
 at::Tensor meta_gated(const at::Tensor& self, const at::Tensor& other, bool flag, c10::string_view mode) {
   TORCH_SYM_CHECK(c10::SymInt(self.dim()).sym_ge(c10::SymInt(1)), "shapetest::gated: self needs rows");
   TORCH_SYM_CHECK(self.sym_size(0).sym_gt(c10::SymInt(0)), "shapetest::gated: self needs rows");
-  TORCH_SYM_CHECK(other.sym_size(0).sym_eq(c10::SymInt(1)).sym_or(other.sym_size(0).sym_eq(self.sym_size(0))), "shapetest::gated: other broadcasts over the rows of self");
+  TORCH_SYM_CHECK(meta_or(other.sym_size(0).sym_eq(c10::SymInt(1)), [&] { return other.sym_size(0).sym_eq(self.sym_size(0)); }), "shapetest::gated: other broadcasts over the rows of self");
   TORCH_SYM_CHECK((!(flag) ? c10::SymBool(true) : c10::SymInt(self.dim()).sym_eq(c10::SymInt(2))), "shapetest::gated: expected not flag or self.dim() == 2");
   TORCH_SYM_CHECK(self.sym_size((-1)).sym_eq(c10::SymInt(0)).sym_not(), "shapetest::gated: self has no columns");
   return (((flag && (mode == "mul")) || (!(flag) && (mode == "div"))) ? meta_like(self, at::ScalarType::Double) : meta_like(self, std::nullopt));

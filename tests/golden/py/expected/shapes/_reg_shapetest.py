@@ -968,7 +968,7 @@ def _gated_fake(self, other, flag=False, mode='mul'):
     """fake: check(self.dim() >= 1 and self.size(0) > 0, "self needs rows"); check(other.size(0) == 1 or other.size(0) == self.size(0), "other broadcasts over the rows of self"); check(not flag or self.dim() == 2); check(not self.size(-1) == 0, "self has no columns"); like(self, dtype=float64) if flag and mode == "mul" or not flag and mode == "div" else like(self)"""
     torch._check(self.dim() >= 1, lambda: "shapetest::gated: self needs rows")
     torch._check(self.size(0) > 0, lambda: "shapetest::gated: self needs rows")
-    torch._check((other.size(0) == 1) | (other.size(0) == self.size(0)), lambda: "shapetest::gated: other broadcasts over the rows of self")
+    torch._check(True if (other.size(0) == 1) is True else (other.size(0) == 1) | (other.size(0) == self.size(0)), lambda: "shapetest::gated: other broadcasts over the rows of self")
     torch._check(not flag or self.dim() == 2, lambda: "shapetest::gated: expected not flag or self.dim() == 2")
     torch._check(torch.sym_not(self.size(-1) == 0), lambda: "shapetest::gated: self has no columns")
     return self.new_empty(self.shape, dtype=torch.float64) if flag and mode == "mul" or not flag and mode == "div" else self.new_empty(self.shape)
