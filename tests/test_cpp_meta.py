@@ -533,6 +533,7 @@ print("OK", len(cases))
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_len_of_any_list_in_meta_kernels(tmp_path):
     """The length of a `bool[]`, `str[]`, `Tensor?[]`, given `float[]?` (full ABI) or `bool[]`
     and `float[]` (stable ABI) argument is its C++ list's size() in a Meta kernel: built and run
@@ -1176,6 +1177,7 @@ def test_a_check_or_divides_only_where_python_would(tmp_path, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_check_or_divides_only_where_python_would_built(tmp_path):
     root = tmp_path / "root"
     scratch.make_root(root, {"grouped.yaml": GROUPED}, {"grouped/k.cpp": GROUPED_CPP})
@@ -1276,6 +1278,7 @@ def test_a_check_compares_float_arguments_with_numbers(tmp_path, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_check_compares_float_arguments_with_numbers_built(tmp_path):
     root = tmp_path / "root"
     scratch.make_root(root, {"floats.yaml": FLOATS}, {"floatck/k.cpp": FLOATS_CPP})

@@ -544,6 +544,7 @@ torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_a_stable_namespace_added_since_the_last_generate_builds(tmp_path: Path) -> None:
     """A stable op file added to a built project, then `build` (ninja's codegen edge generates
     it): the stable include root was written from the namespaces generated before ninja ran, so
