@@ -253,7 +253,9 @@ def arg_ty(t: Type) -> Ty:
     optional = isinstance(t, OptionalType)
     base = strip_optional(t)
     if isinstance(base, BaseType):
-        return Ty(_BASE_TY.get(base.name, T.OTHER), optional)
+        kind = _BASE_TY.get(base.name, T.OTHER)
+        # messages name a float and a Scalar as the schema does, not both "number"
+        return Ty(kind, optional, base.name.name if kind == T.SCALAR else None)
     if isinstance(base, ListType) and isinstance(base.elem, BaseType):
         elem = base.elem.name
         if elem is BaseTy.Tensor:
