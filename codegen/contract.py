@@ -75,8 +75,8 @@ def differentiable_inputs(op: Op, library: Iterable[Op] | OpLibrary = ()) -> lis
 
 
 def differentiated_through(op: Op, library: Iterable[Op] | OpLibrary) -> Op | None:
-    """The functional variant an in-place op of `library` differentiates through; None for an out= op (its
-    Autograd kernel refuses gradients, as aten's do) and an op without one."""
+    """The functional variant an in-place op of `library` differentiates through; None for an
+    out= op (its Autograd kernel refuses gradients, as aten's do) and an op without one."""
     overloads = library.named(op.namespace, op.name.base) if isinstance(library, OpLibrary) \
         else library
     through = through_functional_among(op, overloads)
@@ -93,9 +93,8 @@ def double_backward(op: Op, lib: OpLibrary) -> bool | None:
     (formulas.indices_only). An in-place op's is its functional variant's."""
     if not has_autograd(op, lib):
         return None
-    functional = differentiated_through(op, lib) if not has_autograd(op) else None
-    if functional is not None:
-        return double_backward(functional, lib)
+    if not has_autograd(op):    # its gradients are its functional variant's
+        return double_backward(differentiated_through(op, lib), lib)
     d = op.derivatives
     if not isinstance(d, Derivatives):
         return True     # a decomposition into differentiable ops

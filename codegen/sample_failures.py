@@ -94,7 +94,7 @@ def differentiable_outputs(op: Op, library: Iterable[Op] = ()) -> list[bool]:
     if isinstance(d, Derivatives):
         return list(d.output_differentiability)
     if written_outputs(op, library):
-        return [True for _ in op.schema.mutable_arguments]
+        return [True] * len(op.schema.mutable_arguments)
     return [is_tensor_like(r.type) for r in op.schema.returns]
 
 

@@ -594,9 +594,10 @@ def check_opcheck(case: Case, test_utils: Iterable[str] | None = None) -> dict[s
     """`torch.library.opcheck` on the sample, with `test_utils`; by default every one of
     ALL_OPCHECK_UTILS that torch can pass on the op: those that functionalize it are left out
     for an op torch cannot functionalize (its not-functionalizable warning; `opcheck_skipped`),
-    and test_schema on a sample giving a float8 tensor, which it cannot compare. Differentiable inputs require grad (so the autograd registration is exercised) unless the
-    sample says `requires_grad: false`; no other input does (a `not_implemented` gradient would
-    raise in the backward opcheck runs)."""
+    and test_schema on a sample giving a float8 tensor, which it cannot compare. Differentiable
+    inputs require grad (so the autograd registration is exercised) unless the sample says
+    `requires_grad: false`; no other input does (a `not_implemented` gradient would raise in
+    the backward opcheck runs)."""
     if test_utils is None:
         test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values(), case.sample)
     # An argument the op writes stays a leaf not requiring grad: writing one that does is

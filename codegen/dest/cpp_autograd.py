@@ -1574,8 +1574,8 @@ def kernel_context(p: Plan) -> dict:
 # result into `self`, as torchgen differentiates `mul_` with `mul`'s formulas; `self` is cloned
 # first when `f`'s formulas save it (torchgen's `original_self`). So does an in-place op on a
 # Tensor list, `f_(Tensor(a!)[] self, ...) -> ()` beside `f(Tensor[] self, ...) -> Tensor[]`
-# (aten's `_foreach_mul_` with `_foreach_mul`'s formulas), element by element. Its out= variant raises aten's
-# error when an input requires grad. Any other op writing to Tensor arguments (vLLM's
+# (aten's `_foreach_mul_` with `_foreach_mul`'s formulas), element by element. Its out= variant
+# raises aten's error when an input requires grad. Any other op writing to Tensor arguments (vLLM's
 # `rms_norm(Tensor! result, Tensor input, ...) -> ()`, an in-place op without a differentiable
 # `f`) has no gradient at all, and its Autograd kernel raises when grad mode is on and an argument
 # requires grad, as aten's autograd_not_implemented_fallback does. Without these kernels torch's
@@ -1583,9 +1583,9 @@ def kernel_context(p: Plan) -> dict:
 # silently zero (torch.func.grad), or the written tensor kept its old history. With no gradient
 # to record, all of them call the op below autograd and bump the mutated tensors' versions (what
 # aten's ADInplaceOrView kernels do). The Tensors of a written `Tensor(a!)[][]` (apex's
-# `tensor_lists`) count as written, flattened into one list (`opgen_flatten`). They are C++ here where the op's namespace builds a
-# full-ABI library; else Python (codegen.dest.py_functionalize), which costs a Python call on
-# every call.
+# `tensor_lists`) count as written, flattened into one list (`opgen_flatten`). They are C++ here
+# where the op's namespace builds a full-ABI library; else Python (codegen.dest.py_functionalize),
+# which costs a Python call on every call.
 
 # Note [ADInplaceOrView kernels]
 # The same ops get an ADInplaceOrView kernel that runs the op below it and bumps the written
