@@ -46,38 +46,6 @@ RETURNS = {
 _names = itertools.count()
 
 
-@pytest.mark.parametrize("ret", RETURNS)
-def test_rule_matches_torch_compile(ret: str) -> None:
-    ns = f"opgen_traceable_{next(_names)}"
-    lib = torch.library.Library(ns, "DEF")
-    lib.define(f"f(Tensor x) -> {ret}")
-    value = RETURNS[ret]
-
-    def kernel(x):
-        if callable(value):
-            return value(x)
-        if value == "tensor":
-            return x.clone()
-        if value == "dict":
-            return {"a": x.clone()}
-        if value == "tensor_and_dict":
-            return x.clone(), {"a": x.clone()}
-        return (x.clone(), 3) if value == "pair" else value
-
-    lib.impl("f", kernel, "CompositeExplicitAutograd")
-    op = getattr(torch.ops, ns).f.default
-    torch._dynamo.reset()
-    try:
-        torch.compile(lambda x: op(x), fullgraph=True, backend="eager")(torch.ones(2))
-        traced = True
-    except torch._dynamo.exc.Unsupported:
-        traced = False
-    finally:
-        lib._destroy()
-    schema = parse_schema(f"{ns}::f(Tensor x) -> {ret}")
-    assert (untraceable_return(schema.returns) is None) == traced, ret
-
-
 def _define(ret: str) -> tuple[torch.library.Library, torch._ops.OpOverload]:
     """`f(Tensor x) -> ret`, its kernel (which fake tensors run too) returning RETURNS[ret]."""
     ns = f"opgen_traceable_{next(_names)}"
@@ -98,6 +66,21 @@ def _define(ret: str) -> tuple[torch.library.Library, torch._ops.OpOverload]:
 
     lib.impl("f", kernel, "CompositeExplicitAutograd")
     return lib, getattr(torch.ops, ns).f.default
+
+
+@pytest.mark.parametrize("ret", RETURNS)
+def test_rule_matches_torch_compile(ret: str) -> None:
+    lib, op = _define(ret)
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda x: op(x), fullgraph=True, backend="eager")(torch.ones(2))
+        traced = True
+    except torch._dynamo.exc.Unsupported:
+        traced = False
+    finally:
+        lib._destroy()
+    schema = parse_schema(f"{op._schema.name}(Tensor x) -> {ret}")
+    assert (untraceable_return(schema.returns) is None) == traced, ret
 
 
 @pytest.mark.parametrize("ret", [r for r in RETURNS if "Dict" not in r])
