@@ -131,6 +131,24 @@ CHECK = textwrap.dedent("""
 """)
 
 
+def _built_and_run(tmp_path, op_files: dict[str, str], kernels: dict[str, str], check: str, *,
+                   warning_free: bool = False, **values) -> str:
+    """Generate and build `op_files` with `kernels` in a project of their own (warning-free where
+    asked), then run `check` there, formatted with `files` (the op files' paths) and `values`:
+    its output, once it has succeeded."""
+    root = tmp_path / "root"
+    scratch.make_root(root, op_files, kernels)
+    for step in (scratch.generate, scratch.build):
+        proc = step(root)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        if warning_free and step is scratch.build:
+            assert "warning" not in proc.stdout + proc.stderr
+    files = [str(root / "schemas" / name) for name in op_files]
+    proc = scratch.python(root, check % {"files": files, **values}, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
 @pytest.mark.e2e
 def test_meta_kernels_built_and_run(tmp_path, monkeypatch):
     lib = _lib(monkeypatch)
@@ -325,18 +343,12 @@ def test_narrowed_optionals_in_meta_kernels(tmp_path, monkeypatch):
     assert "((*dtype) == at::ScalarType::Double)" in flags and "c10::SymInt(*k)" in flags
     assert py_fake.uses_cpp_meta(ops["narrowstable::pick"])
     assert py_fake.uses_cpp_meta(ops["narrowstable::flags"])
-    root = tmp_path / "root"
-    scratch.make_root(root, {"narrow_full.yaml": NARROW_FULL, "narrow_stable.yaml": NARROW_STABLE},
-                      {"narrowfull/k.cpp": NARROW_FULL_CPP, "narrowstable/k.cpp": NARROW_STABLE_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    files = [str(root / "schemas" / "narrow_full.yaml"), str(root / "schemas" / "narrow_stable.yaml")]
-    proc = scratch.python(root, NARROW_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "CHECKED narrowfull::pick: out needs src's columns" in proc.stdout
-    assert "OK 15" in proc.stdout
+    out = _built_and_run(
+        tmp_path, {"narrow_full.yaml": NARROW_FULL, "narrow_stable.yaml": NARROW_STABLE},
+        {"narrowfull/k.cpp": NARROW_FULL_CPP, "narrowstable/k.cpp": NARROW_STABLE_CPP},
+        NARROW_CHECK)
+    assert "CHECKED narrowfull::pick: out needs src's columns" in out
+    assert "OK 15" in out
 
 
 ITEMSIZE_FULL = """\
@@ -449,20 +461,13 @@ def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
     meta = cpp_stable.translate_meta(op)
     assert meta is not None and meta.body[0] == \
         "if (!(static_cast<int64_t>(A.element_size()) >= 4)) {"
-    root = tmp_path / "root"
-    scratch.make_root(root, {"itemsize_full.yaml": ITEMSIZE_FULL,
-                             "itemsize_stable.yaml": ITEMSIZE_STABLE},
-                      {"itemfull/k.cpp": ITEMSIZE_FULL_CPP, "itemstable/k.cpp": ITEMSIZE_STABLE_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    files = [str(root / "schemas" / n) for n in ("itemsize_full.yaml", "itemsize_stable.yaml")]
-    proc = scratch.python(root, ITEMSIZE_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "CHECKED itemfull::widen: widen narrows" in proc.stdout
-    assert "CHECKED itemstable::wide_only: A needs 4-byte elements" in proc.stdout
-    assert "OK 6" in proc.stdout
+    out = _built_and_run(
+        tmp_path, {"itemsize_full.yaml": ITEMSIZE_FULL, "itemsize_stable.yaml": ITEMSIZE_STABLE},
+        {"itemfull/k.cpp": ITEMSIZE_FULL_CPP, "itemstable/k.cpp": ITEMSIZE_STABLE_CPP},
+        ITEMSIZE_CHECK)
+    assert "CHECKED itemfull::widen: widen narrows" in out
+    assert "CHECKED itemstable::wide_only: A needs 4-byte elements" in out
+    assert "OK 6" in out
 
 
 LENGTHS_FULL = """\
@@ -538,19 +543,12 @@ def test_len_of_any_list_in_meta_kernels(tmp_path):
     """The length of a `bool[]`, `str[]`, `Tensor?[]`, given `float[]?` (full ABI) or `bool[]`
     and `float[]` (stable ABI) argument is its C++ list's size() in a Meta kernel: built and run
     (before, the rules were refused: "cannot be used in a fake rule")."""
-    root = tmp_path / "root"
-    scratch.make_root(root, {"lengths_full.yaml": LENGTHS_FULL,
-                             "lengths_stable.yaml": LENGTHS_STABLE},
-                      {"lenfull/k.cpp": LENGTHS_FULL_CPP, "lenstable/k.cpp": LENGTHS_STABLE_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    files = [str(root / "schemas" / n) for n in ("lengths_full.yaml", "lengths_stable.yaml")]
-    proc = scratch.python(root, LENGTHS_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "CHECKED lenstable::masked: keep and weights differ" in proc.stdout
-    assert "OK 3" in proc.stdout
+    out = _built_and_run(
+        tmp_path, {"lengths_full.yaml": LENGTHS_FULL, "lengths_stable.yaml": LENGTHS_STABLE},
+        {"lenfull/k.cpp": LENGTHS_FULL_CPP, "lenstable/k.cpp": LENGTHS_STABLE_CPP},
+        LENGTHS_CHECK)
+    assert "CHECKED lenstable::masked: keep and weights differ" in out
+    assert "OK 3" in out
 
 
 FLOOR_FULL = """\
@@ -686,21 +684,16 @@ def test_floordiv_and_mod_in_meta_kernels(tmp_path, monkeypatch):
     """Built and run: opcheck and one compiled graph per sample (negative divisors too); the Meta
     kernels agree with the Python fakes on symbolic sizes and a symbolic negative `k`; both refuse
     division by zero."""
-    root = tmp_path / "root"
-    scratch.make_root(root, {"floor_full.yaml": FLOOR_FULL}, {"floorfull/k.cpp": FLOOR_FULL_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    files = [str(root / "schemas" / "floor_full.yaml")]
-    proc = scratch.python(root, FLOOR_CHECK % {"files": files, "ops": ["down", "blocks", "lead"]},
-                          timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SYMBOLIC 7 -3 [3, 4, 1] True" in proc.stdout
-    assert "META floorfull::down: integer division by zero in `A.size(0) // k`" in proc.stdout
-    assert "META floorfull::lead: integer modulo by zero in `dim % src.dim()`" in proc.stdout
-    assert proc.stdout.count("PYTHON integer") == 2
-    assert "OK 8" in proc.stdout
+    out = _built_and_run(
+        tmp_path, {"floor_full.yaml": FLOOR_FULL},
+        {"floorfull/k.cpp": FLOOR_FULL_CPP},
+        FLOOR_CHECK,
+        ops=["down", "blocks", "lead"])
+    assert "SYMBOLIC 7 -3 [3, 4, 1] True" in out
+    assert "META floorfull::down: integer division by zero in `A.size(0) // k`" in out
+    assert "META floorfull::lead: integer modulo by zero in `dim % src.dim()`" in out
+    assert out.count("PYTHON integer") == 2
+    assert "OK 8" in out
 
 
 BIND_FULL = """\
@@ -824,25 +817,20 @@ def test_bindings_in_meta_kernels(tmp_path, monkeypatch):
     """Built and run: opcheck and one compiled graph per sample; on symbolic sizes and a symbolic
     negative `k` the Meta kernels agree with the Python fakes; both refuse division by zero, in
     an output's binding and in one nothing reads, and the same failed check."""
-    root = tmp_path / "root"
-    scratch.make_root(root, {"bind_full.yaml": BIND_FULL}, {"bindfull/k.cpp": BIND_FULL_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert "warning" not in built.stdout + built.stderr
-    files = [str(root / "schemas" / "bind_full.yaml")]
-    proc = scratch.python(root, BIND_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SCATTER -1 [4, 5, 9]" in proc.stdout and "SCATTER -3 [9, 5, 6]" in proc.stdout
-    assert "SCATTER 5 [4, 5, 9]" in proc.stdout
-    assert "SPLIT [3, 4, 2]" in proc.stdout
-    assert "META bindfull::split: integer division by zero in `A.size(0) // k`" in proc.stdout
-    assert "META bindfull::split: integer division by zero in `1 // auto_`" in proc.stdout
-    assert "META bindfull::split: k must be negative" in proc.stdout
-    assert proc.stdout.count("PYTHON ZeroDivisionError") == 2
-    assert proc.stdout.count("PYTHON RuntimeError") == 1
-    assert "OK 5" in proc.stdout
+    out = _built_and_run(
+        tmp_path, {"bind_full.yaml": BIND_FULL},
+        {"bindfull/k.cpp": BIND_FULL_CPP},
+        BIND_CHECK,
+        warning_free=True)
+    assert "SCATTER -1 [4, 5, 9]" in out and "SCATTER -3 [9, 5, 6]" in out
+    assert "SCATTER 5 [4, 5, 9]" in out
+    assert "SPLIT [3, 4, 2]" in out
+    assert "META bindfull::split: integer division by zero in `A.size(0) // k`" in out
+    assert "META bindfull::split: integer division by zero in `1 // auto_`" in out
+    assert "META bindfull::split: k must be negative" in out
+    assert out.count("PYTHON ZeroDivisionError") == 2
+    assert out.count("PYTHON RuntimeError") == 1
+    assert "OK 5" in out
 
 
 # Conditionals whose branches are sizes or shapes, each condition fixed at trace time: PyG's
@@ -994,20 +982,15 @@ def test_a_conditional_on_sizes_stays_python(tmp_path, monkeypatch):
 def test_conditional_sizes_and_shapes_in_meta_kernels(tmp_path, monkeypatch):
     """Built and run: opcheck and torch.compile(dynamic=True) on samples taking each branch; on
     symbolic sizes the Meta kernels agree with the Python fakes, sizes still symbolic."""
-    root = tmp_path / "root"
-    scratch.make_root(root, {"cond_full.yaml": COND_FULL}, {"condfull/k.cpp": COND_FULL_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert "warning" not in built.stdout + built.stderr
-    files = [str(root / "schemas" / "cond_full.yaml")]
-    proc = scratch.python(root, COND_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = _built_and_run(
+        tmp_path, {"cond_full.yaml": COND_FULL},
+        {"condfull/k.cpp": COND_FULL_CPP},
+        COND_CHECK,
+        warning_free=True)
     for line in ("band [10] True", "band [8] True", "segmin [3, 3] True", "segmin [5, 2] True",
                  "pick [3] True", "pick [4] True", "pick [3, 4] True"):
-        assert "SAME " + line in proc.stdout, (line, proc.stdout)
-    assert "OK 7" in proc.stdout
+        assert "SAME " + line in out, (line, out)
+    assert "OK 7" in out
 
 
 FLOOR_STABLE = """\
@@ -1099,23 +1082,17 @@ def test_floordiv_and_mod_in_stable_meta_kernels(tmp_path, monkeypatch):
     """Built on the stable ABI and run: opcheck and a compiled graph per sample; the Meta kernel
     accepts and refuses the calls the rule's Python arithmetic does (negative operands, `%` and
     `//` by zero with the op and the expression named)."""
-    root = tmp_path / "root"
-    scratch.make_root(root, {"floor_stable.yaml": FLOOR_STABLE},
-                      {"floorstable/k.cpp": FLOOR_STABLE_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert "warning" not in built.stdout + built.stderr
-    files = [str(root / "schemas" / "floor_stable.yaml")]
-    proc = scratch.python(root, FLOOR_STABLE_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "CALL (3, 4, 5) -4 1 None | None" in proc.stdout
+    out = _built_and_run(
+        tmp_path, {"floor_stable.yaml": FLOOR_STABLE},
+        {"floorstable/k.cpp": FLOOR_STABLE_CPP},
+        FLOOR_STABLE_CHECK,
+        warning_free=True)
+    assert "CALL (3, 4, 5) -4 1 None | None" in out
     assert ("CALL () 0 1 ZeroDivisionError | floorstable::pick: integer modulo by zero in "
-            "`dim % src.dim()`") in proc.stdout
+            "`dim % src.dim()`") in out
     assert ("CALL (3,) 0 0 ZeroDivisionError | floorstable::pick: integer division by zero in "
-            "`1 // blocksize`") in proc.stdout
-    assert "OK 2" in proc.stdout
+            "`1 // blocksize`") in out
+    assert "OK 2" in out
 
 
 GROUPED = """\
@@ -1179,20 +1156,15 @@ def test_a_check_or_divides_only_where_python_would(tmp_path, monkeypatch):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_check_or_divides_only_where_python_would_built(tmp_path):
-    root = tmp_path / "root"
-    scratch.make_root(root, {"grouped.yaml": GROUPED}, {"grouped/k.cpp": GROUPED_CPP})
-    gen = scratch.generate(root)
-    assert gen.returncode == 0, gen.stdout + gen.stderr
-    built = scratch.build(root)
-    assert built.returncode == 0, built.stdout + built.stderr
-    files = [str(root / "schemas" / "grouped.yaml")]
-    proc = scratch.python(root, GROUPED_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = _built_and_run(
+        tmp_path, {"grouped.yaml": GROUPED},
+        {"grouped/k.cpp": GROUPED_CPP},
+        GROUPED_CHECK)
     for name in ("META", "PYTHON"):
-        assert f"{name} 0 8 ok" in proc.stdout and f"{name} 2 8 ok" in proc.stdout
-        assert f"{name} 3 8 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
-        assert f"{name} 4 6 grouped::grouped_mm: Unexpected groupsize" in proc.stdout
-    assert "OK 2" in proc.stdout
+        assert f"{name} 0 8 ok" in out and f"{name} 2 8 ok" in out
+        assert f"{name} 3 8 grouped::grouped_mm: Unexpected groupsize" in out
+        assert f"{name} 4 6 grouped::grouped_mm: Unexpected groupsize" in out
+    assert "OK 2" in out
 
 
 def test_a_condition_on_ranks_and_lengths_translates(tmp_path, monkeypatch):
@@ -1280,16 +1252,12 @@ def test_a_check_compares_float_arguments_with_numbers(tmp_path, monkeypatch):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_a_check_compares_float_arguments_with_numbers_built(tmp_path):
-    root = tmp_path / "root"
-    scratch.make_root(root, {"floats.yaml": FLOATS}, {"floatck/k.cpp": FLOATS_CPP})
-    for step in (scratch.generate, scratch.build):
-        proc = step(root)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    files = [str(root / "schemas" / "floats.yaml")]
-    proc = scratch.python(root, FLOATS_CHECK % {"files": files}, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = _built_and_run(
+        tmp_path, {"floats.yaml": FLOATS},
+        {"floatck/k.cpp": FLOATS_CPP},
+        FLOATS_CHECK)
     for name in ("META", "PYTHON"):
-        assert f"{name} 0.0 0.5 ok" in proc.stdout
-        assert f"{name} 0.1 0.5 floatck::qsdpa: dropout is not supported" in proc.stdout
-        assert f"{name} 0.0 0.0 floatck::qsdpa: scale out of range" in proc.stdout
-        assert f"{name} 0.0 2000.0 floatck::qsdpa: scale out of range" in proc.stdout
+        assert f"{name} 0.0 0.5 ok" in out
+        assert f"{name} 0.1 0.5 floatck::qsdpa: dropout is not supported" in out
+        assert f"{name} 0.0 0.0 floatck::qsdpa: scale out of range" in out
+        assert f"{name} 0.0 2000.0 floatck::qsdpa: scale out of range" in out
