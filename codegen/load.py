@@ -97,6 +97,9 @@ class _FileLoader(SampleReader):
         self.bad_namespace = False
         # torchgen conventions the file's ops break (Note [Aten conventions] in codegen.verify).
         self.conventions: list[verify.Convention] = []
+        # `samples:` of each op entry (by its func's location), read once the whole file is:
+        # a sample may take the output of an op the file declares further down.
+        self.pending_samples: dict[tuple[int, int], tuple[Node, FunctionSchema]] = {}
 
     # -- the file ----------------------------------------------------------------------------------
 
@@ -179,6 +182,7 @@ class _FileLoader(SampleReader):
             return None
         for node, clean in waiting:  # a mapping without `namespace:`
             self.add_op(ops, node, clean, namespace)
+        ops = self.read_samples(ops)
         if self.bad_namespace:
             namespace = None
         warnings = self.settle_warnings(ops, suppress, conventions)
@@ -414,7 +418,7 @@ class _FileLoader(SampleReader):
         if "dispatch" in fields:
             changes["dispatch"] = self.dispatch(fields["dispatch"][1])
         if "samples" in fields:
-            changes["samples"] = self.samples(fields["samples"][1], schema)
+            self.pending_samples[func.loc.line, func.loc.col] = (fields["samples"][1], schema)
         if "gradcheck" in fields:
             changes["gradcheck"] = self.gradcheck(fields["gradcheck"][1])
         if "autocast" in fields:
@@ -452,14 +456,32 @@ class _FileLoader(SampleReader):
             derivatives = self.derivatives(fields["derivatives"][1], schema)
             if derivatives is not None:
                 late["derivatives"] = derivatives
-        if isinstance(late.get("fake"), FakeRule) and op.samples:
-            self.empty_dtype(late["fake"], op)    # type: ignore[arg-type]
         if schema_ok and rule_needs_contiguous_inputs(op.schema, late.get("fake", op.fake),
                                                       op.tags):
             late["tags"] = tuple(late.get("tags", op.tags)) + ("needs_contiguous_strides",)
         if from_file and self.bad_namespace:
             return None     # checked for its own errors; no later stage sees the bad namespace
         return dataclasses.replace(op, **late) if late else op  # type: ignore[arg-type]
+
+    def read_samples(self, ops: list[Op]) -> list[Op]:
+        """`ops` with their `samples:`, read now that every op of the file is known (a sample
+        may call any of them: codegen.model.OpOutput). Entries left out of `ops` for an error
+        still have theirs checked."""
+        self.file_ops = [op.schema for op in ops]
+        out = []
+        for op in ops:
+            found = self.pending_samples.pop((op.loc.line, op.loc.col), None)
+            if found is not None:
+                op = dataclasses.replace(op, samples=self.samples(*found))
+                if isinstance(op.fake, FakeRule) and op.samples:
+                    self.empty_dtype(op.fake, op)
+                self.check_error_limit()
+            out.append(op)
+        for node, schema in self.pending_samples.values():
+            self.samples(node, schema)
+            self.check_error_limit()
+        self.pending_samples.clear()
+        return out
 
     def empty_dtype(self, rule: FakeRule, op: Op) -> None:
         """A warning where `empty()` takes its dtype from the op's first Tensor argument (the

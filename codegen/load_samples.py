@@ -11,12 +11,13 @@ import re
 
 from codegen import enums
 from codegen.diagnostics import Diagnostics, Loc, closest
-from codegen.model import (BaseTy, BaseType, FunctionSchema, ListType, OptionalType, Sample,
-                           SampleValue, SymDim, TensorSample, Type)
+from codegen.model import (BaseTy, BaseType, FunctionSchema, ListType, OpOutput, OptionalType,
+                           Sample, SampleValue, SymDim, TensorSample, Type)
 from codegen.yaml_source import (Map, Node, Scalar, Seq, YamlFile, number_hint, short,
                                   suggest)
 
 TENSOR_SAMPLE_KEYS = ("shape", "values", "dtype", "requires_grad", "low", "high")
+OP_OUTPUT_KEYS = ("output_of", "args", "output")
 
 # torch dtype names a sample or autocast spec may use (codegen.enums.DTYPE_NAMES; tests/test_load.py
 # checks each is a torch.dtype).
@@ -52,6 +53,8 @@ class SampleReader(YamlFile):
         # The sample being read: named size -> (value, where given), and the uses of each.
         self.dims: dict[str, tuple[int, Node]] = {}
         self.dim_uses: list[tuple[str, Node]] = []
+        # The schemas of the file's ops, which a sample's `output_of:` may name.
+        self.file_ops: list[FunctionSchema] = []
 
     def dtype(self, node: Node, what: str) -> str | None:
         text = self.string(node, what)
@@ -95,19 +98,37 @@ class SampleReader(YamlFile):
         fields = self.mapping(node, "a sample", None)
         if fields is None:
             return None
+        self.dims, self.dim_uses = {}, []
+        gradcheck = None
+        ok = True
+        if "gradcheck" in fields and schema.argument("gradcheck") is None:
+            # The sample's own gradcheck options (an argument of that name would win).
+            gradcheck = self.gradcheck(fields.pop("gradcheck")[1])
+            ok = gradcheck is not None
+        values = self.arguments(node, fields, schema)
+        ok = ok and values is not None
+        for dim, use in self.dim_uses:
+            if dim not in self.dims:
+                self.error(use, f"named size '{dim}' has no value in this sample",
+                           f"give it once, where it is used first: {dim}=<size>")
+                ok = False
+                break
+        if not ok or values is None:
+            return None
+        args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
+        dims = tuple((d, v) for d, (v, _) in self.dims.items())
+        return Sample(args, self.loc(node), name, dims, gradcheck)
+
+    def arguments(self, node: Node, fields: dict, schema: FunctionSchema
+                  ) -> dict[str, SampleValue] | None:
+        """A sample's `fields` (argument name -> (key, value) nodes) -> argument values for
+        `schema`, every argument without a default given; None (errors reported) otherwise."""
         names = [a.name for a in schema.arguments]
         values: dict[str, SampleValue] = {}
         ok = True
-        self.dims, self.dim_uses = {}, []
-        gradcheck = None
         meant: set[str] = set()     # arguments a misspelled name was taken for
         for arg_name, (key, value) in fields.items():
             arg = schema.argument(arg_name)
-            if arg is None and arg_name == "gradcheck":
-                # The sample's own gradcheck options (an argument of that name would win).
-                gradcheck = self.gradcheck(value)
-                ok = ok and gradcheck is not None
-                continue
             if arg is None:
                 guess = closest(arg_name, names) if len(arg_name) <= 64 else None
                 if guess is not None:
@@ -135,17 +156,7 @@ class SampleReader(YamlFile):
                                                                       for m in nulls)
                        if nulls else None)
             ok = False
-        for dim, use in self.dim_uses:
-            if dim not in self.dims:
-                self.error(use, f"named size '{dim}' has no value in this sample",
-                           f"give it once, where it is used first: {dim}=<size>")
-                ok = False
-                break
-        if not ok:
-            return None
-        args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
-        dims = tuple((d, v) for d, (v, _) in self.dims.items())
-        return Sample(args, self.loc(node), name, dims, gradcheck)
+        return values if ok else None
 
     def size_name(self, node: Scalar, what: str):
         """`N` or `N=6` where a sample gives a size -> SymDim, or _BAD (error reported)."""
@@ -252,6 +263,9 @@ class SampleReader(YamlFile):
         return _BAD
 
     def tensor_sample(self, node: Node, what: str):
+        if type(node) is Map and any(type(k) is Scalar and k.value == "output_of"
+                                     for k, _ in node.pairs):  # type: ignore[attr-defined]
+            return self.op_output(node, what)
         fields = self.mapping(node, f"a tensor sample for {what}", TENSOR_SAMPLE_KEYS)
         if fields is None:
             return _BAD
@@ -332,6 +346,76 @@ class SampleReader(YamlFile):
         if not ok:
             return _BAD
         return TensorSample(shape, dtype, requires_grad, low, high, values)
+
+    def op_output(self, node: Node, what: str):
+        """`{output_of: <op>, args: {...}, output: <i>}` -> OpOutput, or _BAD (error reported):
+        the output of an op of this file, called on arguments of its own (named sizes are the
+        sample's)."""
+        fields = self.mapping(node, f"an op's output for {what}", OP_OUTPUT_KEYS)
+        if fields is None:
+            return _BAD
+        name_node = fields["output_of"][1]
+        name = self.string(name_node, "'output_of'")
+        if name is None:
+            return _BAD
+        schema = self.file_op(name_node, name)
+        if schema is None:
+            return _BAD
+        returns = schema.returns
+        if "output" in fields:
+            index_node = fields["output"][1]
+            n = len(returns)
+            if not (type(index_node) is Scalar and index_node.tag == "int"
+                    and 0 <= index_node.value < n):   # type: ignore[attr-defined]
+                self.error(index_node, f"'output' of {schema.name} is the index of one of its "
+                           f"{n} returns, got {short(str(getattr(index_node, 'value', '')))}"
+                           if n else f"{schema.name} returns nothing",
+                           f"0 to {n - 1}" if n else None)
+                return _BAD
+            index = index_node.value  # type: ignore[attr-defined]
+        elif len(returns) != 1:
+            self.error(name_node, f"{schema.name} returns {len(returns)} values: say which one "
+                       f"{what} is", ", ".join(f"output: {i} for " + (f"'{r.name}'" if r.name else
+                                                                 f"its {r.type}")
+                                              for i, r in enumerate(returns))
+                       if returns else None)
+            return _BAD
+        else:
+            index = 0
+        ret = returns[index].type
+        if not (isinstance(ret, BaseType) and ret.name is BaseTy.Tensor):
+            self.error(fields.get("output", fields["output_of"])[1],
+                       f"return {index} of {schema.name} is {ret}, not a Tensor ({what} takes "
+                       "one Tensor)")
+            return _BAD
+        args: dict[str, SampleValue] | None = {}
+        if "args" in fields:
+            arg_fields = self.mapping(fields["args"][1], f"'args' of {schema.name}", None)
+            args = None if arg_fields is None else \
+                self.arguments(fields["args"][1], arg_fields, schema)
+        elif any(a.default is None for a in schema.arguments):
+            self.error(name_node, f"{schema.name} takes arguments: give them under 'args:'",
+                       "{output_of: " + name + ", args: {" + ", ".join(
+                           f"{a.name}: ..." for a in schema.arguments if a.default is None)
+                       + "}}")
+            return _BAD
+        if args is None:
+            return _BAD
+        return OpOutput(schema, tuple((a.name, args[a.name]) for a in schema.arguments
+                                      if a.name in args), index)
+
+    def file_op(self, node: Node, name: str) -> FunctionSchema | None:
+        """The op of this file that `name` (`pack`, `pack.out`, `ns::pack`) names."""
+        for schema in self.file_ops:
+            n = schema.name
+            plain = n.name + (f".{n.overload}" if n.overload else "")
+            if name in (plain, f"{n.namespace}::{plain}"):
+                return schema
+        names = sorted({s.name.name + (f".{s.name.overload}" if s.name.overload else "")
+                        for s in self.file_ops})
+        self.error(node, f"'{short(name)}' is not an op of this file",
+                   suggest(name, names) or "a sample takes outputs of the ops of its own op file")
+        return None
 
     def _int_range(self, fields: dict, dtype: str, low, high) -> bool:
         """An integer sample's values, or the [low, high) its random values are drawn from, fit

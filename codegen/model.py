@@ -830,7 +830,19 @@ class TensorSample:
     values: tuple | None = None     # explicit nested-list contents instead of random ones
 
 
-SampleValue = Union[TensorSample, SymDim, tuple, int, float, bool, str, None]
+@dataclass(frozen=True)
+class OpOutput:
+    """A tensor of a sample made by another op of the same op file, called on arguments of its
+    own (`{output_of: pack, args: {w: {shape: [8, 32]}}, output: 1}`): prepared operands such as
+    packed weights and their scales. A constant: it never requires grad. Within one sample, the
+    same op on the same arguments is called once, so two of its outputs come from one call."""
+
+    schema: FunctionSchema          # the op that makes it
+    args: tuple[tuple[str, "SampleValue"], ...]
+    output: int = 0                 # which of its returns
+
+
+SampleValue = Union[TensorSample, OpOutput, SymDim, tuple, int, float, bool, str, None]
 
 
 @dataclass(frozen=True)

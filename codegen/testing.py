@@ -61,10 +61,12 @@ from codegen.model import (
     BaseTy,
     BaseType,
     DispatchKey,
+    FunctionSchema,
     GradcheckSpec,
     ListType,
     Op,
     OpLibrary,
+    OpOutput,
     Sample,
     SymDim,
     TensorSample,
@@ -416,17 +418,22 @@ def _check_dtype(chosen: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
 
 def make_value(value: Any, t: Type, *, generator: torch.Generator, dtype: torch.dtype | None,
                sizes: Mapping[str, int], device: str | torch.device,
-               requires_grad: bool | None) -> Any:
-    """A sample value of an argument of schema type `t` -> what the op is called with."""
+               requires_grad: bool | None, made: dict | None = None) -> Any:
+    """A sample value of an argument of schema type `t` -> what the op is called with. `made`
+    keeps the outputs of the ops that a sample calls (OpOutput) for the rest of the sample."""
     if value is None:
         return None
     base = strip_optional(t)
     if isinstance(base, ListType):
         return [make_value(v, base.elem, generator=generator, dtype=dtype, sizes=sizes,
-                           device=device, requires_grad=requires_grad) for v in value]
+                           device=device, requires_grad=requires_grad, made=made)
+                for v in value]
     if isinstance(value, TensorSample):
         return make_tensor(value, generator=generator, dtype=dtype, sizes=sizes, device=device,
                            requires_grad=requires_grad)
+    if isinstance(value, OpOutput):
+        return _op_output(value, generator=generator, dtype=dtype, sizes=sizes, device=device,
+                          made={} if made is None else made)
     if isinstance(value, SymDim):
         return sizes[value.name]
     if isinstance(base, BaseType):
@@ -442,6 +449,29 @@ def make_value(value: Any, t: Type, *, generator: torch.Generator, dtype: torch.
     return value
 
 
+def _op_output(value: OpOutput, *, generator: torch.Generator, dtype: torch.dtype | None,
+               sizes: Mapping[str, int], device: str | torch.device, made: dict) -> torch.Tensor:
+    """The tensor an OpOutput stands for: its op called (once per sample for the same
+    arguments) on arguments made as the sample's are, but in their own dtypes; a floating
+    output then takes the check's `dtype`, as a floating tensor sample would."""
+    key = (value.schema.name, value.args)
+    if key not in made:
+        given = dict(value.args)
+        named = {a.name: make_value(given[a.name], a.type, generator=generator, dtype=None,
+                                    sizes=sizes, device=device, requires_grad=False, made=made)
+                 for a in value.schema.arguments if a.name in given}
+        a, k = split_call_schema(value.schema, named)
+        with torch.no_grad():
+            out = _overload(value.schema.name)(*a, **k)
+        made[key] = out if len(value.schema.returns) != 1 else (out,)
+    out = made[key][value.output]
+    assert isinstance(out, torch.Tensor), (
+        f"{value.schema.name} returned {type(out).__name__} for return {value.output}, "
+        "which a sample takes as a Tensor")
+    out = out.detach()
+    return out.to(_check_dtype(out.dtype, dtype)) if dtype is not None else out
+
+
 def make_named(op: Op, sample: Sample, *, seed: int = 0, dtype: torch.dtype | None = None,
                sizes: Mapping[str, int] | None = None, device: str | torch.device = "cpu",
                requires_grad: bool | None = None) -> dict[str, Any]:
@@ -450,18 +480,24 @@ def make_named(op: Op, sample: Sample, *, seed: int = 0, dtype: torch.dtype | No
     values = dict(sample.dims)
     values.update(sizes or {})
     given = dict(sample.args)
+    made: dict = {}
     return {a.name: make_value(given[a.name], a.type, generator=gen, dtype=dtype, sizes=values,
-                               device=device, requires_grad=requires_grad)
+                               device=device, requires_grad=requires_grad, made=made)
             for a in op.schema.arguments if a.name in given}
 
 
 def split_call(op: Op, named: Mapping[str, Any]) -> tuple[tuple, dict]:
     """(args, kwargs) calling `op`: positional arguments in order up to the first one `named`
     leaves out; the rest, and keyword-only ones, by name."""
+    return split_call_schema(op.schema, named)
+
+
+def split_call_schema(schema: FunctionSchema, named: Mapping[str, Any]) -> tuple[tuple, dict]:
+    """`split_call` for an op given by its schema."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     positional = True
-    for a in op.schema.arguments:
+    for a in schema.arguments:
         if a.name not in named:
             positional = False
             continue
@@ -617,7 +653,8 @@ def _require_grad(case: Case, named: dict[str, Any], names: set[str]) -> dict[st
 
     def mark(x: Any, raw: Any, on: bool) -> Any:
         if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
-            on = on and not (isinstance(raw, TensorSample) and raw.requires_grad is False)
+            on = on and not (isinstance(raw, TensorSample) and raw.requires_grad is False
+                             or isinstance(raw, OpOutput))
             return x.detach().requires_grad_(on) if on or x.requires_grad else x
         if isinstance(x, list):
             raws = raw if isinstance(raw, tuple) else (None,) * len(x)
@@ -968,22 +1005,46 @@ def check_autocast(case: Case) -> torch.dtype:
     return target
 
 
-def _mark_dynamic(case: Case, named: Mapping[str, Any], symbolic: set[str]) -> None:
-    """Mark dynamic exactly the tensor dims the sample names with a symbolic size."""
+def _mark_dynamic(case: Case, named: Mapping[str, Any], symbolic: set[str],
+                  moving: Mapping[tuple, set[int]]) -> None:
+    """Mark dynamic exactly the tensor dims the sample names with a symbolic size, and the dims
+    of the ops' outputs it takes that move with them (`moving`, from `_moving_dims`)."""
     from torch._dynamo import mark_dynamic
 
-    def visit(raw: Any, value: Any) -> None:
+    def visit(raw: Any, value: Any, at: tuple) -> None:
         if isinstance(raw, TensorSample) and isinstance(value, torch.Tensor):
             for i, d in enumerate(raw.shape):
                 if isinstance(d, SymDim) and d.name in symbolic:
                     mark_dynamic(value, i)
+        elif isinstance(raw, OpOutput) and isinstance(value, torch.Tensor):
+            for i in sorted(moving.get(at, ())):
+                mark_dynamic(value, i)
         elif isinstance(raw, tuple) and isinstance(value, list):
-            for r, v in zip(raw, value):
-                visit(r, v)
+            for k, (r, v) in enumerate(zip(raw, value)):
+                visit(r, v, at + (k,))
 
     given = dict(case.sample.args)
     for name, value in named.items():
-        visit(given.get(name), value)
+        visit(given.get(name), value, (name,))
+
+
+def _moving_dims(case: Case, each: list[Mapping[str, Any]]) -> dict[tuple, set[int]]:
+    """The dims of each op output the sample takes (by argument name, then list position) whose
+    size differs between the sample's inputs at the compile check's sizes (`each`)."""
+    out: dict[tuple, set[int]] = {}
+
+    def visit(raw: Any, values: list[Any], at: tuple) -> None:
+        if isinstance(raw, OpOutput) and all(isinstance(v, torch.Tensor) for v in values):
+            shapes = [v.shape for v in values]
+            if len({len(s) for s in shapes}) == 1:
+                out[at] = {i for i in range(len(shapes[0])) if len({s[i] for s in shapes}) > 1}
+        elif isinstance(raw, tuple) and all(isinstance(v, list) for v in values):
+            for k, r in enumerate(raw):
+                visit(r, [v[k] for v in values if k < len(v)], at + (k,))
+
+    for name, raw in case.sample.args:
+        visit(raw, [named.get(name) for named in each], (name,))
+    return out
 
 
 def _size_slots(raw: Any, value: Any, symbolic: set[str], sizes: Mapping[str, Any]) -> Any:
@@ -1058,15 +1119,17 @@ def check_compile(case: Case, *, backend: str | None = None,
             functorch_config.patch(enable_autograd_cache=False,
                                    enable_remote_autograd_cache=False), \
             fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
-        for scale in scales:
-            sizes = {k: v * scale if k in symbolic else v for k, v in base.items()}
-            named = make_named(op, case.sample, seed=case.seed, sizes=sizes)
+        at_scales = [{k: v * scale if k in symbolic else v for k, v in base.items()}
+                     for scale in scales]
+        made = [make_named(op, case.sample, seed=case.seed, sizes=sizes) for sizes in at_scales]
+        moving = _moving_dims(case, made)
+        for scale, sizes, named in zip(scales, at_scales, made):
             eager_named = _clone(named)
             try:
                 with _reseeded(op, case.seed):
                     a, k = split_call(op, eager_named)
                     expected = overload(*a, **k)
-                _mark_dynamic(case, named, symbolic)
+                _mark_dynamic(case, named, symbolic, moving)
                 carriers = [torch.empty(sizes[name]) for name in names]
                 for c in carriers:
                     torch._dynamo.mark_dynamic(c, 0)

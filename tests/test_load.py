@@ -17,7 +17,7 @@ import torch
 from codegen.diagnostics import Loc, UserError
 from codegen.diagnostics import WARNINGS
 from codegen.load import CONVENTIONS, FILE_KEYS, OP_KEYS, load_library
-from codegen.load_samples import DTYPES, FLOAT_DTYPES, TENSOR_SAMPLE_KEYS
+from codegen.load_samples import DTYPES, FLOAT_DTYPES, OP_OUTPUT_KEYS, TENSOR_SAMPLE_KEYS
 from codegen.yaml_source import MAX_FILE_BYTES
 from codegen.model import (
     AutocastSpec,
@@ -483,6 +483,7 @@ def test_json_schema_matches_the_loader():
     assert set(op["properties"]["dispatch"]["properties"]) == {k.value for k in DispatchKey}
     tensor = s["$defs"]["tensor"]
     assert set(tensor["properties"]) == set(TENSOR_SAMPLE_KEYS)
+    assert set(s["$defs"]["opOutput"]["properties"]) == set(OP_OUTPUT_KEYS)
     assert set(tensor["properties"]["dtype"]["enum"]) == DTYPES | {"torch." + d for d in DTYPES}
     assert set(op["properties"]["autocast"]["properties"]["cast_inputs"]["enum"]) == FLOAT_DTYPES
     assert set(s["oneOf"][1]["properties"]) == set(FILE_KEYS)
@@ -511,6 +512,13 @@ def test_json_schema_accepts_valid_files_and_rejects_unknown_keys(tmp_path):
             vmap: pointwise
         """))
     assert list(validator.iter_errors(good)) == []
+    packed = yaml.safe_load(textwrap.dedent("""\
+        - func: ex::linear(Tensor x, Tensor packed) -> Tensor
+          samples:
+            - {x: {shape: [2, 4]}, packed: {output_of: pack, args: {w: {shape: [3, 4]}}, output: 0}}
+        - func: ex::pack(Tensor w) -> Tensor
+        """))
+    assert list(validator.iter_errors(packed)) == []
     assert list(validator.iter_errors([{"func": "ex::f() -> ()"}])) == []
     for bad in ([{"func": "ex::f() -> ()", "dispach": {}}],
                 [{"doc": "no func"}],

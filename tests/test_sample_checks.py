@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from codegen import testing
+from codegen.dest import md_reference
 from codegen.diagnostics import UserError
 from codegen.model import GradcheckSpec, SymDim
 from tests import expect, scratch
@@ -296,6 +297,84 @@ def test_opcheck_leaves_out_test_schema_on_float8_samples(tmp_path):
         assert set(testing.check_opcheck(fp8)) == {
             "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"}
         assert "test_schema" in testing.check_opcheck(plain)
+    finally:
+        lib.close()
+
+
+def pack_rows(w):
+    scales = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-6) / 7
+    return torch.round(w / scales).clamp(-8, 7).to(torch.int8), scales
+
+
+def packed_linear(x, packed, scales):
+    return x @ (packed.to(x.dtype) * scales.to(x.dtype)).t()
+
+
+PACKED = """\
+    namespace: {ns}
+    ops:
+      - func: packed_linear(Tensor x, Tensor packed, Tensor scales) -> Tensor
+        dispatch: {{CPU: "tests.test_sample_checks:packed_linear"}}
+        fake: {fake}
+        derivatives:
+          x: grad.matmul(packed * scales)
+          packed: non_differentiable
+          scales: non_differentiable
+        samples:
+          - x: {{shape: [N=3, K=8]}}
+            packed: {{output_of: pack_rows, args: {{w: {{shape: [M=5, K]}}}}, output: 0}}
+            scales: {{output_of: pack_rows, args: {{w: {{shape: [M, K]}}}}, output: 1}}
+      - func: pack_rows(Tensor w) -> (Tensor packed, Tensor scales)
+        dispatch: {{CPU: "tests.test_sample_checks:pack_rows"}}
+        fake: (empty([w.size(0), w.size(1)], dtype=int8), empty([w.size(0), 1]))
+        samples:
+          - w: {{shape: [4, 6]}}
+    """
+
+
+def test_a_sample_takes_the_outputs_of_another_op(tmp_path):
+    """Packed weights and their scales come from the library's own packing op, declared further
+    down the file: both from one call, as constants, in their own dtypes; the compile check
+    varies the sizes they move with (M, K) and marks those dims dynamic, so it compiles once."""
+    path = tmp_path / "packed.yaml"
+    path.write_text(textwrap.dedent(PACKED.format(ns="smppack",
+                                                  fake="empty([x.size(0), packed.size(0)])")))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        case = next(c for c in lib.cases() if c.op.name.name == "packed_linear")
+        named = testing.make_named(case.op, case.sample, seed=case.seed)
+        w = named["packed"].to(torch.float32) * named["scales"]
+        assert named["packed"].dtype == torch.int8 and named["scales"].shape == (5, 1)
+        # One call: every row's largest magnitude is packed to 7 with that row's scale.
+        assert torch.equal(named["packed"].abs().amax(dim=1), torch.full((5,), 7, dtype=torch.int8))
+        assert torch.allclose(w.abs().amax(dim=1, keepdim=True), named["scales"] * 7)
+        assert not any(t.requires_grad for t in named.values())
+        wide = testing.make_named(case.op, case.sample, seed=case.seed, dtype=torch.float64,
+                                  sizes={"N": 6, "M": 10, "K": 16})
+        assert wide["scales"].dtype == torch.float64 and wide["packed"].shape == (10, 16)
+        testing.check_opcheck(case)
+        assert testing.check_gradients(case)
+        assert testing.check_compile(case, backend="aot_eager") == 3
+        testing.check_export(case)
+        assert md_reference.sample_call(case.op, case.sample) == (
+            "pack_rows_out1 = torch.ops.smppack.pack_rows(torch.empty(5, 8).uniform_(-1.0, 1.0))\n"
+            "torch.ops.smppack.packed_linear(torch.empty(3, 8).uniform_(-1.0, 1.0), "
+            "pack_rows_out1[0], pack_rows_out1[1])")
+    finally:
+        lib.close()
+
+
+def test_a_wrong_fake_fails_on_another_op_s_outputs(tmp_path):
+    path = tmp_path / "packed.yaml"
+    path.write_text(textwrap.dedent(PACKED.format(ns="smppackbad",
+                                                  fake="empty([x.size(0), packed.size(1)])")))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        case = next(c for c in lib.cases() if c.op.name.name == "packed_linear")
+        with pytest.raises(Exception, match="fake"):
+            testing.check_compile(case, backend="aot_eager")
     finally:
         lib.close()
 

@@ -20,9 +20,11 @@ from codegen.model import (
     BaseTy,
     BaseType,
     CppKernel,
+    FunctionSchema,
     ListType,
     Op,
     OpLibrary,
+    OpOutput,
     PyRef,
     Sample,
     SymDim,
@@ -180,26 +182,34 @@ def sample_call(op: Op, sample: Sample) -> str:
     """A Python call with the sample's arguments: positional in order while each is given, then
     by keyword. Tensors are built as the sample checks build them (random in [low, high) or the
     given values)."""
-    dims = dict(sample.dims)
-    given = dict(sample.args)
+    made: dict = {}     # (op, arguments) of each OpOutput -> the variable holding its result
+    call = _call(op.schema, sample.args, dict(sample.dims), made)
+    return "".join(f"{var} = {text}\n" for var, text in made.values()) + call
+
+
+def _call(schema: FunctionSchema, args: tuple, dims: dict[str, int], made: dict) -> str:
+    given = dict(args)
     parts = []
     keyword = False
-    for a in op.schema.arguments:
+    for a in schema.arguments:
         if a.name not in given:
             keyword = True
             continue
-        text = _value(given[a.name], a.type, dims)
+        text = _value(given[a.name], a.type, dims, made)
         if a.kwarg_only or keyword:
             parts.append(f"{a.name}={text}")
         else:
             parts.append(text)
-    return f"{callable_name(op)}({', '.join(parts)})"
+    return f"{_callable(schema.name)}({', '.join(parts)})"
 
 
 def callable_name(op: Op) -> str:
     """`torch.ops.<ns>.<name>` (the overload packet, which picks the default overload), or
     `torch.ops.<ns>.<name>.<overload>`."""
-    n = op.name
+    return _callable(op.name)
+
+
+def _callable(n) -> str:
     return f"torch.ops.{n.namespace}.{n.name}" + (f".{n.overload}" if n.overload else "")
 
 
@@ -231,17 +241,25 @@ def _tensor(t: TensorSample, dims: dict[str, int]) -> str:
     return text
 
 
-def _value(v, t, dims: dict[str, int]) -> str:
+def _value(v, t, dims: dict[str, int], made: dict) -> str:
     if v is None:
         return "None"
     base = strip_optional(t)
     if isinstance(v, TensorSample):
         return _tensor(v, dims)
+    if isinstance(v, OpOutput):
+        # An op's output: its call on a line of its own, once for the sample (as the checks do).
+        key = (v.schema.name, v.args)
+        if key not in made:
+            text = _call(v.schema, v.args, dims, made)
+            made[key] = (f"{v.schema.name.name}_out{len(made) + 1}", text)
+        var = made[key][0]
+        return var if len(v.schema.returns) == 1 else f"{var}[{v.output}]"
     if isinstance(v, SymDim):
         return str(dims[v.name])
     if isinstance(v, tuple):
         elem = base.elem if isinstance(base, ListType) else base
-        return "[" + ", ".join(_value(x, elem, dims) for x in v) + "]"
+        return "[" + ", ".join(_value(x, elem, dims, made) for x in v) + "]"
     if isinstance(base, BaseType):
         if base.name in (BaseTy.ScalarType, BaseTy.Layout, BaseTy.MemoryFormat):
             return f"torch.{v}"
