@@ -46,6 +46,9 @@ Outputs
 `empty(shape, dtype=None, device=None)`
     A tensor of the given shape. dtype and device default to those of the op's first `Tensor`
     argument; an op without one (a factory op) gets PyTorch's default dtype and device.
+`empty_strided(shape, stride, dtype=None, device=None)`
+    `empty` with the given strides, one per size, for a kernel whose outputs are not contiguous
+    (a column-major scale tensor: `empty_strided([m, k], [1, m])`).
 
 A tensor made by one of these may feed `like`, `reduce` or `.shape`/`.dtype` of another
 (`reduce(broadcast(a, b), None)`). `broadcast` also takes number literals: `broadcast(*ts, 1.0)`
@@ -600,6 +603,7 @@ class Empty(Node):
     device: Expr | None
     like: str | None                # the op's first Tensor argument: its dtype/device are defaults
     ty: Ty = OUT
+    stride: Expr | None = None      # empty_strided(): the strides; None: contiguous
 
 
 Expr = Union[Arg, Given, Local, LoopVar, IntLit, FloatLit, StrLit, BoolLit, NoneLit, DtypeLit, TensorProp,
@@ -1051,8 +1055,8 @@ class _Bad(Exception):
     """Raised inside the checker after an error was reported; unwinds to the rule's top."""
 
 
-_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "dynamic", "len", "max", "min", "sum",
-              "promote_types")
+_FUNCTIONS = ("like", "broadcast", "reduce", "empty", "empty_strided", "dynamic", "len", "max",
+              "min", "sum", "promote_types")
 _CHECK_USAGE = 'check(condition, "message"); before the outputs'
 
 _METHODS = {"size": Prop.shape, "dim": Prop.ndim, "numel": Prop.numel, "element_size": None}
@@ -1662,19 +1666,19 @@ class _Checker:
         assert prop is not None
         return TensorProp(t, prop)
 
-    def sizes(self, node: _Syn, shape: Expr) -> None:
+    def sizes(self, node: _Syn, shape: Expr, what: str = "size") -> None:
         """Refuse shape elements that are negative constants (`empty([-1])`)."""
         if isinstance(node, _List) and isinstance(shape, ListLit):
             for item_node, item in zip(node.items, shape.items):
                 value = constant(item)
                 if value is not None and value < 0:
-                    raise self.error(item_node.span, f"a size is never negative, got {value}")
+                    raise self.error(item_node.span, f"a {what} is never negative, got {value}")
         elif isinstance(node, _Bin) and isinstance(shape, Concat):
-            self.sizes(node.left, shape.left)
-            self.sizes(node.right, shape.right)
+            self.sizes(node.left, shape.left, what)
+            self.sizes(node.right, shape.right, what)
         elif isinstance(node, _IfExp) and isinstance(shape, Cond):
-            self.sizes(node.then, shape.then)
-            self.sizes(node.orelse, shape.orelse)
+            self.sizes(node.then, shape.then, what)
+            self.sizes(node.orelse, shape.orelse, what)
 
     def opt_kw(self, named: dict[str, _Syn], key: str, ty: Ty) -> Expr | None:
         if key not in named:
@@ -1724,6 +1728,27 @@ class _Checker:
         self.sizes(named["shape"], shape)
         return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
                      self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor)
+
+    def fn_empty_strided(self, node: _Call) -> Expr:
+        _, named = self.bind(node, "empty_strided", ("shape", "stride", "dtype", "device"), 2)
+        shape = self.want(named["shape"], INT_LIST, "the shape")
+        self.sizes(named["shape"], shape)
+        stride = self.want(named["stride"], INT_LIST, "the stride")
+        self.sizes(named["stride"], stride, "stride")
+        if any(isinstance(n, Dynamic) for n in walk(stride)):
+            raise self.error(named["stride"].span, "dynamic() in a stride is a new "
+                             "data-dependent size, which no size of the shape is",
+                             "bind a data-dependent size to a name, and use it in both: "
+                             "`n = dynamic(); empty_strided([n, 4], [1, n])`")
+        if isinstance(shape, ListLit) and isinstance(stride, ListLit) and \
+                len(shape.items) != len(stride.items):
+            n, k = len(shape.items), len(stride.items)
+            raise self.error(named["stride"].span, f"empty_strided() has {n} size"
+                             f"{'s' if n != 1 else ''} but {k} stride{'s' if k != 1 else ''}",
+                             "give one stride per size")
+        return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
+                     self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor,
+                     stride=stride)
 
     def fn_dynamic(self, node: _Call) -> Expr:
         _, named = self.bind(node, "dynamic", ("min", "max"), 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -163,6 +164,12 @@ def keyed_select(values, indices, weights=None):
     return out if weights is None else out + [weights.index_select(0, indices)]
 
 
+def col_scales(self, block):
+    """Per-block maxima laid out column-major, as mxfp8 kernels write their scales."""
+    m, k = self.shape
+    return self.reshape(m, k // block, block).abs().amax(-1).t().contiguous().t()
+
+
 # --------------------------------------------------------------------------------------------------
 # The rules against the kernels
 
@@ -231,6 +238,26 @@ def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, tes
         assert isinstance(out.then, S.OutList) and len(out.then.items) == 3
         assert isinstance(out.orelse, S.OutList) and len(out.orelse.items) == 2
         for case in lib.cases():
+            testing.check_opcheck(case)
+    finally:
+        lib.close()
+
+
+def test_a_rule_without_the_kernel_s_strides_fails_opcheck(tmp_path, testing):
+    """col_scales' kernel writes column-major scales: with `empty` (contiguous) in place of its
+    rule's `empty_strided`, opcheck's fake-tensor check fails on the strides."""
+    rule = "m = self.size(0); empty_strided([m, self.size(1) // block], [1, m])"
+    text = (Path(__file__).resolve().parent.parent / OP_FILE).read_text()
+    entry = text[text.index("  - func: col_scales"):]
+    assert rule in entry
+    path = tmp_path / "contiguous.yaml"
+    path.write_text("namespace: shapecontig\nops:\n" +
+                    entry.replace(rule, "empty([self.size(0), self.size(1) // block])"))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        with pytest.raises(Exception, match="Stride mismatch"):
             testing.check_opcheck(case)
     finally:
         lib.close()

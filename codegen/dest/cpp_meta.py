@@ -71,8 +71,8 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
-    "like": (), "empty": (), "broadcast": (), "reduce": (), "cat": (), "slice": (), "at": (),
-    "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
+    "like": (), "empty": (), "empty_strided": (), "broadcast": (), "reduce": (), "cat": (),
+    "slice": (), "at": (), "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
     "floordiv": ("floordiv_int",), "mod": ("mod_int",), "or": (), "and": (),
 }
 
@@ -242,10 +242,16 @@ class _Emitter:
             case S.Like(tensor=t, dtype=dt, device=None):
                 self.helpers.add("like")
                 return f"meta_like({self.tensor(t)}, {self.dtype(dt)})"
-            case S.Empty(shape=shape, dtype=dt, device=None, like=like) if like is not None:
+            case S.Empty(shape=shape, dtype=dt, device=None, like=like, stride=None) \
+                    if like is not None:
                 self.helpers.add("empty")
                 return (f"meta_empty({self.shape(shape)}, {self.tensor(S.Arg(like, S.TENSOR))}, "
                         f"{self.dtype(dt)})")
+            case S.Empty(shape=shape, dtype=dt, device=None, like=like, stride=stride) \
+                    if like is not None:
+                self.helpers.add("empty_strided")
+                return (f"meta_empty_strided({self.shape(shape)}, {self.shape(stride)}, "
+                        f"{self.tensor(S.Arg(like, S.TENSOR))}, {self.dtype(dt)})")
             case S.Broadcast(operands=ops, dtype=dt):
                 self.helpers.add("broadcast")
                 groups, scalars = [], []

@@ -166,11 +166,16 @@ class FakeEmitter(PyPrinter):
                 self.helpers.add("reduce")
                 return (f"{self.r._reduce}({self.expr(t)}, {self.expr(dims)}, {self.expr(k)}"
                         f"{self._options(dt, None)})", Prec.POSTFIX)
-            case S.Empty(shape=shape, dtype=dt, device=dv, like=like):
+            case S.Empty(shape=shape, dtype=dt, device=dv, like=like, stride=None):
                 # `x.new_empty` takes dtype/device from `x` when they are None; `torch.empty`
                 # takes torch's defaults: exactly the rule's defaults.
                 func = f"{like}.new_empty" if like is not None else f"{self.r.torch}.empty"
                 return f"{func}({self.expr(shape)}{self._options(dt, dv)})", Prec.POSTFIX
+            case S.Empty(shape=shape, dtype=dt, device=dv, like=like, stride=stride):
+                func = f"{like}.new_empty_strided" if like is not None else \
+                    f"{self.r.torch}.empty_strided"
+                return (f"{func}({self.expr(shape)}, {self.expr(stride)}{self._options(dt, dv)})",
+                        Prec.POSTFIX)
         raise TypeError(f"not a fake-rule node: {e!r}")
 
     def _options(self, dtype: S.Expr | None, device: S.Expr | None) -> str:

@@ -72,6 +72,8 @@ TORCH_LIBRARY(shapetest, m) {
         {at::Tag::needs_contiguous_strides});
   m.def("positives(Tensor self, int rows) -> Tensor[]",
         {at::Tag::dynamic_output_shape, at::Tag::needs_contiguous_strides});
+  m.def("col_scales(Tensor self, int block) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
 }
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
@@ -88,6 +90,13 @@ at::Tensor meta_like(const at::Tensor& t, std::optional<at::ScalarType> dtype) {
 at::Tensor meta_empty(c10::SymIntArrayRef shape, const at::Tensor& like,
                       std::optional<at::ScalarType> dtype) {
   return at::empty_symint(shape, like.options().dtype(dtype.value_or(like.scalar_type())));
+}
+
+// empty_strided(shape, stride, dtype=): empty() with the given strides.
+at::Tensor meta_empty_strided(c10::SymIntArrayRef shape, c10::SymIntArrayRef stride,
+                              const at::Tensor& like, std::optional<at::ScalarType> dtype) {
+  return at::empty_strided_symint(shape, stride,
+                                  like.options().dtype(dtype.value_or(like.scalar_type())));
 }
 
 // A `Tensor?` broadcast operand: left out when None.
@@ -323,6 +332,13 @@ at::Tensor meta_gated(const at::Tensor& self, const at::Tensor& other, bool flag
   TORCH_SYM_CHECK(self.sym_size((-1)).sym_eq(c10::SymInt(0)).sym_not(), "shapetest::gated: self has no columns");
   return (((flag && (mode == "mul")) || (!(flag) && (mode == "div"))) ? meta_like(self, at::ScalarType::Double) : meta_like(self, std::nullopt));
 }
+
+// shapetest::col_scales(Tensor self, int block) -> Tensor
+// fake: m = self.size(0); empty_strided([m, self.size(1) // block], [1, m])
+at::Tensor meta_col_scales(const at::Tensor& self, int64_t block) {
+  const c10::SymInt m = self.sym_size(0);
+  return meta_empty_strided(std::vector<c10::SymInt>{m, meta_floordiv(self.sym_size(1), c10::SymInt(block), "shapetest::col_scales", "self.size(1) // block")}, std::vector<c10::SymInt>{c10::SymInt(1), m}, self, std::nullopt);
+}
 }  // namespace
 }  // namespace opgen
 
@@ -345,4 +361,5 @@ TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
   m.impl("accumulate", TORCH_FN(opgen::meta_accumulate));
   m.impl("matched_add", TORCH_FN(opgen::meta_matched_add));
   m.impl("gated", TORCH_FN(opgen::meta_gated));
+  m.impl("col_scales", TORCH_FN(opgen::meta_col_scales));
 }

@@ -17,6 +17,7 @@ from tests.test_shape import (
     astype,
     biased,
     chunks,
+    col_scales,
     concat,
     doubled,
     every_other,
@@ -1085,3 +1086,27 @@ _lib.impl("positives", positives, "CPU")
 _lib.impl("positives", _positives_autograd, "Autograd")
 torch.library.register_fake("shapetest::positives", _positives_fake, lib=_lib)
 torch.library.register_vmap("shapetest::positives", _positives_vmap, lib=_lib)
+
+
+# shapetest::col_scales(Tensor self, int block) -> Tensor
+
+
+def _col_scales_autograd(self, block):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.col_scales.default(self, block)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::col_scales is not implemented", result, self)
+    return result
+
+
+def _col_scales_fake(self, block):
+    """fake: m = self.size(0); empty_strided([m, self.size(1) // block], [1, m])"""
+    m = self.size(0)
+    return self.new_empty_strided([m, self.size(1) // block], [1, m])
+
+
+_lib.impl("col_scales", col_scales, "CPU")
+_lib.impl("col_scales", _col_scales_autograd, "Autograd")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::col_scales", "Meta"):
+    torch.library.register_fake("shapetest::col_scales", _col_scales_fake, lib=_lib)

@@ -16,6 +16,7 @@ __all__ = [
     "astype",
     "biased",
     "chunks",
+    "col_scales",
     "concat",
     "doubled",
     "every_other",
@@ -72,6 +73,10 @@ def biased(self: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def chunks(self: Tensor, n: int) -> list[Tensor]:
     """shapetest::chunks(Tensor self, int n) -> Tensor[]"""
+
+
+def col_scales(self: Tensor, block: int) -> Tensor:
+    """shapetest::col_scales(Tensor self, int block) -> Tensor"""
 
 
 def concat(tensors: Sequence[Tensor]) -> Tensor:
