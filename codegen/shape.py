@@ -1064,6 +1064,26 @@ _ATTRS = {"shape": Prop.shape, "dtype": Prop.dtype, "device": Prop.device, "ndim
           "itemsize": None}
 _CONSTANTS = ("True", "False", "None")
 
+# torch's factories as Python fake functions spell them (ExecuTorch's Meta kernels:
+# `torch.empty_like(query)`, `torch.empty((1,), dtype=value.dtype, device="meta")`), and the rule
+# function each is.
+_TORCH_LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like")
+_TORCH_EMPTY = ("empty", "zeros", "ones", "full", "rand", "randn", "new_empty", "new_zeros")
+
+
+def _torch_spelling_hint(name: str) -> str | None:
+    """How a rule says what torch's `name` says, for a name torch's fake functions use."""
+    if name in _TORCH_LIKE:
+        return ("write like(t), or like(t, dtype=...): a rule gives only the shape, dtype and "
+                "device of each output")
+    if name in _TORCH_EMPTY:
+        return ("write empty([sizes], dtype=...), the sizes as a list (`empty([1], "
+                "dtype=value.dtype)`): a rule gives only the shape, dtype and device of each "
+                "output")
+    if name in DTYPES:
+        return f"write {name}: a rule names dtypes without `torch.`"
+    return None
+
 
 class _Checker:
     def __init__(self, text: Located, schema: FunctionSchema, diags: Diagnostics):
@@ -1138,12 +1158,31 @@ class _Checker:
         bound = [b.name for b in syn.bindings if isinstance(b, _Binding)]
         bound += [n for node in nodes if isinstance(node, _ListComp) for n, _ in node.names]
         called = {id(node.func) for node in nodes if isinstance(node, _Call)}
+        called |= {id(node.obj) for node in nodes if isinstance(node, _Attr)
+                   and self.torch_module(node.obj, bound)}
         for node in nodes:
             if isinstance(node, _Name) and id(node) not in called and node.id not in bound \
                     and self.schema.argument(node.id) is None and node.id not in _CONSTANTS \
                     and node.id not in DTYPES and node.id not in _FUNCTIONS:
                 self.unknown_name(node, bound)
                 self.unknown.add(node.span)
+
+    def torch_module(self, node: _Syn, bound: list[str] | None = None) -> bool:
+        """Whether `node` is `torch` naming the module (no argument or binding of that name),
+        or an attribute of it (`torch.ops.aten`)."""
+        while isinstance(node, _Attr):
+            node = node.obj
+        return (isinstance(node, _Name) and node.id == "torch"
+                and self.schema.argument("torch") is None
+                and "torch" not in (self.locals if bound is None else bound))
+
+    def torch_attribute(self, node: _Attr) -> _Bad:
+        """`torch.<name>`, which a rule does not name: one error, saying what to write."""
+        hint = _torch_spelling_hint(node.name) or (
+            "rule functions: " + ", ".join(_FUNCTIONS) + "; or a Python fake function "
+            "`fake: package.module:function`")
+        return self.error(node.span, f"a fake rule names no module: '{_syn_text(self, node)}'",
+                          hint)
 
     # -- expressions
 
@@ -1219,10 +1258,15 @@ class _Checker:
                 hint = f"the shape of a tensor is `{_syn_text(self, node)}.shape`"
             elif e.ty.base is T.TENSOR and ty == INT:
                 hint = f"a size of a tensor is `{_syn_text(self, node)}.size(d)`"
+            elif ty.base is T.DEVICE and isinstance(node, _Lit):
+                hint = ("fake tensors keep the device they run on: leave `device=` out, or "
+                        "give a Device argument or `t.device`")
             raise self.error(node.span, f"{role} must be {_a(ty)}, got {got}", hint)
         return e
 
     def attribute(self, node: _Attr) -> Expr:
+        if self.torch_module(node.obj):
+            raise self.torch_attribute(node)
         if node.name == "itemsize":
             return self.itemsize(node)
         if node.name in _METHODS:
@@ -1640,11 +1684,13 @@ class _Checker:
             if self.schema.argument(fname) is not None or fname in self.locals:
                 raise self.error(node.func.span, f"'{fname}' is not a function")
             raise self.error(node.func.span, f"unknown function '{fname}'",
-                             did_you_mean(fname, _FUNCTIONS) or
+                             _torch_spelling_hint(fname) or did_you_mean(fname, _FUNCTIONS) or
                              "rule functions: " + ", ".join(_FUNCTIONS))
         return getattr(self, "fn_" + fname)(node)
 
     def method(self, node: _Call, func: _Attr) -> Expr:
+        if self.torch_module(func.obj):
+            raise self.torch_attribute(func)
         if func.name not in _METHODS:
             if func.name in _ATTRS:
                 raise self.error(func.span, f"'{func.name}' is an attribute, not a method",

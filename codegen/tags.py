@@ -199,6 +199,20 @@ def functional_among(op: Op, overloads: Iterable[Op]) -> Op | None:
     return None
 
 
+def near_variant(op: Op, overloads: Iterable[Op]) -> Op | None:
+    """An op of `overloads` that takes `op`'s inputs as its functional variant would
+    (`functional_among`) but is not one: it writes arguments itself, or returns another number
+    of values. ExecuTorch's `sdpa_with_kv_cache(..., Tensor(a!) key_cache, ...) -> Tensor`
+    beside its `.out` writes the caches too, so it cannot functionalize the `.out`."""
+    wanted = tuple(_plain(a) for a in op.schema.arguments if not (a.kwarg_only and a.is_write))
+    for other in overloads:
+        if other is op or other.namespace != op.namespace or other.name.base != op.name.base:
+            continue
+        if tuple(_plain(a) for a in other.schema.arguments) == wanted:
+            return other
+    return None
+
+
 def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
     """("inplace", "inplace_list" or "out", its functional variant) when `op`'s autograd goes
     through a differentiable functional variant (Note [Autograd of mutating ops] in

@@ -95,11 +95,29 @@ def functionalize(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         why = "it mutates a Tensor list or an optional Tensor"
         hint = "return () and let the caller keep the mutated tensors"
     else:
-        why = ("it is neither in-place (mutating and returning its first argument, tag "
-               "'inplace') nor out= (returning its mutable keyword-only arguments, tag "
-               "'out'), and the library declares no functional variant")
-        hint = (f"return () and let the caller keep the mutated tensors, or declare "
-                f"`{op.name.base}(...)` with the same inputs returning new tensors")
+        shape = ("it is neither in-place (mutating and returning its first argument, tag "
+                 "'inplace') nor out= (returning its mutable keyword-only arguments, tag "
+                 "'out')")
+        near = T.near_variant(op, m.lib.named(op.namespace, op.name.base))
+        if near is not None and copies_back(schema):
+            # An op by that name exists: saying the library declares none would be wrong.
+            written = [a.name for a in schema.mutable_arguments]
+            near_writes = [a.name for a in near.schema.mutable_arguments]
+            n = len(near.schema.returns)
+            what = (f"it writes {', '.join(near_writes)} too" if near_writes else
+                    f"it returns {n} value{'' if n == 1 else 's'}, not a new Tensor for each "
+                    f"of the {len(written)} arguments {op.name} writes")
+            why = (f"{shape}, and {near.name}, which takes its inputs, is not its functional "
+                   f"variant: {what}")
+            rets = "Tensor" if len(written) == 1 else f"({', '.join(['Tensor'] * len(written))})"
+            hint = (f"return () and let the caller keep the mutated tensors, or declare an "
+                    f"overload taking the same inputs, writing none of them, and returning a "
+                    f"new Tensor for each of {', '.join(written)}, in that order "
+                    f"(`{op.name.base}.functional(...) -> {rets}`)")
+        else:
+            why = f"{shape}, and the library declares no functional variant"
+            hint = (f"return () and let the caller keep the mutated tensors, or declare "
+                    f"`{op.name.base}(...)` with the same inputs returning new tensors")
     # A returned `Tensor(a!)?` left as None is a new tensor: the caller has none of its own.
     optional = [n for n in S.mutated_returns(schema) if S.optional_return_arg(schema, n)]
     if optional and kind in (T.NEW_VALUES, T.NO_COPY_BACK, T.NO_VARIANT):
