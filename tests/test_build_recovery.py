@@ -100,7 +100,8 @@ def _import(root: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("damage", ["foreign", "cut short", "stale copy"])
+@pytest.mark.parametrize("damage", ["foreign", pytest.param("cut short", marks=pytest.mark.slow),
+                                    pytest.param("stale copy", marks=pytest.mark.slow)])
 def test_build_relinks_a_library_the_loader_refuses(tmp_path: Path, damage: str) -> None:
     """A library the loader refuses (another project's or another checkout's copied over it, or
     one cut short) tells the user to run the build; ninja, seeing a library newer than its

@@ -450,9 +450,7 @@ def test_narrowed_bool_and_str_conditions_in_meta_kernels(tmp_path, monkeypatch)
         in "\n".join(stable.body), stable.body
 
 
-def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
-    """Sizes and checks from the byte size of a dtype are Meta kernels, built and run with two
-    dtypes each: c10::elementSize on the full ABI, Tensor::element_size() on the stable one."""
+def test_itemsize_translates_on_the_stable_abi(tmp_path, monkeypatch):
     from codegen.dest import cpp_stable
 
     monkeypatch.chdir(tmp_path)
@@ -461,6 +459,13 @@ def test_itemsize_in_meta_kernels(tmp_path, monkeypatch):
     meta = cpp_stable.translate_meta(op)
     assert meta is not None and meta.body[0] == \
         "if (!(static_cast<int64_t>(A.element_size()) >= 4)) {"
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_itemsize_in_meta_kernels(tmp_path):
+    """Sizes and checks from the byte size of a dtype are Meta kernels, built and run with two
+    dtypes each: c10::elementSize on the full ABI, Tensor::element_size() on the stable one."""
     out = _built_and_run(
         tmp_path, {"itemsize_full.yaml": ITEMSIZE_FULL, "itemsize_stable.yaml": ITEMSIZE_STABLE},
         {"itemfull/k.cpp": ITEMSIZE_FULL_CPP, "itemstable/k.cpp": ITEMSIZE_STABLE_CPP},
@@ -680,6 +685,7 @@ def test_floordiv_and_mod_translate(tmp_path, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow   # shapes.yaml's ops compile the same forms in test_meta_kernels_built_and_run
 def test_floordiv_and_mod_in_meta_kernels(tmp_path, monkeypatch):
     """Built and run: opcheck and one compiled graph per sample (negative divisors too); the Meta
     kernels agree with the Python fakes on symbolic sizes and a symbolic negative `k`; both refuse
@@ -813,6 +819,7 @@ def test_bindings_translate(tmp_path, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow   # shapes.yaml's ops compile the same forms in test_meta_kernels_built_and_run
 def test_bindings_in_meta_kernels(tmp_path, monkeypatch):
     """Built and run: opcheck and one compiled graph per sample; on symbolic sizes and a symbolic
     negative `k` the Meta kernels agree with the Python fakes; both refuse division by zero, in
@@ -979,6 +986,7 @@ def test_a_conditional_on_sizes_stays_python(tmp_path, monkeypatch):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow   # shapes.yaml's ops compile the same forms in test_meta_kernels_built_and_run
 def test_conditional_sizes_and_shapes_in_meta_kernels(tmp_path, monkeypatch):
     """Built and run: opcheck and torch.compile(dynamic=True) on samples taking each branch; on
     symbolic sizes the Meta kernels agree with the Python fakes, sizes still symbolic."""
