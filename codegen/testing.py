@@ -461,8 +461,12 @@ def _op_output(value: OpOutput, *, generator: torch.Generator, dtype: torch.dtyp
                                     sizes=sizes, device=device, requires_grad=False, made=made)
                  for a in value.schema.arguments if a.name in given}
         a, k = split_call_schema(value.schema, named)
-        with torch.no_grad():
-            out = _overload(value.schema.name)(*a, **k)
+        try:
+            with torch.no_grad():
+                out = _overload(value.schema.name)(*a, **k)
+        except Exception as e:
+            e.add_note(f"(making the sample's `output_of: {value.schema.name}`, on its `args:`)")
+            raise
         made[key] = out if len(value.schema.returns) != 1 else (out,)
     out = made[key][value.output]
     assert isinstance(out, torch.Tensor), (

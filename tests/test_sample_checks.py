@@ -365,6 +365,23 @@ def test_a_sample_takes_the_outputs_of_another_op(tmp_path):
         lib.close()
 
 
+def test_a_failing_producer_is_named(tmp_path):
+    text = PACKED.format(ns="smppackfail", fake="empty([x.size(0), packed.size(0)])")
+    path = tmp_path / "packed.yaml"
+    path.write_text(textwrap.dedent(text).replace("{shape: [M=5, K]}", "{shape: [K]}")
+                    .replace("{shape: [M, K]}", "{shape: [K]}"))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        case = next(c for c in lib.cases() if c.op.name.name == "packed_linear")
+        with pytest.raises(Exception) as e:
+            testing.make_named(case.op, case.sample, seed=case.seed)
+        assert e.value.__notes__ == [
+            "(making the sample's `output_of: smppackfail::pack_rows`, on its `args:`)"]
+    finally:
+        lib.close()
+
+
 def test_a_wrong_fake_fails_on_another_op_s_outputs(tmp_path):
     path = tmp_path / "packed.yaml"
     path.write_text(textwrap.dedent(PACKED.format(ns="smppackbad",
