@@ -405,6 +405,7 @@ class _FileLoader(SampleReader):
                 return None
             old = schema.name
             schema = schema.with_name(OperatorName(namespace, old.name, old.overload, old.span))
+        self.file_ops.append(schema)    # what samples may call, even if the entry has errors
 
         changes: dict[str, object] = {}
         if "doc" in fields:
@@ -467,7 +468,6 @@ class _FileLoader(SampleReader):
         """`ops` with their `samples:`, read now that every op of the file is known (a sample
         may call any of them: codegen.model.OpOutput). Entries left out of `ops` for an error
         still have theirs checked."""
-        self.file_ops = [op.schema for op in ops]
         out = []
         for op in ops:
             found = self.pending_samples.pop((op.loc.line, op.loc.col), None)
