@@ -134,8 +134,8 @@ Preconditions
 arguments, so that a wrong call fails under torch.compile and export too, not only when the kernel
 runs. The condition is anything an `if` takes, and also comparisons of sizes (`==`, `!=`, `<`,
 `<=`, `>`, `>=`: `check(a.size(-1) == head_size)`), of shapes and of dtypes (`==`, `!=`:
-`check(a.shape == b.shape)`, `check(w.dtype == float32)`), of `float` arguments with numbers
-(torchao's `check(dropout_p == 0.0)`), and of devices like an `if`
+`check(a.shape == b.shape)`, `check(w.dtype == float32)`), of `float` and `Scalar` arguments
+with numbers (torchao's `check(dropout_p == 0.0)`, `check(alpha > 0)`), and of devices like an `if`
 (`check(a.device == b.device)`); a check asserts and never branches, so sizes stay symbolic.
 `and`/`or` join them: `check(a and b)` is `check(a); check(b)`, and `or` evaluates its right side
 only when a left side fixed at trace time does not decide (`check(not causal or q.size(1) ==
@@ -1370,8 +1370,8 @@ class _Checker:
                     if in_check:
                         raise self.error(side.span, f"'{shown}' in check() compares sizes, "
                                          "shapes, dtypes, devices, str, bool and int "
-                                         "arguments with literals, and float arguments with "
-                                         f"numbers, got {describe(e)}")
+                                         "arguments with literals, and float and Scalar "
+                                         f"arguments with numbers, got {describe(e)}")
                     hint = ("sizes and shapes compare only in check(...): an 'if' on them "
                             "would specialize them under dynamic shapes"
                             if e.ty.base in (T.INT, T.INT_LIST) else None)
@@ -1443,7 +1443,7 @@ class _Checker:
         if isinstance(node, _Compare) and node.op not in ("is", "is not"):
             left, right = self.expr(node.left), self.expr(node.right)
             if self.float_value(left) and self.float_value(right) and \
-                    (isinstance(left, Arg) or isinstance(right, Arg)):
+                    (isinstance(left, (Arg, Given)) or isinstance(right, (Arg, Given))):
                 # torchao's `check(dropout_p == 0.0)`: a float argument with a number
                 return Compare(CompareOp(node.op), left, right)
             kinds = {INT: "ints", INT_LIST: "shapes", DTYPE: "dtypes"}
@@ -1461,12 +1461,13 @@ class _Checker:
         return self.condition(node, in_check=True)
 
     def float_value(self, e: Expr) -> bool:
-        """A `float` argument (a double, never a size) or a number literal."""
+        """A `float` or `Scalar` argument (a number, never a size) or a number literal."""
         if isinstance(e, (IntLit, FloatLit)):
             return True
-        if isinstance(e, Arg):
-            arg = self.schema.argument(e.name)
-            return arg is not None and arg.type == BaseType(BaseTy.float)
+        if isinstance(e, Arg) and not e.ty.optional or isinstance(e, Given):
+            arg = self.schema.argument(e.name if isinstance(e, Arg) else e.arg.name)
+            return arg is not None and strip_optional(arg.type) in (BaseType(BaseTy.float),
+                                                                    BaseType(BaseTy.Scalar))
         return False
 
     def statement(self, node: _Syn, after: int) -> list[Check]:

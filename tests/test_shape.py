@@ -170,6 +170,10 @@ def col_scales(self, block):
     return self.reshape(m, k // block, block).abs().amax(-1).t().contiguous().t()
 
 
+def scaled(self, alpha, beta=None):
+    return self * alpha if beta is None else self * alpha / beta
+
+
 # --------------------------------------------------------------------------------------------------
 # The rules against the kernels
 
@@ -201,6 +205,20 @@ def test_fake_matches_kernel(library, case_id, testing):
 def test_fake_is_symbolic(library, case_id, testing):
     """One graph for three input sizes: the fake kernel specializes no size."""
     testing.check_compile(_case(library, case_id), backend="aot_eager")
+
+
+def test_checks_compare_scalar_arguments_with_numbers(library):
+    """torchao-style preconditions on a `Scalar` (and a narrowed `float?`) hold in the fake."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    op = torch.ops.shapetest.scaled
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(3))
+        assert op(x, 2).shape == (3,) and op(x, 0.5, 2.0).shape == (3,)
+        with pytest.raises(RuntimeError, match="shapetest::scaled: alpha must be positive"):
+            op(x, -1)
+        with pytest.raises(RuntimeError, match=r"expected beta is None or beta != 0\.0"):
+            op(x, 1.5, 0.0)
 
 
 def test_in_place_out_and_no_return_ops_need_no_rule(library):

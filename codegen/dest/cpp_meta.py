@@ -422,6 +422,11 @@ class _Emitter:
                                           BaseType(BaseTy.bool), BaseType(BaseTy.ScalarType),
                                           BaseType(BaseTy.float)):
                     return name if isinstance(e, S.Arg) else f"(*{name})"
+                if strip_optional(ty) == BaseType(BaseTy.Scalar):
+                    # compared with a number only (shape.float_value): as a double, as Python's
+                    # `==` compares an int, a float or a bool with a float
+                    return f"{name}.toDouble()" if isinstance(e, S.Arg) else \
+                        f"{name}->toDouble()"
         raise NoCpp(f"compared value {type(e).__name__}")
 
     # -- sizes

@@ -74,6 +74,8 @@ TORCH_LIBRARY(shapetest, m) {
         {at::Tag::dynamic_output_shape, at::Tag::needs_contiguous_strides});
   m.def("col_scales(Tensor self, int block) -> Tensor",
         {at::Tag::needs_contiguous_strides});
+  m.def("scaled(Tensor self, Scalar alpha, float? beta=None) -> Tensor",
+        {at::Tag::needs_contiguous_strides});
 }
 
 // Meta kernels from the ops' fake rules: FakeTensor runs them (no Python fake is registered).
@@ -339,6 +341,14 @@ at::Tensor meta_col_scales(const at::Tensor& self, int64_t block) {
   const c10::SymInt m = self.sym_size(0);
   return meta_empty_strided(std::vector<c10::SymInt>{m, meta_floordiv(self.sym_size(1), c10::SymInt(block), "shapetest::col_scales", "self.size(1) // block")}, std::vector<c10::SymInt>{c10::SymInt(1), m}, self, std::nullopt);
 }
+
+// shapetest::scaled(Tensor self, Scalar alpha, float? beta=None) -> Tensor
+// fake: check(alpha > 0, "alpha must be positive"); check(beta is None or beta != 0.0); like(self)
+at::Tensor meta_scaled(const at::Tensor& self, const at::Scalar& alpha, std::optional<double> beta) {
+  TORCH_CHECK((alpha.toDouble() > int64_t{0}), "shapetest::scaled: alpha must be positive");
+  TORCH_CHECK((!beta.has_value() || ((*beta) != double{0.0})), "shapetest::scaled: expected beta is None or beta != 0.0");
+  return meta_like(self, std::nullopt);
+}
 }  // namespace
 }  // namespace opgen
 
@@ -362,4 +372,5 @@ TORCH_LIBRARY_IMPL(shapetest, Meta, m) {
   m.impl("matched_add", TORCH_FN(opgen::meta_matched_add));
   m.impl("gated", TORCH_FN(opgen::meta_gated));
   m.impl("col_scales", TORCH_FN(opgen::meta_col_scales));
+  m.impl("scaled", TORCH_FN(opgen::meta_scaled));
 }

@@ -34,6 +34,7 @@ from tests.test_shape import (
     normalize_out,
     pad_last,
     positives,
+    scaled,
     split_rows,
     sum_dims,
     tile_rows,
@@ -1110,3 +1111,28 @@ _lib.impl("col_scales", col_scales, "CPU")
 _lib.impl("col_scales", _col_scales_autograd, "Autograd")
 if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::col_scales", "Meta"):
     torch.library.register_fake("shapetest::col_scales", _col_scales_fake, lib=_lib)
+
+
+# shapetest::scaled(Tensor self, Scalar alpha, float? beta=None) -> Tensor
+
+
+def _scaled_autograd(self, alpha, beta=None):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.scaled.default(self, alpha, beta)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(self):
+        result = _no_derivative("derivative for shapetest::scaled is not implemented", result, self)
+    return result
+
+
+def _scaled_fake(self, alpha, beta=None):
+    """fake: check(alpha > 0, "alpha must be positive"); check(beta is None or beta != 0.0); like(self)"""
+    torch._check(alpha > 0, lambda: "shapetest::scaled: alpha must be positive")
+    torch._check(beta is None or beta != 0.0, lambda: "shapetest::scaled: expected beta is None or beta != 0.0")
+    return self.new_empty(self.shape)
+
+
+_lib.impl("scaled", scaled, "CPU")
+_lib.impl("scaled", _scaled_autograd, "Autograd")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("shapetest::scaled", "Meta"):
+    torch.library.register_fake("shapetest::scaled", _scaled_fake, lib=_lib)

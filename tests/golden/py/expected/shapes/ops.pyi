@@ -33,6 +33,7 @@ __all__ = [
     "normalize_out",
     "pad_last",
     "positives",
+    "scaled",
     "split_rows",
     "sum_dims",
     "tile_rows",
@@ -147,6 +148,10 @@ def pad_last(self: Tensor, pad: Sequence[int | torch.SymInt]) -> Tensor:
 
 def positives(self: Tensor, rows: int) -> list[Tensor]:
     """shapetest::positives(Tensor self, int rows) -> Tensor[]"""
+
+
+def scaled(self: Tensor, alpha: Number | complex, beta: float | None = None) -> Tensor:
+    """shapetest::scaled(Tensor self, Scalar alpha, float? beta=None) -> Tensor"""
 
 
 def split_rows(self: Tensor) -> tuple[Tensor, Tensor, int | torch.SymInt]:
