@@ -405,7 +405,7 @@ class _FileLoader(SampleReader):
                 return None
             old = schema.name
             schema = schema.with_name(OperatorName(namespace, old.name, old.overload, old.span))
-        self.file_ops.append(schema)    # what samples may call, even if the entry has errors
+        self.add_file_op(schema)    # what samples may call, even if the entry has errors
 
         changes: dict[str, object] = {}
         if "doc" in fields:

@@ -53,8 +53,9 @@ class SampleReader(YamlFile):
         # The sample being read: named size -> (value, where given), and the uses of each.
         self.dims: dict[str, tuple[int, Node]] = {}
         self.dim_uses: list[tuple[str, Node]] = []
-        # The schemas of the file's ops, which a sample's `output_of:` may name.
-        self.file_ops: list[FunctionSchema] = []
+        # The schemas of the file's ops, which a sample's `output_of:` may name, by each name
+        # it may give (`pack`, `pack.out`, `ns::pack`; `add_file_op`).
+        self.file_ops: dict[str, FunctionSchema] = {}
 
     def dtype(self, node: Node, what: str) -> str | None:
         text = self.string(node, what)
@@ -404,15 +405,18 @@ class SampleReader(YamlFile):
         return OpOutput(schema, tuple((a.name, args[a.name]) for a in schema.arguments
                                       if a.name in args), index)
 
+    def add_file_op(self, schema: FunctionSchema) -> None:
+        """Let samples call `schema` (the first op of a name wins, as the file declares it)."""
+        n = schema.name
+        self.file_ops.setdefault(n.name + (f".{n.overload}" if n.overload else ""), schema)
+        self.file_ops.setdefault(str(n), schema)
+
     def file_op(self, node: Node, name: str) -> FunctionSchema | None:
         """The op of this file that `name` (`pack`, `pack.out`, `ns::pack`) names."""
-        for schema in self.file_ops:
-            n = schema.name
-            plain = n.name + (f".{n.overload}" if n.overload else "")
-            if name in (plain, f"{n.namespace}::{plain}"):
-                return schema
-        names = sorted({s.name.name + (f".{s.name.overload}" if s.name.overload else "")
-                        for s in self.file_ops})
+        schema = self.file_ops.get(name)
+        if schema is not None:
+            return schema
+        names = sorted(k for k in self.file_ops if "::" not in k)
         self.error(node, f"'{short(name)}' is not an op of this file",
                    suggest(name, names) or "a sample takes outputs of the ops of its own op file")
         return None
