@@ -374,12 +374,14 @@ class SampleReader(YamlFile):
                            f"0 to {n - 1}" if n else None)
                 return _BAD
             index = index_node.value  # type: ignore[attr-defined]
+        elif not returns:
+            self.error(name_node, f"{schema.name} returns nothing")
+            return _BAD
         elif len(returns) != 1:
             self.error(name_node, f"{schema.name} returns {len(returns)} values: say which one "
                        f"{what} is", ", ".join(f"output: {i} for " + (f"'{r.name}'" if r.name else
                                                                  f"its {r.type}")
-                                              for i, r in enumerate(returns))
-                       if returns else None)
+                                              for i, r in enumerate(returns)))
             return _BAD
         else:
             index = 0
