@@ -1034,7 +1034,8 @@ def _mark_dynamic(case: Case, named: Mapping[str, Any], symbolic: set[str],
 
 def _moving_dims(case: Case, each: list[Mapping[str, Any]]) -> dict[tuple, set[int]]:
     """The dims of each op output the sample takes (by argument name, then list position) whose
-    size differs between the sample's inputs at the compile check's sizes (`each`)."""
+    size differs between the sample's inputs at the compile check's sizes (`each`). Such a dim
+    is at least 2 at every size: torch.compile specializes 0 and 1, as it does a named size's."""
     out: dict[tuple, set[int]] = {}
 
     def visit(raw: Any, values: list[Any], at: tuple) -> None:
@@ -1042,6 +1043,13 @@ def _moving_dims(case: Case, each: list[Mapping[str, Any]]) -> dict[tuple, set[i
             shapes = [v.shape for v in values]
             if len({len(s) for s in shapes}) == 1:
                 out[at] = {i for i in range(len(shapes[0])) if len({s[i] for s in shapes}) > 1}
+                for i in sorted(out[at]):
+                    assert min(s[i] for s in shapes) >= 2, (
+                        f"{case.id}: dim {i} of '{at[0]}'{''.join(f'[{k}]' for k in at[1:])} "
+                        f"(the output of {raw.schema.name}) is "
+                        f"{', '.join(str(s[i]) for s in shapes)} at the compile check's sizes: "
+                        "it moves with the named sizes, and torch.compile specializes a size of "
+                        "0 or 1; give the named sizes values that make it at least 2")
         elif isinstance(raw, tuple) and all(isinstance(v, list) for v in values):
             for k, r in enumerate(raw):
                 visit(r, [v[k] for v in values if k < len(v)], at + (k,))

@@ -396,6 +396,42 @@ def test_a_wrong_fake_fails_on_another_op_s_outputs(tmp_path):
         lib.close()
 
 
+def group_scales(w):
+    return w.abs().reshape(w.size(0), -1, 8).amax(dim=2)
+
+
+def scaled_by(x, s):
+    return x * s.sum()
+
+
+def test_an_output_dim_that_moves_from_1_is_refused_by_name(tmp_path):
+    """Group-wise scales of one group at the sample's sizes (K=8, groups of 8): the dim moves
+    with K, but torch.compile specializes a size of 1, so marking it dynamic cannot work; the
+    check says which output and dim, instead of a recompile blamed on the named sizes."""
+    path = tmp_path / "groups.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpgroups
+        ops:
+          - func: scaled_by(Tensor x, Tensor s) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:scaled_by"}
+            fake: like(x)
+            samples:
+              - {x: {shape: [3]}, s: {output_of: group_scales, args: {w: {shape: [M=5, K=8]}}}}
+          - func: group_scales(Tensor w) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:group_scales"}
+            fake: empty([w.size(0), w.size(1) // 8])
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        case = next(c for c in lib.cases() if c.op.name.name == "scaled_by")
+        with pytest.raises(AssertionError, match=r"dim 1 of 's' \(the output of "
+                           r"smpgroups::group_scales\) is 1, 2, 3 at the compile check's sizes"):
+            testing.check_compile(case, backend="aot_eager")
+    finally:
+        lib.close()
+
+
 def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
     """A named size the kernel ties to a tensor given by `values` cannot vary: the compile check
     fails for torch's reason (torch's own message names neither the sample nor its sizes), with
