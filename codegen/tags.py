@@ -61,8 +61,9 @@ TAGS: frozenset[str] = frozenset({
 
 # Note [Contiguous inputs for rule outputs]
 # Every output a fake rule makes is a new contiguous tensor (codegen/shape.py; `empty_strided`
-# gives its strides, fixed whatever the inputs' layout), and inductor asserts each custom op's output sizes and strides against its fake's. A kernel built from ATen
-# ops, empty_like or TensorIterator lays its output out like its input, so on a non-contiguous
+# gives its strides, fixed whatever the inputs' layout), and inductor asserts each custom op's
+# output sizes and strides against its fake's. A kernel built from ATen ops, empty_like or
+# TensorIterator lays its output out like its input, so on a non-contiguous
 # input (a model passing `x.t()`) the compiled model failed at run time ("expected size 4==4,
 # stride 1==3"). A functional op whose fake is a rule gets the `needs_contiguous_strides` tag:
 # inductor then passes it contiguous inputs (a copy only where one is not), on which such a
