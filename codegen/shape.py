@@ -1695,6 +1695,12 @@ class _Checker:
             if func.name in _ATTRS:
                 raise self.error(func.span, f"'{func.name}' is an attribute, not a method",
                                  f"write `{_syn_text(self, func)}` without parentheses")
+            if func.name.startswith("new_") and func.name[4:] in _TORCH_EMPTY:
+                # torch-harmonics' layout fakes: `x.new_empty((B, H, W, C))`.
+                obj = _syn_text(self, func.obj)
+                raise self.error(func.span, f"unknown tensor method '{func.name}'",
+                                 f"write empty([sizes], dtype={obj}.dtype), the sizes as a list: "
+                                 "a rule gives only the shape, dtype and device of each output")
             raise self.error(func.span, f"unknown tensor method '{func.name}'",
                              did_you_mean(func.name, _METHODS)
                              or "tensor methods: " + ", ".join(m + "()" for m in _METHODS))
