@@ -398,6 +398,23 @@ def test_a_sample_takes_the_outputs_of_another_op(tmp_path):
         lib.close()
 
 
+def test_an_output_of_without_args_shares_the_sample_s_call(tmp_path):
+    """torch-harmonics' preprocessed psi gives five tensors, each an argument of its own: the
+    sample writes the call's arguments once, and the other outputs name the op alone."""
+    from codegen.load import load_library
+
+    explicit = textwrap.dedent(PACKED.format(ns="smpsame", fake="empty([x.size(0), packed.size(0)])"))
+    short = explicit.replace("scales: {output_of: pack_rows, args: {w: {shape: [M, K]}}, output: 1}",
+                             "scales: {output_of: pack_rows, output: 1}")
+    assert short != explicit
+    samples = []
+    for i, text in enumerate((explicit, short)):
+        (tmp_path / f"{i}.yaml").write_text(text)
+        lib = load_library([str(tmp_path / f"{i}.yaml")])
+        samples.append(next(o for o in lib.ops if o.name.name == "packed_linear").samples[0].args)
+    assert samples[0] == samples[1]
+
+
 def test_a_wrong_fake_fails_on_another_op_s_outputs(tmp_path):
     path = tmp_path / "packed.yaml"
     path.write_text(textwrap.dedent(PACKED.format(ns="smppackbad",
