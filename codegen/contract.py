@@ -141,6 +141,11 @@ def fake_kind(op: Op) -> str | None:
     return None
 
 
+def untraceable(op: Op) -> bool:
+    """Whether the op has kernels but nothing that runs on fake tensors (its no-fake warning)."""
+    return bool(op.dispatch) and fake_kind(op) is None
+
+
 def vmap_rule(op: Op) -> str | None:
     """`pointwise`, `leading`, `leading(x, y)`, `python`, `decomposition` or None."""
     v = op.vmap
@@ -190,6 +195,8 @@ def torch_refuses(op: Op, check: str, library: Iterable[Op] = ()) -> str | None:
                     f"'{ret.type}' {warning}")
         return (f"torch.export cannot load a program calling {op.name}, which returns a "
                 f"bool among several values {warning}")
+    if check in ("compile", "export") and untraceable(op):
+        return f"torch.{check} cannot trace {op.name}, which has no fake kernel (its no-fake warning)"
     if check in ("compile", "export"):
         kind = unfunctionalizable(op, library)
         # check_export decomposes (functionalizes) the program of a mutating op only.

@@ -173,6 +173,7 @@ WARNINGS: dict[str, str] = {
     "constant-in-backward": "a formula reads a non-differentiable output computed from the inputs",
     "backward-not-functionalizable": "torch.compile cannot differentiate the op: its backward "
                                      "calls an op torch cannot functionalize",
+    "no-fake": "torch.compile and torch.export cannot trace an op without a fake kernel",
 }
 
 

@@ -2034,7 +2034,13 @@ def parse_derivatives(spec: DerivativesSpec, schema: FunctionSchema,
         formulas.append(Formula(names, expr, text.text, bindings, loc=text.loc, source=text))
 
     for a in schema.arguments:
-        if is_tensor_like(a.type) and a.name not in seen and a.name not in meant:
+        if not is_tensor_like(a.type) or a.name in seen or a.name in meant:
+            continue
+        if not any(diff_outputs):
+            # No gradient flows back through the op (torchgen's `output_differentiability:
+            # [False]` alone): its inputs have none.
+            non_diff.append(a.name)
+        else:
             diags.error(spec.loc, f"input '{a.name}' has no derivative formula",
                         f"add `{a.name}: <formula>`, or `{a.name}: non_differentiable` if it has "
                         "no gradient")

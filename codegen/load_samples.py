@@ -8,6 +8,7 @@ The stage of loading after YAML with locations (codegen.yaml_source), below the 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from codegen import enums
 from codegen.diagnostics import Diagnostics, Loc, closest
@@ -30,6 +31,16 @@ _DIM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:\s*=\s*(-?[0-9]+))?\Z")
 DIM_HINT = "a size is an integer, or a named size: N (symbolic), N=6 (with its value)"
 
 _BAD = object()
+
+
+class _SameCall:
+    """`{output_of: <op>, output: <i>}` without `args:`, in a sample that calls the op with
+    arguments elsewhere: one call, whose arguments the sample's other `output_of` gives (the five
+    CSR tensors torch-harmonics' preprocessed psi makes, each passed on its own)."""
+
+    def __init__(self, schema: FunctionSchema, index: int, node: Node) -> None:
+        self.schema, self.index, self.node = schema, index, node
+
 
 # The values an integer tensor sample's dtype holds: torch.tensor refuses `values` outside them,
 # and torch.randint bounds outside them.
@@ -56,6 +67,8 @@ class SampleReader(YamlFile):
         # The schemas of the file's ops, which a sample's `output_of:` may name, by each name
         # it may give (`pack`, `pack.out`, `ns::pack`; `add_file_op`).
         self.file_ops: dict[str, FunctionSchema] = {}
+        # The sample's `output_of`s written without `args:` (see _SameCall).
+        self.same_calls: list[_SameCall] = []
 
     def dtype(self, node: Node, what: str) -> str | None:
         text = self.string(node, what)
@@ -100,6 +113,7 @@ class SampleReader(YamlFile):
         if fields is None:
             return None
         self.dims, self.dim_uses = {}, []
+        self.same_calls = []
         gradcheck = None
         ok = True
         if "gradcheck" in fields and schema.argument("gradcheck") is None:
@@ -116,9 +130,60 @@ class SampleReader(YamlFile):
                 break
         if not ok or values is None:
             return None
+        if self.same_calls:
+            values = self.resolve_same_calls(values)
+            if values is None:
+                return None
         args = tuple((a.name, values[a.name]) for a in schema.arguments if a.name in values)
         dims = tuple((d, v) for d, (v, _) in self.dims.items())
         return Sample(args, self.loc(node), name, dims, gradcheck)
+
+    def resolve_same_calls(self, values: dict[str, SampleValue]
+                           ) -> dict[str, SampleValue] | None:
+        """`values` with each `output_of` written without `args:` made the sample's call of its
+        op that gives them; None (errors reported) where the sample has no such call, or
+        several."""
+        calls: dict[str, list[tuple]] = {}
+
+        def collect(v: Any) -> None:
+            if isinstance(v, OpOutput):
+                found = calls.setdefault(str(v.schema.name), [])
+                if v.args not in found:
+                    found.append(v.args)
+                for _, a in v.args:
+                    collect(a)
+            elif isinstance(v, tuple):
+                for item in v:
+                    collect(item)
+
+        for v in values.values():
+            collect(v)
+        ok = True
+        for same in self.same_calls:
+            name = str(same.schema.name)
+            found = calls.get(name, [])
+            if not found:
+                self.error(same.node, f"{same.schema.name} takes arguments: give them under "
+                           "'args:'", "{output_of: " + same.node.value + ", args: {" + ", ".join(
+                               f"{a.name}: ..." for a in same.schema.arguments
+                               if a.default is None) + "}}, or in another output_of of it in "
+                           "this sample, which this one then shares")  # type: ignore[attr-defined]
+                ok = False
+            elif len(found) > 1:
+                self.error(same.node, f"this sample calls {same.schema.name} on {len(found)} "
+                           "sets of arguments: say which one with 'args:'")
+                ok = False
+
+        def fill(v: Any) -> Any:
+            if isinstance(v, _SameCall):
+                return OpOutput(v.schema, calls[str(v.schema.name)][0], v.index)
+            if isinstance(v, OpOutput):
+                return OpOutput(v.schema, tuple((n, fill(a)) for n, a in v.args), v.output)
+            if isinstance(v, tuple):
+                return tuple(fill(item) for item in v)
+            return v
+
+        return {k: fill(v) for k, v in values.items()} if ok else None
 
     def arguments(self, node: Node, fields: dict, schema: FunctionSchema
                   ) -> dict[str, SampleValue] | None:
@@ -397,11 +462,9 @@ class SampleReader(YamlFile):
             args = None if arg_fields is None else \
                 self.arguments(fields["args"][1], arg_fields, schema)
         elif any(a.default is None for a in schema.arguments):
-            self.error(name_node, f"{schema.name} takes arguments: give them under 'args:'",
-                       "{output_of: " + name + ", args: {" + ", ".join(
-                           f"{a.name}: ..." for a in schema.arguments if a.default is None)
-                       + "}}")
-            return _BAD
+            same = _SameCall(schema, index, name_node)
+            self.same_calls.append(same)
+            return same
         if args is None:
             return _BAD
         return OpOutput(schema, tuple((a.name, args[a.name]) for a in schema.arguments

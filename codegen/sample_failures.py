@@ -14,7 +14,7 @@ import os
 from typing import Any, Iterable
 
 from codegen.contract import (differentiable_inputs, differentiated_through, torch_refuses,
-                              unfunctionalizable_in_backward)
+                              unfunctionalizable_in_backward, untraceable)
 from codegen.diagnostics import Diagnostics, suggest
 from codegen.enums import is_floating
 from codegen.load import FAILURES_FILE
@@ -32,6 +32,8 @@ OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor",
                  "test_aot_dispatch_dynamic")
 # Those that trace the op through AOTAutograd, which functionalizes it.
 FUNCTIONALIZING_UTILS = ("test_aot_dispatch_dynamic", "test_aot_dispatch_static")
+# Those that run the op on fake tensors.
+FAKE_UTILS = ("test_faketensor", "test_aot_dispatch_dynamic", "test_aot_dispatch_static")
 
 # What each check runs, for the hint on a name that is part of one (`gradcheck` -> gradients).
 _RUNS = {
@@ -150,11 +152,14 @@ def opcheck_utils(op: Op, library: Iterable[Op] = (),
     """The utilities of torch.library.opcheck that the opcheck check runs on the op: all of
     OPCHECK_UTILS, less those that functionalize it where torch cannot (its
     not-functionalizable warning), or its backward (backward-not-functionalizable), or that
-    compare a str or Device it returns (non-tensor-return), and less test_schema on a sample
+    compare a str or Device it returns (non-tensor-return), or that run it on fake tensors where
+    it has no fake kernel (no-fake), and less test_schema on a sample
     giving a float8 tensor (`float8_argument`)."""
     left: set[str] = set()
     if _unfunctionalizable(op, library) is not None:
         left.update(FUNCTIONALIZING_UTILS)
+    if untraceable(op):
+        left.update(FAKE_UTILS)
     if sample is not None and float8_argument(sample) is not None:
         left.add("test_schema")
     return tuple(u for u in OPCHECK_UTILS if u not in left)
@@ -167,6 +172,10 @@ def opcheck_skips(op: Op, library: Iterable[Op] = (), sample: Sample | None = No
     if why is not None:
         left = [u for u in OPCHECK_UTILS if u in FUNCTIONALIZING_UTILS]
         reasons.append(f"without {', '.join(left)} on {op.name}, as {why}")
+    if untraceable(op):
+        left = [u for u in OPCHECK_UTILS if u in FAKE_UTILS]
+        reasons.append(f"without {', '.join(left)} on {op.name}, which has no fake kernel (its "
+                       "no-fake warning)")
     given = float8_argument(sample) if sample is not None else None
     if given is not None:
         reasons.append(f"without test_schema on this sample, as it gives '{given[0]}' a "

@@ -1696,6 +1696,12 @@ class _Checker:
             if func.name in _ATTRS:
                 raise self.error(func.span, f"'{func.name}' is an attribute, not a method",
                                  f"write `{_syn_text(self, func)}` without parentheses")
+            if func.name.startswith("new_") and func.name[4:] in _TORCH_EMPTY:
+                # torch-harmonics' layout fakes: `x.new_empty((B, H, W, C))`.
+                obj = _syn_text(self, func.obj)
+                raise self.error(func.span, f"unknown tensor method '{func.name}'",
+                                 f"write empty([sizes], dtype={obj}.dtype), the sizes as a list: "
+                                 "a rule gives only the shape, dtype and device of each output")
             raise self.error(func.span, f"unknown tensor method '{func.name}'",
                              did_you_mean(func.name, _METHODS)
                              or "tensor methods: " + ", ".join(m + "()" for m in _METHODS))
@@ -1769,8 +1775,17 @@ class _Checker:
             keepdim = self.want(named["keepdim"], Ty(T.BOOL), "keepdim")
         return Reduce(t, dims, keepdim, self.opt_kw(named, "dtype", Ty(T.DTYPE)))
 
+    def no_tuple(self, fname: str, what: str, arg: _Syn) -> None:
+        """torch's factories take a tuple for a shape (torch-harmonics' fakes build `out_shape =
+        (...)`); a rule's tuples list outputs, so it takes lists."""
+        if isinstance(arg, _Tuple):
+            inner = _syn_text(self, arg).strip()[1:-1].strip().rstrip(",")
+            raise self.error(arg.span, f"{what} of {fname}() is a list, not a tuple",
+                             f"write `[{inner}]`")
+
     def fn_empty(self, node: _Call) -> Expr:
         _, named = self.bind(node, "empty", ("shape", "dtype", "device"), 1)
+        self.no_tuple("empty", "the shape", named["shape"])
         shape = self.want(named["shape"], INT_LIST, "the shape")
         self.sizes(named["shape"], shape)
         return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
@@ -1778,6 +1793,8 @@ class _Checker:
 
     def fn_empty_strided(self, node: _Call) -> Expr:
         _, named = self.bind(node, "empty_strided", ("shape", "stride", "dtype", "device"), 2)
+        self.no_tuple("empty_strided", "the shape", named["shape"])
+        self.no_tuple("empty_strided", "the stride", named["stride"])
         shape = self.want(named["shape"], INT_LIST, "the shape")
         self.sizes(named["shape"], shape)
         stride = self.want(named["stride"], INT_LIST, "the stride")

@@ -356,6 +356,15 @@ def test_every_tensor_input_needs_a_formula():
     assert [m.message for m in diags.items] == ["input 'idx' has no derivative formula"]
 
 
+def test_no_differentiable_output_needs_no_formulas():
+    # torch-harmonics' psi preprocessing: sorted indices and values, none with a gradient.
+    schema = parse_schema("ex::sort_psi(Tensor ker, Tensor vals) -> (Tensor roff, Tensor vals_sorted)")
+    d = _derivatives(schema, {}, (False, False))
+    assert d.formulas == () and d.non_differentiable == ("ker", "vals")
+    d, diags = parse(schema, {"vals": "grad_roff"}, (True, False))
+    assert [m.message for m in diags.items] == ["input 'ker' has no derivative formula"]
+
+
 # --------------------------------------------------------------------------------------------------
 # The emitter prints what was parsed: Python re-parses it to the same tree
 

@@ -231,6 +231,39 @@ def test_export_and_aot_dispatch_of_an_op_returning_a_str_are_skipped(tmp_path):
         lib.close()
 
 
+def test_what_needs_a_fake_is_skipped_on_an_op_without_one(tmp_path):
+    """torch-harmonics' split_csr_rows, never traced, registers no fake (-Wno-fake): compile,
+    export and opcheck's fake-tensor utilities are skipped, and fail when run."""
+    path = tmp_path / "nofake.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpnofake
+        ops:
+          - func: row_lengths(Tensor row_off) -> (int, int, int)
+            dispatch: {CPU: tests.samplelib.kernels:row_lengths}
+            suppress: [no-fake]
+            samples: [{row_off: {values: [0, 2, 3, 7]}}]
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        (case,) = lib.cases()
+        assert testing.skipped(case, "compile") == (
+            "torch.compile cannot trace smpnofake::row_lengths, which has no fake kernel (its "
+            "no-fake warning)")
+        assert testing.opcheck_skipped(case) == (
+            "opgen runs opcheck without test_faketensor, test_aot_dispatch_dynamic on "
+            "smpnofake::row_lengths, which has no fake kernel (its no-fake warning)")
+        assert [c for c in testing.CHECKS if testing.applies(case, c)] == ["opcheck"]
+        testing.check_opcheck(case)
+        for utility in ("test_faketensor", "test_aot_dispatch_dynamic"):
+            with pytest.raises(Exception, match=f"{utility} failed"):
+                testing.check_opcheck(case, [utility])
+        with pytest.raises(Exception):
+            testing.check_export(case)
+    finally:
+        lib.close()
+
+
 def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizable(tmp_path):
     """A formula calling an op torch cannot functionalize (mamba's `selective_scan_bwd(...,
     Tensor!? dz_, ...) -> Tensor[]`): AOTAutograd cannot trace the backward, so opcheck runs
@@ -380,6 +413,23 @@ def test_a_failing_producer_is_named(tmp_path):
             "(making the sample's `output_of: smppackfail::pack_rows`, on its `args:`)"]
     finally:
         lib.close()
+
+
+def test_an_output_of_without_args_shares_the_sample_s_call(tmp_path):
+    """torch-harmonics' preprocessed psi gives five tensors, each an argument of its own: the
+    sample writes the call's arguments once, and the other outputs name the op alone."""
+    from codegen.load import load_library
+
+    explicit = textwrap.dedent(PACKED.format(ns="smpsame", fake="empty([x.size(0), packed.size(0)])"))
+    short = explicit.replace("scales: {output_of: pack_rows, args: {w: {shape: [M, K]}}, output: 1}",
+                             "scales: {output_of: pack_rows, output: 1}")
+    assert short != explicit
+    samples = []
+    for i, text in enumerate((explicit, short)):
+        (tmp_path / f"{i}.yaml").write_text(text)
+        lib = load_library([str(tmp_path / f"{i}.yaml")])
+        samples.append(next(o for o in lib.ops if o.name.name == "packed_linear").samples[0].args)
+    assert samples[0] == samples[1]
 
 
 def test_a_wrong_fake_fails_on_another_op_s_outputs(tmp_path):

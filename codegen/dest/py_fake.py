@@ -221,10 +221,14 @@ def fake(m: ModuleScope, op: Op, api: str, sec: Section) -> None:
         if needs_fake(op) and op.fake is None:
             tensors = [a.name for a in op.schema.arguments if a.type == BaseType(BaseTy.Tensor)]
             rule = f"like({tensors[0]})" if tensors else "empty([...], dtype=...)"
-            m.diags.error(op.loc, f"{op.name} has no fake kernel, so torch.compile and "
-                             "torch.export cannot trace it",
-                             f"add a shape rule such as `fake: {rule}` (docs/FORMAT.md, "
-                             "`fake`), or `fake: package.module:function`")
+            # torch registers it, and eager calls run: torch-harmonics' split_csr_rows, a
+            # setup-time op returning ints computed from its inputs, is never traced.
+            m.diags.warning(op.loc, f"{op.name} has no fake kernel, so torch.compile and "
+                               "torch.export cannot trace it",
+                               f"add a shape rule such as `fake: {rule}` (docs/FORMAT.md, "
+                               "`fake`), or `fake: package.module:function`; for an op that "
+                               "is never traced, `suppress: [no-fake]`",
+                               name="no-fake", suppress=op.suppress)
         return
     if isinstance(fake, PyRef):
         check_signature(fake, op.schema, m.diags, "fake kernel",
