@@ -32,6 +32,7 @@ from codegen.abi import Abi
 from codegen.diagnostics import WARNINGS, Diagnostics, Loc, UserError, suggest
 from codegen.escape import first_unprintable
 from codegen.model import (
+    AUTOCAST_DTYPE,
     AutocastSpec,
     BaseTy,
     BaseType,
@@ -697,12 +698,16 @@ class _FileLoader(SampleReader):
             self.error(fields["device_type"][1], f"unknown autocast device type '{short(device)}'",
                        "expected one of: " + ", ".join(AUTOCAST_DEVICES))
             device = None
-        dtype = self.dtype(fields["cast_inputs"][1], "'cast_inputs'")
-        if dtype is not None and dtype not in FLOAT_DTYPES:
-            self.error(fields["cast_inputs"][1],
-                       f"autocast casts inputs to a floating dtype, not '{dtype}'",
-                       "for example float16 or bfloat16")
-            dtype = None
+        cast = fields["cast_inputs"][1]
+        if type(cast) is Scalar and cast.value == AUTOCAST_DTYPE:  # type: ignore[attr-defined]
+            dtype: str | None = AUTOCAST_DTYPE
+        else:
+            dtype = self.dtype(cast, "'cast_inputs'")
+            if dtype is not None and dtype not in FLOAT_DTYPES:
+                self.error(cast, f"autocast casts inputs to a floating dtype, not '{dtype}'",
+                           f"for example float16 or bfloat16, or {AUTOCAST_DTYPE} (the dtype "
+                           "autocast is given)")
+                dtype = None
         if device is None or dtype is None:
             return None
         return AutocastSpec(device, dtype, self.loc(node))

@@ -859,8 +859,13 @@ class Sample:
 @dataclass(frozen=True)
 class AutocastSpec:
     device_type: str                # "cuda" | "cpu"
-    cast_inputs: str                # torch dtype name, e.g. "float16"
+    cast_inputs: str                # torch dtype name, e.g. "float16", or AUTOCAST_DTYPE
     loc: Loc = field(compare=False, hash=False)
+
+
+# `cast_inputs: autocast_dtype`: the autocast dtype in effect at the call (torch.autocast's
+# `dtype=`), as aten's lower-precision ops cast, rather than one fixed dtype.
+AUTOCAST_DTYPE = "autocast_dtype"
 
 
 @dataclass(frozen=True)

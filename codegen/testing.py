@@ -58,6 +58,7 @@ import torch
 from codegen.contract import differentiable_inputs, differentiated_through, implemented_inputs
 from codegen.diagnostics import Diagnostics, UserError
 from codegen.model import (
+    AUTOCAST_DTYPE,
     BaseTy,
     BaseType,
     DispatchKey,
@@ -996,16 +997,22 @@ def check_autocast(case: Case) -> torch.dtype:
     policy's dtype before the op runs: its floating outputs have that dtype. Returns it."""
     spec = case.op.autocast
     assert spec is not None, f"{case.id}: the op declares no autocast policy"
-    target = getattr(torch, spec.cast_inputs)
-    # Inputs of another floating dtype than the policy's, so that the cast shows.
-    given = torch.float32 if target != torch.float32 else torch.bfloat16
-    args, kwargs = case.inputs(dtype=given, device=spec.device_type)
-    with torch.autocast(spec.device_type, dtype=torch.bfloat16):
-        out = case.overload(*_detach(args), **_detach(kwargs))
-    floating = [t for t in _flat_tensors(out) if t.is_floating_point()]
-    assert floating, f"{case.id}: no floating output to check the cast on"
-    assert all(t.dtype == target for t in floating), \
-        f"{case.id}: under autocast, outputs are {[t.dtype for t in floating]}, expected {target}"
+    if spec.cast_inputs == AUTOCAST_DTYPE:
+        # The dtype autocast is given, whichever: run under two.
+        runs = [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float16)]
+    else:
+        runs = [(torch.bfloat16, getattr(torch, spec.cast_inputs))]
+    for autocast_dtype, target in runs:
+        # Inputs of another floating dtype than the policy's, so that the cast shows.
+        given = torch.float32 if target != torch.float32 else torch.bfloat16
+        args, kwargs = case.inputs(dtype=given, device=spec.device_type)
+        with torch.autocast(spec.device_type, dtype=autocast_dtype):
+            out = case.overload(*_detach(args), **_detach(kwargs))
+        floating = [t for t in _flat_tensors(out) if t.is_floating_point()]
+        assert floating, f"{case.id}: no floating output to check the cast on"
+        assert all(t.dtype == target for t in floating), (
+            f"{case.id}: under autocast to {autocast_dtype}, outputs are "
+            f"{[t.dtype for t in floating]}, expected {target}")
     return target
 
 

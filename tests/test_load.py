@@ -20,6 +20,7 @@ from codegen.load import CONVENTIONS, FILE_KEYS, OP_KEYS, load_library
 from codegen.load_samples import DTYPES, FLOAT_DTYPES, OP_OUTPUT_KEYS, TENSOR_SAMPLE_KEYS
 from codegen.yaml_source import MAX_FILE_BYTES
 from codegen.model import (
+    AUTOCAST_DTYPE,
     AutocastSpec,
     CppKernel,
     DerivativesSpec,
@@ -349,9 +350,12 @@ def test_autocast(tmp_path):
           autocast: {device_type: cuda, cast_inputs: float16}
         - func: ex::g(Tensor x) -> Tensor
           autocast: {device_type: cpu, cast_inputs: torch.bfloat16}
+        - func: ex::h(Tensor x) -> Tensor
+          autocast: {device_type: cpu, cast_inputs: autocast_dtype}
         """)
     assert lib.ops[0].autocast == AutocastSpec("cuda", "float16", lib.ops[0].loc)
     assert lib.ops[1].autocast == AutocastSpec("cpu", "bfloat16", lib.ops[1].loc)
+    assert lib.ops[2].autocast == AutocastSpec("cpu", AUTOCAST_DTYPE, lib.ops[2].loc)
 
 
 def test_vmap(tmp_path):
@@ -485,7 +489,8 @@ def test_json_schema_matches_the_loader():
     assert set(tensor["properties"]) == set(TENSOR_SAMPLE_KEYS)
     assert set(s["$defs"]["opOutput"]["properties"]) == set(OP_OUTPUT_KEYS)
     assert set(tensor["properties"]["dtype"]["enum"]) == DTYPES | {"torch." + d for d in DTYPES}
-    assert set(op["properties"]["autocast"]["properties"]["cast_inputs"]["enum"]) == FLOAT_DTYPES
+    assert set(op["properties"]["autocast"]["properties"]["cast_inputs"]["enum"]) == \
+        FLOAT_DTYPES | {AUTOCAST_DTYPE}
     assert set(s["oneOf"][1]["properties"]) == set(FILE_KEYS)
     assert set(s["$defs"]["warning"]["enum"]) == set(WARNINGS)
     assert s["oneOf"][1]["properties"]["conventions"]["enum"] == list(CONVENTIONS)

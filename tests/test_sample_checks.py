@@ -654,6 +654,13 @@ WRONG = {
           autocast: {device_type: cpu, cast_inputs: bfloat16}
           samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
         """, ["autocast"]),
+    "computes_in_float32_under_autocast_to_its_dtype": ("""\
+        - func: row_scale(Tensor x, Tensor weight) -> Tensor
+          dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:row_scale_in_float32}
+          fake: broadcast(x, weight)
+          autocast: {device_type: cpu, cast_inputs: autocast_dtype}
+          samples: [{x: {shape: [N=4, H=3]}, weight: {shape: [H]}}]
+        """, ["autocast"]),
     # The gradient of a complex product without the conjugate (PyTorch's convention needs it).
     "complex_formula_without_conj": ("""\
         - func: complex_scale(Tensor z, Tensor s) -> Tensor

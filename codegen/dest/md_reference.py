@@ -17,6 +17,7 @@ from codegen import enums, escape
 from codegen.api import python as P
 from codegen.diagnostics import Diagnostics
 from codegen.model import (
+    AUTOCAST_DTYPE,
     BaseTy,
     BaseType,
     CppKernel,
@@ -155,8 +156,9 @@ def _autocast(op: Op) -> str:
     a = op.autocast
     if a is None:
         return NO
-    return (f"on {escape.md_code(a.device_type, in_table=True)}, floating inputs cast to "
-            f"{escape.md_code(a.cast_inputs, in_table=True)}")
+    to = ("the dtype autocast runs in" if a.cast_inputs == AUTOCAST_DTYPE
+          else escape.md_code(a.cast_inputs, in_table=True))
+    return f"on {escape.md_code(a.device_type, in_table=True)}, floating inputs cast to {to}"
 
 
 def _fake(op: Op) -> str:

@@ -165,6 +165,7 @@ HELPERS: dict[str, tuple[str, ...]] = {
     "apply": (),
     "has_tangent": (),
     "bump": (),
+    "autocast_to_active": (),
 }
 
 

@@ -57,7 +57,7 @@ class _Module(ModuleScope):
             py_fake.fake(self, op, api, sec)
             py_autograd.autograd(self, op, api, sec)
             py_vmap.vmap(self, op, api, sec)
-            py_autocast.autocast(op, sec)
+            py_autocast.autocast(self, op, sec)
         except P.Unsupported as e:
             self.diags.error(op.loc, f"{op.name}: {e.message}",
                              "register this op's Python side by hand")

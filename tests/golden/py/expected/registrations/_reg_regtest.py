@@ -344,6 +344,34 @@ def _bump(name, written):
     torch.autograd.graph.increment_version(written)
 
 
+def _autocast_to_active(qualified, name, device_type):
+    """The op's autocast kernel on `device_type`: its floating Tensor inputs on that device (not
+    float64) are cast to the dtype autocast runs in at the call, as aten's lower-precision ops
+    are, then the op runs below autocast. torch.library.register_autocast casts to one fixed
+    dtype; this is its kernel with the dtype read at each call, and the same Python kernel for
+    torch.compile's tracing."""
+    op = torch._library.utils.lookup_op(qualified)
+    key = "Autocast" + torch._C._dispatch_key_for_device(device_type)
+    below = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+
+    def cast(x, dtype):
+        if isinstance(x, torch.Tensor):
+            eligible = (x.is_floating_point() and x.device.type == device_type
+                        and x.dtype != torch.float64)
+            return x.to(dtype) if eligible else x
+        if isinstance(x, (list, tuple)):
+            return type(x)(cast(v, dtype) for v in x)
+        return x
+
+    def run(*args):
+        dtype = torch.get_autocast_dtype(device_type)
+        with torch._C._ExcludeDispatchKeyGuard(below):
+            return op(*cast(args, dtype))
+
+    op.py_impl(getattr(torch._C.DispatchKey, key))(run)
+    _lib.impl(name, lambda _keyset, *args: run(*args), key, with_keyset=True)
+
+
 # regtest::shift(Tensor x, Tensor y) -> Tensor
 
 
@@ -373,6 +401,30 @@ if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::shift", "Meta"):
     torch.library.register_fake("regtest::shift", _shift_fake, lib=_lib)
 torch.library.register_vmap("regtest::shift", _shift_vmap, lib=_lib)
 torch.library.register_autocast("regtest::shift", "cpu", torch.bfloat16, lib=_lib)
+
+
+# regtest::shift_active(Tensor x, Tensor y) -> Tensor
+
+
+def _shift_active_autograd(x, y):
+    """Under autograd: no derivatives, so a backward through the outputs raises."""
+    with torch._C._AutoDispatchBelowAutograd():
+        result = _ops.shift_active.default(x, y)
+    if torch._C.is_grad_enabled() and torch._C._any_requires_grad(x, y):
+        result = _no_derivative("derivative for regtest::shift_active is not implemented", result, x, y)
+    return result
+
+
+def _shift_active_fake(x, y):
+    """fake: broadcast(x, y)"""
+    return _broadcast(x, y)
+
+
+_lib.impl("shift_active", shift, "CPU")
+_lib.impl("shift_active", _shift_active_autograd, "Autograd")
+if not torch._C._dispatch_has_kernel_for_dispatch_key("regtest::shift_active", "Meta"):
+    torch.library.register_fake("regtest::shift_active", _shift_active_fake, lib=_lib)
+_autocast_to_active("regtest::shift_active", "shift_active", "cpu")
 
 
 # regtest::row_sums(Tensor x) -> Tensor

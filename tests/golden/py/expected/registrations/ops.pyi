@@ -19,6 +19,7 @@ __all__ = [
     "row_sums",
     "scaled_row_sums",
     "shift",
+    "shift_active",
     "split_by_sizes",
     "stretch",
 ]
@@ -82,6 +83,13 @@ def shift(x: Tensor, y: Tensor) -> Tensor:
     """x + y, broadcasting.
 
     regtest::shift(Tensor x, Tensor y) -> Tensor
+    """
+
+
+def shift_active(x: Tensor, y: Tensor) -> Tensor:
+    """x + y, in the dtype autocast runs in.
+
+    regtest::shift_active(Tensor x, Tensor y) -> Tensor
     """
 
 
