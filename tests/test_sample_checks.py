@@ -482,6 +482,36 @@ def test_an_output_dim_that_moves_from_1_is_refused_by_name(tmp_path):
         lib.close()
 
 
+def to_fp8(x):
+    return x.to(torch.float8_e4m3fn)
+
+
+def test_opcheck_leaves_out_test_schema_on_a_float8_op_output(tmp_path):
+    """A float8 tensor another op makes shows its dtype only when the sample is made."""
+    path = tmp_path / "fp8made.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpfp8made
+        ops:
+          - func: fp8_rows(Tensor a, Tensor a_scale) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:fp8_rows"}
+            fake: empty([a.size(0)], dtype=bfloat16)
+            samples:
+              - a: {output_of: to_fp8, args: {x: {shape: [3, 32]}}}
+                a_scale: {shape: [3, 1], dtype: uint8, low: 120, high: 130}
+          - func: to_fp8(Tensor x) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:to_fp8"}
+            fake: like(x, dtype=float8_e4m3fn)
+        """))
+    with scratch.in_repo():
+        lib = testing.load_python_library([str(path)])
+    try:
+        case = next(c for c in lib.cases() if c.op.name.name == "fp8_rows")
+        assert set(testing.check_opcheck(case)) == {
+            "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"}
+    finally:
+        lib.close()
+
+
 def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
     """A named size the kernel ties to a tensor given by `values` cannot vary: the compile check
     fails for torch's reason (torch's own message names neither the sample nor its sizes), with
