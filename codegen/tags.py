@@ -185,19 +185,20 @@ def functional_variant(lib: OpLibrary, op: Op) -> Op | None:
 def functional_among(op: Op, overloads: Iterable[Op]) -> Op | None:
     """`functional_variant` of `op` found among `overloads`, the ops of its library named
     `<namespace>::<base name>` (others are passed over)."""
-    schema = op.schema
-    wanted = tuple(_plain(a) for a in schema.arguments if not (a.kwarg_only and a.is_write))
+    written = len(op.schema.mutable_arguments)
+    return next((o for o in _same_inputs(op, overloads)
+                 if not o.schema.mutable_arguments and len(o.schema.returns) == written), None)
+
+
+def _same_inputs(op: Op, overloads: Iterable[Op]):
+    """The ops of `overloads` but `op`, of its namespace and base name, taking its arguments less
+    the out= ones (as `_plain` compares them), in order."""
+    wanted = tuple(_plain(a) for a in op.schema.arguments if not (a.kwarg_only and a.is_write))
     for other in overloads:
-        if other.namespace != op.namespace or other.name.base != op.name.base:
-            continue
-        s = other.schema
-        if other is op:
-            continue
-        if s.mutable_arguments or len(s.returns) != len(schema.mutable_arguments):
-            continue
-        if tuple(_plain(a) for a in s.arguments) == wanted:
-            return other
-    return None
+        if other is not op and other.namespace == op.namespace and \
+                other.name.base == op.name.base and \
+                tuple(_plain(a) for a in other.schema.arguments) == wanted:
+            yield other
 
 
 def near_variant(op: Op, overloads: Iterable[Op]) -> Op | None:
@@ -205,13 +206,7 @@ def near_variant(op: Op, overloads: Iterable[Op]) -> Op | None:
     (`functional_among`) but is not one: it writes arguments itself, or returns another number
     of values. ExecuTorch's `sdpa_with_kv_cache(..., Tensor(a!) key_cache, ...) -> Tensor`
     beside its `.out` writes the caches too, so it cannot functionalize the `.out`."""
-    wanted = tuple(_plain(a) for a in op.schema.arguments if not (a.kwarg_only and a.is_write))
-    for other in overloads:
-        if other is op or other.namespace != op.namespace or other.name.base != op.name.base:
-            continue
-        if tuple(_plain(a) for a in other.schema.arguments) == wanted:
-            return other
-    return None
+    return next(_same_inputs(op, overloads), None)
 
 
 def through_functional(lib: OpLibrary, op: Op) -> tuple[str, Op] | None:
