@@ -217,6 +217,18 @@ class Why(str):
     loc: Loc | None = None
 
 
+def _bind(params: tuple[str, ...], args: tuple[F.Expr, ...],
+          kwargs: tuple[tuple[str, F.Expr], ...], required: int, what: str) -> dict[str, F.Expr]:
+    """A call's arguments by parameter, as Python binds them to `params`, of which the first
+    `required` must be given; NotCpp(`what`) for any other call."""
+    named = dict(kwargs)
+    if len(args) > len(params) or set(named) - set(params) or \
+            any(p in named for p in params[:len(args)]) or \
+            any(p not in named for p in params[len(args):required]):
+        raise NotCpp(what)
+    return dict(zip(params, args)) | named
+
+
 # What a note calls the formula forms the translation does not carry (not the IR's class names).
 _FORMS = {F.EllipsisLit: "'...'", F.GradsRef: "'grads' as a whole",
           F.ResultsRef: "'results' as a whole", F.Star: "'*' unpacking", F.Slice: "slicing",
@@ -945,11 +957,8 @@ class _Builder:
     def _pad(self, e: F.Call) -> str:
         """torch.nn.functional.pad(input, pad, mode="constant", value=None): at::pad, with the
         pad sizes as SymInts."""
-        params = ("input", "pad", "mode", "value")
-        given = dict(zip(params, e.args)) | dict(e.kwargs)
-        if len(e.args) > len(params) or set(given) - set(params) or \
-                not {"input", "pad"} <= set(given):
-            raise NotCpp("torch.nn.functional.pad other than (input, pad, mode, value)")
+        given = _bind(("input", "pad", "mode", "value"), e.args, e.kwargs, 2,
+                      "torch.nn.functional.pad other than (input, pad, mode, value)")
         xc, xk = self.expr(given["input"])
         pad = given["pad"]
         # a tuple of sizes, as Python callers often write it, is the list C++ takes
@@ -1195,11 +1204,8 @@ class _Builder:
         """The bounds of `clamp(min, max)`, either given by position or keyword, or left out:
         C++ takes both, as optional Scalars (std::nullopt for a missing one or None, as torch's
         Python binding passes it); a symbolic number is a Scalar holding it, as in Python."""
-        named = dict(kwargs)
-        if len(args) > 2 or set(named) - {"min", "max"} or \
-                any(key in named for key in ("min", "max")[:len(args)]):
-            raise NotCpp("clamp with arguments other than the numbers min and max")
-        bounds = dict(zip(("min", "max"), args)) | named
+        bounds = _bind(("min", "max"), args, kwargs, 0,
+                       "clamp with arguments other than the numbers min and max")
         given = {key: self.expr(v) for key, v in bounds.items()}
         if any(kind == T for _, kind in given.values()):
             # Tensor bounds, elementwise: the overload of optional Tensors
