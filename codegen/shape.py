@@ -1784,35 +1784,41 @@ class _Checker:
                              f"write `[{inner}]`")
 
     def fn_empty(self, node: _Call) -> Expr:
-        _, named = self.bind(node, "empty", ("shape", "dtype", "device"), 1)
-        self.no_tuple("empty", "the shape", named["shape"])
-        shape = self.want(named["shape"], INT_LIST, "the shape")
-        self.sizes(named["shape"], shape)
-        return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
-                     self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor)
+        return self.empty(node, "empty", ("shape", "dtype", "device"))
 
     def fn_empty_strided(self, node: _Call) -> Expr:
-        _, named = self.bind(node, "empty_strided", ("shape", "stride", "dtype", "device"), 2)
-        self.no_tuple("empty_strided", "the shape", named["shape"])
-        self.no_tuple("empty_strided", "the stride", named["stride"])
+        return self.empty(node, "empty_strided", ("shape", "stride", "dtype", "device"))
+
+    def empty(self, node: _Call, fname: str, params: tuple[str, ...]) -> Expr:
+        """`empty(shape, ...)`, and `empty_strided(shape, stride, ...)` with its strides."""
+        _, named = self.bind(node, fname, params, len(params) - 2)
+        strided = "stride" in params
+        for key in ("shape", "stride") if strided else ("shape",):
+            self.no_tuple(fname, f"the {key}", named[key])
         shape = self.want(named["shape"], INT_LIST, "the shape")
         self.sizes(named["shape"], shape)
-        stride = self.want(named["stride"], INT_LIST, "the stride")
-        self.sizes(named["stride"], stride, "stride")
+        stride = self.want(named["stride"], INT_LIST, "the stride") if strided else None
+        if stride is not None:
+            self.strides(named["stride"], stride, shape)
+        return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
+                     self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor,
+                     stride=stride)
+
+    def strides(self, node: _Syn, stride: Expr, shape: Expr) -> None:
+        """Refuse strides that no kernel can give: negative, from dynamic(), or not one per
+        size."""
+        self.sizes(node, stride, "stride")
         if any(isinstance(n, Dynamic) for n in walk(stride)):
-            raise self.error(named["stride"].span, "dynamic() in a stride is a new "
+            raise self.error(node.span, "dynamic() in a stride is a new "
                              "data-dependent size, which no size of the shape is",
                              "bind a data-dependent size to a name, and use it in both: "
                              "`n = dynamic(); empty_strided([n, 4], [1, n])`")
         if isinstance(shape, ListLit) and isinstance(stride, ListLit) and \
                 len(shape.items) != len(stride.items):
             n, k = len(shape.items), len(stride.items)
-            raise self.error(named["stride"].span, f"empty_strided() has {n} size"
+            raise self.error(node.span, f"empty_strided() has {n} size"
                              f"{'s' if n != 1 else ''} but {k} stride{'s' if k != 1 else ''}",
                              "give one stride per size")
-        return Empty(shape, self.opt_kw(named, "dtype", Ty(T.DTYPE)),
-                     self.opt_kw(named, "device", Ty(T.DEVICE)), self.first_tensor,
-                     stride=stride)
 
     def fn_dynamic(self, node: _Call) -> Expr:
         _, named = self.bind(node, "dynamic", ("min", "max"), 0)
