@@ -474,8 +474,7 @@ def _op_output(value: OpOutput, *, generator: torch.Generator, dtype: torch.dtyp
     assert isinstance(out, torch.Tensor), (
         f"{value.schema.name} returned {type(out).__name__} for return {value.output}, "
         "which a sample takes as a Tensor")
-    out = out.detach()
-    return out.to(_check_dtype(out.dtype, dtype)) if dtype is not None else out
+    return out.detach().to(_check_dtype(out.dtype, dtype))
 
 
 def make_named(op: Op, sample: Sample, *, seed: int = 0, dtype: torch.dtype | None = None,
