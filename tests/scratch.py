@@ -111,6 +111,18 @@ def in_repo():
         os.chdir(prev)
 
 
+@contextlib.contextmanager
+def loaded(testing, paths: list[str]):
+    """The Python library of op files (`testing.load_python_library`, from the repository root,
+    as op files name repo-relative paths), closed when the block ends."""
+    with in_repo():
+        lib = testing.load_python_library(paths)
+    try:
+        yield lib
+    finally:
+        lib.close()
+
+
 def case_ids(op_file: str) -> list[str]:
     """`<op>[<sample index>]` for every sample of `op_file`, read without importing runtime."""
     from codegen.load import load_library

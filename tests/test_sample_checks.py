@@ -145,9 +145,7 @@ def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
             fake: tests.samplelib.kernels:named_rows
             samples: [{x: {shape: [N=4, 3]}}]
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         assert testing.skipped(case, "export") == (
             "torch.export cannot save a program calling smpdict::named_rows, which returns a "
@@ -155,8 +153,6 @@ def test_export_of_an_op_returning_a_dict_is_skipped(tmp_path):
         assert [c for c in testing.CHECKS if testing.applies(case, c)] == ["opcheck"]
         with pytest.raises(Exception, match="Failed serializing node named_rows"):
             testing.check_export(case)
-    finally:
-        lib.close()
 
 
 def test_export_of_an_op_returning_a_number_list_or_a_bool_among_several_is_skipped(tmp_path):
@@ -177,9 +173,7 @@ def test_export_of_an_op_returning_a_number_list_or_a_bool_among_several_is_skip
             fake: tests.samplelib.kernels:with_flag
             samples: [{x: {shape: [N=4, 3]}}]
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         cases = {c.op.name.name: c for c in lib.cases()}
         assert testing.skipped(cases["dims_of"], "export") == (
             "torch.export cannot save a program calling smplists::dims_of, which returns "
@@ -193,8 +187,6 @@ def test_export_of_an_op_returning_a_number_list_or_a_bool_among_several_is_skip
             testing.check_export(cases["dims_of"])
         with pytest.raises(Exception, match="deserializing"):
             testing.check_export(cases["with_flag"])
-    finally:
-        lib.close()
 
 
 def test_export_and_aot_dispatch_of_an_op_returning_a_str_are_skipped(tmp_path):
@@ -210,9 +202,7 @@ def test_export_and_aot_dispatch_of_an_op_returning_a_str_are_skipped(tmp_path):
             dispatch: {CompositeExplicitAutograd: tests.samplelib.kernels:describe}
             samples: [{x: {shape: [N=4, 3]}}]
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         assert testing.skipped(case, "export") == (
             "torch.export cannot save a program calling smpstr::describe, which returns a str "
@@ -227,8 +217,6 @@ def test_export_and_aot_dispatch_of_an_op_returning_a_str_are_skipped(tmp_path):
             testing.check_opcheck(case, ["test_aot_dispatch_dynamic"])
         with pytest.raises(Exception, match="deserializing"):
             testing.check_export(case)
-    finally:
-        lib.close()
 
 
 def test_what_needs_a_fake_is_skipped_on_an_op_without_one(tmp_path):
@@ -243,9 +231,7 @@ def test_what_needs_a_fake_is_skipped_on_an_op_without_one(tmp_path):
             suppress: [no-fake]
             samples: [{row_off: {values: [0, 2, 3, 7]}}]
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         assert testing.skipped(case, "compile") == (
             "torch.compile cannot trace smpnofake::row_lengths, which has no fake kernel (its "
@@ -260,8 +246,6 @@ def test_what_needs_a_fake_is_skipped_on_an_op_without_one(tmp_path):
                 testing.check_opcheck(case, [utility])
         with pytest.raises(Exception):
             testing.check_export(case)
-    finally:
-        lib.close()
 
 
 def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizable(tmp_path):
@@ -283,9 +267,7 @@ def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizabl
             fake: "[like(grad)]"
             suppress: [not-functionalizable]
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         case = next(c for c in lib.cases() if c.op.name.name == "tripled")
         assert testing.opcheck_skipped(case) == (
             "opgen runs opcheck without test_aot_dispatch_dynamic on smpbwd::tripled, as its "
@@ -296,8 +278,6 @@ def test_opcheck_leaves_out_aot_dispatch_where_the_backward_is_unfunctionalizabl
         with pytest.raises(Exception, match="custom \\(non-ATen\\) operator whose output has "
                                             "alias annotations"):
             testing.check_opcheck(case, ["test_aot_dispatch_dynamic"])
-    finally:
-        lib.close()
 
 
 def fp8_rows(a, a_scale):
@@ -319,9 +299,7 @@ def test_opcheck_leaves_out_test_schema_on_float8_samples(tmp_path):
               - {a: {shape: [3, 32], dtype: float8_e4m3fn}, a_scale: {shape: [3, 1], dtype: uint8, low: 120, high: 130}}
               - {a: {shape: [3, 32]}, a_scale: {shape: [3, 1], dtype: uint8, low: 120, high: 130}}
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         fp8, plain = lib.cases()
         assert testing.opcheck_skipped(fp8) == (
             "opgen runs opcheck without test_schema on this sample, as it gives 'a' a "
@@ -330,8 +308,6 @@ def test_opcheck_leaves_out_test_schema_on_float8_samples(tmp_path):
         assert set(testing.check_opcheck(fp8)) == {
             "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"}
         assert "test_schema" in testing.check_opcheck(plain)
-    finally:
-        lib.close()
 
 
 def pack_rows(w):
@@ -372,9 +348,7 @@ def test_a_sample_takes_the_outputs_of_another_op(tmp_path):
     path = tmp_path / "packed.yaml"
     path.write_text(textwrap.dedent(PACKED.format(ns="smppack",
                                                   fake="empty([x.size(0), packed.size(0)])")))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         case = next(c for c in lib.cases() if c.op.name.name == "packed_linear")
         named = testing.make_named(case.op, case.sample, seed=case.seed)
         w = named["packed"].to(torch.float32) * named["scales"]
@@ -394,8 +368,6 @@ def test_a_sample_takes_the_outputs_of_another_op(tmp_path):
             "pack_rows_out1 = torch.ops.smppack.pack_rows(torch.empty(5, 8).uniform_(-1.0, 1.0))\n"
             "torch.ops.smppack.packed_linear(torch.empty(3, 8).uniform_(-1.0, 1.0), "
             "pack_rows_out1[0], pack_rows_out1[1])")
-    finally:
-        lib.close()
 
 
 def test_a_failing_producer_is_named(tmp_path):
@@ -403,16 +375,12 @@ def test_a_failing_producer_is_named(tmp_path):
     path = tmp_path / "packed.yaml"
     path.write_text(textwrap.dedent(text).replace("{shape: [M=5, K]}", "{shape: [K]}")
                     .replace("{shape: [M, K]}", "{shape: [K]}"))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         case = next(c for c in lib.cases() if c.op.name.name == "packed_linear")
         with pytest.raises(Exception) as e:
             testing.make_named(case.op, case.sample, seed=case.seed)
         assert e.value.__notes__ == [
             "(making the sample's `output_of: smppackfail::pack_rows`, on its `args:`)"]
-    finally:
-        lib.close()
 
 
 def test_an_output_of_without_args_shares_the_sample_s_call(tmp_path):
@@ -436,14 +404,10 @@ def test_a_wrong_fake_fails_on_another_op_s_outputs(tmp_path):
     path = tmp_path / "packed.yaml"
     path.write_text(textwrap.dedent(PACKED.format(ns="smppackbad",
                                                   fake="empty([x.size(0), packed.size(1)])")))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         case = next(c for c in lib.cases() if c.op.name.name == "packed_linear")
         with pytest.raises(Exception, match="fake"):
             testing.check_compile(case, backend="aot_eager")
-    finally:
-        lib.close()
 
 
 def group_scales(w):
@@ -471,15 +435,11 @@ def test_an_output_dim_that_moves_from_1_is_refused_by_name(tmp_path):
             dispatch: {CPU: "tests.test_sample_checks:group_scales"}
             fake: empty([w.size(0), w.size(1) // 8])
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         case = next(c for c in lib.cases() if c.op.name.name == "scaled_by")
         with pytest.raises(AssertionError, match=r"dim 1 of 's' \(the output of "
                            r"smpgroups::group_scales\) is 1, 2, 3 at the compile check's sizes"):
             testing.check_compile(case, backend="aot_eager")
-    finally:
-        lib.close()
 
 
 def to_fp8(x):
@@ -502,14 +462,10 @@ def test_opcheck_leaves_out_test_schema_on_a_float8_op_output(tmp_path):
             dispatch: {CPU: "tests.test_sample_checks:to_fp8"}
             fake: like(x, dtype=float8_e4m3fn)
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         case = next(c for c in lib.cases() if c.op.name.name == "fp8_rows")
         assert set(testing.check_opcheck(case)) == {
             "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"}
-    finally:
-        lib.close()
 
 
 def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
@@ -526,9 +482,7 @@ def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
             samples:
               - {src: {shape: [N=5]}, index: {values: [0, 2, 2, 1, 0]}, dim_size: 4}
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         with pytest.raises(Exception) as e:
             testing.check_compile(case, backend="aot_eager")
@@ -537,8 +491,6 @@ def test_a_named_size_tied_to_a_fixed_one_is_located(tmp_path):
             "the sample's) and dynamic: a named size must be free to vary together with the "
             "others; where the kernel ties it to a size written as a number or to a tensor given "
             "by `values`, write it as a number (docs/FORMAT.md, Named sizes)"]
-    finally:
-        lib.close()
 
 
 def test_named_sizes_move_together():
@@ -781,23 +733,15 @@ def test_the_vmap_check_of_an_op_that_writes_and_returns_nothing(tmp_path):
     Nones), and leaves out configurations where what it writes is unbatched."""
     path = tmp_path / "ops.yaml"
     path.write_text(ACCUMULATE.format(rule="accumulate_vmap"))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         assert testing.check_vmap(case) == 2    # all batched at dim 0; buf alone at dim -1
-    finally:
-        lib.close()
     path.write_text(ACCUMULATE.format(rule="accumulate_vmap_writes_a_copy"))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         with pytest.raises(AssertionError, match=r"smpwrite::accumulate\[0\] under vmap, "
                            r"in_dims=\(-1, None\): 'buf' written"):
             testing.check_vmap(case)
-    finally:
-        lib.close()
 
 
 SPLIT_TOTAL = """\
@@ -816,23 +760,15 @@ def test_the_vmap_check_compares_a_list_inside_a_tuple(tmp_path):
     element (it crashed stacking the lists), and fails on a rule wrong in the list alone."""
     path = tmp_path / "ops.yaml"
     path.write_text(SPLIT_TOTAL.format(rule="split_total_vmap"))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         assert testing.check_vmap(case) == 2    # batched at dim 0, then at dim -1
-    finally:
-        lib.close()
     path.write_text(SPLIT_TOTAL.format(rule="split_total_vmap_shifts_a_part"))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         with pytest.raises(AssertionError, match=r"(?s)smpnested::split_total\[0\] under vmap, "
                            r"in_dims=\(0, None\): .*occurred for item \[0\]\[0\]"):
             testing.check_vmap(case)
-    finally:
-        lib.close()
 
 
 def test_complex_samples_take_the_gradient_checks_precision():
@@ -892,9 +828,7 @@ def test_requires_grad_false_keeps_an_input_out_of_the_gradient_checks(tmp_path)
               empty: {self: {shape: [4], requires_grad: false}, lo: 1.0, hi: -1.0}
               range: {self: {shape: [4]}, lo: -0.5, hi: 0.5}
         """))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         empty, in_range = lib.cases()
         assert empty.sample.args[0][1].requires_grad is False
         assert not testing.applies(empty, "gradients")
@@ -904,8 +838,6 @@ def test_requires_grad_false_keeps_an_input_out_of_the_gradient_checks(tmp_path)
         assert in_range.sample.args[0][1].requires_grad is None
         assert testing.applies(in_range, "gradients") and testing.check_gradients(in_range)
         testing.check_opcheck(in_range)
-    finally:
-        lib.close()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -247,9 +247,7 @@ def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, tes
     branch of the `if` is a list of outputs (it was checked as a shape, and refused)."""
     path = tmp_path / "keyed.yaml"
     path.write_text(KEYED_SELECT)
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (op,) = lib.ops
         (out,) = op.fake.outputs
         assert isinstance(out, S.Cond)
@@ -257,8 +255,6 @@ def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, tes
         assert isinstance(out.orelse, S.OutList) and len(out.orelse.items) == 2
         for case in lib.cases():
             testing.check_opcheck(case)
-    finally:
-        lib.close()
 
 
 def test_a_rule_without_the_kernel_s_strides_fails_opcheck(tmp_path, testing):
@@ -273,14 +269,10 @@ def test_a_rule_without_the_kernel_s_strides_fails_opcheck(tmp_path, testing):
     path = tmp_path / "contiguous.yaml"
     path.write_text("namespace: shapecontig\nops:\n" +
                     entry.replace(rule, "empty([self.size(0), self.size(1) // block])"))
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (case,) = lib.cases()
         with pytest.raises(Exception, match="Stride mismatch"):
             testing.check_opcheck(case)
-    finally:
-        lib.close()
 
 
 DIAG_MASK = """\
@@ -313,17 +305,13 @@ def test_an_if_may_order_int_arguments(tmp_path, testing):
 
     path = tmp_path / "order.yaml"
     path.write_text(DIAG_MASK)
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         ops = {str(op.name): op for op in lib.ops}
         kernel = cpp_meta.translate(ops["shapeorder::pick"])[0]
         assert kernel is not None and "(k >= int64_t{2})" in "\n".join(kernel.body)
         for case in lib.cases():
             testing.check_opcheck(case)
             testing.check_compile(case, backend="aot_eager")
-    finally:
-        lib.close()
 
 
 LIST_LENGTHS = """\
@@ -364,9 +352,7 @@ def test_len_of_any_list_argument(tmp_path, testing):
 
     path = tmp_path / "lengths.yaml"
     path.write_text(LIST_LENGTHS)
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         ops = {str(op.name): op for op in lib.ops}
         kernel = cpp_meta.translate(ops["shapelen::lengths"])[0]
         assert kernel is not None
@@ -381,8 +367,6 @@ def test_len_of_any_list_argument(tmp_path, testing):
             testing.check_opcheck(case)
             if case.op.name.name == "lengths":
                 testing.check_compile(case, backend="aot_eager")
-    finally:
-        lib.close()
 
 
 def test_data_dependent_outputs_share_a_bound_size(library):
@@ -1290,16 +1274,12 @@ def test_an_if_may_compare_ranks_and_list_lengths(tmp_path, testing):
     so comparing it specializes no size (it was refused as a size)."""
     path = tmp_path / "rank.yaml"
     path.write_text(RANKED)
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         (op,) = lib.ops
         assert isinstance(op.fake.bindings[0].value, S.Cond)
         for case in lib.cases():
             testing.check_opcheck(case)
             testing.check_compile(case, backend="aot_eager")
-    finally:
-        lib.close()
 
 
 MX_SCALES = """\
@@ -1324,13 +1304,9 @@ def test_mx_scales_are_float8_e8m0fnu(tmp_path, testing):
     samples name that dtype (it was an unknown name)."""
     path = tmp_path / "mx.yaml"
     path.write_text(MX_SCALES)
-    with scratch.in_repo():
-        lib = testing.load_python_library([str(path)])
-    try:
+    with scratch.loaded(testing, [str(path)]) as lib:
         cases = lib.cases()
         assert testing.make_named(cases[0].op, cases[0].sample)["a_scale"].dtype == \
             torch.float8_e8m0fnu
         for case in cases:     # opcheck's test_schema has no allclose for float8 tensors
             testing.check_compile(case, backend="aot_eager")
-    finally:
-        lib.close()
