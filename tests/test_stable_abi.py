@@ -173,9 +173,7 @@ torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor
 }  // namespace sbad
 """
 
-NO_INCLUDE = """\
-#include <torch/csrc/stable/tensor.h>
-
+TWICE_CPU = """
 namespace sbad {
 
 torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor) {
@@ -185,6 +183,7 @@ torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor
 
 }  // namespace sbad
 """
+NO_INCLUDE = "#include <torch/csrc/stable/tensor.h>\n" + TWICE_CPU
 
 
 @pytest.mark.e2e
@@ -529,18 +528,7 @@ namespace sfirst {
 at::Tensor plain_cpu(const at::Tensor& self) { return self.clone(); }
 }  // namespace sfirst
 """
-STABLE_KERNEL = """\
-#include <sbad/sbad.h>
-
-namespace sbad {
-
-torch::stable::Tensor twice_cpu(const torch::stable::Tensor& self, double factor) {
-  (void)factor;
-  return self;
-}
-
-}  // namespace sbad
-"""
+STABLE_KERNEL = "#include <sbad/sbad.h>\n" + TWICE_CPU
 
 
 @pytest.mark.e2e
