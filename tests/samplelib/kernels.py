@@ -295,11 +295,6 @@ def row_count(x):
     return x.size(0)
 
 
-def scale_all_(xs, s):
-    for x in xs:
-        x.mul_(s)
-
-
 def scale_lists(lists, s):
     """apex's amp_C scale: lists[1][i] = lists[0][i] * s."""
     for src, dst in zip(lists[0], lists[1]):
