@@ -242,7 +242,12 @@ def why_not(op: Op, sample: Sample, check: str, library: Iterable[Op] = ()) -> s
     if check == "devices":
         if "nondeterministic_seeded" in op.tags:
             return "the op is nondeterministic_seeded"
-        return None if len(kernel_devices(op)) > 1 else "the op has no CUDA and CPU kernels"
+        devices = kernel_devices(op)
+        if devices == ["cpu"]:
+            return "the op has no CUDA kernel to compare with its CPU kernel"
+        if devices == ["cuda"]:
+            return "the op has no CPU kernel to compare its CUDA kernel with"
+        return None if devices else "the op has no CPU or CUDA kernel"
     if check == "cudagraph":
         if "cuda" not in kernel_devices(op):
             return "the op has no CUDA kernel"

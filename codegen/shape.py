@@ -70,8 +70,10 @@ branch of `a if cond else b` (`[like(v), like(w)] if w is not None else [like(v)
 Values
 ------
 - Argument names of the schema. `Tensor`, `Tensor?`, `Tensor[]`, `int`/`SymInt` (and lists and
-  optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`; any other list
-  (`float[]`, `bool[]`, `str[]`, `Tensor?[]`, optional or not) for its `len()` only.
+  optionals of them), `bool`, `float`/`Scalar`, `ScalarType`, `Device`; a `bool[]` for its
+  `len()` and its items, which are conditions like a `bool` argument (NATTEN's
+  `is_causal[0]`, at an index fixed when traced: a literal, an `int` argument); any other list
+  (`float[]`, `str[]`, `Tensor?[]`, optional or not) for its `len()` only.
 - Sizes (symbolic under dynamic shapes): integer literals (decimal, no leading zeros, 64-bit),
   `int`/`SymInt` arguments,
   `t.size(d)`, `t.shape[d]`, `t.numel()`, `t.dim()` / `t.ndim`, `sizes[i]`, `len(xs)` of any
@@ -215,7 +217,8 @@ class T(enum.Enum):
     TENSOR_LIST = "Tensor[]"
     INT = "int"
     INT_LIST = "int[]"
-    LIST = "list"      # any other list (float[], bool[], str[], Tensor?[]): only len() reads it
+    LIST = "list"      # any other list (float[], bool[], str[], Tensor?[]): len() reads it,
+    #                    and a bool[] is indexed (`_Checker.bool_list`)
     BOOL = "bool"
     SCALAR = "number"
     DTYPE = "dtype"
@@ -386,7 +389,7 @@ class TensorSize(Node):
 
 @dataclass(frozen=True)
 class Item(Node):
-    """`seq[i]` of an int list (an int) or a Tensor list (a Tensor)."""
+    """`seq[i]` of an int list (an int), a Tensor list (a Tensor) or a bool list (a bool)."""
     seq: Expr
     index: Expr
     ty: Ty = INT
@@ -1414,6 +1417,8 @@ class _Checker:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
         if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
             return True     # a dtype, and so its itemsize, is never symbolic
+        if isinstance(e, Item) and e.ty == Ty(T.BOOL):
+            return True     # an item of a bool list, at an index `index` made static
         if e.ty == INT and isinstance(e, (TensorProp, Len, Arith, Neg, MinMax)):
             # A rank and a list's length are plain ints (torchao's `weight.dim() == 4`).
             return self.plain_int(e)
@@ -1571,11 +1576,30 @@ class _Checker:
             return Item(seq, self.want(node.index, INT, "an index"))
         if seq.ty == Ty(T.TENSOR_LIST):
             return Item(seq, self.want(node.index, INT, "an index"), TENSOR)
+        if self.bool_list(seq):
+            # NATTEN's `bool[] is_causal`, one flag per dim: fixed when traced, as a bool is.
+            index = self.want(node.index, INT, "an index")
+            if not self.static(index):
+                raise self.error(node.index.span, f"a bool list is indexed by an int fixed "
+                                 f"when the op is traced (a literal, an int argument), got "
+                                 f"`{_syn_text(self, node.index)}`",
+                                 "its items are conditions: an index that is a size would "
+                                 "specialize it")
+            return Item(seq, index, Ty(T.BOOL))
         if seq.ty == TENSOR:
             raise self.error(node.span, "a tensor cannot be indexed in a fake rule",
                              f"its sizes are `{_syn_text(self, node.obj)}.shape[i]`")
-        raise self.error(node.obj.span, f"only int lists and Tensor[] can be indexed, got "
-                         f"{describe(seq)}")
+        raise self.error(node.obj.span, f"only int lists, bool lists and Tensor[] can be "
+                         f"indexed, got {describe(seq)}")
+
+    def bool_list(self, e: Expr) -> bool:
+        """Whether `e` is a `bool[]` argument (`bool[]?` where a None test tells it is given)."""
+        if not isinstance(e, (Arg, Given)) or e.ty.optional:
+            return False
+        arg = self.schema.argument(e.name if isinstance(e, Arg) else e.arg.name)
+        assert arg is not None
+        base = strip_optional(arg.type)
+        return isinstance(base, ListType) and base.elem == BaseType(BaseTy.bool)
 
     def slice(self, node: _Slice) -> Expr:
         seq = self.want(node.obj, INT_LIST, "a sliced value")

@@ -556,6 +556,124 @@ def test_len_of_any_list_in_meta_kernels(tmp_path):
     assert "OK 3" in out
 
 
+FLAGS_FULL = """\
+namespace: flagfull
+ops:
+  # SHI-Labs/NATTEN src/natten/ops/unfused/torch_library_ops.py: one causal flag per dim
+  - func: flagged(Tensor query, Tensor? bias, SymInt[] kernel_size, bool[] is_causal) -> Tensor
+    dispatch: {CPU: flagged_cpu}
+    fake: >-
+      check(not (is_causal[0] and bias is not None), "causal attention takes no bias");
+      empty(query.shape[:-1] + [kernel_size[0] * kernel_size[-1] if is_causal[-1] else kernel_size[0]])
+    samples:
+      - {query: {shape: [N=3, 4]}, bias: {shape: [4]}, kernel_size: [2, 3], is_causal: [false, true]}
+      - {query: {shape: [N=3, 4]}, bias: null, kernel_size: [2, 3], is_causal: [true, false]}
+"""
+FLAGS_FULL_CPP = """\
+#include <ATen/ATen.h>
+#include <flagfull/flags_full.h>
+namespace flagfull {
+at::Tensor flagged_cpu(const at::Tensor& query, const std::optional<at::Tensor>& bias,
+                       c10::SymIntArrayRef kernel_size, const c10::List<bool>& is_causal) {
+  TORCH_CHECK(!(is_causal.get(0) && bias.has_value()), "causal attention takes no bias");
+  const int64_t k0 = kernel_size[0].expect_int(), k1 = kernel_size.back().expect_int();
+  return at::zeros({query.size(0), is_causal.get(is_causal.size() - 1) ? k0 * k1 : k0},
+                   query.options());
+}
+}  // namespace flagfull
+"""
+FLAGS_STABLE = """\
+namespace: flagstable
+abi: stable
+min_torch: "2.10"
+ops:
+  - func: flagged(Tensor query, Tensor? bias, bool[] is_causal) -> Tensor
+    dispatch: {CPU: flagged_cpu}
+    fake: >-
+      check(not (is_causal[0] and bias is not None), "causal attention takes no bias");
+      like(query) if is_causal[-1] else like(query, dtype=float64)
+    samples:
+      - {query: {shape: [N=3, 4]}, bias: {shape: [4]}, is_causal: [false, true]}
+      - {query: {shape: [N=3, 4]}, bias: null, is_causal: [true, false]}
+"""
+FLAGS_STABLE_CPP = """\
+#include <flagstable/flags_stable.h>
+#include <torch/csrc/stable/ops.h>
+namespace flagstable {
+torch::stable::Tensor flagged_cpu(const torch::stable::Tensor& query,
+                                  const std::optional<torch::stable::Tensor>& bias,
+                                  const std::vector<bool>& is_causal) {
+  STD_TORCH_CHECK(!(is_causal[0] && bias.has_value()), "causal attention takes no bias");
+  auto out = torch::stable::empty_like(query);
+  if (!is_causal.back()) {
+    out = torch::stable::to(out, torch::headeronly::ScalarType::Double);
+  }
+  return torch::stable::fill_(out, 1.0);
+}
+}  // namespace flagstable
+"""
+FLAGS_CHECK = """\
+import torch, runtime
+from torch._library.simple_registry import singleton
+from codegen import testing
+cases = testing.load_cases(%(files)r)
+for c in cases:
+    testing.check_opcheck(c)
+    testing.check_compile(c, backend="aot_eager")
+for ns in ("flagfull", "flagstable"):
+    name = ns + "::flagged"
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "Meta"), name
+    assert singleton.find(name).fake_impl.kernel is None, name
+    flagged = getattr(torch.ops, ns).flagged
+    extra = [[3, 3]] if ns == "flagfull" else []
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        q = mode.from_tensor(torch.ones(3, 4))
+        for flags in ([True, False], []):
+            try:
+                flagged(q, mode.from_tensor(torch.ones(4)), *extra, flags)
+            except Exception as e:
+                print("CHECKED", ns, type(e).__name__, str(e).splitlines()[0])
+print("OK", len(cases))
+"""
+
+
+def test_bool_list_items_in_meta_kernels(tmp_path, monkeypatch):
+    """NATTEN's `bool[] is_causal` (a flag per dim) indexed in a rule is a condition fixed when
+    traced: `meta_bool_at` reads the C++ list on both ABIs (it was refused: "only int lists and
+    Tensor[] can be indexed")."""
+    from codegen.dest import cpp_stable
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "full.yaml").write_text(FLAGS_FULL)
+    (tmp_path / "stable.yaml").write_text(FLAGS_STABLE)
+    ops = {str(op.name): op for op in load_library(["full.yaml", "stable.yaml"]).ops}
+    full, helpers = cpp_meta.translate(ops["flagfull::flagged"])
+    assert full is not None and "bool_at" in helpers
+    body = "\n".join(full.body)
+    assert "TORCH_CHECK(!((meta_bool_at(is_causal, 0) && bias.has_value()))" in body, body
+    assert "(meta_bool_at(is_causal, (-1)) ? " in body, body
+    stable = cpp_stable.translate_meta(ops["flagstable::flagged"])
+    assert stable is not None and "bool_at" in stable.helpers
+    assert "return (meta_bool_at(is_causal, (-1)) ? " in "\n".join(stable.body), stable.body
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_bool_list_items_built_and_run(tmp_path):
+    """The Meta kernels reading `is_causal[i]`, built on both ABIs, agree with the kernels
+    (opcheck, compile) and fail a precondition and an index out of range as Python would."""
+    out = _built_and_run(
+        tmp_path, {"flags_full.yaml": FLAGS_FULL, "flags_stable.yaml": FLAGS_STABLE},
+        {"flagfull/k.cpp": FLAGS_FULL_CPP, "flagstable/k.cpp": FLAGS_STABLE_CPP},
+        FLAGS_CHECK, warning_free=True)
+    assert "CHECKED flagfull RuntimeError flagfull::flagged: causal attention takes no bias" in out
+    assert "CHECKED flagfull IndexError list index 0 out of range for 0 flags" in out
+    assert "CHECKED flagstable RuntimeError flagstable::flagged: causal attention takes no bias" \
+        in out
+    assert "list index 0 out of range for 0 flags" in out.split("CHECKED flagstable")[2], out
+    assert "OK 4" in out
+
+
 FLOOR_FULL = """\
 namespace: floorfull
 ops:

@@ -112,6 +112,28 @@ def test_the_library_has_an_op_of_each_kind():
     assert every == set(testing.CHECKS) - gpu_only
 
 
+def test_why_devices_is_skipped_names_the_missing_kernel(tmp_path, monkeypatch):
+    """An op with a CPU kernel only was said to have "no CUDA and CPU kernels"."""
+    from codegen.load import load_library
+    from codegen.sample_failures import why_not
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dev.yaml").write_text(
+        "namespace: smpdev\nops:\n"
+        "  - {func: 'cpu_only(Tensor x) -> Tensor', dispatch: {CPU: cpu_only_cpu}, fake: like(x)}\n"
+        "  - {func: 'cuda_only(Tensor x) -> Tensor', dispatch: {CUDA: cuda_only_cuda}, "
+        "fake: like(x)}\n"
+        "  - {func: 'both(Tensor x) -> Tensor', dispatch: {'CPU, CUDA': both_k}, fake: like(x)}\n"
+        "  - {func: 'meta_only(Tensor x) -> Tensor', dispatch: {Meta: meta_k}}\n")
+    ops = {op.name.name: op for op in load_library(["dev.yaml"]).ops}
+    reasons = {name: why_not(op, None, "devices") for name, op in ops.items()}
+    assert reasons == {
+        "cpu_only": "the op has no CUDA kernel to compare with its CPU kernel",
+        "cuda_only": "the op has no CPU kernel to compare its CUDA kernel with",
+        "both": None,
+        "meta_only": "the op has no CPU or CUDA kernel"}
+
+
 def test_what_is_skipped_on_an_unfunctionalizable_op_fails_for_torch_s_reason(library):
     """The checks left out on an op torch cannot functionalize cannot pass, whatever its kernels:
     torch refuses the op. (Once one passes, it is to run again.)"""

@@ -343,6 +343,54 @@ def lengths(x, keep, names, maybe, weights):
                         len(weights) if weights is not None else 0])
 
 
+CAUSAL_FLAGS = """\
+namespace: shapeflags
+ops:
+  # SHI-Labs/NATTEN src/natten/ops/unfused/torch_library_ops.py: one causal flag per dim
+  - func: flagged(Tensor query, Tensor? bias, SymInt[] kernel_size, bool[] is_causal) -> Tensor
+    dispatch: {CPU: "tests.test_shape:flagged"}
+    fake: >-
+      check(not (is_causal[0] and bias is not None), "causal attention takes no bias");
+      empty(query.shape[:-1] + [kernel_size[0] * kernel_size[-1] if is_causal[-1] else kernel_size[0]])
+    samples:
+      - {query: {shape: [N=3, 4]}, bias: {shape: [4]}, kernel_size: [2, 3], is_causal: [false, true]}
+      - {query: {shape: [N=3, 4]}, bias: null, kernel_size: [2, 3], is_causal: [true, false]}
+"""
+
+
+def flagged(query, bias, kernel_size, is_causal):
+    if is_causal[0] and bias is not None:
+        raise RuntimeError("causal attention takes no bias")
+    k = kernel_size[0] * kernel_size[-1] if is_causal[-1] else kernel_size[0]
+    return query.new_zeros([*query.shape[:-1], k])
+
+
+def test_bool_list_items_are_conditions(tmp_path):
+    """NATTEN's `bool[] is_causal`, a flag per dim, is fixed when the op is traced: its items
+    are conditions of checks and branches (refused: "only int lists and Tensor[] can be
+    indexed"). The Python fake reads them as the kernel does."""
+    from codegen import testing as cg_testing
+
+    path = tmp_path / "flags.yaml"
+    path.write_text(CAUSAL_FLAGS)
+    with scratch.in_repo():
+        lib = cg_testing.load_python_library([str(path)])
+    try:
+        (op,) = lib.ops
+        assert any(isinstance(n, S.Item) and n.ty == S.Ty(S.T.BOOL) for n in op.fake.nodes())
+        for case in lib.cases():
+            cg_testing.check_opcheck(case)
+            cg_testing.check_compile(case, backend="aot_eager")
+        with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+            q, b = mode.from_tensor(torch.ones(3, 4)), mode.from_tensor(torch.ones(4))
+            with pytest.raises(RuntimeError, match="causal attention takes no bias"):
+                torch.ops.shapeflags.flagged(q, b, [2, 3], [True, False])
+            with pytest.raises(IndexError):
+                torch.ops.shapeflags.flagged(q, b, [2, 3], [])
+    finally:
+        lib.close()
+
+
 def test_len_of_any_list_argument(tmp_path, testing):
     """A list's length is fixed when the op is traced, whatever its elements: torchcodec's
     `n = len(timestamps)` of a `float[]` (refused: "cannot be used in a fake rule"), and the

@@ -72,7 +72,7 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "empty_strided": (), "broadcast": (), "reduce": (), "cat": (),
-    "slice": (), "at": (), "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
+    "slice": (), "at": (), "bool_at": (), "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
     "floordiv": ("floordiv_int",), "mod": ("mod_int",), "or": (), "and": (),
 }
 
@@ -380,6 +380,8 @@ class _Emitter:
                 return self.arg(e)[0]
             case S.Given(arg=a) if e.ty == S.Ty(S.T.BOOL):
                 return f"(*{self.arg(a)[0]})"
+            case S.Item(seq=s, index=i) if e.ty == S.Ty(S.T.BOOL):
+                return self.bool_item(s, i)
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
             case S.BoolOp(op=op, left=a, right=b):
@@ -414,6 +416,8 @@ class _Emitter:
                 return self.dtype(e)
             case S.ItemSize() | S.TensorProp(prop=S.Prop.ndim) | S.Len():
                 return self.static(e)
+            case S.Item(seq=s, index=i) if e.ty == S.Ty(S.T.BOOL):
+                return self.bool_item(s, i)
             case S.Local():
                 return self.local(e, "static")
             case S.Arg() | S.Given():
@@ -428,6 +432,12 @@ class _Emitter:
                     return f"{name}.toDouble()" if isinstance(e, S.Arg) else \
                         f"{name}->toDouble()"
         raise NoCpp(f"compared value {type(e).__name__}")
+
+    def bool_item(self, seq: S.Expr, index: S.Expr) -> str:
+        """`flags[i]` of a `bool[]` argument (a `c10::List<bool>`), indexed as Python does."""
+        self.helpers.add("bool_at")
+        name = self.arg(seq)[0] if isinstance(seq, S.Arg) else f"(*{self.arg(seq.arg)[0]})"
+        return f"meta_bool_at({name}, {self.static(index, True)})"
 
     # -- sizes
 

@@ -377,6 +377,8 @@ class _MetaEmitter:
             case S.Given(arg=S.Arg(name=n)) \
                     if self.args[n].argument.type == OptionalType(BaseType(BaseTy.bool)):
                 return f"(*{self.name(n)})"
+            case S.Item(seq=seq, index=i) if e.ty == S.Ty(S.T.BOOL):
+                return self.bool_item(seq, i)
             case S.Not(operand=o):
                 return f"!({self.cond(o)})"
             case S.BoolOp(op=op, left=a, right=b):
@@ -424,7 +426,15 @@ class _MetaEmitter:
             case S.Given(arg=S.Arg(name=n)) if strip(self.args[n].argument.type) in (
                     BaseType(BaseTy.str), BaseType(BaseTy.bool)):
                 return f"(*{self.name(n)})"
+            case S.Item(seq=seq, index=i) if e.ty == S.Ty(S.T.BOOL):
+                return self.bool_item(seq, i)
         raise _NoCpp("has no stable C++ Meta kernel translation", node=e)
+
+    def bool_item(self, seq: S.Expr, index: S.Expr) -> str:
+        """`flags[i]` of a `bool[]` argument (a `std::vector<bool>`), indexed as Python does."""
+        self.helpers.add("bool_at")
+        name = self.name(seq.name) if isinstance(seq, S.Arg) else f"(*{self.name(seq.arg.name)})"
+        return f"meta_bool_at({name}, {self.static(index)})"
 
     def static(self, e: S.Expr) -> str:
         """An int64_t fixed when the op is traced: literals, int arguments, `t.dim()`,
@@ -501,7 +511,7 @@ def registrations(shard: L.Shard, diags: Diagnostics) -> list[tuple[str, str]]:
 
 
 # C++ helpers of stable Meta kernels (cpp_stable_register.cpp.j2): no kernel takes their names.
-HELPERS = ("promote_types", "floordiv", "mod")
+HELPERS = ("promote_types", "floordiv", "mod", "bool_at")
 
 
 def meta_kernels(shard: L.Shard) -> list[StableMeta]:
@@ -569,7 +579,7 @@ def generate(lib: OpLibrary, diags: Diagnostics, project: Project) -> dict[str, 
                 blocks=impl_blocks(shard, diags),
                 meta=(meta := meta_kernels(shard)),
                 meta_throws=any("throw " in line for k in meta for line in k.body) or any(
-                    {"floordiv", "mod"} & k.helpers for k in meta),
+                    {"floordiv", "mod", "bool_at"} & k.helpers for k in meta),
                 meta_helpers=sorted(set().union(*(k.helpers for k in meta))),
             )
     return out
