@@ -72,7 +72,8 @@ SCALAR_TYPES: dict[str, str] = {n: enums.C10_SCALAR_TYPES[n] for n in enums.TENS
 # C++ helpers (in cpp_meta.cpp.j2) and the helpers each one calls.
 HELPERS: dict[str, tuple[str, ...]] = {
     "like": (), "empty": (), "empty_strided": (), "broadcast": (), "reduce": (), "cat": (),
-    "slice": (), "at": (), "bool_at": (), "opt": (), "dims": (), "same": (), "floordiv_int": (), "mod_int": (),
+    "slice": (), "at": (), "bool_at": (), "opt": (), "dims": (), "same": (), "floordiv_int": (),
+    "mod_int": (),
     "floordiv": ("floordiv_int",), "mod": ("mod_int",), "or": (), "and": (),
 }
 
