@@ -108,6 +108,7 @@ Values
 - `a if cond else b`, where `cond` is fixed when the op is traced: a `bool` argument, `not c`,
   `c1 and c2`, `c1 or c2` (Python's precedence: `not`, then `and`, then `or`), `==`/`!=`
   between `str`, `bool`, `int` or `ScalarType` arguments and literals (`reduction == "none"`),
+  between dtypes, which are never symbolic (`t.dtype == uint8`),
   between devices (`t.device`, `Device` arguments: fake tensors carry their real device),
   `<`/`<=`/`>`/`>=` between `int` arguments and integer literals (`k < 0`), ranks and list
   lengths, which are plain ints too (`w.size(3) if w.dim() == 4 else 1`, `len(sizes) > 1`), or
@@ -1415,7 +1416,7 @@ class _Checker:
 
     def static(self, e: Expr) -> bool:
         """Whether `e` is known when tracing (an argument that cannot be symbolic, a literal)."""
-        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)):
+        if isinstance(e, (StrLit, BoolLit, IntLit, DtypeLit, ItemSize)) or e.ty == DTYPE:
             return True     # a dtype, and so its itemsize, is never symbolic
         if isinstance(e, Item) and e.ty == Ty(T.BOOL):
             return True     # an item of a bool list, at an index `index` made static

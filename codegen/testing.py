@@ -408,8 +408,10 @@ def make_tensor(t: TensorSample, *, generator: torch.Generator, dtype: torch.dty
 
 def _check_dtype(chosen: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
     """A sample's dtype in the gradient check's `dtype`: floating ones take it; complex ones take
-    its precision (gradcheck of a complex64 input at float64's tolerances fails on rounding)."""
-    if dtype is None:
+    its precision (gradcheck of a complex64 input at float64's tolerances fails on rounding).
+    float8 is a storage format, not a precision: its kernels take it alone, and gradcheck cannot
+    step it, so it stays."""
+    if dtype is None or chosen in _FLOAT8:
         return chosen
     if chosen.is_floating_point:
         return dtype

@@ -1256,6 +1256,33 @@ def test_new_tensor_methods_are_carried(tmp_path: Path) -> None:
         assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
 
 
+def test_dtype_cast_methods_are_carried(tmp_path: Path) -> None:
+    """TensorRT-LLM's moe_unpermute gathers rows by an int32 index, `idx.long()`: Tensor's dtype
+    casts (`.long()`, `.float()`, `.double()`, ...) take the C++ path as `.to(<ScalarType>)`
+    (they kept the Python path, with a note)."""
+    formulas = {
+        "a": ("grad * idx.long().to(grad.dtype)",
+              "(grad * idx.to(at::ScalarType::Long).to(grad.scalar_type()))"),
+        "b": ("grad.index_select(0, idx.long()).float().double()",
+              "grad.index_select(0, idx.to(at::ScalarType::Long)).to(at::ScalarType::Float)"
+              ".to(at::ScalarType::Double)"),
+    }
+    path = tmp_path / "ops.yaml"
+    path.write_text("namespace: cst\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, Tensor idx) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {formula}\n"
+        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+
+
 def test_lists_of_sizes_are_carried(tmp_path: Path) -> None:
     """torch_scatter's `index.view([-1 if i == d else 1 for i in range(src.dim())])`,
     `[s + 1 if i == d else s for i, s in enumerate(src.shape)]` and `[n + 1] +

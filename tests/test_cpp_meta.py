@@ -1314,6 +1314,24 @@ def test_a_condition_on_ranks_and_lengths_translates(tmp_path, monkeypatch):
         in kernel.body[1]
 
 
+def test_a_condition_on_a_tensor_s_dtype_translates(tmp_path, monkeypatch):
+    """A tensor's dtype compared in an `if` (TensorRT-LLM's moe_permute branches on
+    `input.dtype`) is its scalar_type() in the Meta kernel."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.yaml").write_text(
+        "namespace: dtcond\nops:\n"
+        "  - func: widen(Tensor input, Tensor scale) -> Tensor\n"
+        "    dispatch: {CPU: k}\n"
+        "    fake: \"empty([input.size(0) * 2]) if input.dtype in (uint8, int8) else"
+        " like(input, dtype=promote_types(input.dtype, scale.dtype))\"\n")
+    (op,) = load_library(["d.yaml"]).ops
+    kernel, _ = cpp_meta.translate(op)
+    assert kernel is not None
+    assert kernel.body[0].startswith(
+        "return (((input.scalar_type() == at::ScalarType::Byte) || "
+        "(input.scalar_type() == at::ScalarType::Char)) ? ")
+
+
 FLOATS = """\
 namespace: floatck
 ops:

@@ -793,6 +793,45 @@ def test_the_vmap_check_compares_a_list_inside_a_tuple(tmp_path):
             testing.check_vmap(case)
 
 
+def fp8_scaled(a, scale):
+    if a.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"a must be float8_e4m3fn, got {a.dtype}")
+    return a.to(scale.dtype) * scale
+
+
+def test_float8_samples_keep_their_dtype_in_the_gradient_check(tmp_path):
+    """TensorRT-LLM's dequantize_e4m3_per_tensor takes float8 values and differentiates its
+    scale: the gradient check made a float8 sample, and a float8 op output, float64, which a
+    kernel for float8 refuses (gradcheck cannot step a float8 input anyway)."""
+    path = tmp_path / "fp8grad.yaml"
+    path.write_text(textwrap.dedent("""\
+        namespace: smpfp8grad
+        ops:
+          - func: fp8_scaled(Tensor a, Tensor scale) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:fp8_scaled"}
+            fake: like(a, dtype=scale.dtype)
+            derivatives:
+              a: non_differentiable
+              scale: (grad * a.to(grad.dtype)).sum_to_size(scale.shape)
+            samples:
+              given: {a: {shape: [3, 4], dtype: float8_e4m3fn}, scale: {values: [[0.5]]}}
+              made:
+                a: {output_of: to_fp8, args: {x: {shape: [3, 4]}}}
+                scale: {values: [[2.0]]}
+          - func: to_fp8(Tensor x) -> Tensor
+            dispatch: {CPU: "tests.test_sample_checks:to_fp8"}
+            fake: like(x, dtype=float8_e4m3fn)
+        """))
+    with scratch.loaded(testing, [str(path)]) as lib:
+        cases = [c for c in lib.cases() if c.op.name.name == "fp8_scaled"]
+        assert [c.id for c in cases] == ["smpfp8grad::fp8_scaled[given]",
+                                         "smpfp8grad::fp8_scaled[made]"]
+        for case in cases:
+            named = testing.make_named(case.op, case.sample, dtype=torch.float64)
+            assert (named["a"].dtype, named["scale"].dtype) == (torch.float8_e4m3fn, torch.float64)
+            assert testing.check_gradients(case)
+
+
 def test_complex_samples_take_the_gradient_checks_precision():
     """A complex64 sample is gradchecked in complex128 under the default float64 (at float64's
     tolerances a correct complex64 op failed on rounding), in complex64 under float32."""

@@ -257,6 +257,44 @@ def test_a_tensor_list_return_may_be_a_conditional_of_output_lists(tmp_path, tes
             testing.check_opcheck(case)
 
 
+def permute_rows(input, input_sf, rows):
+    out = input.index_select(0, rows)
+    if input.dtype == torch.uint8 and input_sf is not None:
+        return out, input_sf.index_select(0, rows)
+    return out, None
+
+
+PERMUTE_ROWS = """\
+namespace: shapedtype
+ops:
+  - func: permute_rows(Tensor input, Tensor? input_sf, Tensor rows) -> (Tensor, Tensor?)
+    dispatch: {CPU: "tests.test_shape:permute_rows"}
+    fake: "n = rows.size(0); (empty([n, input.size(1)]), empty([n], dtype=input_sf.dtype) if input.dtype == uint8 and input_sf is not None else None)"
+    samples:
+      - {input: {shape: [4, 6], dtype: uint8}, input_sf: {shape: [4]}, rows: {values: [3, 0, 0]}}
+      - {input: {shape: [4, 6], dtype: bfloat16}, input_sf: {shape: [4]}, rows: {values: [1]}}
+"""
+
+
+def test_a_tensor_s_dtype_is_a_condition(tmp_path, testing):
+    """TensorRT-LLM's moe_permute returns its scales only for packed fp4 input (`if
+    input.dtype == torch.float4_e2m1fn_x2`): a tensor's dtype is fixed when the op is traced,
+    as a ScalarType argument is, so an `if` may compare it (it was refused)."""
+    path = tmp_path / "permute.yaml"
+    path.write_text(PERMUTE_ROWS)
+    with scratch.loaded(testing, [str(path)]) as lib:
+        (op,) = lib.ops
+        cond = op.fake.outputs[1].cond
+        assert cond.left == S.Compare(S.CompareOp.eq, S.TensorProp(S.Arg("input", S.TENSOR),
+                                                                   S.Prop.dtype),
+                                      S.DtypeLit("uint8"))
+        for case in lib.cases():
+            testing.check_opcheck(case)
+    r = ok("like(self) if self.dtype in (int8, uint8) else like(self, dtype=promote_types("
+           "self.dtype, float32))")
+    assert isinstance(r.outputs[0], S.Cond)
+
+
 def test_a_rule_without_the_kernel_s_strides_fails_opcheck(tmp_path, testing):
     """col_scales' kernel writes column-major scales: with `empty` (contiguous) in place of its
     rule's `empty_strided`, opcheck's fake-tensor check fails on the strides."""

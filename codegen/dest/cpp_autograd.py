@@ -174,6 +174,10 @@ TENSOR_METHODS: dict[str, tuple[tuple[str, ...], ...]] = {
     "repeat_interleave": (("repeats:T",), ("repeats:T", "dim:i"), ("repeats:si",),
                           ("repeats:si", "dim:i")),
 }
+# Tensor's dtype casts (`idx.long()`), which C++ spells `.to(<ScalarType>)`.
+_CAST_METHODS = {"float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16",
+                 "long": "Long", "int": "Int", "short": "Short", "char": "Char", "byte": "Byte",
+                 "bool": "Bool"}
 # Methods and torch functions giving a list of tensors (`split`: codegen's own, by its argument).
 _LIST_RESULTS = {"chunk", "unbind", "split"}
 # Methods whose sizes argument is SymInt in C++ (`<name>_symint`).
@@ -1133,6 +1137,8 @@ class _Builder:
                 return self._new_tensor(oc, func.name, e.args, e.kwargs), T
             if func.name == "split":
                 return self._split(oc, e.args, e.kwargs, "split_size"), TL
+            if func.name in _CAST_METHODS and not e.args and not e.kwargs:
+                return f"{oc}.to(at::ScalarType::{_CAST_METHODS[func.name]})", T
             if func.name in TENSOR_METHODS:
                 given = e.args
                 try:
