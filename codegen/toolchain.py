@@ -29,6 +29,10 @@ from codegen.diagnostics import Diagnostics
 from codegen.files import write_atomic
 
 KEY_PREFIX = "# key: "
+# The oldest torch the generated code builds and runs with (the package's dependency says the
+# same; tests/test_toolchain.py holds them together): older ones lack the C++ and Python library
+# APIs it calls (`Library::def` with tags, AOTInductor's shims, torch.library.register_autocast).
+MIN_TORCH = (2, 10)
 _ENV_KEYS = ("CXX", "CC", "CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST", "OPGEN_CFLAGS",
              "OPGEN_NVCC_FLAGS", "OPGEN_NO_CCACHE")
 
@@ -179,18 +183,56 @@ def _nvcc_passthrough(flags: list[str]) -> list[str]:
     return out
 
 
+# Where torch.utils.cpp_extension looks last, and where CUDA's installers put the toolkit.
+DEFAULT_TOOLKIT = Path("/usr/local/cuda")
+
+
+def _is_toolkit(home: str | Path) -> bool:
+    return (Path(home) / "include" / "cuda_runtime.h").is_file()
+
+
+def _toolkit_home(found: str | None) -> str | None:
+    """The CUDA toolkit to build with. torch.utils.cpp_extension takes CUDA_HOME (CUDA_PATH), else
+    the directory above the `bin/` of the first nvcc on PATH, else /usr/local/cuda; an nvcc that
+    is a wrapper script (`/usr/local/bin/nvcc` exec'ing the real one) makes that `/usr/local`,
+    where no libcudart is, and every link fails. A guess that is no toolkit gives way to the
+    real nvcc's toolkit, then /usr/local/cuda; a CUDA_HOME the user set stays as it is."""
+    if found is None or _is_toolkit(found) or \
+            os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return found
+    nvcc = shutil.which("nvcc")
+    candidates = [Path(nvcc).resolve().parent.parent] if nvcc else []
+    candidates.append(DEFAULT_TOOLKIT)
+    return next((str(c) for c in candidates if _is_toolkit(c) and (c / "bin" / "nvcc").exists()),
+                None)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a torch version such as `2.13.0+cpu` or `2.16.0.dev20261101`."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
 def make_toolchain(key: str) -> Toolchain:
     """Derive the toolchain from torch.utils.cpp_extension (imports torch)."""
     import torch
     from torch.utils import cpp_extension
 
     torch_version = torch.__version__
+    if _release(torch_version) < MIN_TORCH:
+        floor = ".".join(map(str, MIN_TORCH))
+        raise ToolchainError(
+            f"error: torch {torch_version} is older than opgen supports: the generated code "
+            f"needs torch {floor} or newer\n"
+            f"hint: pip install 'torch>={floor}' (the build uses the torch of {sys.executable})")
     # The C++ standard cpp_extension compiles extensions with (C++20 since torch 2.10ish).
     ext_source = Path(cpp_extension.__file__).read_text(encoding="utf-8")
     std = "c++20" if "-std=c++20" in ext_source else "c++17"
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     openmp = torch.backends.openmp.is_available()
     torch_cuda = torch.version.cuda is not None
+    if torch_cuda:
+        cpp_extension.CUDA_HOME = _toolkit_home(cpp_extension.CUDA_HOME)
     with_cuda = torch_cuda and cpp_extension.CUDA_HOME is not None
     includes = cpp_extension.include_paths("cuda" if with_cuda else "cpu")
     lib_dirs = cpp_extension.library_paths("cuda" if with_cuda else "cpu")

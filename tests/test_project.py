@@ -794,3 +794,67 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
                          cwd=elsewhere, env=clean, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout == "['alphans'] ['betans'] 8.0 2.0 4.0\n", run.stdout
+
+
+def test_build_refuses_a_torch_older_than_opgen_supports(monkeypatch) -> None:
+    """torch 2.5 compiled none of the generated registrations (`Library::def` with tags, the
+    AOTInductor shims): the build stops before ninja, saying which torch it needs."""
+    import torch
+
+    from codegen import toolchain
+
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
+    with pytest.raises(toolchain.ToolchainError) as e:
+        toolchain.make_toolchain("key")
+    assert str(e.value) == (
+        "error: torch 2.5.1+cu124 is older than opgen supports: the generated code needs torch "
+        "2.10 or newer\n"
+        f"hint: pip install 'torch>=2.10' (the build uses the torch of {sys.executable})")
+
+
+def test_the_package_requires_the_torch_the_build_accepts() -> None:
+    """pyproject.toml's torch requirement is the build's floor (codegen.toolchain.MIN_TORCH)."""
+    import tomllib
+
+    from codegen import toolchain
+
+    meta = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml")
+                         .read_text(encoding="utf-8"))
+    floor = ".".join(map(str, toolchain.MIN_TORCH))
+    assert f"torch>={floor}" in meta["project"]["dependencies"]
+
+
+def test_a_wrapper_nvcc_on_path_builds_with_the_real_toolkit(tmp_path: Path, monkeypatch) -> None:
+    """An `nvcc` on PATH that is a script exec'ing the real one made torch guess CUDA_HOME as
+    the directory above it, where no libcudart is: every CUDA build failed to link. The build
+    takes the toolkit the real nvcc belongs to, or the default one; a CUDA_HOME the user set
+    stays."""
+    from codegen import toolchain
+
+    def toolkit(path: Path) -> Path:
+        (path / "include").mkdir(parents=True)
+        (path / "include" / "cuda_runtime.h").write_text("")
+        (path / "bin").mkdir()
+        (path / "bin" / "nvcc").write_text("#!/bin/sh\n")
+        (path / "bin" / "nvcc").chmod(0o755)
+        return path
+
+    wrapper = tmp_path / "local"
+    (wrapper / "bin").mkdir(parents=True)
+    (wrapper / "bin" / "nvcc").write_text(f"#!/bin/sh\nexec {tmp_path}/cuda-13.0/bin/nvcc \"$@\"\n")
+    (wrapper / "bin" / "nvcc").chmod(0o755)
+    real = toolkit(tmp_path / "cuda-13.0")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(wrapper / "bin"))
+    monkeypatch.setattr(toolchain, "DEFAULT_TOOLKIT", tmp_path / "cuda")
+    assert toolchain._toolkit_home(str(wrapper)) is None        # nothing better: no CUDA build
+    (tmp_path / "cuda").symlink_to(real)
+    assert toolchain._toolkit_home(str(wrapper)) == str(tmp_path / "cuda")
+    # An nvcc linked from PATH: its own toolkit.
+    (wrapper / "bin" / "nvcc").unlink()
+    (wrapper / "bin" / "nvcc").symlink_to(real / "bin" / "nvcc")
+    assert toolchain._toolkit_home(str(wrapper)) == str(real)
+    assert toolchain._toolkit_home(str(real)) == str(real)
+    monkeypatch.setenv("CUDA_HOME", str(wrapper))
+    assert toolchain._toolkit_home(str(wrapper)) == str(wrapper)
