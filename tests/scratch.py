@@ -247,3 +247,25 @@ def write_dotted_project(root: Path, package: str, ns: str) -> Path:
             f'package = "{package}"', f'package = "{dotted}"').replace(
             f"'{package}.kernels:", f"'{dotted}.kernels:"), encoding="utf-8")
     return root
+
+
+def pinned_torch() -> str:
+    """The torch release of requirements-dev.txt, which opgen's records of torch (the JSON
+    files under codegen/, its tables of dtypes and enumerators) are taken from."""
+    for line in (REPO / "requirements-dev.txt").read_text(encoding="utf-8").splitlines():
+        name, _, version = line.split("#", 1)[0].strip().partition("==")
+        if name.strip() == "torch":
+            return version.strip()
+    raise AssertionError("requirements-dev.txt pins no torch")
+
+
+def on_pinned_torch():
+    """A mark for a test comparing a record of the pinned torch with the installed one: under
+    another release (`make test` with a torch of the user's) they differ by design."""
+    import pytest
+    import torch
+
+    installed = torch.__version__.split("+")[0]
+    return pytest.mark.skipif(installed != pinned_torch(),
+                              reason=f"compares opgen's record of torch {pinned_torch()} "
+                                     f"(requirements-dev.txt) with the installed torch {installed}")

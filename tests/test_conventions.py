@@ -21,6 +21,7 @@ from codegen.gen import render
 from codegen.load import load_library
 from codegen.parse import parse_schema
 from codegen.tags import shape_tag
+from tests import scratch
 
 torch = pytest.importorskip("torch")
 
@@ -139,6 +140,7 @@ def test_scalar_type_numbers_are_torchs():
         assert enums.scalar_type_number(alias) == arg.default_value
 
 
+@scratch.on_pinned_torch()
 def test_cpp_enumerators_are_c10s():
     from torch.utils.cpp_extension import include_paths
 

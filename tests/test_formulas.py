@@ -494,6 +494,7 @@ def test_what_follows_from_a_mistake_is_not_reported(text, message):
     assert _errors(text, INDEX_SCHEMA) == [message]
 
 
+@scratch.on_pinned_torch()
 def test_the_recorded_vocabulary_is_the_installed_torchs():
     """codegen/torch_names.json is what `--refresh` writes for the pinned torch."""
     import json
@@ -1289,6 +1290,7 @@ def test_a_keyword_only_gradient_does_not_hide_the_other_mistakes():
     assert "grads[3]" in messages[1], messages
 
 
+@scratch.on_pinned_torch()
 def test_the_recorded_signatures_are_the_installed_torchs():
     """codegen/torch_signatures.json is what `--refresh` writes for the pinned torch."""
     import json

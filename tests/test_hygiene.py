@@ -39,7 +39,7 @@ from codegen.__main__ import main as cli
 from codegen.gen import render
 from codegen.dest.py_common import reg_module_names
 from codegen.load import load_library
-from tests import expect
+from tests import expect, scratch
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -482,6 +482,7 @@ def test_nasty_cpp_library_compiles(tmp_path, monkeypatch):
             ast.parse(files[rel])
 
 
+@scratch.on_pinned_torch()
 def test_reserved_record_is_current():
     """codegen/reserved.json is what `python -m codegen.reserved --refresh` writes for the pinned
     torch and this compiler."""

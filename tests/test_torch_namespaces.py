@@ -13,6 +13,7 @@ from codegen import torch_namespaces
 from tests import scratch
 
 
+@scratch.on_pinned_torch()
 def test_record_matches_the_installed_torch():
     # A fresh interpreter: this one may have loaded op libraries that add namespaces.
     proc = subprocess.run(

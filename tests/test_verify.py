@@ -27,6 +27,7 @@ from codegen.verify import (
     verify_library,
     verify_op,
 )
+from tests import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,6 +167,7 @@ def test_enum_defaults_are_exactly_what_torch_accepts():
         assert not torch_accepts(arg), arg
 
 
+@scratch.on_pinned_torch()
 def test_every_torch_dtype_name_is_a_scalar_type_default():
     torch = pytest.importorskip("torch")
     names = {n for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)}
@@ -184,6 +186,7 @@ def test_cpp_keywords_are_keywords():
 
 def test_torch_native_functions_pass_with_the_torch_corpus_rules(tmp_path):
     pytest.importorskip("torchgen")
+    import torch
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         from bench_load import convert, torchgen_paths
@@ -192,15 +195,20 @@ def test_torch_native_functions_pass_with_the_torch_corpus_rules(tmp_path):
     out = tmp_path / "native_functions.yaml"
     n = convert(torchgen_paths()[0], str(out))
     lib = load_library([str(out)], rules=Rules.torch_corpus())
-    assert len(lib.ops) == n == 2584
+    assert len(lib.ops) == n
+    pinned = torch.__version__.split("+")[0] == scratch.pinned_torch()
+    if pinned:
+        assert n == 2584
     # With our own rules, only the three `from` arguments and the device kernels of factory ops
     # (which BackendSelect reaches in aten, and nothing reaches in a custom op) are refused.
     with pytest.raises(UserError) as e:
         load_library([str(out)])
     errors = collections.Counter(d.message.split(" kernel of ")[0]
                                  for d in e.value.diags.sorted() if d.severity == "error")
-    assert errors == {"argument name 'from' is a Python keyword": 3,
-                      "a CPU": 8, "a CUDA": 1, "a Meta": 1}
+    expected = {"argument name 'from' is a Python keyword": 3, "a CPU": 8, "a CUDA": 1,
+                "a Meta": 1}
+    # Another torch has other factory ops; the kinds of refusal stay.
+    assert errors == expected if pinned else set(errors) == set(expected)
 
 
 def test_canonical_schema_is_what_list_prints(tmp_path):
