@@ -38,7 +38,9 @@ from tests.test_torch_func import combine
 _lib = torch.library.Library("gradtest", "FRAGMENT")
 _ops = torch.ops.gradtest
 
-_COMPLEX_OF = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
+# bfloat16's complex type is new in torch 2.15 (bcomplex32); before, it promoted to complex64.
+_COMPLEX_OF = {torch.float16: torch.complex32,
+               torch.bfloat16: getattr(torch, "bcomplex32", torch.complex64),
                torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 

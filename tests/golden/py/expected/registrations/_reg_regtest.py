@@ -35,7 +35,9 @@ _ops = torch.ops.regtest
 _vmap_lib = torch.library.Library("opgen_vmap_regtest", "FRAGMENT")
 _vmap_ops = torch.ops.opgen_vmap_regtest
 
-_COMPLEX_OF = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
+# bfloat16's complex type is new in torch 2.15 (bcomplex32); before, it promoted to complex64.
+_COMPLEX_OF = {torch.float16: torch.complex32,
+               torch.bfloat16: getattr(torch, "bcomplex32", torch.complex64),
                torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
