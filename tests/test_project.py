@@ -797,19 +797,20 @@ def test_wheels_install_and_run_without_opgen(tmp_path: Path) -> None:
 
 
 def test_build_refuses_a_torch_older_than_opgen_supports(monkeypatch) -> None:
-    """torch 2.5 compiled none of the generated registrations (`Library::def` with tags, the
-    AOTInductor shims): the build stops before ninja, saying which torch it needs."""
+    """torch 2.5 and 2.10 compiled none of the generated registrations (`m.def(schema, {tags})`;
+    2.5 also lacks the AOTInductor shims): the build stops before ninja, saying which torch it
+    needs."""
     import torch
 
     from codegen import toolchain
 
-    monkeypatch.setattr(torch, "__version__", "2.5.1+cu124")
+    monkeypatch.setattr(torch, "__version__", "2.10.0+cu128")
     with pytest.raises(toolchain.ToolchainError) as e:
         toolchain.make_toolchain("key")
     assert str(e.value) == (
-        "error: torch 2.5.1+cu124 is older than opgen supports: the generated code needs torch "
-        "2.10 or newer\n"
-        f"hint: pip install 'torch>=2.10' (the build uses the torch of {sys.executable})")
+        "error: torch 2.10.0+cu128 is older than opgen supports: the generated code needs torch "
+        "2.13 or newer\n"
+        f"hint: pip install 'torch>=2.13' (the build uses the torch of {sys.executable})")
 
 
 def test_the_package_requires_the_torch_the_build_accepts() -> None:
