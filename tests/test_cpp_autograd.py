@@ -4,6 +4,7 @@ compiles warning-free, and that the example library's differentiable ops run on 
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import textwrap
@@ -176,6 +177,36 @@ def test_note_names_what_is_not_carried_not_the_ir(tmp_path: Path) -> None:
         "step, which the C++ translation does not carry"]
 
 
+def _carried(tmp_path: Path, ns: str, params: str, formulas: dict, *, idx: bool = False,
+             others: str = ""):
+    """Loads one op `<name>(Tensor x, <params>) -> Tensor` per entry of `formulas` (name ->
+    (the formula of x, the C++ of its grad_inputs[0] or None)), with `idx: non_differentiable`
+    where `idx`, then the ops of `others`; asserts each of the former takes the C++ path, with
+    that translation where one is given. Returns the library."""
+    path = tmp_path / "ops.yaml"
+    path.write_text(f"namespace: {ns}\nops:\n" + "".join(
+        f"  - func: {name}(Tensor x, {params}) -> Tensor\n"
+        f"    dispatch: {{CPU: {name}_cpu}}\n"
+        "    fake: like(x)\n"
+        "    derivatives:\n"
+        f"      x: {json.dumps(formula)}\n"
+        + ("      idx: non_differentiable\n" if idx else "")
+        for name, (formula, _) in formulas.items()) + others)
+    lib = load_library([str(path)])
+    for op in lib.ops:
+        if op.name.name not in formulas:
+            continue
+        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
+        plan = cpp_autograd.plan(lib, op)
+        assert plan is not None
+        cpp = formulas[op.name.name][1]
+        if cpp is not None:
+            line = f"  grad_inputs[0] = {cpp};"
+            # a translation of several lines is one entry of the body
+            assert line in (plan.body if "\n" not in line else "\n".join(plan.body)), plan.body
+    return lib
+
+
 def test_sizes_arithmetic_cat_and_indexing_are_carried(tmp_path: Path) -> None:
     """Formulas mixing floats with SymInt sizes and arguments, `torch.cat` and indexing take the
     C++ path (they kept the Python one, with a note), and print as the C++ of Python's meaning:
@@ -196,19 +227,7 @@ def test_sizes_arithmetic_cat_and_indexing_are_carried(tmp_path: Path) -> None:
               "(grad.index({0}) * x.index({at::indexing::Slice(), at::indexing::Slice(1)})"
               ".index({(-1), at::indexing::Slice(std::nullopt, std::nullopt, 2)}))"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: sym\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, SymInt n) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: {formula}\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+    _carried(tmp_path, "sym", "SymInt n", formulas)
 
 
 def test_python_kernels_keep_python_autograd_without_a_note(tmp_path: Path, monkeypatch) -> None:
@@ -1175,19 +1194,7 @@ def test_clamp_with_keywords_and_symbolic_bounds_is_carried(tmp_path: Path) -> N
         "c": ("grad * torch.clamp(x, None, 2.5)", "(grad * at::clamp(x, ::std::nullopt, 2.5))"),
         "d": ("grad * x.clamp(0, max=n)", "(grad * x.clamp(0, at::Scalar(n)))"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: clp\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, SymInt n) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: {formula}\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+    _carried(tmp_path, "clp", "SymInt n", formulas)
 
 
 def test_sizes_and_none_to_int_and_optional_parameters_are_carried(tmp_path: Path) -> None:
@@ -1233,27 +1240,13 @@ def test_new_tensor_methods_are_carried(tmp_path: Path) -> None:
         "d": ("grad * grad.new_full(x.shape, fill_value=0.5)",
               "(grad * grad.new_full_symint(x_sizes_, 0.5))"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: nwt\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, int[] sizes) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: {formula}\n" for name, (formula, _) in formulas.items())
-        + "  - func: gather(Tensor g, Tensor out) -> Tensor\n"
-          "    dispatch: {CPU: gather_cpu}\n"
-          "    fake: like(out)\n"
-          "    derivatives:\n"
-          "      g: grad\n"
-          "      out: non_differentiable\n")
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        if op.name.name == "gather":
-            continue
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+    _carried(tmp_path, "nwt", "int[] sizes", formulas,
+             others="  - func: gather(Tensor g, Tensor out) -> Tensor\n"
+                    "    dispatch: {CPU: gather_cpu}\n"
+                    "    fake: like(out)\n"
+                    "    derivatives:\n"
+                    "      g: grad\n"
+                    "      out: non_differentiable\n")
 
 
 def test_dtype_cast_methods_are_carried(tmp_path: Path) -> None:
@@ -1267,20 +1260,7 @@ def test_dtype_cast_methods_are_carried(tmp_path: Path) -> None:
               "grad.index_select(0, idx.to(at::ScalarType::Long)).to(at::ScalarType::Float)"
               ".to(at::ScalarType::Double)"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: cst\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, Tensor idx) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: {formula}\n"
-        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+    _carried(tmp_path, "cst", "Tensor idx", formulas, idx=True)
 
 
 def test_lists_of_sizes_are_carried(tmp_path: Path) -> None:
@@ -1313,20 +1293,7 @@ def test_lists_of_sizes_are_carried(tmp_path: Path) -> None:
               "  for (int64_t t = 2; t < static_cast<int64_t>(sizes.size()); ++t) {\n"
               "    out.push_back(1);\n  }\n  return out;\n}())))"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: lst\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, int[] sizes) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: '{formula}'\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in "\n".join(plan.body), \
-            "\n".join(plan.body)
+    _carried(tmp_path, "lst", "int[] sizes", formulas)
 
 
 def test_gather_scatter_narrow_diff_flatten_are_carried(tmp_path: Path) -> None:
@@ -1346,20 +1313,7 @@ def test_gather_scatter_narrow_diff_flatten_are_carried(tmp_path: Path) -> None:
         "d": ("grad * idx.diff().flatten() + grad * idx.diff(1, 0).flatten(0, -1)",
               "((grad * idx.diff().flatten()) + (grad * idx.diff(1, 0).flatten(0, (-1))))"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: gsc\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, Tensor idx) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: {formula}\n"
-        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        assert f"  grad_inputs[0] = {formulas[op.name.name][1]};" in plan.body, plan.body
+    _carried(tmp_path, "gsc", "Tensor idx", formulas, idx=True)
 
 
 # torch_scatter's and torch_sparse's constructs, in two namespaces: `cts` on the C++ path and
@@ -1687,22 +1641,7 @@ def test_more_torch_operations_are_carried(tmp_path: Path) -> None:
               "torch.stack([g * i for i, g in enumerate(grad.unbind(), 1)])",
               None),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: more\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, Tensor idx, int k) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: {formula}\n"
-        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        plan = cpp_autograd.plan(lib, op)
-        assert plan is not None
-        expected = formulas[op.name.name][1]
-        if expected is not None:
-            assert f"  grad_inputs[0] = {expected};" in plan.body, plan.body
+    lib = _carried(tmp_path, "more", "Tensor idx, int k", formulas, idx=True)
     body = "\n".join(cpp_autograd.plan(lib, lib.ops[3]).body)
     assert "x.chunk(2)" in body and "x.split_symint(std::vector<c10::SymInt>{1, " in body
     assert "grad.unbind(0)" in body and "grad.split(1, 0).at(0)" in body
@@ -1740,20 +1679,7 @@ def test_einsum_pad_unfold_and_repeat_interleave_are_carried(tmp_path: Path) -> 
               "grad.repeat_interleave_symint(idx, 0)) + "
               "at::repeat_interleave_symint(grad, c10::SymInt(1), 1))"),
     }
-    path = tmp_path / "ops.yaml"
-    path.write_text("namespace: epur\nops:\n" + "".join(
-        f"  - func: {name}(Tensor x, Tensor idx, int k) -> Tensor\n"
-        f"    dispatch: {{CPU: {name}_cpu}}\n"
-        "    fake: like(x)\n"
-        "    derivatives:\n"
-        f"      x: \"{formula}\"\n"
-        "      idx: non_differentiable\n" for name, (formula, _) in formulas.items()))
-    lib = load_library([str(path)])
-    for op in lib.ops:
-        assert cpp_autograd.reason(lib, op) is None, (op.name, cpp_autograd.reason(lib, op))
-        expected = formulas[op.name.name][1]
-        if expected is not None:
-            assert f"  grad_inputs[0] = {expected};" in cpp_autograd.plan(lib, op).body
+    lib = _carried(tmp_path, "epur", "Tensor idx, int k", formulas, idx=True)
     body = "\n".join(cpp_autograd.plan(lib, lib.ops[1]).body)
     assert 'at::pad_symint(grad, c10::fromIntArrayRefSlow(std::vector<int64_t>{1, k}), ' \
         '"constant", std::nullopt)' in body, body
@@ -1765,6 +1691,7 @@ def test_einsum_pad_unfold_and_repeat_interleave_are_carried(tmp_path: Path) -> 
         "torch.nn.functional.pad(grad, x)": "torch.nn.functional.pad of a Tensor by a Tensor",
         "grad.view(1, x)": ".view with arguments of kinds int, Tensor",
     }
+    path = tmp_path / "ops.yaml"
     path.write_text("namespace: epurno\nops:\n" + "".join(
         f"  - func: r{i}(Tensor x) -> Tensor\n"
         f"    dispatch: {{CPU: r{i}_cpu}}\n"
