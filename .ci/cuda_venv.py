@@ -7,7 +7,6 @@ torch from the package registry, the other pins of requirements-dev.txt, and nvc
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +33,10 @@ def system_cuda_home() -> str | None:
     for candidate in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
         if candidate and (Path(candidate) / "bin" / "nvcc").is_file():
             return candidate
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        home = Path(nvcc).resolve().parent.parent
-        if (home / "include" / "cuda_runtime.h").is_file():
-            return str(home)
-    return "/usr/local/cuda" if Path("/usr/local/cuda/bin/nvcc").is_file() else None
+    sys.path.insert(0, str(REPO))
+    from codegen.toolchain import installed_toolkit     # the build's own search
+
+    return installed_toolkit()
 
 
 def main() -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from codegen import config
 from codegen import layout as L
+from codegen.abi import version_text
 from codegen.dest.ninja import ninja_file, toolchain_file
 from codegen.diagnostics import Diagnostics
 from codegen.files import write_atomic
@@ -201,6 +202,12 @@ def _toolkit_home(found: str | None) -> str | None:
     if found is None or _is_toolkit(found) or \
             os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
         return found
+    return installed_toolkit()
+
+
+def installed_toolkit() -> str | None:
+    """The CUDA toolkit of the first nvcc on PATH (through links), else DEFAULT_TOOLKIT; None
+    where neither is one."""
     nvcc = shutil.which("nvcc")
     candidates = [Path(nvcc).resolve().parent.parent] if nvcc else []
     candidates.append(DEFAULT_TOOLKIT)
@@ -208,20 +215,15 @@ def _toolkit_home(found: str | None) -> str | None:
                 None)
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """(major, minor) of a torch version such as `2.13.0+cpu` or `2.16.0.dev20261101`."""
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return (int(m[1]), int(m[2])) if m else (0, 0)
-
-
 def make_toolchain(key: str) -> Toolchain:
     """Derive the toolchain from torch.utils.cpp_extension (imports torch)."""
     import torch
+    from packaging.version import Version
     from torch.utils import cpp_extension
 
     torch_version = torch.__version__
-    if _release(torch_version) < MIN_TORCH:
-        floor = ".".join(map(str, MIN_TORCH))
+    if Version(torch_version).release[:2] < MIN_TORCH:
+        floor = version_text(MIN_TORCH)
         raise ToolchainError(
             f"error: torch {torch_version} is older than opgen supports: the generated code "
             f"needs torch {floor} or newer\n"
