@@ -406,6 +406,10 @@ def make_tensor(t: TensorSample, *, generator: torch.Generator, dtype: torch.dty
     return x
 
 
+_FLOAT8 = frozenset(getattr(torch, n) for n in enums.DTYPE_NAMES if n.startswith("float8_")
+                   and hasattr(torch, n))
+
+
 def _check_dtype(chosen: torch.dtype, dtype: torch.dtype | None) -> torch.dtype:
     """A sample's dtype in the gradient check's `dtype`: floating ones take it; complex ones take
     its precision (gradcheck of a complex64 input at float64's tolerances fails on rounding).
@@ -641,24 +645,19 @@ def check_opcheck(case: Case, test_utils: Iterable[str] | None = None) -> dict[s
     inputs require grad (so the autograd registration is exercised) unless the sample says
     `requires_grad: false`; no other input does (a `not_implemented` gradient would raise in
     the backward opcheck runs)."""
-    chosen = test_utils is None
-    if test_utils is None:
-        test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values(), case.sample)
     # An argument the op writes stays a leaf not requiring grad: writing one that does is
     # refused (as for aten's in-place ops), and opcheck copies it, which a non-leaf refuses.
     diff = set(differentiable_inputs(case.op, _LIBRARY_OPS.values())) - {
         a.name for a in case.op.schema.mutable_arguments}
     named = make_named(case.op, case.sample, seed=case.seed)
     named = _require_grad(case, named, diff)
-    if chosen and any(t.dtype in _FLOAT8 for t in _flat_tensors(list(named.values()))):
-        # A float8 tensor another op made (OpOutput): its dtype shows only now.
-        test_utils = [u for u in test_utils if u != "test_schema"]
+    if test_utils is None:
+        test_utils = opcheck_utils(case.op, _LIBRARY_OPS.values(), case.sample)
+        if any(t.dtype in _FLOAT8 for t in _flat_tensors(list(named.values()))):
+            # A float8 tensor another op made (OpOutput): its dtype shows only now.
+            test_utils = [u for u in test_utils if u != "test_schema"]
     args, kwargs = split_call(case.op, named)
     return torch.library.opcheck(case.overload, args, kwargs, test_utils=tuple(test_utils))
-
-
-_FLOAT8 = frozenset(getattr(torch, n) for n in enums.DTYPE_NAMES if n.startswith("float8_")
-                   and hasattr(torch, n))
 
 
 def _require_grad(case: Case, named: dict[str, Any], names: set[str]) -> dict[str, Any]:
